@@ -1,0 +1,3 @@
+file(REMOVE_RECURSE
+  "libal_mockllm.a"
+)

@@ -1,0 +1,15 @@
+/* agentloop: event-driven agent-loop runtime on libuv. Umbrella header.
+ *
+ * Conventions (libuv's): the caller owns the uv_loop_t; objects are created
+ * on it, report errors as negative AL_E* codes (al_strerror), and close
+ * asynchronously with a close callback. No globals; several agents per loop. */
+#ifndef AGENTLOOP_H
+#define AGENTLOOP_H
+
+#include <uv.h>
+
+#include "agentloop/alloc.h"
+#include "agentloop/errno.h"
+#include "agentloop/version.h"
+
+#endif

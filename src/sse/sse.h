@@ -1,0 +1,83 @@
+/* WHATWG event-stream parser (SPEC §4, PROTOCOLS.md §1).
+ *
+ * Pure C: no libuv, no allocation per byte. Bytes are fed in arbitrary
+ * chunks; events are dispatched through a callback with (ptr, len) slices
+ * that are valid only during the callback. The output is identical however
+ * the input is split. A line or an event payload larger than the configured
+ * maximum is an AL_ETOOBIG error, never a larger allocation. */
+#ifndef AL_SSE_H
+#define AL_SSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+typedef struct al_sse_event_s {
+  /* The event type: the `event` field, or "message" when it was absent or
+   * empty. has_type says whether a non-empty `event` field was given. */
+  const char *type;
+  size_t type_len;
+  bool has_type;
+  /* The data buffer with its one trailing LF removed. */
+  const char *data;
+  size_t data_len;
+  /* The `id` field as given in this event's own block (the last valid one
+   * if several), or has_id false when the block had none (a value with a
+   * NUL is ignored, as WHATWG says). */
+  const char *id;
+  size_t id_len;
+  bool has_id;
+  /* The WHATWG last event ID at dispatch: sticky across events, "" until
+   * an `id` field sets it. */
+  const char *last_event_id;
+  size_t last_event_id_len;
+} al_sse_event_t;
+
+/* Return 0 to continue; any other value stops parsing and is returned by
+ * al_sse_feed()/al_sse_finish(). The callback may not call feed again. */
+typedef int (*al_sse_event_cb)(void *data, const al_sse_event_t *ev);
+typedef void (*al_sse_retry_cb)(void *data, uint64_t retry_ms);
+typedef void (*al_sse_comment_cb)(void *data, const char *text, size_t len);
+
+typedef struct al_sse_settings_s {
+  al_sse_event_cb on_event;     /* required */
+  al_sse_retry_cb on_retry;     /* optional: a valid `retry` field */
+  al_sse_comment_cb on_comment; /* optional: text after the ':' */
+  void *data;                   /* passed to every callback */
+  size_t max_line;  /* longest line kept across chunks (default 1 MiB) */
+  size_t max_event; /* largest data buffer of one event (default 8 MiB) */
+} al_sse_settings_t;
+
+typedef struct al_sse_parser_s {
+  al_sse_settings_t settings;
+  al_buf_t line;     /* a line split across chunks */
+  al_buf_t data;     /* data buffer of the event being built */
+  al_buf_t type;     /* event-type buffer */
+  al_buf_t id;       /* this block's id */
+  al_buf_t last_id;  /* sticky last event ID */
+  unsigned bom_state; /* bytes of a leading BOM matched so far; 3 = done */
+  bool skip_lf;       /* previous chunk ended in CR */
+  bool has_id;
+  bool has_data;      /* at least one data field in this block */
+  int error;          /* sticky error after a failure */
+  uint64_t retry_ms;
+  bool has_retry;
+} al_sse_parser_t;
+
+/* Fills defaults: limits above, callbacks NULL. */
+void al_sse_settings_init(al_sse_settings_t *s);
+/* In place; cannot fail (buffers allocate lazily). */
+void al_sse_init(al_sse_parser_t *p, const al_sse_settings_t *s);
+/* Parses len bytes. Returns 0, AL_ETOOBIG / AL_ENOMEM (sticky: later calls
+ * return it again), or the callback's non-zero value. */
+int al_sse_feed(al_sse_parser_t *p, const char *bytes, size_t len);
+/* End of stream: a pending CR completes its line; an event not terminated
+ * by a blank line is discarded (WHATWG). Returns 0 or a sticky error. */
+int al_sse_finish(al_sse_parser_t *p);
+/* Back to the initial state (BOM expected again), keeping settings. */
+void al_sse_reset(al_sse_parser_t *p);
+void al_sse_free(al_sse_parser_t *p);
+
+#endif

@@ -1,0 +1,1 @@
+/* client tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */

@@ -1,0 +1,1 @@
+/* mockllm tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */

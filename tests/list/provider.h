@@ -1,0 +1,1 @@
+/* provider tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */

@@ -1,0 +1,1 @@
+/* sse tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */

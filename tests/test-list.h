@@ -1,0 +1,9 @@
+/* Every test and helper, one list file per area so areas never share a file.
+ * Each list holds TEST_ENTRY(name) / HELPER_ENTRY(name) lines only; CMake
+ * reads them to register one ctest case per TEST_ENTRY. */
+#include "list/common.h"
+#include "list/sse.h"
+#include "list/transport.h"
+#include "list/provider.h"
+#include "list/mockllm.h"
+#include "list/client.h"

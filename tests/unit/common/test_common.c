@@ -1,0 +1,176 @@
+/* Tests of the common layer: bounded buffer, error table, allocator hook. */
+#include <jansson.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agentloop/agentloop.h"
+#include "common/common.h"
+#include "test.h"
+
+TEST_IMPL(common_buf_bounds) {
+  al_buf_t b;
+  char big[100];
+
+  memset(big, 'x', sizeof(big));
+  al_buf_init(&b, 10);
+  ASSERT_EQ(al_buf_append(&b, "hello", 5), 0);
+  ASSERT_EQ(al_buf_append(&b, "world", 5), 0);
+  ASSERT_STR_EQ(b.data, "helloworld");
+  /* At the limit: one more byte is refused and nothing changes. */
+  ASSERT_EQ(al_buf_append(&b, "!", 1), AL_ETOOBIG);
+  ASSERT_EQ(b.len, 10);
+  ASSERT_LE(b.cap, 11);
+  al_buf_reset(&b);
+  ASSERT_EQ(al_buf_append(&b, big, sizeof(big)), AL_ETOOBIG);
+  ASSERT_EQ(b.len, 0);
+  /* A size that would overflow len + extra is refused too. */
+  ASSERT_EQ(al_buf_reserve(&b, SIZE_MAX), AL_ETOOBIG);
+  al_buf_free(&b);
+  ASSERT_NULL(b.data);
+  ASSERT_EQ(b.max, 10);
+  return 0;
+}
+
+TEST_IMPL(common_buf_printf_consume) {
+  al_buf_t b;
+
+  al_buf_init(&b, 64);
+  ASSERT_EQ(al_buf_printf(&b, "%s-%d", "abc", 42), 0);
+  ASSERT_STR_EQ(b.data, "abc-42");
+  al_buf_consume(&b, 4);
+  ASSERT_STR_EQ(b.data, "42");
+  ASSERT_EQ(al_buf_printf(&b, "%0100d", 1), AL_ETOOBIG);
+  ASSERT_STR_EQ(b.data, "42");
+  al_buf_consume(&b, 2);
+  ASSERT_EQ(b.len, 0);
+  al_buf_free(&b);
+  return 0;
+}
+
+TEST_IMPL(common_errno_table) {
+  ASSERT_STR_EQ(al_strerror(AL_ETOOBIG), "size limit exceeded");
+  ASSERT_STR_EQ(al_err_name(AL_ETOOBIG), "ETOOBIG");
+  ASSERT_STR_EQ(al_err_name(AL_ECANCELED), "ECANCELED");
+  ASSERT_EQ(AL_ECANCELED, UV_ECANCELED);
+  ASSERT_STR_EQ(al_strerror(UV_ECONNREFUSED), uv_strerror(UV_ECONNREFUSED));
+  ASSERT_STR_EQ(al_strerror(0), "success");
+  /* Our range stays clear of libuv's (EAI codes sit at -3000..-3014). */
+  ASSERT(AL_ETLS <= -7000 && AL_ETRUNCATED >= -7099);
+  return 0;
+}
+
+/* A counting allocator that fails allocation number fail_at (1-based). */
+static int alloc_count;
+static int fail_at;
+
+static void *t_malloc(size_t n) {
+  if (++alloc_count == fail_at) {
+    return NULL;
+  }
+  return malloc(n);
+}
+static void *t_realloc(void *p, size_t n) {
+  if (++alloc_count == fail_at) {
+    return NULL;
+  }
+  return realloc(p, n);
+}
+static void *t_calloc(size_t c, size_t n) {
+  if (++alloc_count == fail_at) {
+    return NULL;
+  }
+  return calloc(c, n);
+}
+
+TEST_IMPL(common_alloc_hook_reaches_libs) {
+  json_t *j;
+  uv_loop_t *loop;
+  int before;
+
+  ASSERT_EQ(al_set_allocator(NULL, t_realloc, t_calloc, free), AL_EINVAL);
+  ASSERT_EQ(al_set_allocator(t_malloc, t_realloc, t_calloc, free), 0);
+
+  /* jansson allocates through the hook... */
+  before = alloc_count;
+  j = json_pack("{s:s}", "k", "v");
+  ASSERT_NOT_NULL(j);
+  ASSERT(alloc_count > before);
+  json_decref(j);
+
+  /* ...and fails cleanly when the hook fails. */
+  fail_at = alloc_count + 1;
+  ASSERT_NULL(json_pack("{s:s}", "k", "v"));
+  fail_at = 0;
+
+  /* libuv too: uv_loop_new allocates the loop through the hook. */
+  before = alloc_count;
+  loop = uv_loop_new();
+  ASSERT_NOT_NULL(loop);
+  ASSERT(alloc_count > before);
+  ASSERT_EQ(uv_loop_close(loop), 0);
+  free(loop);
+
+  /* Our own buffer fails with ENOMEM, never crashes. */
+  {
+    al_buf_t b;
+    al_buf_init(&b, 100);
+    fail_at = alloc_count + 1;
+    ASSERT_EQ(al_buf_append(&b, "x", 1), AL_ENOMEM);
+    fail_at = 0;
+    ASSERT_EQ(al_buf_append(&b, "x", 1), 0);
+    al_buf_free(&b);
+  }
+  return 0;
+}
+
+TEST_IMPL(common_version) {
+  char expect[32];
+
+  snprintf(expect, sizeof(expect), "%d.%d.%d", AL_VERSION_MAJOR,
+           AL_VERSION_MINOR, AL_VERSION_PATCH);
+  ASSERT_STR_EQ(al_version_string(), expect);
+  ASSERT_EQ(al_version(), AL_VERSION_HEX);
+  ASSERT_NOT_NULL(strstr(al_version_full(), "libuv 1."));
+  ASSERT_NOT_NULL(strstr(al_version_full(), "llhttp 8.1.0"));
+  return 0;
+}
+
+/* The runner itself: a test that never ends is killed by its timeout. */
+TEST_IMPL(runner_timeout_kills_test) {
+  char cmd[4200];
+  int rc;
+
+  snprintf(cmd, sizeof(cmd),
+           "AL_TEST_TIMEOUT_MULTIPLIER=1 '%s' --helper exit_code 7 >/dev/null",
+           al_test_exe());
+  rc = system(cmd);
+  ASSERT(WIFEXITED(rc));
+  ASSERT_EQ(WEXITSTATUS(rc), 7);
+  snprintf(cmd, sizeof(cmd), "'%s' no_such_test >/dev/null 2>&1",
+           al_test_exe());
+  rc = system(cmd);
+  ASSERT_EQ(WEXITSTATUS(rc), 2);
+  /* A hanging test is reported as a timeout and fails the run. */
+  snprintf(cmd, sizeof(cmd),
+           "AL_RUNNER_HANG=1 AL_TEST_TIMEOUT_MS=50 '%s' runner_hang_probe "
+           "| grep -q 'FAIL   runner_hang_probe (timeout'",
+           al_test_exe());
+  rc = system(cmd);
+  ASSERT_EQ(WEXITSTATUS(rc), 0);
+  snprintf(cmd, sizeof(cmd),
+           "AL_RUNNER_HANG=1 AL_TEST_TIMEOUT_MS=50 '%s' runner_hang_probe "
+           ">/dev/null", al_test_exe());
+  rc = system(cmd);
+  ASSERT_EQ(WEXITSTATUS(rc), 1);
+  return 0;
+}
+
+/* Passes at once unless AL_RUNNER_HANG is set; then it never returns. */
+TEST_IMPL(runner_hang_probe) {
+  while (getenv("AL_RUNNER_HANG") != NULL) {
+    pause();
+  }
+  return 0;
+}
+
+HELPER_IMPL(exit_code) { return argc > 0 ? atoi(argv[0]) : 0; }
