@@ -20,9 +20,11 @@ typedef struct al_sse_event_s {
   const char *type;
   size_t type_len;
   bool has_type;
-  /* The data buffer with its one trailing LF removed. */
+  /* The data buffer with its one trailing LF removed. has_data is false
+   * only for blocks dispatched by dispatch_typed_without_data. */
   const char *data;
   size_t data_len;
+  bool has_data;
   /* The `id` field as given in this event's own block (the last valid one
    * if several), or has_id false when the block had none (a value with a
    * NUL is ignored, as WHATWG says). */
@@ -48,6 +50,15 @@ typedef struct al_sse_settings_s {
   void *data;                   /* passed to every callback */
   size_t max_line;  /* longest line kept across chunks (default 1 MiB) */
   size_t max_event; /* largest data buffer of one event (default 8 MiB) */
+  /* Deviations some providers' SDKs make, both off by default (WHATWG):
+   * flush_at_eof: al_sse_finish() completes a pending unterminated line and
+   *   dispatches a pending block that has data, as if a blank line ended it
+   *   (the OpenAI TS SDK's SSEDecoder.flush()).
+   * dispatch_typed_without_data: a block with a non-empty `event` field but
+   *   no `data` field is dispatched with has_data false and empty data
+   *   (the OpenAI TS SDK dispatches it and then fails on the empty JSON). */
+  bool flush_at_eof;
+  bool dispatch_typed_without_data;
 } al_sse_settings_t;
 
 typedef struct al_sse_parser_s {
