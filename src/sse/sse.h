@@ -40,6 +40,7 @@ typedef struct al_sse_event_s {
 /* Return 0 to continue; any other value stops parsing and is returned by
  * al_sse_feed()/al_sse_finish(). The callback may not call feed again. */
 typedef int (*al_sse_event_cb)(void *data, const al_sse_event_t *ev);
+/* retry_ms is clamped to UINT64_MAX when the digits overflow. */
 typedef void (*al_sse_retry_cb)(void *data, uint64_t retry_ms);
 typedef void (*al_sse_comment_cb)(void *data, const char *text, size_t len);
 
@@ -75,17 +76,27 @@ typedef struct al_sse_parser_s {
   int error;          /* sticky error after a failure */
   uint64_t retry_ms;
   bool has_retry;
+  /* Added after the first draft (internal): a `data` line cut by a chunk
+   * end streams its value straight into `data`, so each data byte is
+   * copied once; line_len counts that line's bytes against max_line. */
+  bool line_is_data;
+  size_t line_len;
 } al_sse_parser_t;
 
-/* Fills defaults: limits above, callbacks NULL. */
+/* Fills defaults: limits above, callbacks NULL. A limit left at 0 also
+ * means the default. */
 void al_sse_settings_init(al_sse_settings_t *s);
 /* In place; cannot fail (buffers allocate lazily). */
 void al_sse_init(al_sse_parser_t *p, const al_sse_settings_t *s);
 /* Parses len bytes. Returns 0, AL_ETOOBIG / AL_ENOMEM (sticky: later calls
- * return it again), or the callback's non-zero value. */
+ * return it again), or the callback's non-zero value (sticky as well: the
+ * rest of that chunk was not parsed; al_sse_reset() clears it). Bytes are
+ * not UTF-8 decoded: invalid sequences reach the callbacks unchanged. */
 int al_sse_feed(al_sse_parser_t *p, const char *bytes, size_t len);
 /* End of stream: a pending CR completes its line; an event not terminated
- * by a blank line is discarded (WHATWG). Returns 0 or a sticky error. */
+ * by a blank line is discarded (WHATWG). Returns 0 or a sticky error, or
+ * with flush_at_eof the on_event value of the flushed event. Pending state
+ * is dropped; call al_sse_reset() before parsing another stream. */
 int al_sse_finish(al_sse_parser_t *p);
 /* Back to the initial state (BOM expected again), keeping settings. */
 void al_sse_reset(al_sse_parser_t *p);
