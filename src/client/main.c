@@ -1,2 +1,46 @@
-/* placeholder replaced below */
-int main(void) { return 0; }
+/* The `agentloop` command: dispatches to its subcommands (CONVENTIONS.md
+ * 7.1). Each subcommand parses its own flags and returns the exit code. */
+#include <stdio.h>
+#include <string.h>
+
+#include "agentloop/agentloop.h"
+#include "client/cli.h"
+#include "common/common.h"
+
+static void usage(FILE *f) {
+  fputs("usage: agentloop <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  run -p PROMPT     stream one reply from the model (see run --help)\n"
+        "  decode --provider sse|anthropic|openai [--events]\n"
+        "                    decode a captured response body read from stdin\n"
+        "\n"
+        "  -h, --help        this text\n"
+        "  --version         versions of agentloop and its libraries\n",
+        f);
+}
+
+int main(int argc, char **argv) {
+  al_log_init();
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+    puts(al_version_full());
+    return 0;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "run") == 0) {
+    return al_cli_run(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "decode") == 0) {
+    return al_cli_decode(argc - 1, argv + 1);
+  }
+  fprintf(stderr, "agentloop: unknown command '%s' (try --help)\n", argv[1]);
+  return 2;
+}
