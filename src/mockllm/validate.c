@@ -1,0 +1,724 @@
+/* Request validation the way the real APIs do it (PROTOCOLS.md §2.1-2.3 for
+ * Anthropic Messages, §3.1 for OpenAI Chat Completions).
+ *
+ * The point is that a client which passes here is accepted by the real
+ * service, and one that sends a broken history (a tool_use without its
+ * tool_result, results not first, ids that do not match) gets the very
+ * message the real API sends, so tests catch what production would. The
+ * validator is pure (jansson in, verdict out) and callable without a
+ * server. It stops at the first problem, like the API does. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "mockllm/mockllm_int.h"
+
+static bool vfail(al_mockllm_verdict_t *v, int status, const char *type,
+                  const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static bool vfail(al_mockllm_verdict_t *v, int status, const char *type,
+                  const char *param, const char *fmt, ...) {
+  va_list ap;
+
+  v->status = status;
+  snprintf(v->type, sizeof(v->type), "%s", type);
+  snprintf(v->param, sizeof(v->param), "%s", param ? param : "");
+  va_start(ap, fmt);
+  vsnprintf(v->message, sizeof(v->message), fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+static void vok(al_mockllm_verdict_t *v) {
+  memset(v, 0, sizeof(*v));
+}
+
+static const char *hdr(const json_t *headers, const char *name) {
+  const json_t *h = headers ? json_object_get(headers, name) : NULL;
+
+  return json_is_string(h) ? json_string_value(h) : NULL;
+}
+
+static bool has_bearer(const json_t *headers) {
+  const char *a = hdr(headers, "authorization");
+
+  return a != NULL && strncasecmp(a, "Bearer ", 7) == 0 && a[7] != '\0';
+}
+
+static const char *jtype(const json_t *j) {
+  switch (json_typeof(j)) {
+    case JSON_OBJECT:
+      return "an object";
+    case JSON_ARRAY:
+      return "an array";
+    case JSON_STRING:
+      return "a string";
+    case JSON_INTEGER:
+      return "an integer";
+    case JSON_REAL:
+      return "a decimal";
+    case JSON_TRUE:
+    case JSON_FALSE:
+      return "a boolean";
+    default:
+      return "null";
+  }
+}
+
+/* A growing ", "-separated id list, truncated rather than overflowing. */
+static void list_add(char *buf, size_t size, const char *id) {
+  size_t len = strlen(buf);
+
+  snprintf(buf + len, size - len, "%s%s", len ? ", " : "", id);
+}
+
+/* ---- Anthropic Messages ------------------------------------------------- */
+
+static const char *const ant_block_types[] = {
+    "text", "image", "document", "search_result", "tool_use", "tool_result",
+    "thinking", "redacted_thinking", "server_tool_use",
+    "web_search_tool_result", "web_fetch_tool_result",
+    "code_execution_tool_result", "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result", "mcp_tool_use",
+    "mcp_tool_result", "container_upload", NULL};
+
+static bool known_block(const char *t) {
+  size_t i;
+
+  for (i = 0; ant_block_types[i] != NULL; i++) {
+    if (strcmp(ant_block_types[i], t) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+#define ANT_FAIL(...) \
+  vfail(v, 400, "invalid_request_error", NULL, __VA_ARGS__)
+
+static bool need_str(al_mockllm_verdict_t *v, const json_t *blk, size_t n,
+                     size_t m, const char *field) {
+  const json_t *f = json_object_get(blk, field);
+
+  if (f == NULL) {
+    return ANT_FAIL("messages.%zu.content.%zu.%s: Field required", n, m, field);
+  }
+  if (!json_is_string(f)) {
+    return ANT_FAIL("messages.%zu.content.%zu.%s: Input should be a valid "
+                    "string", n, m, field);
+  }
+  return true;
+}
+
+static bool ant_block(al_mockllm_verdict_t *v, const json_t *blk, size_t n,
+                      size_t m, const char *role) {
+  const json_t *t = json_object_get(blk, "type");
+  const char *type;
+
+  if (!json_is_object(blk)) {
+    return ANT_FAIL("messages.%zu.content.%zu: Input should be a valid "
+                    "dictionary", n, m);
+  }
+  if (t == NULL) {
+    return ANT_FAIL("messages.%zu.content.%zu: Unable to extract tag using "
+                    "discriminator 'type'", n, m);
+  }
+  type = json_is_string(t) ? json_string_value(t) : "";
+  if (!known_block(type)) {
+    return ANT_FAIL("messages.%zu.content.%zu.type: Input tag '%s' found "
+                    "using 'type' does not match any of the expected tags: "
+                    "'text', 'image', 'document', 'search_result', "
+                    "'tool_use', 'tool_result', 'thinking', "
+                    "'redacted_thinking', 'server_tool_use', "
+                    "'web_search_tool_result'", n, m, type);
+  }
+  if (strcmp(type, "text") == 0) {
+    return need_str(v, blk, n, m, "text");
+  }
+  if (strcmp(type, "tool_use") == 0) {
+    if (strcmp(role, "assistant") != 0) {
+      return ANT_FAIL("messages.%zu.content.%zu: tool_use blocks can only be "
+                      "in assistant messages", n, m);
+    }
+    if (!need_str(v, blk, n, m, "id") || !need_str(v, blk, n, m, "name")) {
+      return false;
+    }
+    if (!json_is_object(json_object_get(blk, "input"))) {
+      return ANT_FAIL("messages.%zu.content.%zu.input: %s", n, m,
+                      json_object_get(blk, "input") == NULL
+                          ? "Field required"
+                          : "Input should be a valid dictionary");
+    }
+    return true;
+  }
+  if (strcmp(type, "tool_result") == 0) {
+    const json_t *c = json_object_get(blk, "content");
+    const json_t *e = json_object_get(blk, "is_error");
+
+    if (strcmp(role, "user") != 0) {
+      return ANT_FAIL("messages.%zu.content.%zu: tool_result blocks can only "
+                      "be in user messages", n, m);
+    }
+    if (!need_str(v, blk, n, m, "tool_use_id")) {
+      return false;
+    }
+    if (c != NULL && !json_is_string(c) && !json_is_array(c)) {
+      return ANT_FAIL("messages.%zu.content.%zu.content: Input should be a "
+                      "valid string or list", n, m);
+    }
+    if (e != NULL && !json_is_boolean(e)) {
+      return ANT_FAIL("messages.%zu.content.%zu.is_error: Input should be a "
+                      "valid boolean", n, m);
+    }
+    return true;
+  }
+  if (strcmp(type, "thinking") == 0) {
+    if (strcmp(role, "assistant") != 0) {
+      return ANT_FAIL("messages.%zu.content.%zu: thinking blocks can only be "
+                      "in assistant messages", n, m);
+    }
+    return need_str(v, blk, n, m, "thinking") &&
+           need_str(v, blk, n, m, "signature");
+  }
+  if (strcmp(type, "redacted_thinking") == 0) {
+    return need_str(v, blk, n, m, "data");
+  }
+  return true;
+}
+
+static bool is_type(const json_t *blk, const char *type) {
+  const json_t *t = json_object_get(blk, "type");
+
+  return json_is_string(t) && strcmp(json_string_value(t), type) == 0;
+}
+
+static const char *str_field(const json_t *o, const char *k) {
+  const json_t *f = json_object_get(o, k);
+
+  return json_is_string(f) ? json_string_value(f) : "";
+}
+
+/* Checks the message after an assistant message (index n) that asked for
+ * tools (its tool_use ids in `ids`). */
+static bool ant_results(al_mockllm_verdict_t *v, const json_t *msgs, size_t n,
+                        const json_t *ids) {
+  const json_t *next = json_array_get(msgs, n + 1);
+  const json_t *content;
+  size_t k = json_array_size(ids);
+  size_t m, i;
+  size_t leading = 0;
+  bool any_result = false;
+  char missing[900];
+
+  content = next ? json_object_get(next, "content") : NULL;
+  if (next != NULL && json_is_array(content) &&
+      strcmp(str_field(next, "role"), "user") == 0) {
+    for (m = 0; m < json_array_size(content); m++) {
+      const json_t *b = json_array_get(content, m);
+
+      if (is_type(b, "tool_result")) {
+        any_result = true;
+        if (leading == m) {
+          leading++;
+        }
+      }
+    }
+  }
+  if (any_result && leading < json_array_size(content) && leading == 0) {
+    /* Results exist but something else comes first. */
+    return ANT_FAIL("messages.%zu: Did not find %zu tool_result block(s) at "
+                    "the beginning of this message. Messages following "
+                    "`tool_use` blocks must begin with a matching number of "
+                    "tool_result blocks.", n + 1, k);
+  }
+  if (any_result) {
+    /* Every leading result must answer one of this message's tool_use ids;
+     * a result after other content is misplaced. */
+    for (m = 0; m < json_array_size(content); m++) {
+      const json_t *b = json_array_get(content, m);
+      const char *id;
+      bool found = false;
+
+      if (!is_type(b, "tool_result")) {
+        continue;
+      }
+      if (m >= leading) {
+        return ANT_FAIL("messages.%zu: Did not find %zu tool_result block(s) "
+                        "at the beginning of this message. Messages "
+                        "following `tool_use` blocks must begin with a "
+                        "matching number of tool_result blocks.", n + 1, k);
+      }
+      id = str_field(b, "tool_use_id");
+      for (i = 0; i < k; i++) {
+        if (strcmp(json_string_value(json_array_get(ids, i)), id) == 0) {
+          found = true;
+        }
+      }
+      if (!found) {
+        return ANT_FAIL("messages.%zu.content.%zu: unexpected `tool_use_id` "
+                        "found in `tool_result` blocks: %s. Each "
+                        "`tool_result` block must have a corresponding "
+                        "`tool_use` block in the previous message.", n + 1, m,
+                        id);
+      }
+      for (i = 0; i < m; i++) {
+        if (strcmp(str_field(json_array_get(content, i), "tool_use_id"), id) ==
+            0) {
+          return ANT_FAIL("messages.%zu.content.%zu: each tool_result block "
+                          "must have a unique `tool_use_id`: %s", n + 1, m,
+                          id);
+        }
+      }
+    }
+  }
+  missing[0] = '\0';
+  for (i = 0; i < k; i++) {
+    const char *id = json_string_value(json_array_get(ids, i));
+    bool found = false;
+
+    for (m = 0; any_result && m < leading; m++) {
+      if (strcmp(str_field(json_array_get(content, m), "tool_use_id"), id) ==
+          0) {
+        found = true;
+      }
+    }
+    if (!found) {
+      list_add(missing, sizeof(missing), id);
+    }
+  }
+  if (missing[0] != '\0') {
+    return ANT_FAIL("messages.%zu: `tool_use` ids were found without "
+                    "`tool_result` blocks immediately after: %s. Each "
+                    "`tool_use` block must have a corresponding "
+                    "`tool_result` block in the next message.", n, missing);
+  }
+  return true;
+}
+
+bool al_mockllm_validate_anthropic(const json_t *body, const json_t *headers,
+                                   al_mockllm_verdict_t *v) {
+  const json_t *msgs, *mt, *tools, *model;
+  json_t *seen = NULL; /* tool_use ids seen so far: object id -> true */
+  json_t *prev_ids = NULL;
+  size_t n, m, nmsgs;
+  bool ok = false;
+
+  vok(v);
+  if (headers != NULL) {
+    if (hdr(headers, "x-api-key") == NULL && !has_bearer(headers)) {
+      return vfail(v, 401, "authentication_error", NULL,
+                   "x-api-key header is required");
+    }
+    if (hdr(headers, "anthropic-version") == NULL) {
+      return ANT_FAIL("anthropic-version: header is required");
+    }
+  }
+  if (!json_is_object(body)) {
+    return ANT_FAIL("The request body is not valid JSON: expected an object");
+  }
+  model = json_object_get(body, "model");
+  if (model == NULL) {
+    return ANT_FAIL("model: Field required");
+  }
+  if (!json_is_string(model) || json_string_length(model) == 0) {
+    return ANT_FAIL("model: Input should be a valid string");
+  }
+  mt = json_object_get(body, "max_tokens");
+  if (mt == NULL) {
+    return ANT_FAIL("max_tokens: Field required");
+  }
+  if (!json_is_integer(mt)) {
+    return ANT_FAIL("max_tokens: Input should be a valid integer");
+  }
+  if (json_integer_value(mt) < 1) {
+    return ANT_FAIL("max_tokens: Input should be greater than or equal to 1");
+  }
+  msgs = json_object_get(body, "messages");
+  if (msgs == NULL) {
+    return ANT_FAIL("messages: Field required");
+  }
+  if (!json_is_array(msgs)) {
+    return ANT_FAIL("messages: Input should be a valid list");
+  }
+  nmsgs = json_array_size(msgs);
+  if (nmsgs == 0) {
+    return ANT_FAIL("messages: at least one message is required");
+  }
+  {
+    const json_t *st = json_object_get(body, "stream");
+    const json_t *sys = json_object_get(body, "system");
+
+    if (st != NULL && !json_is_boolean(st)) {
+      return ANT_FAIL("stream: Input should be a valid boolean");
+    }
+    if (sys != NULL && !json_is_string(sys) && !json_is_array(sys)) {
+      return ANT_FAIL("system: Input should be a valid string or a list of "
+                      "text blocks");
+    }
+  }
+  tools = json_object_get(body, "tools");
+  if (tools != NULL) {
+    if (!json_is_array(tools)) {
+      return ANT_FAIL("tools: Input should be a valid list");
+    }
+    for (n = 0; n < json_array_size(tools); n++) {
+      const json_t *t = json_array_get(tools, n);
+      const json_t *ty = json_object_get(t, "type");
+      size_t j;
+
+      if (!json_is_object(t)) {
+        return ANT_FAIL("tools.%zu: Input should be a valid dictionary", n);
+      }
+      if (!json_is_string(json_object_get(t, "name"))) {
+        return ANT_FAIL("tools.%zu.name: Field required", n);
+      }
+      /* Server tools (typed, e.g. web_search_20250305) have no schema. */
+      if ((ty == NULL || (json_is_string(ty) &&
+                          strcmp(json_string_value(ty), "custom") == 0)) &&
+          !json_is_object(json_object_get(t, "input_schema"))) {
+        return ANT_FAIL("tools.%zu.custom.input_schema: Field required", n);
+      }
+      for (j = 0; j < n; j++) {
+        if (strcmp(str_field(json_array_get(tools, j), "name"),
+                   str_field(t, "name")) == 0) {
+          return ANT_FAIL("tools: Tool names must be unique.");
+        }
+      }
+    }
+  }
+
+  seen = json_object();
+  if (seen == NULL) {
+    return vfail(v, 500, "api_error", NULL, "out of memory");
+  }
+  for (n = 0; n < nmsgs; n++) {
+    const json_t *msg = json_array_get(msgs, n);
+    const json_t *rj, *content;
+    const char *role;
+    bool last = n + 1 == nmsgs;
+    json_t *ids;
+
+    if (!json_is_object(msg)) {
+      ANT_FAIL("messages.%zu: Input should be a valid dictionary", n);
+      goto out;
+    }
+    rj = json_object_get(msg, "role");
+    if (rj == NULL) {
+      ANT_FAIL("messages.%zu.role: Field required", n);
+      goto out;
+    }
+    role = json_is_string(rj) ? json_string_value(rj) : "";
+    if (strcmp(role, "system") == 0) {
+      ANT_FAIL("messages: Unexpected role \"system\". The Messages API "
+               "accepts a top-level `system` parameter, not \"system\" as an "
+               "input message role.");
+      goto out;
+    }
+    if (strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0) {
+      ANT_FAIL("messages.%zu.role: Input should be 'user' or 'assistant'", n);
+      goto out;
+    }
+    if (n == 0 && strcmp(role, "user") != 0) {
+      ANT_FAIL("messages: first message must use the \"user\" role");
+      goto out;
+    }
+    content = json_object_get(msg, "content");
+    if (content == NULL) {
+      ANT_FAIL("messages.%zu.content: Field required", n);
+      goto out;
+    }
+    if (!json_is_string(content) && !json_is_array(content)) {
+      ANT_FAIL("messages.%zu.content: Input should be a valid string or a "
+               "list of content blocks", n);
+      goto out;
+    }
+    if (((json_is_string(content) && json_string_length(content) == 0) ||
+         (json_is_array(content) && json_array_size(content) == 0)) &&
+        !(last && strcmp(role, "assistant") == 0)) {
+      ANT_FAIL("messages.%zu: all messages must have non-empty content except "
+               "for the optional final assistant message", n);
+      goto out;
+    }
+    /* A user message with results must follow an assistant that asked. */
+    if (json_is_array(content) && prev_ids == NULL) {
+      for (m = 0; m < json_array_size(content); m++) {
+        const json_t *b = json_array_get(content, m);
+
+        if (!ant_block(v, b, n, m, role)) {
+          goto out;
+        }
+        if (is_type(b, "tool_result")) {
+          ANT_FAIL("messages.%zu.content.%zu: unexpected `tool_use_id` found "
+                   "in `tool_result` blocks: %s. Each `tool_result` block "
+                   "must have a corresponding `tool_use` block in the "
+                   "previous message.", n, m, str_field(b, "tool_use_id"));
+          goto out;
+        }
+      }
+    } else if (json_is_array(content)) {
+      for (m = 0; m < json_array_size(content); m++) {
+        if (!ant_block(v, json_array_get(content, m), n, m, role)) {
+          goto out;
+        }
+      }
+    }
+    if (prev_ids != NULL) {
+      /* ant_results looked at this message already (from n - 1). */
+      json_decref(prev_ids);
+      prev_ids = NULL;
+    }
+    if (strcmp(role, "assistant") != 0 || !json_is_array(content)) {
+      continue;
+    }
+    ids = json_array();
+    if (ids == NULL) {
+      vfail(v, 500, "api_error", NULL, "out of memory");
+      goto out;
+    }
+    for (m = 0; m < json_array_size(content); m++) {
+      const json_t *b = json_array_get(content, m);
+      const char *id;
+
+      if (!is_type(b, "tool_use")) {
+        continue;
+      }
+      id = str_field(b, "id");
+      if (json_object_get(seen, id) != NULL) {
+        json_decref(ids);
+        ANT_FAIL("messages.%zu.content.%zu: `tool_use` ids must be unique", n,
+                 m);
+        goto out;
+      }
+      json_object_set_new(seen, id, json_true());
+      json_array_append_new(ids, json_string(id));
+    }
+    if (json_array_size(ids) == 0) {
+      json_decref(ids);
+      continue;
+    }
+    if (!ant_results(v, msgs, n, ids)) {
+      json_decref(ids);
+      goto out;
+    }
+    prev_ids = ids;
+  }
+  ok = true;
+out:
+  json_decref(prev_ids);
+  json_decref(seen);
+  return ok;
+}
+
+/* ---- OpenAI Chat Completions ---------------------------------------------- */
+
+#define OAI_FAIL(param, ...) \
+  vfail(v, 400, "invalid_request_error", param, __VA_ARGS__)
+
+static bool oai_missing_results(al_mockllm_verdict_t *v, const json_t *pending,
+                                size_t at) {
+  char ids[900];
+  char param[64];
+  const char *key;
+  json_t *val;
+
+  ids[0] = '\0';
+  json_object_foreach((json_t *)pending, key, val) {
+    if (json_is_false(val)) {
+      list_add(ids, sizeof(ids), key);
+    }
+  }
+  if (ids[0] == '\0') {
+    return true;
+  }
+  snprintf(param, sizeof(param), "messages.[%zu].role", at);
+  return OAI_FAIL(param,
+                  "An assistant message with 'tool_calls' must be followed by "
+                  "tool messages responding to each 'tool_call_id'. The "
+                  "following tool_call_ids did not have response messages: %s",
+                  ids);
+}
+
+bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
+                                al_mockllm_verdict_t *v) {
+  const json_t *msgs, *model, *tools;
+  json_t *pending = NULL; /* tool_call_id -> answered? (insertion order) */
+  size_t n, nmsgs, last_asst = 0;
+  char param[96];
+  bool ok = false;
+
+  vok(v);
+  if (headers != NULL && !has_bearer(headers)) {
+    return vfail(v, 401, "invalid_request_error", NULL,
+                 "You didn't provide an API key. You need to provide your API "
+                 "key in an Authorization header using Bearer auth (i.e. "
+                 "Authorization: Bearer YOUR_KEY).");
+  }
+  if (!json_is_object(body)) {
+    return OAI_FAIL(NULL, "We could not parse the JSON body of your request. "
+                    "(HINT: This likely means you aren't using your HTTP "
+                    "library correctly.)");
+  }
+  model = json_object_get(body, "model");
+  if (!json_is_string(model) || json_string_length(model) == 0) {
+    return OAI_FAIL(NULL, "you must provide a model parameter");
+  }
+  msgs = json_object_get(body, "messages");
+  if (msgs == NULL) {
+    return OAI_FAIL("messages", "Missing required parameter: 'messages'.");
+  }
+  if (!json_is_array(msgs)) {
+    return OAI_FAIL("messages", "Invalid type for 'messages': expected an "
+                    "array of objects, but got %s instead.", jtype(msgs));
+  }
+  nmsgs = json_array_size(msgs);
+  if (nmsgs == 0) {
+    return OAI_FAIL("messages", "Invalid 'messages': empty array. Expected an "
+                    "array with minimum length 1, but got an empty array "
+                    "instead.");
+  }
+  if (json_object_get(body, "stream_options") != NULL &&
+      !json_is_true(json_object_get(body, "stream"))) {
+    return OAI_FAIL("stream_options", "The 'stream_options' parameter is only "
+                    "allowed when 'stream' is enabled.");
+  }
+  tools = json_object_get(body, "tools");
+  if (tools != NULL) {
+    if (!json_is_array(tools)) {
+      return OAI_FAIL("tools", "Invalid type for 'tools': expected an array "
+                      "of objects, but got %s instead.", jtype(tools));
+    }
+    for (n = 0; n < json_array_size(tools); n++) {
+      const json_t *t = json_array_get(tools, n);
+      const json_t *fn = json_object_get(t, "function");
+
+      if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
+        snprintf(param, sizeof(param), "tools[%zu].function.name", n);
+        return OAI_FAIL(param, "Missing required parameter: '%s'.", param);
+      }
+    }
+  }
+  pending = json_object();
+  if (pending == NULL) {
+    return vfail(v, 500, "server_error", NULL, "out of memory");
+  }
+  for (n = 0; n < nmsgs; n++) {
+    const json_t *msg = json_array_get(msgs, n);
+    const json_t *rj, *content, *calls;
+    const char *role;
+
+    if (!json_is_object(msg)) {
+      snprintf(param, sizeof(param), "messages[%zu]", n);
+      OAI_FAIL(param, "Invalid type for '%s': expected an object, but got %s "
+               "instead.", param, jtype(msg));
+      goto out;
+    }
+    rj = json_object_get(msg, "role");
+    if (!json_is_string(rj)) {
+      snprintf(param, sizeof(param), "messages[%zu].role", n);
+      OAI_FAIL(param, "Missing required parameter: '%s'.", param);
+      goto out;
+    }
+    role = json_string_value(rj);
+    if (strcmp(role, "system") != 0 && strcmp(role, "developer") != 0 &&
+        strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0 &&
+        strcmp(role, "tool") != 0 && strcmp(role, "function") != 0) {
+      snprintf(param, sizeof(param), "messages[%zu].role", n);
+      OAI_FAIL(param, "Invalid value: '%s'. Supported values are: 'system', "
+               "'assistant', 'user', 'function', 'tool', and 'developer'.",
+               role);
+      goto out;
+    }
+    content = json_object_get(msg, "content");
+    calls = json_object_get(msg, "tool_calls");
+    if (strcmp(role, "tool") == 0) {
+      const json_t *id = json_object_get(msg, "tool_call_id");
+      json_t *st;
+
+      if (!json_is_string(id)) {
+        snprintf(param, sizeof(param), "messages.[%zu].tool_call_id", n);
+        OAI_FAIL(param, "Missing parameter 'tool_call_id': messages with role "
+                 "'tool' must have a 'tool_call_id'.");
+        goto out;
+      }
+      st = json_object_get(pending, json_string_value(id));
+      if (st == NULL || json_is_true(st)) {
+        snprintf(param, sizeof(param), "messages.[%zu].role", n);
+        OAI_FAIL(param, "Invalid parameter: messages with role 'tool' must be "
+                 "a response to a preceeding message with 'tool_calls'.");
+        goto out;
+      }
+      json_object_set_new(pending, json_string_value(id), json_true());
+      if (content == NULL || (!json_is_string(content) &&
+                              !json_is_array(content))) {
+        snprintf(param, sizeof(param), "messages[%zu].content", n);
+        OAI_FAIL(param, "Missing required parameter: '%s'.", param);
+        goto out;
+      }
+      continue;
+    }
+    /* Any other message closes the run of tool answers. */
+    if (!oai_missing_results(v, pending, n)) {
+      goto out;
+    }
+    json_object_clear(pending);
+    if (strcmp(role, "assistant") == 0) {
+      size_t k;
+
+      if (calls != NULL && (!json_is_array(calls) ||
+                            json_array_size(calls) == 0)) {
+        snprintf(param, sizeof(param), "messages[%zu].tool_calls", n);
+        OAI_FAIL(param, "Invalid 'messages[%zu].tool_calls': empty array. "
+                 "Expected an array with minimum length 1, but got an empty "
+                 "array instead.", n);
+        goto out;
+      }
+      if ((content == NULL || json_is_null(content)) && calls == NULL) {
+        snprintf(param, sizeof(param), "messages.[%zu].content", n);
+        OAI_FAIL(param, "Invalid value for 'content': expected a string, got "
+                 "null.");
+        goto out;
+      }
+      last_asst = n;
+      for (k = 0; calls != NULL && k < json_array_size(calls); k++) {
+        const json_t *c = json_array_get(calls, k);
+        const json_t *fn = json_object_get(c, "function");
+        const char *id = str_field(c, "id");
+
+        if (!json_is_string(json_object_get(c, "id"))) {
+          snprintf(param, sizeof(param), "messages[%zu].tool_calls[%zu].id",
+                   n, k);
+          OAI_FAIL(param, "Missing required parameter: '%s'.", param);
+          goto out;
+        }
+        if (!json_is_object(fn) ||
+            !json_is_string(json_object_get(fn, "name")) ||
+            !json_is_string(json_object_get(fn, "arguments"))) {
+          snprintf(param, sizeof(param),
+                   "messages[%zu].tool_calls[%zu].function", n, k);
+          OAI_FAIL(param, "Missing required parameter: '%s.name' or "
+                   "'%s.arguments'.", param, param);
+          goto out;
+        }
+        if (json_object_get(pending, id) != NULL) {
+          snprintf(param, sizeof(param), "messages[%zu].tool_calls", n);
+          OAI_FAIL(param, "Duplicate value for 'tool_call_id' of %s in "
+                   "'messages[%zu].tool_calls'.", id, n);
+          goto out;
+        }
+        json_object_set_new(pending, id, json_false());
+      }
+    } else if (content == NULL ||
+               (!json_is_string(content) && !json_is_array(content))) {
+      snprintf(param, sizeof(param), "messages[%zu].content", n);
+      OAI_FAIL(param, "Missing required parameter: '%s'.", param);
+      goto out;
+    }
+  }
+  if (!oai_missing_results(v, pending, last_asst)) {
+    goto out;
+  }
+  ok = true;
+out:
+  json_decref(pending);
+  return ok;
+}
