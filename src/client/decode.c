@@ -1,0 +1,373 @@
+/* `agentloop decode --provider sse|anthropic|openai [--events]`
+ * (SPEC §12, docs/decode.md).
+ *
+ * Reads a captured response body on stdin (plain blocking reads: there is
+ * no loop here) and prints what the decoders make of it as compact JSON:
+ *   sse        one object per dispatched event, then {"retry":N} if a valid
+ *              retry field was seen;
+ *   anthropic  the final Message, built as the Anthropic SDK's accumulator
+ *              builds it (PROTOCOLS.md §2.5);
+ *   openai     the final chat.completion, as the OpenAI SDK's
+ *              ChatCompletionStream finalizes it (PROTOCOLS.md §3.3);
+ *   --events   the normalized stream events as NDJSON instead.
+ * Exit 0 on success. An error event prints
+ * {"error":{"kind":"stream_error_event","body":...}} on stderr and exits 1;
+ * an undecodable stream prints {"error":{"kind":"decode_error",
+ * "message":"..."}} and exits 1. Usage errors exit 2. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "client/cli.h"
+#include "provider/provider.h"
+#include "sse/sse.h"
+
+#define DECODE_MAX_INPUT ((size_t)1 << 30)
+
+static const char usage_text[] =
+    "usage: agentloop decode --provider sse|anthropic|openai [--events]\n"
+    "                        [--sdk-helpers|--no-sdk-helpers]\n"
+    "Reads a captured response body on stdin and prints compact JSON.\n";
+
+static int read_all(int fd, char **out, size_t *len_out) {
+  size_t cap = 65536;
+  size_t len = 0;
+  char *buf = al_malloc(cap);
+
+  if (buf == NULL) {
+    return AL_ENOMEM;
+  }
+  for (;;) {
+    ssize_t n;
+
+    if (cap - len < 4096) {
+      char *nb;
+
+      if (cap >= DECODE_MAX_INPUT) {
+        al_free(buf);
+        return AL_ETOOBIG;
+      }
+      nb = al_realloc(buf, cap * 2);
+      if (nb == NULL) {
+        al_free(buf);
+        return AL_ENOMEM;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    n = read(fd, buf + len, cap - len);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      al_free(buf);
+      return -errno;
+    }
+    if (n == 0) {
+      break;
+    }
+    len += (size_t)n;
+  }
+  *out = buf;
+  *len_out = len;
+  return 0;
+}
+
+static void print_json(FILE *f, json_t *j) {
+  char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+
+  if (s != NULL) {
+    fputs(s, f);
+    fputc('\n', f);
+    free(s);
+  }
+}
+
+static void print_decode_error(const char *message) {
+  json_t *e = json_pack("{s:{s:s,s:o}}", "error", "kind", "decode_error",
+                        "message",
+                        al__json_string_utf8(message, strlen(message)));
+
+  print_json(stderr, e);
+  json_decref(e);
+}
+
+/* ---- sse ------------------------------------------------------------------ */
+
+typedef struct {
+  bool has_retry;
+  uint64_t retry;
+} sse_ctx_t;
+
+static json_t *str_or_null(bool has, const char *p, size_t n) {
+  return has ? al__json_string_utf8(p, n) : json_null();
+}
+
+static int sse_on_event(void *data, const al_sse_event_t *ev) {
+  json_t *o = json_object();
+
+  (void)data;
+  json_object_set_new(o, "event", str_or_null(ev->has_type, ev->type,
+                                              ev->type_len));
+  json_object_set_new(o, "data", al__json_string_utf8(ev->data, ev->data_len));
+  json_object_set_new(o, "id", str_or_null(ev->has_id, ev->id, ev->id_len));
+  json_object_set_new(o, "lastEventId",
+                      al__json_string_utf8(ev->last_event_id,
+                                           ev->last_event_id_len));
+  print_json(stdout, o);
+  json_decref(o);
+  return 0;
+}
+
+static void sse_on_retry(void *data, uint64_t ms) {
+  sse_ctx_t *c = data;
+
+  c->has_retry = true;
+  c->retry = ms;
+}
+
+static int decode_sse(const char *buf, size_t len) {
+  al_sse_settings_t st;
+  al_sse_parser_t p;
+  sse_ctx_t ctx = {false, 0};
+  int rc;
+
+  al_sse_settings_init(&st);
+  st.on_event = sse_on_event;
+  st.on_retry = sse_on_retry;
+  st.data = &ctx;
+  al_sse_init(&p, &st);
+  rc = al_sse_feed(&p, buf, len);
+  if (rc == 0) {
+    rc = al_sse_finish(&p);
+  }
+  al_sse_free(&p);
+  if (rc != 0) {
+    print_decode_error(al_strerror(rc));
+    return 1;
+  }
+  if (ctx.has_retry) {
+    json_t *o = json_pack("{s:I}", "retry", (json_int_t)ctx.retry);
+    print_json(stdout, o);
+    json_decref(o);
+  }
+  return 0;
+}
+
+/* ---- provider streams ---------------------------------------------------- */
+
+static json_t *slice(const char *p, size_t n) {
+  return al__json_string_utf8(p != NULL ? p : "", n);
+}
+
+static void set_borrowed(json_t *o, const char *k, json_t *v) {
+  json_object_set_new(o, k, v != NULL ? json_deep_copy(v) : json_null());
+}
+
+/* One NDJSON line per normalized event (the shapes are in docs/decode.md). */
+static int events_on_event(void *data, const al_pevent_t *ev) {
+  json_t *o = json_object();
+
+  (void)data;
+  json_object_set_new(o, "type", json_string(al_pevent_name(ev->type)));
+  switch (ev->type) {
+  case AL_PEV_MESSAGE_START:
+    json_object_set_new(o, "id", ev->id ? json_string(ev->id) : json_null());
+    json_object_set_new(o, "model",
+                        ev->model ? json_string(ev->model) : json_null());
+    set_borrowed(o, "usage", ev->usage);
+    set_borrowed(o, "message", ev->json);
+    break;
+  case AL_PEV_BLOCK_START:
+  case AL_PEV_BLOCK_STOP:
+    json_object_set_new(o, "index", json_integer(ev->index));
+    json_object_set_new(o, "block_type",
+                        ev->block_type_name ? json_string(ev->block_type_name)
+                                            : json_null());
+    set_borrowed(o, "block", ev->json);
+    break;
+  case AL_PEV_TEXT_DELTA:
+  case AL_PEV_THINKING_DELTA:
+  case AL_PEV_TOOL_INPUT_DELTA:
+    json_object_set_new(o, "index", json_integer(ev->index));
+    json_object_set_new(o, "text", slice(ev->text, ev->len));
+    break;
+  case AL_PEV_SIGNATURE:
+    json_object_set_new(o, "index", json_integer(ev->index));
+    set_borrowed(o, "signature", ev->json);
+    break;
+  case AL_PEV_CITATION:
+    json_object_set_new(o, "index", json_integer(ev->index));
+    set_borrowed(o, "citation", ev->json);
+    break;
+  case AL_PEV_MESSAGE_DELTA:
+  case AL_PEV_MESSAGE_STOP:
+    json_object_set_new(o, "stop_reason",
+                        ev->stop_reason == AL_STOP_NONE
+                            ? json_null()
+                            : json_string(al_stop_reason_name(ev->stop_reason)));
+    json_object_set_new(o, "stop_reason_raw",
+                        ev->stop_reason_raw ? json_string(ev->stop_reason_raw)
+                                            : json_null());
+    set_borrowed(o, "usage", ev->usage);
+    if (ev->type == AL_PEV_MESSAGE_STOP) {
+      set_borrowed(o, "message", ev->json);
+    }
+    break;
+  case AL_PEV_RAW:
+    json_object_set_new(o, "event", slice(ev->text, ev->len));
+    set_borrowed(o, "data", ev->json);
+    break;
+  case AL_PEV_ERROR:
+    json_object_set_new(o, "kind", json_string(ev->error_kind ==
+                                                       AL_PERR_STREAM_EVENT
+                                                   ? "stream_error_event"
+                                                   : "decode_error"));
+    json_object_set_new(o, "error_type", ev->error_type
+                                             ? json_string(ev->error_type)
+                                             : json_null());
+    json_object_set_new(o, "message", slice(ev->text, ev->len));
+    set_borrowed(o, "body", ev->json);
+    break;
+  default:
+    break;
+  }
+  print_json(stdout, o);
+  json_decref(o);
+  return 0;
+}
+
+static int report_failure(al_pstream_t *s) {
+  if (al_pstream_error_kind(s) == AL_PERR_STREAM_EVENT) {
+    json_t *body = al_pstream_error_body(s);
+    json_t *e = json_pack("{s:{s:s,s:O}}", "error", "kind",
+                          "stream_error_event", "body",
+                          body != NULL ? body : json_null());
+    print_json(stderr, e);
+    json_decref(e);
+  } else {
+    const char *m = al_pstream_error_message(s);
+    print_decode_error(m != NULL ? m : "decode failed");
+  }
+  return 1;
+}
+
+static int decode_provider(const al_provider_t *p, const char *buf,
+                           size_t len, bool events, int helpers) {
+  al_pstream_t s;
+  al_pstream_options_t o;
+  int rc;
+  int exit_code = 0;
+
+  al_pstream_options_init(&o);
+  /* SDK-faithful: blocks are pushed on start and addressed by index. */
+  o.strict_indexes = false;
+  o.on_event = events ? events_on_event : NULL;
+  if (len + 1 > o.max_event) {
+    o.max_event = len + 1;
+  }
+  al_pstream_init(&s, p, &o);
+  rc = al_pstream_feed(&s, buf, len);
+  if (rc == 0) {
+    rc = al_pstream_finish(&s);
+  }
+  if (rc != 0) {
+    if (al_pstream_error_message(&s) == NULL) {
+      print_decode_error(al_strerror(rc));
+      exit_code = 1;
+    } else {
+      exit_code = report_failure(&s);
+    }
+  } else if (!events) {
+    json_t *out;
+
+    if (p->kind == AL_PROVIDER_ANTHROPIC) {
+      out = json_incref(al_pstream_message(&s));
+      /* parsed_output is an SDK helper, not part of the API's Message. */
+      if (helpers == 1) {
+        out = json_deep_copy(out);
+        json_decref(al_pstream_message(&s));
+        json_object_set_new(out, "parsed_output", json_null());
+      }
+    } else {
+      const char *err;
+
+      out = al_pstream_openai_completion(&s, &err);
+      if (out != NULL && helpers == 0) {
+        size_t i;
+        json_t *ch;
+
+        json_array_foreach(json_object_get(out, "choices"), i, ch) {
+          json_object_del(json_object_get(ch, "message"), "parsed");
+        }
+      }
+    }
+    if (out == NULL) {
+      print_decode_error("no final message");
+      exit_code = 1;
+    } else {
+      print_json(stdout, out);
+      json_decref(out);
+    }
+  }
+  al_pstream_free(&s);
+  return exit_code;
+}
+
+int al_cli_decode(int argc, char **argv) {
+  const char *provider = NULL;
+  bool events = false;
+  int helpers = -1; /* provider default: see docs/decode.md */
+  char *buf = NULL;
+  size_t len = 0;
+  int rc;
+  int i;
+
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--provider") == 0 && i + 1 < argc) {
+      provider = argv[++i];
+    } else if (strncmp(argv[i], "--provider=", 11) == 0) {
+      provider = argv[i] + 11;
+    } else if (strcmp(argv[i], "--events") == 0) {
+      events = true;
+    } else if (strcmp(argv[i], "--sdk-helpers") == 0) {
+      helpers = 1;
+    } else if (strcmp(argv[i], "--no-sdk-helpers") == 0) {
+      helpers = 0;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "agentloop decode: unknown argument '%s'\n%s", argv[i],
+              usage_text);
+      return 2;
+    }
+  }
+  if (provider == NULL ||
+      (strcmp(provider, "sse") != 0 && al_provider_by_name(provider) == NULL)) {
+    fprintf(stderr, "agentloop decode: --provider sse|anthropic|openai "
+                    "is required\n%s",
+            usage_text);
+    return 2;
+  }
+  json_object_seed(0);
+  rc = read_all(0, &buf, &len);
+  if (rc != 0) {
+    print_decode_error(al_strerror(rc));
+    return 1;
+  }
+  if (strcmp(provider, "sse") == 0) {
+    rc = decode_sse(buf, len);
+  } else {
+    const al_provider_t *p = al_provider_by_name(provider);
+
+    if (helpers < 0) {
+      helpers = p->kind == AL_PROVIDER_OPENAI ? 1 : 0;
+    }
+    rc = decode_provider(p, buf, len, events, helpers);
+  }
+  al_free(buf);
+  fflush(stdout);
+  return rc;
+}

@@ -1,0 +1,853 @@
+/* The decoding pipeline (al_pstream_t) and the content-block aggregator.
+ *
+ * al_pstream_feed() runs the SSE parser; each dispatched SSE event goes to
+ * the provider decoder (anthropic.c, openai.c), which calls the al__agg_*
+ * operations below. They update the normalized message snapshot and deliver
+ * one al_pevent_t per change to the subscriber, so aggregation and
+ * delivery happen in the same pass as decoding.
+ *
+ * The snapshot follows the Anthropic SDK accumulator (PROTOCOLS.md §2.5):
+ * a block start pushes the block as given, deltas address content[index]
+ * and apply only when the block type matches, signature replaces,
+ * citations append, message_delta overwrites stop fields and usage. Text,
+ * thinking and raw tool-input JSON are appended to one bounded buffer per
+ * block (no allocation per delta once the buffer has grown) and written
+ * into the block's JSON only when someone looks (block stop, message stop,
+ * al_pstream_message()). Tool input is parsed once, at that point: empty
+ * => the start block's input ({}), whitespace => {}, invalid =>
+ * {"_raw": "<text>"}.
+ *
+ * With strict_indexes (the runtime's default) a block start must use the
+ * next index while no other block is open, and deltas and stops must name
+ * the open block; anything else is a typed decode error, never a crash. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "provider/provider.h"
+
+#define MAX_BLOCKS 4096
+
+static const char *const pevent_names[] = {
+#define AL_PEV_GEN(name, str) str,
+    AL_PEVENT_MAP(AL_PEV_GEN)
+#undef AL_PEV_GEN
+};
+
+const char *al_pevent_name(al_pevent_type_t t) {
+  if ((unsigned)t >= AL_PEV_COUNT_) {
+    return "unknown";
+  }
+  return pevent_names[t];
+}
+
+static const char *const stop_names[] = {
+#define AL_STOP_GEN(name, str) str,
+    AL_STOP_REASON_MAP(AL_STOP_GEN)
+#undef AL_STOP_GEN
+};
+
+const char *al_stop_reason_name(al_stop_reason_t r) {
+  if ((unsigned)r >= AL_ARRAY_SIZE(stop_names)) {
+    return "error";
+  }
+  return stop_names[r];
+}
+
+al_stop_reason_t al__provider_stop_from_anthropic(const char *s) {
+  if (s == NULL) {
+    return AL_STOP_NONE;
+  }
+  if (strcmp(s, "end_turn") == 0) {
+    return AL_STOP_END_TURN;
+  }
+  if (strcmp(s, "tool_use") == 0) {
+    return AL_STOP_TOOL_USE;
+  }
+  if (strcmp(s, "max_tokens") == 0 ||
+      strcmp(s, "model_context_window_exceeded") == 0) {
+    return AL_STOP_MAX_TOKENS;
+  }
+  if (strcmp(s, "stop_sequence") == 0) {
+    return AL_STOP_STOP_SEQUENCE;
+  }
+  if (strcmp(s, "pause_turn") == 0) {
+    return AL_STOP_PAUSE_TURN;
+  }
+  if (strcmp(s, "refusal") == 0) {
+    return AL_STOP_REFUSAL;
+  }
+  return AL_STOP_ERROR;
+}
+
+al_stop_reason_t al__provider_stop_from_openai(const char *s) {
+  if (s == NULL) {
+    return AL_STOP_NONE;
+  }
+  if (strcmp(s, "stop") == 0) {
+    return AL_STOP_END_TURN;
+  }
+  if (strcmp(s, "length") == 0) {
+    return AL_STOP_MAX_TOKENS;
+  }
+  if (strcmp(s, "tool_calls") == 0 || strcmp(s, "function_call") == 0) {
+    return AL_STOP_TOOL_USE;
+  }
+  if (strcmp(s, "content_filter") == 0) {
+    return AL_STOP_REFUSAL;
+  }
+  return AL_STOP_ERROR;
+}
+
+al_block_type_t al__provider_block_type(const char *type) {
+  if (type == NULL) {
+    return AL_BLOCK_UNKNOWN;
+  }
+  if (strcmp(type, "text") == 0) {
+    return AL_BLOCK_TEXT;
+  }
+  if (strcmp(type, "thinking") == 0) {
+    return AL_BLOCK_THINKING;
+  }
+  if (strcmp(type, "redacted_thinking") == 0) {
+    return AL_BLOCK_REDACTED_THINKING;
+  }
+  if (strcmp(type, "tool_use") == 0) {
+    return AL_BLOCK_TOOL_USE;
+  }
+  if (strcmp(type, "server_tool_use") == 0 ||
+      strcmp(type, "mcp_tool_use") == 0) {
+    return AL_BLOCK_SERVER_TOOL_USE;
+  }
+  return AL_BLOCK_UNKNOWN;
+}
+
+/* ---- pipeline ------------------------------------------------------------- */
+
+void al_pstream_options_init(al_pstream_options_t *o) {
+  memset(o, 0, sizeof(*o));
+  o->fast_path = true;
+  o->strict_indexes = true;
+  o->openai_completion = true;
+  o->max_event = 8u << 20;
+  o->max_block = 64u << 20;
+  o->id_seed = 0;
+}
+
+static int on_sse_event(void *data, const al_sse_event_t *ev) {
+  return al_pstream_sse_event((al_pstream_t *)data, ev);
+}
+
+int al_pstream_init(al_pstream_t *s, const al_provider_t *p,
+                    const al_pstream_options_t *o) {
+  al_sse_settings_t ss;
+
+  memset(s, 0, sizeof(*s));
+  if (p == NULL) {
+    return AL_EINVAL;
+  }
+  s->provider = p;
+  if (o != NULL) {
+    s->opts = *o;
+  } else {
+    al_pstream_options_init(&s->opts);
+  }
+  if (p->kind == AL_PROVIDER_OPENAI) {
+    /* openai.c assigns block indexes itself, and tool calls interleave by
+     * design (keyed by their own index), so the aggregator must accept
+     * deltas for any open block. */
+    s->opts.strict_indexes = false;
+  }
+  al_sse_settings_init(&ss);
+  ss.on_event = on_sse_event;
+  ss.data = s;
+  ss.max_event = s->opts.max_event;
+  if (ss.max_line < ss.max_event) {
+    ss.max_line = ss.max_event;
+  }
+  if (p->kind == AL_PROVIDER_OPENAI) {
+    /* The OpenAI TS SDK flushes an unterminated last event and dispatches
+     * event-only blocks (which then fail as empty JSON): PROTOCOLS §3.3. */
+    ss.flush_at_eof = true;
+    ss.dispatch_typed_without_data = true;
+  }
+  al_sse_init(&s->sse, &ss);
+  al_buf_init(&s->scratch, s->opts.max_event);
+  al_buf_init(&s->joinbuf, s->opts.max_event + 16);
+  s->open_block = -1;
+  s->oai_text_block = -1;
+  s->oai_think_block = -1;
+  return 0;
+}
+
+int al_pstream_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
+  int rc;
+
+  if (s->error != 0) {
+    return s->error;
+  }
+  s->events++;
+  if (s->provider->kind == AL_PROVIDER_ANTHROPIC) {
+    rc = al__anthropic_sse_event(s, ev);
+  } else {
+    rc = al__openai_sse_event(s, ev);
+  }
+  if (rc != 0 && s->error == 0) {
+    s->error = rc;
+  }
+  return rc;
+}
+
+int al_pstream_feed(al_pstream_t *s, const char *bytes, size_t len) {
+  int rc;
+
+  if (s->error != 0) {
+    return s->error;
+  }
+  rc = al_sse_feed(&s->sse, bytes, len);
+  if (rc != 0 && s->error == 0) {
+    if (rc == AL_ETOOBIG || rc == AL_ENOMEM) {
+      al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                       rc == AL_ETOOBIG ? "event too large" : "out of memory",
+                       NULL);
+    }
+    s->error = rc;
+  }
+  return s->error;
+}
+
+int al_pstream_finish(al_pstream_t *s) {
+  int rc;
+
+  if (s->error != 0) {
+    return s->error;
+  }
+  rc = al_sse_finish(&s->sse);
+  if (rc != 0) {
+    if (s->error == 0) {
+      s->error = rc;
+    }
+    return s->error;
+  }
+  if (s->error != 0) {
+    return s->error;
+  }
+  if (s->provider->kind == AL_PROVIDER_OPENAI) {
+    rc = al__openai_finish(s);
+  } else if (s->message == NULL) {
+    al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                     "request ended without sending any chunks", NULL);
+    rc = AL_ETRUNCATED;
+  } else if (!s->message_stopped) {
+    al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                     "stream ended without producing a Message with "
+                     "role=assistant",
+                     NULL);
+    rc = AL_ETRUNCATED;
+  } else {
+    rc = al__agg_materialize(s);
+  }
+  if (rc != 0 && s->error == 0) {
+    s->error = rc;
+  }
+  return rc;
+}
+
+int al__pstream_emit(al_pstream_t *s, al_pevent_t *ev) {
+  if (s->opts.on_event == NULL) {
+    return 0;
+  }
+  return s->opts.on_event(s->opts.data, ev);
+}
+
+int al__pstream_fail(al_pstream_t *s, al_perr_kind_t kind, const char *type,
+                     const char *message, json_t *body) {
+  al_pevent_t ev;
+  int rc;
+
+  if (s->failed) {
+    return s->error != 0 ? s->error : AL_EPROTO;
+  }
+  s->failed = true;
+  s->err_kind = kind;
+  s->err_message = al_strdup(message != NULL ? message : "");
+  s->err_body = body != NULL ? json_incref(body) : NULL;
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_PEV_ERROR;
+  ev.index = -1;
+  ev.error_kind = kind;
+  ev.error_type = type;
+  ev.text = s->err_message != NULL ? s->err_message : "";
+  ev.len = strlen(ev.text);
+  ev.json = body;
+  rc = al__pstream_emit(s, &ev);
+  (void)rc;
+  return kind == AL_PERR_STREAM_EVENT ? AL_EAPI : AL_EPROTO;
+}
+
+const char *al_pstream_error_message(const al_pstream_t *s) {
+  return s->failed ? s->err_message : NULL;
+}
+
+json_t *al_pstream_error_body(const al_pstream_t *s) { return s->err_body; }
+
+al_perr_kind_t al_pstream_error_kind(const al_pstream_t *s) {
+  return s->failed ? s->err_kind : (al_perr_kind_t)0;
+}
+
+json_t *al_pstream_message(al_pstream_t *s) {
+  if (s->message == NULL) {
+    return NULL;
+  }
+  if (al__agg_materialize(s) != 0) {
+    return NULL;
+  }
+  return s->message;
+}
+
+void al_pstream_free(al_pstream_t *s) {
+  al_sse_free(&s->sse);
+  al_buf_free(&s->scratch);
+  al_buf_free(&s->joinbuf);
+  al__agg_free(s);
+  al__openai_free(s);
+  al_free(s->err_message);
+  s->err_message = NULL;
+  if (s->err_body != NULL) {
+    json_decref(s->err_body);
+    s->err_body = NULL;
+  }
+}
+
+/* ---- aggregator ----------------------------------------------------------- */
+
+void al__agg_free(al_pstream_t *s) {
+  size_t i;
+
+  for (i = 0; i < s->nblocks; i++) {
+    al_buf_free(&s->blocks[i].buf);
+    json_decref(s->blocks[i].block);
+    if (s->blocks[i].base != NULL) {
+      json_decref(s->blocks[i].base);
+    }
+  }
+  al_free(s->blocks);
+  s->blocks = NULL;
+  s->nblocks = 0;
+  s->cap_blocks = 0;
+  if (s->message != NULL) {
+    json_decref(s->message);
+    s->message = NULL;
+  }
+}
+
+static int fail_decode(al_pstream_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int fail_decode(al_pstream_t *s, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return al__pstream_fail(s, AL_PERR_DECODE, NULL, msg, NULL);
+}
+
+/* Pushes a block (the snapshot's content array already holds it). */
+static int push_block(al_pstream_t *s, json_t *block) {
+  al__pblock_t *b;
+  json_t *t;
+  const char *key = NULL;
+
+  if (s->nblocks == s->cap_blocks) {
+    size_t ncap = s->cap_blocks ? s->cap_blocks * 2 : 8;
+    al__pblock_t *nb;
+
+    if (s->nblocks >= MAX_BLOCKS) {
+      return AL_ETOOBIG;
+    }
+    nb = al_realloc(s->blocks, ncap * sizeof(*nb));
+    if (nb == NULL) {
+      return AL_ENOMEM;
+    }
+    s->blocks = nb;
+    s->cap_blocks = ncap;
+  }
+  b = &s->blocks[s->nblocks];
+  memset(b, 0, sizeof(*b));
+  t = json_object_get(block, "type");
+  b->type = al__provider_block_type(json_is_string(t) ? json_string_value(t)
+                                                      : NULL);
+  b->block = json_incref(block);
+  al_buf_init(&b->buf, s->opts.max_block);
+  if (b->type == AL_BLOCK_TEXT) {
+    key = "text";
+  } else if (b->type == AL_BLOCK_THINKING) {
+    key = "thinking";
+  }
+  if (key != NULL) {
+    t = json_object_get(block, key);
+    if (json_is_string(t) && json_string_length(t) > 0) {
+      b->base = json_incref(t);
+    }
+  }
+  s->nblocks++;
+  return 0;
+}
+
+int al__agg_message_start(al_pstream_t *s, json_t *message) {
+  al_pevent_t ev;
+  json_t *content;
+  json_t *v;
+  size_t i;
+  int err;
+
+  if (s->message != NULL) {
+    return fail_decode(s, "Unexpected event order, got message_start before "
+                          "receiving \"message_stop\"");
+  }
+  if (!json_is_object(message)) {
+    return fail_decode(s, "message_start without a message object");
+  }
+  s->message = json_incref(message);
+  content = json_object_get(message, "content");
+  if (!json_is_array(content)) {
+    json_object_set_new(message, "content", json_array());
+    content = json_object_get(message, "content");
+  }
+  for (i = 0; i < json_array_size(content); i++) {
+    if ((err = push_block(s, json_array_get(content, i))) != 0) {
+      return fail_decode(s, "too many content blocks");
+    }
+    s->blocks[s->nblocks - 1].stopped = true;
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_PEV_MESSAGE_START;
+  ev.index = -1;
+  ev.json = message;
+  v = json_object_get(message, "id");
+  ev.id = json_is_string(v) ? json_string_value(v) : NULL;
+  v = json_object_get(message, "model");
+  ev.model = json_is_string(v) ? json_string_value(v) : NULL;
+  v = json_object_get(message, "usage");
+  ev.usage = json_is_object(v) ? v : NULL;
+  return al__pstream_emit(s, &ev);
+}
+
+static void fill_block_event(al_pevent_t *ev, al_pevent_type_t type,
+                             const al__pblock_t *b, int index) {
+  json_t *t;
+
+  memset(ev, 0, sizeof(*ev));
+  ev->type = type;
+  ev->index = index;
+  ev->block_type = b->type;
+  t = json_object_get(b->block, "type");
+  ev->block_type_name = json_is_string(t) ? json_string_value(t) : NULL;
+}
+
+int al__agg_block_start(al_pstream_t *s, int64_t index, json_t *block) {
+  al_pevent_t ev;
+  json_t *copy;
+  int err;
+
+  if (s->message == NULL) {
+    return 0; /* before message_start: ignored (PROTOCOLS §2.5) */
+  }
+  if (s->opts.strict_indexes &&
+      (index != (int64_t)s->nblocks || s->open_block >= 0)) {
+    return fail_decode(s,
+                       "content_block_start index %lld out of order (expected "
+                       "%zu%s)",
+                       (long long)index, s->nblocks,
+                       s->open_block >= 0 ? ", a block is still open" : "");
+  }
+  /* The SDK pushes a shallow copy ({...content_block}); a non-object
+   * spreads to {}. */
+  copy = json_is_object(block) ? json_copy(block) : json_object();
+  if (copy == NULL) {
+    return fail_decode(s, "out of memory");
+  }
+  if (json_array_append(json_object_get(s->message, "content"), copy) != 0 ||
+      (err = push_block(s, copy)) != 0) {
+    json_decref(copy);
+    return fail_decode(s, "too many content blocks");
+  }
+  json_decref(copy);
+  s->open_block = (int)(s->nblocks - 1);
+  fill_block_event(&ev, AL_PEV_BLOCK_START, &s->blocks[s->nblocks - 1],
+                   (int)(s->nblocks - 1));
+  ev.progress = true;
+  ev.json = copy;
+  return al__pstream_emit(s, &ev);
+}
+
+/* Resolves an index for a delta/stop. Returns the block, NULL to ignore
+ * the event, and sets *rc on a strict-mode error. */
+static al__pblock_t *resolve(al_pstream_t *s, int64_t index, const char *what,
+                             int *rc) {
+  *rc = 0;
+  if (s->message == NULL) {
+    return NULL;
+  }
+  if (s->opts.strict_indexes) {
+    if (s->open_block < 0 || index != s->open_block) {
+      *rc = fail_decode(s, "%s for block %lld which is not open", what,
+                        (long long)index);
+      return NULL;
+    }
+  }
+  if (index < 0 || index >= (int64_t)s->nblocks) {
+    return NULL;
+  }
+  return &s->blocks[index];
+}
+
+static bool kind_matches(al_fj_kind_t kind, al_block_type_t t) {
+  switch (kind) {
+  case AL_FJ_TEXT:
+    return t == AL_BLOCK_TEXT;
+  case AL_FJ_THINKING:
+    return t == AL_BLOCK_THINKING;
+  case AL_FJ_INPUT:
+    return t == AL_BLOCK_TOOL_USE || t == AL_BLOCK_SERVER_TOOL_USE;
+  default:
+    return false;
+  }
+}
+
+static int emit_delta(al_pstream_t *s, al__pblock_t *b, int index,
+                      al_fj_kind_t kind, const char *text, size_t len) {
+  al_pevent_t ev;
+
+  fill_block_event(&ev, kind == AL_FJ_TEXT       ? AL_PEV_TEXT_DELTA
+                        : kind == AL_FJ_THINKING ? AL_PEV_THINKING_DELTA
+                                                 : AL_PEV_TOOL_INPUT_DELTA,
+                   b, index);
+  ev.progress = true;
+  ev.text = text;
+  ev.len = len;
+  return al__pstream_emit(s, &ev);
+}
+
+int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
+                  const char *text, size_t len, uint32_t lead_lo,
+                  uint32_t trail_hi) {
+  al__pblock_t *b;
+  int rc;
+
+  b = resolve(s, index, "content_block_delta", &rc);
+  if (b == NULL) {
+    return rc;
+  }
+  if (!kind_matches(kind, b->type)) {
+    return 0; /* the SDK ignores a delta of the wrong type */
+  }
+  if (b->pending_hi != 0 && lead_lo == 0 && len == 0 && trail_hi == 0) {
+    /* An empty delta: the pending high half keeps waiting. */
+    return emit_delta(s, b, (int)index, kind, "", 0);
+  }
+  if (b->pending_hi != 0 || lead_lo != 0) {
+    /* Surrogate halves split across deltas: join them, or replace what
+     * cannot be joined, so the text stays valid UTF-8. */
+    al_buf_reset(&s->joinbuf);
+    if (b->pending_hi != 0 && lead_lo != 0) {
+      rc = al__utf8_put(&s->joinbuf, 0x10000 +
+                                         ((b->pending_hi - 0xD800) << 10) +
+                                         (lead_lo - 0xDC00));
+    } else {
+      rc = al_buf_append(&s->joinbuf, "\xEF\xBF\xBD", 3);
+    }
+    if (rc == 0) {
+      rc = al_buf_append(&s->joinbuf, text, len);
+    }
+    if (rc != 0) {
+      return fail_decode(s, "block too large");
+    }
+    text = s->joinbuf.data;
+    len = s->joinbuf.len;
+  }
+  b->pending_hi = trail_hi;
+  if (len > 0) {
+    if (al_buf_append(&b->buf, text, len) != 0) {
+      return fail_decode(s, "content block %lld too large", (long long)index);
+    }
+  }
+  b->dirty = true;
+  return emit_delta(s, b, (int)index, kind, text, len);
+}
+
+int al__agg_signature(al_pstream_t *s, int64_t index, json_t *sig) {
+  al__pblock_t *b;
+  al_pevent_t ev;
+  int rc;
+
+  b = resolve(s, index, "content_block_delta", &rc);
+  if (b == NULL) {
+    return rc;
+  }
+  if (b->type != AL_BLOCK_THINKING) {
+    return 0;
+  }
+  if (sig != NULL) {
+    json_object_set(b->block, "signature", sig);
+  } else {
+    json_object_del(b->block, "signature");
+  }
+  fill_block_event(&ev, AL_PEV_SIGNATURE, b, (int)index);
+  ev.progress = true;
+  ev.text = json_is_string(sig) ? json_string_value(sig) : "";
+  ev.len = json_is_string(sig) ? json_string_length(sig) : 0;
+  ev.json = sig;
+  return al__pstream_emit(s, &ev);
+}
+
+int al__agg_citation(al_pstream_t *s, int64_t index, json_t *citation) {
+  al__pblock_t *b;
+  al_pevent_t ev;
+  json_t *arr;
+  int rc;
+
+  b = resolve(s, index, "content_block_delta", &rc);
+  if (b == NULL) {
+    return rc;
+  }
+  if (b->type != AL_BLOCK_TEXT) {
+    return 0;
+  }
+  arr = json_object_get(b->block, "citations");
+  if (!json_is_array(arr)) {
+    /* citations ?? []: null or absent starts a new array. */
+    json_object_set_new(b->block, "citations", json_array());
+    arr = json_object_get(b->block, "citations");
+  }
+  json_array_append(arr, citation != NULL ? citation : json_null());
+  fill_block_event(&ev, AL_PEV_CITATION, b, (int)index);
+  ev.progress = true;
+  ev.json = citation;
+  return al__pstream_emit(s, &ev);
+}
+
+static bool all_ws(const char *p, size_t n) {
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r') {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Writes the accumulated buffer of one block into its JSON. */
+static int materialize_block(al__pblock_t *b) {
+  json_t *v;
+
+  if (!b->dirty) {
+    return 0;
+  }
+  b->dirty = false;
+  if (b->type == AL_BLOCK_TEXT || b->type == AL_BLOCK_THINKING) {
+    const char *key = b->type == AL_BLOCK_TEXT ? "text" : "thinking";
+
+    if (b->base != NULL) {
+      al_buf_t tmp;
+
+      al_buf_init(&tmp, json_string_length(b->base) + b->buf.len + 1);
+      if (al_buf_append(&tmp, json_string_value(b->base),
+                        json_string_length(b->base)) != 0 ||
+          al_buf_append(&tmp, b->buf.data, b->buf.len) != 0) {
+        al_buf_free(&tmp);
+        return AL_ENOMEM;
+      }
+      v = al__json_string_utf8(tmp.data, tmp.len);
+      al_buf_free(&tmp);
+    } else {
+      v = al__json_string_utf8(b->buf.data != NULL ? b->buf.data : "",
+                               b->buf.len);
+    }
+    if (v == NULL) {
+      return AL_ENOMEM;
+    }
+    return json_object_set_new(b->block, key, v) == 0 ? 0 : AL_ENOMEM;
+  }
+  if (b->type == AL_BLOCK_TOOL_USE || b->type == AL_BLOCK_SERVER_TOOL_USE) {
+    if (b->buf.len == 0) {
+      /* No input text: the start block's input stands ({} as sent). */
+      if (json_object_get(b->block, "input") == NULL) {
+        json_object_set_new(b->block, "input", json_object());
+      }
+      return 0;
+    }
+    if (all_ws(b->buf.data, b->buf.len)) {
+      v = json_object();
+    } else {
+      v = al__provider_json_load(b->buf.data, b->buf.len, NULL);
+      if (v == NULL) {
+        /* Invalid or cut-off JSON (fine-grained streaming, max_tokens):
+         * keep the raw text; the tool still runs (SPEC §5). */
+        v = json_object();
+        if (v != NULL) {
+          json_object_set_new(v, "_raw",
+                              al__json_string_utf8(b->buf.data, b->buf.len));
+        }
+      }
+    }
+    if (v == NULL) {
+      return AL_ENOMEM;
+    }
+    return json_object_set_new(b->block, "input", v) == 0 ? 0 : AL_ENOMEM;
+  }
+  return 0;
+}
+
+int al__agg_materialize(al_pstream_t *s) {
+  size_t i;
+  int err;
+
+  for (i = 0; i < s->nblocks; i++) {
+    al__pblock_t *b = &s->blocks[i];
+
+    if (b->pending_hi != 0) {
+      /* An unpaired high surrogate at the end: U+FFFD. */
+      b->pending_hi = 0;
+      if (al_buf_append(&b->buf, "\xEF\xBF\xBD", 3) != 0) {
+        return AL_ETOOBIG;
+      }
+      b->dirty = true;
+    }
+    if ((err = materialize_block(b)) != 0) {
+      return err;
+    }
+  }
+  return 0;
+}
+
+int al__agg_block_stop(al_pstream_t *s, int64_t index) {
+  al__pblock_t *b;
+  al_pevent_t ev;
+  int rc;
+
+  b = resolve(s, index, "content_block_stop", &rc);
+  if (b == NULL) {
+    return rc;
+  }
+  if (b->pending_hi != 0) {
+    b->pending_hi = 0;
+    if (al_buf_append(&b->buf, "\xEF\xBF\xBD", 3) != 0) {
+      return fail_decode(s, "content block %lld too large", (long long)index);
+    }
+    b->dirty = true;
+    if ((rc = emit_delta(s, b, (int)index,
+                         b->type == AL_BLOCK_TEXT       ? AL_FJ_TEXT
+                         : b->type == AL_BLOCK_THINKING ? AL_FJ_THINKING
+                                                        : AL_FJ_INPUT,
+                         "\xEF\xBF\xBD", 3)) != 0) {
+      return rc;
+    }
+  }
+  if (materialize_block(b) != 0) {
+    return fail_decode(s, "out of memory");
+  }
+  b->stopped = true;
+  if (s->open_block == index) {
+    s->open_block = -1;
+  }
+  fill_block_event(&ev, AL_PEV_BLOCK_STOP, b, (int)index);
+  ev.progress = true;
+  ev.json = b->block;
+  return al__pstream_emit(s, &ev);
+}
+
+/* SDK rule: the key takes the event's value, and disappears when the
+ * event has none. */
+static void set_or_del(json_t *obj, const char *key, json_t *v) {
+  if (v != NULL) {
+    json_object_set(obj, key, v);
+  } else {
+    json_object_del(obj, key);
+  }
+}
+
+int al__agg_message_delta(al_pstream_t *s, json_t *data) {
+  static const char *const if_non_null[] = {
+      "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+      "server_tool_use", "output_tokens_details"};
+  al_pevent_t ev;
+  json_t *delta;
+  json_t *usage;
+  json_t *musage;
+  json_t *v;
+  size_t i;
+
+  if (s->message == NULL) {
+    return 0;
+  }
+  delta = json_object_get(data, "delta");
+  usage = json_object_get(data, "usage");
+  if (!json_is_object(delta)) {
+    return fail_decode(s, "message_delta without delta");
+  }
+  if (!json_is_object(usage)) {
+    return fail_decode(s, "message_delta without usage");
+  }
+  set_or_del(s->message, "stop_reason", json_object_get(delta, "stop_reason"));
+  set_or_del(s->message, "stop_sequence",
+             json_object_get(delta, "stop_sequence"));
+  set_or_del(s->message, "stop_details", json_object_get(delta, "stop_details"));
+  v = json_object_get(delta, "container");
+  if (v != NULL && !json_is_null(v)) {
+    json_object_set(s->message, "container", v);
+  }
+  musage = json_object_get(s->message, "usage");
+  if (!json_is_object(musage)) {
+    json_object_set_new(s->message, "usage", json_object());
+    musage = json_object_get(s->message, "usage");
+  }
+  set_or_del(musage, "output_tokens", json_object_get(usage, "output_tokens"));
+  for (i = 0; i < AL_ARRAY_SIZE(if_non_null); i++) {
+    v = json_object_get(usage, if_non_null[i]);
+    if (v != NULL && !json_is_null(v)) {
+      json_object_set(musage, if_non_null[i], v);
+    }
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_PEV_MESSAGE_DELTA;
+  ev.index = -1;
+  ev.json = delta;
+  ev.usage = musage;
+  v = json_object_get(s->message, "stop_reason");
+  ev.stop_reason_raw = json_is_string(v) ? json_string_value(v) : NULL;
+  /* The snapshot is Anthropic-shaped for both providers (openai.c writes
+   * normalized stop reasons into it). */
+  ev.stop_reason = al__provider_stop_from_anthropic(ev.stop_reason_raw);
+  return al__pstream_emit(s, &ev);
+}
+
+int al__agg_message_stop(al_pstream_t *s) {
+  al_pevent_t ev;
+  json_t *v;
+
+  if (s->message == NULL) {
+    return 0;
+  }
+  if (al__agg_materialize(s) != 0) {
+    return fail_decode(s, "out of memory");
+  }
+  s->message_stopped = true;
+  s->open_block = -1;
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_PEV_MESSAGE_STOP;
+  ev.index = -1;
+  ev.json = s->message;
+  v = json_object_get(s->message, "usage");
+  ev.usage = json_is_object(v) ? v : NULL;
+  v = json_object_get(s->message, "stop_reason");
+  ev.stop_reason_raw = json_is_string(v) ? json_string_value(v) : NULL;
+  ev.stop_reason = al__provider_stop_from_anthropic(ev.stop_reason_raw);
+  v = json_object_get(s->message, "id");
+  ev.id = json_is_string(v) ? json_string_value(v) : NULL;
+  v = json_object_get(s->message, "model");
+  ev.model = json_is_string(v) ? json_string_value(v) : NULL;
+  return al__pstream_emit(s, &ev);
+}

@@ -1,0 +1,300 @@
+/* Anthropic Messages: request builder and stream decoder (SPEC §5,
+ * PROTOCOLS.md §2).
+ *
+ * The decoder follows the official TypeScript SDK's SSE layer: events
+ * without an `event:` name are skipped, `ping` is skipped (and reported as
+ * a PING event, which is not content progress), `event: error` fails the
+ * stream with the event's data as the error body, events with empty data
+ * are skipped, everything else must be JSON and is dispatched on its
+ * `type` field (not on the SSE name). content_block_delta events whose
+ * SSE name says so try the allocation-free fast path first (fastjson.c).
+ *
+ * The request builder sends the normalized history unchanged (it is
+ * Anthropic-shaped already): assistant turns go back verbatim, thinking
+ * blocks with their signatures. The system prompt lives in the options,
+ * so it is sent once, at top level. */
+#include <stdio.h>
+
+#include "provider/provider.h"
+#include "provider/provider_int.h"
+
+/* ---- decoder ----------------------------------------------------------------- */
+
+/* Index of a block event. Lenient mode copies the SDK: only a non-negative
+ * integer addresses a block (anything else reads a block but writes
+ * nowhere visible), so those events are ignored (-1). */
+static int64_t get_index(json_t *root) {
+  json_t *v = json_object_get(root, "index");
+
+  if (json_is_integer(v) && json_integer_value(v) >= 0) {
+    return json_integer_value(v);
+  }
+  return -1;
+}
+
+static int emit_raw(al_pstream_t *s, const al_sse_event_t *ev, json_t *root) {
+  al_pevent_t pe;
+
+  memset(&pe, 0, sizeof(pe));
+  pe.type = AL_PEV_RAW;
+  pe.index = -1;
+  pe.text = ev->type;
+  pe.len = ev->type_len;
+  pe.json = root;
+  return al__pstream_emit(s, &pe);
+}
+
+static int decode_delta(al_pstream_t *s, const al_sse_event_t *ev,
+                        json_t *root, uint32_t lead, uint32_t trail) {
+  json_t *delta = json_object_get(root, "delta");
+  json_t *t = json_object_get(delta, "type");
+  const char *dt = json_is_string(t) ? json_string_value(t) : "";
+  int64_t index = get_index(root);
+  al_fj_kind_t kind = AL_FJ_NONE;
+  const char *field = NULL;
+  json_t *v;
+
+  if (strcmp(dt, "text_delta") == 0) {
+    kind = AL_FJ_TEXT;
+    field = "text";
+  } else if (strcmp(dt, "thinking_delta") == 0) {
+    kind = AL_FJ_THINKING;
+    field = "thinking";
+  } else if (strcmp(dt, "input_json_delta") == 0) {
+    kind = AL_FJ_INPUT;
+    field = "partial_json";
+  } else if (strcmp(dt, "signature_delta") == 0) {
+    return al__agg_signature(s, index, json_object_get(delta, "signature"));
+  } else if (strcmp(dt, "citations_delta") == 0) {
+    return al__agg_citation(s, index, json_object_get(delta, "citation"));
+  } else {
+    /* Unknown delta types are ignored by the SDK; still visible here. */
+    return emit_raw(s, ev, root);
+  }
+  v = json_object_get(delta, field);
+  if (!json_is_string(v)) {
+    return emit_raw(s, ev, root);
+  }
+  return al__agg_delta(s, index, kind, json_string_value(v),
+                       json_string_length(v), lead, trail);
+}
+
+static int fail_json(al_pstream_t *s, const al_sse_event_t *ev,
+                     const json_error_t *jerr) {
+  char msg[256];
+
+  snprintf(msg, sizeof(msg), "invalid JSON in %.*s event: %s",
+           (int)AL_MIN(ev->type_len, 64), ev->type, jerr->text);
+  return al__pstream_fail(s, AL_PERR_DECODE, NULL, msg, NULL);
+}
+
+int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
+  json_t *root;
+  json_t *t;
+  json_error_t jerr;
+  const char *type;
+  uint32_t lead = 0;
+  uint32_t trail = 0;
+  int rc;
+
+  if (s->failed) {
+    return s->error != 0 ? s->error : AL_EPROTO;
+  }
+  if (!ev->has_type) {
+    return 0; /* SDK-faithful: unnamed events are skipped */
+  }
+  if (al__provider_eq(ev->type, ev->type_len, "ping")) {
+    al_pevent_t pe;
+
+    memset(&pe, 0, sizeof(pe));
+    pe.type = AL_PEV_PING;
+    pe.index = -1;
+    return al__pstream_emit(s, &pe);
+  }
+  if (al__provider_eq(ev->type, ev->type_len, "error")) {
+    json_t *body = al__provider_json_load(ev->data, ev->data_len, NULL);
+    json_t *err;
+    json_t *et;
+    json_t *em;
+
+    if (body == NULL) {
+      body = al__json_string_utf8(ev->data, ev->data_len);
+    }
+    err = json_object_get(body, "error");
+    et = json_object_get(err, "type");
+    em = json_object_get(err, "message");
+    rc = al__pstream_fail(s, AL_PERR_STREAM_EVENT,
+                          json_is_string(et) ? json_string_value(et) : NULL,
+                          json_is_string(em) ? json_string_value(em)
+                                             : "error event",
+                          body);
+    json_decref(body);
+    return rc;
+  }
+  if (ev->data_len == 0) {
+    return 0;
+  }
+  if (s->opts.fast_path &&
+      al__provider_eq(ev->type, ev->type_len, "content_block_delta")) {
+    al_fj_delta_t d;
+
+    rc = al__fj_parse_delta(ev->data, ev->data_len, &s->scratch, &d);
+    if (rc == 1) {
+      s->fast_hits++;
+      return al__agg_delta(s, d.index, d.kind, d.text, d.len, d.lead_lo,
+                           d.trail_hi);
+    }
+    if (rc < 0) {
+      return al__pstream_fail(s, AL_PERR_DECODE, NULL, "event too large",
+                              NULL);
+    }
+  }
+  s->slow_hits++;
+  root = al__provider_json_load2(ev->data, ev->data_len, &jerr, &lead, &trail);
+  if (root == NULL) {
+    return fail_json(s, ev, &jerr);
+  }
+  t = json_object_get(root, "type");
+  type = json_is_string(t) ? json_string_value(t) : "";
+  if (strcmp(type, "content_block_delta") == 0) {
+    rc = decode_delta(s, ev, root, lead, trail);
+  } else if (strcmp(type, "content_block_start") == 0) {
+    int64_t index = get_index(root);
+
+    if (index < 0 && !s->opts.strict_indexes) {
+      index = (int64_t)s->nblocks; /* the SDK pushes regardless */
+    }
+    rc = al__agg_block_start(s, index, json_object_get(root, "content_block"));
+  } else if (strcmp(type, "content_block_stop") == 0) {
+    rc = al__agg_block_stop(s, get_index(root));
+  } else if (strcmp(type, "message_start") == 0) {
+    rc = al__agg_message_start(s, json_object_get(root, "message"));
+  } else if (strcmp(type, "message_delta") == 0) {
+    rc = al__agg_message_delta(s, root);
+  } else if (strcmp(type, "message_stop") == 0) {
+    rc = al__agg_message_stop(s);
+  } else {
+    rc = emit_raw(s, ev, root);
+  }
+  json_decref(root);
+  return rc;
+}
+
+/* ---- request builder ---------------------------------------------------- */
+
+static json_t *ephemeral(void) {
+  return json_pack("{s:s}", "type", "ephemeral");
+}
+
+static int anthropic_build(const json_t *history,
+                           const al_provider_options_t *o,
+                           al_provider_request_t *out) {
+  json_t *body;
+  json_t *messages;
+  int err = AL_ENOMEM;
+  char num[32];
+
+  memset(out, 0, sizeof(*out));
+  if (o->model == NULL || (history != NULL && !json_is_array(history))) {
+    return AL_EINVAL;
+  }
+  body = json_object();
+  if (body == NULL) {
+    return AL_ENOMEM;
+  }
+  json_object_set_new(body, "model", json_string(o->model));
+  json_object_set_new(body, "max_tokens", json_integer(o->max_tokens));
+  if (o->system != NULL) {
+    if (o->cache_control) {
+      json_t *blk = json_pack("{s:s,s:o,s:o}", "type", "text", "text",
+                              al__json_string_utf8(o->system,
+                                                   strlen(o->system)),
+                              "cache_control", ephemeral());
+      json_object_set_new(body, "system", json_pack("[o]", blk));
+    } else {
+      json_object_set_new(body, "system",
+                          al__json_string_utf8(o->system, strlen(o->system)));
+    }
+  }
+  messages = history != NULL ? json_deep_copy(history) : json_array();
+  json_object_set_new(body, "messages", messages);
+  if (json_is_array(o->tools) && json_array_size(o->tools) > 0) {
+    json_t *tools = json_deep_copy(o->tools);
+    json_t *last = json_array_get(tools, json_array_size(tools) - 1);
+
+    if (o->cache_control && json_is_object(last) &&
+        json_object_get(last, "cache_control") == NULL) {
+      json_object_set_new(last, "cache_control", ephemeral());
+    }
+    json_object_set_new(body, "tools", tools);
+  }
+  if (o->tool_choice != NULL) {
+    json_object_set(body, "tool_choice", o->tool_choice);
+  }
+  if (o->thinking != NULL) {
+    json_object_set(body, "thinking", o->thinking);
+  }
+  if (o->has_temperature) {
+    json_object_set_new(body, "temperature", json_real(o->temperature));
+  }
+  if (o->stream) {
+    json_object_set_new(body, "stream", json_true());
+  }
+  if (json_is_object(o->extra_body)) {
+    json_object_update(body, o->extra_body);
+  }
+  if (json_object_get(body, "model") == NULL ||
+      json_object_get(body, "messages") == NULL) {
+    goto out_free_body;
+  }
+  if ((err = al__provider_finish_request(out, o->path_prefix, "/messages",
+                                         body)) != 0 ||
+      (err = al__provider_add_header(out, "content-type",
+                                     "application/json")) != 0 ||
+      (err = al__provider_add_header(out, "accept",
+                                     o->stream ? "text/event-stream"
+                                               : "application/json")) != 0 ||
+      (err = al__provider_add_header(out, "anthropic-version",
+                                     o->anthropic_version)) != 0) {
+    goto out_free_request;
+  }
+  if (o->anthropic_beta != NULL &&
+      (err = al__provider_add_header(out, "anthropic-beta",
+                                     o->anthropic_beta)) != 0) {
+    goto out_free_request;
+  }
+  if (o->api_key != NULL) {
+    if (o->auth == AL_AUTH_BEARER) {
+      al_buf_t b;
+
+      al_buf_init(&b, strlen(o->api_key) + 16);
+      err = al_buf_printf(&b, "Bearer %s", o->api_key);
+      if (err == 0) {
+        err = al__provider_add_header(out, "authorization", b.data);
+      }
+      al_buf_free(&b);
+    } else {
+      err = al__provider_add_header(out, "x-api-key", o->api_key);
+    }
+    if (err != 0) {
+      goto out_free_request;
+    }
+  }
+  (void)num;
+  json_decref(body);
+  return 0;
+
+out_free_request:
+  al_provider_request_free(out);
+out_free_body:
+  json_decref(body);
+  return err;
+}
+
+static int anthropic_http_error(int status, const char *body, size_t len,
+                                al_provider_error_t *out) {
+  return al__provider_http_error(status, body, len, out);
+}
+
+const al_provider_t al_provider_anthropic = {
+    AL_PROVIDER_ANTHROPIC, "anthropic", anthropic_build, anthropic_http_error};

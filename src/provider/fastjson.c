@@ -1,0 +1,934 @@
+/* JSON fast path for the hot delta events, plus the UTF-8 and
+ * jansson-loading helpers the decoders share.
+ *
+ * A jansson DOM per small event costs ~1.7 us, more than the whole budget
+ * of the streaming pipeline, so the three hot shapes
+ *   {"type":"content_block_delta","index":N,"delta":{"type":"text_delta",
+ *    "text":"..."}}   (and thinking_delta/"thinking",
+ *                      input_json_delta/"partial_json")
+ * are recognised by a small validating scanner that allocates nothing: the
+ * text is returned as a slice of the input when it has no escapes, or
+ * decoded into a reusable scratch buffer. It accepts whitespace anywhere,
+ * any key order and extra keys whose values are scalars. Anything else --
+ * nested extra values, escaped keys, duplicate keys, non-integer indexes,
+ * trailing bytes -- returns 0 and the caller uses jansson, so the fast path
+ * never has to be a general JSON parser (SPEC §1: never hand-roll JSON).
+ * Everything the fast path accepts it validates as jansson would (string
+ * escapes, control characters, UTF-8 including overlongs and encoded
+ * surrogates, number grammar), so both paths give identical results.
+ *
+ * Lone surrogate escapes: jansson rejects "\ud83d" outright, but a model's
+ * text delta may end in the first half of a pair whose second half starts
+ * the next delta. Both paths report a high surrogate escape that ends the
+ * string (trail_hi) and a low one that starts it (lead_lo) instead of
+ * emitting them, and the aggregator pairs them across deltas of the same
+ * block; every other lone surrogate becomes U+FFFD. */
+#include <stdlib.h>
+
+#include "provider/provider.h"
+
+/* ---- UTF-8 helpers ---------------------------------------------------------- */
+
+int al__utf8_put(al_buf_t *b, uint32_t cp) {
+  char tmp[4];
+  size_t n;
+
+  if (cp < 0x80) {
+    tmp[0] = (char)cp;
+    n = 1;
+  } else if (cp < 0x800) {
+    tmp[0] = (char)(0xC0 | (cp >> 6));
+    tmp[1] = (char)(0x80 | (cp & 0x3F));
+    n = 2;
+  } else if (cp < 0x10000) {
+    tmp[0] = (char)(0xE0 | (cp >> 12));
+    tmp[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    tmp[2] = (char)(0x80 | (cp & 0x3F));
+    n = 3;
+  } else {
+    tmp[0] = (char)(0xF0 | (cp >> 18));
+    tmp[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    tmp[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    tmp[3] = (char)(0x80 | (cp & 0x3F));
+    n = 4;
+  }
+  return al_buf_append(b, tmp, n);
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid
+ * (overlong, surrogate, > U+10FFFF, truncated). p[0] >= 0x80. */
+static size_t utf8_seq(const unsigned char *p, const unsigned char *end) {
+  unsigned char c = p[0];
+  size_t avail = (size_t)(end - p);
+
+  if (c >= 0xC2 && c <= 0xDF) {
+    return (avail >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+  }
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (avail < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) {
+      return 0;
+    }
+    if (c == 0xE0 && p[1] < 0xA0) {
+      return 0; /* overlong */
+    }
+    if (c == 0xED && p[1] >= 0xA0) {
+      return 0; /* UTF-8-encoded surrogate */
+    }
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (avail < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 ||
+        (p[3] & 0xC0) != 0x80) {
+      return 0;
+    }
+    if (c == 0xF0 && p[1] < 0x90) {
+      return 0;
+    }
+    if (c == 0xF4 && p[1] >= 0x90) {
+      return 0;
+    }
+    return 4;
+  }
+  return 0;
+}
+
+bool al__utf8_valid(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  const unsigned char *end = p + len;
+
+  while (p < end) {
+    if (*p < 0x80) {
+      p++;
+    } else {
+      size_t n = utf8_seq(p, end);
+      if (n == 0) {
+        return false;
+      }
+      p += n;
+    }
+  }
+  return true;
+}
+
+/* WHATWG "UTF-8 decode" with replacement: one U+FFFD per maximal subpart
+ * of an ill-formed sequence (Encoding standard), as TextDecoder does. */
+int al__utf8_sanitize_append(al_buf_t *b, const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  const unsigned char *end = p + len;
+  const unsigned char *run = p;
+  int err;
+
+  while (p < end) {
+    unsigned char c = *p;
+    unsigned char lo = 0x80;
+    unsigned char hi = 0xBF;
+    const unsigned char *q;
+    int need;
+    int i;
+
+    if (c < 0x80) {
+      p++;
+      continue;
+    }
+    if (c >= 0xC2 && c <= 0xDF) {
+      need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      need = 2;
+      lo = c == 0xE0 ? 0xA0 : 0x80;
+      hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      need = 3;
+      lo = c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else {
+      need = 0;
+    }
+    q = p + 1;
+    for (i = 0; i < need; i++) {
+      if (q >= end || *q < lo || *q > hi) {
+        break;
+      }
+      lo = 0x80;
+      hi = 0xBF;
+      q++;
+    }
+    if (need > 0 && i == need) {
+      p = q;
+      continue;
+    }
+    if ((err = al_buf_append(b, run, (size_t)(p - run))) != 0 ||
+        (err = al_buf_append(b, "\xEF\xBF\xBD", 3)) != 0) {
+      return err;
+    }
+    p = q; /* the byte that broke the sequence is looked at again */
+    run = p;
+  }
+  return al_buf_append(b, run, (size_t)(p - run));
+}
+
+json_t *al__json_string_utf8(const char *s, size_t len) {
+  al_buf_t b;
+  json_t *j;
+
+  if (al__utf8_valid(s, len)) {
+    return json_stringn(s, len);
+  }
+  al_buf_init(&b, (len * 3) + 16);
+  if (al__utf8_sanitize_append(&b, s, len) != 0) {
+    al_buf_free(&b);
+    return NULL;
+  }
+  j = json_stringn(b.data, b.len);
+  al_buf_free(&b);
+  return j;
+}
+
+/* ---- lone-surrogate rewriting before jansson ----------------------------- */
+
+static int hexval(unsigned char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+/* Reads \uXXXX at p (p[0] == '\\'); -1 when not a valid \u escape. */
+static long read_u_escape(const char *p, const char *end) {
+  long v = 0;
+  int i;
+
+  if (end - p < 6 || p[1] != 'u') {
+    return -1;
+  }
+  for (i = 2; i < 6; i++) {
+    int h = hexval((unsigned char)p[i]);
+    if (h < 0) {
+      return -1;
+    }
+    v = (v << 4) | h;
+  }
+  return v;
+}
+
+/* Is the string whose opening quote is at q the value of one of the hot
+ * text keys ("text", "thinking", "partial_json")? Looks back over
+ * `"key" ws : ws`. */
+static bool is_hot_value(const char *data, const char *q) {
+  static const char *const keys[] = {"text", "thinking", "partial_json"};
+  const char *p = q;
+  size_t i;
+
+  while (p > data && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n' ||
+                      p[-1] == '\r')) {
+    p--;
+  }
+  if (p == data || p[-1] != ':') {
+    return false;
+  }
+  p--;
+  while (p > data && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n' ||
+                      p[-1] == '\r')) {
+    p--;
+  }
+  if (p == data || p[-1] != '"') {
+    return false;
+  }
+  p--; /* at the closing quote of the key */
+  for (i = 0; i < AL_ARRAY_SIZE(keys); i++) {
+    size_t kl = strlen(keys[i]);
+    if ((size_t)(p - data) >= kl + 1 && memcmp(p - kl, keys[i], kl) == 0 &&
+        p[-(long)kl - 1] == '"') {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Returns a rewritten copy (al_malloc) when the input has lone surrogate
+ * escapes, else NULL with *needed false. Boundary surrogates of hot text
+ * values are removed and reported when lead/trail are non-NULL; all others
+ * become \uFFFD. Backslashes only occur inside JSON strings, so walking
+ * escapes left to right is string-aware enough. */
+static char *rewrite_surrogates(const char *data, size_t len, size_t *outlen,
+                                bool *needed, bool *nomem, uint32_t *lead_lo,
+                                uint32_t *trail_hi) {
+  const char *p = data;
+  const char *end = data + len;
+  const char *run = data;
+  const char *raw_quote = NULL; /* last unescaped '"' seen */
+  al_buf_t out;
+
+  *needed = false;
+  *nomem = false;
+  al_buf_init(&out, len + 16);
+  while (p < end) {
+    const char *bs = memchr(p, '\\', (size_t)(end - p));
+    const char *q;
+    long v;
+    long v2;
+
+    /* Track the last raw quote before this escape (for "opening quote"). */
+    for (q = p; q < (bs ? bs : end); q++) {
+      if (*q == '"') {
+        raw_quote = q;
+      }
+    }
+    if (bs == NULL || bs + 1 >= end) {
+      break;
+    }
+    v = read_u_escape(bs, end);
+    if (v < 0xD800 || v > 0xDFFF) {
+      p = bs + (v >= 0 ? 6 : 2);
+      continue;
+    }
+    if (v <= 0xDBFF) {
+      v2 = read_u_escape(bs + 6, end);
+      if (v2 >= 0xDC00 && v2 <= 0xDFFF) {
+        p = bs + 12;
+        continue;
+      }
+    }
+    /* A lone surrogate. */
+    *needed = true;
+    if (al_buf_append(&out, run, (size_t)(bs - run)) != 0) {
+      goto out_nomem;
+    }
+    if (v <= 0xDBFF && trail_hi != NULL && *trail_hi == 0 && bs + 6 < end &&
+        bs[6] == '"') {
+      /* Find this string's opening quote: the last raw quote before the
+       * escape is it, because we are inside a string. */
+      if (raw_quote != NULL && is_hot_value(data, raw_quote)) {
+        *trail_hi = (uint32_t)v;
+        run = p = bs + 6;
+        continue;
+      }
+    }
+    if (v >= 0xDC00 && lead_lo != NULL && *lead_lo == 0 && raw_quote != NULL &&
+        raw_quote == bs - 1 && is_hot_value(data, raw_quote)) {
+      *lead_lo = (uint32_t)v;
+      run = p = bs + 6;
+      continue;
+    }
+    if (al_buf_append(&out, "\\uFFFD", 6) != 0) {
+      goto out_nomem;
+    }
+    run = p = bs + 6;
+  }
+  if (!*needed) {
+    al_buf_free(&out);
+    return NULL;
+  }
+  if (al_buf_append(&out, run, (size_t)(end - run)) != 0) {
+    goto out_nomem;
+  }
+  *outlen = out.len;
+  return out.data; /* the caller frees with al_free */
+
+out_nomem:
+  al_buf_free(&out);
+  *nomem = true;
+  return NULL;
+}
+
+static json_t *load_tracked_valid(const char *data, size_t len,
+                                  json_error_t *err, uint32_t *lead_lo,
+                                  uint32_t *trail_hi);
+
+/* The SDKs decode the byte stream with a replacing UTF-8 decoder before
+ * JSON.parse, so invalid bytes become U+FFFD instead of failing the event;
+ * jansson refuses them, hence the sanitized copy. */
+static json_t *load_tracked(const char *data, size_t len, json_error_t *err,
+                            uint32_t *lead_lo, uint32_t *trail_hi) {
+  al_buf_t b;
+  json_t *j;
+
+  if (al__utf8_valid(data, len)) {
+    return load_tracked_valid(data, len, err, lead_lo, trail_hi);
+  }
+  al_buf_init(&b, len * 3 + 16);
+  if (al__utf8_sanitize_append(&b, data, len) != 0) {
+    al_buf_free(&b);
+    return NULL;
+  }
+  j = load_tracked_valid(b.data, b.len, err, lead_lo, trail_hi);
+  al_buf_free(&b);
+  return j;
+}
+
+static json_t *load_tracked_valid(const char *data, size_t len,
+                                  json_error_t *err, uint32_t *lead_lo,
+                                  uint32_t *trail_hi) {
+  json_t *j;
+  bool needed;
+  bool nomem;
+  char *copy;
+  size_t clen = 0;
+  json_error_t e2;
+
+  if (lead_lo != NULL) {
+    *lead_lo = 0;
+  }
+  if (trail_hi != NULL) {
+    *trail_hi = 0;
+  }
+  /* A surrogate escape is the only thing the rewrite changes; without a
+   * "\u" in the data there is nothing to rewrite. */
+  if (memmem(data, len, "\\u", 2) != NULL) {
+    copy = rewrite_surrogates(data, len, &clen, &needed, &nomem, lead_lo,
+                              trail_hi);
+    if (copy != NULL) {
+      j = json_loadb(copy, clen, JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                     err != NULL ? err : &e2);
+      al_free(copy);
+      return j;
+    }
+    if (nomem) {
+      return NULL;
+    }
+  }
+  return json_loadb(data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                    err != NULL ? err : &e2);
+}
+
+json_t *al__provider_json_load(const char *data, size_t len,
+                               json_error_t *err) {
+  return load_tracked(data, len, err, NULL, NULL);
+}
+
+json_t *al__provider_json_load2(const char *data, size_t len,
+                                json_error_t *err, uint32_t *lead_lo,
+                                uint32_t *trail_hi) {
+  return load_tracked(data, len, err, lead_lo, trail_hi);
+}
+
+/* ---- the fast path --------------------------------------------------------- */
+
+/* Byte classes for the string scanner: 0 plain, 1 '"', 2 '\\', 3 control
+ * (invalid in a JSON string), 4 a UTF-8 lead/continuation byte. */
+static const unsigned char str_class[256] = {
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, /* 0x00 */
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, /* 0x10 */
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x20 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x30 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x40 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, /* 0x50 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x60 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x70 */
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, /* 0x80 */
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+};
+
+typedef struct {
+  const char *s; /* contents between the quotes */
+  size_t len;
+  bool escaped;  /* contains at least one backslash */
+} raw_str_t;
+
+static inline const char *skip_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) {
+    p++;
+  }
+  return p;
+}
+
+/* p at the opening quote. Validates the string as jansson would (lone
+ * surrogate escapes aside, which both paths treat alike) and returns the
+ * position after the closing quote, or NULL. */
+static const char *scan_string(const char *p, const char *end, raw_str_t *out) {
+  const unsigned char *u = (const unsigned char *)p + 1;
+  const unsigned char *e = (const unsigned char *)end;
+
+  out->s = p + 1;
+  out->escaped = false;
+  for (;;) {
+    unsigned char c;
+
+    while (u < e && str_class[*u] == 0) {
+      u++;
+    }
+    if (u >= e) {
+      return NULL;
+    }
+    c = *u;
+    switch (str_class[c]) {
+    case 1:
+      out->len = (size_t)((const char *)u - out->s);
+      return (const char *)u + 1;
+    case 2:
+      out->escaped = true;
+      if (u + 1 >= e) {
+        return NULL;
+      }
+      switch (u[1]) {
+      case '"':
+      case '\\':
+      case '/':
+      case 'b':
+      case 'f':
+      case 'n':
+      case 'r':
+      case 't':
+        u += 2;
+        break;
+      case 'u':
+        if (read_u_escape((const char *)u, end) < 0) {
+          return NULL;
+        }
+        u += 6;
+        break;
+      default:
+        return NULL;
+      }
+      break;
+    case 3:
+      return NULL;
+    default: {
+      size_t n = utf8_seq(u, e);
+      if (n == 0) {
+        return NULL;
+      }
+      u += n;
+    }
+    }
+  }
+}
+
+/* Decodes a validated raw string into UTF-8. Returns 0 or an error. */
+static int decode_string(const raw_str_t *rs, al_buf_t *scratch,
+                         al_fj_delta_t *out) {
+  const char *p = rs->s;
+  const char *end = rs->s + rs->len;
+  int err;
+
+  out->lead_lo = 0;
+  out->trail_hi = 0;
+  if (!rs->escaped) {
+    out->text = rs->s;
+    out->len = rs->len;
+    return 0;
+  }
+  al_buf_reset(scratch);
+  /* Reserve the raw length up front: decoding never grows a string except
+   * for U+FFFD replacing a 6-byte escape (3 bytes), so this is enough and
+   * the appends below cannot fail half way on the common path. */
+  if ((err = al_buf_reserve(scratch, rs->len)) != 0) {
+    return err;
+  }
+  while (p < end) {
+    const char *bs = memchr(p, '\\', (size_t)(end - p));
+    char c;
+
+    if (bs == NULL) {
+      bs = end;
+    }
+    if (bs > p && (err = al_buf_append(scratch, p, (size_t)(bs - p))) != 0) {
+      return err;
+    }
+    if (bs == end) {
+      break;
+    }
+    switch (bs[1]) {
+    case 'b':
+      c = '\b';
+      break;
+    case 'f':
+      c = '\f';
+      break;
+    case 'n':
+      c = '\n';
+      break;
+    case 'r':
+      c = '\r';
+      break;
+    case 't':
+      c = '\t';
+      break;
+    case 'u': {
+      long v = read_u_escape(bs, end);
+      uint32_t cp = (uint32_t)v;
+
+      p = bs + 6;
+      if (v >= 0xD800 && v <= 0xDBFF) {
+        long v2 = read_u_escape(p, end);
+        if (v2 >= 0xDC00 && v2 <= 0xDFFF) {
+          cp = 0x10000 + (((uint32_t)v - 0xD800) << 10) + ((uint32_t)v2 - 0xDC00);
+          p += 6;
+        } else if (p == end) {
+          out->trail_hi = (uint32_t)v;
+          continue;
+        } else {
+          cp = 0xFFFD;
+        }
+      } else if (v >= 0xDC00 && v <= 0xDFFF) {
+        if (bs == rs->s) {
+          out->lead_lo = (uint32_t)v;
+          continue;
+        }
+        cp = 0xFFFD;
+      }
+      if ((err = al__utf8_put(scratch, cp)) != 0) {
+        return err;
+      }
+      continue;
+    }
+    default: /* '"', '\\', '/' */
+      c = bs[1];
+      break;
+    }
+    if ((err = al_buf_append(scratch, &c, 1)) != 0) {
+      return err;
+    }
+    p = bs + 2;
+  }
+  out->text = scratch->data != NULL ? scratch->data : "";
+  out->len = scratch->len;
+  return 0;
+}
+
+/* Skips a scalar value (string, number, literal). NULL when the value is
+ * not a scalar we accept or is invalid. */
+static const char *skip_scalar(const char *p, const char *end) {
+  raw_str_t rs;
+
+  if (p >= end) {
+    return NULL;
+  }
+  switch (*p) {
+  case '"':
+    return scan_string(p, end, &rs);
+  case 't':
+    return (end - p >= 4 && memcmp(p, "true", 4) == 0) ? p + 4 : NULL;
+  case 'f':
+    return (end - p >= 5 && memcmp(p, "false", 5) == 0) ? p + 5 : NULL;
+  case 'n':
+    return (end - p >= 4 && memcmp(p, "null", 4) == 0) ? p + 4 : NULL;
+  default:
+    break;
+  }
+  /* JSON number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+  if (*p == '-') {
+    p++;
+  }
+  if (p >= end) {
+    return NULL;
+  }
+  if (*p == '0') {
+    p++;
+  } else if (*p >= '1' && *p <= '9') {
+    while (p < end && *p >= '0' && *p <= '9') {
+      p++;
+    }
+  } else {
+    return NULL;
+  }
+  if (p < end && *p == '.') {
+    p++;
+    if (p >= end || *p < '0' || *p > '9') {
+      return NULL;
+    }
+    while (p < end && *p >= '0' && *p <= '9') {
+      p++;
+    }
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    p++;
+    if (p < end && (*p == '+' || *p == '-')) {
+      p++;
+    }
+    if (p >= end || *p < '0' || *p > '9') {
+      return NULL;
+    }
+    while (p < end && *p >= '0' && *p <= '9') {
+      p++;
+    }
+  }
+  return p;
+}
+
+/* Reads a key: p at '"'. Only plain keys (no escapes) are accepted. */
+static const char *read_key(const char *p, const char *end, raw_str_t *key) {
+  p = scan_string(p, end, key);
+  if (p == NULL || key->escaped) {
+    return NULL;
+  }
+  p = skip_ws(p, end);
+  if (p >= end || *p != ':') {
+    return NULL;
+  }
+  return skip_ws(p + 1, end);
+}
+
+#define KEY_IS(k, lit) \
+  ((k).len == sizeof(lit) - 1 && memcmp((k).s, lit, sizeof(lit) - 1) == 0)
+
+/* Parses the delta object; p at '{'. */
+static const char *parse_delta_obj(const char *p, const char *end,
+                                   al_fj_kind_t *kind, raw_str_t *field) {
+  raw_str_t key;
+  raw_str_t type;
+  raw_str_t vals[3]; /* text, thinking, partial_json */
+  bool have_type = false;
+  bool have[3] = {false, false, false};
+  int which;
+
+  p = skip_ws(p + 1, end);
+  if (p < end && *p == '}') {
+    return NULL; /* no type: let jansson decide */
+  }
+  for (;;) {
+    if (p >= end || *p != '"') {
+      return NULL;
+    }
+    if ((p = read_key(p, end, &key)) == NULL || p >= end) {
+      return NULL;
+    }
+    which = -1;
+    if (KEY_IS(key, "type")) {
+      if (have_type || *p != '"') {
+        return NULL;
+      }
+      if ((p = scan_string(p, end, &type)) == NULL || type.escaped) {
+        return NULL;
+      }
+      have_type = true;
+    } else if (KEY_IS(key, "text")) {
+      which = 0;
+    } else if (KEY_IS(key, "thinking")) {
+      which = 1;
+    } else if (KEY_IS(key, "partial_json")) {
+      which = 2;
+    } else if ((p = skip_scalar(p, end)) == NULL) {
+      return NULL;
+    }
+    if (which >= 0) {
+      if (have[which] || *p != '"') {
+        return NULL;
+      }
+      if ((p = scan_string(p, end, &vals[which])) == NULL) {
+        return NULL;
+      }
+      have[which] = true;
+    }
+    p = skip_ws(p, end);
+    if (p >= end) {
+      return NULL;
+    }
+    if (*p == '}') {
+      break;
+    }
+    if (*p != ',') {
+      return NULL;
+    }
+    p = skip_ws(p + 1, end);
+  }
+  if (!have_type) {
+    return NULL;
+  }
+  if (KEY_IS(type, "text_delta")) {
+    *kind = AL_FJ_TEXT;
+    which = 0;
+  } else if (KEY_IS(type, "thinking_delta")) {
+    *kind = AL_FJ_THINKING;
+    which = 1;
+  } else if (KEY_IS(type, "input_json_delta")) {
+    *kind = AL_FJ_INPUT;
+    which = 2;
+  } else {
+    return NULL;
+  }
+  if (!have[which]) {
+    return NULL;
+  }
+  *field = vals[which];
+  return p + 1;
+}
+
+int al__fj_parse_delta(const char *data, size_t len, al_buf_t *scratch,
+                       al_fj_delta_t *out) {
+  const char *p = data;
+  const char *end = data + len;
+  raw_str_t key;
+  raw_str_t sv;
+  raw_str_t field = {NULL, 0, false};
+  al_fj_kind_t kind = AL_FJ_NONE;
+  bool have_type = false;
+  bool have_index = false;
+  bool have_delta = false;
+  int64_t index = 0;
+  int err;
+
+  p = skip_ws(p, end);
+  if (p >= end || *p != '{') {
+    return 0;
+  }
+  p = skip_ws(p + 1, end);
+  for (;;) {
+    if (p >= end || *p != '"') {
+      return 0;
+    }
+    if ((p = read_key(p, end, &key)) == NULL || p >= end) {
+      return 0;
+    }
+    if (KEY_IS(key, "type")) {
+      if (have_type || *p != '"') {
+        return 0;
+      }
+      if ((p = scan_string(p, end, &sv)) == NULL || sv.escaped ||
+          !KEY_IS(sv, "content_block_delta")) {
+        return 0;
+      }
+      have_type = true;
+    } else if (KEY_IS(key, "index")) {
+      const char *q = p;
+
+      if (have_index || *p < '0' || *p > '9') {
+        return 0;
+      }
+      if (*p == '0') {
+        q = p + 1;
+      } else {
+        while (q < end && *q >= '0' && *q <= '9' && q - p < 10) {
+          index = index * 10 + (*q - '0');
+          q++;
+        }
+      }
+      /* Fractions, exponents and long numbers are jansson's business. */
+      if (q < end && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' ||
+                      *q == 'E')) {
+        return 0;
+      }
+      if (index > INT32_MAX) {
+        return 0;
+      }
+      p = q;
+      have_index = true;
+    } else if (KEY_IS(key, "delta")) {
+      if (have_delta || *p != '{') {
+        return 0;
+      }
+      if ((p = parse_delta_obj(p, end, &kind, &field)) == NULL) {
+        return 0;
+      }
+      have_delta = true;
+    } else if ((p = skip_scalar(p, end)) == NULL) {
+      return 0;
+    }
+    p = skip_ws(p, end);
+    if (p >= end) {
+      return 0;
+    }
+    if (*p == '}') {
+      break;
+    }
+    if (*p != ',') {
+      return 0;
+    }
+    p = skip_ws(p + 1, end);
+  }
+  if (skip_ws(p + 1, end) != end || !have_type || !have_index || !have_delta) {
+    return 0;
+  }
+  out->kind = kind;
+  out->index = index;
+  if ((err = decode_string(&field, scratch, out)) != 0) {
+    return err;
+  }
+  return 1;
+}
+
+/* Extracts the hot delta from a DOM (shared by the jansson path of the
+ * decoder and the reference parser). */
+int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out) {
+  json_t *t;
+  json_t *d;
+  json_t *f;
+  const char *dt;
+  const char *fname;
+  al_fj_kind_t kind;
+  json_int_t idx;
+
+  if (!json_is_object(root)) {
+    return 0;
+  }
+  t = json_object_get(root, "type");
+  if (!json_is_string(t) || strcmp(json_string_value(t), "content_block_delta") != 0 ||
+      json_string_length(t) != strlen("content_block_delta")) {
+    return 0;
+  }
+  t = json_object_get(root, "index");
+  if (!json_is_integer(t)) {
+    return 0;
+  }
+  idx = json_integer_value(t);
+  if (idx < 0 || idx > INT32_MAX) {
+    return 0;
+  }
+  d = json_object_get(root, "delta");
+  if (!json_is_object(d)) {
+    return 0;
+  }
+  t = json_object_get(d, "type");
+  if (!json_is_string(t)) {
+    return 0;
+  }
+  dt = json_string_value(t);
+  if (strcmp(dt, "text_delta") == 0) {
+    kind = AL_FJ_TEXT;
+    fname = "text";
+  } else if (strcmp(dt, "thinking_delta") == 0) {
+    kind = AL_FJ_THINKING;
+    fname = "thinking";
+  } else if (strcmp(dt, "input_json_delta") == 0) {
+    kind = AL_FJ_INPUT;
+    fname = "partial_json";
+  } else {
+    return 0;
+  }
+  if (json_string_length(t) != strlen(dt)) {
+    return 0; /* an embedded NUL in the type */
+  }
+  f = json_object_get(d, fname);
+  if (!json_is_string(f)) {
+    return 0;
+  }
+  al_buf_reset(scratch);
+  if (al_buf_append(scratch, json_string_value(f), json_string_length(f)) != 0) {
+    return AL_ENOMEM;
+  }
+  out->kind = kind;
+  out->index = idx;
+  out->text = scratch->data != NULL ? scratch->data : "";
+  out->len = scratch->len;
+  return 1;
+}
+
+int al__fj_parse_delta_jansson(const char *data, size_t len,
+                               al_buf_t *scratch, al_fj_delta_t *out) {
+  uint32_t lead = 0;
+  uint32_t trail = 0;
+  json_t *root = al__provider_json_load2(data, len, NULL, &lead, &trail);
+  int rc;
+
+  if (root == NULL) {
+    return 0;
+  }
+  rc = al__fj_from_dom(root, scratch, out);
+  json_decref(root);
+  if (rc == 1) {
+    out->lead_lo = lead;
+    out->trail_hi = trail;
+  }
+  return rc;
+}

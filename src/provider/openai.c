@@ -1,0 +1,1171 @@
+/* OpenAI-compatible Chat Completions: request builder and stream decoder
+ * (SPEC §5, PROTOCOLS.md §3).
+ *
+ * Two products from one pass over the chunks:
+ *  1. the normalized events and Anthropic-shaped message the agent loop
+ *     uses (choice 0 only): reasoning_content becomes a thinking block,
+ *     content a text block, each tool call (keyed by its index, never by
+ *     arrival order or id) a tool_use block whose arguments are parsed
+ *     once at the end; finish_reason maps to a normalized stop reason and
+ *     the usage chunk to Anthropic usage names;
+ *  2. optionally, the final chat.completion exactly as the OpenAI TS SDK's
+ *     ChatCompletionStream accumulates and finalizes it (PROTOCOLS §3.3),
+ *     for `agentloop decode --provider openai`. Object key order follows
+ *     the SDK's spreads, so the printed JSON matches JSON.stringify of the
+ *     SDK's object.
+ *
+ * SSE layer (OpenAI TS SDK): stop at the first data exactly "[DONE]";
+ * any other data must be JSON (an event-only block has data "" and fails);
+ * {"error": ...} data or `event: error` fails the stream; an unterminated
+ * last event is flushed at EOF (al_sse settings, see aggregate.c).
+ * Content and arguments are appended into bounded buffers, so a delta
+ * costs no allocation once they have grown. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "provider/provider.h"
+#include "provider/provider_int.h"
+
+#define OAI_MAX_CHOICES 128
+#define OAI_MAX_TOOLS 128
+
+typedef struct oai_tool_s {
+  bool present;
+  json_t *obj;       /* tool call snapshot: rest keys, id, type, function */
+  json_t *fn;        /* {name, arguments} placeholder inside obj, or NULL */
+  al_buf_t args;
+  int block;         /* normalized block index (choice 0), or -1 */
+} oai_tool_t;
+
+struct al__oai_choice_s {
+  bool present;
+  json_t *obj;      /* {finish_reason, index, message, logprobs, ...} */
+  json_t *message;  /* borrowed from obj */
+  al_buf_t content;
+  al_buf_t refusal;
+  bool has_content;
+  bool has_refusal;
+  oai_tool_t *tools;
+  size_t ntools;
+};
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    h ^= c[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+/* A tool call id for a call the server sent without one. The SDK uses a
+ * random UUID; ours is derived from the completion id, the choice and the
+ * call index (and the seed), so decoding the same bytes twice gives the
+ * same output. */
+static void synth_call_id(al_pstream_t *s, size_t choice, size_t tool,
+                          char out[48]) {
+  json_t *id = s->oai_snapshot ? json_object_get(s->oai_snapshot, "id") : NULL;
+  uint64_t h = 0xcbf29ce484222325ULL ^ s->opts.id_seed;
+  uint64_t h2;
+
+  if (json_is_string(id)) {
+    h = fnv1a(h, json_string_value(id), json_string_length(id));
+  }
+  h = fnv1a(h, &choice, sizeof(choice));
+  h = fnv1a(h, &tool, sizeof(tool));
+  h2 = fnv1a(h ^ 0x5bd1e995ULL, "agentloop", 9);
+  snprintf(out, 48, "call_%08x-%04x-4%03x-a%03x-%012llx",
+           (unsigned)(h >> 32), (unsigned)((h >> 16) & 0xFFFF),
+           (unsigned)(h & 0xFFF), (unsigned)((h2 >> 52) & 0xFFF),
+           (unsigned long long)(h2 & 0xFFFFFFFFFFFFULL));
+}
+
+static bool truthy_str(json_t *v) {
+  return json_is_string(v) && json_string_length(v) > 0;
+}
+
+/* Object.assign(dst, src) minus the listed keys. */
+static void assign_except(json_t *dst, json_t *src, const char *const *skip,
+                          size_t nskip) {
+  const char *k;
+  json_t *v;
+
+  json_object_foreach(src, k, v) {
+    size_t i;
+    bool skipped = false;
+
+    for (i = 0; i < nskip; i++) {
+      if (strcmp(k, skip[i]) == 0) {
+        skipped = true;
+        break;
+      }
+    }
+    if (!skipped) {
+      json_object_set(dst, k, v);
+    }
+  }
+}
+
+static int fail_decode(al_pstream_t *s, const char *msg) {
+  return al__pstream_fail(s, AL_PERR_DECODE, NULL, msg, NULL);
+}
+
+/* ---- normalized events (choice 0) -------------------------------------- */
+
+static int start_normalized(al_pstream_t *s, json_t *chunk) {
+  json_t *msg;
+  json_t *id = json_object_get(chunk, "id");
+  json_t *model = json_object_get(chunk, "model");
+  int rc;
+
+  msg = json_pack("{s:O?,s:s,s:s,s:O?,s:[],s:n,s:n,s:{s:i,s:i}}", "id",
+                  json_is_string(id) ? id : NULL, "type", "message", "role",
+                  "assistant", "model", json_is_string(model) ? model : NULL,
+                  "content", "stop_reason", "stop_sequence", "usage",
+                  "input_tokens", 0, "output_tokens", 0);
+  if (msg == NULL) {
+    return fail_decode(s, "out of memory");
+  }
+  rc = al__agg_message_start(s, msg);
+  json_decref(msg);
+  return rc;
+}
+
+static int close_block(al_pstream_t *s, int *slot) {
+  int idx = *slot;
+
+  if (idx < 0) {
+    return 0;
+  }
+  *slot = -1;
+  return al__agg_block_stop(s, idx);
+}
+
+static int open_simple_block(al_pstream_t *s, int *slot, int *other,
+                             const char *type) {
+  json_t *blk;
+  int rc;
+
+  if (*slot >= 0) {
+    return 0;
+  }
+  if ((rc = close_block(s, other)) != 0) {
+    return rc;
+  }
+  if (strcmp(type, "text") == 0) {
+    blk = json_pack("{s:s,s:s}", "type", "text", "text", "");
+  } else {
+    blk = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "",
+                    "signature", "");
+  }
+  rc = al__agg_block_start(s, (int64_t)s->nblocks, blk);
+  json_decref(blk);
+  if (rc == 0) {
+    *slot = (int)(s->nblocks - 1);
+  }
+  return rc;
+}
+
+static int norm_text(al_pstream_t *s, al_fj_kind_t kind, json_t *v) {
+  int rc;
+  int *slot = kind == AL_FJ_TEXT ? &s->oai_text_block : &s->oai_think_block;
+  int *other = kind == AL_FJ_TEXT ? &s->oai_think_block : &s->oai_text_block;
+
+  if (!truthy_str(v)) {
+    return 0;
+  }
+  if ((rc = open_simple_block(s, slot, other,
+                              kind == AL_FJ_TEXT ? "text" : "thinking")) != 0) {
+    return rc;
+  }
+  return al__agg_delta(s, *slot, kind, json_string_value(v),
+                       json_string_length(v), 0, 0);
+}
+
+static int norm_tool(al_pstream_t *s, al__oai_choice_t *c, size_t k,
+                     json_t *tc) {
+  oai_tool_t *t = &c->tools[k];
+  json_t *fn = json_object_get(tc, "function");
+  json_t *id = json_object_get(tc, "id");
+  json_t *name = json_object_get(fn, "name");
+  json_t *args = json_object_get(fn, "arguments");
+  json_t *blk;
+  al__pblock_t *b;
+  int rc;
+
+  if (t->block < 0) {
+    char gen[48];
+
+    if ((rc = close_block(s, &s->oai_text_block)) != 0 ||
+        (rc = close_block(s, &s->oai_think_block)) != 0) {
+      return rc;
+    }
+    if (!truthy_str(id)) {
+      synth_call_id(s, 0, k, gen);
+    }
+    blk = json_object();
+    json_object_set_new(blk, "type", json_string("tool_use"));
+    json_object_set_new(blk, "id", truthy_str(id) ? json_incref(id)
+                                                  : json_string(gen));
+    json_object_set_new(blk, "name", truthy_str(name) ? json_incref(name)
+                                                      : json_string(""));
+    json_object_set_new(blk, "input", json_object());
+    rc = al__agg_block_start(s, (int64_t)s->nblocks, blk);
+    json_decref(blk);
+    if (rc != 0) {
+      return rc;
+    }
+    t->block = (int)(s->nblocks - 1);
+  } else {
+    b = &s->blocks[t->block];
+    if (truthy_str(id)) {
+      json_object_set(b->block, "id", id);
+    }
+    if (truthy_str(name)) {
+      json_object_set(b->block, "name", name);
+    }
+  }
+  if (truthy_str(args)) {
+    return al__agg_delta(s, t->block, AL_FJ_INPUT, json_string_value(args),
+                         json_string_length(args), 0, 0);
+  }
+  return 0;
+}
+
+static int norm_finish(al_pstream_t *s, const char *finish) {
+  al__oai_choice_t *c = s->oai_nchoices > 0 ? &s->oai_choices[0] : NULL;
+  json_t *data;
+  size_t k;
+  int rc;
+
+  if ((rc = close_block(s, &s->oai_text_block)) != 0 ||
+      (rc = close_block(s, &s->oai_think_block)) != 0) {
+    return rc;
+  }
+  for (k = 0; c != NULL && k < c->ntools; k++) {
+    if (c->tools[k].present && c->tools[k].block >= 0 &&
+        !s->blocks[c->tools[k].block].stopped) {
+      if ((rc = al__agg_block_stop(s, c->tools[k].block)) != 0) {
+        return rc;
+      }
+    }
+  }
+  data = json_pack("{s:{s:s,s:n},s:{}}", "delta", "stop_reason",
+                   al_stop_reason_name(al__provider_stop_from_openai(finish)),
+                   "stop_sequence", "usage");
+  if (data == NULL) {
+    return fail_decode(s, "out of memory");
+  }
+  /* Keep the usage counted so far (message_delta overwrites output_tokens). */
+  json_object_set(json_object_get(data, "usage"), "output_tokens",
+                  json_object_get(json_object_get(s->message, "usage"),
+                                  "output_tokens"));
+  rc = al__agg_message_delta(s, data);
+  json_decref(data);
+  return rc;
+}
+
+static int norm_usage(al_pstream_t *s, json_t *u) {
+  json_t *data;
+  json_t *nu;
+  json_t *v;
+  json_t *details;
+  int rc;
+
+  if (!json_is_object(u) || s->message == NULL) {
+    return 0;
+  }
+  nu = json_object();
+  v = json_object_get(u, "prompt_tokens");
+  if (json_is_integer(v)) {
+    json_object_set(nu, "input_tokens", v);
+  }
+  v = json_object_get(u, "completion_tokens");
+  json_object_set_new(nu, "output_tokens",
+                      json_is_integer(v) ? json_incref(v) : json_integer(0));
+  details = json_object_get(u, "prompt_tokens_details");
+  v = json_object_get(details, "cached_tokens");
+  if (json_is_integer(v)) {
+    json_object_set(nu, "cache_read_input_tokens", v);
+  }
+  v = json_object_get(s->message, "stop_reason");
+  data = json_pack("{s:{s:O,s:n},s:o}", "delta", "stop_reason",
+                   v != NULL ? v : json_null(), "stop_sequence", "usage", nu);
+  if (data == NULL) {
+    return fail_decode(s, "out of memory");
+  }
+  rc = al__agg_message_delta(s, data);
+  json_decref(data);
+  return rc;
+}
+
+/* ---- SDK-shaped accumulation -------------------------------------------- */
+
+static al__oai_choice_t *get_choice(al_pstream_t *s, size_t index) {
+  if (index >= s->oai_nchoices) {
+    size_t n = index + 1;
+    al__oai_choice_t *nc = al_realloc(s->oai_choices, n * sizeof(*nc));
+
+    if (nc == NULL) {
+      return NULL;
+    }
+    memset(nc + s->oai_nchoices, 0, (n - s->oai_nchoices) * sizeof(*nc));
+    s->oai_choices = nc;
+    s->oai_nchoices = n;
+  }
+  return &s->oai_choices[index];
+}
+
+static oai_tool_t *get_tool(al__oai_choice_t *c, size_t k, size_t max_block) {
+  if (k >= c->ntools) {
+    size_t n = k + 1;
+    size_t i;
+    oai_tool_t *nt = al_realloc(c->tools, n * sizeof(*nt));
+
+    if (nt == NULL) {
+      return NULL;
+    }
+    memset(nt + c->ntools, 0, (n - c->ntools) * sizeof(*nt));
+    for (i = c->ntools; i < n; i++) {
+      nt[i].block = -1;
+      al_buf_init(&nt[i].args, max_block);
+    }
+    c->tools = nt;
+    c->ntools = n;
+  }
+  return &c->tools[k];
+}
+
+static int merge_logprobs(al__oai_choice_t *c, json_t *lp) {
+  json_t *cur = json_object_get(c->obj, "logprobs");
+  static const char *const arrays[] = {"content", "refusal"};
+  size_t i;
+
+  if (!json_is_object(cur)) {
+    json_object_set_new(c->obj, "logprobs", json_copy(lp));
+    return 0;
+  }
+  assign_except(cur, lp, arrays, 2);
+  for (i = 0; i < 2; i++) {
+    json_t *add = json_object_get(lp, arrays[i]);
+    json_t *arr;
+
+    if (!json_is_array(add) || json_array_size(add) == 0) {
+      continue;
+    }
+    arr = json_object_get(cur, arrays[i]);
+    if (!json_is_array(arr)) {
+      json_object_set_new(cur, arrays[i], json_array());
+      arr = json_object_get(cur, arrays[i]);
+    }
+    json_array_extend(arr, add);
+  }
+  return 0;
+}
+
+static int apply_tool_call(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
+                           json_t *tc) {
+  static const char *const skip[] = {"index", "id", "type", "function"};
+  json_t *jidx = json_object_get(tc, "index");
+  json_t *id = json_object_get(tc, "id");
+  json_t *type = json_object_get(tc, "type");
+  json_t *fn = json_object_get(tc, "function");
+  json_t *v;
+  oai_tool_t *t;
+  json_int_t k;
+
+  if (!json_is_integer(jidx) || json_integer_value(jidx) < 0 ||
+      json_integer_value(jidx) >= OAI_MAX_TOOLS) {
+    return fail_decode(s, "tool call without a valid index");
+  }
+  k = json_integer_value(jidx);
+  if ((t = get_tool(c, (size_t)k, s->opts.max_block)) == NULL) {
+    return fail_decode(s, "out of memory");
+  }
+  if (!t->present) {
+    t->present = true;
+    t->obj = json_object();
+  }
+  assign_except(t->obj, tc, skip, AL_ARRAY_SIZE(skip));
+  if (truthy_str(id)) {
+    json_object_set(t->obj, "id", id);
+  }
+  if (json_is_string(type) ? json_string_length(type) > 0
+                           : (type != NULL && json_is_true(type))) {
+    json_object_set(t->obj, "type", type);
+  }
+  if (fn != NULL && !json_is_null(fn) && !json_is_false(fn)) {
+    if (t->fn == NULL) {
+      v = json_object_get(fn, "name");
+      t->fn = json_object();
+      json_object_set_new(t->fn, "name", json_is_string(v) ? json_incref(v)
+                                                           : json_string(""));
+      json_object_set_new(t->fn, "arguments", json_string(""));
+      json_object_set_new(t->obj, "function", t->fn);
+    }
+    v = json_object_get(fn, "name");
+    if (truthy_str(v)) {
+      json_object_set(t->fn, "name", v);
+    }
+    v = json_object_get(fn, "arguments");
+    if (truthy_str(v) && al_buf_append(&t->args, json_string_value(v),
+                                       json_string_length(v)) != 0) {
+      return fail_decode(s, "tool call arguments too large");
+    }
+  }
+  if (ci == 0 && s->message != NULL) {
+    return norm_tool(s, c, (size_t)k, tc);
+  }
+  return 0;
+}
+
+static int apply_choice(al_pstream_t *s, json_t *ch) {
+  static const char *const choice_skip[] = {"delta", "finish_reason", "index",
+                                            "logprobs", "message"};
+  static const char *const delta_skip[] = {"content", "refusal",
+                                           "function_call", "role",
+                                           "tool_calls"};
+  json_t *jidx = json_object_get(ch, "index");
+  json_t *delta = json_object_get(ch, "delta");
+  json_t *finish = json_object_get(ch, "finish_reason");
+  json_t *lp = json_object_get(ch, "logprobs");
+  json_t *v;
+  al__oai_choice_t *c;
+  size_t ci;
+  int rc;
+
+  if (!json_is_object(ch) || !json_is_integer(jidx) ||
+      json_integer_value(jidx) < 0 ||
+      json_integer_value(jidx) >= OAI_MAX_CHOICES) {
+    return fail_decode(s, "choice without a valid index");
+  }
+  ci = (size_t)json_integer_value(jidx);
+  if ((c = get_choice(s, ci)) == NULL) {
+    return fail_decode(s, "out of memory");
+  }
+  if (!c->present) {
+    /* { finish_reason, index, message: {}, logprobs, ...other } */
+    c->present = true;
+    c->obj = json_object();
+    if (finish != NULL) {
+      json_object_set(c->obj, "finish_reason", finish);
+    }
+    json_object_set(c->obj, "index", jidx);
+    c->message = json_object();
+    json_object_set_new(c->obj, "message", c->message);
+    json_object_set_new(c->obj, "logprobs",
+                        json_is_object(lp) ? json_deep_copy(lp)
+                        : lp != NULL      ? json_incref(lp)
+                                          : json_null());
+    assign_except(c->obj, ch, choice_skip, AL_ARRAY_SIZE(choice_skip));
+    al_buf_init(&c->content, s->opts.max_block);
+    al_buf_init(&c->refusal, s->opts.max_block);
+  }
+  if (json_is_object(lp)) {
+    /* The SDK merges even on the chunk that created the choice, whose
+     * logprobs object is the same one: its arrays end up doubled. */
+    merge_logprobs(c, lp);
+  }
+  if (finish != NULL && json_is_string(finish) &&
+      json_string_length(finish) > 0) {
+    json_object_set(c->obj, "finish_reason", finish);
+  }
+  assign_except(c->obj, ch, choice_skip, AL_ARRAY_SIZE(choice_skip));
+  if (!json_is_object(delta)) {
+    return 0; /* "Shouldn't happen; just in case." */
+  }
+  assign_except(c->message, delta, delta_skip, AL_ARRAY_SIZE(delta_skip));
+  v = json_object_get(delta, "refusal");
+  if (truthy_str(v)) {
+    if (!c->has_refusal && json_object_get(c->message, "refusal") == NULL) {
+      json_object_set_new(c->message, "refusal", json_string(""));
+    }
+    c->has_refusal = true;
+    if (al_buf_append(&c->refusal, json_string_value(v),
+                      json_string_length(v)) != 0) {
+      return fail_decode(s, "refusal too large");
+    }
+  }
+  v = json_object_get(delta, "role");
+  if (truthy_str(v)) {
+    json_object_set(c->message, "role", v);
+  }
+  v = json_object_get(delta, "function_call");
+  if (json_is_object(v)) {
+    json_t *cur = json_object_get(c->message, "function_call");
+
+    if (!json_is_object(cur)) {
+      json_object_set_new(c->message, "function_call", json_copy(v));
+    } else {
+      json_t *n = json_object_get(v, "name");
+      json_t *a = json_object_get(v, "arguments");
+
+      if (truthy_str(n)) {
+        json_object_set(cur, "name", n);
+      }
+      if (truthy_str(a)) {
+        json_t *old = json_object_get(cur, "arguments");
+        al_buf_t tmp;
+
+        al_buf_init(&tmp, s->opts.max_block);
+        if (json_is_string(old)) {
+          al_buf_append(&tmp, json_string_value(old), json_string_length(old));
+        }
+        al_buf_append(&tmp, json_string_value(a), json_string_length(a));
+        json_object_set_new(cur, "arguments",
+                            json_stringn(tmp.data ? tmp.data : "", tmp.len));
+        al_buf_free(&tmp);
+      }
+    }
+  }
+  v = json_object_get(delta, "content");
+  if (truthy_str(v)) {
+    if (!c->has_content) {
+      json_object_set_new(c->message, "content", json_string(""));
+      c->has_content = true;
+    }
+    if (al_buf_append(&c->content, json_string_value(v),
+                      json_string_length(v)) != 0) {
+      return fail_decode(s, "content too large");
+    }
+  }
+  if (ci == 0 && s->message != NULL) {
+    /* reasoning first: it precedes the answer in every server we know. */
+    if ((rc = norm_text(s, AL_FJ_THINKING,
+                        json_object_get(delta, "reasoning_content"))) != 0 ||
+        (rc = norm_text(s, AL_FJ_THINKING,
+                        json_object_get(delta, "reasoning"))) != 0 ||
+        (rc = norm_text(s, AL_FJ_TEXT, v)) != 0) {
+      return rc;
+    }
+  }
+  v = json_object_get(delta, "tool_calls");
+  if (json_is_array(v)) {
+    size_t i;
+
+    if (json_object_get(c->message, "tool_calls") == NULL) {
+      json_object_set_new(c->message, "tool_calls", json_array());
+    }
+    for (i = 0; i < json_array_size(v); i++) {
+      if ((rc = apply_tool_call(s, c, ci, json_array_get(v, i))) != 0) {
+        return rc;
+      }
+    }
+  }
+  if (ci == 0 && s->message != NULL && json_is_string(finish) &&
+      json_string_length(finish) > 0) {
+    al_free(s->oai_finish_reason);
+    s->oai_finish_reason = al_strdup(json_string_value(finish));
+    return norm_finish(s, json_string_value(finish));
+  }
+  return 0;
+}
+
+static int apply_chunk(al_pstream_t *s, json_t *chunk) {
+  static const char *const top_skip[] = {"choices", "obfuscation"};
+  json_t *choices = json_object_get(chunk, "choices");
+  size_t i;
+  int rc;
+
+  if (!json_is_object(chunk) || !json_is_array(choices)) {
+    return fail_decode(s, "chunk without a choices array");
+  }
+  if (s->oai_snapshot == NULL) {
+    s->oai_snapshot = json_object();
+    assign_except(s->oai_snapshot, chunk, top_skip, AL_ARRAY_SIZE(top_skip));
+    if ((rc = start_normalized(s, chunk)) != 0) {
+      return rc;
+    }
+  } else {
+    assign_except(s->oai_snapshot, chunk, top_skip, AL_ARRAY_SIZE(top_skip));
+  }
+  for (i = 0; i < json_array_size(choices); i++) {
+    if ((rc = apply_choice(s, json_array_get(choices, i))) != 0) {
+      return rc;
+    }
+  }
+  return norm_usage(s, json_object_get(chunk, "usage"));
+}
+
+int al__openai_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
+  json_t *root;
+  json_t *err;
+  json_error_t jerr;
+  int rc;
+
+  if (s->failed) {
+    return s->error != 0 ? s->error : AL_EPROTO;
+  }
+  if (s->oai_done) {
+    return 0; /* everything after [DONE] is ignored */
+  }
+  /* Exactly "[DONE]" ends the stream (the Python SDK uses startswith;
+   * "[DONE] x" is then bad JSON here). */
+  if (al__provider_eq(ev->data, ev->data_len, "[DONE]")) {
+    s->oai_done = true;
+    return 0;
+  }
+  root = al__provider_json_load(ev->data, ev->data_len, &jerr);
+  if (root == NULL) {
+    char msg[200];
+
+    snprintf(msg, sizeof(msg), "malformed server-sent event JSON: %s",
+             jerr.text);
+    return fail_decode(s, msg);
+  }
+  err = json_object_get(root, "error");
+  if ((err != NULL && !json_is_null(err) && !json_is_false(err)) ||
+      (ev->has_type && al__provider_eq(ev->type, ev->type_len, "error"))) {
+    json_t *et = json_object_get(err, "type");
+    json_t *em = json_object_get(err, "message");
+
+    if (!json_is_string(et)) {
+      et = json_object_get(err, "code");
+    }
+    rc = al__pstream_fail(s, AL_PERR_STREAM_EVENT,
+                          json_is_string(et) ? json_string_value(et) : NULL,
+                          json_is_string(em) ? json_string_value(em)
+                                             : "error event",
+                          root);
+    json_decref(root);
+    return rc;
+  }
+  s->slow_hits++;
+  rc = apply_chunk(s, root);
+  json_decref(root);
+  return rc;
+}
+
+/* ---- finalize -------------------------------------------------------------- */
+
+static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
+                                size_t ci, const char **errmsg,
+                                char *errbuf, size_t errlen) {
+  static const char *const skip[] = {"function", "type", "id"};
+  json_t *arr = json_array();
+  size_t k;
+
+  for (k = 0; k < c->ntools; k++) {
+    oai_tool_t *t = &c->tools[k];
+    json_t *tc;
+    json_t *id;
+    json_t *type;
+    char gen[48];
+
+    if (!t->present) {
+      json_array_append_new(arr, json_null()); /* a hole in the SDK's array */
+      continue;
+    }
+    id = json_object_get(t->obj, "id");
+    type = json_object_get(t->obj, "type");
+    if (type == NULL) {
+      snprintf(errbuf, errlen, "missing choices[%zu].tool_calls[%zu].type",
+               ci, k);
+      *errmsg = errbuf;
+      json_decref(arr);
+      return NULL;
+    }
+    if (t->fn == NULL) {
+      snprintf(errbuf, errlen,
+               "missing choices[%zu].tool_calls[%zu].function.name", ci, k);
+      *errmsg = errbuf;
+      json_decref(arr);
+      return NULL;
+    }
+    tc = json_object();
+    assign_except(tc, t->obj, skip, AL_ARRAY_SIZE(skip));
+    if (id != NULL) {
+      json_object_set(tc, "id", id);
+    } else {
+      synth_call_id(s, ci, k, gen);
+      json_object_set_new(tc, "id", json_string(gen));
+    }
+    json_object_set(tc, "type", type);
+    json_object_set_new(
+        tc, "function",
+        json_pack("{s:O,s:o}", "name", json_object_get(t->fn, "name"),
+                  "arguments",
+                  al__json_string_utf8(t->args.data ? t->args.data : "",
+                                       t->args.len)));
+    json_array_append_new(arr, tc);
+  }
+  return arr;
+}
+
+static json_t *buf_string(al_buf_t *b) {
+  return al__json_string_utf8(b->data != NULL ? b->data : "", b->len);
+}
+
+static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
+                            const char **errmsg, char *errbuf, size_t errlen) {
+  static const char *const choice_skip[] = {"message", "finish_reason",
+                                            "index", "logprobs"};
+  static const char *const msg_skip[] = {"content", "function_call",
+                                         "tool_calls"};
+  json_t *finish = json_object_get(c->obj, "finish_reason");
+  json_t *role = json_object_get(c->message, "role");
+  json_t *fc = json_object_get(c->message, "function_call");
+  json_t *tcs = json_object_get(c->message, "tool_calls");
+  json_t *content;
+  json_t *refusal;
+  json_t *out;
+  json_t *msg;
+
+  if (!json_is_string(finish) || json_string_length(finish) == 0) {
+    snprintf(errbuf, errlen, "missing finish_reason for choice %zu", ci);
+    *errmsg = errbuf;
+    return NULL;
+  }
+  if (!truthy_str(role)) {
+    snprintf(errbuf, errlen, "missing role for choice %zu", ci);
+    *errmsg = errbuf;
+    return NULL;
+  }
+  content = c->has_content ? buf_string(&c->content)
+            : json_object_get(c->message, "content") != NULL
+                ? json_incref(json_object_get(c->message, "content"))
+                : json_null();
+  refusal = c->has_refusal ? buf_string(&c->refusal)
+            : (json_object_get(c->message, "refusal") != NULL &&
+               !json_is_null(json_object_get(c->message, "refusal")))
+                ? json_incref(json_object_get(c->message, "refusal"))
+                : json_null();
+  out = json_object();
+  assign_except(out, c->obj, choice_skip, AL_ARRAY_SIZE(choice_skip));
+  msg = json_object();
+  if (json_is_object(fc)) {
+    json_t *args = json_object_get(fc, "arguments");
+    json_t *name = json_object_get(fc, "name");
+
+    if (args == NULL || json_is_null(args)) {
+      snprintf(errbuf, errlen, "missing function_call.arguments for choice %zu",
+               ci);
+      goto out_err;
+    }
+    if (!truthy_str(name)) {
+      snprintf(errbuf, errlen, "missing function_call.name for choice %zu", ci);
+      goto out_err;
+    }
+    json_object_set(msg, "content", content);
+    json_object_set_new(msg, "function_call",
+                        json_pack("{s:O,s:O}", "arguments", args, "name",
+                                  name));
+    json_object_set(msg, "role", role);
+    json_object_set(msg, "refusal", refusal);
+    json_object_set(out, "message", msg);
+    json_object_set(out, "finish_reason", finish);
+    json_object_set(out, "index", json_object_get(c->obj, "index"));
+    json_object_set(out, "logprobs", json_object_get(c->obj, "logprobs"));
+  } else if (tcs != NULL) {
+    json_t *arr = final_tool_calls(s, c, ci, errmsg, errbuf, errlen);
+
+    if (arr == NULL) {
+      json_decref(msg);
+      json_decref(out);
+      json_decref(content);
+      json_decref(refusal);
+      return NULL;
+    }
+    assign_except(msg, c->message, msg_skip, AL_ARRAY_SIZE(msg_skip));
+    json_object_set(msg, "role", role);
+    json_object_set(msg, "content", content);
+    json_object_set(msg, "refusal", refusal);
+    json_object_set_new(msg, "tool_calls", arr);
+    json_object_set(out, "index", json_object_get(c->obj, "index"));
+    json_object_set(out, "finish_reason", finish);
+    json_object_set(out, "logprobs", json_object_get(c->obj, "logprobs"));
+    json_object_set(out, "message", msg);
+  } else {
+    assign_except(msg, c->message, msg_skip, AL_ARRAY_SIZE(msg_skip));
+    json_object_set(msg, "content", content);
+    json_object_set(msg, "role", role);
+    json_object_set(msg, "refusal", refusal);
+    json_object_set(out, "message", msg);
+    json_object_set(out, "finish_reason", finish);
+    json_object_set(out, "index", json_object_get(c->obj, "index"));
+    json_object_set(out, "logprobs", json_object_get(c->obj, "logprobs"));
+  }
+  /* maybeParseChatCompletion without response_format: parsed: null. */
+  json_object_set_new(msg, "parsed", json_null());
+  json_decref(msg);
+  json_decref(content);
+  json_decref(refusal);
+  return out;
+
+out_err:
+  *errmsg = errbuf;
+  json_decref(msg);
+  json_decref(out);
+  json_decref(content);
+  json_decref(refusal);
+  return NULL;
+}
+
+json_t *al_pstream_openai_completion(al_pstream_t *s, const char **err) {
+  static const char *const top_skip[] = {"id", "choices", "created", "model",
+                                         "system_fingerprint"};
+  static char errbuf[256];
+  json_t *snap = s->oai_snapshot;
+  json_t *out;
+  json_t *choices;
+  json_t *v;
+  size_t i;
+
+  *err = NULL;
+  if (snap == NULL) {
+    *err = "request ended without sending any chunks";
+    return NULL;
+  }
+  choices = json_array();
+  for (i = 0; i < s->oai_nchoices; i++) {
+    json_t *ch;
+
+    if (!s->oai_choices[i].present) {
+      json_array_append_new(choices, json_null());
+      continue;
+    }
+    ch = final_choice(s, &s->oai_choices[i], i, err, errbuf, sizeof(errbuf));
+    if (ch == NULL) {
+      json_decref(choices);
+      return NULL;
+    }
+    json_array_append_new(choices, ch);
+  }
+  out = json_object();
+  assign_except(out, snap, top_skip, AL_ARRAY_SIZE(top_skip));
+  if ((v = json_object_get(snap, "id")) != NULL) {
+    json_object_set(out, "id", v);
+  }
+  json_object_set_new(out, "choices", choices);
+  if ((v = json_object_get(snap, "created")) != NULL) {
+    json_object_set(out, "created", v);
+  }
+  if ((v = json_object_get(snap, "model")) != NULL) {
+    json_object_set(out, "model", v);
+  }
+  json_object_set_new(out, "object", json_string("chat.completion"));
+  v = json_object_get(snap, "system_fingerprint");
+  if (truthy_str(v) || (v != NULL && !json_is_string(v) && !json_is_null(v) &&
+                        !json_is_false(v) &&
+                        !(json_is_integer(v) && json_integer_value(v) == 0))) {
+    json_object_set(out, "system_fingerprint", v);
+  }
+  return out;
+}
+
+int al__openai_finish(al_pstream_t *s) {
+  al__oai_choice_t *c;
+  int rc;
+
+  if (s->failed) {
+    return s->error != 0 ? s->error : AL_EPROTO;
+  }
+  if (s->oai_snapshot == NULL) {
+    al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                     "request ended without sending any chunks", NULL);
+    return AL_ETRUNCATED;
+  }
+  if (s->opts.openai_completion) {
+    const char *err;
+    json_t *done = al_pstream_openai_completion(s, &err);
+
+    if (done == NULL) {
+      al__pstream_fail(s, AL_PERR_DECODE, NULL, err, NULL);
+      return AL_ETRUNCATED;
+    }
+    json_decref(done);
+  } else {
+    c = s->oai_nchoices > 0 ? &s->oai_choices[0] : NULL;
+    if (c == NULL || !c->present ||
+        !truthy_str(json_object_get(c->obj, "finish_reason"))) {
+      al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                       "missing finish_reason for choice 0", NULL);
+      return AL_ETRUNCATED;
+    }
+  }
+  if (s->message == NULL) {
+    return 0;
+  }
+  if (s->oai_finish_reason == NULL) {
+    /* Choice 0 never came although others finished: still end blocks. */
+    if ((rc = norm_finish(s, NULL)) != 0) {
+      return rc;
+    }
+  }
+  if (!s->message_stopped) {
+    return al__agg_message_stop(s);
+  }
+  return 0;
+}
+
+void al__openai_free(al_pstream_t *s) {
+  size_t i;
+  size_t k;
+
+  for (i = 0; i < s->oai_nchoices; i++) {
+    al__oai_choice_t *c = &s->oai_choices[i];
+
+    if (c->present) {
+      json_decref(c->obj);
+      al_buf_free(&c->content);
+      al_buf_free(&c->refusal);
+    }
+    for (k = 0; k < c->ntools; k++) {
+      if (c->tools[k].obj != NULL) {
+        json_decref(c->tools[k].obj);
+      }
+      al_buf_free(&c->tools[k].args);
+    }
+    al_free(c->tools);
+  }
+  al_free(s->oai_choices);
+  s->oai_choices = NULL;
+  s->oai_nchoices = 0;
+  if (s->oai_snapshot != NULL) {
+    json_decref(s->oai_snapshot);
+    s->oai_snapshot = NULL;
+  }
+  al_free(s->oai_finish_reason);
+  s->oai_finish_reason = NULL;
+}
+
+/* ---- request builder ---------------------------------------------------- */
+
+/* Text of a content value: a string, or the text blocks of an array joined
+ * with "\n". */
+static json_t *text_of(json_t *content) {
+  al_buf_t b;
+  size_t i;
+  json_t *out;
+  bool first = true;
+
+  if (json_is_string(content)) {
+    return json_incref(content);
+  }
+  al_buf_init(&b, (size_t)1 << 30);
+  for (i = 0; i < json_array_size(content); i++) {
+    json_t *blk = json_array_get(content, i);
+    json_t *t = json_object_get(blk, "type");
+    json_t *txt = json_object_get(blk, "text");
+
+    if (json_is_string(t) && strcmp(json_string_value(t), "text") == 0 &&
+        json_is_string(txt)) {
+      if (!first) {
+        al_buf_append(&b, "\n", 1);
+      }
+      al_buf_append(&b, json_string_value(txt), json_string_length(txt));
+      first = false;
+    }
+  }
+  out = first ? NULL : json_stringn(b.data ? b.data : "", b.len);
+  al_buf_free(&b);
+  return out;
+}
+
+static int convert_message(json_t *messages, json_t *m) {
+  json_t *role = json_object_get(m, "role");
+  json_t *content = json_object_get(m, "content");
+  const char *r = json_is_string(role) ? json_string_value(role) : "user";
+  size_t i;
+
+  if (json_is_string(content)) {
+    return json_array_append_new(messages,
+                                 json_pack("{s:s,s:O}", "role", r, "content",
+                                           content));
+  }
+  if (strcmp(r, "assistant") == 0) {
+    json_t *calls = json_array();
+    json_t *text = text_of(content);
+    json_t *out;
+
+    for (i = 0; i < json_array_size(content); i++) {
+      json_t *blk = json_array_get(content, i);
+      json_t *t = json_object_get(blk, "type");
+      char *args;
+
+      if (!json_is_string(t) || strcmp(json_string_value(t), "tool_use") != 0) {
+        continue;
+      }
+      args = json_object_get(blk, "input") != NULL
+                 ? json_dumps(json_object_get(blk, "input"),
+                              JSON_COMPACT | JSON_ENCODE_ANY)
+                 : NULL;
+      json_array_append_new(
+          calls, json_pack("{s:O?,s:s,s:{s:O?,s:s}}", "id",
+                           json_object_get(blk, "id"), "type", "function",
+                           "function", "name", json_object_get(blk, "name"),
+                           "arguments", args != NULL ? args : "{}"));
+      free(args);
+    }
+    out = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                    text != NULL ? text : json_null());
+    if (json_array_size(calls) > 0) {
+      json_object_set(out, "tool_calls", calls);
+    }
+    json_decref(calls);
+    return json_array_append_new(messages, out);
+  }
+  /* user: one role:"tool" message per tool_result, then the other text. */
+  for (i = 0; i < json_array_size(content); i++) {
+    json_t *blk = json_array_get(content, i);
+    json_t *t = json_object_get(blk, "type");
+    json_t *res;
+
+    if (!json_is_string(t) ||
+        strcmp(json_string_value(t), "tool_result") != 0) {
+      continue;
+    }
+    res = text_of(json_object_get(blk, "content"));
+    json_array_append_new(
+        messages,
+        json_pack("{s:s,s:O?,s:o}", "role", "tool", "tool_call_id",
+                  json_object_get(blk, "tool_use_id"), "content",
+                  res != NULL ? res : json_string("")));
+  }
+  {
+    json_t *text = text_of(content);
+
+    if (text != NULL) {
+      json_array_append_new(messages, json_pack("{s:s,s:o}", "role", r,
+                                                "content", text));
+    }
+  }
+  return 0;
+}
+
+static json_t *convert_tool_choice(json_t *tc) {
+  json_t *t = json_object_get(tc, "type");
+  const char *ty = json_is_string(t) ? json_string_value(t) : NULL;
+
+  if (json_is_string(tc)) {
+    return json_incref(tc);
+  }
+  if (ty == NULL) {
+    return NULL;
+  }
+  if (strcmp(ty, "auto") == 0 || strcmp(ty, "none") == 0) {
+    return json_string(ty);
+  }
+  if (strcmp(ty, "any") == 0) {
+    return json_string("required");
+  }
+  if (strcmp(ty, "tool") == 0) {
+    return json_pack("{s:s,s:{s:O?}}", "type", "function", "function", "name",
+                     json_object_get(tc, "name"));
+  }
+  return NULL;
+}
+
+static int openai_build(const json_t *history, const al_provider_options_t *o,
+                        al_provider_request_t *out) {
+  json_t *body;
+  json_t *messages;
+  size_t i;
+  int err = AL_ENOMEM;
+
+  memset(out, 0, sizeof(*out));
+  if (o->model == NULL || (history != NULL && !json_is_array(history))) {
+    return AL_EINVAL;
+  }
+  body = json_object();
+  messages = json_array();
+  if (body == NULL || messages == NULL) {
+    json_decref(body);
+    json_decref(messages);
+    return AL_ENOMEM;
+  }
+  json_object_set_new(body, "model", json_string(o->model));
+  if (o->system != NULL) {
+    json_array_append_new(messages,
+                          json_pack("{s:s,s:o}", "role", "system", "content",
+                                    al__json_string_utf8(o->system,
+                                                         strlen(o->system))));
+  }
+  for (i = 0; i < json_array_size(history); i++) {
+    convert_message(messages, json_array_get(history, i));
+  }
+  json_object_set_new(body, "messages", messages);
+  /* max_tokens, not max_completion_tokens: the compatible servers
+   * (llama.cpp, vLLM, Ollama) all read it. extra_body can override. */
+  json_object_set_new(body, "max_tokens", json_integer(o->max_tokens));
+  if (json_is_array(o->tools) && json_array_size(o->tools) > 0) {
+    json_t *tools = json_array();
+
+    for (i = 0; i < json_array_size(o->tools); i++) {
+      json_t *t = json_array_get(o->tools, i);
+      json_t *fn = json_pack("{s:O?}", "name", json_object_get(t, "name"));
+
+      if (json_object_get(t, "description") != NULL) {
+        json_object_set(fn, "description", json_object_get(t, "description"));
+      }
+      if (json_object_get(t, "input_schema") != NULL) {
+        json_object_set(fn, "parameters", json_object_get(t, "input_schema"));
+      } else {
+        json_object_set_new(fn, "parameters",
+                            json_pack("{s:s}", "type", "object"));
+      }
+      json_array_append_new(tools, json_pack("{s:s,s:o}", "type", "function",
+                                             "function", fn));
+    }
+    json_object_set_new(body, "tools", tools);
+  }
+  if (o->tool_choice != NULL) {
+    json_t *tc = convert_tool_choice(o->tool_choice);
+
+    if (tc != NULL) {
+      json_object_set_new(body, "tool_choice", tc);
+    }
+  }
+  if (o->has_temperature) {
+    json_object_set_new(body, "temperature", json_real(o->temperature));
+  }
+  if (o->stream) {
+    json_object_set_new(body, "stream", json_true());
+    json_object_set_new(body, "stream_options",
+                        json_pack("{s:b}", "include_usage", 1));
+  }
+  if (json_is_object(o->extra_body)) {
+    json_object_update(body, o->extra_body);
+  }
+  if ((err = al__provider_finish_request(out, o->path_prefix,
+                                         "/chat/completions", body)) != 0 ||
+      (err = al__provider_add_header(out, "content-type",
+                                     "application/json")) != 0 ||
+      (err = al__provider_add_header(out, "accept",
+                                     o->stream ? "text/event-stream"
+                                               : "application/json")) != 0) {
+    goto out_free_request;
+  }
+  if (o->api_key != NULL) {
+    al_buf_t b;
+
+    al_buf_init(&b, strlen(o->api_key) + 16);
+    err = al_buf_printf(&b, "Bearer %s", o->api_key);
+    if (err == 0) {
+      err = al__provider_add_header(out, "authorization", b.data);
+    }
+    al_buf_free(&b);
+    if (err != 0) {
+      goto out_free_request;
+    }
+  }
+  json_decref(body);
+  return 0;
+
+out_free_request:
+  al_provider_request_free(out);
+  json_decref(body);
+  return err;
+}
+
+static int openai_http_error(int status, const char *body, size_t len,
+                             al_provider_error_t *out) {
+  return al__provider_http_error(status, body, len, out);
+}
+
+const al_provider_t al_provider_openai = {
+    AL_PROVIDER_OPENAI, "openai", openai_build, openai_http_error};

@@ -1,0 +1,421 @@
+/* Provider layer: request builders, stream decoders, block aggregator
+ * (SPEC §5, PROTOCOLS.md §2-§4).
+ *
+ * A provider is a small vtable (al_provider_t): it builds the HTTP request
+ * (method, path, headers, JSON body) from the history and options, and it
+ * decodes the streamed response body into normalized stream events. The
+ * decoders are pure (no uv.h): bytes go in through al_pstream_feed(), which
+ * runs the SSE parser, the provider decoder and the content-block aggregator
+ * and delivers al_pevent_t values to one callback.
+ *
+ * Ownership and lifetime: every pointer inside an al_pevent_t (text slices,
+ * json_t values) is borrowed and valid only during the callback; a
+ * subscriber copies (or json_incref's) what it keeps. The hot deltas
+ * (text, thinking, tool input) carry a (ptr, len) UTF-8 slice and allocate
+ * nothing per event: the fast JSON path (fastjson.c) decodes the three hot
+ * shapes without a DOM and the aggregator appends into bounded buffers.
+ *
+ * Normalized message model (history is jansson, Anthropic-shaped for both
+ * providers): {"id","type":"message","role":"assistant","model","content":
+ * [blocks...],"stop_reason","stop_sequence","usage"} where blocks are text
+ * (+citations), thinking (+signature), redacted_thinking, tool_use (input
+ * parsed once at block stop: empty => {}, invalid => {"_raw": "<text>"}),
+ * server tool blocks and unknown block types kept exactly as given. */
+#ifndef AL_PROVIDER_H
+#define AL_PROVIDER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "sse/sse.h"
+
+/* ---- normalized stop reasons -------------------------------------------- */
+
+#define AL_STOP_REASON_MAP(XX)   \
+  XX(NONE, "none")               \
+  XX(END_TURN, "end_turn")       \
+  XX(TOOL_USE, "tool_use")       \
+  XX(MAX_TOKENS, "max_tokens")   \
+  XX(STOP_SEQUENCE, "stop_sequence") \
+  XX(PAUSE_TURN, "pause_turn")   \
+  XX(REFUSAL, "refusal")         \
+  XX(ERROR, "error")
+
+typedef enum {
+#define AL_STOP_GEN(name, str) AL_STOP_##name,
+  AL_STOP_REASON_MAP(AL_STOP_GEN)
+#undef AL_STOP_GEN
+} al_stop_reason_t;
+
+const char *al_stop_reason_name(al_stop_reason_t r);
+/* Anthropic stop_reason / OpenAI finish_reason text -> normalized value.
+ * NULL -> NONE; unknown values -> ERROR. */
+al_stop_reason_t al__provider_stop_from_anthropic(const char *s);
+al_stop_reason_t al__provider_stop_from_openai(const char *s);
+
+/* ---- block types ---------------------------------------------------------- */
+
+typedef enum {
+  AL_BLOCK_UNKNOWN = 0, /* any other type: kept as given, deltas ignored */
+  AL_BLOCK_TEXT,
+  AL_BLOCK_THINKING,
+  AL_BLOCK_REDACTED_THINKING,
+  AL_BLOCK_TOOL_USE,
+  AL_BLOCK_SERVER_TOOL_USE, /* server_tool_use, mcp_tool_use: input deltas */
+} al_block_type_t;
+
+al_block_type_t al__provider_block_type(const char *type);
+
+/* ---- normalized stream events --------------------------------------------- */
+
+/* XX(name, snake_case name used by `agentloop decode --events`) */
+#define AL_PEVENT_MAP(XX)                       \
+  XX(MESSAGE_START, "message_start")            \
+  XX(BLOCK_START, "content_block_start")        \
+  XX(TEXT_DELTA, "text_delta")                  \
+  XX(THINKING_DELTA, "thinking_delta")          \
+  XX(SIGNATURE, "signature_delta")              \
+  XX(TOOL_INPUT_DELTA, "tool_input_delta")      \
+  XX(CITATION, "citation_delta")                \
+  XX(BLOCK_STOP, "content_block_completed")     \
+  XX(MESSAGE_DELTA, "message_delta")            \
+  XX(MESSAGE_STOP, "message_stop")              \
+  XX(PING, "ping")                              \
+  XX(RAW, "raw_event")                          \
+  XX(ERROR, "api_error")
+
+typedef enum {
+#define AL_PEV_GEN(name, str) AL_PEV_##name,
+  AL_PEVENT_MAP(AL_PEV_GEN)
+#undef AL_PEV_GEN
+  AL_PEV_COUNT_
+} al_pevent_type_t;
+
+const char *al_pevent_name(al_pevent_type_t t);
+
+/* Kinds of AL_PEV_ERROR. */
+typedef enum {
+  AL_PERR_STREAM_EVENT = 1, /* the provider sent an error event/payload */
+  AL_PERR_DECODE = 2,       /* the stream cannot be decoded (bad JSON,
+                               truncated, protocol violation, bad order) */
+  AL_PERR_HTTP = 3          /* a non-2xx response body (al_provider_http_error) */
+} al_perr_kind_t;
+
+typedef struct al_pevent_s {
+  al_pevent_type_t type;
+  /* Content progress: a delta, a block start or a block stop. The
+   * transport's progress-stall timer is reset by these only (SPEC §3). */
+  bool progress;
+  int index;                 /* block index, -1 when not a block event */
+  al_block_type_t block_type;
+  const char *block_type_name; /* "text", "tool_use", ... (block events) */
+  /* TEXT_DELTA / THINKING_DELTA / TOOL_INPUT_DELTA / SIGNATURE: the UTF-8
+   * piece. RAW: the event name. ERROR: the message. */
+  const char *text;
+  size_t len;
+  /* Borrowed JSON:
+   *   MESSAGE_START  the message object as started
+   *   BLOCK_START    the content_block as given
+   *   CITATION       the citation object
+   *   BLOCK_STOP     the completed block (tool_use: input parsed)
+   *   MESSAGE_DELTA  the provider's delta object
+   *   MESSAGE_STOP   the final normalized message
+   *   RAW            the parsed data (NULL if not JSON)
+   *   ERROR          the error body (provider JSON, or NULL) */
+  json_t *json;
+  json_t *usage; /* MESSAGE_START/MESSAGE_DELTA/MESSAGE_STOP: usage or NULL */
+  /* MESSAGE_START */
+  const char *id;
+  const char *model;
+  /* MESSAGE_DELTA / MESSAGE_STOP */
+  al_stop_reason_t stop_reason;
+  const char *stop_reason_raw; /* as the provider spelled it, or NULL */
+  /* ERROR */
+  al_perr_kind_t error_kind;
+  const char *error_type; /* provider error type ("overloaded_error") */
+} al_pevent_t;
+
+/* Return 0 to continue; non-zero stops decoding and is returned by feed. */
+typedef int (*al_pstream_event_cb)(void *data, const al_pevent_t *ev);
+
+/* ---- providers and requests ------------------------------------------------ */
+
+typedef enum {
+  AL_PROVIDER_ANTHROPIC = 1,
+  AL_PROVIDER_OPENAI = 2
+} al_provider_kind_t;
+
+typedef enum {
+  AL_AUTH_X_API_KEY = 0, /* x-api-key: KEY (default) */
+  AL_AUTH_BEARER = 1     /* Authorization: Bearer KEY */
+} al_auth_style_t;
+
+typedef struct al_provider_options_s {
+  const char *model;
+  int64_t max_tokens;       /* default 4096 */
+  const char *system;       /* top-level system prompt, or NULL */
+  json_t *tools;            /* borrowed: [{name, description, input_schema}] */
+  json_t *tool_choice;      /* borrowed; Anthropic shape ({"type":"auto"}) */
+  json_t *thinking;         /* borrowed; Anthropic thinking object */
+  double temperature;
+  bool has_temperature;
+  bool cache_control;       /* breakpoints on system + last tool (default on) */
+  bool stream;              /* default true */
+  const char *api_key;      /* NULL: no auth header */
+  al_auth_style_t auth;     /* Anthropic only; OpenAI is always Bearer */
+  const char *anthropic_version; /* default "2023-06-01" */
+  const char *anthropic_beta;    /* comma list or NULL */
+  const char *path_prefix;  /* default "/v1" */
+  json_t *extra_body;       /* borrowed; keys merged into the body */
+} al_provider_options_t;
+
+void al_provider_options_init(al_provider_options_t *o);
+
+typedef struct al_provider_header_s {
+  char *name;
+  char *value;
+} al_provider_header_t;
+
+typedef struct al_provider_request_s {
+  const char *method; /* static "POST" */
+  char *path;
+  al_provider_header_t *headers;
+  size_t nheaders;
+  char *body; /* compact JSON, NUL-terminated */
+  size_t body_len;
+} al_provider_request_t;
+
+void al_provider_request_free(al_provider_request_t *r);
+
+/* Typed provider error from a non-2xx response body or an error event. */
+typedef enum {
+  AL_PCLASS_UNKNOWN = 0,
+  AL_PCLASS_INVALID_REQUEST,
+  AL_PCLASS_AUTHENTICATION,
+  AL_PCLASS_PERMISSION,
+  AL_PCLASS_NOT_FOUND,
+  AL_PCLASS_RATE_LIMIT,
+  AL_PCLASS_OVERLOADED,
+  AL_PCLASS_API_ERROR,
+  AL_PCLASS_TIMEOUT,
+  AL_PCLASS_TOO_LARGE
+} al_perr_class_t;
+
+const char *al_perr_class_name(al_perr_class_t c);
+
+typedef struct al_provider_error_s {
+  int status;            /* HTTP status, 0 for an in-stream error */
+  al_perr_class_t cls;
+  char *type;            /* provider error type, or NULL */
+  char *message;         /* provider message, or a short synthesized one */
+  json_t *body;          /* owned: the parsed body, or a JSON string of the raw bytes */
+  bool retryable;        /* 408, 409, 429, >= 500 (x-should-retry decided by caller) */
+} al_provider_error_t;
+
+void al_provider_error_free(al_provider_error_t *e);
+
+typedef struct al_provider_s {
+  al_provider_kind_t kind;
+  const char *name; /* "anthropic", "openai" */
+  /* history: borrowed array of normalized (Anthropic-shaped) messages. */
+  int (*build_request)(const json_t *history, const al_provider_options_t *o,
+                       al_provider_request_t *out);
+  /* Classifies a non-2xx body. Never fails except AL_ENOMEM. */
+  int (*http_error)(int status, const char *body, size_t len,
+                    al_provider_error_t *out);
+} al_provider_t;
+
+extern const al_provider_t al_provider_anthropic;
+extern const al_provider_t al_provider_openai;
+/* "anthropic" / "openai" -> vtable, or NULL. */
+const al_provider_t *al_provider_by_name(const char *name);
+
+int al_provider_build_request(const al_provider_t *p, const json_t *history,
+                              const al_provider_options_t *o,
+                              al_provider_request_t *out);
+int al_provider_http_error(const al_provider_t *p, int status,
+                           const char *body, size_t len,
+                           al_provider_error_t *out);
+
+/* ---- the decoding pipeline (SSE + decoder + aggregator) ------------------- */
+
+typedef struct al_pstream_options_s {
+  al_pstream_event_cb on_event; /* optional */
+  void *data;
+  /* Use the hand-written fast path for hot deltas (default true). Off:
+   * every event goes through a jansson DOM (benchmark baseline, tests). */
+  bool fast_path;
+  /* Runtime strictness for block indexes (default true): a block start whose
+   * index is not the next one, a start while another block is open, or a
+   * delta/stop for a block that is not open is a decode error. Off: the
+   * Anthropic SDK accumulator's behaviour (push on start, address by index,
+   * ignore what does not match) -- `agentloop decode` uses that. */
+  bool strict_indexes;
+  /* OpenAI: also build the SDK-shaped chat.completion (default true). */
+  bool openai_completion;
+  /* Limits. */
+  size_t max_event;  /* largest SSE event payload (default 8 MiB) */
+  size_t max_block;  /* largest accumulated text of one block (default 64 MiB) */
+  /* Seed for synthesized ids (OpenAI tool calls without id). */
+  uint64_t id_seed;
+} al_pstream_options_t;
+
+void al_pstream_options_init(al_pstream_options_t *o);
+
+/* Per-block accumulation state (aggregate.c). */
+typedef struct al__pblock_s {
+  al_block_type_t type;
+  json_t *block;     /* the block as it will appear in content[] */
+  al_buf_t buf;      /* text / thinking / raw partial_json appended */
+  json_t *base;      /* the start block's text/thinking value (string) */
+  bool stopped;
+  bool dirty;        /* buf changed since the block JSON was materialized */
+  uint32_t pending_hi; /* high surrogate carried to the next delta, or 0 */
+} al__pblock_t;
+
+typedef struct al__oai_choice_s al__oai_choice_t;
+
+typedef struct al_pstream_s {
+  const al_provider_t *provider;
+  al_pstream_options_t opts;
+  al_sse_parser_t sse;
+  int error;        /* sticky: first error returned */
+  bool failed;      /* an ERROR event was emitted */
+  bool in_feed;
+  /* Anthropic-shaped aggregate. */
+  json_t *message;  /* snapshot after message_start, NULL before */
+  al__pblock_t *blocks;
+  size_t nblocks;
+  size_t cap_blocks;
+  bool message_stopped;
+  bool seen_any;    /* any decodable event seen */
+  int open_block;   /* strict mode: index of the open block, or -1 */
+  /* Scratch for decoded delta strings (reused, bounded). */
+  al_buf_t scratch;
+  al_buf_t joinbuf; /* surrogate pairs joined across deltas */
+  /* OpenAI state. */
+  bool oai_done;    /* [DONE] seen */
+  json_t *oai_snapshot;
+  al__oai_choice_t *oai_choices; /* by choice index */
+  size_t oai_nchoices;
+  int oai_text_block;   /* normalized block index of open text block, -1 */
+  int oai_think_block;  /* ... of the open thinking block, -1 */
+  int *oai_tool_block;  /* choice-0 tool call index -> block index */
+  size_t oai_ntool;
+  char *oai_finish_reason;
+  /* Error detail kept after an ERROR event for al_pstream_error_*(). */
+  al_perr_kind_t err_kind;
+  char *err_message;
+  json_t *err_body;
+  /* Statistics. */
+  uint64_t events;
+  uint64_t fast_hits;
+  uint64_t slow_hits;
+} al_pstream_t;
+
+/* In place. Returns 0 or AL_EINVAL (provider NULL). */
+int al_pstream_init(al_pstream_t *s, const al_provider_t *p,
+                    const al_pstream_options_t *o);
+/* Feeds body bytes. Returns 0, the callback's non-zero value, AL_EAPI
+ * after an error event, AL_EPARSE/AL_EPROTO after a decode error,
+ * AL_ETOOBIG/AL_ENOMEM; errors are sticky. */
+int al_pstream_feed(al_pstream_t *s, const char *bytes, size_t len);
+/* End of body. A stream without message_stop (Anthropic) / without chunks
+ * or with an unfinished choice (OpenAI) is AL_ETRUNCATED (and an ERROR
+ * event with kind DECODE is delivered first). */
+int al_pstream_finish(al_pstream_t *s);
+/* Feeds one already-parsed SSE event (bypassing the byte parser). */
+int al_pstream_sse_event(al_pstream_t *s, const al_sse_event_t *ev);
+/* Final normalized message (borrowed; valid until free) or NULL. */
+json_t *al_pstream_message(al_pstream_t *s);
+/* OpenAI: the finalized chat.completion as the SDK builds it (new ref),
+ * or NULL with *err set to a message (static or owned by s). */
+json_t *al_pstream_openai_completion(al_pstream_t *s, const char **err);
+/* The error detail after a failure (NULL when none). */
+const char *al_pstream_error_message(const al_pstream_t *s);
+json_t *al_pstream_error_body(const al_pstream_t *s);
+al_perr_kind_t al_pstream_error_kind(const al_pstream_t *s);
+void al_pstream_free(al_pstream_t *s);
+
+/* ---- fast JSON path (fastjson.c) ------------------------------------------ */
+
+typedef enum {
+  AL_FJ_NONE = 0,
+  AL_FJ_TEXT = 1,     /* text_delta / "text" */
+  AL_FJ_THINKING = 2, /* thinking_delta / "thinking" */
+  AL_FJ_INPUT = 3     /* input_json_delta / "partial_json" */
+} al_fj_kind_t;
+
+typedef struct al_fj_delta_s {
+  al_fj_kind_t kind;
+  int64_t index;
+  /* Decoded UTF-8 (lone surrogates inside the string become U+FFFD). Points
+   * into the input when the string had no escapes, else into scratch. */
+  const char *text;
+  size_t len;
+  /* A high surrogate escape ending the string (not emitted in text) and a
+   * low surrogate escape starting it (not emitted either): the aggregator
+   * pairs them across deltas of one block. 0 when none. */
+  uint32_t trail_hi;
+  uint32_t lead_lo;
+} al_fj_delta_t;
+
+/* Recognises {"type":"content_block_delta","index":N,"delta":{"type":
+ * "text_delta"|"thinking_delta"|"input_json_delta", "text"|"thinking"|
+ * "partial_json": "..."}} with any whitespace, any key order, and extra
+ * keys whose values are strings, numbers, true/false/null. Returns 1 and
+ * fills out on success, 0 when the shape is not recognised (or anything is
+ * in doubt: the caller then uses jansson), AL_ETOOBIG/AL_ENOMEM. */
+int al__fj_parse_delta(const char *data, size_t len, al_buf_t *scratch,
+                       al_fj_delta_t *out);
+/* The same result through a jansson DOM (the reference and the fallback).
+ * Returns 1, 0 (not this shape / invalid JSON), or AL_ENOMEM. */
+int al__fj_parse_delta_jansson(const char *data, size_t len,
+                               al_buf_t *scratch, al_fj_delta_t *out);
+/* Parses provider JSON with JSON_ALLOW_NUL. Lone surrogate escapes, which
+ * jansson rejects, are rewritten to \uFFFD first. NULL on failure (err may
+ * be NULL). */
+json_t *al__provider_json_load(const char *data, size_t len,
+                               json_error_t *err);
+/* The same, reporting boundary lone surrogates of the hot text values
+ * ("text", "thinking", "partial_json") as the fast path does. */
+json_t *al__provider_json_load2(const char *data, size_t len,
+                                json_error_t *err, uint32_t *lead_lo,
+                                uint32_t *trail_hi);
+/* Extracts a hot delta from a parsed event (1), or 0 if not that shape. */
+int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out);
+/* Appends s to b with invalid UTF-8 sequences replaced by U+FFFD. */
+int al__utf8_sanitize_append(al_buf_t *b, const char *s, size_t len);
+bool al__utf8_valid(const char *s, size_t len);
+/* json_stringn after sanitizing (never NULL unless out of memory). */
+json_t *al__json_string_utf8(const char *s, size_t len);
+/* Appends the UTF-8 encoding of cp. */
+int al__utf8_put(al_buf_t *b, uint32_t cp);
+
+/* Internal (anthropic.c / openai.c / aggregate.c). */
+int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev);
+int al__openai_sse_event(al_pstream_t *s, const al_sse_event_t *ev);
+int al__openai_finish(al_pstream_t *s);
+void al__openai_free(al_pstream_t *s);
+int al__pstream_emit(al_pstream_t *s, al_pevent_t *ev);
+int al__pstream_fail(al_pstream_t *s, al_perr_kind_t kind, const char *type,
+                     const char *message, json_t *body);
+/* Aggregator operations (normalized model). */
+int al__agg_message_start(al_pstream_t *s, json_t *message);
+int al__agg_block_start(al_pstream_t *s, int64_t index, json_t *block);
+int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
+                  const char *text, size_t len, uint32_t lead_lo,
+                  uint32_t trail_hi);
+int al__agg_signature(al_pstream_t *s, int64_t index, json_t *sig);
+int al__agg_citation(al_pstream_t *s, int64_t index, json_t *citation);
+int al__agg_block_stop(al_pstream_t *s, int64_t index);
+int al__agg_message_delta(al_pstream_t *s, json_t *data);
+int al__agg_message_stop(al_pstream_t *s);
+/* Materializes every block into s->message (text, tool input). */
+int al__agg_materialize(al_pstream_t *s);
+void al__agg_free(al_pstream_t *s);
+
+#endif

@@ -1,0 +1,24 @@
+/* Helpers shared between the files of the provider layer (not for other
+ * layers: they use provider.h). */
+#ifndef AL_PROVIDER_INT_H
+#define AL_PROVIDER_INT_H
+
+#include "provider/provider.h"
+
+int al__provider_add_header(al_provider_request_t *r, const char *name,
+                            const char *value);
+/* Sets method, path (prefix + suffix) and the compact JSON body. */
+int al__provider_finish_request(al_provider_request_t *r, const char *prefix,
+                                const char *suffix, json_t *body);
+al_perr_class_t al__provider_class_from_type(const char *type);
+al_perr_class_t al__provider_class_from_status(int status);
+int al__provider_http_error(int status, const char *body, size_t len,
+                            al_provider_error_t *out);
+
+/* Same bytes? (ptr, len) against a C string literal. */
+static inline bool al__provider_eq(const char *p, size_t n, const char *lit) {
+  size_t l = strlen(lit);
+  return n == l && memcmp(p, lit, l) == 0;
+}
+
+#endif
