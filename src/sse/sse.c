@@ -221,6 +221,30 @@ static void field_retry(al_sse_parser_t *p, const char *v, size_t vlen) {
   }
 }
 
+static int field_event(al_sse_parser_t *p, struct slices *c, const char *v,
+                       size_t vlen, bool in_input) {
+  if (in_input) {
+    c->type = v;
+    c->type_len = vlen;
+    return 0;
+  }
+  c->type = NULL;
+  al_buf_reset(&p->type);
+  return al_buf_append(&p->type, v, vlen);
+}
+
+static int field_id(al_sse_parser_t *p, const char *v, size_t vlen) {
+  int err;
+
+  if (memchr(v, '\0', vlen) != NULL) {
+    return 0; /* WHATWG: ignore the whole field */
+  }
+  al_buf_reset(&p->last_id);
+  err = al_buf_append(&p->last_id, v, vlen);
+  p->has_id = true;
+  return err;
+}
+
 /* One complete line without its line end. in_input says the bytes belong
  * to the caller's current chunk (so slices of it may be kept until feed
  * returns); otherwise they live in p->line and must be copied. */
@@ -230,10 +254,29 @@ static int line_process(al_sse_parser_t *p, struct slices *c,
   const char *v;
   size_t nlen;
   size_t vlen;
-  int err;
 
   if (len == 0) {
     return dispatch(p, c);
+  }
+  /* The two lines of nearly every LLM event go straight to their field,
+   * without the colon search. */
+  if (len >= 5 && memcmp(line, "data:", 5) == 0) {
+    v = line + 5;
+    vlen = len - 5;
+    if (vlen > 0 && v[0] == ' ') {
+      v++;
+      vlen--;
+    }
+    return field_data(p, c, v, vlen, in_input);
+  }
+  if (len >= 6 && memcmp(line, "event:", 6) == 0) {
+    v = line + 6;
+    vlen = len - 6;
+    if (vlen > 0 && v[0] == ' ') {
+      v++;
+      vlen--;
+    }
+    return field_event(p, c, v, vlen, in_input);
   }
   if (line[0] == ':') {
     if (p->settings.on_comment != NULL) {
@@ -241,62 +284,32 @@ static int line_process(al_sse_parser_t *p, struct slices *c,
     }
     return 0;
   }
-  /* The common case first: skip the colon search for "data:". */
-  if (len >= 5 && memcmp(line, "data:", 5) == 0) {
-    nlen = 4;
-    v = line + 5;
-    vlen = len - 5;
+  colon = memchr(line, ':', len);
+  if (colon != NULL) {
+    nlen = (size_t)(colon - line);
+    v = colon + 1;
+    vlen = len - nlen - 1;
+    if (vlen > 0 && v[0] == ' ') {
+      v++;
+      vlen--;
+    }
   } else {
-    colon = memchr(line, ':', len);
-    if (colon != NULL) {
-      nlen = (size_t)(colon - line);
-      v = colon + 1;
-      vlen = len - nlen - 1;
-    } else {
-      /* No colon: the whole line is the name and the value is empty. */
-      nlen = len;
-      v = line + len;
-      vlen = 0;
-    }
+    /* No colon: the whole line is the name and the value is empty. */
+    nlen = len;
+    v = line + len;
+    vlen = 0;
   }
-  if (vlen > 0 && v[0] == ' ') {
-    v++;
-    vlen--;
+  if (nlen == 4 && memcmp(line, "data", 4) == 0) {
+    return field_data(p, c, v, vlen, in_input);
   }
-  switch (nlen) {
-  case 4:
-    if (memcmp(line, "data", 4) == 0) {
-      return field_data(p, c, v, vlen, in_input);
-    }
-    break;
-  case 5:
-    if (memcmp(line, "event", 5) == 0) {
-      if (in_input) {
-        c->type = v;
-        c->type_len = vlen;
-        return 0;
-      }
-      c->type = NULL;
-      al_buf_reset(&p->type);
-      return al_buf_append(&p->type, v, vlen);
-    }
-    if (memcmp(line, "retry", 5) == 0) {
-      field_retry(p, v, vlen);
-    }
-    break;
-  case 2:
-    if (line[0] == 'i' && line[1] == 'd') {
-      if (memchr(v, '\0', vlen) != NULL) {
-        return 0; /* WHATWG: ignore the whole field */
-      }
-      al_buf_reset(&p->last_id);
-      err = al_buf_append(&p->last_id, v, vlen);
-      p->has_id = true;
-      return err;
-    }
-    break;
-  default:
-    break;
+  if (nlen == 5 && memcmp(line, "event", 5) == 0) {
+    return field_event(p, c, v, vlen, in_input);
+  }
+  if (nlen == 2 && memcmp(line, "id", 2) == 0) {
+    return field_id(p, v, vlen);
+  }
+  if (nlen == 5 && memcmp(line, "retry", 5) == 0) {
+    field_retry(p, v, vlen);
   }
   return 0; /* unknown field names are ignored */
 }
@@ -439,22 +452,27 @@ int al_sse_feed(al_sse_parser_t *p, const char *bytes, size_t len) {
     }
   }
   while (pos < end) {
-    /* The next CR and LF are cached and searched again only once passed,
-     * so each byte is scanned at most once per character and a stream
-     * with no CR pays one memchr per chunk for it. */
-    if (cr == NULL || cr < pos) {
-      cr = memchr(pos, '\r', (size_t)(end - pos));
-      if (cr == NULL) {
-        cr = end;
+    if (*pos == '\n' || *pos == '\r') {
+      /* A blank line (the end of every event): no search needed. */
+      eol = pos;
+    } else {
+      /* The next CR and LF are cached and searched again only once
+       * passed, so each byte is scanned at most once per character and a
+       * stream with no CR pays one memchr per chunk for it. */
+      if (cr == NULL || cr < pos) {
+        cr = memchr(pos, '\r', (size_t)(end - pos));
+        if (cr == NULL) {
+          cr = end;
+        }
       }
-    }
-    if (lf == NULL || lf < pos) {
-      lf = memchr(pos, '\n', (size_t)(end - pos));
-      if (lf == NULL) {
-        lf = end;
+      if (lf == NULL || lf < pos) {
+        lf = memchr(pos, '\n', (size_t)(end - pos));
+        if (lf == NULL) {
+          lf = end;
+        }
       }
+      eol = cr < lf ? cr : lf;
     }
-    eol = cr < lf ? cr : lf;
     if (eol == end) {
       rc = line_partial(p, &c, pos, (size_t)(end - pos));
       break;
