@@ -248,8 +248,8 @@ static int field_id(al_sse_parser_t *p, const char *v, size_t vlen) {
 /* One complete line without its line end. in_input says the bytes belong
  * to the caller's current chunk (so slices of it may be kept until feed
  * returns); otherwise they live in p->line and must be copied. */
-static int line_process(al_sse_parser_t *p, struct slices *c,
-                        const char *line, size_t len, bool in_input) {
+static int line_process(al_sse_parser_t *p, struct slices *c, const char *line,
+                        size_t len, bool in_input) {
   const char *colon;
   const char *v;
   size_t nlen;
@@ -351,8 +351,8 @@ static int data_line_start(al_sse_parser_t *p, struct slices *c,
 }
 
 /* The chunk ended inside a line: keep its bytes for the next call. */
-static int line_partial(al_sse_parser_t *p, struct slices *c,
-                        const char *tail, size_t n) {
+static int line_partial(al_sse_parser_t *p, struct slices *c, const char *tail,
+                        size_t n) {
   size_t take;
   int err;
 
@@ -380,8 +380,8 @@ static int line_partial(al_sse_parser_t *p, struct slices *c,
 }
 
 /* The line started in an earlier chunk and ends after tail[0..n). */
-static int line_complete(al_sse_parser_t *p, struct slices *c,
-                         const char *tail, size_t n) {
+static int line_complete(al_sse_parser_t *p, struct slices *c, const char *tail,
+                         size_t n) {
   int err;
 
   if (p->line_is_data) {

@@ -22,7 +22,7 @@ typedef struct {
   size_t len;
   size_t cap;
   int events;
-  int stop_at;  /* on_event returns stop_rc for event number stop_at */
+  int stop_at; /* on_event returns stop_rc for event number stop_at */
   int stop_rc;
 } rec_t;
 
@@ -53,7 +53,9 @@ static void rec_put(rec_t *r, const char *p, size_t n) {
   r->buf[r->len] = '\0';
 }
 
-static void rec_str(rec_t *r, const char *s) { rec_put(r, s, strlen(s)); }
+static void rec_str(rec_t *r, const char *s) {
+  rec_put(r, s, strlen(s));
+}
 
 /* The escaping of tests/data/sse/README.md. */
 static void rec_quoted(rec_t *r, const char *p, size_t n) {
@@ -90,8 +92,8 @@ static void rec_quoted(rec_t *r, const char *p, size_t n) {
 
 static void log_event(rec_t *r, const char *type, size_t type_len,
                       bool has_type, const char *data, size_t data_len,
-                      bool has_data, const char *id, size_t id_len,
-                      bool has_id, const char *last, size_t last_len) {
+                      bool has_data, const char *id, size_t id_len, bool has_id,
+                      const char *last, size_t last_len) {
   rec_str(r, "{\"event\":");
   if (has_type) {
     rec_quoted(r, type, type_len);
@@ -149,8 +151,7 @@ static int on_event(void *data, const al_sse_event_t *ev) {
     ASSERT(ev->has_type);
   }
   if (ev->has_id) {
-    ASSERT_MEM_EQ(ev->id, ev->id_len, ev->last_event_id,
-                  ev->last_event_id_len);
+    ASSERT_MEM_EQ(ev->id, ev->id_len, ev->last_event_id, ev->last_event_id_len);
   }
   log_event(r, ev->type, ev->type_len, ev->has_type, ev->data, ev->data_len,
             ev->has_data, ev->id, ev->id_len, ev->has_id, ev->last_event_id,
@@ -162,7 +163,9 @@ static int on_event(void *data, const al_sse_event_t *ev) {
   return 0;
 }
 
-static void on_retry(void *data, uint64_t ms) { log_retry(data, ms); }
+static void on_retry(void *data, uint64_t ms) {
+  log_retry(data, ms);
+}
 
 static void on_comment(void *data, const char *text, size_t len) {
   log_comment(data, text, len);
@@ -202,7 +205,9 @@ static void guard_init(guard_t *g, size_t size) {
   g->hi = g->map + (pages + 1) * pg;
 }
 
-static void guard_free(guard_t *g) { munmap(g->map, g->map_len); }
+static void guard_free(guard_t *g) {
+  munmap(g->map, g->map_len);
+}
 
 /* Feeds bytes from a copy that touches the upper guard page (align 0) or
  * the lower one (align 1), then scribbles over the copy. */
@@ -289,12 +294,11 @@ static int ref_dispatch(ref_t *x) {
   int rc = 0;
   bool typed = x->type_len > 0;
 
-  if (x->seen_data ||
-      (typed && x->s->dispatch_typed_without_data)) {
+  if (x->seen_data || (typed && x->s->dispatch_typed_without_data)) {
     size_t dlen = x->seen_data ? x->data_len - 1 : 0;
 
-    log_event(x->r, typed ? x->type : "message", typed ? x->type_len : 7,
-              typed, x->data ? x->data : "", dlen, x->seen_data,
+    log_event(x->r, typed ? x->type : "message", typed ? x->type_len : 7, typed,
+              x->data ? x->data : "", dlen, x->seen_data,
               x->last ? x->last : "", x->has_id ? x->last_len : 0, x->has_id,
               x->last ? x->last : "", x->last_len);
     if (x->r->events++ == x->r->stop_at) {
@@ -446,8 +450,8 @@ static const char *sv_name = ""; /* for failure messages */
 
 static void expect_log(const rec_t *r, const char *want, const char *how) {
   if (strcmp(r->buf ? r->buf : "", want) != 0) {
-    AL_TEST_FAIL("vector %s, %s:\n--- got:\n%s--- expected:\n%s", sv_name,
-                 how, r->buf ? r->buf : "", want);
+    AL_TEST_FAIL("vector %s, %s:\n--- got:\n%s--- expected:\n%s", sv_name, how,
+                 r->buf ? r->buf : "", want);
   }
 }
 
@@ -463,9 +467,8 @@ static uint64_t rng(void) {
 
 /* Runs in[] under many chunkings and requires the same log and status:
  * whole, byte by byte, every 2-way split, and nrand random chunkings. */
-static void expect_all(const al_sse_settings_t *s, const char *in,
-                       size_t len, const char *want, int want_rc,
-                       int nrand) {
+static void expect_all(const al_sse_settings_t *s, const char *in, size_t len,
+                       const char *want, int want_rc, int nrand) {
   guard_t g;
   rec_t r;
   size_t *cuts = malloc((len + 1) * sizeof(*cuts));
@@ -525,7 +528,7 @@ static void expect_all(const al_sse_settings_t *s, const char *in,
   free(cuts);
 }
 
-/* ---- vectors -------------------------------------------------------------- */
+/* ---- vectors ----------------------------------------------------------- */
 
 typedef struct {
   char name[128];
@@ -607,66 +610,66 @@ static void vectors_run(int mode) {
     sv_name = v[i].name;
     guard_init(&g, v[i].len);
     switch (mode) {
-    case RUN_WHOLE:
-      for (a = 0; a < 2; a++) {
-        rec_init(&r);
-        ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, NULL, 0, a, &g, &r), 0);
-        snprintf(how, sizeof(how), "whole, align %d", a);
-        expect_log(&r, v[i].want, how);
-        rec_free(&r);
-      }
-      break;
-    case RUN_BYTEWISE:
-      all = malloc((v[i].len + 1) * sizeof(*all));
-      ASSERT_NOT_NULL(all);
-      for (j = 0; j < v[i].len; j++) {
-        all[j] = j + 1;
-      }
-      for (a = 0; a < 2; a++) {
-        rec_init(&r);
-        ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, all,
-                           v[i].len > 0 ? v[i].len - 1 : 0, a, &g, &r),
-                  0);
-        snprintf(how, sizeof(how), "bytewise, align %d", a);
-        expect_log(&r, v[i].want, how);
-        rec_free(&r);
-      }
-      free(all);
-      break;
-    case RUN_SPLIT2:
-      /* The alignment alternates with j, so each chunk meets a guard
-       * page at both ends across neighbouring splits. */
-      for (j = 0; j <= v[i].len; j++) {
-        a = (int)(j & 1);
-        rec_init(&r);
-        ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, &j, 1, a, &g, &r), 0);
-        snprintf(how, sizeof(how), "split at %zu, align %d", j, a);
-        expect_log(&r, v[i].want, how);
-        rec_free(&r);
-      }
-      break;
-    case RUN_SPLIT3:
-      if (v[i].len > 160) {
-        break;
-      }
-      for (j = 0; j <= v[i].len; j++) {
-        for (k = j; k <= v[i].len; k++) {
-          cuts[0] = j;
-          cuts[1] = k;
+      case RUN_WHOLE:
+        for (a = 0; a < 2; a++) {
           rec_init(&r);
-          ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, cuts, 2, 0, &g, &r), 0);
-          snprintf(how, sizeof(how), "split at %zu and %zu", j, k);
+          ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, NULL, 0, a, &g, &r), 0);
+          snprintf(how, sizeof(how), "whole, align %d", a);
           expect_log(&r, v[i].want, how);
           rec_free(&r);
         }
-      }
-      break;
-    case RUN_REF:
-      rec_init(&r);
-      ASSERT_EQ(ref_run(&s, v[i].in, v[i].len, &r), 0);
-      expect_log(&r, v[i].want, "reference interpreter");
-      rec_free(&r);
-      break;
+        break;
+      case RUN_BYTEWISE:
+        all = malloc((v[i].len + 1) * sizeof(*all));
+        ASSERT_NOT_NULL(all);
+        for (j = 0; j < v[i].len; j++) {
+          all[j] = j + 1;
+        }
+        for (a = 0; a < 2; a++) {
+          rec_init(&r);
+          ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, all,
+                             v[i].len > 0 ? v[i].len - 1 : 0, a, &g, &r),
+                    0);
+          snprintf(how, sizeof(how), "bytewise, align %d", a);
+          expect_log(&r, v[i].want, how);
+          rec_free(&r);
+        }
+        free(all);
+        break;
+      case RUN_SPLIT2:
+        /* The alignment alternates with j, so each chunk meets a guard
+         * page at both ends across neighbouring splits. */
+        for (j = 0; j <= v[i].len; j++) {
+          a = (int)(j & 1);
+          rec_init(&r);
+          ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, &j, 1, a, &g, &r), 0);
+          snprintf(how, sizeof(how), "split at %zu, align %d", j, a);
+          expect_log(&r, v[i].want, how);
+          rec_free(&r);
+        }
+        break;
+      case RUN_SPLIT3:
+        if (v[i].len > 160) {
+          break;
+        }
+        for (j = 0; j <= v[i].len; j++) {
+          for (k = j; k <= v[i].len; k++) {
+            cuts[0] = j;
+            cuts[1] = k;
+            rec_init(&r);
+            ASSERT_EQ(run_cuts(&s, v[i].in, v[i].len, cuts, 2, 0, &g, &r), 0);
+            snprintf(how, sizeof(how), "split at %zu and %zu", j, k);
+            expect_log(&r, v[i].want, how);
+            rec_free(&r);
+          }
+        }
+        break;
+      case RUN_REF:
+        rec_init(&r);
+        ASSERT_EQ(ref_run(&s, v[i].in, v[i].len, &r), 0);
+        expect_log(&r, v[i].want, "reference interpreter");
+        rec_free(&r);
+        break;
     }
     guard_free(&g);
   }
@@ -698,7 +701,7 @@ TEST_IMPL(sse_vectors_reference) {
   return 0;
 }
 
-/* ---- limits ---------------------------------------------------------------- */
+/* ---- limits ------------------------------------------------------------ */
 
 /* Feeds a string literal (which may contain NUL bytes). */
 #define FEED(p, lit) al_sse_feed((p), (lit), sizeof(lit) - 1)
@@ -709,10 +712,12 @@ TEST_IMPL(sse_vectors_reference) {
 TEST_IMPL(sse_max_line) {
   al_sse_settings_t s;
   static const char at_limit[] = "data: 0123456789\n\n"; /* 16 bytes */
-  static const char over[] = "data: 0123456789\n\ndata: 01234567890\n\n"
-                             "data: after\n\n";
-  static const char over_comment[] = "data: a\n\n:0123456789abcdef\n"
-                                     "data: b\n\n";
+  static const char over[] =
+      "data: 0123456789\n\ndata: 01234567890\n\n"
+      "data: after\n\n";
+  static const char over_comment[] =
+      "data: a\n\n:0123456789abcdef\n"
+      "data: b\n\n";
   static const char over_unknown[] = "data: a\n\nxxxxxxxxxxxxxxxxx\n\n";
   static const char over_eof[] = "data: a\n\ndata: 0123456789a";
   static const char over_cr[] = "data: a\r\rid: 0123456789abcd\r\r";
@@ -724,10 +729,10 @@ TEST_IMPL(sse_max_line) {
   rng_state = 0x9E3779B97F4A7C15ULL;
   expect_all(&s, at_limit, sizeof(at_limit) - 1, EV("0123456789"), 0, 50);
   expect_all(&s, over, sizeof(over) - 1, EV("0123456789"), AL_ETOOBIG, 50);
-  expect_all(&s, over_comment, sizeof(over_comment) - 1, EV("a"),
-             AL_ETOOBIG, 50);
-  expect_all(&s, over_unknown, sizeof(over_unknown) - 1, EV("a"),
-             AL_ETOOBIG, 50);
+  expect_all(&s, over_comment, sizeof(over_comment) - 1, EV("a"), AL_ETOOBIG,
+             50);
+  expect_all(&s, over_unknown, sizeof(over_unknown) - 1, EV("a"), AL_ETOOBIG,
+             50);
   /* An unterminated line that is too long fails too, not only at EOF. */
   expect_all(&s, over_eof, sizeof(over_eof) - 1, EV("a"), AL_ETOOBIG, 50);
   expect_all(&s, over_cr, sizeof(over_cr) - 1, EV("a"), AL_ETOOBIG, 50);
@@ -754,13 +759,12 @@ TEST_IMPL(sse_max_event) {
   s.max_event = 10;
   sv_name = "max_event";
   rng_state = 12345;
-  expect_all(&s, fits, sizeof(fits) - 1,
-             EV("0123456789") EV("01234\\n0123"), 0, 50);
+  expect_all(&s, fits, sizeof(fits) - 1, EV("0123456789") EV("01234\\n0123"), 0,
+             50);
   expect_all(&s, over_one, sizeof(over_one) - 1, EV("a"), AL_ETOOBIG, 50);
   expect_all(&s, over_join, sizeof(over_join) - 1, EV("a"), AL_ETOOBIG, 50);
   /* The LF before an empty value counts. */
-  expect_all(&s, over_empty, sizeof(over_empty) - 1, EV("a"), AL_ETOOBIG,
-             50);
+  expect_all(&s, over_empty, sizeof(over_empty) - 1, EV("a"), AL_ETOOBIG, 50);
   /* Data of an unterminated line counts once it has arrived. */
   expect_all(&s, over_eof, sizeof(over_eof) - 1, EV("a"), AL_ETOOBIG, 50);
   return 0;
@@ -808,13 +812,18 @@ TEST_IMPL(sse_etoobig_sticky) {
 TEST_IMPL(sse_flush_at_eof) {
   al_sse_settings_t s;
   static const char *inputs[] = {
-      "data: a\n\ndata: b",       "data: a\n\ndata: b\n",
-      "data: a\n\ndata: b\r",     "data: a\n\ndata: b\r\n",
-      "data: a\n\ndata: x\ndata", "data: a\n\nevent: t\ndata: b",
-      "data: a\n\nevent: t\n",    "data: a\n\n",
+      "data: a\n\ndata: b",
+      "data: a\n\ndata: b\n",
+      "data: a\n\ndata: b\r",
+      "data: a\n\ndata: b\r\n",
+      "data: a\n\ndata: x\ndata",
+      "data: a\n\nevent: t\ndata: b",
+      "data: a\n\nevent: t\n",
+      "data: a\n\n",
       "data: a\n\nid: 5\ndata: b\nid: 6",
       "data: a\n\ndata: hello world, long enough to stream",
-      "data: a\n\ndata:",         "data: a\n\ndata: b\n\n\xEF\xBB",
+      "data: a\n\ndata:",
+      "data: a\n\ndata: b\n\n\xEF\xBB",
   };
   static const char *flushed[] = {
       EV("a") EV("b"),
@@ -857,9 +866,10 @@ TEST_IMPL(sse_flush_at_eof) {
 
 TEST_IMPL(sse_dispatch_typed_without_data) {
   al_sse_settings_t s;
-  static const char in[] = "event: ping\n\nevent:\n\nid: 1\n\nretry: 5\n\n"
-                           "event: a\ndata: x\n\nevent: b\r\n\r\n"
-                           ":c\n\ndata: y\n\nevent: z\n";
+  static const char in[] =
+      "event: ping\n\nevent:\n\nid: 1\n\nretry: 5\n\n"
+      "event: a\ndata: x\n\nevent: b\r\n\r\n"
+      ":c\n\ndata: y\n\nevent: z\n";
   static const char strict[] =
       "{\"retry\":5}\n"
       "{\"event\":\"a\",\"data\":\"x\",\"id\":null,\"lastEventId\":\"1\"}\n"
@@ -982,8 +992,9 @@ TEST_IMPL(sse_on_comment) {
   al_sse_settings_t s;
   al_sse_parser_t p;
   comments_t c;
-  static const char in[] = ":ping\r\n: keep-alive\r:\n:a\0b\n:: x\r\n"
-                           "data: y\n:after-data\n\n";
+  static const char in[] =
+      ":ping\r\n: keep-alive\r:\n:a\0b\n:: x\r\n"
+      "data: y\n:after-data\n\n";
   size_t k;
 
   /* Every split gives the same comments, in order, NUL included. */
@@ -1033,8 +1044,7 @@ TEST_IMPL(sse_reset) {
   al_sse_init(&p, &s);
   /* Leave every kind of state behind: BOM done, last id, retry, a pending
    * type, data, a partial data line and a pending CR. */
-  ASSERT_EQ(FEED(&p, "\xEF\xBB\xBFid: 5\nretry: 9\n\nevent: t\n"),
-            0);
+  ASSERT_EQ(FEED(&p, "\xEF\xBB\xBFid: 5\nretry: 9\n\nevent: t\n"), 0);
   ASSERT_EQ(FEED(&p, "data: 1\ndata: partial"), 0);
   ASSERT(p.line_is_data);
   al_sse_reset(&p);
@@ -1048,7 +1058,10 @@ TEST_IMPL(sse_reset) {
   /* A BOM is expected (and skipped) again; nothing of the old stream
    * leaks: no type, no data, no last id. */
   ASSERT_EQ(FEED(&p, "\xEF\xBB"), 0);
-  ASSERT_EQ(FEED(&p, "\xBF" "data: x\n\n"), 0);
+  ASSERT_EQ(FEED(&p,
+                 "\xBF"
+                 "data: x\n\n"),
+            0);
   ASSERT_STR_EQ(r.buf, "{\"retry\":9}\n" EV("x"));
   /* A pending CR is forgotten: after reset an LF is a line end. */
   ASSERT_EQ(FEED(&p, "data: y\r"), 0);
@@ -1060,7 +1073,10 @@ TEST_IMPL(sse_reset) {
   ASSERT_STR_EQ(r.buf, "{\"retry\":9}\n" EV("x") EV("z"));
   /* finish then reset: a second stream on the same parser. */
   al_sse_reset(&p);
-  ASSERT_EQ(FEED(&p, "\xEF\xBB\xBF" "data: w\n\n"), 0);
+  ASSERT_EQ(FEED(&p,
+                 "\xEF\xBB\xBF"
+                 "data: w\n\n"),
+            0);
   ASSERT_STR_EQ(r.buf, "{\"retry\":9}\n" EV("x") EV("z") EV("w"));
   al_sse_free(&p);
   /* free leaves a usable, empty parser; free twice is harmless. */
@@ -1082,7 +1098,10 @@ TEST_IMPL(sse_bom_split) {
   ASSERT_EQ(FEED(&p, ""), 0);
   ASSERT_EQ(FEED(&p, "\xBB"), 0);
   ASSERT_EQ(FEED(&p, "\xBF"), 0);
-  ASSERT_EQ(FEED(&p, "data: 1\n\n\xEF\xBB\xBF" "data: 2\n\n"), 0);
+  ASSERT_EQ(FEED(&p,
+                 "data: 1\n\n\xEF\xBB\xBF"
+                 "data: 2\n\n"),
+            0);
   ASSERT_EQ(al_sse_finish(&p), 0);
   ASSERT_STR_EQ(r.buf, EV("1"));
   /* Two BOM bytes, then not the third: they are text of the first line. */
@@ -1107,10 +1126,11 @@ TEST_IMPL(sse_bom_split) {
 /* ---- randomized differential test -------------------------------------- */
 
 static size_t random_stream(char *out, size_t cap) {
-  static const char *const tok[] = {
-      "data", "event", "id", "retry", ":", " ", "\r", "\n", "x",
-      "\0",   "\xEF\xBB\xBF", "\xEF", "7", "data:", "\n\n", "\r\n", "  ",
-      "\t",   "data: x\n", "0"};
+  static const char *const tok[] = {"data", "event", "id",           "retry",
+                                    ":",    " ",     "\r",           "\n",
+                                    "x",    "\0",    "\xEF\xBB\xBF", "\xEF",
+                                    "7",    "data:", "\n\n",         "\r\n",
+                                    "  ",   "\t",    "data: x\n",    "0"};
   static const size_t tok_len[] = {4, 5, 2, 5, 1, 1, 1, 1, 1, 1,
                                    3, 1, 1, 5, 2, 2, 2, 1, 8, 1};
   size_t n = 0;
@@ -1187,11 +1207,12 @@ TEST_IMPL(sse_random_differential) {
           for (i = 0; i < len; i++) {
             fprintf(stderr, " %02x", (unsigned char)in[i]);
           }
-          fprintf(stderr, "\nvariant %d, max_line %zu, max_event %zu, "
-                  "chunking %d, rc %d want %d\n", variant, s.max_line,
-                  s.max_event, j, rc, want_rc);
-          AL_TEST_FAIL("--- got:\n%s--- reference:\n%s",
-                       got.buf ? got.buf : "", want.buf ? want.buf : "");
+          fprintf(stderr,
+                  "\nvariant %d, max_line %zu, max_event %zu, "
+                  "chunking %d, rc %d want %d\n",
+                  variant, s.max_line, s.max_event, j, rc, want_rc);
+          AL_TEST_FAIL("--- got:\n%s--- reference:\n%s", got.buf ? got.buf : "",
+                       want.buf ? want.buf : "");
         }
         rec_free(&got);
       }
