@@ -1222,3 +1222,84 @@ TEST_IMPL(sse_random_differential) {
   guard_free(&g);
   return 0;
 }
+
+/* ---- allocation failures ------------------------------------------------ */
+
+/* Fails allocation number fail_at (1-based) through the al_ hook. */
+static int alloc_count;
+static int alloc_fail_at;
+
+static void *fail_malloc(size_t n) {
+  return ++alloc_count == alloc_fail_at ? NULL : malloc(n);
+}
+
+static void *fail_realloc(void *p, size_t n) {
+  return ++alloc_count == alloc_fail_at ? NULL : realloc(p, n);
+}
+
+static void *fail_calloc(size_t c, size_t n) {
+  return ++alloc_count == alloc_fail_at ? NULL : calloc(c, n);
+}
+
+TEST_IMPL(sse_alloc_failure) {
+  static const char *const names[] = {"anthropic-stream", "id-sticky",
+                                      "long-event", "bom-partial"};
+  al_sse_settings_t s;
+  size_t i;
+
+  ASSERT_EQ(al_set_allocator(fail_malloc, fail_realloc, fail_calloc, free), 0);
+  settings_default(&s);
+  for (i = 0; i < AL_ARRAY_SIZE(names); i++) {
+    char rel[128];
+    size_t len;
+    char *in;
+    char *want;
+    size_t *cuts;
+    size_t j;
+    guard_t g;
+    bool passed = false;
+
+    sv_name = names[i];
+    snprintf(rel, sizeof(rel), "sse/%s.sse", names[i]);
+    in = al_test_read_file(al_test_data_path(rel), &len);
+    snprintf(rel, sizeof(rel), "sse/%s.events", names[i]);
+    want = al_test_read_file(al_test_data_path(rel), NULL);
+    ASSERT(in != NULL && want != NULL);
+    /* Small chunks, so lines are buffered and blocks outlive chunks. */
+    cuts = malloc((len / 7 + 1) * sizeof(*cuts));
+    ASSERT_NOT_NULL(cuts);
+    for (j = 0; (j + 1) * 7 < len; j++) {
+      cuts[j] = (j + 1) * 7;
+    }
+    guard_init(&g, len);
+    for (alloc_fail_at = 1; !passed; alloc_fail_at++) {
+      rec_t r;
+      int rc;
+
+      ASSERT(alloc_fail_at < 1000);
+      alloc_count = 0;
+      rec_init(&r);
+      rc = run_cuts(&s, in, len, cuts, j, 0, &g, &r);
+      if (alloc_count < alloc_fail_at) {
+        /* Nothing failed: the full, correct log. */
+        ASSERT_EQ(rc, 0);
+        expect_log(&r, want, "no allocation failed");
+        passed = true;
+      } else {
+        /* The failure surfaces as AL_ENOMEM (sticky, run_cuts checks), and
+         * what came before it is a prefix of the golden log. */
+        ASSERT_EQ(rc, AL_ENOMEM);
+        ASSERT(r.len <= strlen(want));
+        ASSERT(r.len == 0 || memcmp(r.buf, want, r.len) == 0);
+      }
+      rec_free(&r);
+    }
+    /* The loop did inject failures (line, data, type, id buffers). */
+    ASSERT_GE(alloc_fail_at, 4);
+    guard_free(&g);
+    free(cuts);
+    free(in);
+    free(want);
+  }
+  return 0;
+}
