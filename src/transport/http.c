@@ -1408,7 +1408,7 @@ static int hp_headers_complete(llhttp_t *p) {
      * final response follows on the same stream. */
     r->interim = true;
     reset_headers(r);
-    return 0;
+    return 1;
   }
   r->headers_done = true;
   r->hn = r->hdr_ix.len / sizeof(hdr_idx_t);
@@ -1444,8 +1444,9 @@ static int hp_headers_complete(llhttp_t *p) {
       return HPE_USER;
     }
   }
-  /* A response to HEAD has headers only, whatever they announce. */
-  return r->head ? 1 : 0;
+  /* Responses to HEAD, and 204/304, have headers only, whatever they
+   * announce (RFC 9112 6.3); llhttp 8.1 leaves that to us. */
+  return (r->head || status == 204 || status == 304) ? 1 : 0;
 }
 
 static int hp_body(llhttp_t *p, const char *at, size_t n) {
