@@ -703,7 +703,8 @@ static int conn_send(conn_t *conn, const char *p, size_t n) {
   char *copy;
   int err;
 
-  if (conn->tls != NULL) {
+  /* The CONNECT exchange precedes TLS and goes in the clear. */
+  if (conn->tls != NULL && conn->state != CONN_TUNNEL) {
     err = al__transport_tls_write(conn->tls, p, n);
     if (err != 0) {
       return err;

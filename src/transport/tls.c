@@ -370,11 +370,16 @@ int al__transport_tls_write(al__transport_tls_t *t, const char *p, size_t n) {
 
     if (ret > 0) {
       off += (size_t)ret;
-    } else if (ret != MBEDTLS_ERR_SSL_WANT_WRITE &&
-               ret != MBEDTLS_ERR_SSL_WANT_READ) {
+    } else if (ret == MBEDTLS_ERR_SSL_WANT_READ ||
+               ret == MBEDTLS_ERR_SSL_WANT_WRITE) {
+      /* The output BIO never blocks, so this means mbedtls wants input
+       * first (a write before the handshake finished): a caller bug, and
+       * looping would spin forever. */
+      snprintf(t->detail, sizeof(t->detail), "TLS write before handshake");
+      return AL_ESTATE;
+    } else {
       return tls_error(t, ret);
     }
-    /* WANT_* cannot repeat forever: the output BIO never blocks. */
   }
   return 0;
 }
