@@ -1,0 +1,9 @@
+/* agentloop-bench scenarios. Each scenario is one entry of the table in
+ * main.c: it gets the arguments after its name and returns the exit code. */
+#ifndef AL_BENCH_H
+#define AL_BENCH_H
+
+/* agentloop-bench decode [--events N] [--reps N] [--chunk BYTES] [--json] */
+int al_bench_decode(int argc, char **argv);
+
+#endif
