@@ -1,2 +1,0 @@
-# Empty dependencies file for agentloop-mockllm.
-# This may be replaced when dependencies are built.
