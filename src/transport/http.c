@@ -994,7 +994,8 @@ static int conn_open(al_http_request_t *r) {
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_ADDRCONFIG;
+    /* No AI_ADDRCONFIG: on a host with only loopback configured it hides
+     * "localhost". Unusable families just fail over to the next address. */
     conn->state = CONN_RESOLVING;
     err = uv_getaddrinfo(c->loop, &conn->gai, gai_cb, conn->dial_host, NULL,
                          &hints);

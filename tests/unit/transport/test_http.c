@@ -941,3 +941,80 @@ TEST_IMPL(transport_client_close_aborts) {
   ASSERT_LOOP_CLOSES(&loop);
   return 0;
 }
+
+/* ---- pool expiry, plain-HTTP proxy ----------------------------------------------- */
+
+static void stop_loop_timer(uv_timer_t *t) { uv_close((uv_handle_t *)t, NULL); }
+
+TEST_IMPL(transport_pool_idle_expiry) {
+  uv_loop_t loop;
+  tsrv_t srv;
+  tsrv_opts_t so = {0};
+  al_http_client_t *c;
+  al_http_client_options_t o;
+  al_http_client_stats_t st;
+  rec_t r;
+  uv_timer_t keep;
+
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  so.on_request = h_hello;
+  tsrv_start(&srv, &loop, &so);
+  al_http_client_options_init(&o);
+  o.pool_idle_timeout_ms = 20;
+  c = rec_client(&loop, &o);
+  rec_init(&r);
+  ASSERT_EQ(rec_get(c, &r, url_for(&srv, "/")), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_EQ(r.status, 0);
+  al_http_client_stats(c, &st);
+  ASSERT_EQ(st.idle_conns, 1);
+  /* The pooled socket is unref'd, so keep the loop alive with our own
+   * timer long enough for the pool's expiry to fire. */
+  uv_timer_init(&loop, &keep);
+  uv_timer_start(&keep, stop_loop_timer, 80, 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  al_http_client_stats(c, &st);
+  ASSERT_EQ(st.idle_conns, 0);
+
+  /* The next request needs a new connection. */
+  rec_init(&r);
+  ASSERT_EQ(rec_get(c, &r, url_for(&srv, "/")), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_EQ(r.status, 0);
+  ASSERT_EQ(srv.accepts, 2);
+  rec_client_close(c);
+  tsrv_close(&srv);
+  ASSERT_LOOP_CLOSES(&loop);
+  return 0;
+}
+
+TEST_IMPL(transport_proxy_plain_http) {
+  uv_loop_t loop;
+  tsrv_t srv;
+  tsrv_opts_t so = {0};
+  al_http_client_t *c;
+  al_http_client_options_t o;
+  rec_t r;
+  char proxy[128];
+
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  so.on_request = h_hello; /* plays the forward proxy */
+  tsrv_start(&srv, &loop, &so);
+  snprintf(proxy, sizeof(proxy), "127.0.0.1:%d", srv.port);
+  al_http_client_options_init(&o);
+  o.http_proxy = proxy; /* bare host:port, as env values often are */
+  o.no_proxy = "other.example";
+  c = rec_client(&loop, &o);
+  rec_init(&r);
+  /* Never resolved by us: the proxy gets the absolute-form target. */
+  ASSERT_EQ(rec_get(c, &r, "http://api.example.invalid:8080/v1/x?y"), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_EQ(r.status, 0);
+  ASSERT_MEM_EQ(r.body, r.body_len, "hello world", 11);
+  ASSERT_STR_EQ(srv.last_url, "http://api.example.invalid:8080/v1/x?y");
+  ASSERT_NOT_NULL(strstr(srv.last_head, "host: api.example.invalid:8080\n"));
+  rec_client_close(c);
+  tsrv_close(&srv);
+  ASSERT_LOOP_CLOSES(&loop);
+  return 0;
+}

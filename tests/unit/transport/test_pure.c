@@ -292,6 +292,8 @@ TEST_IMPL(transport_alloc_failure_sweep) {
       break; /* the whole request needed fewer allocations: done */
     }
   }
+  fprintf(stderr, "alloc sweep: %ld failure points, %d full runs\n", k,
+          completed_ok);
   ASSERT(k > 5 && k < 400);
   ASSERT_GE(completed_ok, 2);
   tsrv_close(&srv);
