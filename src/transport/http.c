@@ -259,9 +259,10 @@ static char *basic_auth(const char *userinfo) {
     return NULL;
   }
   for (i = 0; i < n; i++) {
-    if (userinfo[i] == '%' && i + 2 < n + 0 + 1 && hexval(userinfo[i + 1]) >= 0 &&
+    if (userinfo[i] == '%' && i + 2 < n && hexval(userinfo[i + 1]) >= 0 &&
         hexval(userinfo[i + 2]) >= 0) {
-      dec[j++] = (char)(hexval(userinfo[i + 1]) * 16 + hexval(userinfo[i + 2]));
+      dec[j++] =
+          (char)(hexval(userinfo[i + 1]) * 16 + hexval(userinfo[i + 2]));
       i += 2;
     } else {
       dec[j++] = userinfo[i];
@@ -1738,7 +1739,6 @@ static int build_wire(al_http_request_t *r, const al_http_request_options_t *o,
   } else {
     al__transport_hostport(r->url.host, r->url.port, v6, hp, sizeof(hp));
   }
-  al_buf_init(&b, (size_t)1 << 20 | o->body_len);
   if (o->body_len > ((size_t)1 << 30)) {
     return AL_ETOOBIG;
   }

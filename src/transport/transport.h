@@ -215,7 +215,8 @@ typedef struct al_http_request_options_s {
 void al_http_request_options_init(al_http_request_options_t *o);
 
 /* Starts a request. On success *out is the request and callbacks follow on
- * later iterations. Errors (nothing fires): AL_EINVAL (bad URL, method,
+ * later iterations; *out stays valid until on_complete returns or
+ * al_http_request_cancel() returns, whichever comes first. Errors (nothing fires): AL_EINVAL (bad URL, method,
  * header with CR/LF, missing on_complete), AL_ECLOSING (client closing),
  * AL_ENOMEM. */
 int al_http_request_start(al_http_client_t *c,

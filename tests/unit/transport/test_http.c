@@ -1018,3 +1018,34 @@ TEST_IMPL(transport_proxy_plain_http) {
   ASSERT_LOOP_CLOSES(&loop);
   return 0;
 }
+
+static void h_extra(tsrv_conn_t *c) {
+  tsrv_writes(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200");
+}
+
+/* Bytes after a complete response mean the exchange is out of sync: the
+ * response is delivered, but that connection is never reused. */
+TEST_IMPL(transport_trailing_garbage_not_pooled) {
+  uv_loop_t loop;
+  tsrv_t srv;
+  tsrv_opts_t so = {0};
+  al_http_client_t *c;
+  al_http_client_stats_t st;
+  rec_t r;
+
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  so.on_request = h_extra;
+  tsrv_start(&srv, &loop, &so);
+  c = rec_client(&loop, NULL);
+  rec_init(&r);
+  ASSERT_EQ(rec_get(c, &r, url_for(&srv, "/")), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_EQ(r.status, 0);
+  ASSERT_MEM_EQ(r.body, r.body_len, "ok", 2);
+  al_http_client_stats(c, &st);
+  ASSERT_EQ(st.idle_conns, 0);
+  rec_client_close(c);
+  tsrv_close(&srv);
+  ASSERT_LOOP_CLOSES(&loop);
+  return 0;
+}
