@@ -234,6 +234,7 @@ int al_bench_decode(int argc, char **argv) {
   size_t chunk = 16384;
   int reps = 7;
   bool as_json = false;
+  bool only_pipeline = false; /* for profilers: the fast pipeline alone */
   char *body;
   size_t len;
   size_t text_bytes;
@@ -258,6 +259,8 @@ int al_bench_decode(int argc, char **argv) {
       chunk = strtoul(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--json") == 0) {
       as_json = true;
+    } else if (strcmp(argv[i], "--pipeline-only") == 0) {
+      only_pipeline = true;
     } else {
       fprintf(stderr,
               "usage: agentloop-bench decode [--events N] [--reps N] "
@@ -271,6 +274,14 @@ int al_bench_decode(int argc, char **argv) {
   }
   json_object_seed(0);
   body = build_body(nevents, &len, &text_bytes);
+  if (only_pipeline) {
+    for (i = 0; i < reps; i++) {
+      tp[i] = run_pipeline(body, len, chunk, true, text_bytes, &hits);
+    }
+    printf("pipeline: %.4f us/event\n", median(tp, reps) * 1e6 / nevents);
+    free(body);
+    return 0;
+  }
   /* One untimed warm-up of each path (page faults, caches). */
   run_pipeline(body, len, chunk, true, text_bytes, &hits);
   run_pipeline(body, len, chunk, false, text_bytes, &hits_j);

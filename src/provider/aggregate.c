@@ -379,6 +379,7 @@ static int push_block(al_pstream_t *s, json_t *block) {
   b->type = al__provider_block_type(json_is_string(t) ? json_string_value(t)
                                                       : NULL);
   b->block = json_incref(block);
+  b->type_name = json_is_string(t) ? json_string_value(t) : NULL;
   al_buf_init(&b->buf, s->opts.max_block);
   if (b->type == AL_BLOCK_TEXT) {
     key = "text";
@@ -436,14 +437,11 @@ int al__agg_message_start(al_pstream_t *s, json_t *message) {
 
 static void fill_block_event(al_pevent_t *ev, al_pevent_type_t type,
                              const al__pblock_t *b, int index) {
-  json_t *t;
-
   memset(ev, 0, sizeof(*ev));
   ev->type = type;
   ev->index = index;
   ev->block_type = b->type;
-  t = json_object_get(b->block, "type");
-  ev->block_type_name = json_is_string(t) ? json_string_value(t) : NULL;
+  ev->block_type_name = b->type_name;
 }
 
 int al__agg_block_start(al_pstream_t *s, int64_t index, json_t *block) {
@@ -660,10 +658,13 @@ static int materialize_block(al__pblock_t *b) {
         al_buf_free(&tmp);
         return AL_ENOMEM;
       }
-      v = al__json_string_utf8(tmp.data, tmp.len);
+      v = json_stringn_nocheck(tmp.data, tmp.len);
       al_buf_free(&tmp);
     } else {
-      v = al__json_string_utf8(b->buf.data != NULL ? b->buf.data : "",
+      /* Everything in buf came out of a validated JSON string (fast path
+       * or jansson) or is a joined surrogate pair / U+FFFD, so it is valid
+       * UTF-8: skip jansson's second validation pass over the whole text. */
+      v = json_stringn_nocheck(b->buf.data != NULL ? b->buf.data : "",
                                b->buf.len);
     }
     if (v == NULL) {

@@ -268,6 +268,7 @@ void al_pstream_options_init(al_pstream_options_t *o);
 /* Per-block accumulation state (aggregate.c). */
 typedef struct al__pblock_s {
   al_block_type_t type;
+  const char *type_name; /* the block's "type" string (owned by block) */
   json_t *block;     /* the block as it will appear in content[] */
   al_buf_t buf;      /* text / thinking / raw partial_json appended */
   json_t *base;      /* the start block's text/thinking value (string) */
