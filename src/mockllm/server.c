@@ -954,6 +954,7 @@ static void dispatch(conn_t *c) {
   al__mock_response_t *r;
   int idx;
   const char *sel;
+  bool had_body;
 
   m->stats.requests++;
   m->req_seq++;
@@ -1000,8 +1001,12 @@ static void dispatch(conn_t *c) {
   }
 
   headers = headers_json(c);
-  if (c->body.len > 0) {
+  had_body = c->body.len > 0;
+  if (had_body) {
     body = json_loadb(c->body.data, c->body.len, 0, &jerr);
+  }
+  if (c->body.cap > 4 * AL__MOCK_BATCH) {
+    al_buf_free(&c->body); /* a big request's memory is not kept idle */
   }
   if (body == NULL) {
     memset(&v, 0, sizeof(v));
@@ -1016,7 +1021,7 @@ static void dispatch(conn_t *c) {
     } else {
       snprintf(v.message, sizeof(v.message),
                "There was an error parsing the body of your request: %s",
-               c->body.len > 0 ? jerr.text : "empty body");
+               had_body ? jerr.text : "empty body");
     }
     valid = false;
   } else if (m->validate) {
@@ -1612,7 +1617,6 @@ static void srv_maybe_done(al_mockllm_t *m) {
     return;
   }
   cb = m->close_cb;
-  m->pending = -1; /* guard against a second run */
   if (cb != NULL) {
     cb(m);
   }
