@@ -8,6 +8,7 @@
  * line is printed, so a script can wait for either. SIGINT/SIGTERM close the
  * server and exit 0; a bad scenario exits 2 with FILE:LINE:COL. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,8 @@ static void usage(FILE *f) {
       "  --scenario FILE     the YAML scenario to play (default: one short\n"
       "                      text reply)\n"
       "  --record FILE       append every request as one NDJSON line\n"
-      "  --no-validate       accept any request body\n"
+      "  --no-validate       skip the API's request rules (a body that is\n"
+      "                      not JSON is still a 400)\n"
       "  --timestamps        put the send time (uv_hrtime ns) on every event\n"
       "                      as an SSE id: line\n"
       "  --port-file FILE    write the bound port there once listening\n"
@@ -142,6 +144,8 @@ int main(int argc, char **argv) {
   int rc;
 
   al_log_init();
+  /* A client that hangs up mid-stream must cost an EPIPE, not the process. */
+  signal(SIGPIPE, SIG_IGN);
   memset(&app, 0, sizeof(app));
   al_mockllm_options_init(&o);
   for (i = 1; i < argc; i++) {

@@ -14,6 +14,9 @@
  * happens in al_mockllm_load_scenario_file or al_mockllm_new before the
  * server starts), and closes asynchronously with al_mockllm_close.
  *
+ * Like any libuv server, the embedding process should ignore SIGPIPE (a
+ * client hanging up mid-stream would otherwise kill it); the CLI does.
+ *
  * The hot path does no JSON work: every event of every response is rendered
  * to bytes once, when the scenario loads, and playback copies those bytes
  * into a bounded per-connection output buffer written in batches. */

@@ -88,6 +88,7 @@ typedef struct conn_s {
   bool delay_done;
   bool error_sent;
   bool reset_now;
+  bool in_overflow;    /* pipelined input did not fit: close after this */
   phase_t after_first; /* the phase once first_byte_delay_ms elapsed */
   char reqid[40];
   /* output */
@@ -749,7 +750,7 @@ static void finish_response(conn_t *c) {
     c->playing = false;
     m->playing--;
   }
-  if (!c->keep_alive) {
+  if (!c->keep_alive || c->in_overflow) {
     conn_end(c);
     return;
   }
@@ -1304,10 +1305,11 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (c->phase != P_READ || c->in.len > 0) {
     if (al_buf_append(&c->in, buf->base, (size_t)nread) != 0) {
-      /* Too much pipelined input: stop reading until we catch up. That
-       * also stops EOF detection, which is fine for a bounded client. */
+      /* Too much pipelined input: the bytes cannot be kept, so this
+       * connection ends after the current response. */
       uv_read_stop(s);
       c->reading = false;
+      c->in_overflow = true;
       return;
     }
     if (c->phase == P_READ && c->why == T_NONE) {
@@ -1321,6 +1323,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         al_buf_append(&c->in, buf->base + used, (size_t)nread - used) != 0) {
       uv_read_stop(s);
       c->reading = false;
+      c->in_overflow = true;
     }
     dispatch(c);
   } else if (st == PARSE_ERROR) {

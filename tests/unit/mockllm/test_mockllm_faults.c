@@ -280,3 +280,82 @@ TEST_IMPL(mockllm_exhausted_modes) {
   free(req);
   return 0;
 }
+
+static int closed_calls;
+
+static void on_server_closed(al_mockllm_t *m) {
+  (void)m;
+  closed_calls++;
+}
+
+static bool close_server_on_first_ping(mt_client_t *c) {
+  if (c->server != NULL && strstr(c->body[0].data, "event: ping") != NULL) {
+    al_mockllm_t *m = c->server;
+
+    c->server = NULL; /* the client must not close it again */
+    al_mockllm_close(m, on_server_closed);
+    ASSERT_EQ(closed_calls, 0); /* never synchronously */
+  }
+  return false; /* keep reading until the server hangs up */
+}
+
+TEST_IMPL(mockllm_close_while_streaming) {
+  static const char yaml[] =
+      "responses:\n"
+      "  - fault: {pings_only: true, ping_interval_ms: 1}\n";
+  uv_loop_t loop;
+  mt_client_t c;
+  char *req = mt_anthropic(mt_simple_anthropic);
+
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  mt_client_init(&c);
+  mt_client_add(&c, req);
+  free(req);
+  c.on_body = close_server_on_first_ping;
+  c.server = mt_server(&loop, yaml, false);
+  mt_client_start(&c, &loop, al_mockllm_port(c.server));
+  ASSERT_LOOP_CLOSES(&loop);
+  ASSERT_EQ(closed_calls, 1);
+  ASSERT(c.read_err == UV_EOF || c.read_err == UV_ECONNRESET);
+  ASSERT_EQ(c.ncomplete, 0);
+  mt_client_free(&c);
+  return 0;
+}
+
+static bool hang_up_early(mt_client_t *c) {
+  return c->body[0].len > 0; /* close after the first body bytes */
+}
+
+TEST_IMPL(mockllm_client_hangs_up_mid_stream) {
+  static const char yaml[] =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - repeat_text: {count: 1000, text: \"x\", delay_ms: 1}\n";
+  uv_loop_t loop;
+  mt_client_t c;
+  al_mockllm_t *m;
+  al_mockllm_stats_t st;
+  char *req = mt_anthropic(mt_simple_anthropic);
+
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  mt_client_init(&c);
+  mt_client_add(&c, req);
+  free(req);
+  c.on_body = hang_up_early;
+  m = mt_server(&loop, yaml, false);
+  mt_client_start(&c, &loop, al_mockllm_port(m));
+  /* The server notices the hang-up (it keeps reading while it streams) and
+   * drops the connection and its timer. */
+  do {
+    al_mockllm_stats(m, &st);
+  } while ((st.connections_accepted == 0 || st.connections_active > 0) &&
+           uv_run(&loop, UV_RUN_ONCE) != 0);
+  ASSERT_EQ(st.connections_accepted, 1);
+  ASSERT_EQ(st.connections_active, 0);
+  ASSERT(st.events_sent < 1000);
+  al_mockllm_close(m, NULL);
+  ASSERT_LOOP_CLOSES(&loop);
+  mt_client_free(&c);
+  return 0;
+}
