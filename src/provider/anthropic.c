@@ -291,10 +291,5 @@ out_free_body:
   return err;
 }
 
-static int anthropic_http_error(int status, const char *body, size_t len,
-                                al_provider_error_t *out) {
-  return al__provider_http_error(status, body, len, out);
-}
-
 const al_provider_t al_provider_anthropic = {
-    AL_PROVIDER_ANTHROPIC, "anthropic", anthropic_build, anthropic_http_error};
+    AL_PROVIDER_ANTHROPIC, "anthropic", anthropic_build, al__provider_http_error};

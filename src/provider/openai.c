@@ -1162,10 +1162,5 @@ out_free_request:
   return err;
 }
 
-static int openai_http_error(int status, const char *body, size_t len,
-                             al_provider_error_t *out) {
-  return al__provider_http_error(status, body, len, out);
-}
-
 const al_provider_t al_provider_openai = {
-    AL_PROVIDER_OPENAI, "openai", openai_build, openai_http_error};
+    AL_PROVIDER_OPENAI, "openai", openai_build, al__provider_http_error};
