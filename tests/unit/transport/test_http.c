@@ -464,14 +464,18 @@ TEST_IMPL(transport_progress_stall) {
   ASSERT_LE(r1.ndata, 20);
 
   /* Progress reported for the first 30 pings (~150 ms, far past 40 ms)
-   * keeps the request alive; the stall comes only after they stop. */
+   * keeps the request alive; the stall comes only after they stop. The
+   * timeout must not fire while progress flows, so it scales with the
+   * slow-build multiplier: a sanitizer build on a loaded machine can miss
+   * a 40 ms deadline between two pings. */
   rec_init(&r2);
-  r2.progress_until = 30;
+  o.progress_timeout_ms = 40 * al_test_timeout_multiplier();
+  r2.progress_until = 30 * al_test_timeout_multiplier();
   ASSERT_EQ(rec_start(c, &r2, &o), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   ASSERT_EQ(r2.status, AL_ESTALL);
   ASSERT_EQ(r2.kind, AL_HTTP_ERR_STALL_PROGRESS);
-  ASSERT_GE(r2.ndata, 31);
+  ASSERT_GE(r2.ndata, r2.progress_until + 1);
   ASSERT_EQ(srv.accepts, 2); /* a stalled connection is never reused */
   rec_client_close(c);
   tsrv_close(&srv);
