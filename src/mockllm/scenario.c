@@ -74,11 +74,40 @@ static bool key_is(const yaml_node_t *k, const char *s) {
          strcmp((const char *)k->data.scalar.value, s) == 0;
 }
 
+/* libyaml accepts a key given twice in one mapping (YAML forbids it). The
+ * parsers below store each key's value as they meet it, so the second one
+ * would silently replace the first -- and leak what it had allocated, such
+ * as a reply's content or a response's headers. Like a typo, it is an
+ * error. Scenario mappings hold a handful of keys, so the scan is cheap. */
+static int unique_keys(ctx_t *c, const yaml_node_t *n) {
+  yaml_node_pair_t *p;
+  yaml_node_pair_t *q;
+
+  for (p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = node(c, p->key);
+
+    if (k->type != YAML_SCALAR_NODE) {
+      continue;
+    }
+    for (q = n->data.mapping.pairs.start; q < p; q++) {
+      yaml_node_t *k2 = node(c, q->key);
+
+      if (k2->type == YAML_SCALAR_NODE &&
+          k2->data.scalar.length == k->data.scalar.length &&
+          memcmp(k2->data.scalar.value, k->data.scalar.value,
+                 k->data.scalar.length) == 0) {
+        return fail(c, k, "duplicate key '%s'", scalar(k));
+      }
+    }
+  }
+  return 0;
+}
+
 static int want_mapping(ctx_t *c, const yaml_node_t *n, const char *what) {
   if (n->type != YAML_MAPPING_NODE) {
     return fail(c, n, "%s must be a mapping, found %s", what, node_kind(n));
   }
-  return 0;
+  return unique_keys(c, n);
 }
 
 static int get_str(ctx_t *c, const yaml_node_t *n, const char *what,
@@ -337,6 +366,10 @@ static int parse_block(ctx_t *c, const yaml_node_t *n, al__mock_block_t *b,
     return fail(c, n, "a content block must be a mapping (text, thinking, "
                 "redacted_thinking, tool_use, repeat_text or ping), found %s",
                 node_kind(n));
+  }
+  err = unique_keys(c, n);
+  if (err != 0) {
+    return err;
   }
   for (p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
     yaml_node_t *k = node(c, p->key);

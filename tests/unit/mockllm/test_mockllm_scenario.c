@@ -82,6 +82,16 @@ TEST_IMPL(mockllm_scenario_errors) {
                "t.yaml:1:11: transfer must be chunked or close");
   expect_error("responses:\n  - fault: {drip: {interval_ms: 5}}\n",
                "t.yaml:2:19: drip needs bytes");
+  /* A key given twice (libyaml allows it) is an error, not a silent
+   * replacement: found by fuzz_scenario, the second headers/content used to
+   * leak the first. */
+  expect_error("responses:\n  - headers: {}\n    headers: {}",
+               "t.yaml:3:5: duplicate key 'headers'");
+  expect_error("responses:\n  - reply: {content: [text: a], content: []}\n",
+               "t.yaml:2:33: duplicate key 'content'");
+  expect_error("responses:\n  - reply:\n      content:\n"
+               "        - {text: a, delay_ms: 1, delay_ms: 2}\n",
+               "t.yaml:4:34: duplicate key 'delay_ms'");
   return 0;
 }
 
