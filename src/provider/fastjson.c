@@ -198,12 +198,14 @@ static int hexval(unsigned char c) {
   return -1;
 }
 
-/* Reads \uXXXX at p (p[0] == '\\'); -1 when not a valid \u escape. */
+/* Reads \uXXXX at p; -1 when p does not start a valid \u escape. The
+ * backslash is checked too: callers probe for the low half of a surrogate
+ * pair right after a high one, where "\ud83d^ude0e" must not pair. */
 static long read_u_escape(const char *p, const char *end) {
   long v = 0;
   int i;
 
-  if (end - p < 6 || p[1] != 'u') {
+  if (end - p < 6 || p[0] != '\\' || p[1] != 'u') {
     return -1;
   }
   for (i = 2; i < 6; i++) {

@@ -103,6 +103,9 @@ TEST_IMPL(provider_fastpath_escapes) {
       CBD "\"text_delta\",\"text\":\"lone \\ud83d in the middle\"}}",
       CBD "\"text_delta\",\"text\":\"lone \\ude00 low in the middle\"}}",
       CBD "\"text_delta\",\"text\":\"\\ud83d\\ud83d\"}}",
+      /* fuzz_fastjson: a high half followed by "^ude0e" (no backslash)
+       * is lone, not a pair. */
+      CBD "\"thinking_delta\",\"thinking\":\"\\ud83d^ude0e\"}}",
       CBD "\"text_delta\",\"text\":\"raw UTF-8 \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}}",
       CBD "\"thinking_delta\",\"thinking\":\"hmm \\n\"}}",
       CBD "\"input_json_delta\",\"partial_json\":\"{\\\"a\\\": \\\"\\\\u00\"}}",
