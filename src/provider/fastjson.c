@@ -257,13 +257,165 @@ static bool is_hot_value(const char *data, const char *q) {
  * values are removed and reported when lead/trail are non-NULL; all others
  * become \uFFFD. Backslashes only occur inside JSON strings, so walking
  * escapes left to right is string-aware enough. */
+/* May boundary marks be used in data? Not when it already holds U+FDD0 or
+ * U+FDD1 in any spelling: a mark must never be confused with text. */
+static bool marks_usable(const char *data, size_t len) {
+  const char *p = data;
+  const char *end = data + len;
+
+  if (memmem(data, len, "\xEF\xB7\x90", 3) != NULL ||
+      memmem(data, len, "\xEF\xB7\x91", 3) != NULL) {
+    return false;
+  }
+  while ((p = memchr(p, '\\', (size_t)(end - p))) != NULL) {
+    long v = read_u_escape(p, end);
+
+    if (v == AL_MARK_HI || v == AL_MARK_LO) {
+      return false;
+    }
+    p += v >= 0 ? 6 : 2;
+    if (p >= end) {
+      break;
+    }
+  }
+  return true;
+}
+
+/* Appends the UTF-8 of a boundary mark: the marker code point, then the
+ * surrogate's 10 payload bits as U+F0000 + bits. 7 bytes. */
+static int put_mark(al_buf_t *b, uint32_t marker, uint32_t payload) {
+  char m[7];
+
+  m[0] = (char)0xEF;
+  m[1] = (char)0xB7;
+  m[2] = (char)(marker == AL_MARK_HI ? 0x90 : 0x91);
+  m[3] = (char)0xF3;
+  m[4] = (char)0xB0;
+  m[5] = (char)(0x80 | ((payload >> 6) & 0x0F));
+  m[6] = (char)(0x80 | (payload & 0x3F));
+  return al_buf_append(b, m, sizeof(m));
+}
+
+static bool is_mark(const unsigned char *p, unsigned char which) {
+  return p[0] == 0xEF && p[1] == 0xB7 && p[2] == which && p[3] == 0xF3 &&
+         p[4] == 0xB0 && (p[5] & 0xF0) == 0x80 && (p[6] & 0xC0) == 0x80;
+}
+
+static uint32_t mark_payload(const unsigned char *p) {
+  return ((uint32_t)(p[5] & 0x0F) << 6) | (uint32_t)(p[6] & 0x3F);
+}
+
+void al__marks_strip(const char **s, size_t *n, uint32_t *lead_lo,
+                     uint32_t *trail_hi) {
+  const unsigned char *p = (const unsigned char *)*s;
+
+  *lead_lo = 0;
+  *trail_hi = 0;
+  if (*n >= AL_MARK_LEN && is_mark(p, 0x91)) {
+    *lead_lo = 0xDC00 + mark_payload(p);
+    *s += AL_MARK_LEN;
+    *n -= AL_MARK_LEN;
+    p += AL_MARK_LEN;
+  }
+  if (*n >= AL_MARK_LEN && is_mark(p + *n - AL_MARK_LEN, 0x90)) {
+    *trail_hi = 0xD800 + mark_payload(p + *n - AL_MARK_LEN);
+    *n -= AL_MARK_LEN;
+  }
+}
+
+int al__marks_append(al_buf_t *b, uint32_t *pending_hi, const char *s,
+                     size_t n, bool marks) {
+  uint32_t lo = 0;
+  uint32_t hi = 0;
+  int rc = 0;
+
+  if (marks) {
+    al__marks_strip(&s, &n, &lo, &hi);
+  }
+  if (*pending_hi != 0 && lo == 0 && n == 0 && hi == 0) {
+    return 0; /* an empty piece: the high half keeps waiting */
+  }
+  if (*pending_hi != 0 && lo != 0) {
+    rc = al__utf8_put(b, 0x10000 + ((*pending_hi - 0xD800) << 10) +
+                             (lo - 0xDC00));
+  } else if (*pending_hi != 0 || lo != 0) {
+    rc = al_buf_append(b, "\xEF\xBF\xBD", 3);
+  }
+  if (rc == 0 && n > 0) {
+    rc = al_buf_append(b, s, n);
+  }
+  *pending_hi = hi;
+  return rc;
+}
+
+/* Replaces the marks of one string value by U+FFFD. */
+static int unmark_string(json_t *str) {
+  const char *s = json_string_value(str);
+  size_t n = json_string_length(str);
+  uint32_t lo;
+  uint32_t hi;
+  al_buf_t b;
+  int rc = 0;
+
+  if (n < AL_MARK_LEN) {
+    return 0;
+  }
+  al__marks_strip(&s, &n, &lo, &hi);
+  if (lo == 0 && hi == 0) {
+    return 0;
+  }
+  al_buf_init(&b, n + 16);
+  if ((lo != 0 && al_buf_append(&b, "\xEF\xBF\xBD", 3) != 0) ||
+      al_buf_append(&b, s, n) != 0 ||
+      (hi != 0 && al_buf_append(&b, "\xEF\xBF\xBD", 3) != 0) ||
+      json_string_setn(str, b.data, b.len) != 0) {
+    rc = AL_ENOMEM;
+  }
+  al_buf_free(&b);
+  return rc;
+}
+
+int al__marks_clear(json_t *v, json_t *const *keep, size_t nkeep) {
+  size_t i;
+  const char *k;
+  json_t *x;
+  int rc;
+
+  switch (json_typeof(v)) {
+  case JSON_STRING:
+    for (i = 0; i < nkeep; i++) {
+      if (keep[i] == v) {
+        return 0;
+      }
+    }
+    return unmark_string(v);
+  case JSON_OBJECT:
+    json_object_foreach(v, k, x) {
+      if ((rc = al__marks_clear(x, keep, nkeep)) != 0) {
+        return rc;
+      }
+    }
+    return 0;
+  case JSON_ARRAY:
+    json_array_foreach(v, i, x) {
+      if ((rc = al__marks_clear(x, keep, nkeep)) != 0) {
+        return rc;
+      }
+    }
+    return 0;
+  default:
+    return 0;
+  }
+}
+
 static char *rewrite_surrogates(const char *data, size_t len, size_t *outlen,
                                 bool *needed, bool *nomem, uint32_t *lead_lo,
-                                uint32_t *trail_hi) {
+                                uint32_t *trail_hi, bool *marked) {
   const char *p = data;
   const char *end = data + len;
   const char *run = data;
   const char *raw_quote = NULL; /* last unescaped '"' seen */
+  int can_mark = marked != NULL ? -1 : 0; /* -1: not decided yet */
   al_buf_t out;
 
   *needed = false;
@@ -300,6 +452,22 @@ static char *rewrite_surrogates(const char *data, size_t len, size_t *outlen,
     *needed = true;
     if (al_buf_append(&out, run, (size_t)(bs - run)) != 0) {
       goto out_nomem;
+    }
+    if (can_mark != 0 &&
+        ((v <= 0xDBFF && bs + 6 < end && bs[6] == '"') ||
+         (v >= 0xDC00 && raw_quote != NULL && raw_quote == bs - 1))) {
+      if (can_mark < 0) {
+        can_mark = marks_usable(data, len) ? 1 : 0;
+      }
+      if (can_mark > 0) {
+        if (put_mark(&out, v <= 0xDBFF ? AL_MARK_HI : AL_MARK_LO,
+                     (uint32_t)v & 0x3FF) != 0) {
+          goto out_nomem;
+        }
+        *marked = true;
+        run = p = bs + 6;
+        continue;
+      }
     }
     if (v <= 0xDBFF && trail_hi != NULL && *trail_hi == 0 && bs + 6 < end &&
         bs[6] == '"') {
@@ -340,32 +508,33 @@ out_nomem:
 
 static json_t *load_tracked_valid(const char *data, size_t len,
                                   json_error_t *err, uint32_t *lead_lo,
-                                  uint32_t *trail_hi);
+                                  uint32_t *trail_hi, bool *marked);
 
 /* The SDKs decode the byte stream with a replacing UTF-8 decoder before
  * JSON.parse, so invalid bytes become U+FFFD instead of failing the event;
  * jansson refuses them, hence the sanitized copy. */
 static json_t *load_tracked(const char *data, size_t len, json_error_t *err,
-                            uint32_t *lead_lo, uint32_t *trail_hi) {
+                            uint32_t *lead_lo, uint32_t *trail_hi,
+                            bool *marked) {
   al_buf_t b;
   json_t *j;
 
   if (al__utf8_valid(data, len)) {
-    return load_tracked_valid(data, len, err, lead_lo, trail_hi);
+    return load_tracked_valid(data, len, err, lead_lo, trail_hi, marked);
   }
   al_buf_init(&b, len * 3 + 16);
   if (al__utf8_sanitize_append(&b, data, len) != 0) {
     al_buf_free(&b);
     return NULL;
   }
-  j = load_tracked_valid(b.data, b.len, err, lead_lo, trail_hi);
+  j = load_tracked_valid(b.data, b.len, err, lead_lo, trail_hi, marked);
   al_buf_free(&b);
   return j;
 }
 
 static json_t *load_tracked_valid(const char *data, size_t len,
                                   json_error_t *err, uint32_t *lead_lo,
-                                  uint32_t *trail_hi) {
+                                  uint32_t *trail_hi, bool *marked) {
   json_t *j;
   bool needed;
   bool nomem;
@@ -379,11 +548,14 @@ static json_t *load_tracked_valid(const char *data, size_t len,
   if (trail_hi != NULL) {
     *trail_hi = 0;
   }
+  if (marked != NULL) {
+    *marked = false;
+  }
   /* A surrogate escape is the only thing the rewrite changes; without a
    * "\u" in the data there is nothing to rewrite. */
   if (memmem(data, len, "\\u", 2) != NULL) {
     copy = rewrite_surrogates(data, len, &clen, &needed, &nomem, lead_lo,
-                              trail_hi);
+                              trail_hi, marked);
     if (copy != NULL) {
       j = json_loadb(copy, clen, JSON_DECODE_ANY | JSON_ALLOW_NUL,
                      err != NULL ? err : &e2);
@@ -400,13 +572,18 @@ static json_t *load_tracked_valid(const char *data, size_t len,
 
 json_t *al__provider_json_load(const char *data, size_t len,
                                json_error_t *err) {
-  return load_tracked(data, len, err, NULL, NULL);
+  return load_tracked(data, len, err, NULL, NULL, NULL);
+}
+
+json_t *al__provider_json_load_marked(const char *data, size_t len,
+                                      json_error_t *err, bool *marked) {
+  return load_tracked(data, len, err, NULL, NULL, marked);
 }
 
 json_t *al__provider_json_load2(const char *data, size_t len,
                                 json_error_t *err, uint32_t *lead_lo,
                                 uint32_t *trail_hi) {
-  return load_tracked(data, len, err, lead_lo, trail_hi);
+  return load_tracked(data, len, err, lead_lo, trail_hi, NULL);
 }
 
 /* ---- the fast path --------------------------------------------------------- */

@@ -34,6 +34,7 @@ typedef struct oai_tool_s {
   json_t *obj;       /* tool call snapshot: rest keys, id, type, function */
   json_t *fn;        /* {name, arguments} placeholder inside obj, or NULL */
   al_buf_t args;
+  uint32_t args_hi;  /* high surrogate waiting for the next piece, or 0 */
   int block;         /* normalized block index (choice 0), or -1 */
 } oai_tool_t;
 
@@ -45,6 +46,8 @@ struct al__oai_choice_s {
   al_buf_t refusal;
   bool has_content;
   bool has_refusal;
+  uint32_t content_hi; /* high surrogates waiting for the next piece */
+  uint32_t refusal_hi;
   oai_tool_t *tools;
   size_t ntools;
 };
@@ -175,6 +178,11 @@ static int norm_text(al_pstream_t *s, al_fj_kind_t kind, json_t *v) {
   int *slot = kind == AL_FJ_TEXT ? &s->oai_text_block : &s->oai_think_block;
   int *other = kind == AL_FJ_TEXT ? &s->oai_think_block : &s->oai_text_block;
 
+  const char *p;
+  size_t n;
+  uint32_t lead = 0;
+  uint32_t trail = 0;
+
   if (!truthy_str(v)) {
     return 0;
   }
@@ -182,8 +190,12 @@ static int norm_text(al_pstream_t *s, al_fj_kind_t kind, json_t *v) {
                               kind == AL_FJ_TEXT ? "text" : "thinking")) != 0) {
     return rc;
   }
-  return al__agg_delta(s, *slot, kind, json_string_value(v),
-                       json_string_length(v), 0, 0);
+  p = json_string_value(v);
+  n = json_string_length(v);
+  if (s->oai_marked) {
+    al__marks_strip(&p, &n, &lead, &trail);
+  }
+  return al__agg_delta(s, *slot, kind, p, n, lead, trail);
 }
 
 static int norm_tool(al_pstream_t *s, al__oai_choice_t *c, size_t k,
@@ -230,8 +242,15 @@ static int norm_tool(al_pstream_t *s, al__oai_choice_t *c, size_t k,
     }
   }
   if (truthy_str(args)) {
-    return al__agg_delta(s, t->block, AL_FJ_INPUT, json_string_value(args),
-                         json_string_length(args), 0, 0);
+    const char *p = json_string_value(args);
+    size_t n = json_string_length(args);
+    uint32_t lead = 0;
+    uint32_t trail = 0;
+
+    if (s->oai_marked) {
+      al__marks_strip(&p, &n, &lead, &trail);
+    }
+    return al__agg_delta(s, t->block, AL_FJ_INPUT, p, n, lead, trail);
   }
   return 0;
 }
@@ -412,8 +431,9 @@ static int apply_tool_call(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
       json_object_set(t->fn, "name", v);
     }
     v = json_object_get(fn, "arguments");
-    if (truthy_str(v) && al_buf_append(&t->args, json_string_value(v),
-                                       json_string_length(v)) != 0) {
+    if (truthy_str(v) &&
+        al__marks_append(&t->args, &t->args_hi, json_string_value(v),
+                         json_string_length(v), s->oai_marked) != 0) {
       return fail_decode(s, "tool call arguments too large");
     }
   }
@@ -485,8 +505,8 @@ static int apply_choice(al_pstream_t *s, json_t *ch) {
       json_object_set_new(c->message, "refusal", json_string(""));
     }
     c->has_refusal = true;
-    if (al_buf_append(&c->refusal, json_string_value(v),
-                      json_string_length(v)) != 0) {
+    if (al__marks_append(&c->refusal, &c->refusal_hi, json_string_value(v),
+                         json_string_length(v), s->oai_marked) != 0) {
       return fail_decode(s, "refusal too large");
     }
   }
@@ -528,8 +548,8 @@ static int apply_choice(al_pstream_t *s, json_t *ch) {
       json_object_set_new(c->message, "content", json_string(""));
       c->has_content = true;
     }
-    if (al_buf_append(&c->content, json_string_value(v),
-                      json_string_length(v)) != 0) {
+    if (al__marks_append(&c->content, &c->content_hi, json_string_value(v),
+                         json_string_length(v), s->oai_marked) != 0) {
       return fail_decode(s, "content too large");
     }
   }
@@ -591,6 +611,51 @@ static int apply_chunk(al_pstream_t *s, json_t *chunk) {
   return norm_usage(s, json_object_get(chunk, "usage"));
 }
 
+/* A chunk loaded with boundary marks: the strings that are appended
+ * (content, refusal, tool arguments) keep theirs for the appenders to
+ * join across chunks; every other string gets U+FFFD. */
+static int keep_marks(al_pstream_t *s, json_t *root) {
+  json_t **keep = NULL;
+  size_t nkeep = 0;
+  size_t cap = 0;
+  size_t i;
+  size_t k;
+  json_t *ch;
+  int rc;
+
+#define KEEP(v)                                                        \
+  do {                                                                 \
+    json_t *v_ = (v);                                                  \
+    if (json_is_string(v_)) {                                          \
+      if (nkeep == cap) {                                              \
+        json_t **nk = al_realloc(keep, (cap = cap * 2 + 8) * sizeof(*nk)); \
+        if (nk == NULL) {                                              \
+          al_free(keep);                                               \
+          return AL_ENOMEM;                                            \
+        }                                                              \
+        keep = nk;                                                     \
+      }                                                                \
+      keep[nkeep++] = v_;                                              \
+    }                                                                  \
+  } while (0)
+
+  (void)s;
+  json_array_foreach(json_object_get(root, "choices"), i, ch) {
+    json_t *delta = json_object_get(ch, "delta");
+    json_t *tc;
+
+    KEEP(json_object_get(delta, "content"));
+    KEEP(json_object_get(delta, "refusal"));
+    json_array_foreach(json_object_get(delta, "tool_calls"), k, tc) {
+      KEEP(json_object_get(json_object_get(tc, "function"), "arguments"));
+    }
+  }
+#undef KEEP
+  rc = al__marks_clear(root, keep, nkeep);
+  al_free(keep);
+  return rc;
+}
+
 int al__openai_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
   json_t *root;
   json_t *err;
@@ -609,7 +674,12 @@ int al__openai_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
     s->oai_done = true;
     return 0;
   }
-  root = al__provider_json_load(ev->data, ev->data_len, &jerr);
+  root = al__provider_json_load_marked(ev->data, ev->data_len, &jerr,
+                                       &s->oai_marked);
+  if (root != NULL && s->oai_marked && keep_marks(s, root) != 0) {
+    json_decref(root);
+    return fail_decode(s, "out of memory");
+  }
   if (root == NULL) {
     char msg[200];
 
@@ -641,6 +711,23 @@ int al__openai_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
 }
 
 /* ---- finalize -------------------------------------------------------------- */
+
+/* The accumulated text; a high surrogate still waiting at the end can
+ * never be joined any more: U+FFFD. */
+static json_t *buf_string(al_buf_t *b, uint32_t pending_hi) {
+  json_t *j;
+
+  if (pending_hi == 0) {
+    return al__json_string_utf8(b->data != NULL ? b->data : "", b->len);
+  }
+  if (al_buf_append(b, "\xEF\xBF\xBD", 3) != 0) {
+    return NULL;
+  }
+  j = al__json_string_utf8(b->data, b->len);
+  b->len -= 3;
+  b->data[b->len] = '\0';
+  return j;
+}
 
 static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
                                 size_t ci, const char **errmsg,
@@ -688,17 +775,12 @@ static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
     json_object_set_new(
         tc, "function",
         json_pack("{s:O,s:o}", "name", json_object_get(t->fn, "name"),
-                  "arguments",
-                  al__json_string_utf8(t->args.data ? t->args.data : "",
-                                       t->args.len)));
+                  "arguments", buf_string(&t->args, t->args_hi)));
     json_array_append_new(arr, tc);
   }
   return arr;
 }
 
-static json_t *buf_string(al_buf_t *b) {
-  return al__json_string_utf8(b->data != NULL ? b->data : "", b->len);
-}
 
 static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
                             const char **errmsg, char *errbuf, size_t errlen) {
@@ -725,11 +807,11 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
     *errmsg = errbuf;
     return NULL;
   }
-  content = c->has_content ? buf_string(&c->content)
+  content = c->has_content ? buf_string(&c->content, c->content_hi)
             : json_object_get(c->message, "content") != NULL
                 ? json_incref(json_object_get(c->message, "content"))
                 : json_null();
-  refusal = c->has_refusal ? buf_string(&c->refusal)
+  refusal = c->has_refusal ? buf_string(&c->refusal, c->refusal_hi)
             : (json_object_get(c->message, "refusal") != NULL &&
                !json_is_null(json_object_get(c->message, "refusal")))
                 ? json_incref(json_object_get(c->message, "refusal"))

@@ -307,6 +307,7 @@ typedef struct al_pstream_s {
   int *oai_tool_block;  /* choice-0 tool call index -> block index */
   size_t oai_ntool;
   char *oai_finish_reason;
+  bool oai_marked;      /* the current chunk carries boundary marks */
   /* Error detail kept after an ERROR event for al_pstream_error_*(). */
   al_perr_kind_t err_kind;
   char *err_message;
@@ -386,6 +387,31 @@ json_t *al__provider_json_load(const char *data, size_t len,
 json_t *al__provider_json_load2(const char *data, size_t len,
                                 json_error_t *err, uint32_t *lead_lo,
                                 uint32_t *trail_hi);
+/* Boundary marks (OpenAI, where one chunk has many appendable strings):
+ * like al__provider_json_load, but a lone high surrogate escape that ends
+ * a string or a lone low one that starts it becomes a 7-byte mark (U+FDD0
+ * or U+FDD1, then U+F0000 + the 10 payload bits) instead of U+FFFD, so
+ * the appender can join it with the other half in the next chunk. Marks
+ * are used only when the data holds no U+FDD0/U+FDD1 of its own; *marked
+ * says whether any was written. */
+#define AL_MARK_HI 0xFDD0
+#define AL_MARK_LO 0xFDD1
+#define AL_MARK_LEN 7
+json_t *al__provider_json_load_marked(const char *data, size_t len,
+                                      json_error_t *err, bool *marked);
+/* Removes a leading low mark and a trailing high mark from (*s, *n),
+ * reporting their surrogates (0 when absent). */
+void al__marks_strip(const char **s, size_t *n, uint32_t *lead_lo,
+                     uint32_t *trail_hi);
+/* Appends a piece to b (marks are looked for only when `marks`: the
+ * chunk it came from was loaded with marks), joining it with *pending_hi (a high half
+ * carried from the previous piece of the same field); what cannot be
+ * joined becomes U+FFFD. An empty piece keeps the pending half waiting. */
+int al__marks_append(al_buf_t *b, uint32_t *pending_hi, const char *s,
+                     size_t n, bool marks);
+/* Replaces the marks of every string in v by U+FFFD, except the strings
+ * listed in keep. */
+int al__marks_clear(json_t *v, json_t *const *keep, size_t nkeep);
 /* Extracts a hot delta from a parsed event (1), or 0 if not that shape. */
 int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out);
 /* Appends s to b with invalid UTF-8 sequences replaced by U+FFFD. */
