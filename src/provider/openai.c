@@ -543,7 +543,9 @@ static int apply_choice(al_pstream_t *s, json_t *ch) {
     }
   }
   v = json_object_get(delta, "content");
-  if (truthy_str(v)) {
+  /* The SDK appends any non-null content, "" included (content "" stays
+   * ""); refusal above only when truthy (refusal "" stays null). */
+  if (json_is_string(v)) {
     if (!c->has_content) {
       json_object_set_new(c->message, "content", json_string(""));
       c->has_content = true;

@@ -22,7 +22,8 @@ static const char *const anthropic_cases[] = {
 static const char *const openai_cases[] = {
     "text", "reasoning", "tool_calls_interleaved", "done_garbage",
     "unterminated", "missing_finish", "error_payload", "event_only",
-    "malformed_json", "surrogate_split", "surrogate_noncharacter"};
+    "malformed_json", "surrogate_split", "surrogate_noncharacter",
+    "content_empty"};
 
 static char *dump(json_t *j) {
   return json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
