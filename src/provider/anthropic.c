@@ -141,6 +141,9 @@ int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
     rc = al__fj_parse_delta(ev->data, ev->data_len, &s->scratch, &d);
     if (rc == 1) {
       s->fast_hits++;
+      if (s->message_stopped) {
+        return 0; /* the message is final at message_stop */
+      }
       return al__agg_delta(s, d.index, d.kind, d.text, d.len, d.lead_lo,
                            d.trail_hi);
     }
@@ -156,6 +159,13 @@ int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
   }
   t = json_object_get(root, "type");
   type = json_is_string(t) ? json_string_value(t) : "";
+  if (s->message_stopped && strcmp(type, "message_start") != 0) {
+    /* The SDK's final message is the snapshot at message_stop: later
+     * events (valid JSON) change nothing. A second message_start is still
+     * an order error, and error events / bad JSON still fail. */
+    json_decref(root);
+    return 0;
+  }
   if (strcmp(type, "content_block_delta") == 0) {
     rc = decode_delta(s, ev, root, lead, trail);
   } else if (strcmp(type, "content_block_start") == 0) {

@@ -17,7 +17,8 @@ static const char *const anthropic_cases[] = {
     "text", "thinking_signature", "redacted_thinking", "tool_use_split",
     "tool_empty_input", "tool_invalid_input", "citations", "server_tool",
     "unknown_block", "ping_before_start", "error_mid", "no_message_stop",
-    "second_message_start", "usage_cumulative", "delta_no_stop_sequence"};
+    "second_message_start", "usage_cumulative", "delta_no_stop_sequence",
+    "after_message_stop"};
 
 static const char *const openai_cases[] = {
     "text", "reasoning", "tool_calls_interleaved", "done_garbage",
