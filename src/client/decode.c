@@ -15,6 +15,7 @@
  * an undecodable stream prints {"error":{"kind":"decode_error",
  * "message":"..."}} and exits 1. Usage errors exit 2. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -142,16 +143,26 @@ static int decode_sse(const char *buf, size_t len) {
   if (rc == 0) {
     rc = al_sse_finish(&p);
   }
-  al_sse_free(&p);
   if (rc != 0) {
+    al_sse_free(&p);
     print_decode_error(al_strerror(rc));
     return 1;
   }
   if (ctx.has_retry) {
-    json_t *o = json_pack("{s:I}", "retry", (json_int_t)ctx.retry);
-    print_json(stdout, o);
-    json_decref(o);
+    size_t dlen;
+    const char *digits = al_sse_retry_digits(&p, &dlen);
+
+    /* The exact integer, however large (jansson's json_int_t cannot hold
+     * it): the digits are a valid JSON number token, written as is. */
+    fputs("{\"retry\":", stdout);
+    if (digits != NULL && dlen > 0) {
+      fwrite(digits, 1, dlen, stdout);
+    } else {
+      printf("%" PRIu64, ctx.retry);
+    }
+    fputs("}\n", stdout);
   }
+  al_sse_free(&p);
   return 0;
 }
 

@@ -79,6 +79,7 @@ void al_sse_init(al_sse_parser_t *p, const al_sse_settings_t *s) {
   al_buf_init(&p->type, p->settings.max_line);
   al_buf_init(&p->id, p->settings.max_line);
   al_buf_init(&p->last_id, p->settings.max_line);
+  al_buf_init(&p->retry_digits, p->settings.max_line);
 }
 
 /* Forgets the block being built (after a dispatch or a blank line). */
@@ -194,18 +195,19 @@ static int field_data(al_sse_parser_t *p, struct slices *c, const char *v,
   return 0;
 }
 
-static void field_retry(al_sse_parser_t *p, const char *v, size_t vlen) {
+static int field_retry(al_sse_parser_t *p, const char *v, size_t vlen) {
   uint64_t ms = 0;
   size_t i;
+  int err;
 
   if (vlen == 0) {
-    return;
+    return 0;
   }
   for (i = 0; i < vlen; i++) {
     unsigned d = (unsigned)(unsigned char)v[i] - '0';
 
     if (d > 9) {
-      return;
+      return 0;
     }
     /* Clamp instead of wrapping; once clamped it stays clamped. */
     if (ms > (UINT64_MAX - d) / 10) {
@@ -214,11 +216,30 @@ static void field_retry(al_sse_parser_t *p, const char *v, size_t vlen) {
       ms = ms * 10 + d;
     }
   }
+  /* The exact value as digits (WHATWG keeps the integer exactly, however
+   * large): leading zeros stripped, "0" when all were zeros. */
+  for (i = 0; i + 1 < vlen && v[i] == '0'; i++) {
+  }
+  al_buf_reset(&p->retry_digits);
+  if ((err = al_buf_append(&p->retry_digits, v + i, vlen - i)) != 0) {
+    p->error = err;
+    return err;
+  }
   p->retry_ms = ms;
   p->has_retry = true;
   if (p->settings.on_retry != NULL) {
     p->settings.on_retry(p->settings.data, ms);
   }
+  return 0;
+}
+
+const char *al_sse_retry_digits(const al_sse_parser_t *p, size_t *len) {
+  if (!p->has_retry) {
+    *len = 0;
+    return NULL;
+  }
+  *len = p->retry_digits.len;
+  return p->retry_digits.data;
 }
 
 static int field_event(al_sse_parser_t *p, struct slices *c, const char *v,
@@ -309,7 +330,7 @@ static int line_process(al_sse_parser_t *p, struct slices *c, const char *line,
     return field_id(p, v, vlen);
   }
   if (nlen == 5 && memcmp(line, "retry", 5) == 0) {
-    field_retry(p, v, vlen);
+    return field_retry(p, v, vlen);
   }
   return 0; /* unknown field names are ignored */
 }
@@ -560,6 +581,7 @@ void al_sse_reset(al_sse_parser_t *p) {
   p->error = 0;
   p->retry_ms = 0;
   p->has_retry = false;
+  al_buf_reset(&p->retry_digits);
 }
 
 void al_sse_free(al_sse_parser_t *p) {
@@ -569,4 +591,5 @@ void al_sse_free(al_sse_parser_t *p) {
   al_buf_free(&p->type);
   al_buf_free(&p->id);
   al_buf_free(&p->last_id);
+  al_buf_free(&p->retry_digits);
 }

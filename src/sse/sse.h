@@ -40,7 +40,8 @@ typedef struct al_sse_event_s {
 /* Return 0 to continue; any other value stops parsing and is returned by
  * al_sse_feed()/al_sse_finish(). The callback may not call feed again. */
 typedef int (*al_sse_event_cb)(void *data, const al_sse_event_t *ev);
-/* retry_ms is clamped to UINT64_MAX when the digits overflow. */
+/* retry_ms is clamped to UINT64_MAX when the digits overflow
+ * (al_sse_retry_digits() has the exact value). */
 typedef void (*al_sse_retry_cb)(void *data, uint64_t retry_ms);
 typedef void (*al_sse_comment_cb)(void *data, const char *text, size_t len);
 
@@ -81,6 +82,9 @@ typedef struct al_sse_parser_s {
    * copied once; line_len counts that line's bytes against max_line. */
   bool line_is_data;
   size_t line_len;
+  /* Added later: the last valid retry value's exact digits (see
+   * al_sse_retry_digits). */
+  al_buf_t retry_digits;
 } al_sse_parser_t;
 
 /* Fills defaults: limits above, callbacks NULL. A limit left at 0 also
@@ -98,6 +102,12 @@ int al_sse_feed(al_sse_parser_t *p, const char *bytes, size_t len);
  * with flush_at_eof the on_event value of the flushed event. Pending state
  * is dropped; call al_sse_reset() before parsing another stream. */
 int al_sse_finish(al_sse_parser_t *p);
+/* The last valid `retry` value exactly as the stream gave it, for values
+ * beyond uint64_t (on_retry and retry_ms clamp to UINT64_MAX): its digits
+ * with leading zeros stripped ("0" when all were zeros), not
+ * NUL-terminated when empty; NULL (len 0) when no valid retry was seen.
+ * Valid until the next feed/reset. */
+const char *al_sse_retry_digits(const al_sse_parser_t *p, size_t *len);
 /* Back to the initial state (BOM expected again), keeping settings. */
 void al_sse_reset(al_sse_parser_t *p);
 void al_sse_free(al_sse_parser_t *p);

@@ -283,6 +283,34 @@ TEST_IMPL(decode_cli_sse) {
   return 0;
 }
 
+/* retry beyond int64/uint64 prints the exact integer the stream gave. */
+TEST_IMPL(decode_cli_sse_retry_exact) {
+  static const char *const cases[][2] = {
+      {"retry: 9223372036854775808\n", "{\"retry\":9223372036854775808}\n"},
+      {"retry: 000100000000000000000000000000\nretry: -1\n",
+       "{\"retry\":100000000000000000000000000}\n"},
+      {"retry: 000\n", "{\"retry\":0}\n"}};
+  const char *in = "/tmp/al_decode_sse_retry_in";
+  size_t i;
+
+  for (i = 0; i < AL_ARRAY_SIZE(cases); i++) {
+    FILE *f = fopen(in, "wb");
+    char *out;
+    char *err;
+
+    ASSERT_NOT_NULL(f);
+    fputs(cases[i][0], f);
+    fclose(f);
+    ASSERT_EQ(run_cli("--provider sse", in, &out, &err), 0);
+    ASSERT_STR_EQ(out, cases[i][1]);
+    ASSERT_STR_EQ(err, "");
+    free(out);
+    free(err);
+  }
+  unlink(in);
+  return 0;
+}
+
 TEST_IMPL(decode_cli_usage) {
   char *out;
   char *err;

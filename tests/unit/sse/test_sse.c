@@ -1303,3 +1303,61 @@ TEST_IMPL(sse_alloc_failure) {
   }
   return 0;
 }
+
+/* retry: the exact digits of the last valid value, beyond uint64_t too
+ * (retry_ms clamps); leading zeros stripped, "0" for all zeros; an invalid
+ * value keeps the previous one; split across chunks gives the same. */
+TEST_IMPL(sse_retry_digits) {
+  static const struct {
+    const char *in;
+    const char *digits; /* NULL: no valid retry */
+    uint64_t ms;
+  } cases[] = {
+      {"retry: 10\n", "10", 10},
+      {"retry: 0007\n", "7", 7},
+      {"retry: 0000\n", "0", 0},
+      {"retry: 9223372036854775808\n", "9223372036854775808",
+       9223372036854775808ULL},
+      {"retry: 18446744073709551615\n", "18446744073709551615", UINT64_MAX},
+      {"retry: 100000000000000000000000000\n", "100000000000000000000000000",
+       UINT64_MAX},
+      {"retry: 00018446744073709551616\nretry: 1x\nretry:\n",
+       "18446744073709551616", UINT64_MAX},
+      {"retry: x\n", NULL, 0},
+  };
+  al_sse_settings_t s;
+  al_sse_parser_t p;
+  size_t i;
+  size_t cut;
+  int c = 0;
+
+  for (i = 0; i < AL_ARRAY_SIZE(cases); i++) {
+    size_t n = strlen(cases[i].in);
+
+    for (cut = 0; cut <= n; cut++) {
+      const char *d;
+      size_t dlen;
+
+      al_sse_settings_init(&s);
+      s.on_event = count_event;
+      s.data = &c;
+      al_sse_init(&p, &s);
+      ASSERT_EQ(al_sse_feed(&p, cases[i].in, cut), 0);
+      ASSERT_EQ(al_sse_feed(&p, cases[i].in + cut, n - cut), 0);
+      ASSERT_EQ(al_sse_finish(&p), 0);
+      d = al_sse_retry_digits(&p, &dlen);
+      if (cases[i].digits == NULL) {
+        ASSERT(!p.has_retry);
+        ASSERT(d == NULL);
+      } else {
+        ASSERT(p.has_retry);
+        ASSERT_EQ(p.retry_ms, cases[i].ms);
+        ASSERT_MEM_EQ(d, dlen, cases[i].digits, strlen(cases[i].digits));
+      }
+      al_sse_reset(&p);
+      ASSERT(al_sse_retry_digits(&p, &dlen) == NULL);
+      al_sse_free(&p);
+    }
+  }
+  return 0;
+}
