@@ -510,6 +510,102 @@ static json_t *load_tracked_valid(const char *data, size_t len,
                                   json_error_t *err, uint32_t *lead_lo,
                                   uint32_t *trail_hi, bool *marked);
 
+/* ---- numbers beyond jansson's range ---------------------------------------- */
+
+/* After a JSON_DECODE_INT_AS_REAL load: every real that is integral and
+ * fits in int64 becomes an integer again, so ordinary integers stay
+ * integers next to the one that did not fit. */
+static void reals_to_ints(json_t *v) {
+  const char *k;
+  json_t *x;
+  size_t i;
+
+  if (json_is_object(v)) {
+    json_object_foreach(v, k, x) {
+      if (json_is_real(x)) {
+        double d = json_real_value(x);
+
+        if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
+            d == (double)(int64_t)d) {
+          json_object_set_new(v, k, json_integer((json_int_t)d));
+        }
+      } else {
+        reals_to_ints(x);
+      }
+    }
+  } else if (json_is_array(v)) {
+    json_array_foreach(v, i, x) {
+      if (json_is_real(x)) {
+        double d = json_real_value(x);
+
+        if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
+            d == (double)(int64_t)d) {
+          json_array_set_new(v, i, json_integer((json_int_t)d));
+        }
+      } else {
+        reals_to_ints(x);
+      }
+    }
+  }
+}
+
+static bool num_char(char c) {
+  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' ||
+         c == 'e' || c == 'E';
+}
+
+/* json_loadb, but valid JSON with numbers jansson cannot hold still loads
+ * (the SDKs use JavaScript numbers): an integer beyond int64 ("too big
+ * integer") loads as a real (reals_to_ints keeps the others integers),
+ * and a number beyond the double range ("real number overflow", which
+ * JavaScript makes +-Infinity and JSON.stringify prints as null) becomes
+ * null. Only this rare failure path costs a copy and reloads. */
+static json_t *loadb(const char *data, size_t len, json_error_t *err) {
+  size_t flags = JSON_DECODE_ANY | JSON_ALLOW_NUL;
+  json_t *j = json_loadb(data, len, flags, err);
+  char *copy;
+  int tries;
+
+  if (j != NULL || (strstr(err->text, "too big") == NULL &&
+                    strstr(err->text, "real number overflow") == NULL)) {
+    return j;
+  }
+  if ((copy = al_malloc(len + 1)) == NULL) {
+    return NULL;
+  }
+  memcpy(copy, data, len);
+  for (tries = 0; tries < 4096 && j == NULL; tries++) {
+    if (strstr(err->text, "too big") != NULL &&
+        (flags & JSON_DECODE_INT_AS_REAL) == 0) {
+      flags |= JSON_DECODE_INT_AS_REAL;
+    } else if (strstr(err->text, "real number overflow") != NULL &&
+               err->position >= 0 && (size_t)err->position <= len) {
+      size_t b = (size_t)err->position;
+      size_t e = b;
+
+      while (b > 0 && num_char(copy[b - 1])) {
+        b--;
+      }
+      while (e < len && num_char(copy[e])) {
+        e++;
+      }
+      if (e - b < 4) {
+        break;
+      }
+      memcpy(copy + b, "null", 4);
+      memset(copy + b + 4, ' ', e - b - 4);
+    } else {
+      break;
+    }
+    j = json_loadb(copy, len, flags, err);
+  }
+  al_free(copy);
+  if (j != NULL && (flags & JSON_DECODE_INT_AS_REAL) != 0) {
+    reals_to_ints(j);
+  }
+  return j;
+}
+
 /* The SDKs decode the byte stream with a replacing UTF-8 decoder before
  * JSON.parse, so invalid bytes become U+FFFD instead of failing the event;
  * jansson refuses them, hence the sanitized copy. */
@@ -557,8 +653,7 @@ static json_t *load_tracked_valid(const char *data, size_t len,
     copy = rewrite_surrogates(data, len, &clen, &needed, &nomem, lead_lo,
                               trail_hi, marked);
     if (copy != NULL) {
-      j = json_loadb(copy, clen, JSON_DECODE_ANY | JSON_ALLOW_NUL,
-                     err != NULL ? err : &e2);
+      j = loadb(copy, clen, err != NULL ? err : &e2);
       al_free(copy);
       return j;
     }
@@ -566,8 +661,7 @@ static json_t *load_tracked_valid(const char *data, size_t len,
       return NULL;
     }
   }
-  return json_loadb(data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL,
-                    err != NULL ? err : &e2);
+  return loadb(data, len, err != NULL ? err : &e2);
 }
 
 json_t *al__provider_json_load(const char *data, size_t len,

@@ -18,13 +18,13 @@ static const char *const anthropic_cases[] = {
     "tool_empty_input", "tool_invalid_input", "citations", "server_tool",
     "unknown_block", "ping_before_start", "error_mid", "no_message_stop",
     "second_message_start", "usage_cumulative", "delta_no_stop_sequence",
-    "after_message_stop"};
+    "after_message_stop", "big_numbers"};
 
 static const char *const openai_cases[] = {
     "text", "reasoning", "tool_calls_interleaved", "done_garbage",
     "unterminated", "missing_finish", "error_payload", "event_only",
     "malformed_json", "surrogate_split", "surrogate_noncharacter",
-    "content_empty"};
+    "content_empty", "big_numbers"};
 
 static char *dump(json_t *j) {
   return json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
