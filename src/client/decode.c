@@ -75,13 +75,15 @@ static int read_all(int fd, char **out, size_t *len_out) {
   return 0;
 }
 
+/* Compact, objects in insertion order, reals spelled as JSON.stringify
+ * spells them (shortest round-trip, 1.0 -> 1, -1.5e3 -> -1500). */
 static void print_json(FILE *f, json_t *j) {
-  char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+  char *s = al__json_dumps_js(j);
 
   if (s != NULL) {
     fputs(s, f);
     fputc('\n', f);
-    free(s);
+    al_free(s);
   }
 }
 

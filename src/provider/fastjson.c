@@ -1289,3 +1289,128 @@ int al__fj_parse_delta_jansson(const char *data, size_t len,
   }
   return rc;
 }
+
+/* ---- output spelling of numbers (agentloop decode) ------------------------ */
+
+/* d > 0, finite: JavaScript's Number.prototype.toString (ECMA-262
+ * Number::toString): the shortest digits that round-trip, in fixed
+ * notation for exponents -7 < n <= 21, else d.ddde+-x. */
+static int js_number(al_buf_t *b, double d) {
+  char tmp[40];
+  char digits[24];
+  size_t k = 0;
+  int p;
+  int e10;
+  int n;
+  char *q;
+
+  for (p = 1; p <= 17; p++) {
+    snprintf(tmp, sizeof(tmp), "%.*e", p - 1, d);
+    if (strtod(tmp, NULL) == d) {
+      break;
+    }
+  }
+  for (q = tmp; *q != 'e' && *q != '\0'; q++) {
+    if (*q >= '0' && *q <= '9' && k < sizeof(digits) - 1) {
+      digits[k++] = *q;
+    }
+  }
+  if (*q != 'e') {
+    return al_buf_append_str(b, tmp);
+  }
+  e10 = atoi(q + 1);
+  while (k > 1 && digits[k - 1] == '0') {
+    k--;
+  }
+  digits[k] = '\0';
+  n = e10 + 1;
+  if ((int)k <= n && n <= 21) {
+    int i;
+    int rc = al_buf_append(b, digits, k);
+
+    for (i = 0; rc == 0 && i < n - (int)k; i++) {
+      rc = al_buf_append(b, "0", 1);
+    }
+    return rc;
+  }
+  if (0 < n && n <= 21) {
+    return al_buf_printf(b, "%.*s.%s", n, digits, digits + n);
+  }
+  if (-6 < n && n <= 0) {
+    int i;
+    int rc = al_buf_append(b, "0.", 2);
+
+    for (i = 0; rc == 0 && i < -n; i++) {
+      rc = al_buf_append(b, "0", 1);
+    }
+    return rc == 0 ? al_buf_append(b, digits, k) : rc;
+  }
+  if (k == 1) {
+    return al_buf_printf(b, "%se%c%d", digits, n - 1 < 0 ? '-' : '+',
+                         abs(n - 1));
+  }
+  return al_buf_printf(b, "%c.%se%c%d", digits[0], digits + 1,
+                       n - 1 < 0 ? '-' : '+', abs(n - 1));
+}
+
+char *al__json_dumps_js(const json_t *j) {
+  char *raw = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY |
+                                JSON_REAL_PRECISION(17));
+  const char *p;
+  const char *run;
+  al_buf_t b;
+
+  if (raw == NULL) {
+    return NULL;
+  }
+  /* Reals are the only tokens with '.', 'e' or 'E' outside strings. */
+  al_buf_init(&b, strlen(raw) * 2 + 64);
+  run = p = raw;
+  while (*p != '\0') {
+    if (*p == '"') {
+      for (p++; *p != '\0' && *p != '"'; p++) {
+        if (*p == '\\' && p[1] != '\0') {
+          p++;
+        }
+      }
+      if (*p == '"') {
+        p++;
+      }
+    } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+      const char *s = p;
+      bool real = false;
+
+      while (num_char(*p)) {
+        real = real || *p == '.' || *p == 'e' || *p == 'E';
+        p++;
+      }
+      if (real) {
+        double d = strtod(s, NULL);
+
+        if (al_buf_append(&b, run, (size_t)(s - run)) != 0 ||
+            (d < 0 && al_buf_append(&b, "-", 1) != 0) ||
+            (d == 0 ? al_buf_append(&b, "0", 1)
+                    : js_number(&b, d < 0 ? -d : d)) != 0) {
+          goto out_nomem;
+        }
+        run = p;
+      }
+    } else {
+      p++;
+    }
+  }
+  if (run == raw) {
+    al_buf_free(&b);
+    return raw; /* no reals: jansson's text as is */
+  }
+  if (al_buf_append(&b, run, strlen(run)) != 0) {
+    goto out_nomem;
+  }
+  al_free(raw);
+  return b.data;
+
+out_nomem:
+  al_free(raw);
+  al_buf_free(&b);
+  return NULL;
+}

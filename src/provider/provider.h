@@ -412,6 +412,13 @@ int al__marks_append(al_buf_t *b, uint32_t *pending_hi, const char *s,
 /* Replaces the marks of every string in v by U+FFFD, except the strings
  * listed in keep. */
 int al__marks_clear(json_t *v, json_t *const *keep, size_t nkeep);
+/* Compact JSON (as json_dumps with JSON_COMPACT | JSON_ENCODE_ANY) with
+ * every real spelled as JavaScript's JSON.stringify spells it: shortest
+ * round-trip digits, integral values without ".0" (1.0 -> 1, -1.5e3 ->
+ * -1500), exponent only beyond 1e21 / below 1e-6, -0 -> 0. For
+ * `agentloop decode` output only (the runtime's history keeps jansson's
+ * spelling). al_malloc'd, NULL when out of memory. */
+char *al__json_dumps_js(const json_t *j);
 /* Extracts a hot delta from a parsed event (1), or 0 if not that shape. */
 int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out);
 /* Appends s to b with invalid UTF-8 sequences replaced by U+FFFD. */

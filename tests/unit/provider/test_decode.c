@@ -18,7 +18,7 @@ static const char *const anthropic_cases[] = {
     "tool_empty_input", "tool_invalid_input", "citations", "server_tool",
     "unknown_block", "ping_before_start", "error_mid", "no_message_stop",
     "second_message_start", "usage_cumulative", "delta_no_stop_sequence",
-    "after_message_stop", "big_numbers"};
+    "after_message_stop", "big_numbers", "number_spelling"};
 
 static const char *const openai_cases[] = {
     "text", "reasoning", "tool_calls_interleaved", "done_garbage",
@@ -27,7 +27,7 @@ static const char *const openai_cases[] = {
     "content_empty", "big_numbers"};
 
 static char *dump(json_t *j) {
-  return json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+  return al__json_dumps_js(j); /* what `agentloop decode` prints */
 }
 
 /* The line `agentloop decode` prints (without the newline). */
