@@ -33,6 +33,9 @@ typedef struct oai_tool_s {
   bool present;
   json_t *obj;       /* tool call snapshot: rest keys, id, type, function */
   json_t *fn;        /* {name, arguments} placeholder inside obj, or NULL */
+  json_t *custom;    /* {name, input} placeholder inside obj, or NULL */
+  al_buf_t input;    /* custom tool input appended */
+  uint32_t input_hi;
   al_buf_t args;
   uint32_t args_hi;  /* high surrogate waiting for the next piece, or 0 */
   int block;         /* normalized block index (choice 0), or -1 */
@@ -89,6 +92,24 @@ static void synth_call_id(al_pstream_t *s, size_t choice, size_t tool,
 
 static bool truthy_str(json_t *v) {
   return json_is_string(v) && json_string_length(v) > 0;
+}
+
+/* JavaScript truthiness of a JSON value (absent = undefined). */
+static bool js_truthy(json_t *v) {
+  switch (v != NULL ? json_typeof(v) : JSON_NULL) {
+  case JSON_STRING:
+    return json_string_length(v) > 0;
+  case JSON_INTEGER:
+    return json_integer_value(v) != 0;
+  case JSON_REAL:
+    return json_real_value(v) != 0;
+  case JSON_TRUE:
+  case JSON_OBJECT:
+  case JSON_ARRAY:
+    return true;
+  default:
+    return false;
+  }
 }
 
 /* Object.assign(dst, src) minus the listed keys. */
@@ -205,6 +226,14 @@ static int norm_tool(al_pstream_t *s, al__oai_choice_t *c, size_t k,
   json_t *id = json_object_get(tc, "id");
   json_t *name = json_object_get(fn, "name");
   json_t *args = json_object_get(fn, "arguments");
+
+  if (fn == NULL && json_is_object(json_object_get(tc, "custom"))) {
+    /* A custom tool: its free-form input is the tool input text (parsed
+     * once at the end like arguments; not JSON => {"_raw": ...}). */
+    fn = json_object_get(tc, "custom");
+    name = json_object_get(fn, "name");
+    args = json_object_get(fn, "input");
+  }
   json_t *blk;
   al__pblock_t *b;
   int rc;
@@ -352,6 +381,7 @@ static oai_tool_t *get_tool(al__oai_choice_t *c, size_t k, size_t max_block) {
     for (i = c->ntools; i < n; i++) {
       nt[i].block = -1;
       al_buf_init(&nt[i].args, max_block);
+      al_buf_init(&nt[i].input, max_block);
     }
     c->tools = nt;
     c->ntools = n;
@@ -388,11 +418,13 @@ static int merge_logprobs(al__oai_choice_t *c, json_t *lp) {
 
 static int apply_tool_call(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
                            json_t *tc) {
-  static const char *const skip[] = {"index", "id", "type", "function"};
+  static const char *const skip[] = {"index", "id", "type", "function",
+                                     "custom"};
   json_t *jidx = json_object_get(tc, "index");
   json_t *id = json_object_get(tc, "id");
   json_t *type = json_object_get(tc, "type");
   json_t *fn = json_object_get(tc, "function");
+  json_t *custom = json_object_get(tc, "custom");
   json_t *v;
   oai_tool_t *t;
   json_int_t k;
@@ -416,6 +448,29 @@ static int apply_tool_call(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
   if (json_is_string(type) ? json_string_length(type) > 0
                            : (type != NULL && json_is_true(type))) {
     json_object_set(t->obj, "type", type);
+  }
+  if (js_truthy(custom)) {
+    /* Custom tools: {name: name ?? "", input: ""} on first sight, name
+     * replaced when non-empty, input appended. */
+    if (t->custom == NULL) {
+      v = json_object_get(custom, "name");
+      t->custom = json_object();
+      json_object_set_new(t->custom, "name", v != NULL && !json_is_null(v)
+                                                 ? json_incref(v)
+                                                 : json_string(""));
+      json_object_set_new(t->custom, "input", json_string(""));
+      json_object_set_new(t->obj, "custom", t->custom);
+    }
+    v = json_object_get(custom, "name");
+    if (js_truthy(v)) {
+      json_object_set(t->custom, "name", v);
+    }
+    v = json_object_get(custom, "input");
+    if (truthy_str(v) &&
+        al__marks_append(&t->input, &t->input_hi, json_string_value(v),
+                         json_string_length(v), s->oai_marked) != 0) {
+      return fail_decode(s, "custom tool input too large");
+    }
   }
   if (fn != NULL && !json_is_null(fn) && !json_is_false(fn)) {
     if (t->fn == NULL) {
@@ -650,6 +705,7 @@ static int keep_marks(al_pstream_t *s, json_t *root) {
     KEEP(json_object_get(delta, "refusal"));
     json_array_foreach(json_object_get(delta, "tool_calls"), k, tc) {
       KEEP(json_object_get(json_object_get(tc, "function"), "arguments"));
+      KEEP(json_object_get(json_object_get(tc, "custom"), "input"));
     }
   }
 #undef KEEP
@@ -731,10 +787,21 @@ static json_t *buf_string(al_buf_t *b, uint32_t pending_hi) {
   return j;
 }
 
+static json_t *final_function(oai_tool_t *t) {
+  return json_pack("{s:O,s:o}", "name", json_object_get(t->fn, "name"),
+                   "arguments", buf_string(&t->args, t->args_hi));
+}
+
+static json_t *final_custom(oai_tool_t *t) {
+  return json_pack("{s:O,s:o}", "name", json_object_get(t->custom, "name"),
+                   "input", buf_string(&t->input, t->input_hi));
+}
+
 static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
                                 size_t ci, const char **errmsg,
                                 char *errbuf, size_t errlen) {
   static const char *const skip[] = {"function", "type", "id"};
+  static const char *const cskip[] = {"custom", "type", "id"};
   json_t *arr = json_array();
   size_t k;
 
@@ -743,6 +810,8 @@ static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
     json_t *tc;
     json_t *id;
     json_t *type;
+    json_t *name;
+    bool is_custom;
     char gen[48];
 
     if (!t->present) {
@@ -758,15 +827,27 @@ static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
       json_decref(arr);
       return NULL;
     }
-    if (t->fn == NULL) {
-      snprintf(errbuf, errlen,
-               "missing choices[%zu].tool_calls[%zu].function.name", ci, k);
+    is_custom = json_is_string(type) &&
+                strcmp(json_string_value(type), "custom") == 0;
+    name = is_custom ? json_object_get(t->custom, "name")
+                     : json_object_get(t->fn, "name");
+    if (name == NULL || json_is_null(name)) {
+      snprintf(errbuf, errlen, "missing choices[%zu].tool_calls[%zu].%s.name",
+               ci, k, is_custom ? "custom" : "function");
       *errmsg = errbuf;
       json_decref(arr);
       return NULL;
     }
     tc = json_object();
-    assign_except(tc, t->obj, skip, AL_ARRAY_SIZE(skip));
+    /* {...rest, id, type, custom|function}: the other of custom/function
+     * stays in rest, with its accumulated text. */
+    assign_except(tc, t->obj, is_custom ? cskip : skip, 3);
+    if (t->custom != NULL && !is_custom) {
+      json_object_set_new(tc, "custom", final_custom(t));
+    }
+    if (t->fn != NULL && is_custom) {
+      json_object_set_new(tc, "function", final_function(t));
+    }
     if (id != NULL) {
       json_object_set(tc, "id", id);
     } else {
@@ -774,10 +855,11 @@ static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
       json_object_set_new(tc, "id", json_string(gen));
     }
     json_object_set(tc, "type", type);
-    json_object_set_new(
-        tc, "function",
-        json_pack("{s:O,s:o}", "name", json_object_get(t->fn, "name"),
-                  "arguments", buf_string(&t->args, t->args_hi)));
+    if (is_custom) {
+      json_object_set_new(tc, "custom", final_custom(t));
+    } else {
+      json_object_set_new(tc, "function", final_function(t));
+    }
     json_array_append_new(arr, tc);
   }
   return arr;
@@ -1003,6 +1085,7 @@ void al__openai_free(al_pstream_t *s) {
         json_decref(c->tools[k].obj);
       }
       al_buf_free(&c->tools[k].args);
+      al_buf_free(&c->tools[k].input);
     }
     al_free(c->tools);
   }
