@@ -51,6 +51,15 @@ struct al__oai_choice_s {
   bool has_refusal;
   uint32_t content_hi; /* high surrogates waiting for the next piece */
   uint32_t refusal_hi;
+  /* message.audio: id/expires_at replaced, data/transcript appended. */
+  json_t *audio;      /* placeholder inside message, or NULL */
+  al_buf_t audio_data;
+  al_buf_t audio_tr;
+  uint32_t audio_data_hi;
+  uint32_t audio_tr_hi;
+  bool has_audio_data;
+  bool has_audio_tr;
+  bool audio_done;    /* the last delta carried only audio.expires_at */
   oai_tool_t *tools;
   size_t ntools;
 };
@@ -93,6 +102,9 @@ static void synth_call_id(al_pstream_t *s, size_t choice, size_t tool,
 static bool truthy_str(json_t *v) {
   return json_is_string(v) && json_string_length(v) > 0;
 }
+
+/* == null in JavaScript: absent (undefined) or null. */
+static bool js_null(json_t *v) { return v == NULL || json_is_null(v); }
 
 /* JavaScript truthiness of a JSON value (absent = undefined). */
 static bool js_truthy(json_t *v) {
@@ -498,12 +510,51 @@ static int apply_tool_call(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
   return 0;
 }
 
+static int apply_audio(al_pstream_t *s, al__oai_choice_t *c, json_t *a) {
+  json_t *v;
+
+  if (c->audio == NULL) {
+    c->audio = json_object();
+    json_object_set_new(c->message, "audio", c->audio);
+  }
+  if (!js_null(v = json_object_get(a, "id"))) {
+    json_object_set(c->audio, "id", v);
+  }
+  if (!js_null(v = json_object_get(a, "data"))) {
+    if (!c->has_audio_data) {
+      json_object_set_new(c->audio, "data", json_string(""));
+      c->has_audio_data = true;
+    }
+    if (json_is_string(v) &&
+        al__marks_append(&c->audio_data, &c->audio_data_hi,
+                         json_string_value(v), json_string_length(v),
+                         s->oai_marked) != 0) {
+      return fail_decode(s, "audio data too large");
+    }
+  }
+  if (!js_null(v = json_object_get(a, "transcript"))) {
+    if (!c->has_audio_tr) {
+      json_object_set_new(c->audio, "transcript", json_string(""));
+      c->has_audio_tr = true;
+    }
+    if (json_is_string(v) &&
+        al__marks_append(&c->audio_tr, &c->audio_tr_hi, json_string_value(v),
+                         json_string_length(v), s->oai_marked) != 0) {
+      return fail_decode(s, "audio transcript too large");
+    }
+  }
+  if (!js_null(v = json_object_get(a, "expires_at"))) {
+    json_object_set(c->audio, "expires_at", v);
+  }
+  return 0;
+}
+
 static int apply_choice(al_pstream_t *s, json_t *ch) {
   static const char *const choice_skip[] = {"delta", "finish_reason", "index",
                                             "logprobs", "message"};
   static const char *const delta_skip[] = {"content", "refusal",
                                            "function_call", "role",
-                                           "tool_calls"};
+                                           "tool_calls", "audio"};
   json_t *jidx = json_object_get(ch, "index");
   json_t *delta = json_object_get(ch, "delta");
   json_t *finish = json_object_get(ch, "finish_reason");
@@ -539,6 +590,8 @@ static int apply_choice(al_pstream_t *s, json_t *ch) {
     assign_except(c->obj, ch, choice_skip, AL_ARRAY_SIZE(choice_skip));
     al_buf_init(&c->content, s->opts.max_block);
     al_buf_init(&c->refusal, s->opts.max_block);
+    al_buf_init(&c->audio_data, s->opts.max_block);
+    al_buf_init(&c->audio_tr, s->opts.max_block);
   }
   if (json_is_object(lp)) {
     /* The SDK merges even on the chunk that created the choice, whose
@@ -554,6 +607,31 @@ static int apply_choice(al_pstream_t *s, json_t *ch) {
     return 0; /* "Shouldn't happen; just in case." */
   }
   assign_except(c->message, delta, delta_skip, AL_ARRAY_SIZE(delta_skip));
+  {
+    /* The SDK's audio-done marker: a delta with nothing but
+     * audio.expires_at lets a complete audio choice finish with "stop". */
+    json_t *a = json_object_get(delta, "audio");
+    size_t i;
+    size_t nrest = json_object_size(delta);
+
+    for (i = 0; i < AL_ARRAY_SIZE(delta_skip); i++) {
+      if (json_object_get(delta, delta_skip[i]) != NULL) {
+        nrest--;
+      }
+    }
+    c->audio_done = false;
+    if (!js_null(json_object_get(a, "expires_at")) &&
+        js_null(json_object_get(a, "id")) &&
+        js_null(json_object_get(a, "data")) &&
+        js_null(json_object_get(a, "transcript")) && nrest == 0) {
+      c->audio_done = true;
+      for (i = 0; i < AL_ARRAY_SIZE(delta_skip) - 1; i++) {
+        if (!js_null(json_object_get(delta, delta_skip[i]))) {
+          c->audio_done = false;
+        }
+      }
+    }
+  }
   v = json_object_get(delta, "refusal");
   if (truthy_str(v)) {
     if (!c->has_refusal && json_object_get(c->message, "refusal") == NULL) {
@@ -568,6 +646,10 @@ static int apply_choice(al_pstream_t *s, json_t *ch) {
   v = json_object_get(delta, "role");
   if (truthy_str(v)) {
     json_object_set(c->message, "role", v);
+  }
+  v = json_object_get(delta, "audio");
+  if (js_truthy(v) && (rc = apply_audio(s, c, v)) != 0) {
+    return rc;
   }
   v = json_object_get(delta, "function_call");
   if (json_is_object(v)) {
@@ -707,6 +789,8 @@ static int keep_marks(al_pstream_t *s, json_t *root) {
       KEEP(json_object_get(json_object_get(tc, "function"), "arguments"));
       KEEP(json_object_get(json_object_get(tc, "custom"), "input"));
     }
+    KEEP(json_object_get(json_object_get(delta, "audio"), "data"));
+    KEEP(json_object_get(json_object_get(delta, "audio"), "transcript"));
   }
 #undef KEEP
   rc = al__marks_clear(root, keep, nkeep);
@@ -871,7 +955,7 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
   static const char *const choice_skip[] = {"message", "finish_reason",
                                             "index", "logprobs"};
   static const char *const msg_skip[] = {"content", "function_call",
-                                         "tool_calls"};
+                                         "tool_calls", "audio"};
   json_t *finish = json_object_get(c->obj, "finish_reason");
   json_t *role = json_object_get(c->message, "role");
   json_t *fc = json_object_get(c->message, "function_call");
@@ -881,14 +965,25 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
   json_t *out;
   json_t *msg;
 
+  json_t *audio = NULL;
+  json_t *stop_str = NULL;
+
+  if (js_null(finish) && c->audio_done && c->audio != NULL &&
+      !js_null(json_object_get(c->audio, "id")) && c->has_audio_data &&
+      c->has_audio_tr && !js_null(json_object_get(c->audio, "expires_at"))) {
+    /* finish_reason ?? (audio done and complete ? "stop" : null) */
+    finish = stop_str = json_string("stop");
+  }
   if (!json_is_string(finish) || json_string_length(finish) == 0) {
     snprintf(errbuf, errlen, "missing finish_reason for choice %zu", ci);
     *errmsg = errbuf;
+    json_decref(stop_str);
     return NULL;
   }
   if (!truthy_str(role)) {
     snprintf(errbuf, errlen, "missing role for choice %zu", ci);
     *errmsg = errbuf;
+    json_decref(stop_str);
     return NULL;
   }
   content = c->has_content ? buf_string(&c->content, c->content_hi)
@@ -900,6 +995,17 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
                !json_is_null(json_object_get(c->message, "refusal")))
                 ? json_incref(json_object_get(c->message, "refusal"))
                 : json_null();
+  if (c->audio != NULL) {
+    audio = json_copy(c->audio);
+    if (c->has_audio_data) {
+      json_object_set_new(audio, "data",
+                          buf_string(&c->audio_data, c->audio_data_hi));
+    }
+    if (c->has_audio_tr) {
+      json_object_set_new(audio, "transcript",
+                          buf_string(&c->audio_tr, c->audio_tr_hi));
+    }
+  }
   out = json_object();
   assign_except(out, c->obj, choice_skip, AL_ARRAY_SIZE(choice_skip));
   msg = json_object();
@@ -916,6 +1022,9 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
       snprintf(errbuf, errlen, "missing function_call.name for choice %zu", ci);
       goto out_err;
     }
+    if (audio != NULL) {
+      json_object_set(msg, "audio", audio);
+    }
     json_object_set(msg, "content", content);
     json_object_set_new(msg, "function_call",
                         json_pack("{s:O,s:O}", "arguments", args, "name",
@@ -930,6 +1039,8 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
     json_t *arr = final_tool_calls(s, c, ci, errmsg, errbuf, errlen);
 
     if (arr == NULL) {
+      json_decref(audio);
+      json_decref(stop_str);
       json_decref(msg);
       json_decref(out);
       json_decref(content);
@@ -937,6 +1048,9 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
       return NULL;
     }
     assign_except(msg, c->message, msg_skip, AL_ARRAY_SIZE(msg_skip));
+    if (audio != NULL) {
+      json_object_set(msg, "audio", audio);
+    }
     json_object_set(msg, "role", role);
     json_object_set(msg, "content", content);
     json_object_set(msg, "refusal", refusal);
@@ -947,6 +1061,9 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
     json_object_set(out, "message", msg);
   } else {
     assign_except(msg, c->message, msg_skip, AL_ARRAY_SIZE(msg_skip));
+    if (audio != NULL) {
+      json_object_set(msg, "audio", audio);
+    }
     json_object_set(msg, "content", content);
     json_object_set(msg, "role", role);
     json_object_set(msg, "refusal", refusal);
@@ -957,6 +1074,8 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
   }
   /* maybeParseChatCompletion without response_format: parsed: null. */
   json_object_set_new(msg, "parsed", json_null());
+  json_decref(audio);
+  json_decref(stop_str);
   json_decref(msg);
   json_decref(content);
   json_decref(refusal);
@@ -964,6 +1083,8 @@ static json_t *final_choice(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
 
 out_err:
   *errmsg = errbuf;
+  json_decref(audio);
+  json_decref(stop_str);
   json_decref(msg);
   json_decref(out);
   json_decref(content);
@@ -1079,6 +1200,8 @@ void al__openai_free(al_pstream_t *s) {
       json_decref(c->obj);
       al_buf_free(&c->content);
       al_buf_free(&c->refusal);
+      al_buf_free(&c->audio_data);
+      al_buf_free(&c->audio_tr);
     }
     for (k = 0; k < c->ntools; k++) {
       if (c->tools[k].obj != NULL) {

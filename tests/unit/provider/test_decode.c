@@ -24,7 +24,8 @@ static const char *const openai_cases[] = {
     "text", "reasoning", "tool_calls_interleaved", "done_garbage",
     "unterminated", "missing_finish", "error_payload", "event_only",
     "malformed_json", "surrogate_split", "surrogate_noncharacter",
-    "content_empty", "big_numbers", "tools_custom"};
+    "content_empty", "big_numbers", "tools_custom",
+    "audio"};
 
 static char *dump(json_t *j) {
   return al__json_dumps_js(j); /* what `agentloop decode` prints */
