@@ -739,7 +739,9 @@ static int apply_chunk(al_pstream_t *s, json_t *chunk) {
     if ((rc = start_normalized(s, chunk)) != 0) {
       return rc;
     }
-  } else {
+  } else if (js_truthy(json_object_get(chunk, "id"))) {
+    /* SDK: a later chunk's top-level fields are taken only when its id is
+     * truthy (a usage chunk without id, or with id "", changes nothing). */
     assign_except(s->oai_snapshot, chunk, top_skip, AL_ARRAY_SIZE(top_skip));
   }
   for (i = 0; i < json_array_size(choices); i++) {
