@@ -901,8 +901,15 @@ static json_t *final_tool_calls(al_pstream_t *s, al__oai_choice_t *c,
     char gen[48];
 
     if (!t->present) {
-      json_array_append_new(arr, json_null()); /* a hole in the SDK's array */
-      continue;
+      /* A hole in the SDK's sparse array: a chat.completion with a null
+       * tool call is not valid output, so this is a decode error. */
+      snprintf(errbuf, errlen,
+               "missing choices[%zu].tool_calls[%zu] (tool call indexes "
+               "have a gap)",
+               ci, k);
+      *errmsg = errbuf;
+      json_decref(arr);
+      return NULL;
     }
     id = json_object_get(t->obj, "id");
     type = json_object_get(t->obj, "type");
@@ -1114,8 +1121,13 @@ json_t *al_pstream_openai_completion(al_pstream_t *s, const char **err) {
     json_t *ch;
 
     if (!s->oai_choices[i].present) {
-      json_array_append_new(choices, json_null());
-      continue;
+      /* A hole in the SDK's sparse array (choice indexes 0 and 2 only):
+       * not a valid chat.completion, so a decode error. */
+      snprintf(errbuf, sizeof(errbuf),
+               "missing choice %zu (choice indexes have a gap)", i);
+      *err = errbuf;
+      json_decref(choices);
+      return NULL;
     }
     ch = final_choice(s, &s->oai_choices[i], i, err, errbuf, sizeof(errbuf));
     if (ch == NULL) {

@@ -25,7 +25,7 @@ static const char *const openai_cases[] = {
     "unterminated", "missing_finish", "error_payload", "event_only",
     "malformed_json", "surrogate_split", "surrogate_noncharacter",
     "content_empty", "big_numbers", "tools_custom",
-    "audio", "chunk_id_rule"};
+    "audio", "chunk_id_rule", "choice_index_gap", "tools_index_gap"};
 
 static char *dump(json_t *j) {
   return al__json_dumps_js(j); /* what `agentloop decode` prints */
