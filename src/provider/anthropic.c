@@ -79,6 +79,31 @@ static int decode_delta(al_pstream_t *s, const al_sse_event_t *ev,
                        json_string_length(v), lead, trail);
 }
 
+/* Are the boundary surrogate halves load2 reported (and removed) ones the
+ * aggregator joins? Those of a text/thinking/input_json delta's string,
+ * and a trailing high half of a text/thinking content_block_start's
+ * text, which the first delta may complete. Anything else (a half in a
+ * nested "text" of another block, a leading low half of a start block)
+ * must become U+FFFD instead. */
+static bool boundary_halves_used(json_t *root, const char *type,
+                                 uint32_t lead) {
+  json_t *t;
+  const char *ts;
+
+  if (strcmp(type, "content_block_delta") == 0) {
+    t = json_object_get(json_object_get(root, "delta"), "type");
+    ts = json_is_string(t) ? json_string_value(t) : "";
+    return strcmp(ts, "text_delta") == 0 || strcmp(ts, "thinking_delta") == 0 ||
+           strcmp(ts, "input_json_delta") == 0;
+  }
+  if (strcmp(type, "content_block_start") == 0 && lead == 0) {
+    t = json_object_get(json_object_get(root, "content_block"), "type");
+    ts = json_is_string(t) ? json_string_value(t) : "";
+    return strcmp(ts, "text") == 0 || strcmp(ts, "thinking") == 0;
+  }
+  return false;
+}
+
 static int fail_json(al_pstream_t *s, const al_sse_event_t *ev,
                      const json_error_t *jerr) {
   char msg[256];
@@ -166,15 +191,33 @@ int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
     json_decref(root);
     return 0;
   }
+  if ((lead != 0 || trail != 0) && !boundary_halves_used(root, type, lead)) {
+    /* The halves were taken out of a string nobody will join them to:
+     * load again with every lone surrogate as U+FFFD. */
+    json_decref(root);
+    lead = trail = 0;
+    root = al__provider_json_load(ev->data, ev->data_len, &jerr);
+    if (root == NULL) {
+      return fail_json(s, ev, &jerr);
+    }
+    t = json_object_get(root, "type");
+    type = json_is_string(t) ? json_string_value(t) : "";
+  }
   if (strcmp(type, "content_block_delta") == 0) {
     rc = decode_delta(s, ev, root, lead, trail);
   } else if (strcmp(type, "content_block_start") == 0) {
     int64_t index = get_index(root);
+    size_t before = s->nblocks;
 
     if (index < 0 && !s->opts.strict_indexes) {
       index = (int64_t)s->nblocks; /* the SDK pushes regardless */
     }
     rc = al__agg_block_start(s, index, json_object_get(root, "content_block"));
+    if (rc == 0 && trail != 0 && s->nblocks == before + 1) {
+      /* The start text ends in a high surrogate: it waits for the low
+       * half at the start of the first delta, as between deltas. */
+      s->blocks[before].pending_hi = trail;
+    }
   } else if (strcmp(type, "content_block_stop") == 0) {
     rc = al__agg_block_stop(s, get_index(root));
   } else if (strcmp(type, "message_start") == 0) {

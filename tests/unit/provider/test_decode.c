@@ -18,7 +18,8 @@ static const char *const anthropic_cases[] = {
     "tool_empty_input", "tool_invalid_input", "citations", "server_tool",
     "unknown_block", "ping_before_start", "error_mid", "no_message_stop",
     "second_message_start", "usage_cumulative", "delta_no_stop_sequence",
-    "after_message_stop", "big_numbers", "number_spelling"};
+    "after_message_stop", "big_numbers", "number_spelling",
+    "start_surrogate"};
 
 static const char *const openai_cases[] = {
     "text", "reasoning", "tool_calls_interleaved", "done_garbage",
