@@ -14,8 +14,8 @@
  * block (no allocation per delta once the buffer has grown) and written
  * into the block's JSON only when someone looks (block stop, message stop,
  * al_pstream_message()). Tool input is parsed once, at that point: empty
- * => the start block's input ({}), whitespace => {}, invalid =>
- * {"_raw": "<text>"}.
+ * => the start block's input ({}), otherwise JSON, or {"_raw": "<text>"}
+ * when that fails (whitespace only too).
  *
  * With strict_indexes (the runtime's default) a block start must use the
  * next index while no other block is open, and deltas and stops must name
@@ -626,17 +626,6 @@ int al__agg_citation(al_pstream_t *s, int64_t index, json_t *citation) {
   return al__pstream_emit(s, &ev);
 }
 
-static bool all_ws(const char *p, size_t n) {
-  size_t i;
-
-  for (i = 0; i < n; i++) {
-    if (p[i] != ' ' && p[i] != '\t' && p[i] != '\n' && p[i] != '\r') {
-      return false;
-    }
-  }
-  return true;
-}
-
 /* Writes the accumulated buffer of one block into its JSON. */
 static int materialize_block(al__pblock_t *b) {
   json_t *v;
@@ -680,18 +669,15 @@ static int materialize_block(al__pblock_t *b) {
       }
       return 0;
     }
-    if (all_ws(b->buf.data, b->buf.len)) {
+    /* Not empty: parse; anything that is not JSON -- whitespace only,
+     * invalid or cut-off text (fine-grained streaming, max_tokens) --
+     * keeps the raw text, and the tool still runs (SPEC §5). */
+    v = al__provider_json_load(b->buf.data, b->buf.len, NULL);
+    if (v == NULL) {
       v = json_object();
-    } else {
-      v = al__provider_json_load(b->buf.data, b->buf.len, NULL);
-      if (v == NULL) {
-        /* Invalid or cut-off JSON (fine-grained streaming, max_tokens):
-         * keep the raw text; the tool still runs (SPEC §5). */
-        v = json_object();
-        if (v != NULL) {
-          json_object_set_new(v, "_raw",
-                              al__json_string_utf8(b->buf.data, b->buf.len));
-        }
+      if (v != NULL) {
+        json_object_set_new(v, "_raw",
+                            al__json_string_utf8(b->buf.data, b->buf.len));
       }
     }
     if (v == NULL) {
