@@ -541,6 +541,7 @@ int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
   if (!kind_matches(kind, b->type)) {
     return 0; /* the SDK ignores a delta of the wrong type */
   }
+  b->input_delta = b->input_delta || kind == AL_FJ_INPUT;
   if (b->pending_hi != 0 && lead_lo == 0 && len == 0 && trail_hi == 0) {
     /* An empty delta: the pending high half keeps waiting. */
     return emit_delta(s, b, (int)index, kind, "", 0);
@@ -662,12 +663,21 @@ static int materialize_block(al__pblock_t *b) {
     return json_object_set_new(b->block, key, v) == 0 ? 0 : AL_ENOMEM;
   }
   if (b->type == AL_BLOCK_TOOL_USE || b->type == AL_BLOCK_SERVER_TOOL_USE) {
-    if (b->buf.len == 0) {
-      /* No input text: the start block's input stands ({} as sent). */
+    if (!b->input_delta) {
+      /* No input delta: the start block's input stands ({} as sent). */
       if (json_object_get(b->block, "input") == NULL) {
         json_object_set_new(b->block, "input", json_object());
       }
       return 0;
+    }
+    /* Once input deltas arrived, the SDK rebuilds the block with `input`
+     * as its last key (after e.g. `caller`): delete and add it again. */
+    json_object_del(b->block, "input");
+    if (b->buf.len == 0) {
+      /* Only empty pieces: {} (the SDK's input for an empty buffer). */
+      return json_object_set_new(b->block, "input", json_object()) == 0
+                 ? 0
+                 : AL_ENOMEM;
     }
     /* Not empty: parse; anything that is not JSON -- whitespace only,
      * invalid or cut-off text (fine-grained streaming, max_tokens) --

@@ -275,6 +275,7 @@ typedef struct al__pblock_s {
   bool stopped;
   bool dirty;        /* buf changed since the block JSON was materialized */
   uint32_t pending_hi; /* high surrogate carried to the next delta, or 0 */
+  bool input_delta;  /* an input_json_delta reached this tool block */
 } al__pblock_t;
 
 typedef struct al__oai_choice_s al__oai_choice_t;

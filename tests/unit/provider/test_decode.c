@@ -19,7 +19,7 @@ static const char *const anthropic_cases[] = {
     "unknown_block", "ping_before_start", "error_mid", "no_message_stop",
     "second_message_start", "usage_cumulative", "delta_no_stop_sequence",
     "after_message_stop", "big_numbers", "number_spelling",
-    "start_surrogate", "tool_whitespace_input"};
+    "start_surrogate", "tool_whitespace_input", "tool_key_order"};
 
 static const char *const openai_cases[] = {
     "text", "reasoning", "tool_calls_interleaved", "done_garbage",
