@@ -14,21 +14,29 @@ void al_buf_init(al_buf_t *b, size_t max) {
 int al_buf_reserve(al_buf_t *b, size_t extra) {
   size_t need;
   size_t ncap;
+  size_t limit;
   char *p;
 
   if (extra > b->max || b->len > b->max - extra) {
     return AL_ETOOBIG;
   }
+  if (b->len + extra == SIZE_MAX) {
+    return AL_ETOOBIG; /* no room for the terminator */
+  }
   need = b->len + extra + 1;
   if (need <= b->cap) {
     return 0;
   }
+  /* Double, but never past the limit: max plus the terminator (max may be
+   * SIZE_MAX, where the +1 would wrap). need <= limit holds here, so
+   * clamping to the limit always leaves enough room. */
+  limit = b->max == SIZE_MAX ? SIZE_MAX : b->max + 1;
   ncap = b->cap ? b->cap : 64;
-  while (ncap < need) {
+  while (ncap < need && ncap <= limit / 2) {
     ncap *= 2;
   }
-  if (ncap > b->max + 1) {
-    ncap = b->max + 1;
+  if (ncap < need || ncap > limit) {
+    ncap = limit;
   }
   p = al_realloc(b->data, ncap);
   if (p == NULL) {

@@ -1,5 +1,6 @@
 /* common tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */
 TEST_ENTRY(common_buf_bounds)
+TEST_ENTRY(common_buf_unbounded_max)
 TEST_ENTRY(common_buf_printf_consume)
 TEST_ENTRY(common_errno_table)
 TEST_ENTRY(common_alloc_hook_reaches_libs)

@@ -31,6 +31,34 @@ TEST_IMPL(common_buf_bounds) {
   return 0;
 }
 
+/* max = SIZE_MAX ("no limit") must grow normally: max + 1 wraps to 0. */
+TEST_IMPL(common_buf_unbounded_max) {
+  al_buf_t b;
+  char chunk[1000];
+  int i;
+
+  memset(chunk, 'y', sizeof(chunk));
+  al_buf_init(&b, SIZE_MAX);
+  for (i = 0; i < 100; i++) {
+    ASSERT_EQ(al_buf_append(&b, chunk, sizeof(chunk)), 0);
+  }
+  ASSERT_EQ(b.len, 100000);
+  ASSERT_GE(b.cap, b.len + 1);
+  ASSERT_EQ(b.data[99999], 'y');
+  ASSERT_EQ(b.data[100000], '\0');
+  ASSERT_EQ(al_buf_reserve(&b, SIZE_MAX - b.len), AL_ETOOBIG);
+  al_buf_free(&b);
+
+  /* A limit that is not a power of two is still reached exactly. */
+  al_buf_init(&b, 1000);
+  ASSERT_EQ(al_buf_append(&b, chunk, 999), 0);
+  ASSERT_EQ(al_buf_append(&b, chunk, 1), 0);
+  ASSERT_EQ(b.cap, 1001);
+  ASSERT_EQ(al_buf_append(&b, chunk, 1), AL_ETOOBIG);
+  al_buf_free(&b);
+  return 0;
+}
+
 TEST_IMPL(common_buf_printf_consume) {
   al_buf_t b;
 
