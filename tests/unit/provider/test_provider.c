@@ -106,6 +106,9 @@ TEST_IMPL(provider_fastpath_escapes) {
       /* fuzz_fastjson: a high half followed by "^ude0e" (no backslash)
        * is lone, not a pair. */
       CBD "\"thinking_delta\",\"thinking\":\"\\ud83d^ude0e\"}}",
+      /* fuzz_fastjson: an extra number beyond the double range; jansson
+       * used to reject it while the fast path skipped it. */
+      CBD "\"thinking_delta\",\"thinking\":\"\",\"\":1e900}}",
       CBD "\"text_delta\",\"text\":\"raw UTF-8 \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}}",
       CBD "\"thinking_delta\",\"thinking\":\"hmm \\n\"}}",
       CBD "\"input_json_delta\",\"partial_json\":\"{\\\"a\\\": \\\"\\\\u00\"}}",
