@@ -7,3 +7,4 @@
 #include "list/provider.h"
 #include "list/mockllm.h"
 #include "list/client.h"
+#include "list/loop.h"

@@ -1,0 +1,11 @@
+/* loop tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */
+TEST_ENTRY(retry_classify_status)
+TEST_ENTRY(retry_classify_should_retry_overrides)
+TEST_ENTRY(retry_classify_spend_cap)
+TEST_ENTRY(retry_classify_stream_errors)
+TEST_ENTRY(retry_backoff_bounds)
+TEST_ENTRY(retry_decide_attempts)
+TEST_ENTRY(retry_decide_retry_after)
+TEST_ENTRY(retry_fallback_after_overloads)
+TEST_ENTRY(retry_fallback_disabled_or_unconfigured)
+TEST_ENTRY(retry_max_tokens_continuations)
