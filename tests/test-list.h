@@ -8,3 +8,4 @@
 #include "list/mockllm.h"
 #include "list/client.h"
 #include "list/loop.h"
+#include "list/events.h"

@@ -1,0 +1,251 @@
+/* LoopEvents (SPEC §10): what a running agent reports to its subscribers.
+ *
+ * Every event carries the common fields (type, session, run, turn, seq,
+ * ts_ns) and a small per-type payload in a union, selected by `type`.
+ * Nothing in here is owned by the subscriber: strings are (ptr, len)
+ * slices and the session id a C string, all borrowed for the duration of
+ * the callback only (like llhttp's `at, len`), so the hot deltas cost no
+ * allocation. Subscribers copy whatever they keep. Slices are not
+ * NUL-terminated and may hold arbitrary bytes (tool output); ptr == NULL
+ * means "absent". docs/events.md lists the JSON form of every type. */
+#ifndef AGENTLOOP_EVENTS_H
+#define AGENTLOOP_EVENTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* XX(name, snake_case name in JSON). The order is the enum order; new
+ * types go at the end so numeric values stay stable for embedders. */
+#define AL_EVENT_TYPE_MAP(XX)                                   \
+  XX(RUN_STARTED, "run_started")                                \
+  XX(TURN_STARTED, "turn_started")                              \
+  XX(STREAM_REQUEST_START, "stream_request_start")              \
+  XX(TEXT_DELTA, "text_delta")                                  \
+  XX(THINKING_DELTA, "thinking_delta")                          \
+  XX(TOOL_INPUT_DELTA, "tool_input_delta")                      \
+  XX(CONTENT_BLOCK_COMPLETED, "content_block_completed")        \
+  XX(TOOL_USE_QUEUED, "tool_use_queued")                        \
+  XX(TOOL_USE_STARTED, "tool_use_started")                      \
+  XX(TOOL_PROGRESS, "tool_progress")                            \
+  XX(TOOL_USE_COMPLETED, "tool_use_completed")                  \
+  XX(TOOL_EXECUTION_ABORTED, "tool_execution_aborted")          \
+  XX(APPROVAL_REQUIRED, "approval_required")                    \
+  XX(APPROVAL_RESPONSE, "approval_response")                    \
+  XX(USAGE, "usage")                                            \
+  XX(RETRY, "retry")                                            \
+  XX(API_ERROR, "api_error")                                    \
+  XX(STREAM_STALL_DETECTED, "stream_stall_detected")            \
+  XX(MODEL_FALLBACK, "model_fallback")                          \
+  XX(TOMBSTONE, "tombstone")                                    \
+  XX(MICRO_COMPACTION, "micro_compaction")                      \
+  XX(COMPACTION_STARTED, "compaction_started")                  \
+  XX(COMPACTION_COMPLETED, "compaction_completed")              \
+  XX(TURN_COMPLETED, "turn_completed")                          \
+  XX(MAX_TURNS_REACHED, "max_turns_reached")                    \
+  XX(INTERRUPTED, "interrupted")                                \
+  XX(ERROR, "error")                                            \
+  XX(FINAL, "final")
+
+typedef enum {
+#define AL_EVENT_GEN(name, str) AL_EVENT_##name,
+  AL_EVENT_TYPE_MAP(AL_EVENT_GEN)
+#undef AL_EVENT_GEN
+  AL_EVENT_TYPE_COUNT
+} al_event_type_t;
+
+/* A borrowed byte range; ptr == NULL means the field is absent (null in
+ * JSON), ptr != NULL with len == 0 is the empty string. */
+typedef struct {
+  const char *ptr;
+  size_t len;
+} al_slice_t;
+
+/* run_started: our `system/init`. tools is JSON text (an array of tool
+ * names or definitions); sandbox is the mode name. */
+typedef struct {
+  al_slice_t model;
+  al_slice_t provider;
+  al_slice_t cwd;
+  al_slice_t tools;
+  al_slice_t sandbox;
+} al_event_run_started_t;
+
+/* stream_request_start: one HTTP request to the model (attempt 1..n). */
+typedef struct {
+  al_slice_t model;
+  uint32_t attempt;
+} al_event_stream_request_t;
+
+/* text_delta, thinking_delta, tool_input_delta: one streamed piece of
+ * content block `index`. tool_input_delta also names the call and its
+ * text is partial JSON (not valid on its own). */
+typedef struct {
+  int32_t index;
+  al_slice_t text;
+  al_slice_t call_id;
+} al_event_delta_t;
+
+/* content_block_completed: block is the completed block as JSON text. */
+typedef struct {
+  int32_t index;
+  al_slice_t block_type;
+  al_slice_t block;
+} al_event_block_t;
+
+/* All tool_* events. input is JSON text; content is the result (queued,
+ * started: absent) or an output chunk (tool_progress), arbitrary bytes;
+ * reason says why a tool was aborted ("streaming_fallback", ...). */
+typedef struct {
+  al_slice_t call_id;
+  al_slice_t name;
+  al_slice_t input;
+  al_slice_t content;
+  al_slice_t reason;
+  bool is_error;
+  uint64_t duration_ms;
+} al_event_tool_t;
+
+/* approval_required / approval_response. decision is allow, deny or
+ * always (response only); category is the tool's category (required). */
+typedef struct {
+  al_slice_t request;
+  al_slice_t call_id;
+  al_slice_t name;
+  al_slice_t input;
+  al_slice_t category;
+  al_slice_t decision;
+  al_slice_t reason;
+} al_event_approval_t;
+
+/* usage: token counts of one model response (Anthropic names). */
+typedef struct {
+  uint64_t input_tokens;
+  uint64_t output_tokens;
+  uint64_t cache_read_input_tokens;
+  uint64_t cache_creation_input_tokens;
+} al_event_usage_t;
+
+/* retry: attempt `attempt` of `max` starts after delay_ms. kind is the
+ * error class that caused it ("overloaded", "rate_limited", "server",
+ * "network", "stall"); status the HTTP status or 0. */
+typedef struct {
+  uint32_t attempt;
+  uint32_t max;
+  uint64_t delay_ms;
+  int status;
+  al_slice_t kind;
+  al_slice_t message;
+} al_event_retry_t;
+
+/* api_error: kind is the provider's error type ("overloaded_error"). */
+typedef struct {
+  int status;
+  al_slice_t kind;
+  al_slice_t message;
+} al_event_api_error_t;
+
+/* stream_stall_detected: no content for idle_ms. */
+typedef struct {
+  uint64_t idle_ms;
+  bool content_delivered;
+} al_event_stall_t;
+
+/* model_fallback. */
+typedef struct {
+  al_slice_t from;
+  al_slice_t to;
+  al_slice_t reason;
+} al_event_fallback_t;
+
+/* tombstone: drop the partial assistant message message_id (absent when
+ * the provider never gave it one: then the whole turn's message). */
+typedef struct {
+  al_slice_t message_id;
+  al_slice_t reason;
+} al_event_tombstone_t;
+
+/* micro_compaction, compaction_started, compaction_completed. */
+typedef struct {
+  al_slice_t trigger;
+  uint64_t tokens_before;
+  uint64_t tokens_after;
+  uint32_t cleared;
+} al_event_compaction_t;
+
+/* turn_completed. */
+typedef struct {
+  al_slice_t stop_reason;
+  uint32_t tool_calls;
+} al_event_turn_completed_t;
+
+/* max_turns_reached. */
+typedef struct {
+  uint32_t max_turns;
+} al_event_max_turns_t;
+
+/* interrupted. */
+typedef struct {
+  al_slice_t reason;
+} al_event_interrupted_t;
+
+/* error: code is an AL_E* value. */
+typedef struct {
+  int code;
+  al_slice_t message;
+} al_event_error_t;
+
+/* final: the run's answer. */
+typedef struct {
+  al_slice_t text;
+} al_event_final_t;
+
+typedef struct al_event_s {
+  al_event_type_t type;
+  uint32_t turn;
+  uint64_t run;
+  uint64_t seq;   /* monotonic per session, from 1 */
+  uint64_t ts_ns; /* CLOCK_MONOTONIC ns, the uv_hrtime clock */
+  const char *session;
+  union {
+    al_event_run_started_t run_started;
+    al_event_stream_request_t stream_request;
+    al_event_delta_t delta;
+    al_event_block_t block;
+    al_event_tool_t tool;
+    al_event_approval_t approval;
+    al_event_usage_t usage;
+    al_event_retry_t retry;
+    al_event_api_error_t api_error;
+    al_event_stall_t stall;
+    al_event_fallback_t fallback;
+    al_event_tombstone_t tombstone;
+    al_event_compaction_t compaction;
+    al_event_turn_completed_t turn_completed;
+    al_event_max_turns_t max_turns;
+    al_event_interrupted_t interrupted;
+    al_event_error_t error;
+    al_event_final_t final;
+  } u;
+} al_event_t;
+
+/* An in-process subscriber. Called synchronously on the loop thread; it
+ * must return quickly (SPEC §10). It may unsubscribe itself or others,
+ * publish (delivered after the current event), or close the publisher. */
+typedef void (*al_event_cb)(const al_event_t *ev, void *data);
+
+/* "text_delta" for AL_EVENT_TEXT_DELTA; NULL when out of range. */
+const char *al_event_type_name(al_event_type_t type);
+/* Name (len bytes, need not be NUL-terminated) -> type. 0, or AL_EINVAL
+ * for an unknown name. */
+int al_event_type_from_name(const char *name, size_t len,
+                            al_event_type_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,263 @@
+/* JSON form of LoopEvents (docs/events.md is the reference).
+ *
+ * Used for the NDJSON output of `agentloop run` (CONVENTIONS §7.6), the
+ * daemon's `event` notifications (§7.7) and the transcript, so the field
+ * set and order of each type are a contract: common fields first, then
+ * the payload fields in the documented order. Every field of a type is
+ * always present (absent slices are null), so consumers never have to
+ * guess between missing and empty.
+ *
+ * Payload strings may be arbitrary bytes (tool output), which jansson
+ * refuses, so all of them go through al__json_string_utf8 (provider
+ * layer), which replaces invalid sequences with U+FFFD. Fields that carry
+ * JSON text (tools, tool input, completed block) are embedded as JSON
+ * when they parse and as a string when they do not, so a malformed tool
+ * input from the model is still visible rather than lost. */
+#include "events/events.h"
+
+#include "provider/provider.h"
+
+typedef struct {
+  json_t *o;
+  bool fail;
+} enc_t;
+
+static void put(enc_t *e, const char *key, json_t *v) {
+  /* json_object_set_new steals v even on failure, and NULL v is a
+   * failure: one check covers both allocation sites. */
+  if (e->fail || v == NULL || json_object_set_new(e->o, key, v) != 0) {
+    if (e->fail || v == NULL) {
+      json_decref(v);
+    }
+    e->fail = true;
+  }
+}
+
+static void put_str(enc_t *e, const char *key, al_slice_t s) {
+  if (s.ptr == NULL) {
+    put(e, key, json_null());
+  } else {
+    put(e, key, al__json_string_utf8(s.ptr, s.len));
+  }
+}
+
+static void put_json_text(enc_t *e, const char *key, al_slice_t s) {
+  json_t *v;
+
+  if (s.ptr == NULL) {
+    put(e, key, json_null());
+    return;
+  }
+  v = json_loadb(s.ptr, s.len, JSON_DECODE_ANY, NULL);
+  put(e, key, v != NULL ? v : al__json_string_utf8(s.ptr, s.len));
+}
+
+static void put_u64(enc_t *e, const char *key, uint64_t n) {
+  /* json_int_t is signed 64 bits; nothing real gets near the top. */
+  put(e, key, json_integer(n > INT64_MAX ? INT64_MAX : (json_int_t)n));
+}
+
+static void put_int(enc_t *e, const char *key, int64_t n) {
+  put(e, key, json_integer((json_int_t)n));
+}
+
+static void put_bool(enc_t *e, const char *key, bool b) {
+  put(e, key, json_boolean(b));
+}
+
+static void put_tool_head(enc_t *e, const al_event_tool_t *t) {
+  put_str(e, "call_id", t->call_id);
+  put_str(e, "name", t->name);
+}
+
+static void put_payload(enc_t *e, const al_event_t *ev) {
+  const al_event_tool_t *t = &ev->u.tool;
+  const al_event_approval_t *a = &ev->u.approval;
+  const al_event_compaction_t *c = &ev->u.compaction;
+
+  switch (ev->type) {
+  case AL_EVENT_RUN_STARTED:
+    put_str(e, "model", ev->u.run_started.model);
+    put_str(e, "provider", ev->u.run_started.provider);
+    put_str(e, "cwd", ev->u.run_started.cwd);
+    put_json_text(e, "tools", ev->u.run_started.tools);
+    put_str(e, "sandbox", ev->u.run_started.sandbox);
+    break;
+  case AL_EVENT_TURN_STARTED:
+    break;
+  case AL_EVENT_STREAM_REQUEST_START:
+    put_str(e, "model", ev->u.stream_request.model);
+    put_u64(e, "attempt", ev->u.stream_request.attempt);
+    break;
+  case AL_EVENT_TEXT_DELTA:
+  case AL_EVENT_THINKING_DELTA:
+    put_int(e, "index", ev->u.delta.index);
+    put_str(e, "text", ev->u.delta.text);
+    break;
+  case AL_EVENT_TOOL_INPUT_DELTA:
+    put_int(e, "index", ev->u.delta.index);
+    put_str(e, "call_id", ev->u.delta.call_id);
+    put_str(e, "partial_json", ev->u.delta.text);
+    break;
+  case AL_EVENT_CONTENT_BLOCK_COMPLETED:
+    put_int(e, "index", ev->u.block.index);
+    put_str(e, "block_type", ev->u.block.block_type);
+    put_json_text(e, "block", ev->u.block.block);
+    break;
+  case AL_EVENT_TOOL_USE_QUEUED:
+  case AL_EVENT_TOOL_USE_STARTED:
+    put_tool_head(e, t);
+    put_json_text(e, "input", t->input);
+    break;
+  case AL_EVENT_TOOL_PROGRESS:
+    put_tool_head(e, t);
+    put_str(e, "content", t->content);
+    break;
+  case AL_EVENT_TOOL_USE_COMPLETED:
+    put_tool_head(e, t);
+    put_bool(e, "is_error", t->is_error);
+    put_str(e, "content", t->content);
+    put_u64(e, "duration_ms", t->duration_ms);
+    break;
+  case AL_EVENT_TOOL_EXECUTION_ABORTED:
+    put_tool_head(e, t);
+    put_str(e, "reason", t->reason);
+    break;
+  case AL_EVENT_APPROVAL_REQUIRED:
+    put_str(e, "request", a->request);
+    put_str(e, "call_id", a->call_id);
+    put_str(e, "name", a->name);
+    put_json_text(e, "input", a->input);
+    put_str(e, "category", a->category);
+    put_str(e, "reason", a->reason);
+    break;
+  case AL_EVENT_APPROVAL_RESPONSE:
+    put_str(e, "request", a->request);
+    put_str(e, "call_id", a->call_id);
+    put_str(e, "decision", a->decision);
+    put_str(e, "reason", a->reason);
+    break;
+  case AL_EVENT_USAGE:
+    put_u64(e, "input_tokens", ev->u.usage.input_tokens);
+    put_u64(e, "output_tokens", ev->u.usage.output_tokens);
+    put_u64(e, "cache_read_input_tokens",
+            ev->u.usage.cache_read_input_tokens);
+    put_u64(e, "cache_creation_input_tokens",
+            ev->u.usage.cache_creation_input_tokens);
+    break;
+  case AL_EVENT_RETRY:
+    put_u64(e, "attempt", ev->u.retry.attempt);
+    put_u64(e, "max", ev->u.retry.max);
+    put_u64(e, "delay_ms", ev->u.retry.delay_ms);
+    put_str(e, "kind", ev->u.retry.kind);
+    put_int(e, "status", ev->u.retry.status);
+    put_str(e, "message", ev->u.retry.message);
+    break;
+  case AL_EVENT_API_ERROR:
+    put_str(e, "kind", ev->u.api_error.kind);
+    put_int(e, "status", ev->u.api_error.status);
+    put_str(e, "message", ev->u.api_error.message);
+    break;
+  case AL_EVENT_STREAM_STALL_DETECTED:
+    put_u64(e, "idle_ms", ev->u.stall.idle_ms);
+    put_bool(e, "content_delivered", ev->u.stall.content_delivered);
+    break;
+  case AL_EVENT_MODEL_FALLBACK:
+    put_str(e, "from", ev->u.fallback.from);
+    put_str(e, "to", ev->u.fallback.to);
+    put_str(e, "reason", ev->u.fallback.reason);
+    break;
+  case AL_EVENT_TOMBSTONE:
+    put_str(e, "message_id", ev->u.tombstone.message_id);
+    put_str(e, "reason", ev->u.tombstone.reason);
+    break;
+  case AL_EVENT_MICRO_COMPACTION:
+    put_u64(e, "cleared", c->cleared);
+    put_u64(e, "tokens_before", c->tokens_before);
+    put_u64(e, "tokens_after", c->tokens_after);
+    break;
+  case AL_EVENT_COMPACTION_STARTED:
+    put_str(e, "trigger", c->trigger);
+    put_u64(e, "tokens_before", c->tokens_before);
+    break;
+  case AL_EVENT_COMPACTION_COMPLETED:
+    put_str(e, "trigger", c->trigger);
+    put_u64(e, "tokens_before", c->tokens_before);
+    put_u64(e, "tokens_after", c->tokens_after);
+    break;
+  case AL_EVENT_TURN_COMPLETED:
+    put_str(e, "stop_reason", ev->u.turn_completed.stop_reason);
+    put_u64(e, "tool_calls", ev->u.turn_completed.tool_calls);
+    break;
+  case AL_EVENT_MAX_TURNS_REACHED:
+    put_u64(e, "max_turns", ev->u.max_turns.max_turns);
+    break;
+  case AL_EVENT_INTERRUPTED:
+    put_str(e, "reason", ev->u.interrupted.reason);
+    break;
+  case AL_EVENT_ERROR:
+    put_int(e, "code", ev->u.error.code);
+    put(e, "code_name", json_string(al_err_name(ev->u.error.code)));
+    put_str(e, "message", ev->u.error.message);
+    break;
+  case AL_EVENT_FINAL:
+    put_str(e, "text", ev->u.final.text);
+    break;
+  default:
+    break;
+  }
+}
+
+json_t *al__events_to_json(const al_event_t *ev) {
+  const char *name = al_event_type_name(ev->type);
+  enc_t e;
+
+  if (name == NULL) {
+    return NULL; /* not an event: a programmer error upstream */
+  }
+  e.o = json_object();
+  e.fail = e.o == NULL;
+  put(&e, "type", json_string(name));
+  if (ev->session != NULL) {
+    put(&e, "session", al__json_string_utf8(ev->session, strlen(ev->session)));
+  } else {
+    put(&e, "session", json_null());
+  }
+  put_u64(&e, "run", ev->run);
+  put_u64(&e, "turn", ev->turn);
+  put_u64(&e, "seq", ev->seq);
+  put_u64(&e, "ts_ns", ev->ts_ns);
+  put_payload(&e, ev);
+  if (e.fail) {
+    json_decref(e.o);
+    return NULL;
+  }
+  return e.o;
+}
+
+int al__events_encode_line(const al_event_t *ev, al_buf_t *out) {
+  json_t *j;
+  size_t n;
+  int rc;
+
+  if ((j = al__events_to_json(ev)) == NULL) {
+    return al_event_type_name(ev->type) == NULL ? AL_EINVAL : AL_ENOMEM;
+  }
+  /* JSON_COMPACT never emits a raw newline: strings escape theirs. Size
+   * first, then dump straight into the buffer, reserved up front so a
+   * line is appended whole or not at all. */
+  n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+  if (n == 0) {
+    rc = AL_ENOMEM;
+  } else if ((rc = al_buf_reserve(out, n + 1)) == 0) {
+    if (json_dumpb(j, out->data + out->len, n, JSON_COMPACT) != n) {
+      rc = AL_ENOMEM;
+    } else {
+      out->data[out->len + n] = '\n';
+      out->len += n + 1;
+    }
+    out->data[out->len] = '\0';
+  }
+  json_decref(j);
+  return rc;
+}

@@ -1,0 +1,12 @@
+/* events tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */
+TEST_ENTRY(events_names_round_trip)
+TEST_ENTRY(events_seq_per_session)
+TEST_ENTRY(events_injected_clock)
+TEST_ENTRY(events_subscribers_in_order)
+TEST_ENTRY(events_unsubscribe_during_walk)
+TEST_ENTRY(events_publish_during_walk_deferred)
+TEST_ENTRY(events_pending_queue_bounded)
+TEST_ENTRY(events_close_inside_callback)
+TEST_ENTRY(events_no_alloc_per_text_delta)
+TEST_ENTRY(events_golden_json)
+TEST_ENTRY(events_utf8_sanitized)
