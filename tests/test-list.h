@@ -9,3 +9,4 @@
 #include "list/client.h"
 #include "list/loop.h"
 #include "list/events.h"
+#include "list/executor.h"
