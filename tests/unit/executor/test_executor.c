@@ -281,7 +281,7 @@ static uint64_t fake_clock(al_executor_t *ex) {
   return ++ctx->clock;
 }
 
-/* ---- helpers --------------------------------------------------------------- */
+/* ---- helpers ------------------------------------------------------------- */
 
 static void setup(ctx_t *ctx, int max_concurrency) {
   al_executor_options_t opts;
@@ -371,7 +371,7 @@ static void teardown(ctx_t *ctx) {
   ASSERT_EQ(ctx->closed, 1);
 }
 
-/* ---- tests ----------------------------------------------------------------- */
+/* ---- tests --------------------------------------------------------------- */
 
 /* Two safe calls both start before either completes; the faster one is
  * reported first; nothing is reported inside add. */
