@@ -10,7 +10,7 @@
 
 #define S(lit) ((al_slice_t){(lit), sizeof(lit) - 1})
 
-/* ---- helpers -------------------------------------------------------------- */
+/* ---- helpers ------------------------------------------------------------- */
 
 static uint64_t fake_now;
 
@@ -103,7 +103,7 @@ static int publish_text(al__events_bus_t *bus, al__events_session_t *ses,
   return al__events_publish(bus, ses, &ev);
 }
 
-/* ---- counting allocator ----------------------------------------------------- */
+/* ---- counting allocator -------------------------------------------------- */
 
 /* Counts allocations (n_allocs) and blocks alive (n_live). The runner ends
  * a test with _exit, so LeakSanitizer never looks: the live count is what
@@ -145,7 +145,7 @@ static long count_start(void) {
   return n_live;
 }
 
-/* ---- names ---------------------------------------------------------------- */
+/* ---- names --------------------------------------------------------------- */
 
 static const char *const spec_names[] = {
     "run_started", "turn_started", "stream_request_start", "text_delta",
@@ -193,7 +193,7 @@ TEST_IMPL(events_names_round_trip) {
   return 0;
 }
 
-/* ---- seq and clock --------------------------------------------------------- */
+/* ---- seq and clock ------------------------------------------------------- */
 
 TEST_IMPL(events_seq_per_session) {
   al__events_bus_t *bus1 = new_bus(0);
@@ -279,7 +279,7 @@ TEST_IMPL(events_injected_clock) {
   return 0;
 }
 
-/* ---- order and re-entrancy ------------------------------------------------- */
+/* ---- order and re-entrancy ----------------------------------------------- */
 
 TEST_IMPL(events_subscribers_in_order) {
   long live0 = count_start();
@@ -435,7 +435,7 @@ TEST_IMPL(events_pending_queue_bounded) {
   return 0;
 }
 
-/* ---- close from inside a callback ------------------------------------------ */
+/* ---- close from inside a callback ---------------------------------------- */
 
 typedef struct {
   al__events_bus_t *bus;
@@ -487,7 +487,7 @@ TEST_IMPL(events_close_inside_callback) {
   return 0;
 }
 
-/* ---- no allocation on the hot path ------------------------------------------ */
+/* ---- no allocation on the hot path --------------------------------------- */
 
 static void count_cb(const al_event_t *ev, void *data) {
   size_t *bytes = data;
@@ -524,7 +524,7 @@ TEST_IMPL(events_no_alloc_per_text_delta) {
   return 0;
 }
 
-/* ---- JSON ------------------------------------------------------------------- */
+/* ---- JSON ---------------------------------------------------------------- */
 
 /* One event of every type, in enum order, as in docs/events.md. */
 static void golden_events(al_event_t *evs) {
