@@ -55,8 +55,11 @@ typedef enum {
   /* The reply is being retried without streaming; its tool_use blocks are
    * void. */
   AL_EXECUTOR_ABORT_STREAMING_FALLBACK,
-  /* An unsafe call failed: calls queued behind it (or added later in the
-   * same message) do not run. */
+  /* An unsafe call failed (error result or refused start): calls queued
+   * behind it, and calls added later in the same message, do not run.
+   * There are never running siblings to cancel, since an unsafe call runs
+   * alone. A failing safe call aborts nothing: safe calls are independent
+   * reads, and their siblings' results stay useful to the model. */
   AL_EXECUTOR_ABORT_SIBLING_ERROR,
   /* agent_cancel. */
   AL_EXECUTOR_ABORT_USER_INTERRUPTED
