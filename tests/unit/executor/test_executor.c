@@ -27,6 +27,7 @@ typedef struct fake_run_s {
 
 struct ctx_s {
   uv_loop_t loop;
+  long live0;
   al_executor_t ex;
   bool in_api;
   char trace[4096];
@@ -275,6 +276,48 @@ static void maybe_close(ctx_t *ctx, char kind) {
   }
 }
 
+/* Counts blocks alive through the al_malloc hook (also libuv's and
+ * jansson's): the runner ends a test with _exit, so LeakSanitizer never
+ * looks and the live count is the leak check. fail_at > 0 makes that
+ * allocation (counted from 1) fail. */
+static long n_live;
+static long n_allocs;
+static long fail_at;
+
+static bool fail_now(void) {
+  n_allocs++;
+  return fail_at > 0 && n_allocs == fail_at;
+}
+
+static void *count_malloc(size_t size) {
+  void *p = fail_now() ? NULL : malloc(size);
+
+  n_live += p != NULL;
+  return p;
+}
+
+static void *count_realloc(void *p, size_t size) {
+  void *q;
+
+  if (p == NULL) {
+    return count_malloc(size);
+  }
+  q = fail_now() ? NULL : realloc(p, size);
+  return q;
+}
+
+static void *count_calloc(size_t count, size_t size) {
+  void *p = fail_now() ? NULL : calloc(count, size);
+
+  n_live += p != NULL;
+  return p;
+}
+
+static void count_free(void *p) {
+  n_live -= p != NULL;
+  free(p);
+}
+
 static uint64_t fake_clock(al_executor_t *ex) {
   ctx_t *ctx = ex->data;
 
@@ -287,6 +330,9 @@ static void setup(ctx_t *ctx, int max_concurrency) {
   al_executor_options_t opts;
 
   memset(ctx, 0, sizeof(*ctx));
+  ASSERT_EQ(al_set_allocator(count_malloc, count_realloc, count_calloc,
+                             count_free), 0);
+  ctx->live0 = n_live;
   ASSERT_EQ(uv_loop_init(&ctx->loop), 0);
   al__executor_options_init(&opts);
   ASSERT_EQ(opts.max_concurrency, AL_EXECUTOR_DEFAULT_CONCURRENCY);
@@ -369,6 +415,7 @@ static void teardown(ctx_t *ctx) {
   }
   ASSERT_LOOP_CLOSES(&ctx->loop);
   ASSERT_EQ(ctx->closed, 1);
+  ASSERT_EQ(n_live, ctx->live0);
 }
 
 /* ---- tests --------------------------------------------------------------- */
@@ -770,6 +817,7 @@ TEST_IMPL(executor_close_in_callback) {
               AL_ECLOSING);
     ASSERT_LOOP_CLOSES(&ctx.loop);
     ASSERT_EQ(ctx.closed, 1);
+    ASSERT_EQ(n_live, ctx.live0);
     ASSERT_STR_EQ(ctx.trace, expect[k]);
   }
   return 0;
@@ -793,6 +841,7 @@ TEST_IMPL(executor_close_with_late_tool) {
   ASSERT_EQ(ctx.closed, 1);
   ASSERT_EQ(ctx.late_reports, 1);
   ASSERT_STR_EQ(ctx.trace, "Q:a S:a");
+  ASSERT_EQ(n_live, ctx.live0);
   return 0;
 }
 
@@ -859,5 +908,47 @@ TEST_IMPL(executor_env_concurrency) {
   ASSERT_EQ(al__executor_concurrency_from_env(), 10);
   ASSERT_EQ(unsetenv("AGENTLOOP_MAX_TOOL_CONCURRENCY"), 0);
   ASSERT_EQ(al__executor_concurrency_from_env(), 10);
+  return 0;
+}
+
+/* Fail allocation k for k = 1, 2, ... of a small message (a timed tool, an
+ * unknown tool): every accepted call still gets exactly one on_completed
+ * with some result, a refused add says AL_ENOMEM, nothing leaks. */
+TEST_IMPL(executor_alloc_failure_sweep) {
+  ctx_t ctx;
+  json_t *in;
+  long k;
+  int accepted;
+  int rc;
+  bool clean = false;
+
+  for (k = 1; k < 200 && !clean; k++) {
+    setup(&ctx, 0);
+    in = json_pack("{s:i, s:s}", "ms", 1, "out", "fine");
+    ASSERT_NOT_NULL(in);
+    n_allocs = 0;
+    fail_at = k;
+    accepted = 0;
+    ctx.in_api = true;
+    rc = al__executor_add(&ctx.ex, "a", "read", in);
+    ASSERT(rc == 0 || rc == AL_ENOMEM);
+    accepted += rc == 0;
+    rc = al__executor_add(&ctx.ex, "x", "nope", NULL);
+    ASSERT(rc == 0 || rc == AL_ENOMEM);
+    accepted += rc == 0;
+    ctx.in_api = false;
+    uv_run(&ctx.loop, UV_RUN_DEFAULT);
+    clean = n_allocs < k; /* the failure point was never reached */
+    fail_at = 0;
+    json_decref(in);
+    ASSERT_EQ(ctx.completed, accepted);
+    ASSERT_EQ(ctx.idle, accepted > 0 ? 1 : 0);
+    if (clean) {
+      ASSERT_EQ(accepted, 2);
+      ASSERT_STR_EQ(find(&ctx, "a")->content, "fine");
+    }
+    teardown(&ctx);
+  }
+  ASSERT(clean);
   return 0;
 }
