@@ -10,3 +10,4 @@
 #include "list/loop.h"
 #include "list/events.h"
 #include "list/executor.h"
+#include "list/tools.h"

@@ -1,0 +1,739 @@
+/* Built-in file tools: read_file, write_file, list_directory, done
+ * (SPEC §8). See tools.h for the contract and the decisions.
+ *
+ * One job per call: start() validates the input on the loop thread and
+ * queues one uv_work_t; the work callback does every blocking step
+ * (resolve, policy, open, read/write) on the threadpool and builds the
+ * final content; the after-work callback, on the loop, reports it with
+ * al__executor_call_complete() and frees the job. Cancel sets an atomic
+ * flag the worker polls between chunks and tries uv_cancel(); either way
+ * the after-work callback still completes the call once (the executor
+ * drops that late result). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "provider/provider.h"
+#include "tools/tools.h"
+
+#define CHUNK (64 * 1024)
+#define LIST_HARD_MAX 100000 /* names read from one directory at most */
+
+typedef enum {
+  KIND_READ = 0,
+  KIND_WRITE,
+  KIND_LIST,
+  KIND_DONE
+} kind_t;
+
+typedef struct fstool_s {
+  al_tool_impl_t impl;
+  kind_t kind;
+  uv_loop_t *loop;
+  al_pathpolicy_t policy;
+  size_t output_max;
+  size_t display_max;
+  size_t list_max;
+} fstool_t;
+
+typedef struct job_s {
+  uv_work_t req;
+  al_tool_call_t *call;
+  const fstool_t *tool;
+  atomic_int cancelled;
+  bool preset; /* out already holds an error: nothing to do */
+  /* Arguments, copied on the loop thread. */
+  char *path;
+  char *content;
+  size_t content_len;
+  long offset; /* 1-based */
+  long limit;  /* 0: to the end */
+  /* Result. */
+  bool is_error;
+  al_buf_t raw;        /* what the tool produced, raw bytes */
+  size_t extra_chars;  /* counted, not kept (past output_max) */
+  al_buf_t out;        /* final content */
+} job_t;
+
+void al__fstools_options_init(al_fstools_options_t *opts) {
+  memset(opts, 0, sizeof(*opts));
+  opts->output_max = AL_FSTOOLS_DEFAULT_OUTPUT_MAX;
+  opts->display_max = AL_FSTOOLS_DEFAULT_DISPLAY_MAX;
+  opts->list_max = AL_FSTOOLS_DEFAULT_LIST_MAX;
+}
+
+/* ---- helpers (any thread) ------------------------------------------------ */
+
+static bool is_cancelled(job_t *job) {
+  return atomic_load(&job->cancelled) != 0;
+}
+
+static void fail(job_t *job, const char *fmt, const char *arg) {
+  job->is_error = true;
+  al_buf_reset(&job->raw);
+  job->extra_chars = 0;
+  al_buf_printf(&job->raw, fmt, arg);
+}
+
+static void fail_buf(job_t *job, al_buf_t *msg) {
+  job->is_error = true;
+  al_buf_reset(&job->raw);
+  job->extra_chars = 0;
+  al_buf_printf(&job->raw, "%s: %s", job->tool->impl.name,
+                msg->data != NULL ? msg->data : "error");
+}
+
+static void fail_errno(job_t *job, const char *what, int code) {
+  job->is_error = true;
+  al_buf_reset(&job->raw);
+  job->extra_chars = 0;
+  al_buf_printf(&job->raw, "%s: %s '%s': %s", job->tool->impl.name, what,
+                job->path, uv_strerror(code));
+}
+
+static size_t count_chars(const char *s, size_t len) {
+  size_t i;
+  size_t n = 0;
+
+  for (i = 0; i < len; i++) {
+    n += ((unsigned char)s[i] & 0xC0) != 0x80;
+  }
+  return n;
+}
+
+/* raw -> out: sanitized UTF-8, capped at display_max characters. */
+static void finalize(job_t *job) {
+  al_buf_t clean;
+  size_t total;
+  size_t shown;
+  size_t cut;
+  size_t n = 0;
+  size_t limit = job->tool->display_max;
+  int rc;
+
+  al_buf_init(&clean, job->raw.len * 3 + 16);
+  rc = job->raw.len == 0
+           ? 0
+           : al__utf8_sanitize_append(&clean, job->raw.data, job->raw.len);
+  if (rc != 0) {
+    al_buf_free(&clean);
+    job->is_error = true;
+    al_buf_reset(&job->out);
+    al_buf_append_str(&job->out, "out of memory");
+    return;
+  }
+  total = count_chars(clean.data, clean.len) + job->extra_chars;
+  if (total <= limit && job->extra_chars == 0) {
+    rc = al_buf_append(&job->out, clean.len ? clean.data : "", clean.len);
+  } else {
+    for (cut = 0; cut < clean.len; cut++) {
+      if (((unsigned char)clean.data[cut] & 0xC0) != 0x80) {
+        if (n == limit) {
+          break;
+        }
+        n++;
+      }
+    }
+    shown = n;
+    rc = al_buf_append(&job->out, clean.len ? clean.data : "", cut);
+    if (rc == 0) {
+      rc = al_buf_printf(&job->out,
+                         "\n[OUTPUT TRUNCATED: showing %zu of %zu "
+                         "characters from %s]",
+                         shown, total, job->tool->impl.name);
+    }
+  }
+  al_buf_free(&clean);
+  if (rc != 0) {
+    job->is_error = true;
+    al_buf_reset(&job->out);
+    al_buf_append_str(&job->out, "out of memory");
+  }
+}
+
+/* ---- read_file ----------------------------------------------------------- */
+
+static void do_read(job_t *job) {
+  al_buf_t err;
+  al_path_t rp;
+  int fd;
+  int rc;
+  struct stat st;
+  char *chunk = NULL;
+  long line = 1;
+  long end_line; /* first line not selected; 0: none */
+  bool reached = false;
+  bool stop = false;
+  char last = '\n';
+  bool any = false;
+  size_t cap = job->tool->output_max;
+
+  al_buf_init(&err, 4096);
+  rc = al__pathpolicy_resolve(&job->tool->policy, job->path,
+                              AL_PATH_EXISTING, &rp, &err);
+  if (rc != 0) {
+    fail_buf(job, &err);
+    al_buf_free(&err);
+    return;
+  }
+  al_buf_free(&err);
+  fd = open(rp.real, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  al_free(rp.real);
+  if (fd < 0) {
+    fail_errno(job, "cannot open", -errno);
+    return;
+  }
+  if (fstat(fd, &st) != 0) {
+    fail_errno(job, "cannot stat", -errno);
+    goto out_close;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    fail(job, "read_file: '%s' is a directory (use list_directory)",
+         job->path);
+    goto out_close;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fail(job, "read_file: '%s' is not a regular file", job->path);
+    goto out_close;
+  }
+  chunk = al_malloc(CHUNK);
+  if (chunk == NULL) {
+    fail(job, "%s", "read_file: out of memory");
+    goto out_close;
+  }
+  end_line = job->limit > 0 ? job->offset + job->limit : 0;
+  while (!stop) {
+    ssize_t n;
+    ssize_t i;
+
+    if (is_cancelled(job)) {
+      fail(job, "%s", "read_file: cancelled");
+      goto out_close;
+    }
+    n = read(fd, chunk, CHUNK);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      fail_errno(job, "cannot read", -errno);
+      goto out_close;
+    }
+    if (n == 0) {
+      break;
+    }
+    any = true;
+    for (i = 0; i < n; i++) {
+      char c = chunk[i];
+
+      if (line >= job->offset) {
+        reached = true;
+        if (job->raw.len < cap) {
+          if (al_buf_append(&job->raw, &c, 1) != 0) {
+            fail(job, "%s", "read_file: out of memory");
+            goto out_close;
+          }
+        } else {
+          job->extra_chars += ((unsigned char)c & 0xC0) != 0x80;
+        }
+      }
+      last = c;
+      if (c == '\n') {
+        line++;
+        if (end_line != 0 && line >= end_line) {
+          stop = true;
+          break;
+        }
+      }
+    }
+  }
+  if (!reached && job->offset > 1) {
+    long lines = (!any || last == '\n') ? line - 1 : line;
+    char num[64];
+
+    snprintf(num, sizeof(num), "%ld", job->offset);
+    job->is_error = true;
+    al_buf_reset(&job->raw);
+    al_buf_printf(&job->raw,
+                  "read_file: 'offset' %s is beyond the end of '%s' (%ld "
+                  "lines)",
+                  num, job->path, lines);
+  }
+
+out_close:
+  al_free(chunk);
+  close(fd);
+}
+
+/* ---- write_file ---------------------------------------------------------- */
+
+static void do_write(job_t *job) {
+  al_buf_t err;
+  al_path_t rp;
+  int fd;
+  int rc;
+  struct stat st;
+  size_t done = 0;
+
+  al_buf_init(&err, 4096);
+  rc = al__pathpolicy_resolve(&job->tool->policy, job->path, AL_PATH_CREATE,
+                              &rp, &err);
+  if (rc != 0) {
+    fail_buf(job, &err);
+    al_buf_free(&err);
+    return;
+  }
+  al_buf_free(&err);
+  if (rp.has_missing) {
+    /* mkdir -p, one component at a time, inside the resolved parent. */
+    char *p = rp.real + rp.missing_from + 1;
+    char *last = strrchr(rp.real, '/');
+
+    while ((p = strchr(p, '/')) != NULL && p <= last) {
+      *p = '\0';
+      if (mkdir(rp.real, 0755) != 0 && errno != EEXIST) {
+        rc = -errno;
+        *p = '/';
+        fail_errno(job, "cannot create the directories of", rc);
+        al_free(rp.real);
+        return;
+      }
+      *p = '/';
+      p++;
+    }
+  }
+  fd = open(rp.real, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+            0644);
+  al_free(rp.real);
+  if (fd < 0) {
+    rc = errno;
+    if (rc == ELOOP) {
+      fail(job,
+           "write_file: '%s' is a symlink; write_file does not follow "
+           "symlinks",
+           job->path);
+    } else if (rc == EISDIR) {
+      fail(job, "write_file: '%s' is a directory", job->path);
+    } else {
+      fail_errno(job, "cannot open", -rc);
+    }
+    return;
+  }
+  if (fstat(fd, &st) != 0) {
+    fail_errno(job, "cannot stat", -errno);
+    goto out_close;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fail(job, "write_file: '%s' is not a regular file", job->path);
+    goto out_close;
+  }
+  if (st.st_nlink > 1) {
+    fail(job,
+         "write_file: '%s' has more than one hard link; write_file does "
+         "not write through hard links",
+         job->path);
+    goto out_close;
+  }
+  if (ftruncate(fd, 0) != 0) {
+    fail_errno(job, "cannot truncate", -errno);
+    goto out_close;
+  }
+  while (done < job->content_len) {
+    ssize_t n;
+
+    if (is_cancelled(job)) {
+      fail(job, "%s", "write_file: cancelled");
+      goto out_close;
+    }
+    n = write(fd, job->content + done,
+              AL_MIN(job->content_len - done, (size_t)CHUNK));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) {
+        continue;
+      }
+      fail_errno(job, "cannot write", -errno);
+      goto out_close;
+    }
+    done += (size_t)n;
+  }
+  al_buf_printf(&job->raw, "Wrote %zu bytes to %s", done, job->path);
+
+out_close:
+  if (close(fd) != 0 && !job->is_error) {
+    fail_errno(job, "cannot close", -errno);
+  }
+}
+
+/* ---- list_directory ------------------------------------------------------ */
+
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void do_list(job_t *job) {
+  al_buf_t err;
+  al_path_t rp;
+  int rc;
+  DIR *d;
+  struct dirent *de;
+  char **names = NULL;
+  size_t n = 0;
+  size_t cap = 0;
+  size_t total = 0;
+  size_t i;
+
+  al_buf_init(&err, 4096);
+  rc = al__pathpolicy_resolve(&job->tool->policy, job->path,
+                              AL_PATH_EXISTING, &rp, &err);
+  if (rc != 0) {
+    fail_buf(job, &err);
+    al_buf_free(&err);
+    return;
+  }
+  al_buf_free(&err);
+  d = opendir(rp.real);
+  al_free(rp.real);
+  if (d == NULL) {
+    rc = errno;
+    if (rc == ENOTDIR) {
+      fail(job, "list_directory: '%s' is not a directory", job->path);
+    } else {
+      fail_errno(job, "cannot open", -rc);
+    }
+    return;
+  }
+  while ((de = readdir(d)) != NULL) {
+    const char *nm = de->d_name;
+    const char *mark = "";
+    size_t nl;
+    char *e;
+
+    if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0) {
+      continue;
+    }
+    total++;
+    if (n >= LIST_HARD_MAX || is_cancelled(job)) {
+      continue;
+    }
+    if (de->d_type == DT_DIR) {
+      mark = "/";
+    } else if (de->d_type == DT_LNK) {
+      mark = "@";
+    } else if (de->d_type == DT_UNKNOWN) {
+      struct stat st;
+
+      if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        mark = S_ISDIR(st.st_mode) ? "/" : S_ISLNK(st.st_mode) ? "@" : "";
+      }
+    }
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 64;
+      char **nv = al_realloc(names, nc * sizeof(*nv));
+
+      if (nv == NULL) {
+        fail(job, "%s", "list_directory: out of memory");
+        goto out_free;
+      }
+      names = nv;
+      cap = nc;
+    }
+    nl = strlen(nm);
+    e = al_malloc(nl + 2);
+    if (e == NULL) {
+      fail(job, "%s", "list_directory: out of memory");
+      goto out_free;
+    }
+    memcpy(e, nm, nl);
+    memcpy(e + nl, mark, strlen(mark) + 1);
+    names[n++] = e;
+  }
+  if (is_cancelled(job)) {
+    fail(job, "%s", "list_directory: cancelled");
+    goto out_free;
+  }
+  if (n > 1) {
+    qsort(names, n, sizeof(*names), cmp_names);
+  }
+  for (i = 0; i < n && i < job->tool->list_max; i++) {
+    if (al_buf_append_str(&job->raw, names[i]) != 0 ||
+        al_buf_append(&job->raw, "\n", 1) != 0) {
+      fail(job, "%s", "list_directory: out of memory");
+      goto out_free;
+    }
+  }
+  if (total == 0) {
+    al_buf_append_str(&job->raw, "(empty directory)");
+  } else if (i < total) {
+    al_buf_printf(&job->raw, "[LIST TRUNCATED: showing %zu of %zu entries]",
+                  i, total);
+  } else if (job->raw.len > 0) {
+    job->raw.data[--job->raw.len] = '\0'; /* the last newline */
+  }
+
+out_free:
+  for (i = 0; i < n; i++) {
+    al_free(names[i]);
+  }
+  al_free(names);
+  closedir(d);
+}
+
+/* ---- job plumbing -------------------------------------------------------- */
+
+static void job_work(uv_work_t *req) {
+  job_t *job = AL_CONTAINER_OF(req, job_t, req);
+
+  if (!job->preset && !is_cancelled(job)) {
+    switch (job->tool->kind) {
+    case KIND_READ:
+      do_read(job);
+      break;
+    case KIND_WRITE:
+      do_write(job);
+      break;
+    case KIND_LIST:
+      do_list(job);
+      break;
+    case KIND_DONE:
+      break;
+    }
+  }
+  finalize(job);
+}
+
+static void job_free(job_t *job) {
+  al_buf_free(&job->raw);
+  al_buf_free(&job->out);
+  al_free(job->path);
+  al_free(job->content);
+  al_free(job);
+}
+
+static void job_after(uv_work_t *req, int status) {
+  job_t *job = AL_CONTAINER_OF(req, job_t, req);
+  al_tool_call_t *call = job->call;
+
+  call->tool_data = NULL;
+  if (status != 0) {
+    /* uv_cancel() won: the work never ran. The result is dropped. */
+    al__executor_call_complete(call, true, "cancelled", 9);
+  } else {
+    al__executor_call_complete(call, job->is_error,
+                               job->out.len ? job->out.data : "",
+                               job->out.len);
+  }
+  job_free(job);
+}
+
+/* Argument errors, named after the parameter. */
+static void preset(job_t *job, const char *fmt, const char *param) {
+  job->preset = true;
+  job->is_error = true;
+  al_buf_printf(&job->raw, "%s: invalid arguments: ", job->tool->impl.name);
+  al_buf_printf(&job->raw, fmt, param);
+}
+
+/* A string parameter; false (and a preset error) when it is not one. */
+static bool get_string(job_t *job, const json_t *in, const char *key,
+                       bool required, char **out, size_t *len_out) {
+  const json_t *v = json_object_get(in, key);
+  size_t len;
+
+  *out = NULL;
+  if (v == NULL || json_is_null(v)) {
+    if (required) {
+      preset(job, "'%s' is required (a string)", key);
+      return false;
+    }
+    return true;
+  }
+  if (!json_is_string(v)) {
+    preset(job, "'%s' must be a string", key);
+    return false;
+  }
+  len = json_string_length(v);
+  if (len_out == NULL && strlen(json_string_value(v)) != len) {
+    preset(job, "'%s' must not contain NUL characters", key);
+    return false;
+  }
+  *out = al_malloc(len + 1);
+  if (*out == NULL) {
+    preset(job, "%s", "out of memory");
+    return false;
+  }
+  memcpy(*out, json_string_value(v), len + 1);
+  if (len_out != NULL) {
+    *len_out = len;
+  }
+  return true;
+}
+
+static bool get_count(job_t *job, const json_t *in, const char *key,
+                      long *out) {
+  const json_t *v = json_object_get(in, key);
+
+  if (v == NULL || json_is_null(v)) {
+    return true;
+  }
+  if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+      json_integer_value(v) > (json_int_t)1 << 40) {
+    preset(job, "'%s' must be a positive integer", key);
+    return false;
+  }
+  *out = (long)json_integer_value(v);
+  return true;
+}
+
+static void parse_args(job_t *job, const json_t *in) {
+  if (!json_is_object(in)) {
+    preset(job, "%s", "the arguments must be a JSON object");
+    return;
+  }
+  switch (job->tool->kind) {
+  case KIND_READ:
+    if (get_string(job, in, "path", true, &job->path, NULL) &&
+        get_count(job, in, "offset", &job->offset)) {
+      get_count(job, in, "limit", &job->limit);
+    }
+    break;
+  case KIND_WRITE:
+    if (get_string(job, in, "path", true, &job->path, NULL)) {
+      get_string(job, in, "content", true, &job->content, &job->content_len);
+    }
+    break;
+  case KIND_LIST:
+    if (get_string(job, in, "path", false, &job->path, NULL) &&
+        job->path == NULL) {
+      job->path = al_strdup(".");
+      if (job->path == NULL) {
+        preset(job, "%s", "out of memory");
+      }
+    }
+    break;
+  case KIND_DONE:
+    if (get_string(job, in, "message", true, &job->content,
+                   &job->content_len) &&
+        al_buf_append(&job->raw, job->content, job->content_len) != 0) {
+      preset(job, "%s", "out of memory");
+    }
+    break;
+  }
+}
+
+static int fstool_start(al_tool_call_t *call) {
+  const fstool_t *tool = AL_CONTAINER_OF(call->impl, fstool_t, impl);
+  job_t *job = al_calloc(1, sizeof(*job));
+  size_t raw_max;
+  int rc;
+
+  if (job == NULL) {
+    return AL_ENOMEM;
+  }
+  job->call = call;
+  job->tool = tool;
+  atomic_init(&job->cancelled, 0);
+  job->offset = 1;
+  /* The kept output, plus room for error texts naming long paths. */
+  raw_max = tool->output_max + 16 * 1024;
+  if (tool->kind == KIND_DONE || tool->kind == KIND_LIST) {
+    raw_max = SIZE_MAX / 4;
+  }
+  al_buf_init(&job->raw, raw_max);
+  al_buf_init(&job->out, SIZE_MAX / 2);
+  parse_args(job, call->input);
+  rc = uv_queue_work(tool->loop, &job->req, job_work, job_after);
+  if (rc != 0) {
+    job_free(job);
+    return rc;
+  }
+  call->tool_data = job;
+  return 0;
+}
+
+static void fstool_cancel(al_tool_call_t *call) {
+  job_t *job = call->tool_data;
+
+  if (job == NULL) {
+    return;
+  }
+  atomic_store(&job->cancelled, 1);
+  /* Succeeds only if the work has not begun; job_after runs either way. */
+  uv_cancel((uv_req_t *)&job->req);
+}
+
+static bool safe_yes(const al_tool_impl_t *impl, const json_t *input) {
+  return true;
+}
+
+static int fstool_new(kind_t kind, const char *name,
+                      const al_fstools_options_t *opts,
+                      al_tool_impl_t **out) {
+  fstool_t *t;
+  int rc;
+
+  *out = NULL;
+  if (opts == NULL || opts->loop == NULL || opts->workspace == NULL) {
+    return AL_EINVAL;
+  }
+  t = al_calloc(1, sizeof(*t));
+  if (t == NULL) {
+    return AL_ENOMEM;
+  }
+  t->kind = kind;
+  t->loop = opts->loop;
+  t->output_max =
+      opts->output_max ? opts->output_max : AL_FSTOOLS_DEFAULT_OUTPUT_MAX;
+  t->display_max =
+      opts->display_max ? opts->display_max : AL_FSTOOLS_DEFAULT_DISPLAY_MAX;
+  t->list_max = opts->list_max ? opts->list_max : AL_FSTOOLS_DEFAULT_LIST_MAX;
+  al__pathpolicy_init(&t->policy);
+  rc = al__pathpolicy_set(&t->policy, opts->workspace, opts->allowed_paths,
+                          opts->n_allowed_paths, opts->denied_paths,
+                          opts->n_denied_paths);
+  if (rc != 0) {
+    al_free(t);
+    return rc;
+  }
+  t->impl.name = name;
+  t->impl.is_concurrency_safe =
+      (kind == KIND_READ || kind == KIND_LIST) ? safe_yes : NULL;
+  t->impl.start = fstool_start;
+  t->impl.cancel = fstool_cancel;
+  t->impl.data = NULL;
+  *out = &t->impl;
+  return 0;
+}
+
+int al__read_file_new(const al_fstools_options_t *opts, al_tool_impl_t **out) {
+  return fstool_new(KIND_READ, "read_file", opts, out);
+}
+
+int al__write_file_new(const al_fstools_options_t *opts,
+                       al_tool_impl_t **out) {
+  return fstool_new(KIND_WRITE, "write_file", opts, out);
+}
+
+int al__list_directory_new(const al_fstools_options_t *opts,
+                           al_tool_impl_t **out) {
+  return fstool_new(KIND_LIST, "list_directory", opts, out);
+}
+
+int al__done_tool_new(const al_fstools_options_t *opts, al_tool_impl_t **out) {
+  return fstool_new(KIND_DONE, "done", opts, out);
+}
+
+void al__fstool_free(al_tool_impl_t *impl) {
+  fstool_t *t;
+
+  if (impl == NULL) {
+    return;
+  }
+  t = AL_CONTAINER_OF(impl, fstool_t, impl);
+  al__pathpolicy_free(&t->policy);
+  al_free(t);
+}
