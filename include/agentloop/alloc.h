@@ -4,7 +4,9 @@
  * hook with al_set_allocator() also installs it into libuv
  * (uv_replace_allocator) and jansson (json_set_alloc_funcs), so a test can
  * fail the Nth allocation of the whole stack. Call it before creating any
- * object, as libuv requires. */
+ * object, as libuv requires. The functions are also called from libuv's
+ * threadpool (file tools, DNS, the CA bundle load), so they must be
+ * thread-safe. */
 #ifndef AGENTLOOP_ALLOC_H
 #define AGENTLOOP_ALLOC_H
 
