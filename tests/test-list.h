@@ -11,3 +11,4 @@
 #include "list/events.h"
 #include "list/executor.h"
 #include "list/tools.h"
+#include "list/bash.h"

@@ -1,0 +1,145 @@
+/* Child-process spawn wrapper (SPEC §8 "Safety, for every child process",
+ * STYLE.md 3.3 item 9): runs an argv as a child, never through a shell
+ * (the bash tool passes {"/bin/sh", "-c", COMMAND} itself).
+ *
+ * Every child gets:
+ *  - cwd = the given directory (the workspace);
+ *  - a minimal environment: the allowlisted host variables that are set
+ *    (AL_SPAWN_ENV_ALLOWLIST) plus the caller's declared "NAME=value"
+ *    entries, which override an allowlisted variable of the same name.
+ *    Nothing else of the host environment (API keys) reaches it;
+ *  - its own session and process group (UV_PROCESS_DETACHED: setsid), so
+ *    kill(-pid, ...) reaches everything it forked;
+ *  - stdin from /dev/null; stdout and stderr through pipes, each kept up
+ *    to output_max bytes; the rest is read and discarded but counted.
+ *
+ * Lifecycle (one al_spawn_t per run, owned by the wrapper):
+ *  - The result is final when exit_cb has run AND both pipes reached EOF
+ *    (3-way join). A grandchild that keeps a pipe open cannot hang it: once
+ *    the child has exited, drain_ms later the group is SIGKILLed and the
+ *    pipes are closed (result.drain_killed).
+ *  - Timeout (timeout_ms) and al__spawn_kill() send SIGTERM to the group,
+ *    then SIGKILL after kill_grace_ms if the join has not happened.
+ *  - When the result is final, whatever is left of the group is SIGKILLed
+ *    (background jobs do not outlive their command), every handle is
+ *    closed, and on_done runs exactly once from the last close callback,
+ *    never inside a call into the wrapper. The al_spawn_t is freed right
+ *    after on_done returns. */
+#ifndef AL_SPAWN_H
+#define AL_SPAWN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "common/common.h"
+
+#define AL_SPAWN_DEFAULT_OUTPUT_MAX (200 * 1024)
+#define AL_SPAWN_DEFAULT_TIMEOUT_MS 120000
+#define AL_SPAWN_DEFAULT_KILL_GRACE_MS 2000
+#define AL_SPAWN_DEFAULT_DRAIN_MS 500
+
+/* The host variables a child may inherit, NULL-terminated. */
+extern const char *const AL_SPAWN_ENV_ALLOWLIST[];
+
+typedef struct al_spawn_s al_spawn_t;
+
+typedef struct al_spawn_result_s {
+  /* 0: the child ran to its end (any exit code or signal);
+   * AL_ETIMEDOUT: killed by the timeout; AL_ECANCELED: al__spawn_kill(). */
+  int status;
+  int pid;
+  int64_t exit_status; /* meaningful when term_signal == 0 */
+  int term_signal;     /* the signal that ended the child, or 0 */
+  /* The kept bytes (NUL-terminated, not sanitized) and the total seen. */
+  const char *out;
+  size_t out_len;
+  size_t out_total;
+  const char *err;
+  size_t err_len;
+  size_t err_total;
+  /* The pipes were still open drain_ms after the exit; the group was
+   * killed and the pipes closed. */
+  bool drain_killed;
+} al_spawn_result_t;
+
+/* The result and its buffers are valid only inside the callback; sp is
+ * freed when it returns. */
+typedef void (*al_spawn_done_cb)(al_spawn_t *sp, const al_spawn_result_t *res);
+
+/* Data as it arrives (stream 0: stdout, 1: stderr), before the cap; the
+ * bytes are valid only inside the callback. It may call al__spawn_kill(). */
+typedef void (*al_spawn_output_cb)(al_spawn_t *sp, int stream, const char *p,
+                                   size_t n);
+
+typedef struct al_spawn_options_s {
+  const char *const *argv; /* required, NULL-terminated; argv[0] is run via
+                            * PATH lookup of the child environment */
+  const char *cwd;         /* required */
+  /* Extra "NAME=value" entries, NULL-terminated; may be NULL. */
+  const char *const *env;
+  size_t output_max;      /* per stream; 0: default 200 KB */
+  uint64_t timeout_ms;    /* 0: default 120 s */
+  uint64_t kill_grace_ms; /* TERM -> KILL; 0: default 2 s */
+  uint64_t drain_ms;      /* exit -> forced pipe close; 0: default 500 ms */
+  al_spawn_done_cb on_done;     /* required */
+  al_spawn_output_cb on_output; /* optional (progress, tests) */
+  void *data;                   /* copied to sp->data */
+} al_spawn_options_t;
+
+struct al_spawn_s {
+  void *data; /* the owner's */
+
+  /* private */
+  uv_loop_t *loop;
+  uv_process_t proc;
+  uv_pipe_t pipes[2];   /* stdout, stderr */
+  uv_timer_t timers[3]; /* timeout, kill escalation, drain */
+  al_buf_t bufs[2];
+  size_t totals[2];
+  size_t output_max;
+  uint64_t timeout_ms;
+  uint64_t kill_grace_ms;
+  uint64_t drain_ms;
+  al_spawn_done_cb on_done;
+  al_spawn_output_cb on_output;
+  int pid;
+  int64_t exit_status;
+  int term_signal;
+  int status;
+  int pending_closes;
+  bool exited;
+  bool eof[2];
+  bool killing;
+  bool drain_killed;
+  bool finished;
+  bool refused; /* uv_spawn failed: free silently after the closes */
+  char readbuf[65536];
+};
+
+/* Defaults: the AL_SPAWN_DEFAULT_* values, everything else NULL. */
+void al__spawn_options_init(al_spawn_options_t *opts);
+
+/* Starts the child. On success *out is the run (borrowed by the caller
+ * until on_done) and on_done will fire exactly once. On failure nothing
+ * fires and the error is returned: AL_EINVAL (missing argv/cwd/on_done, an
+ * env entry without "=" or with an empty name), AL_ENOMEM, or the
+ * uv_spawn error (UV_ENOENT for a missing program or cwd, ...). opts and
+ * everything it points to are borrowed for the duration of the call. */
+int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
+                    al_spawn_t **out);
+
+/* Kills the run's process group (SIGTERM, then SIGKILL after the grace
+ * period). on_done still fires, with status AL_ECANCELED. Idempotent; a
+ * no-op once the result is final. */
+void al__spawn_kill(al_spawn_t *sp);
+
+/* Builds the child environment: NULL-terminated array of al_malloc'd
+ * "NAME=value" strings (free with al__spawn_env_free). AL_EINVAL for a bad
+ * extra entry, AL_ENOMEM. */
+int al__spawn_env_build(const char *const *extra, char ***out);
+void al__spawn_env_free(char **env);
+
+#endif
