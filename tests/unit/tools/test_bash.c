@@ -1118,3 +1118,23 @@ TEST_IMPL(bash_never_completes_inside_start) {
   remove_workspace();
   return 0;
 }
+
+TEST_IMPL(bash_background_job_killed_at_end) {
+  bctx_t b;
+  al_bash_options_t bo;
+  long pid;
+
+  make_workspace();
+  b_init(&b, &bo);
+  b_make(&b, &bo);
+  /* The job closed its pipes, so the result does not wait for it; it must
+   * not outlive the command either. */
+  b_call(&b, "{\"command\": \"sleep 30 >/dev/null 2>&1 & echo $!\"}");
+  ASSERT(!b.is_error);
+  pid = atol(b.content);
+  ASSERT(pid > 0);
+  wait_gone(&b.loop, pid, 0);
+  b_finish(&b);
+  remove_workspace();
+  return 0;
+}
