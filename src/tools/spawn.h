@@ -133,7 +133,8 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
 
 /* Kills the run's process group (SIGTERM, then SIGKILL after the grace
  * period). on_done still fires, with status AL_ECANCELED. Idempotent; a
- * no-op once the result is final. */
+ * no-op once the result is final. sp must not be used after its on_done
+ * (it is freed then), so call this only before on_done. */
 void al__spawn_kill(al_spawn_t *sp);
 
 /* Builds the child environment: NULL-terminated array of al_malloc'd
