@@ -12,6 +12,7 @@
 #include "provider/provider.h"
 #include "tools/bash.h"
 #include "tools/spawn.h"
+#include "tools/tools.h"
 
 typedef struct bash_tool_s {
   al_tool_impl_t impl;
@@ -386,34 +387,6 @@ const char *al__bash_blocked(const char *command) {
 
 /* ---- result formatting --------------------------------------------------- */
 
-static size_t utf8_chars(const char *s, size_t len) {
-  size_t n = 0;
-  size_t i;
-
-  for (i = 0; i < len; i++) {
-    if (((unsigned char)s[i] & 0xC0) != 0x80) {
-      n++;
-    }
-  }
-  return n;
-}
-
-/* Byte offset of the first `chars` characters of valid UTF-8 s. */
-static size_t utf8_prefix(const char *s, size_t len, size_t chars) {
-  size_t n = 0;
-  size_t i;
-
-  for (i = 0; i < len; i++) {
-    if (((unsigned char)s[i] & 0xC0) != 0x80) {
-      if (n == chars) {
-        return i;
-      }
-      n++;
-    }
-  }
-  return len;
-}
-
 static void sep(al_buf_t *b) {
   if (b->len > 0 && b->data[b->len - 1] != '\n') {
     al_buf_append_str(b, "\n");
@@ -435,11 +408,10 @@ static void format_result(const run_t *run, const al_spawn_result_t *res,
     rc |= al_buf_append_str(&body, "[stderr]\n");
     rc |= al__utf8_sanitize_append(&body, res->err, res->err_len);
   }
-  total = utf8_chars(body.data != NULL ? body.data : "", body.len) +
-          (res->out_total - res->out_len) + (res->err_total - res->err_len);
-  shown = AL_MIN(total, run->tool->display_max);
-  cut = utf8_prefix(body.data != NULL ? body.data : "", body.len, shown);
-  shown = utf8_chars(body.data != NULL ? body.data : "", cut);
+  cut = al__tool_display_cut(
+      body.data != NULL ? body.data : "", body.len,
+      (res->out_total - res->out_len) + (res->err_total - res->err_len),
+      run->tool->display_max, &shown, &total);
 
   if (res->status == AL_ETIMEDOUT) {
     rc |= al_buf_printf(b, "Error: command timed out after %g s",
@@ -458,10 +430,7 @@ static void format_result(const run_t *run, const al_spawn_result_t *res,
   }
   if (shown < total) {
     sep(b);
-    rc |= al_buf_printf(b,
-                        "[OUTPUT TRUNCATED: showing %zu of %zu characters "
-                        "from bash]",
-                        shown, total);
+    rc |= al__tool_truncation_notice(b, shown, total, "bash");
   }
   *is_error = res->status != 0;
   if (res->status == 0 && res->term_signal != 0) {

@@ -97,23 +97,12 @@ static void fail_errno(job_t *job, const char *what, int code) {
                 job->path, uv_strerror(code));
 }
 
-static size_t count_chars(const char *s, size_t len) {
-  size_t i;
-  size_t n = 0;
-
-  for (i = 0; i < len; i++) {
-    n += ((unsigned char)s[i] & 0xC0) != 0x80;
-  }
-  return n;
-}
-
 /* raw -> out: sanitized UTF-8, capped at display_max characters. */
 static void finalize(job_t *job) {
   al_buf_t clean;
   size_t total;
   size_t shown;
   size_t cut;
-  size_t n = 0;
   size_t limit = job->tool->display_max;
   int rc;
 
@@ -128,25 +117,14 @@ static void finalize(job_t *job) {
     al_buf_append_str(&job->out, "out of memory");
     return;
   }
-  total = count_chars(clean.data, clean.len) + job->extra_chars;
-  if (total <= limit && job->extra_chars == 0) {
-    rc = al_buf_append(&job->out, clean.len ? clean.data : "", clean.len);
-  } else {
-    for (cut = 0; cut < clean.len; cut++) {
-      if (((unsigned char)clean.data[cut] & 0xC0) != 0x80) {
-        if (n == limit) {
-          break;
-        }
-        n++;
-      }
-    }
-    shown = n;
-    rc = al_buf_append(&job->out, clean.len ? clean.data : "", cut);
+  cut = al__tool_display_cut(clean.len ? clean.data : "", clean.len,
+                             job->extra_chars, limit, &shown, &total);
+  rc = al_buf_append(&job->out, clean.len ? clean.data : "", cut);
+  if (rc == 0 && shown < total) {
+    rc = al_buf_append_str(&job->out, "\n");
     if (rc == 0) {
-      rc = al_buf_printf(&job->out,
-                         "\n[OUTPUT TRUNCATED: showing %zu of %zu "
-                         "characters from %s]",
-                         shown, total, job->tool->impl.name);
+      rc = al__tool_truncation_notice(&job->out, shown, total,
+                                      job->tool->impl.name);
     }
   }
   al_buf_free(&clean);

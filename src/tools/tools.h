@@ -131,4 +131,17 @@ int al__done_tool_new(const al_fstools_options_t *opts, al_tool_impl_t **out);
 /* Only once no call of the tool is in flight. NULL is fine. */
 void al__fstool_free(al_tool_impl_t *impl);
 
+/* ---- the model's view of tool output (output.c) ---------------------------- */
+
+/* For sanitized UTF-8 s: the byte offset where the first `limit`
+ * characters end (len if they all fit). *shown gets the characters before
+ * the cut, *total the characters in s plus extra_chars (output that was
+ * counted but not kept). Truncated when *shown < *total. */
+size_t al__tool_display_cut(const char *s, size_t len, size_t extra_chars,
+                            size_t limit, size_t *shown, size_t *total);
+/* Appends "[OUTPUT TRUNCATED: showing SHOWN of TOTAL characters from
+ * TOOL]" (the caller puts the separator before it). */
+int al__tool_truncation_notice(al_buf_t *b, size_t shown, size_t total,
+                               const char *tool);
+
 #endif
