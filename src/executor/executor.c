@@ -179,6 +179,16 @@ static void finish(al_tool_call_t *call, bool is_error, const char *content,
   kick(ex);
 }
 
+/* Stops a running call through its tool's hook. The flag is set before the
+ * hook: a tool that completes from inside cancel() must find its result
+ * ignored. */
+static void cancel_running(al_tool_call_t *call) {
+  call->cancelled = true;
+  if (call->impl->cancel != NULL) {
+    call->impl->cancel(call);
+  }
+}
+
 static void finish_aborted(al_tool_call_t *call, al_executor_abort_t why) {
   const char *text = al__executor_abort_text(why);
 
@@ -223,12 +233,7 @@ static void abort_calls(al_executor_t *ex, al_executor_abort_t why) {
   al_list_foreach(pos, &ex->calls) {
     call = AL_CONTAINER_OF(pos, al_tool_call_t, node);
     if (call->state == AL_TOOL_CALL_EXECUTING) {
-      /* Set before the hook: a tool that completes from inside cancel()
-       * must find its result ignored. */
-      call->cancelled = true;
-      if (call->impl->cancel != NULL) {
-        call->impl->cancel(call);
-      }
+      cancel_running(call);
       finish_aborted(call, why);
     } else if (call->state == AL_TOOL_CALL_QUEUED) {
       finish_aborted(call, why);
@@ -402,10 +407,7 @@ void al__executor_close(al_executor_t *ex, al_executor_close_cb cb) {
   al_list_foreach(pos, &ex->calls) {
     call = AL_CONTAINER_OF(pos, al_tool_call_t, node);
     if (call->state == AL_TOOL_CALL_EXECUTING) {
-      call->cancelled = true;
-      if (call->impl->cancel != NULL) {
-        call->impl->cancel(call);
-      }
+      cancel_running(call);
     }
   }
   uv_close((uv_handle_t *)&ex->kick, executor_on_close);
