@@ -3,8 +3,15 @@
 #ifndef AL_CLI_H
 #define AL_CLI_H
 
+#include <jansson.h>
+
+#include "provider/provider.h"
+
 /* agentloop decode --provider sse|anthropic|openai [--events] (decode.c) */
 int al_cli_decode(int argc, char **argv);
+/* The JSON object of one normalized stream event, as `decode --events` and
+ * `run --output-format ndjson` print it (docs/decode.md). New reference. */
+json_t *al__cli_pevent_json(const al_pevent_t *ev);
 /* agentloop run -p PROMPT ... (run.c) */
 int al_cli_run(int argc, char **argv);
 

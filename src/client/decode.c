@@ -178,11 +178,10 @@ static void set_borrowed(json_t *o, const char *k, json_t *v) {
   json_object_set_new(o, k, v != NULL ? json_deep_copy(v) : json_null());
 }
 
-/* One NDJSON line per normalized event (the shapes are in docs/decode.md). */
-static int events_on_event(void *data, const al_pevent_t *ev) {
+/* The JSON of one normalized event (the shapes are in docs/decode.md). */
+json_t *al__cli_pevent_json(const al_pevent_t *ev) {
   json_t *o = json_object();
 
-  (void)data;
   json_object_set_new(o, "type", json_string(al_pevent_name(ev->type)));
   switch (ev->type) {
   case AL_PEV_MESSAGE_START:
@@ -246,6 +245,14 @@ static int events_on_event(void *data, const al_pevent_t *ev) {
   default:
     break;
   }
+  return o;
+}
+
+/* One NDJSON line per normalized event. */
+static int events_on_event(void *data, const al_pevent_t *ev) {
+  json_t *o = al__cli_pevent_json(ev);
+
+  (void)data;
   print_json(stdout, o);
   json_decref(o);
   return 0;

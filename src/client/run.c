@@ -83,20 +83,9 @@ static void end_thinking(run_t *r) {
 }
 
 static void print_ndjson(const al_pevent_t *ev) {
-  json_t *o = json_object();
-  char *s;
+  json_t *o = al__cli_pevent_json(ev);
+  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 
-  json_object_set_new(o, "type", json_string(al_pevent_name(ev->type)));
-  if (ev->index >= 0) {
-    json_object_set_new(o, "index", json_integer(ev->index));
-  }
-  if (ev->text != NULL && ev->type != AL_PEV_RAW) {
-    json_object_set_new(o, "text", json_stringn(ev->text, ev->len));
-  }
-  if (ev->json != NULL) {
-    json_object_set(o, "json", ev->json);
-  }
-  s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   if (s != NULL) {
     puts(s);
     free(s);

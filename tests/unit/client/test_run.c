@@ -339,3 +339,57 @@ TEST_IMPL(cli_run_sigint_cancels_exit_130) {
   finish(&c);
   return 0;
 }
+
+/* --output-format ndjson: one normalized event per line, in the shape of
+ * `agentloop decode --events`, ending with message_stop. */
+TEST_IMPL(cli_run_ndjson_events) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--api-key", "k", "--output-format", "ndjson",
+                        "-p", "hi", NULL};
+  char text[256] = "";
+  char *line;
+  char *save = NULL;
+  json_t *first = NULL;
+  json_t *last = NULL;
+  json_t *o;
+  int lines = 0;
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  for (line = strtok_r(c.obuf, "\n", &save); line != NULL;
+       line = strtok_r(NULL, "\n", &save)) {
+    o = json_loads(line, 0, NULL);
+    ASSERT_NOT_NULL(o);
+    lines++;
+    if (strcmp(json_string_value(json_object_get(o, "type")),
+               "text_delta") == 0) {
+      ASSERT(json_is_integer(json_object_get(o, "index")));
+      strncat(text, json_string_value(json_object_get(o, "text")),
+              sizeof(text) - strlen(text) - 1);
+    }
+    if (first == NULL) {
+      first = o;
+    } else {
+      json_decref(last);
+      last = o;
+    }
+  }
+  ASSERT_GE(lines, 4);
+  ASSERT_STR_EQ(json_string_value(json_object_get(first, "type")),
+                "message_start");
+  ASSERT_STR_EQ(json_string_value(json_object_get(last, "type")),
+                "message_stop");
+  ASSERT_STR_EQ(json_string_value(json_object_get(last, "stop_reason")),
+                "end_turn");
+  ASSERT_EQ(json_array_size(json_object_get(
+                json_object_get(last, "message"), "content")),
+            2);
+  ASSERT_STR_EQ(text, "Hello from the mock, \xc3\xa9t\xc3\xa9 "
+                      "\xf0\x9f\x98\x80 done.");
+  json_decref(first);
+  json_decref(last);
+  finish(&c);
+  return 0;
+}
