@@ -8,6 +8,7 @@
 
 #include <uv.h>
 
+#include "agentloop/agent.h"
 #include "agentloop/alloc.h"
 #include "agentloop/errno.h"
 #include "agentloop/events.h"

@@ -1,0 +1,237 @@
+/* The agent: one conversation (session) driven by the agent loop on the
+ * host's libuv loop (SPEC §6, §7, §13).
+ *
+ * An agent owns a history, an HTTP client, its tools and its subscribers.
+ * al_agent_run() starts a run: the user text is added, the model's reply is
+ * streamed, every complete tool_use block starts in the streaming tool
+ * executor while the reply still streams, results go back to the model,
+ * and the loop repeats until a reply without tools, the `done` tool, the
+ * turn limit, a cancel or an unrecoverable error. Everything the run does
+ * is reported as LoopEvents (agentloop/events.h) to the subscribers; a run
+ * always ends with exactly one of final, interrupted or error.
+ *
+ * Conventions (libuv's): every function is called on the loop thread; no
+ * callback runs inside the call that caused it, except subscribers, which
+ * see the events of al_agent_run / al_agent_cancel synchronously; errors
+ * are negative AL_E* codes; the agent closes asynchronously. Nothing here
+ * blocks: file tools run in libuv's threadpool, child processes through
+ * uv_spawn, DNS through uv_getaddrinfo. Several agents may share a loop. */
+#ifndef AGENTLOOP_AGENT_H
+#define AGENTLOOP_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "agentloop/events.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct al_agent_s al_agent_t;
+typedef struct al_sub_s al_sub_t;
+typedef struct al_tool_ctx_s al_tool_ctx_t;
+
+/* ---- tools --------------------------------------------------------------- */
+
+/* SPEC §6: read is always allowed; write is allowed in interactive and
+ * headless runs, in job mode only when listed; admin asks (interactive)
+ * or is denied unless listed (headless, job). */
+typedef enum {
+  AL_TOOL_READ = 0,
+  AL_TOOL_WRITE = 1,
+  AL_TOOL_ADMIN = 2
+} al_tool_category_t;
+
+/* An in-process tool's body. Called on the loop thread when the call
+ * starts (tool_use_started has just been posted). It must not block; it
+ * finishes the call, now or later, with exactly one al_tool_ctx_complete().
+ * data is al_tool_def_t.data. */
+typedef void (*al_tool_run_cb)(al_tool_ctx_t *ctx, void *data);
+/* The call is cancelled (user cancel, timeout, discarded reply, close):
+ * stop the work and still call al_tool_ctx_complete() (its content is
+ * dropped). May be NULL: the tool then completes in its own time. */
+typedef void (*al_tool_cancel_cb)(al_tool_ctx_t *ctx, void *data);
+
+typedef struct al_tool_def_s {
+  const char *name;         /* required: ^[a-zA-Z0-9_-]{1,64}$ */
+  const char *description;  /* required */
+  /* JSON Schema of the input, as JSON text; NULL: an object with no
+   * declared properties. `required` and the primitive `type` of each
+   * property are checked before the tool runs (an error result otherwise). */
+  const char *input_schema;
+  al_tool_category_t category;
+  bool concurrency_safe;    /* may run beside other safe calls */
+  uint64_t timeout_ms;      /* 0: 120 s. On expiry: cancel + error result */
+  al_tool_run_cb run;       /* required */
+  al_tool_cancel_cb cancel; /* optional */
+  void *data;
+} al_tool_def_t;
+
+/* The call's id, tool name and input (compact JSON object text). Valid
+ * until al_tool_ctx_complete() returns. */
+const char *al_tool_ctx_id(const al_tool_ctx_t *ctx);
+const char *al_tool_ctx_name(const al_tool_ctx_t *ctx);
+const char *al_tool_ctx_input(const al_tool_ctx_t *ctx);
+/* True once the call was cancelled (its result will be dropped). */
+bool al_tool_ctx_cancelled(const al_tool_ctx_t *ctx);
+/* A user pointer for the tool's own state; NULL at first. */
+void al_tool_ctx_set_data(al_tool_ctx_t *ctx, void *data);
+void *al_tool_ctx_get_data(const al_tool_ctx_t *ctx);
+/* Posts a tool_progress event with this chunk (copied). 0, or
+ * AL_ECANCELED after cancel (nothing posted). */
+int al_tool_ctx_progress(al_tool_ctx_t *ctx, const char *text, size_t len);
+/* Finishes the call once (content copied; len bytes, any bytes, shown to
+ * the model as UTF-8 with invalid bytes replaced). ctx is freed inside. */
+void al_tool_ctx_complete(al_tool_ctx_t *ctx, bool is_error,
+                          const char *content, size_t len);
+
+/* ---- permissions --------------------------------------------------------- */
+
+typedef enum {
+  AL_PERMISSION_MODE_INTERACTIVE = 0, /* admin tools ask */
+  AL_PERMISSION_MODE_HEADLESS = 1,    /* `agentloop run`: never asks */
+  AL_PERMISSION_MODE_JOB = 2          /* cron-like: write needs a listing */
+} al_permission_mode_t;
+
+typedef enum {
+  AL_PERMISSION_DEFAULT = 0, /* hook: apply the mode and lists */
+  AL_PERMISSION_ALLOW = 1,
+  AL_PERMISSION_DENY = 2,
+  AL_PERMISSION_ASK = 3      /* post approval_required and wait */
+} al_permission_t;
+
+/* Called before each tool call starts (after the deny/allow lists, which
+ * win). input is the call's compact JSON text. ASK in a non-interactive
+ * mode is taken as DENY. */
+typedef al_permission_t (*al_permission_cb)(al_agent_t *agent,
+                                            const char *tool,
+                                            const char *input,
+                                            al_tool_category_t category,
+                                            void *data);
+
+typedef enum {
+  AL_APPROVE_ALLOW = 0,
+  AL_APPROVE_DENY = 1,
+  AL_APPROVE_ALWAYS = 2 /* allow, and allow this tool for the agent's life */
+} al_approval_t;
+
+/* ---- the agent ----------------------------------------------------------- */
+
+typedef struct al_agent_options_s {
+  /* Model endpoint. provider: "anthropic" (default) or "openai". base_url
+   * NULL: the provider's public endpoint. api_key may be NULL (mock
+   * servers, proxies that add it). */
+  const char *provider;
+  const char *base_url;
+  const char *api_key;
+  const char *model;          /* NULL: the provider's default model */
+  const char *fallback_model; /* after repeated overloads; NULL: none */
+  const char *system;         /* system prompt; NULL: none */
+  int64_t max_tokens;         /* per reply; 0: 4096 */
+  uint32_t max_turns;         /* model replies per run; 0: 20 */
+  int max_tool_concurrency;   /* 0: $AGENTLOOP_MAX_TOOL_CONCURRENCY or 10 */
+  /* Retries (SPEC §6): tries per request incl. the first (0: 4), backoff
+   * base and cap (0: 1000 / 32000 ms). */
+  int retry_max_attempts;
+  int64_t retry_base_ms;
+  int64_t retry_cap_ms;
+  uint64_t rng_seed;          /* jitter seed; 0: from the clock */
+  /* Transport timeouts; 0 keeps the defaults (10 s, 30 s, 120 s). */
+  int64_t connect_timeout_ms;
+  int64_t idle_timeout_ms;
+  int64_t progress_timeout_ms;
+  const char *ca_file;        /* NULL: system bundle / $SSL_CERT_FILE */
+  /* Tools. workspace is the cwd of every tool (NULL: the process cwd).
+   * builtin_tools adds bash, read_file, write_file, list_directory, done. */
+  const char *workspace;
+  bool builtin_tools;
+  const char *const *allowed_paths; /* NULL-terminated; NULL: workspace */
+  const char *const *denied_paths;  /* NULL-terminated; may be NULL */
+  uint64_t tool_timeout_ms;   /* bash default timeout; 0: 120 s */
+  uint64_t kill_grace_ms;     /* SIGTERM -> SIGKILL; 0: 2 s */
+  /* Permissions. allow_tools / deny_tools: NULL-terminated name lists;
+   * deny wins. */
+  al_permission_mode_t permission_mode;
+  const char *const *allow_tools;
+  const char *const *deny_tools;
+  al_permission_cb permission;
+  void *permission_data;
+  /* Session id for events (NULL: generated, "s_" + 16 hex digits). */
+  const char *session_id;
+  void *data; /* the embedder's; al_agent_get_data */
+} al_agent_options_t;
+
+void al_agent_options_init(al_agent_options_t *o);
+
+/* Creates an agent on `loop`. Options are copied. Errors: AL_EINVAL (bad
+ * provider, base URL, workspace that is not a directory), AL_ENOMEM. The
+ * only blocking work is resolving the workspace and path lists (realpath),
+ * done here, before any run. */
+int al_agent_new(uv_loop_t *loop, const al_agent_options_t *opts,
+                 al_agent_t **out);
+
+void *al_agent_get_data(const al_agent_t *agent);
+/* The session id (NUL-terminated, owned by the agent). */
+const char *al_agent_session(const al_agent_t *agent);
+
+/* Registers an in-process tool before or between runs (AL_EBUSY during a
+ * run). The definition is copied. AL_EEXIST: a tool of that name exists;
+ * AL_EINVAL: bad name, missing run/description, schema not a JSON object. */
+int al_agent_add_tool(al_agent_t *agent, const al_tool_def_t *def);
+
+/* Subscribers, called in subscription order with every event (see
+ * events.h). A callback may unsubscribe, subscribe, cancel, or close the
+ * agent. *out may be NULL when the caller never unsubscribes. */
+int al_agent_subscribe(al_agent_t *agent, al_event_cb cb, void *data,
+                       al_sub_t **out);
+void al_agent_unsubscribe(al_agent_t *agent, al_sub_t *sub);
+
+/* Starts a run with the user's text. run_started (and the first
+ * turn_started) are posted before it returns. AL_EBUSY while a run is
+ * active, AL_EINVAL for empty text, AL_ECLOSING after close. */
+int al_agent_run(al_agent_t *agent, const char *text);
+bool al_agent_running(const al_agent_t *agent);
+
+/* Cancels the active run at whatever point it is: the request is closed,
+ * tools are cancelled (process groups: SIGTERM, SIGKILL after the grace
+ * period), every open tool_use gets "operation cancelled by user", and
+ * `interrupted` is posted before this returns. Nothing of that run fires
+ * afterwards. 0, or AL_ESTATE when no run is active. */
+int al_agent_cancel(al_agent_t *agent);
+
+/* Answers approval_required `request` (its `request` field). AL_ENOTFOUND:
+ * no such pending approval (already resolved, or cancelled). */
+int al_agent_approve(al_agent_t *agent, const char *request,
+                     al_approval_t decision);
+
+/* Totals of the last (or current) run. */
+typedef struct al_agent_stats_s {
+  uint32_t turns;            /* model replies committed */
+  uint32_t requests;         /* HTTP requests made, retries included */
+  uint64_t duration_ms;      /* run start -> end (or now) */
+  uint64_t duration_api_ms;  /* time with a model request in flight */
+  uint64_t input_tokens;
+  uint64_t output_tokens;
+  uint64_t cache_read_input_tokens;
+  uint64_t cache_creation_input_tokens;
+} al_agent_stats_t;
+void al_agent_stats(const al_agent_t *agent, al_agent_stats_t *out);
+
+/* The history as JSON text (al_free it): {"system":…, "messages":[…]} in
+ * the normalized Anthropic shape. AL_ENOMEM. */
+int al_agent_history_json(const al_agent_t *agent, char **out);
+
+/* Cancels any run (posting interrupted), then closes: the request, the
+ * tools (waiting for killed process groups), the HTTP client. cb (may be
+ * NULL) runs on a later iteration; the agent is freed after it returns.
+ * Call once; safe from inside a subscriber. */
+void al_agent_close(al_agent_t *agent, void (*cb)(al_agent_t *agent));
+
+#ifdef __cplusplus
+}
+#endif
+#endif
