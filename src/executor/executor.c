@@ -371,6 +371,9 @@ void al__executor_call_complete(al_tool_call_t *call, bool is_error,
 
   assert(call->tool_holds);
   call->tool_holds = false;
+  if (call->on_release != NULL) {
+    call->on_release(call, call->release_data);
+  }
   if (ex == NULL) {
     /* Reset or closed while the cancelled tool tore down. */
     call_free(call);

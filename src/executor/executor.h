@@ -108,6 +108,12 @@ struct al_tool_call_s {
   uint64_t started_ns;
   uint64_t completed_ns;
   void *tool_data;
+  /* Called whenever a tool's hold on the call ends (its single
+   * al__executor_call_complete), even after reset or close; the owner uses
+   * it to know when no tool work is left before freeing the tools. Set by
+   * the owner (usually from inside impl->start); may stay NULL. */
+  void (*on_release)(al_tool_call_t *call, void *data);
+  void *release_data;
 
   /* private */
   al_list_t node;      /* ex->calls, arrival order */

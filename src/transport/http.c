@@ -83,7 +83,14 @@ struct al_http_client_s {
   bool close_started;
   void (*close_cb)(al_http_client_t *c);
   al_http_client_stats_t stats;
+  void *data; /* the owner's */
 };
+
+void al_http_client_set_data(al_http_client_t *c, void *data) {
+  c->data = data;
+}
+
+void *al_http_client_get_data(const al_http_client_t *c) { return c->data; }
 
 struct conn_s {
   al_http_client_t *client;

@@ -167,6 +167,10 @@ int al_http_client_new(uv_loop_t *loop, const al_http_client_options_t *opts,
 void al_http_client_close(al_http_client_t *c,
                           void (*cb)(al_http_client_t *c));
 
+/* The owner's pointer (for the close callback). */
+void al_http_client_set_data(al_http_client_t *c, void *data);
+void *al_http_client_get_data(const al_http_client_t *c);
+
 /* Test/diagnostic counters. */
 typedef struct al_http_client_stats_s {
   uint64_t connects;      /* TCP connections established */

@@ -1,0 +1,1476 @@
+/* The agent loop: the run/turn state machine (SPEC §6, seeds 000, 002, 003).
+ *
+ * A run is a chain of attempts. Each attempt is one HTTP request whose body
+ * goes through the decoding pipeline (al_pstream_t); every pipeline event
+ * becomes LoopEvents, and every completed tool_use block goes straight to
+ * the reply's executor, so tools start while the reply still streams. What
+ * happens at the end of an attempt is decided in a few functions, which are
+ * the only writers of a->state (through set_state):
+ *
+ *   attempt_start -> (stream) -> reply_done     -> final | tools | continue
+ *                              \-> attempt_failed -> backoff -> attempt_start
+ *                                                 \-> error
+ *   tools_done -> start_turn (-> max_turns summary) | final (done tool)
+ *   al_agent_cancel, from any state -> interrupted
+ *
+ * Re-entrancy: subscribers run synchronously and may cancel the run or
+ * close the agent from inside any event. Every post goes through
+ * al__agent_post(), which says whether the caller must stop (the run's
+ * generation changed, or the agent is closing); the callers return at once
+ * then and touch nothing of the old run.
+ *
+ * Decisions recorded here:
+ *  - A reply is acted on when its request completes (the end of the body),
+ *    not at message_stop, so that an error after message_stop cannot be
+ *    mistaken for success and the connection goes back to the pool clean.
+ *    A transport error after message_stop does not void the reply.
+ *  - A failed or discarded reply is never committed: its partial content
+ *    lives in the pipeline only. If content reached subscribers, `tombstone`
+ *    tells them to drop it; its executor is aborted (streaming_fallback) and
+ *    keeps reporting until its calls have their synthetic results.
+ *  - max_tokens with an unfinished tool_use: the reply is discarded like a
+ *    retry and the same request is sent again with max_tokens doubled (at
+ *    most 3 times), so the history never holds a half tool call.
+ *  - The max_turns summary request keeps the tool definitions and sends
+ *    tool_choice none: the Messages API rejects a history with tool_use
+ *    blocks when no tools are defined.
+ *  - Cancel is synchronous: the request is closed, executors are closed
+ *    (their tools get the cancel hook), the events that report the aborted
+ *    calls and `interrupted` are posted, and nothing of the run fires after
+ *    it returns. Tool processes die in the background; al_agent_close waits
+ *    for them before freeing the tools. */
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "loop/agent_int.h"
+#include "loop/agent_priv.h"
+
+#define AG_MAX_TOKENS_CEILING 128000
+
+static void set_state(al_agent_t *a, ag_state_t st) { a->state = st; }
+
+static int attempt_start(al_agent_t *a);
+void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
+                              int status, const char *message);
+static void start_turn(al_agent_t *a);
+static void tools_done(al_agent_t *a);
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static char *dup_or_null(const char *s) { return s != NULL ? al_strdup(s) : NULL; }
+
+static void free_list(char **l) {
+  size_t i;
+
+  for (i = 0; l != NULL && l[i] != NULL; i++) {
+    al_free(l[i]);
+  }
+  al_free(l);
+}
+
+static int dup_list(const char *const *src, char ***out) {
+  size_t n = 0;
+  size_t i;
+  char **l;
+
+  *out = NULL;
+  if (src == NULL) {
+    return 0;
+  }
+  while (src[n] != NULL) {
+    n++;
+  }
+  l = al_calloc(n + 1, sizeof(*l));
+  if (l == NULL) {
+    return AL_ENOMEM;
+  }
+  for (i = 0; i < n; i++) {
+    l[i] = al_strdup(src[i]);
+    if (l[i] == NULL) {
+      free_list(l);
+      return AL_ENOMEM;
+    }
+  }
+  *out = l;
+  return 0;
+}
+
+static uint64_t ms_since(uint64_t t0) {
+  uint64_t now = al_now_ns();
+
+  return now > t0 ? (now - t0) / 1000000 : 0;
+}
+
+bool al__agent_post(al_agent_t *a, al_event_t *ev) {
+  uint64_t gen = a->gen;
+
+  if (a->closing) {
+    return true;
+  }
+  ev->run = a->run_id;
+  ev->turn = a->turn;
+  al__events_publish(a->bus, &a->session, ev);
+  return a->gen != gen || a->closing;
+}
+
+/* ---- executors ----------------------------------------------------------------- */
+
+static void exec_on_close(al_executor_t *ex) {
+  ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
+  al_agent_t *a = box->agent;
+
+  al_free(box);
+  a->pending--;
+  al__agent_maybe_finish(a);
+}
+
+static void exec_close(ag_exec_t *box) {
+  al_agent_t *a = box->agent;
+
+  if (box->closing) {
+    return;
+  }
+  box->closing = true;
+  al_list_remove(&box->node);
+  if (a->cur == box) {
+    a->cur = NULL;
+  }
+  al__executor_close(&box->ex, exec_on_close);
+}
+
+static void exec_on_queued(al_executor_t *ex, al_tool_call_t *call) {
+  ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
+  al_event_t ev;
+  char *input = json_dumps(call->input, JSON_COMPACT | JSON_ENCODE_ANY);
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_TOOL_USE_QUEUED;
+  ev.u.tool.call_id = ag_slice(call->id);
+  ev.u.tool.name = ag_slice(call->name);
+  ev.u.tool.input = ag_slice(input);
+  al__agent_post(box->agent, &ev);
+  free(input);
+}
+
+static void exec_on_completed(al_executor_t *ex, al_tool_call_t *call) {
+  ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_TOOL_USE_COMPLETED;
+  ev.u.tool.call_id = ag_slice(call->id);
+  ev.u.tool.name = ag_slice(call->name);
+  ev.u.tool.content.ptr = call->content;
+  ev.u.tool.content.len = call->content_len;
+  ev.u.tool.is_error = call->is_error;
+  if (call->abort_reason != AL_EXECUTOR_ABORT_NONE) {
+    ev.u.tool.reason = ag_slice(al__executor_abort_name(call->abort_reason));
+  }
+  if (call->started_ns != 0 && call->completed_ns > call->started_ns) {
+    ev.u.tool.duration_ms = (call->completed_ns - call->started_ns) / 1000000;
+  }
+  al__agent_post(box->agent, &ev);
+}
+
+static void exec_on_aborted(al_executor_t *ex, al_executor_abort_t why) {
+  ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_TOOL_EXECUTION_ABORTED;
+  ev.u.tool.reason = ag_slice(al__executor_abort_name(why));
+  al__agent_post(box->agent, &ev);
+}
+
+static void exec_on_idle(al_executor_t *ex) {
+  ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
+  al_agent_t *a = box->agent;
+
+  if (box->retiring) {
+    exec_close(box);
+  } else if (a->cur == box && a->state == AG_TOOLS) {
+    tools_done(a);
+  }
+}
+
+static int exec_new(al_agent_t *a) {
+  al_executor_options_t eo;
+  ag_exec_t *box = al_calloc(1, sizeof(*box));
+  int rc;
+
+  if (box == NULL) {
+    return AL_ENOMEM;
+  }
+  box->agent = a;
+  al__executor_options_init(&eo);
+  eo.max_concurrency = a->concurrency;
+  eo.lookup = al__agent_lookup;
+  eo.on_queued = exec_on_queued;
+  eo.on_completed = exec_on_completed;
+  eo.on_aborted = exec_on_aborted;
+  eo.on_idle = exec_on_idle;
+  rc = al__executor_init(a->loop, &box->ex, &eo);
+  if (rc != 0) {
+    al_free(box);
+    return rc;
+  }
+  al_list_insert_tail(&a->execs, &box->node);
+  a->pending++;
+  a->cur = box;
+  return 0;
+}
+
+/* The reply's calls are void: abort them (their synthetic results are
+ * still reported) and close the executor once they have been. */
+static void exec_retire(al_agent_t *a, ag_exec_t *box) {
+  if (box == NULL) {
+    return;
+  }
+  if (a->cur == box) {
+    a->cur = NULL;
+  }
+  if (box->ex.n_calls == 0 || !al__executor_has_pending(&box->ex)) {
+    exec_close(box);
+    return;
+  }
+  box->retiring = true;
+  al__executor_abort_all(&box->ex, AL_EXECUTOR_ABORT_STREAMING_FALLBACK);
+}
+
+static void exec_close_all(al_agent_t *a) {
+  while (!al_list_empty(&a->execs)) {
+    exec_close(AL_CONTAINER_OF(a->execs.next, ag_exec_t, node));
+  }
+}
+
+/* ---- the attempt ----------------------------------------------------------------- */
+
+static void blocks_free(al_agent_t *a) {
+  size_t i;
+
+  for (i = 0; i < a->nblocks; i++) {
+    al_free(a->blocks[i].call_id);
+  }
+  al_free(a->blocks);
+  a->blocks = NULL;
+  a->nblocks = 0;
+}
+
+static void ps_release(al_agent_t *a) {
+  if (!a->ps_ready) {
+    return;
+  }
+  if (a->in_feed) {
+    a->ps_dead = true; /* freed when the feed returns */
+    return;
+  }
+  al_pstream_free(&a->ps);
+  a->ps_ready = false;
+  a->ps_dead = false;
+}
+
+/* Ends the attempt's request and pipeline (not its executor). */
+static void attempt_clear(al_agent_t *a) {
+  if (a->req != NULL) {
+    al_http_request_cancel(a->req);
+    a->req = NULL;
+    a->stats.duration_api_ms += ms_since(a->api_t0);
+  }
+  ps_release(a);
+  blocks_free(a);
+  al_free(a->msg_id);
+  a->msg_id = NULL;
+  a->delivered = false;
+  a->stream_failed = false;
+}
+
+static ag_block_t *block_at(al_agent_t *a, int index) {
+  ag_block_t *nb;
+  size_t n;
+
+  if (index < 0 || index > 100000) {
+    return NULL;
+  }
+  if ((size_t)index >= a->nblocks) {
+    n = (size_t)index + 1;
+    nb = al_realloc(a->blocks, n * sizeof(*nb));
+    if (nb == NULL) {
+      return NULL;
+    }
+    memset(nb + a->nblocks, 0, (n - a->nblocks) * sizeof(*nb));
+    a->blocks = nb;
+    a->nblocks = n;
+  }
+  return &a->blocks[index];
+}
+
+static uint64_t sse_stamp(const al_agent_t *a) {
+  const al_buf_t *id = &a->ps.sse.last_id;
+  uint64_t v = 0;
+  size_t i;
+
+  if (id->len == 0 || id->len > 19) {
+    return 0;
+  }
+  for (i = 0; i < id->len; i++) {
+    if (id->data[i] < '0' || id->data[i] > '9') {
+      return 0;
+    }
+    v = v * 10 + (uint64_t)(id->data[i] - '0');
+  }
+  return v;
+}
+
+static void stream_error(al_agent_t *a, const al_pevent_t *ev) {
+  a->stream_failed = true;
+  al__retry_classify_perr(ev->error_kind, ev->error_type, &a->stream_err);
+  snprintf(a->stream_msg, sizeof(a->stream_msg), "%.*s",
+           (int)AL_MIN(ev->len, 250), ev->text != NULL ? ev->text : "");
+  snprintf(a->stream_type, sizeof(a->stream_type), "%s",
+           ev->error_type != NULL ? ev->error_type
+           : ev->error_kind == AL_PERR_DECODE ? "decode_error"
+                                              : "api_error");
+}
+
+static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
+  ag_block_t *b = block_at(a, ev->index);
+  al_event_t le;
+  char *text = json_dumps(ev->json, JSON_COMPACT | JSON_ENCODE_ANY);
+  const json_t *id, *name;
+  bool stop;
+  uint64_t stamp;
+
+  memset(&le, 0, sizeof(le));
+  le.type = AL_EVENT_CONTENT_BLOCK_COMPLETED;
+  le.u.block.index = ev->index;
+  le.u.block.block_type = ag_slice(ev->block_type_name);
+  le.u.block.block = ag_slice(text);
+  a->delivered = true;
+  stop = al__agent_post(a, &le);
+  free(text);
+  if (stop) {
+    return 1;
+  }
+  if (b != NULL) {
+    b->stopped = true;
+  }
+  if (ev->block_type != AL_BLOCK_TOOL_USE || a->summary || a->cur == NULL) {
+    return 0;
+  }
+  id = json_object_get(ev->json, "id");
+  name = json_object_get(ev->json, "name");
+  if (!json_is_string(id) || !json_is_string(name)) {
+    return 0; /* the commit refuses such a block; the run ends there */
+  }
+  stamp = sse_stamp(a);
+  if (stamp != 0) {
+    json_object_set_new(a->stamps, json_string_value(id),
+                        json_integer((json_int_t)stamp));
+  }
+  /* Here the tool is handed over while the reply streams on. */
+  al__executor_add(&a->cur->ex, json_string_value(id),
+                   json_string_value(name),
+                   json_object_get(ev->json, "input"));
+  return 0;
+}
+
+static int on_pevent(void *data, const al_pevent_t *ev) {
+  al_agent_t *a = data;
+  al_event_t le;
+  ag_block_t *b;
+  const json_t *id;
+
+  if (ev->progress && a->req != NULL) {
+    al_http_request_progress(a->req);
+  }
+  memset(&le, 0, sizeof(le));
+  switch (ev->type) {
+  case AL_PEV_MESSAGE_START:
+    al_free(a->msg_id);
+    a->msg_id = dup_or_null(ev->id);
+    return 0;
+  case AL_PEV_BLOCK_START:
+    b = block_at(a, ev->index);
+    if (b != NULL && ev->block_type == AL_BLOCK_TOOL_USE) {
+      b->is_tool = true;
+      id = json_object_get(ev->json, "id");
+      al_free(b->call_id);
+      b->call_id = json_is_string(id) ? al_strdup(json_string_value(id)) : NULL;
+    }
+    return 0;
+  case AL_PEV_TEXT_DELTA:
+  case AL_PEV_THINKING_DELTA:
+  case AL_PEV_TOOL_INPUT_DELTA:
+    le.type = ev->type == AL_PEV_TEXT_DELTA       ? AL_EVENT_TEXT_DELTA
+              : ev->type == AL_PEV_THINKING_DELTA ? AL_EVENT_THINKING_DELTA
+                                                  : AL_EVENT_TOOL_INPUT_DELTA;
+    le.u.delta.index = ev->index;
+    le.u.delta.text.ptr = ev->text != NULL ? ev->text : "";
+    le.u.delta.text.len = ev->len;
+    if (ev->type == AL_PEV_TOOL_INPUT_DELTA && ev->index >= 0 &&
+        (size_t)ev->index < a->nblocks) {
+      le.u.delta.call_id = ag_slice(a->blocks[ev->index].call_id);
+    }
+    a->delivered = true;
+    return al__agent_post(a, &le) ? 1 : 0;
+  case AL_PEV_BLOCK_STOP:
+    return on_block_stop(a, ev);
+  case AL_PEV_ERROR:
+    stream_error(a, ev);
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+static void on_data(al_http_request_t *r, const char *p, size_t n) {
+  al_agent_t *a = al_http_request_get_data(r);
+  uint64_t gen = a->gen;
+  int rc;
+
+  a->in_feed = true;
+  rc = al_pstream_feed(&a->ps, p, n);
+  a->in_feed = false;
+  if (a->ps_dead) {
+    a->ps_ready = true;
+    ps_release(a);
+    return;
+  }
+  if (gen != a->gen || a->closing || rc == 0) {
+    return;
+  }
+  /* The stream carried an error event, or cannot be decoded: the request
+   * is over; the failure is handled as for a failed request. */
+  al_http_request_cancel(r);
+  a->req = NULL;
+  a->stats.duration_api_ms += ms_since(a->api_t0);
+  if (!a->stream_failed) {
+    a->stream_failed = true;
+    a->stream_err.cls = AL_RETRY_CLASS_DECODE;
+    a->stream_err.retryable = false;
+    a->stream_err.retry_after_ms = -1;
+    a->stream_err.reason = "decode";
+    snprintf(a->stream_msg, sizeof(a->stream_msg), "%s", al_strerror(rc));
+    snprintf(a->stream_type, sizeof(a->stream_type), "decode_error");
+  }
+  {
+    al_event_t ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_API_ERROR;
+    ev.u.api_error.kind = ag_slice(a->stream_type);
+    ev.u.api_error.message = ag_slice(a->stream_msg);
+    if (al__agent_post(a, &ev)) {
+      return;
+    }
+  }
+  {
+    al_retry_err_t e = a->stream_err;
+    char msg[sizeof(a->stream_msg)];
+
+    memcpy(msg, a->stream_msg, sizeof(msg));
+    al__agent_attempt_failed(a, &e, 0, msg);
+  }
+}
+
+static void reply_done(al_agent_t *a);
+
+static void on_complete(al_http_request_t *r, int status,
+                        const al_http_error_t *err) {
+  al_agent_t *a = al_http_request_get_data(r);
+  uint64_t gen = a->gen;
+  al_retry_err_t e;
+  al_event_t ev;
+  char msg[512];
+  int rc;
+
+  a->req = NULL;
+  a->stats.duration_api_ms += ms_since(a->api_t0);
+  if (status == 0 || a->ps.message_stopped) {
+    if (status == 0 && !a->stream_failed && !a->ps.message_stopped) {
+      a->in_feed = true;
+      rc = al_pstream_finish(&a->ps);
+      a->in_feed = false;
+      if (a->ps_dead) {
+        ps_release(a);
+        return;
+      }
+      if (gen != a->gen || a->closing) {
+        return;
+      }
+      if (rc == AL_ETRUNCATED && !a->stream_failed) {
+        a->stream_failed = true;
+        snprintf(a->stream_msg, sizeof(a->stream_msg), "%s",
+                 al_strerror(rc));
+      }
+      if (rc == AL_ETRUNCATED) {
+        /* The body ended early: the connection died, not the model. */
+        a->stream_err.cls = AL_RETRY_CLASS_NETWORK;
+        a->stream_err.retryable = true;
+        a->stream_err.retry_after_ms = -1;
+        a->stream_err.reason = "stream ended before message_stop";
+        snprintf(a->stream_type, sizeof(a->stream_type), "truncated");
+      }
+    }
+    if (a->ps.message_stopped && !a->stream_failed) {
+      reply_done(a);
+      return;
+    }
+    if (!a->stream_failed) {
+      a->stream_failed = true;
+      a->stream_err.cls = AL_RETRY_CLASS_NETWORK;
+      a->stream_err.retryable = true;
+      a->stream_err.retry_after_ms = -1;
+      a->stream_err.reason = "no message_stop";
+      snprintf(a->stream_msg, sizeof(a->stream_msg), "%s",
+               "the reply ended without message_stop");
+      snprintf(a->stream_type, sizeof(a->stream_type), "truncated");
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_API_ERROR;
+    ev.u.api_error.kind = ag_slice(a->stream_type);
+    ev.u.api_error.message = ag_slice(a->stream_msg);
+    if (al__agent_post(a, &ev)) {
+      return;
+    }
+    e = a->stream_err;
+    memcpy(msg, a->stream_msg, sizeof(a->stream_msg));
+    al__agent_attempt_failed(a, &e, 0, msg);
+    return;
+  }
+
+  al__retry_classify_http(err, &e);
+  snprintf(msg, sizeof(msg), "%s",
+           err->api_message != NULL ? err->api_message : err->message);
+  if (err->kind == AL_HTTP_ERR_STALL_IDLE ||
+      err->kind == AL_HTTP_ERR_STALL_PROGRESS) {
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_STREAM_STALL_DETECTED;
+    ev.u.stall.idle_ms = (uint64_t)(err->kind == AL_HTTP_ERR_STALL_IDLE
+                                        ? a->idle_timeout_ms
+                                        : a->progress_timeout_ms);
+    ev.u.stall.content_delivered = a->delivered;
+    if (al__agent_post(a, &ev)) {
+      return;
+    }
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_API_ERROR;
+  ev.u.api_error.status = err->http_status;
+  ev.u.api_error.kind = ag_slice(err->api_type != NULL
+                                     ? err->api_type
+                                     : al_http_error_kind_name(err->kind));
+  ev.u.api_error.message = ag_slice(msg);
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  al__agent_attempt_failed(a, &e, err->http_status, msg);
+}
+
+static int attempt_start(al_agent_t *a) {
+  al_provider_options_t po;
+  al_provider_request_t preq;
+  al_pstream_options_t so;
+  al_http_request_options_t ro;
+  al_http_header_t *hdrs = NULL;
+  const al_history_t *h = a->summary ? &a->summary_hist : &a->history;
+  json_t *tool_choice = NULL;
+  al_event_t ev;
+  al_buf_t url;
+  size_t i;
+  int rc;
+
+  attempt_clear(a);
+  al_provider_options_init(&po);
+  po.model = a->model;
+  po.max_tokens = a->cur_max_tokens;
+  po.system = al__history_system(h);
+  po.api_key = a->api_key;
+  if (json_array_size(a->tool_defs) > 0) {
+    po.tools = a->tool_defs;
+    if (a->summary) {
+      tool_choice = json_pack("{s:s}", "type", "none");
+      po.tool_choice = tool_choice;
+    }
+  }
+  if (a->base_has_v1) {
+    po.path_prefix = "";
+  }
+  memset(&preq, 0, sizeof(preq));
+  rc = al_provider_build_request(a->provider, al__history_to_json(h), &po,
+                                 &preq);
+  json_decref(tool_choice);
+  if (rc != 0) {
+    return rc;
+  }
+  al_buf_init(&url, 16 * 1024);
+  if (al_buf_printf(&url, "%s%s", a->base_url, preq.path) != 0) {
+    al_provider_request_free(&preq);
+    al_buf_free(&url);
+    return AL_ENOMEM;
+  }
+  hdrs = al_calloc(preq.nheaders + 1, sizeof(*hdrs));
+  if (hdrs == NULL) {
+    al_provider_request_free(&preq);
+    al_buf_free(&url);
+    return AL_ENOMEM;
+  }
+  for (i = 0; i < preq.nheaders; i++) {
+    hdrs[i].name = preq.headers[i].name;
+    hdrs[i].name_len = strlen(preq.headers[i].name);
+    hdrs[i].value = preq.headers[i].value;
+    hdrs[i].value_len = strlen(preq.headers[i].value);
+  }
+
+  al_pstream_options_init(&so);
+  so.on_event = on_pevent;
+  so.data = a;
+  so.openai_completion = false;
+  so.id_seed = al__retry_rng_next(&a->rng);
+  rc = al_pstream_init(&a->ps, a->provider, &so);
+  if (rc == 0) {
+    a->ps_ready = true;
+    if (!a->summary) {
+      rc = exec_new(a);
+    }
+  }
+  if (rc == 0) {
+    al_http_request_options_init(&ro);
+    ro.method = preq.method;
+    ro.url = url.data;
+    ro.headers = hdrs;
+    ro.n_headers = preq.nheaders;
+    ro.body = preq.body;
+    ro.body_len = preq.body_len;
+    ro.on_data = on_data;
+    ro.on_complete = on_complete;
+    ro.data = a;
+    rc = al_http_request_start(a->client, &ro, &a->req);
+  }
+  al_free(hdrs);
+  al_provider_request_free(&preq);
+  al_buf_free(&url);
+  if (rc != 0) {
+    a->req = NULL;
+    return rc;
+  }
+  a->api_t0 = al_now_ns();
+  a->stats.requests++;
+  set_state(a, AG_STREAMING);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_STREAM_REQUEST_START;
+  ev.u.stream_request.model = ag_slice(a->model);
+  ev.u.stream_request.attempt = (uint32_t)a->retry.attempt;
+  al__agent_post(a, &ev);
+  return 0;
+}
+
+/* ---- ends of a run ---------------------------------------------------------------- */
+
+static void run_end_common(al_agent_t *a) {
+  attempt_clear(a);
+  uv_timer_stop(&a->backoff);
+  exec_close_all(a);
+  if (a->summary) {
+    al__history_free(&a->summary_hist);
+    al__history_init(&a->summary_hist);
+    a->summary = false;
+  }
+  al_free(a->done_text);
+  a->done_text = NULL;
+  a->stats.duration_ms = ms_since(a->run_t0);
+  set_state(a, AG_IDLE);
+  a->gen++;
+}
+
+static void end_final(al_agent_t *a, const char *text, size_t len) {
+  al_event_t ev;
+
+  run_end_common(a);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_FINAL;
+  ev.u.final.text.ptr = text != NULL ? text : "";
+  ev.u.final.text.len = text != NULL ? len : 0;
+  al__agent_post(a, &ev);
+}
+
+static void end_error(al_agent_t *a, int code, const char *message) {
+  al_event_t ev;
+  char msg[512];
+
+  snprintf(msg, sizeof(msg), "%s", message);
+  if (al__history_turn_open(&a->history)) {
+    al__history_cancel_open(&a->history,
+                            "Error: the run failed before this tool call "
+                            "finished");
+  }
+  run_end_common(a);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_ERROR;
+  ev.u.error.code = code;
+  ev.u.error.message = ag_slice(msg);
+  al__agent_post(a, &ev);
+}
+
+/* The text of the reply's text blocks, joined by newlines. */
+static void join_text(const json_t *msg, al_buf_t *out) {
+  const json_t *content = json_object_get(msg, "content");
+  const json_t *blk;
+  size_t i;
+  bool first = true;
+
+  json_array_foreach(content, i, blk) {
+    const json_t *ty = json_object_get(blk, "type");
+    const json_t *tx = json_object_get(blk, "text");
+
+    if (json_is_string(ty) && strcmp(json_string_value(ty), "text") == 0 &&
+        json_is_string(tx)) {
+      if (!first) {
+        al_buf_append(out, "\n", 1);
+      }
+      al_buf_append(out, json_string_value(tx), json_string_length(tx));
+      first = false;
+    }
+  }
+}
+
+static void summary_failed(al_agent_t *a) {
+  end_final(a, AL_AGENT_SUMMARY_FALLBACK, strlen(AL_AGENT_SUMMARY_FALLBACK));
+}
+
+/* ---- failures and retries ------------------------------------------------------------- */
+
+static void on_backoff(uv_timer_t *t) {
+  al_agent_t *a = AL_CONTAINER_OF(t, al_agent_t, backoff);
+  int rc = attempt_start(a);
+
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+static bool post_retry(al_agent_t *a, int attempt, int max, int64_t delay,
+                       int status, const char *kind, const char *message) {
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_RETRY;
+  ev.u.retry.attempt = (uint32_t)attempt;
+  ev.u.retry.max = (uint32_t)max;
+  ev.u.retry.delay_ms = (uint64_t)(delay > 0 ? delay : 0);
+  ev.u.retry.status = status;
+  ev.u.retry.kind = ag_slice(kind);
+  ev.u.retry.message = ag_slice(message);
+  return al__agent_post(a, &ev);
+}
+
+/* The reply is void: drop its content for subscribers and abort its
+ * tools. Returns true when the caller must stop. */
+static bool discard_reply(al_agent_t *a, const char *reason) {
+  bool delivered = a->delivered;
+  char *msg_id = a->msg_id;
+  al_event_t ev;
+  bool stop = false;
+
+  a->msg_id = NULL;
+  attempt_clear(a);
+  exec_retire(a, a->cur);
+  if (delivered) {
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_TOMBSTONE;
+    ev.u.tombstone.message_id = ag_slice(msg_id);
+    ev.u.tombstone.reason = ag_slice(reason);
+    stop = al__agent_post(a, &ev);
+  }
+  al_free(msg_id);
+  return stop;
+}
+
+void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
+                              int status, const char *message) {
+  al_retry_decision_t d;
+  al_event_t ev;
+  char *from;
+  int64_t now_ms = (int64_t)(al_now_ns() / 1000000);
+
+  if (discard_reply(a, al__retry_class_name(err->cls))) {
+    return;
+  }
+  if (a->summary) {
+    summary_failed(a);
+    return;
+  }
+  al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
+  if (!d.retry) {
+    char text[700];
+
+    snprintf(text, sizeof(text), "%s (%s%s%s)", message,
+             al__retry_class_name(err->cls),
+             d.reason != NULL ? ", " : "", d.reason != NULL ? d.reason : "");
+    end_error(a, AL_EAPI, text);
+    return;
+  }
+  if (d.fallback && a->fallback_model != NULL) {
+    from = a->model;
+    a->model = al_strdup(a->fallback_model);
+    if (a->model == NULL) {
+      a->model = from;
+      end_error(a, AL_ENOMEM, "out of memory");
+      return;
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_MODEL_FALLBACK;
+    ev.u.fallback.from = ag_slice(from);
+    ev.u.fallback.to = ag_slice(a->model);
+    ev.u.fallback.reason = ag_slice("overloaded");
+    if (al__agent_post(a, &ev)) {
+      al_free(from);
+      return;
+    }
+    al_free(from);
+  }
+  if (post_retry(a, d.attempt, d.max_attempts, d.delay_ms, status,
+                 al__retry_class_name(err->cls), message)) {
+    return;
+  }
+  set_state(a, AG_BACKOFF);
+  uv_timer_start(&a->backoff, on_backoff, (uint64_t)d.delay_ms, 0);
+}
+
+/* ---- a reply that ended well ---------------------------------------------------------------- */
+
+static bool post_usage(al_agent_t *a, const json_t *usage) {
+  al_event_t ev;
+
+  if (!json_is_object(usage)) {
+    return false;
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_USAGE;
+#define AG_U(f)                                                        \
+  ev.u.usage.f = (uint64_t)json_integer_value(json_object_get(usage, #f)); \
+  a->stats.f += ev.u.usage.f;
+  AG_U(input_tokens)
+  AG_U(output_tokens)
+  AG_U(cache_read_input_tokens)
+  AG_U(cache_creation_input_tokens)
+#undef AG_U
+  return al__agent_post(a, &ev);
+}
+
+static void reply_done(al_agent_t *a) {
+  json_t *msg = al_pstream_message(&a->ps);
+  const json_t *sr = json_object_get(msg, "stop_reason");
+  al_stop_reason_t stop =
+      al__provider_stop_from_anthropic(json_string_value(sr));
+  bool incomplete = false;
+  al_event_t ev;
+  al_buf_t text;
+  size_t i;
+  int rc;
+
+  if (post_usage(a, json_object_get(msg, "usage"))) {
+    return;
+  }
+  al_buf_init(&text, SIZE_MAX / 2);
+  join_text(msg, &text);
+  if (a->summary) {
+    if (text.len == 0) {
+      al_buf_free(&text);
+      summary_failed(a);
+      return;
+    }
+    end_final(a, text.data, text.len);
+    al_buf_free(&text);
+    return;
+  }
+  for (i = 0; i < a->nblocks; i++) {
+    if (a->blocks[i].is_tool && !a->blocks[i].stopped) {
+      incomplete = true;
+    }
+  }
+  if (incomplete || (stop == AL_STOP_MAX_TOKENS &&
+                     a->nblocks > 0 && a->blocks[a->nblocks - 1].is_tool)) {
+    al_buf_free(&text);
+    if (stop == AL_STOP_MAX_TOKENS &&
+        al__retry_continuation_take(&a->retry, &a->ropts)) {
+      if (discard_reply(a, "max_tokens")) {
+        return;
+      }
+      if (post_retry(a, a->retry.continuations, a->ropts.max_continuations, 0,
+                     0, "max_tokens",
+                     "the reply hit max_tokens inside a tool call")) {
+        return;
+      }
+      a->cur_max_tokens = AL_MIN(a->cur_max_tokens * 2, AG_MAX_TOKENS_CEILING);
+      if (a->cur_max_tokens < a->max_tokens) {
+        a->cur_max_tokens = a->max_tokens;
+      }
+      al__retry_request_start(&a->retry);
+      rc = attempt_start(a);
+      if (rc != 0) {
+        end_error(a, rc, "could not send the request to the model");
+      }
+      return;
+    }
+    if (discard_reply(a, stop == AL_STOP_MAX_TOKENS ? "max_tokens" : "error")) {
+      return;
+    }
+    end_error(a, AL_EAPI,
+              stop == AL_STOP_MAX_TOKENS
+                  ? "the reply hit max_tokens inside a tool call (after 3 "
+                    "continuations)"
+                  : "the reply ended with an incomplete tool call");
+    return;
+  }
+  rc = al__history_commit_assistant(&a->history, msg);
+  if (rc != 0) {
+    al_buf_free(&text);
+    discard_reply(a, "invalid");
+    end_error(a, rc, "the model's reply cannot be recorded (invalid tool_use "
+                     "block or duplicate id)");
+    return;
+  }
+  a->stats.turns++;
+  al__retry_on_success(&a->retry);
+  al__retry_continuation_reset(&a->retry);
+  a->cur_max_tokens = a->max_tokens;
+  attempt_clear(a);
+  if (!al__history_turn_open(&a->history)) {
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_TURN_COMPLETED;
+    ev.u.turn_completed.stop_reason = ag_slice(al_stop_reason_name(stop));
+    if (al__agent_post(a, &ev)) {
+      al_buf_free(&text);
+      return;
+    }
+    end_final(a, text.data, text.len);
+    al_buf_free(&text);
+    return;
+  }
+  al_buf_free(&text);
+  set_state(a, AG_TOOLS);
+  if (a->cur == NULL || !al__executor_has_pending(&a->cur->ex)) {
+    tools_done(a);
+  }
+}
+
+/* Every tool of the committed reply has its result. */
+static void tools_done(al_agent_t *a) {
+  ag_exec_t *box = a->cur;
+  al_tool_call_t *call = NULL;
+  uint32_t n = 0;
+  al_event_t ev;
+  json_t *js;
+
+  while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
+    js = al__json_string_utf8(call->content != NULL ? call->content : "",
+                              call->content_len);
+    if (js != NULL) {
+      al__history_add_tool_result(&a->history, call->id, js, call->is_error);
+      json_decref(js);
+    }
+    n++;
+    if (!call->is_error && strcmp(call->name, "done") == 0 &&
+        a->done_text == NULL) {
+      a->done_text = al_malloc(call->content_len + 1);
+      if (a->done_text != NULL) {
+        memcpy(a->done_text, call->content, call->content_len);
+        a->done_text[call->content_len] = '\0';
+      }
+    }
+  }
+  if (al__history_pending(&a->history) > 0) {
+    al__history_cancel_open(&a->history,
+                            "Error: the tool call could not be run");
+  } else {
+    al__history_close_turn(&a->history);
+  }
+  if (box != NULL) {
+    exec_close(box);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_TURN_COMPLETED;
+  ev.u.turn_completed.stop_reason = ag_slice("tool_use");
+  ev.u.turn_completed.tool_calls = n;
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  if (a->done_text != NULL) {
+    char *t = a->done_text;
+
+    a->done_text = NULL;
+    end_final(a, t, strlen(t));
+    al_free(t);
+    return;
+  }
+  start_turn(a);
+}
+
+static void start_turn(al_agent_t *a) {
+  al_event_t ev;
+  int rc;
+
+  memset(&ev, 0, sizeof(ev));
+  if (a->turn >= a->max_turns) {
+    ev.type = AL_EVENT_MAX_TURNS_REACHED;
+    ev.u.max_turns.max_turns = a->max_turns;
+    if (al__agent_post(a, &ev)) {
+      return;
+    }
+    if (al__history_copy(&a->history, &a->summary_hist) != 0 ||
+        al__history_append_user_text(&a->summary_hist,
+                                     AL_AGENT_SUMMARY_PROMPT) != 0) {
+      summary_failed(a);
+      return;
+    }
+    a->summary = true;
+    al__retry_request_start(&a->retry);
+    if (attempt_start(a) != 0) {
+      summary_failed(a);
+    }
+    return;
+  }
+  a->turn++;
+  ev.type = AL_EVENT_TURN_STARTED;
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+/* ---- public API ---------------------------------------------------------------------- */
+
+void al_agent_options_init(al_agent_options_t *o) {
+  memset(o, 0, sizeof(*o));
+  o->permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+}
+
+static void agent_free_fields(al_agent_t *a) {
+  al_free(a->base_url);
+  al_free(a->api_key);
+  al_free(a->model);
+  al_free(a->model_main);
+  al_free(a->fallback_model);
+  al_free(a->workspace);
+  free_list(a->allowed_paths);
+  free_list(a->denied_paths);
+  free_list(a->allow_tools);
+  free_list(a->deny_tools);
+  al__history_free(&a->history);
+  al__history_free(&a->summary_hist);
+  json_decref(a->tool_defs);
+  json_decref(a->stamps);
+  al_free(a->done_text);
+  al_free(a->msg_id);
+  blocks_free(a);
+  if (a->bus != NULL) {
+    al__events_bus_free(a->bus);
+  }
+}
+
+static int set_base_url(al_agent_t *a, const char *url) {
+  size_t n;
+
+  if (url == NULL) {
+    url = a->provider->kind == AL_PROVIDER_OPENAI ? "https://api.openai.com/v1"
+                                                  : "https://api.anthropic.com";
+  }
+  if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+    return AL_EINVAL;
+  }
+  a->base_url = al_strdup(url);
+  if (a->base_url == NULL) {
+    return AL_ENOMEM;
+  }
+  n = strlen(a->base_url);
+  while (n > 0 && a->base_url[n - 1] == '/') {
+    a->base_url[--n] = '\0';
+  }
+  /* OpenAI-compatible base URLs conventionally end in /v1. */
+  a->base_has_v1 = n >= 3 && strcmp(a->base_url + n - 3, "/v1") == 0;
+  return 0;
+}
+
+int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
+                 al_agent_t **out) {
+  al_agent_t *a;
+  al_http_client_options_t co;
+  char cwd[4096];
+  struct stat st;
+  uint64_t seed;
+  int rc;
+
+  *out = NULL;
+  if (loop == NULL || o == NULL) {
+    return AL_EINVAL;
+  }
+  a = al_calloc(1, sizeof(*a));
+  if (a == NULL) {
+    return AL_ENOMEM;
+  }
+  a->loop = loop;
+  a->data = o->data;
+  al_list_init(&a->tools);
+  al_list_init(&a->approvals);
+  al_list_init(&a->execs);
+  al__history_init(&a->history);
+  al__history_init(&a->summary_hist);
+  rc = AL_EINVAL;
+  a->provider = al_provider_by_name(o->provider != NULL ? o->provider
+                                                        : "anthropic");
+  if (a->provider == NULL || (unsigned)o->permission_mode > AL_PERMISSION_MODE_JOB) {
+    goto fail;
+  }
+  if ((rc = set_base_url(a, o->base_url)) != 0) {
+    goto fail;
+  }
+  rc = AL_ENOMEM;
+  a->api_key = dup_or_null(o->api_key);
+  a->model_main = al_strdup(
+      o->model != NULL ? o->model
+      : a->provider->kind == AL_PROVIDER_OPENAI ? "gpt-4o-mini"
+                                                : "claude-sonnet-4-5");
+  a->model = dup_or_null(a->model_main);
+  a->fallback_model = dup_or_null(o->fallback_model);
+  if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||
+      (o->fallback_model != NULL && a->fallback_model == NULL)) {
+    goto fail;
+  }
+  a->max_tokens = o->max_tokens > 0 ? o->max_tokens : 4096;
+  a->cur_max_tokens = a->max_tokens;
+  a->max_turns = o->max_turns > 0 ? o->max_turns : 20;
+  a->concurrency = o->max_tool_concurrency > 0
+                       ? o->max_tool_concurrency
+                       : al__executor_concurrency_from_env();
+  if (a->concurrency > AL_EXECUTOR_MAX_CONCURRENCY) {
+    a->concurrency = AL_EXECUTOR_MAX_CONCURRENCY;
+  }
+  al__retry_options_init(&a->ropts);
+  if (o->retry_max_attempts > 0) {
+    a->ropts.max_attempts = o->retry_max_attempts;
+  }
+  if (o->retry_base_ms > 0) {
+    a->ropts.base_ms = o->retry_base_ms;
+  }
+  if (o->retry_cap_ms > 0) {
+    a->ropts.cap_ms = o->retry_cap_ms;
+  }
+  a->ropts.has_fallback_model = a->fallback_model != NULL;
+  seed = o->rng_seed != 0 ? o->rng_seed : al_now_ns() ^ (uint64_t)(uintptr_t)a;
+  al__retry_rng_seed(&a->rng, seed);
+  al__retry_state_init(&a->retry);
+  a->tool_timeout_ms = o->tool_timeout_ms;
+  a->kill_grace_ms = o->kill_grace_ms;
+  a->mode = o->permission_mode;
+  a->permission = o->permission;
+  a->permission_data = o->permission_data;
+  if (dup_list(o->allow_tools, &a->allow_tools) != 0 ||
+      dup_list(o->deny_tools, &a->deny_tools) != 0 ||
+      dup_list(o->allowed_paths, &a->allowed_paths) != 0 ||
+      dup_list(o->denied_paths, &a->denied_paths) != 0) {
+    goto fail;
+  }
+  if (o->workspace != NULL) {
+    a->workspace = al_strdup(o->workspace);
+  } else if (getcwd(cwd, sizeof(cwd)) != NULL) {
+    a->workspace = al_strdup(cwd);
+  } else {
+    rc = AL_EINVAL;
+    goto fail;
+  }
+  if (a->workspace == NULL) {
+    goto fail;
+  }
+  if (stat(a->workspace, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    rc = AL_EINVAL;
+    goto fail;
+  }
+  if (al__history_set_system(&a->history, o->system) != 0) {
+    goto fail;
+  }
+  a->tool_defs = json_array();
+  a->stamps = json_object();
+  if (a->tool_defs == NULL || a->stamps == NULL) {
+    goto fail;
+  }
+  if (o->session_id != NULL) {
+    if (al__events_session_set(&a->session, o->session_id, 1) != 0) {
+      rc = AL_EINVAL;
+      goto fail;
+    }
+  } else {
+    al_retry_rng_t r;
+    char id[40];
+
+    al__retry_rng_seed(&r, seed * 0x9E3779B97F4A7C15ULL + 1);
+    snprintf(id, sizeof(id), "s_%016" PRIx64, al__retry_rng_next(&r));
+    al__events_session_set(&a->session, id, 1);
+  }
+  if ((rc = al__events_bus_new(&a->bus, NULL)) != 0) {
+    goto fail;
+  }
+  if (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) {
+    goto fail;
+  }
+  al_http_client_options_init(&co);
+  co.ca_file = o->ca_file;
+  if (o->connect_timeout_ms > 0) {
+    co.connect_timeout_ms = o->connect_timeout_ms;
+  }
+  if (o->idle_timeout_ms > 0) {
+    co.idle_timeout_ms = o->idle_timeout_ms;
+  }
+  if (o->progress_timeout_ms > 0) {
+    co.progress_timeout_ms = o->progress_timeout_ms;
+  }
+  a->idle_timeout_ms = co.idle_timeout_ms;
+  a->progress_timeout_ms = co.progress_timeout_ms;
+  if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {
+    goto fail;
+  }
+  uv_timer_init(loop, &a->backoff);
+  uv_idle_init(loop, &a->finish);
+  a->pending = 2; /* the backoff timer and the client */
+  *out = a;
+  return 0;
+fail:
+  al__agent_tools_free(a);
+  agent_free_fields(a);
+  al_free(a);
+  return rc;
+}
+
+void *al_agent_get_data(const al_agent_t *a) { return a->data; }
+const char *al_agent_session(const al_agent_t *a) { return a->session.id; }
+bool al_agent_running(const al_agent_t *a) { return a->state != AG_IDLE && a->state != AG_CLOSED; }
+
+int al_agent_subscribe(al_agent_t *a, al_event_cb cb, void *data,
+                       al_sub_t **out) {
+  al__events_sub_t *sub = NULL;
+  int rc;
+
+  if (a->closing) {
+    return AL_ECLOSING;
+  }
+  rc = al__events_subscribe(a->bus, cb, data, &sub);
+  if (out != NULL) {
+    *out = (al_sub_t *)sub;
+  }
+  return rc;
+}
+
+void al_agent_unsubscribe(al_agent_t *a, al_sub_t *sub) {
+  if (sub != NULL) {
+    al__events_unsubscribe(a->bus, (al__events_sub_t *)sub);
+  }
+}
+
+int al_agent_run(al_agent_t *a, const char *text) {
+  al_event_t ev;
+  char *tools;
+  size_t i;
+  json_t *names;
+  int rc;
+
+  if (a->closing) {
+    return AL_ECLOSING;
+  }
+  if (a->state != AG_IDLE) {
+    return AL_EBUSY;
+  }
+  if (text == NULL || text[0] == '\0') {
+    return AL_EINVAL;
+  }
+  rc = al__history_append_user_text(&a->history, text);
+  if (rc != 0) {
+    return rc;
+  }
+  memset(&a->stats, 0, sizeof(a->stats));
+  a->run_t0 = al_now_ns();
+  a->run_id++;
+  a->turn = 0;
+  a->cur_max_tokens = a->max_tokens;
+  al__retry_state_init(&a->retry);
+  json_object_clear(a->stamps);
+  set_state(a, AG_STREAMING);
+  names = json_array();
+  for (i = 0; i < json_array_size(a->tool_defs); i++) {
+    json_array_append(names, json_object_get(json_array_get(a->tool_defs, i),
+                                             "name"));
+  }
+  tools = json_dumps(names, JSON_COMPACT);
+  json_decref(names);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_RUN_STARTED;
+  ev.u.run_started.model = ag_slice(a->model);
+  ev.u.run_started.provider = ag_slice(a->provider->name);
+  ev.u.run_started.cwd = ag_slice(a->workspace);
+  ev.u.run_started.tools = ag_slice(tools);
+  ev.u.run_started.sandbox = ag_slice("none");
+  if (al__agent_post(a, &ev)) {
+    free(tools);
+    return 0;
+  }
+  free(tools);
+  start_turn(a);
+  return 0;
+}
+
+int al_agent_cancel(al_agent_t *a) {
+  ag_exec_t *box;
+  al_tool_call_t *call = NULL;
+  al_event_t ev;
+  json_t *open;
+  json_t *item;
+  ag_state_t old = a->state;
+  size_t i;
+
+  if (old == AG_IDLE || old == AG_CLOSED) {
+    return AL_ESTATE;
+  }
+  /* The calls that have no reported result yet: they are reported as
+   * cancelled below. Copied, since closing the executors frees them. */
+  open = json_array();
+  al_list_t *pos;
+  al_list_foreach(pos, &a->execs) {
+    box = AL_CONTAINER_OF(pos, ag_exec_t, node);
+    call = NULL;
+    while ((call = al__executor_results(&box->ex, call)) != NULL) {
+      if (call->state == AL_TOOL_CALL_YIELDED) {
+        if (old == AG_TOOLS && box == a->cur) {
+          json_t *js = al__json_string_utf8(call->content, call->content_len);
+
+          if (js != NULL) {
+            al__history_add_tool_result(&a->history, call->id, js,
+                                        call->is_error);
+            json_decref(js);
+          }
+        }
+        continue;
+      }
+      json_array_append_new(open, json_pack("{s:s, s:s}", "id", call->id,
+                                            "name", call->name));
+    }
+  }
+  al__history_cancel_open(&a->history, NULL);
+  run_end_common(a); /* closes the request and every executor */
+  if (json_array_size(open) > 0) {
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_TOOL_EXECUTION_ABORTED;
+    ev.u.tool.reason = ag_slice("user_interrupted");
+    al__agent_post(a, &ev);
+  }
+  json_array_foreach(open, i, item) {
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_TOOL_USE_COMPLETED;
+    ev.u.tool.call_id =
+        ag_slice(json_string_value(json_object_get(item, "id")));
+    ev.u.tool.name = ag_slice(json_string_value(json_object_get(item, "name")));
+    ev.u.tool.content = ag_slice(AL_HISTORY_CANCELLED_TEXT);
+    ev.u.tool.is_error = true;
+    ev.u.tool.reason = ag_slice("user_interrupted");
+    al__agent_post(a, &ev);
+  }
+  json_decref(open);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_INTERRUPTED;
+  ev.u.interrupted.reason = ag_slice("user");
+  al__agent_post(a, &ev);
+  return 0;
+}
+
+void al_agent_stats(const al_agent_t *a, al_agent_stats_t *out) {
+  *out = a->stats;
+  if (al_agent_running(a)) {
+    out->duration_ms = ms_since(a->run_t0);
+  }
+}
+
+int al_agent_history_json(const al_agent_t *a, char **out) {
+  json_t *o;
+  const json_t *m = al__history_to_json(&a->history);
+  const char *sys = al__history_system(&a->history);
+
+  o = json_pack("{s:o, s:o}", "system",
+                sys != NULL ? json_string(sys) : json_null(), "messages",
+                m != NULL ? json_deep_copy(m) : json_array());
+  if (o == NULL) {
+    return AL_ENOMEM;
+  }
+  *out = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return *out != NULL ? 0 : AL_ENOMEM;
+}
+
+uint64_t al__agent_call_stamp(const al_agent_t *a, const char *call_id) {
+  return (uint64_t)json_integer_value(json_object_get(a->stamps, call_id));
+}
+
+uint64_t al__agent_tool_holds(const al_agent_t *a) { return a->holds; }
+
+/* ---- close ---------------------------------------------------------------------------- */
+
+static void on_finish_close(uv_handle_t *h) {
+  al_agent_t *a = AL_CONTAINER_OF((uv_idle_t *)h, al_agent_t, finish);
+  void (*cb)(al_agent_t *) = a->close_cb;
+
+  al__agent_tools_free(a);
+  agent_free_fields(a);
+  if (cb != NULL) {
+    cb(a);
+  }
+  al_free(a);
+}
+
+void al__agent_maybe_finish(al_agent_t *a) {
+  if (!a->closing || a->finishing || a->pending > 0 || a->holds > 0 ||
+      a->live_ctx > 0) {
+    return;
+  }
+  a->finishing = true;
+  uv_close((uv_handle_t *)&a->finish, on_finish_close);
+}
+
+static void on_backoff_close(uv_handle_t *h) {
+  al_agent_t *a = AL_CONTAINER_OF((uv_timer_t *)h, al_agent_t, backoff);
+
+  a->pending--;
+  al__agent_maybe_finish(a);
+}
+
+static void on_client_close(al_http_client_t *c) {
+  al_agent_t *a = al_http_client_get_data(c);
+
+  a->pending--;
+  al__agent_maybe_finish(a);
+}
+
+void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
+  if (a->state == AG_CLOSED) {
+    return;
+  }
+  if (al_agent_running(a)) {
+    al_agent_cancel(a);
+  }
+  if (a->state == AG_CLOSED) {
+    return; /* a subscriber closed it from inside the cancel */
+  }
+  set_state(a, AG_CLOSED);
+  a->closing = true;
+  a->close_cb = cb;
+  exec_close_all(a);
+  uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
+  al_http_client_set_data(a->client, a);
+  al_http_client_close(a->client, on_client_close);
+  a->client = NULL;
+}

@@ -1,0 +1,185 @@
+/* The agent's private structure, shared by agent.c (the run/turn state
+ * machine) and agent_tools.c (tool registry, permission gate, approvals,
+ * in-process tool contexts). */
+#ifndef AL_LOOP_AGENT_PRIV_H
+#define AL_LOOP_AGENT_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "agentloop/agent.h"
+#include "common/common.h"
+#include "events/events.h"
+#include "executor/executor.h"
+#include "loop/history.h"
+#include "loop/retry.h"
+#include "provider/provider.h"
+#include "transport/transport.h"
+
+#define AG_TOOL_DEFAULT_TIMEOUT_MS 120000
+
+/* Where the run is. Only set_state() in agent.c writes it. */
+typedef enum {
+  AG_IDLE = 0,   /* no run */
+  AG_STREAMING,  /* a model request is in flight */
+  AG_BACKOFF,    /* waiting to retry */
+  AG_TOOLS,      /* reply committed, waiting for its tool results */
+  AG_CLOSED      /* al_agent_close was called */
+} ag_state_t;
+
+/* One registered tool. The executor sees `gate`, whose start checks the
+ * input and the permission policy and then hands the call to `inner` (the
+ * built-in or in-process implementation). */
+typedef struct ag_tool_s {
+  al_list_t node;
+  al_agent_t *agent;
+  al_tool_impl_t gate;
+  al_tool_impl_t *inner;
+  void (*free_inner)(al_tool_impl_t *impl);
+  char *name;
+  char *description;
+  json_t *schema;
+  al_tool_category_t category;
+  bool always; /* approved with "always" */
+  /* In-process tools. */
+  bool inproc;
+  al_tool_impl_t inproc_impl;
+  al_tool_def_t def; /* run, cancel, data, timeout_ms, concurrency_safe */
+} ag_tool_t;
+
+/* An approval the run waits for. */
+typedef struct ag_approval_s {
+  al_list_t node;
+  char id[32];
+  al_tool_call_t *call;
+  ag_tool_t *tool;
+} ag_approval_t;
+
+/* An executor for one reply. Replies that are discarded (retry, cancel)
+ * keep theirs until its aborted calls have reported, then close it. */
+typedef struct ag_exec_s {
+  al_executor_t ex;
+  al_list_t node;
+  al_agent_t *agent;
+  bool retiring;
+  bool closing;
+} ag_exec_t;
+
+/* Per tool_use block of the reply being streamed. */
+typedef struct ag_block_s {
+  char *call_id; /* tool_use blocks */
+  bool is_tool;
+  bool stopped;
+} ag_block_t;
+
+struct al_agent_s {
+  void *data;
+  uv_loop_t *loop;
+
+  /* Configuration (copied). */
+  const al_provider_t *provider;
+  char *base_url; /* without a trailing '/' (and without "/v1") */
+  bool base_has_v1;
+  char *api_key;
+  char *model;      /* the model in use (the fallback once switched) */
+  char *model_main;
+  char *fallback_model;
+  int64_t max_tokens;
+  uint32_t max_turns;
+  int concurrency;
+  al_retry_options_t ropts;
+  al_retry_rng_t rng;
+  char *workspace;
+  char **allowed_paths;
+  char **denied_paths;
+  uint64_t tool_timeout_ms;
+  uint64_t kill_grace_ms;
+  al_permission_mode_t mode;
+  char **allow_tools;
+  char **deny_tools;
+  al_permission_cb permission;
+  void *permission_data;
+  int64_t idle_timeout_ms;
+  int64_t progress_timeout_ms;
+
+  al_http_client_t *client;
+  al__events_bus_t *bus;
+  al__events_session_t session;
+  al_history_t history;
+  al_list_t tools; /* ag_tool_t */
+  json_t *tool_defs; /* [{name, description, input_schema}] */
+  al_list_t approvals;
+  uint64_t next_approval;
+  al_list_t execs; /* ag_exec_t: current one last */
+
+  /* The run. */
+  ag_state_t state;
+  uint64_t gen; /* bumped whenever a run ends: stale work bails out */
+  uint64_t run_id;
+  uint32_t turn;
+  al_retry_state_t retry;
+  int64_t cur_max_tokens;
+  bool summary; /* the max_turns summary call is in flight */
+  al_history_t summary_hist;
+  al_agent_stats_t stats;
+  uint64_t run_t0;
+  uint64_t api_t0;
+  char *done_text; /* the done tool's message */
+
+  /* The current attempt. */
+  al_http_request_t *req;
+  al_pstream_t ps;
+  bool ps_ready;
+  bool in_feed;
+  bool ps_dead; /* free ps once the feed returns */
+  bool delivered; /* content reached subscribers this attempt */
+  bool stream_failed;
+  al_retry_err_t stream_err;
+  char stream_msg[256];
+  char stream_type[64];
+  char *msg_id;
+  ag_block_t *blocks;
+  size_t nblocks;
+  ag_exec_t *cur; /* executor of the reply being streamed / run */
+  json_t *stamps; /* call_id -> SSE send stamp */
+
+  uv_timer_t backoff;
+  /* Close: handles still closing and tool work still held. */
+  bool closing;
+  int pending;
+  uint64_t holds;
+  uint64_t live_ctx;
+  bool finishing;
+  uv_idle_t finish;
+  void (*close_cb)(al_agent_t *a);
+};
+
+/* agent.c */
+/* Posts ev with the run's numbers. Returns true when the caller must stop:
+ * a subscriber ended the run (gen changed) or closed the agent. */
+bool al__agent_post(al_agent_t *a, al_event_t *ev);
+void al__agent_maybe_finish(al_agent_t *a);
+
+/* agent_tools.c */
+int al__agent_tools_init(al_agent_t *a);
+void al__agent_tools_free(al_agent_t *a);
+const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name);
+/* Cancels every waiting approval's call (used by cancel). */
+void al__agent_approvals_drop(al_agent_t *a);
+int al__agent_add_tool_impl(al_agent_t *a, al_tool_impl_t *inner,
+                            void (*free_inner)(al_tool_impl_t *),
+                            const char *description, const char *schema,
+                            al_tool_category_t category);
+
+static inline al_slice_t ag_slice(const char *s) {
+  al_slice_t sl;
+
+  sl.ptr = s;
+  sl.len = s != NULL ? strlen(s) : 0;
+  return sl;
+}
+
+#endif

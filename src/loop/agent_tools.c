@@ -1,0 +1,805 @@
+/* The agent's tools: the registry, the gate every call passes (input check,
+ * permission policy, approvals) and in-process tools (SPEC §6, §8).
+ *
+ * The executor is given `gate` for every tool. gate.start runs when the
+ * executor lets the call start; it checks the input against the tool's
+ * schema, asks the policy, and either completes the call with an error
+ * result, waits for an approval, or hands the call over to the real
+ * implementation by pointing call->impl at it and calling its start. From
+ * then on the executor's cancel reaches the real tool directly. */
+#include <assert.h>
+#include <ctype.h>
+#include <string.h>
+
+#include "loop/agent_priv.h"
+#include "tools/bash.h"
+#include "tools/tools.h"
+
+struct al_tool_ctx_s {
+  al_agent_t *agent;
+  ag_tool_t *tool;
+  al_tool_call_t *call;
+  char *id;
+  char *name;
+  char *input;
+  void *data;
+  uv_timer_t timer;
+  bool cancelled;
+  bool completed;  /* al_tool_ctx_complete was called */
+  bool exec_done;  /* the executor call was completed (released) */
+};
+
+static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
+
+/* ---- events -------------------------------------------------------------- */
+
+static bool post_tool(al_agent_t *a, al_event_type_t type,
+                      const al_tool_call_t *call, const char *input) {
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = type;
+  ev.u.tool.call_id = ag_slice(call->id);
+  ev.u.tool.name = ag_slice(call->name);
+  ev.u.tool.input = ag_slice(input);
+  return al__agent_post(a, &ev);
+}
+
+static char *dump_input(const json_t *input) {
+  char *s = json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY);
+
+  return s;
+}
+
+/* ---- hold accounting ------------------------------------------------------- */
+
+static void on_release(al_tool_call_t *call, void *data) {
+  al_agent_t *a = data;
+
+  (void)call;
+  assert(a->holds > 0);
+  a->holds--;
+  al__agent_maybe_finish(a);
+}
+
+static void complete_text(al_tool_call_t *call, bool is_error,
+                          const char *text) {
+  al__executor_call_complete(call, is_error, text, strlen(text));
+}
+
+static void complete_fmt(al_tool_call_t *call, const char *fmt,
+                         const char *a1, const char *a2) {
+  al_buf_t b;
+
+  al_buf_init(&b, 64 * 1024);
+  if (al_buf_printf(&b, fmt, a1, a2 != NULL ? a2 : "") != 0) {
+    al_buf_free(&b);
+    complete_text(call, true, "Error: out of memory");
+    return;
+  }
+  al__executor_call_complete(call, true, b.data, b.len);
+  al_buf_free(&b);
+}
+
+/* ---- input check ----------------------------------------------------------- */
+
+static bool type_ok(const char *type, const json_t *v) {
+  if (strcmp(type, "string") == 0) {
+    return json_is_string(v);
+  }
+  if (strcmp(type, "integer") == 0) {
+    return json_is_integer(v) ||
+           (json_is_real(v) &&
+            json_real_value(v) == (double)(json_int_t)json_real_value(v));
+  }
+  if (strcmp(type, "number") == 0) {
+    return json_is_number(v);
+  }
+  if (strcmp(type, "boolean") == 0) {
+    return json_is_boolean(v);
+  }
+  if (strcmp(type, "array") == 0) {
+    return json_is_array(v);
+  }
+  if (strcmp(type, "object") == 0) {
+    return json_is_object(v);
+  }
+  if (strcmp(type, "null") == 0) {
+    return json_is_null(v);
+  }
+  return true; /* a type we do not check */
+}
+
+/* The checks the model most often gets wrong: not JSON, not an object, a
+ * required property missing, a property of the wrong primitive type. The
+ * tool itself still validates what it uses. */
+static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) {
+  const json_t *props = json_object_get(t->schema, "properties");
+  const json_t *req = json_object_get(t->schema, "required");
+  const char *key;
+  json_t *v;
+  size_t i;
+
+  if (!json_is_object(input)) {
+    al_buf_printf(why, "the input must be a JSON object");
+    return false;
+  }
+  if (json_object_size(input) == 1 && json_is_string(json_object_get(input, "_raw")) &&
+      json_object_get(props, "_raw") == NULL) {
+    al_buf_printf(why, "the input is not valid JSON: %.200s",
+                  json_string_value(json_object_get(input, "_raw")));
+    return false;
+  }
+  json_array_foreach(req, i, v) {
+    if (json_is_string(v) && json_object_get(input, json_string_value(v)) == NULL) {
+      al_buf_printf(why, "missing required property '%s'", json_string_value(v));
+      return false;
+    }
+  }
+  json_object_foreach((json_t *)input, key, v) {
+    const json_t *ps = json_object_get(props, key);
+    const json_t *ty = json_object_get(ps, "type");
+
+    if (json_is_string(ty) && !type_ok(json_string_value(ty), v)) {
+      al_buf_printf(why, "property '%s' must be of type %s", key,
+                    json_string_value(ty));
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- permissions ------------------------------------------------------------- */
+
+static bool listed(char *const *list, const char *name) {
+  size_t i;
+
+  for (i = 0; list != NULL && list[i] != NULL; i++) {
+    if (strcmp(list[i], name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+static const char *category_name(al_tool_category_t c) {
+  switch (c) {
+  case AL_TOOL_READ: return "read";
+  case AL_TOOL_WRITE: return "write";
+  case AL_TOOL_ADMIN: return "admin";
+  }
+  return "admin";
+}
+
+static al_permission_t decide(al_agent_t *a, ag_tool_t *t, const char *input,
+                              const char **why) {
+  al_permission_t p;
+
+  if (listed(a->deny_tools, t->name)) {
+    *why = "it is on the deny list";
+    return AL_PERMISSION_DENY;
+  }
+  if (t->always || listed(a->allow_tools, t->name)) {
+    return AL_PERMISSION_ALLOW;
+  }
+  if (a->permission != NULL) {
+    p = a->permission(a, t->name, input, t->category, a->permission_data);
+    if (p == AL_PERMISSION_ASK && a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+      *why = "it needs an approval and this run cannot ask";
+      return AL_PERMISSION_DENY;
+    }
+    if (p == AL_PERMISSION_DENY) {
+      *why = "the permission policy refused it";
+      return p;
+    }
+    if (p == AL_PERMISSION_ALLOW || p == AL_PERMISSION_ASK) {
+      return p;
+    }
+  }
+  switch (t->category) {
+  case AL_TOOL_READ:
+    return AL_PERMISSION_ALLOW;
+  case AL_TOOL_WRITE:
+    if (a->mode == AL_PERMISSION_MODE_JOB) {
+      *why = "write tools must be listed in a job's allowed tools";
+      return AL_PERMISSION_DENY;
+    }
+    return AL_PERMISSION_ALLOW;
+  case AL_TOOL_ADMIN:
+    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE) {
+      return AL_PERMISSION_ASK;
+    }
+    *why = "admin tools must be allowed explicitly (--allow-tool)";
+    return AL_PERMISSION_DENY;
+  }
+  *why = "unknown category";
+  return AL_PERMISSION_DENY;
+}
+
+/* ---- handing a call to its tool --------------------------------------------- */
+
+/* Points the call at the real tool and starts it. in_gate: called from
+ * gate.start (a refusal is returned to the executor), else from an
+ * approval (a refusal becomes an error result). */
+static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
+  al_agent_t *a = t->agent;
+  char *input;
+  int rc;
+
+  call->impl = t->inner;
+  rc = t->inner->start(call);
+  if (rc != 0) {
+    if (in_gate) {
+      call->impl = &t->gate;
+      a->holds--; /* the executor takes no hold on a refused start */
+      call->on_release = NULL;
+      return rc;
+    }
+    complete_fmt(call, "Error: tool '%s' failed to start: %s", t->name,
+                 al_strerror(rc));
+    return 0;
+  }
+  if (!t->inproc) {
+    /* The work has begun (process spawned, file job queued). */
+    input = dump_input(call->input);
+    post_tool(a, AL_EVENT_TOOL_USE_STARTED, call, input);
+    free(input);
+  }
+  return 0;
+}
+
+static ag_approval_t *approval_find_call(al_agent_t *a,
+                                         const al_tool_call_t *call) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &a->approvals) {
+    ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
+
+    if (r->call == call) {
+      return r;
+    }
+  }
+  return NULL;
+}
+
+static ag_approval_t *approval_find(al_agent_t *a, const char *id) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &a->approvals) {
+    ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
+
+    if (strcmp(r->id, id) == 0) {
+      return r;
+    }
+  }
+  return NULL;
+}
+
+static bool gate_safe(const al_tool_impl_t *impl, const json_t *input) {
+  const ag_tool_t *t = impl->data;
+
+  return t->inner->is_concurrency_safe != NULL &&
+         t->inner->is_concurrency_safe(t->inner, input);
+}
+
+static int gate_start(al_tool_call_t *call) {
+  ag_tool_t *t = call->impl->data;
+  al_agent_t *a = t->agent;
+  ag_approval_t *rec;
+  al_buf_t why;
+  al_event_t ev;
+  const char *reason = NULL;
+  char *input;
+  al_permission_t p;
+
+  call->on_release = on_release;
+  call->release_data = a;
+  a->holds++;
+  al_buf_init(&why, 4096);
+  if (!check_input(t, call->input, &why)) {
+    complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
+                 why.data != NULL ? why.data : "out of memory");
+    al_buf_free(&why);
+    return 0;
+  }
+  al_buf_free(&why);
+  input = dump_input(call->input);
+  p = decide(a, t, input != NULL ? input : "{}", &reason);
+  if (p == AL_PERMISSION_DENY) {
+    free(input);
+    complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
+                 reason);
+    return 0;
+  }
+  if (p == AL_PERMISSION_ALLOW) {
+    free(input);
+    return start_inner(call, t, true);
+  }
+  rec = al_calloc(1, sizeof(*rec));
+  if (rec == NULL) {
+    free(input);
+    complete_text(call, true, "Error: out of memory");
+    return 0;
+  }
+  snprintf(rec->id, sizeof(rec->id), "apr_%llu",
+           (unsigned long long)++a->next_approval);
+  rec->call = call;
+  rec->tool = t;
+  al_list_insert_tail(&a->approvals, &rec->node);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_APPROVAL_REQUIRED;
+  ev.u.approval.request = ag_slice(rec->id);
+  ev.u.approval.call_id = ag_slice(call->id);
+  ev.u.approval.name = ag_slice(t->name);
+  ev.u.approval.input = ag_slice(input);
+  ev.u.approval.category = ag_slice(category_name(t->category));
+  al__agent_post(a, &ev);
+  free(input);
+  return 0;
+}
+
+/* Reached only while the call waits for an approval (afterwards call->impl
+ * is the real tool). */
+static void gate_cancel(al_tool_call_t *call) {
+  ag_tool_t *t = call->impl->data;
+  ag_approval_t *rec = approval_find_call(t->agent, call);
+
+  if (rec != NULL) {
+    al_list_remove(&rec->node);
+    al_free(rec);
+    complete_text(call, true, cancelled_text);
+  }
+}
+
+void al__agent_approvals_drop(al_agent_t *a) {
+  /* The executor's cancel reaches gate_cancel for each; nothing to do
+   * beyond what close does. Kept for symmetry with the daemon, which may
+   * drop approvals of a vanished client. */
+  (void)a;
+}
+
+int al_agent_approve(al_agent_t *a, const char *request,
+                     al_approval_t decision) {
+  ag_approval_t *rec;
+  al_tool_call_t *call;
+  ag_tool_t *t;
+  al_event_t ev;
+  static const char *const names[] = {"allow", "deny", "always"};
+
+  if (request == NULL || (unsigned)decision > AL_APPROVE_ALWAYS) {
+    return AL_EINVAL;
+  }
+  rec = approval_find(a, request);
+  if (rec == NULL) {
+    return AL_ENOTFOUND;
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_APPROVAL_RESPONSE;
+  ev.u.approval.request = ag_slice(rec->id);
+  ev.u.approval.call_id = ag_slice(rec->call->id);
+  ev.u.approval.name = ag_slice(rec->tool->name);
+  ev.u.approval.category = ag_slice(category_name(rec->tool->category));
+  ev.u.approval.decision = ag_slice(names[decision]);
+  if (al__agent_post(a, &ev)) {
+    return 0; /* the run ended meanwhile; the call was cancelled */
+  }
+  rec = approval_find(a, request);
+  if (rec == NULL) {
+    return 0;
+  }
+  call = rec->call;
+  t = rec->tool;
+  al_list_remove(&rec->node);
+  al_free(rec);
+  if (decision == AL_APPROVE_DENY) {
+    complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
+                 "the user refused it");
+    return 0;
+  }
+  if (decision == AL_APPROVE_ALWAYS) {
+    t->always = true;
+  }
+  start_inner(call, t, false);
+  return 0;
+}
+
+/* ---- in-process tools --------------------------------------------------------- */
+
+const char *al_tool_ctx_id(const al_tool_ctx_t *ctx) { return ctx->id; }
+const char *al_tool_ctx_name(const al_tool_ctx_t *ctx) { return ctx->name; }
+const char *al_tool_ctx_input(const al_tool_ctx_t *ctx) { return ctx->input; }
+bool al_tool_ctx_cancelled(const al_tool_ctx_t *ctx) { return ctx->cancelled; }
+void al_tool_ctx_set_data(al_tool_ctx_t *ctx, void *data) { ctx->data = data; }
+void *al_tool_ctx_get_data(const al_tool_ctx_t *ctx) { return ctx->data; }
+
+static void ctx_on_close(uv_handle_t *h) {
+  al_tool_ctx_t *ctx = h->data;
+  al_agent_t *a = ctx->agent;
+
+  al_free(ctx->id);
+  al_free(ctx->name);
+  free(ctx->input);
+  al_free(ctx);
+  a->live_ctx--;
+  al__agent_maybe_finish(a);
+}
+
+int al_tool_ctx_progress(al_tool_ctx_t *ctx, const char *text, size_t len) {
+  al_event_t ev;
+
+  if (ctx->cancelled || ctx->completed) {
+    return AL_ECANCELED;
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_TOOL_PROGRESS;
+  ev.u.tool.call_id = ag_slice(ctx->id);
+  ev.u.tool.name = ag_slice(ctx->name);
+  ev.u.tool.content.ptr = text != NULL ? text : "";
+  ev.u.tool.content.len = text != NULL ? len : 0;
+  al__agent_post(ctx->agent, &ev);
+  return 0;
+}
+
+void al_tool_ctx_complete(al_tool_ctx_t *ctx, bool is_error,
+                          const char *content, size_t len) {
+  if (ctx->completed) {
+    return;
+  }
+  ctx->completed = true;
+  uv_timer_stop(&ctx->timer);
+  if (!ctx->exec_done) {
+    ctx->exec_done = true;
+    al__executor_call_complete(ctx->call, is_error,
+                               content != NULL ? content : "",
+                               content != NULL ? len : 0);
+  }
+  uv_close((uv_handle_t *)&ctx->timer, ctx_on_close);
+}
+
+static void ctx_on_timeout(uv_timer_t *timer) {
+  al_tool_ctx_t *ctx = timer->data;
+  al_tool_call_t *call = ctx->call;
+  ag_tool_t *t = ctx->tool;
+  char secs[32];
+
+  ctx->cancelled = true;
+  ctx->exec_done = true;
+  snprintf(secs, sizeof(secs), "%.3g",
+           (double)(t->def.timeout_ms ? t->def.timeout_ms
+                                      : AG_TOOL_DEFAULT_TIMEOUT_MS) /
+               1000.0);
+  /* The result goes to the model now; the tool's own completion, when it
+   * comes, only frees the context. */
+  complete_fmt(call, "Error: tool '%s' timed out after %s s", t->name, secs);
+  if (t->def.cancel != NULL) {
+    t->def.cancel(ctx, t->def.data);
+  }
+}
+
+static int inproc_start(al_tool_call_t *call) {
+  ag_tool_t *t = AL_CONTAINER_OF(call->impl, ag_tool_t, inproc_impl);
+  al_agent_t *a = t->agent;
+  al_tool_ctx_t *ctx = al_calloc(1, sizeof(*ctx));
+  uint64_t timeout = t->def.timeout_ms ? t->def.timeout_ms
+                                       : AG_TOOL_DEFAULT_TIMEOUT_MS;
+
+  if (ctx == NULL) {
+    return AL_ENOMEM;
+  }
+  ctx->agent = a;
+  ctx->tool = t;
+  ctx->call = call;
+  ctx->id = al_strdup(call->id);
+  ctx->name = al_strdup(call->name);
+  ctx->input = dump_input(call->input);
+  if (ctx->id == NULL || ctx->name == NULL || ctx->input == NULL) {
+    al_free(ctx->id);
+    al_free(ctx->name);
+    free(ctx->input);
+    al_free(ctx);
+    return AL_ENOMEM;
+  }
+  uv_timer_init(a->loop, &ctx->timer);
+  ctx->timer.data = ctx;
+  a->live_ctx++;
+  call->tool_data = ctx;
+  uv_timer_start(&ctx->timer, ctx_on_timeout, timeout, 0);
+  /* "Started" means the tool's callback is entered, which is next. */
+  post_tool(a, AL_EVENT_TOOL_USE_STARTED, call, ctx->input);
+  if (ctx->cancelled) {
+    /* A subscriber cancelled the run inside that event. */
+    al_tool_ctx_complete(ctx, true, cancelled_text, strlen(cancelled_text));
+    return 0;
+  }
+  t->def.run(ctx, t->def.data);
+  return 0;
+}
+
+static void inproc_cancel(al_tool_call_t *call) {
+  al_tool_ctx_t *ctx = call->tool_data;
+  ag_tool_t *t;
+
+  if (ctx == NULL || ctx->exec_done || ctx->cancelled) {
+    return;
+  }
+  t = ctx->tool;
+  ctx->cancelled = true;
+  uv_timer_stop(&ctx->timer);
+  if (t->def.cancel != NULL) {
+    t->def.cancel(ctx, t->def.data);
+  }
+}
+
+static bool inproc_safe(const al_tool_impl_t *impl, const json_t *input) {
+  (void)impl;
+  (void)input;
+  return true;
+}
+
+/* ---- the registry ------------------------------------------------------------ */
+
+static void tool_free(ag_tool_t *t) {
+  if (t->inner != NULL && t->free_inner != NULL) {
+    t->free_inner(t->inner);
+  }
+  al_free(t->name);
+  al_free(t->description);
+  json_decref(t->schema);
+  al_free(t);
+}
+
+static ag_tool_t *tool_find(al_agent_t *a, const char *name) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &a->tools) {
+    ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
+
+    if (strcmp(t->name, name) == 0) {
+      return t;
+    }
+  }
+  return NULL;
+}
+
+const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name) {
+  ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
+  ag_tool_t *t = tool_find(box->agent, name);
+
+  return t != NULL ? &t->gate : NULL;
+}
+
+static bool name_ok(const char *name) {
+  size_t i;
+
+  if (name == NULL || name[0] == '\0' || strlen(name) > 64) {
+    return false;
+  }
+  for (i = 0; name[i] != '\0'; i++) {
+    if (!isalnum((unsigned char)name[i]) && name[i] != '_' && name[i] != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Registers a tool whose implementation is `inner` (NULL for in-process:
+ * filled by the caller). On failure inner is freed. */
+static int add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
+                     void (*free_inner)(al_tool_impl_t *),
+                     const char *description, const char *schema,
+                     al_tool_category_t category, ag_tool_t **out) {
+  ag_tool_t *t;
+  json_t *def;
+  json_error_t jerr;
+
+  if (!name_ok(name) || description == NULL ||
+      (unsigned)category > AL_TOOL_ADMIN) {
+    goto inval;
+  }
+  if (tool_find(a, name) != NULL) {
+    if (inner != NULL && free_inner != NULL) {
+      free_inner(inner);
+    }
+    return AL_EEXIST;
+  }
+  t = al_calloc(1, sizeof(*t));
+  if (t == NULL) {
+    goto nomem;
+  }
+  t->agent = a;
+  t->inner = inner;
+  t->free_inner = free_inner;
+  t->category = category;
+  t->name = al_strdup(name);
+  t->description = al_strdup(description);
+  if (schema != NULL) {
+    t->schema = json_loads(schema, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(t->schema)) {
+      tool_free(t);
+      return AL_EINVAL;
+    }
+  } else {
+    t->schema = json_pack("{s:s, s:{}}", "type", "object", "properties");
+  }
+  if (t->name == NULL || t->description == NULL || t->schema == NULL) {
+    tool_free(t);
+    return AL_ENOMEM;
+  }
+  def = json_pack("{s:s, s:s, s:O}", "name", t->name, "description",
+                  t->description, "input_schema", t->schema);
+  if (def == NULL || json_array_append_new(a->tool_defs, def) != 0) {
+    tool_free(t);
+    return AL_ENOMEM;
+  }
+  t->gate.name = t->name;
+  t->gate.is_concurrency_safe = gate_safe;
+  t->gate.start = gate_start;
+  t->gate.cancel = gate_cancel;
+  t->gate.data = t;
+  al_list_insert_tail(&a->tools, &t->node);
+  if (out != NULL) {
+    *out = t;
+  }
+  return 0;
+inval:
+  if (inner != NULL && free_inner != NULL) {
+    free_inner(inner);
+  }
+  return AL_EINVAL;
+nomem:
+  if (inner != NULL && free_inner != NULL) {
+    free_inner(inner);
+  }
+  return AL_ENOMEM;
+}
+
+int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
+  ag_tool_t *t;
+  int rc;
+
+  if (a->closing) {
+    return AL_ECLOSING;
+  }
+  if (a->state != AG_IDLE) {
+    return AL_EBUSY;
+  }
+  if (def == NULL || def->run == NULL) {
+    return AL_EINVAL;
+  }
+  rc = add_entry(a, def->name, NULL, NULL, def->description,
+                 def->input_schema, def->category, &t);
+  if (rc != 0) {
+    return rc;
+  }
+  t->inproc = true;
+  t->def = *def;
+  t->def.name = t->name;
+  t->def.description = t->description;
+  t->def.input_schema = NULL;
+  t->inproc_impl.name = t->name;
+  t->inproc_impl.is_concurrency_safe = def->concurrency_safe ? inproc_safe : NULL;
+  t->inproc_impl.start = inproc_start;
+  t->inproc_impl.cancel = inproc_cancel;
+  t->inproc_impl.data = t;
+  t->inner = &t->inproc_impl;
+  return 0;
+}
+
+/* ---- built-ins ----------------------------------------------------------------- */
+
+static const char bash_desc[] =
+    "Run a shell command with /bin/sh -c in the workspace and return its "
+    "output (stdout, then stderr) and exit status. Use it for builds, tests "
+    "and inspecting the system. It runs alone: no other tool runs beside it.";
+static const char bash_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"command\":{\"type\":\"string\",\"description\":\"The command line.\"},"
+    "\"timeout\":{\"type\":\"number\",\"description\":\"Seconds before the "
+    "command is killed (default 120).\"}},\"required\":[\"command\"]}";
+static const char read_desc[] =
+    "Read a text file in the workspace. Optional offset (1-based first line) "
+    "and limit (number of lines) select a part of a long file.";
+static const char read_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"path\":{\"type\":\"string\",\"description\":\"File path, relative to "
+    "the workspace or absolute.\"},"
+    "\"offset\":{\"type\":\"integer\",\"description\":\"First line, 1-based.\"},"
+    "\"limit\":{\"type\":\"integer\",\"description\":\"Number of lines.\"}},"
+    "\"required\":[\"path\"]}";
+static const char write_desc[] =
+    "Write a file in the workspace, replacing its content; missing parent "
+    "directories are created.";
+static const char write_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"path\":{\"type\":\"string\",\"description\":\"File path.\"},"
+    "\"content\":{\"type\":\"string\",\"description\":\"The new content.\"}},"
+    "\"required\":[\"path\",\"content\"]}";
+static const char list_desc[] =
+    "List a directory of the workspace: one entry per line, '/' after "
+    "directories, '@' after symbolic links.";
+static const char list_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"path\":{\"type\":\"string\",\"description\":\"Directory (default: the "
+    "workspace root).\"}}}";
+static const char done_desc[] =
+    "Finish the task: call it once everything is done, with the final "
+    "message for the user. It ends the run.";
+static const char done_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"message\":{\"type\":\"string\",\"description\":\"The final answer.\"}},"
+    "\"required\":[\"message\"]}";
+
+static size_t count_list(char *const *l) {
+  size_t n = 0;
+
+  while (l != NULL && l[n] != NULL) {
+    n++;
+  }
+  return n;
+}
+
+int al__agent_tools_init(al_agent_t *a) {
+  al_fstools_options_t fo;
+  al_bash_options_t bo;
+  al_tool_impl_t *impl;
+  int rc;
+
+  al__fstools_options_init(&fo);
+  fo.loop = a->loop;
+  fo.workspace = a->workspace;
+  fo.allowed_paths = (const char *const *)a->allowed_paths;
+  fo.n_allowed_paths = count_list(a->allowed_paths);
+  fo.denied_paths = (const char *const *)a->denied_paths;
+  fo.n_denied_paths = count_list(a->denied_paths);
+
+  al__bash_options_init(&bo);
+  bo.loop = a->loop;
+  bo.workspace = a->workspace;
+  bo.timeout_ms = a->tool_timeout_ms;
+  bo.kill_grace_ms = a->kill_grace_ms;
+
+  if ((rc = al__bash_tool_new(&bo, &impl)) != 0 ||
+      (rc = add_entry(a, "bash", impl, al__bash_tool_free, bash_desc,
+                      bash_schema, AL_TOOL_WRITE, NULL)) != 0) {
+    return rc;
+  }
+  if ((rc = al__read_file_new(&fo, &impl)) != 0 ||
+      (rc = add_entry(a, "read_file", impl, al__fstool_free, read_desc,
+                      read_schema, AL_TOOL_READ, NULL)) != 0) {
+    return rc;
+  }
+  if ((rc = al__write_file_new(&fo, &impl)) != 0 ||
+      (rc = add_entry(a, "write_file", impl, al__fstool_free, write_desc,
+                      write_schema, AL_TOOL_WRITE, NULL)) != 0) {
+    return rc;
+  }
+  if ((rc = al__list_directory_new(&fo, &impl)) != 0 ||
+      (rc = add_entry(a, "list_directory", impl, al__fstool_free, list_desc,
+                      list_schema, AL_TOOL_READ, NULL)) != 0) {
+    return rc;
+  }
+  if ((rc = al__done_tool_new(&fo, &impl)) != 0 ||
+      (rc = add_entry(a, "done", impl, al__fstool_free, done_desc,
+                      done_schema, AL_TOOL_READ, NULL)) != 0) {
+    return rc;
+  }
+  return 0;
+}
+
+void al__agent_tools_free(al_agent_t *a) {
+  while (!al_list_empty(&a->tools)) {
+    ag_tool_t *t = AL_CONTAINER_OF(a->tools.next, ag_tool_t, node);
+
+    al_list_remove(&t->node);
+    if (t->inproc) {
+      t->inner = NULL;
+    }
+    tool_free(t);
+  }
+  while (!al_list_empty(&a->approvals)) {
+    ag_approval_t *r = AL_CONTAINER_OF(a->approvals.next, ag_approval_t, node);
+
+    al_list_remove(&r->node);
+    al_free(r);
+  }
+}
