@@ -11,7 +11,7 @@ static void usage(FILE *f) {
   fputs("usage: agentloop <command> [options]\n"
         "\n"
         "commands:\n"
-        "  run -p PROMPT     stream one reply from the model (see run --help)\n"
+        "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
         "  decode --provider sse|anthropic|openai [--events]\n"
         "                    decode a captured response body read from stdin\n"
         "\n"

@@ -1,17 +1,39 @@
-/* `agentloop run -p PROMPT`: one streamed request, printed as it arrives.
+/* `agentloop run -p PROMPT`: one headless agent run (CONVENTIONS.md 7.1,
+ * 7.5, 7.6).
  *
- * This is the streaming core end to end: the provider builds the request,
- * the transport sends it (TLS, proxy, keep-alive), body bytes go through
- * the SSE parser and decoder, and every text delta is written to stdout the
- * moment it is decoded. The agent loop (tools, retries, turns) will replace
- * the single request; the flags and exit codes already follow
- * CONVENTIONS.md 7.1 and 7.5. */
+ * The command is a thin embedder of the public agent API: it resolves the
+ * flags and environment into al_agent_options_t, creates one agent with the
+ * builtin tools in --cwd, permission mode HEADLESS (never asks; admin tools
+ * need --allow-tool), subscribes to its LoopEvents, starts the run and lets
+ * the loop drive everything. It prints:
+ *
+ *   text    the final text on stdout at the end (the demo view, -v or a
+ *           terminal on stderr, shows progress and streamed text there)
+ *   json    one `result` object at the end
+ *   ndjson  every LoopEvent as a line as it happens, then the `result`
+ *
+ * A run ends with exactly one of final, interrupted or error; on that event
+ * the subscriber records the outcome, unsubscribes, closes the signal and
+ * timer handles and closes the agent, so uv_run returns once the agent has
+ * released its tools and connections. SIGINT / SIGTERM / --timeout cancel
+ * the run (al_agent_cancel posts `interrupted` before it returns) and pick
+ * the exit code: 130, 143, 124.
+ *
+ * Blocking I/O happens only before the loop starts (piped stdin, --system
+ * FILE, the --tools-dir listing); while the agent runs, only stdout and
+ * stderr are written, as any command-line filter does. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -19,407 +41,852 @@
 
 #include "agentloop/agentloop.h"
 #include "client/cli.h"
+#include "client/run_int.h"
 #include "common/common.h"
-#include "provider/provider.h"
-#include "transport/transport.h"
+#include "events/events.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_SIGINT = 130 };
+enum {
+  EXIT_OK = 0,
+  EXIT_FAIL = 1,
+  EXIT_USAGE = 2,
+  EXIT_MAX_TURNS = 3,
+  EXIT_TIMEOUT = 124,
+  EXIT_SIGINT = 130,
+  EXIT_SIGTERM = 143
+};
+
+typedef enum { FMT_TEXT, FMT_JSON, FMT_NDJSON } run_format_t;
+
+/* Piped stdin and --system FILE are capped (the API's own body limit). */
+#define INPUT_MAX (32u << 20)
+/* One NDJSON line: a tool result can be large, but not unbounded. */
+#define LINE_MAX_BYTES (64u << 20)
+#define MAX_TOOL_FLAGS 64
 
 typedef struct run_s {
   uv_loop_t loop;
   uv_signal_t sigint;
-  al_http_client_t *client;
-  al_http_request_t *req;
-  al_pstream_t stream;
-  bool stream_ready;
-  bool ndjson;
-  bool color;          /* dim thinking on a TTY */
-  bool in_thinking;
-  bool printed_text;
-  bool text_ends_nl;
+  uv_signal_t sigterm;
+  uv_timer_t timer;
+  bool handles_open;
+  al_agent_t *agent;
+  al_sub_t *sub;
+  run_format_t format;
+  bool verbose;
+  al__cli_view_t view;
+  al_buf_t line;
+  uint64_t timeout_ms;
+  double timeout_s;
+  /* Why we cancelled (0: we did not): the exit code of `interrupted`. */
+  int cause;
+  /* The outcome, filled by the terminal event. */
+  bool ended;
+  bool max_turns;
+  al_event_type_t end_type;
   int exit_code;
-  char reason[512];
+  char *result;
+  char *session;
+  al_agent_stats_t stats;
 } run_t;
 
 static void usage(FILE *f) {
   fputs(
       "usage: agentloop run -p PROMPT [options]\n"
-      "  -p, --prompt TEXT         the user message (piped stdin is appended)\n"
-      "      --provider NAME       anthropic (default) or openai\n"
-      "      --model NAME          model (default: $AGENTLOOP_MODEL or the\n"
-      "                            provider's default)\n"
-      "      --base-url URL        endpoint (default: $AGENTLOOP_BASE_URL,\n"
-      "                            $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL)\n"
-      "      --api-key KEY         key (default: $ANTHROPIC_API_KEY /\n"
-      "                            $OPENAI_API_KEY)\n"
-      "      --system TEXT         system prompt\n"
-      "      --max-tokens N        default 4096\n"
-      "      --output-format F     text (default) or ndjson (stream events)\n"
-      "      --timeout-ms N        stall timeout for idle bytes (default "
-      "30000)\n"
-      "  -h, --help\n",
+      "\n"
+      "Runs the agent once, headless: the model may call the builtin tools\n"
+      "(bash, read_file, write_file, list_directory, done) in --cwd until it\n"
+      "answers. Piped stdin is appended to the prompt after a blank line.\n"
+      "\n"
+      "  -p, --prompt TEXT         the user message\n"
+      "      --output-format F     text (default: the final answer), json\n"
+      "                            (one result object) or ndjson (every\n"
+      "                            event, then the result)\n"
+      "  -v, --verbose             live log on stderr: turns, streamed text,\n"
+      "                            tools, retries (default in text mode when\n"
+      "                            stderr is a terminal)\n"
+      "  -q, --quiet               no live log\n"
+      "      --color WHEN          auto (default), always, never\n"
+      "      --no-color            same as --color never\n"
+      "\n"
+      "model:\n"
+      "      --provider NAME       anthropic (default, $AGENTLOOP_PROVIDER)\n"
+      "                            or openai\n"
+      "      --model NAME          default $AGENTLOOP_MODEL, else the\n"
+      "                            provider's default model\n"
+      "      --fallback-model NAME used after repeated overloaded errors\n"
+      "      --base-url URL        default $AGENTLOOP_BASE_URL, then\n"
+      "                            $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL,\n"
+      "                            then the provider's public endpoint\n"
+      "      --api-key KEY         default $ANTHROPIC_API_KEY /\n"
+      "                            $OPENAI_API_KEY (required only for the\n"
+      "                            public endpoints)\n"
+      "      --system FILE         system prompt read from FILE\n"
+      "      --system-text TEXT    system prompt given inline\n"
+      "      --max-tokens N        per reply (default 4096)\n"
+      "      --max-turns N         model replies per run (default 20); at\n"
+      "                            the limit a summary is the result, exit 3\n"
+      "      --max-retries N       retries per request (default 3)\n"
+      "      --idle-timeout-ms N   a stream silent this long is a stall\n"
+      "                            (retried; default 30000)\n"
+      "      --timeout SECS        whole run; on expiry cancel, exit 124\n"
+      "\n"
+      "tools:\n"
+      "      --cwd DIR             workspace of the tools (default: .)\n"
+      "      --allow-tool NAME     allow an admin tool (repeatable)\n"
+      "      --deny-tool NAME      deny a tool: its calls get an error\n"
+      "                            result (repeatable; deny wins)\n"
+      "      --tools-dir DIR       tools.d directory; CLI tools from YAML\n"
+      "                            files are not supported yet: a directory\n"
+      "                            holding *.yaml is reported and ignored\n"
+      "\n"
+      "exit status: 0 answered, 1 failed, 2 usage or configuration error,\n"
+      "3 max turns reached, 124 --timeout, 130 SIGINT, 143 SIGTERM.\n"
+      "  -h, --help                this text\n",
       f);
 }
 
-static void set_reason(run_t *r, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_reason(run_t *r, int code, const char *fmt, ...) {
+static void fail_usage(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static void fail_usage(const char *fmt, ...) {
   va_list ap;
 
-  if (r->exit_code != EXIT_OK) {
-    return; /* keep the first reason */
-  }
-  r->exit_code = code;
+  fputs("agentloop: ", stderr);
   va_start(ap, fmt);
-  vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+  vfprintf(stderr, fmt, ap);
   va_end(ap);
+  fputc('\n', stderr);
 }
 
-static void end_thinking(run_t *r) {
-  if (r->in_thinking) {
-    fputs(r->color ? "\x1b[0m\n" : "\n", stderr);
-    r->in_thinking = false;
-  }
-}
+/* ---- input ---------------------------------------------------------------- */
 
-static void print_ndjson(const al_pevent_t *ev) {
-  json_t *o = al__cli_pevent_json(ev);
-  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-
-  if (s != NULL) {
-    puts(s);
-    free(s);
-  }
-  json_decref(o);
-  fflush(stdout);
-}
-
-static int on_pevent(void *data, const al_pevent_t *ev) {
-  run_t *r = data;
-
-  if (ev->progress && r->req != NULL) {
-    al_http_request_progress(r->req);
-  }
-  if (r->ndjson) {
-    print_ndjson(ev);
-    return 0;
-  }
-  switch (ev->type) {
-  case AL_PEV_THINKING_DELTA:
-    /* Thinking goes to stderr, dimmed on a terminal, so stdout carries
-     * only the answer. */
-    if (!r->in_thinking) {
-      fputs(r->color ? "\x1b[2m" : "[thinking] ", stderr);
-      r->in_thinking = true;
-    }
-    fwrite(ev->text, 1, ev->len, stderr);
-    fflush(stderr);
-    break;
-  case AL_PEV_TEXT_DELTA:
-    end_thinking(r);
-    if (ev->len > 0) {
-      fwrite(ev->text, 1, ev->len, stdout);
-      fflush(stdout);
-      r->printed_text = true;
-      r->text_ends_nl = ev->text[ev->len - 1] == '\n';
-    }
-    break;
-  case AL_PEV_BLOCK_STOP:
-    end_thinking(r);
-    break;
-  case AL_PEV_ERROR:
-    set_reason(r, EXIT_FAIL, "%s: %.*s",
-               ev->error_kind == AL_PERR_STREAM_EVENT ? "stream error event"
-                                                      : "decode error",
-               (int)ev->len, ev->text ? ev->text : "");
-    break;
-  default:
-    break;
-  }
-  return 0;
-}
-
-static void on_response(al_http_request_t *req, int status,
-                        const al_http_headers_t *h) {
-  (void)req;
-  (void)status;
-  (void)h;
-}
-
-static void on_data(al_http_request_t *req, const char *p, size_t n) {
-  run_t *r = al_http_request_get_data(req);
-  int err = al_pstream_feed(&r->stream, p, n);
-
-  if (err != 0) {
-    /* The decoder already reported what went wrong through an ERROR event
-     * (or ran out of its limits); stop reading. */
-    set_reason(r, EXIT_FAIL, "decoding the stream: %s", al_strerror(err));
-    al_http_request_cancel(req);
-    r->req = NULL;
-    uv_close((uv_handle_t *)&r->sigint, NULL);
-  }
-}
-
-static void on_complete(al_http_request_t *req, int status,
-                        const al_http_error_t *e) {
-  run_t *r = al_http_request_get_data(req);
+/* Reads all of fd into b (runs before the loop starts: blocking is fine). */
+static int read_all(int fd, al_buf_t *b) {
+  char tmp[16384];
+  ssize_t n;
   int err;
 
-  r->req = NULL;
-  if (status == 0) {
-    err = al_pstream_finish(&r->stream);
-    if (err != 0) {
-      set_reason(r, EXIT_FAIL, "stream ended without a complete message (%s)",
-                 al_strerror(err));
+  for (;;) {
+    n = read(fd, tmp, sizeof(tmp));
+    if (n == 0) {
+      return 0;
     }
-  } else if (e != NULL && e->http_status >= 300) {
-    set_reason(r, EXIT_FAIL, "HTTP %d %s: %s", e->http_status,
-               al_http_error_kind_name(e->kind),
-               e->api_message ? e->api_message : e->message);
-  } else {
-    set_reason(r, EXIT_FAIL, "%s: %s%s%s",
-               e ? al_http_error_kind_name(e->kind) : "error",
-               e ? e->message : al_strerror(status),
-               e && e->detail ? " - " : "", e && e->detail ? e->detail : "");
-  }
-  uv_close((uv_handle_t *)&r->sigint, NULL);
-}
-
-static void on_sigint(uv_signal_t *h, int signum) {
-  run_t *r = AL_CONTAINER_OF(h, run_t, sigint);
-
-  (void)signum;
-  if (r->req != NULL) {
-    al_http_request_cancel(r->req);
-    r->req = NULL;
-  }
-  set_reason(r, EXIT_SIGINT, "interrupted");
-  uv_close((uv_handle_t *)h, NULL);
-}
-
-static char *read_piped_stdin(void) {
-  al_buf_t b;
-  char tmp[8192];
-  ssize_t n;
-
-  if (isatty(STDIN_FILENO)) {
-    return NULL;
-  }
-  al_buf_init(&b, 32u << 20);
-  /* Runs before the loop starts, so a blocking read is harmless here. */
-  while ((n = read(STDIN_FILENO, tmp, sizeof(tmp))) != 0) {
     if (n < 0) {
       if (errno == EINTR) {
         continue;
       }
-      break;
+      return -errno;
     }
-    if (al_buf_append(&b, tmp, (size_t)n) != 0) {
-      break;
+    err = al_buf_append(b, tmp, (size_t)n);
+    if (err != 0) {
+      return err;
     }
   }
-  return b.data;
 }
 
-static const char *env_or(const char *a, const char *b, const char *dflt) {
-  const char *v = a ? getenv(a) : NULL;
+/* Piped stdin: not a terminal (nothing is read from one) and open. An
+ * empty pipe or /dev/null gives nothing. */
+static int read_piped_stdin(al_buf_t *b) {
+  struct stat st;
 
-  if (v != NULL && *v != '\0') {
-    return v;
+  if (isatty(STDIN_FILENO) || fstat(STDIN_FILENO, &st) != 0) {
+    return 0;
   }
-  v = b ? getenv(b) : NULL;
-  return v != NULL && *v != '\0' ? v : dflt;
+  return read_all(STDIN_FILENO, b);
+}
+
+static int read_file(const char *path, al_buf_t *b) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int err;
+
+  if (fd < 0) {
+    return -errno;
+  }
+  err = read_all(fd, b);
+  close(fd);
+  return err;
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s);
+  size_t m = strlen(suffix);
+
+  return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* --tools-dir: tools.d loading comes later; say so once if the directory
+ * holds tool files. A directory that cannot be read is a usage error. */
+static int check_tools_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  bool any = false;
+
+  if (d == NULL) {
+    fail_usage("--tools-dir %s: %s", dir, strerror(errno));
+    return EXIT_USAGE;
+  }
+  while ((e = readdir(d)) != NULL) {
+    if (has_suffix(e->d_name, ".yaml") || has_suffix(e->d_name, ".yml")) {
+      any = true;
+      break;
+    }
+  }
+  closedir(d);
+  if (any) {
+    fprintf(stderr, "agentloop: --tools-dir: CLI tools from tools.d are not "
+                    "supported yet; ignoring %s\n", dir);
+  }
+  return EXIT_OK;
+}
+
+/* ---- configuration --------------------------------------------------------- */
+
+static const char *env_get(const char *name) {
+  const char *v = name != NULL ? getenv(name) : NULL;
+
+  return v != NULL && *v != '\0' ? v : NULL;
+}
+
+/* The API key is needed only by the providers' own endpoints: local
+ * servers, proxies and the mock take requests without one. */
+static bool is_public_endpoint(const char *url) {
+  const char *h;
+  size_t n;
+
+  if (url == NULL) {
+    return true;
+  }
+  h = strstr(url, "://");
+  h = h != NULL ? h + 3 : url;
+  n = strcspn(h, ":/?#");
+  return (n == 17 && strncasecmp(h, "api.anthropic.com", n) == 0) ||
+         (n == 14 && strncasecmp(h, "api.openai.com", n) == 0);
+}
+
+static bool parse_u64(const char *s, uint64_t max, uint64_t *out) {
+  char *end;
+  unsigned long long v;
+
+  if (s == NULL || *s < '0' || *s > '9') {
+    return false;
+  }
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v > max) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+/* A JSON string for text that should be UTF-8 but may not be (an error
+ * message quoting bytes): invalid bytes become U+FFFD through the events
+ * encoder's rule, approximated here by '?'. */
+static json_t *json_text(const char *s) {
+  json_t *j;
+  char *copy;
+  size_t i;
+
+  if (s == NULL) {
+    return json_null();
+  }
+  j = json_string(s);
+  if (j != NULL) {
+    return j;
+  }
+  copy = al_strdup(s);
+  if (copy == NULL) {
+    return json_null();
+  }
+  for (i = 0; copy[i] != '\0'; i++) {
+    if ((unsigned char)copy[i] >= 0x80) {
+      copy[i] = '?';
+    }
+  }
+  j = json_string(copy);
+  al_free(copy);
+  return j != NULL ? j : json_null();
+}
+
+static const char *result_subtype(const run_t *r) {
+  switch (r->end_type) {
+  case AL_EVENT_FINAL:
+    return r->max_turns ? "error_max_turns" : "success";
+  case AL_EVENT_INTERRUPTED:
+    return "interrupted";
+  default:
+    return "error_during_execution";
+  }
+}
+
+/* The `result` object of json and ndjson modes (CONVENTIONS.md 7.6). */
+static void print_result(const run_t *r) {
+  json_t *o = json_object();
+  json_t *u = json_object();
+  char *s;
+
+  if (o == NULL || u == NULL) {
+    json_decref(o);
+    json_decref(u);
+    return;
+  }
+  json_object_set_new(o, "type", json_string("result"));
+  json_object_set_new(o, "subtype", json_string(result_subtype(r)));
+  json_object_set_new(o, "is_error", json_boolean(r->exit_code != EXIT_OK));
+  json_object_set_new(o, "result", json_text(r->result ? r->result : ""));
+  json_object_set_new(o, "session_id", json_text(r->session));
+  json_object_set_new(o, "num_turns", json_integer(r->stats.turns));
+  json_object_set_new(o, "duration_ms",
+                      json_integer((json_int_t)r->stats.duration_ms));
+  json_object_set_new(o, "duration_api_ms",
+                      json_integer((json_int_t)r->stats.duration_api_ms));
+  json_object_set_new(u, "input_tokens",
+                      json_integer((json_int_t)r->stats.input_tokens));
+  json_object_set_new(u, "output_tokens",
+                      json_integer((json_int_t)r->stats.output_tokens));
+  json_object_set_new(
+      u, "cache_read_input_tokens",
+      json_integer((json_int_t)r->stats.cache_read_input_tokens));
+  json_object_set_new(
+      u, "cache_creation_input_tokens",
+      json_integer((json_int_t)r->stats.cache_creation_input_tokens));
+  json_object_set_new(o, "usage", u);
+  s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  if (s != NULL) {
+    fputs(s, stdout);
+    fputc('\n', stdout);
+    free(s);
+  }
+  json_decref(o);
+}
+
+static void write_ndjson(run_t *r, const al_event_t *ev) {
+  int err = al__events_encode_line(ev, &r->line);
+
+  if (err != 0) {
+    fprintf(stderr, "agentloop: event %s (seq %" PRIu64 ") not written: %s\n",
+            al_event_type_name(ev->type), ev->seq, al_strerror(err));
+    return;
+  }
+  fwrite(r->line.data, 1, r->line.len, stdout);
+  fflush(stdout);
+  al_buf_reset(&r->line);
+}
+
+/* ---- the run --------------------------------------------------------------- */
+
+static void on_agent_closed(al_agent_t *agent) {
+  run_t *r = al_agent_get_data(agent);
+
+  r->agent = NULL;
+}
+
+/* The run is over: keep the totals, stop listening, let the loop drain. */
+static void end_run(run_t *r) {
+  const char *sid;
+
+  r->ended = true;
+  al_agent_stats(r->agent, &r->stats);
+  sid = al_agent_session(r->agent);
+  r->session = sid != NULL ? al_strdup(sid) : NULL;
+  if (r->sub != NULL) {
+    al_agent_unsubscribe(r->agent, r->sub);
+    r->sub = NULL;
+  }
+  if (r->handles_open) {
+    r->handles_open = false;
+    uv_close((uv_handle_t *)&r->sigint, NULL);
+    uv_close((uv_handle_t *)&r->sigterm, NULL);
+    uv_close((uv_handle_t *)&r->timer, NULL);
+  }
+  al_agent_close(r->agent, on_agent_closed);
+}
+
+static void set_result(run_t *r, al_slice_t s) {
+  al_free(r->result);
+  r->result = s.ptr != NULL ? al_strndup(s.ptr, s.len) : NULL;
+}
+
+static void on_event(const al_event_t *ev, void *data) {
+  run_t *r = data;
+
+  if (r->ended) {
+    return;
+  }
+  if (r->format == FMT_NDJSON) {
+    write_ndjson(r, ev);
+  }
+  if (r->verbose) {
+    al__cli_view_event(&r->view, ev);
+  }
+  switch (ev->type) {
+  case AL_EVENT_MAX_TURNS_REACHED:
+    r->max_turns = true;
+    break;
+  case AL_EVENT_FINAL:
+    r->end_type = ev->type;
+    r->exit_code = r->max_turns ? EXIT_MAX_TURNS : EXIT_OK;
+    set_result(r, ev->u.final.text);
+    end_run(r);
+    break;
+  case AL_EVENT_ERROR: {
+    char msg[1024];
+
+    r->end_type = ev->type;
+    r->exit_code = EXIT_FAIL;
+    snprintf(msg, sizeof(msg), "%.*s",
+             ev->u.error.message.ptr ? (int)ev->u.error.message.len : 0,
+             ev->u.error.message.ptr ? ev->u.error.message.ptr : "");
+    if (msg[0] == '\0') {
+      snprintf(msg, sizeof(msg), "%s", al_strerror(ev->u.error.code));
+    }
+    al_free(r->result);
+    r->result = al_strdup(msg);
+    end_run(r);
+    break;
+  }
+  case AL_EVENT_INTERRUPTED: {
+    char msg[128];
+
+    r->end_type = ev->type;
+    r->exit_code = r->cause != 0 ? r->cause : EXIT_FAIL;
+    if (r->cause == EXIT_TIMEOUT) {
+      snprintf(msg, sizeof(msg), "timed out after %g s", r->timeout_s);
+    } else if (r->cause == EXIT_SIGINT || r->cause == EXIT_SIGTERM) {
+      snprintf(msg, sizeof(msg), "interrupted (%s)",
+               r->cause == EXIT_SIGINT ? "SIGINT" : "SIGTERM");
+    } else {
+      snprintf(msg, sizeof(msg), "interrupted (%.*s)",
+               ev->u.interrupted.reason.ptr
+                   ? (int)ev->u.interrupted.reason.len : 7,
+               ev->u.interrupted.reason.ptr ? ev->u.interrupted.reason.ptr
+                                            : "unknown");
+    }
+    al_free(r->result);
+    r->result = al_strdup(msg);
+    end_run(r);
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+/* SIGINT, SIGTERM, --timeout: cancel the run. The agent posts
+ * `interrupted` inside al_agent_cancel, so `cause` is set first. */
+static void cancel_run(run_t *r, int cause) {
+  if (r->ended || r->cause != 0) {
+    return;
+  }
+  r->cause = cause;
+  if (al_agent_cancel(r->agent) != 0) {
+    r->cause = 0; /* no run active: it is ending on its own */
+  }
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  run_t *r = h->data;
+
+  cancel_run(r, signum == SIGINT ? EXIT_SIGINT : EXIT_SIGTERM);
+}
+
+static void on_timeout(uv_timer_t *t) {
+  cancel_run(t->data, EXIT_TIMEOUT);
+}
+
+static bool want_color(const char *when) {
+  const char *nc = getenv("NO_COLOR");
+  const char *term = getenv("TERM");
+
+  if (strcmp(when, "always") == 0) {
+    return true;
+  }
+  if (strcmp(when, "never") == 0) {
+    return false;
+  }
+  return isatty(STDERR_FILENO) && (nc == NULL || *nc == '\0') &&
+         (term == NULL || strcmp(term, "dumb") != 0);
+}
+
+/* Runs the agent until its run ended and it closed; returns the exit
+ * code. */
+static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
+  int err;
+
+  err = al_agent_new(&r->loop, o, &r->agent);
+  if (err != 0) {
+    fail_usage("cannot create the agent: %s", al_strerror(err));
+    return err == AL_EINVAL ? EXIT_USAGE : EXIT_FAIL;
+  }
+  err = al_agent_subscribe(r->agent, on_event, r, &r->sub);
+  if (err == 0) {
+    uv_signal_init(&r->loop, &r->sigint);
+    uv_signal_init(&r->loop, &r->sigterm);
+    uv_timer_init(&r->loop, &r->timer);
+    r->sigint.data = r;
+    r->sigterm.data = r;
+    r->timer.data = r;
+    r->handles_open = true;
+    uv_signal_start(&r->sigint, on_signal, SIGINT);
+    uv_signal_start(&r->sigterm, on_signal, SIGTERM);
+    if (r->timeout_ms > 0) {
+      uv_timer_start(&r->timer, on_timeout, r->timeout_ms, 0);
+    }
+    err = al_agent_run(r->agent, text);
+  }
+  if (err != 0) {
+    /* Refused: no terminal event will come. */
+    if (r->handles_open) {
+      r->handles_open = false;
+      uv_close((uv_handle_t *)&r->sigint, NULL);
+      uv_close((uv_handle_t *)&r->sigterm, NULL);
+      uv_close((uv_handle_t *)&r->timer, NULL);
+    }
+    al_agent_close(r->agent, on_agent_closed);
+    uv_run(&r->loop, UV_RUN_DEFAULT);
+    fail_usage("cannot start the run: %s", al_strerror(err));
+    return EXIT_FAIL;
+  }
+  uv_run(&r->loop, UV_RUN_DEFAULT);
+  if (r->verbose) {
+    al__cli_view_flush(&r->view);
+  }
+  switch (r->format) {
+  case FMT_TEXT:
+    if (r->end_type == AL_EVENT_FINAL && r->result != NULL) {
+      size_t n = strlen(r->result);
+      fputs(r->result, stdout);
+      if (n == 0 || r->result[n - 1] != '\n') {
+        fputc('\n', stdout);
+      }
+    }
+    break;
+  case FMT_JSON:
+  case FMT_NDJSON:
+    print_result(r);
+    break;
+  }
+  fflush(stdout);
+  if (r->end_type != AL_EVENT_FINAL) {
+    fprintf(stderr, "agentloop: %s\n", r->result ? r->result : "run failed");
+  } else if (r->max_turns && !r->verbose) {
+    fputs("agentloop: max turns reached; the result is the model's "
+          "summary\n", stderr);
+  }
+  return r->ended ? r->exit_code : EXIT_FAIL;
 }
 
 int al_cli_run(int argc, char **argv) {
+  enum {
+    O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
+    O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
+    O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_COLOR,
+    O_NO_COLOR, O_RETRIES
+  };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
-      {"provider", required_argument, NULL, 'P'},
-      {"model", required_argument, NULL, 'm'},
-      {"base-url", required_argument, NULL, 'u'},
-      {"api-key", required_argument, NULL, 'k'},
-      {"system", required_argument, NULL, 's'},
-      {"max-tokens", required_argument, NULL, 'T'},
-      {"output-format", required_argument, NULL, 'o'},
-      {"timeout-ms", required_argument, NULL, 't'},
+      {"provider", required_argument, NULL, O_PROVIDER},
+      {"model", required_argument, NULL, O_MODEL},
+      {"base-url", required_argument, NULL, O_BASE_URL},
+      {"api-key", required_argument, NULL, O_API_KEY},
+      {"system", required_argument, NULL, O_SYSTEM},
+      {"system-text", required_argument, NULL, O_SYSTEM_TEXT},
+      {"max-tokens", required_argument, NULL, O_MAX_TOKENS},
+      {"max-turns", required_argument, NULL, O_MAX_TURNS},
+      {"max-retries", required_argument, NULL, O_RETRIES},
+      {"output-format", required_argument, NULL, O_FORMAT},
+      {"idle-timeout-ms", required_argument, NULL, O_IDLE_TIMEOUT},
+      {"timeout-ms", required_argument, NULL, O_IDLE_TIMEOUT}, /* old name */
+      {"timeout", required_argument, NULL, O_TIMEOUT},
+      {"cwd", required_argument, NULL, O_CWD},
+      {"allow-tool", required_argument, NULL, O_ALLOW},
+      {"deny-tool", required_argument, NULL, O_DENY},
+      {"tools-dir", required_argument, NULL, O_TOOLS_DIR},
+      {"fallback-model", required_argument, NULL, O_FALLBACK},
+      {"color", required_argument, NULL, O_COLOR},
+      {"no-color", no_argument, NULL, O_NO_COLOR},
+      {"verbose", no_argument, NULL, 'v'},
+      {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   run_t *r;
+  al_agent_options_t o;
   const char *prompt = NULL;
-  const char *provider_name = env_or("AGENTLOOP_PROVIDER", NULL, "anthropic");
+  const char *provider = env_get("AGENTLOOP_PROVIDER");
   const char *model = NULL;
   const char *base_url = NULL;
   const char *api_key = NULL;
-  const char *system = NULL;
+  const char *system_file = NULL;
+  const char *system_text = NULL;
   const char *format = "text";
-  long max_tokens = 4096;
-  long timeout_ms = 30000;
-  const al_provider_t *prov;
-  al_provider_options_t po;
-  al_provider_request_t preq;
-  al_pstream_options_t so;
-  al_http_request_options_t ro;
-  al_http_header_t *hdrs = NULL;
-  json_t *history;
-  char *piped;
-  char *content;
-  char url[2048];
-  size_t i;
+  const char *cwd = NULL;
+  const char *tools_dir = NULL;
+  const char *fallback = NULL;
+  const char *color = "auto";
+  const char *allow[MAX_TOOL_FLAGS + 1];
+  const char *deny[MAX_TOOL_FLAGS + 1];
+  size_t nallow = 0;
+  size_t ndeny = 0;
+  uint64_t max_tokens = 0;
+  uint64_t max_turns = 0;
+  uint64_t idle_ms = 0;
+  uint64_t retries = UINT64_MAX;
+  double timeout_s = 0;
+  int verbose = -1; /* -1: auto */
+  al_buf_t piped;
+  al_buf_t sysbuf;
+  al_buf_t text;
+  bool public_url;
   int c;
   int err;
   int code;
 
   optind = 1;
-  while ((c = getopt_long(argc, argv, "p:h", longopts, NULL)) != -1) {
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":p:hvq", longopts, NULL)) != -1) {
     switch (c) {
     case 'p': prompt = optarg; break;
-    case 'P': provider_name = optarg; break;
-    case 'm': model = optarg; break;
-    case 'u': base_url = optarg; break;
-    case 'k': api_key = optarg; break;
-    case 's': system = optarg; break;
-    case 'T': max_tokens = strtol(optarg, NULL, 10); break;
-    case 'o': format = optarg; break;
-    case 't': timeout_ms = strtol(optarg, NULL, 10); break;
-    case 'h': usage(stdout); return EXIT_OK;
-    default: usage(stderr); return EXIT_USAGE;
+    case O_PROVIDER: provider = optarg; break;
+    case O_MODEL: model = optarg; break;
+    case O_BASE_URL: base_url = optarg; break;
+    case O_API_KEY: api_key = optarg; break;
+    case O_SYSTEM: system_file = optarg; break;
+    case O_SYSTEM_TEXT: system_text = optarg; break;
+    case O_FORMAT: format = optarg; break;
+    case O_CWD: cwd = optarg; break;
+    case O_TOOLS_DIR: tools_dir = optarg; break;
+    case O_FALLBACK: fallback = optarg; break;
+    case O_COLOR: color = optarg; break;
+    case O_NO_COLOR: color = "never"; break;
+    case 'v': verbose = 1; break;
+    case 'q': verbose = 0; break;
+    case O_MAX_TOKENS:
+      if (!parse_u64(optarg, INT64_MAX, &max_tokens) || max_tokens == 0) {
+        fail_usage("--max-tokens: a positive integer, not '%s'", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case O_MAX_TURNS:
+      if (!parse_u64(optarg, UINT32_MAX, &max_turns) || max_turns == 0) {
+        fail_usage("--max-turns: a positive integer, not '%s'", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case O_RETRIES:
+      if (!parse_u64(optarg, 100, &retries)) {
+        fail_usage("--max-retries: an integer 0..100, not '%s'", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case O_IDLE_TIMEOUT:
+      if (!parse_u64(optarg, INT64_MAX, &idle_ms) || idle_ms == 0) {
+        fail_usage("--idle-timeout-ms: a positive integer, not '%s'",
+                   optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case O_TIMEOUT: {
+      char *end;
+      errno = 0;
+      timeout_s = strtod(optarg, &end);
+      if (errno != 0 || end == optarg || *end != '\0' ||
+          !(timeout_s > 0) || timeout_s > 1e9) {
+        fail_usage("--timeout: a positive number of seconds, not '%s'",
+                   optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    }
+    case O_ALLOW:
+    case O_DENY:
+      if ((c == O_ALLOW ? nallow : ndeny) == MAX_TOOL_FLAGS) {
+        fail_usage("too many --%s-tool flags (at most %d)",
+                   c == O_ALLOW ? "allow" : "deny", MAX_TOOL_FLAGS);
+        return EXIT_USAGE;
+      }
+      if (c == O_ALLOW) {
+        allow[nallow++] = optarg;
+      } else {
+        deny[ndeny++] = optarg;
+      }
+      break;
+    case 'h':
+      usage(stdout);
+      return EXIT_OK;
+    case ':':
+      fail_usage("run: %s needs a value (try agentloop run --help)",
+                 argv[optind - 1]);
+      return EXIT_USAGE;
+    default:
+      if (optopt != 0) {
+        fail_usage("run: unknown option '-%c' (try agentloop run --help)",
+                   optopt);
+      } else {
+        fail_usage("run: unknown option '%s' (try agentloop run --help)",
+                   argv[optind - 1]);
+      }
+      return EXIT_USAGE;
     }
   }
-  if (prompt == NULL) {
-    fprintf(stderr, "agentloop run: -p PROMPT is required\n");
+  if (optind < argc) {
+    fail_usage("run: unexpected argument '%s' (the prompt goes after -p)",
+               argv[optind]);
     return EXIT_USAGE;
   }
-  prov = al_provider_by_name(provider_name);
-  if (prov == NULL) {
-    fprintf(stderr, "agentloop run: unknown provider '%s' "
-                    "(anthropic or openai)\n", provider_name);
+  allow[nallow] = NULL;
+  deny[ndeny] = NULL;
+
+  /* Configuration, checked before anything is read or sent. */
+  if (provider == NULL) {
+    provider = "anthropic";
+  }
+  if (strcmp(provider, "anthropic") != 0 && strcmp(provider, "openai") != 0) {
+    fail_usage("unknown provider '%s' (anthropic or openai)", provider);
     return EXIT_USAGE;
   }
-  if (strcmp(format, "text") != 0 && strcmp(format, "ndjson") != 0) {
-    fprintf(stderr, "agentloop run: --output-format must be text or ndjson\n");
+  if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0 &&
+      strcmp(format, "ndjson") != 0) {
+    fail_usage("--output-format: text, json or ndjson, not '%s'", format);
     return EXIT_USAGE;
   }
-  if (max_tokens <= 0 || timeout_ms < 0) {
-    fprintf(stderr, "agentloop run: --max-tokens and --timeout-ms must be "
-                    "positive\n");
+  if (strcmp(color, "auto") != 0 && strcmp(color, "always") != 0 &&
+      strcmp(color, "never") != 0) {
+    fail_usage("--color: auto, always or never, not '%s'", color);
     return EXIT_USAGE;
   }
-  if (prov->kind == AL_PROVIDER_ANTHROPIC) {
-    model = model ? model : env_or("AGENTLOOP_MODEL", NULL, "claude-sonnet-4-5");
-    base_url = base_url ? base_url
-                        : env_or("AGENTLOOP_BASE_URL", "ANTHROPIC_BASE_URL",
-                                 "https://api.anthropic.com");
-    api_key = api_key ? api_key : env_or("ANTHROPIC_API_KEY", NULL, NULL);
-  } else {
-    model = model ? model : env_or("AGENTLOOP_MODEL", NULL, "gpt-4o-mini");
-    base_url = base_url ? base_url
-                        : env_or("AGENTLOOP_BASE_URL", "OPENAI_BASE_URL",
-                                 "https://api.openai.com/v1");
-    api_key = api_key ? api_key : env_or("OPENAI_API_KEY", NULL, NULL);
+  if (system_file != NULL && system_text != NULL) {
+    fail_usage("--system FILE and --system-text TEXT: give one of them");
+    return EXIT_USAGE;
+  }
+  if (model == NULL) {
+    model = env_get("AGENTLOOP_MODEL");
+  }
+  if (base_url == NULL) {
+    base_url = env_get("AGENTLOOP_BASE_URL");
+  }
+  if (base_url == NULL) {
+    base_url = env_get(strcmp(provider, "openai") == 0 ? "OPENAI_BASE_URL"
+                                                       : "ANTHROPIC_BASE_URL");
   }
   if (api_key == NULL) {
-    fprintf(stderr, "agentloop run: no API key: set %s or pass --api-key\n",
-            prov->kind == AL_PROVIDER_ANTHROPIC ? "ANTHROPIC_API_KEY"
-                                                : "OPENAI_API_KEY");
+    api_key = env_get(strcmp(provider, "openai") == 0 ? "OPENAI_API_KEY"
+                                                      : "ANTHROPIC_API_KEY");
+  }
+  public_url = is_public_endpoint(base_url);
+  if (api_key == NULL && public_url) {
+    fail_usage("no API key for %s: set %s or pass --api-key",
+               base_url != NULL ? base_url : "the public endpoint",
+               strcmp(provider, "openai") == 0 ? "OPENAI_API_KEY"
+                                               : "ANTHROPIC_API_KEY");
+    return EXIT_USAGE;
+  }
+  if (cwd != NULL) {
+    struct stat st;
+    if (stat(cwd, &st) != 0) {
+      fail_usage("--cwd %s: %s", cwd, strerror(errno));
+      return EXIT_USAGE;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      fail_usage("--cwd %s: not a directory", cwd);
+      return EXIT_USAGE;
+    }
+  }
+  if (tools_dir != NULL && check_tools_dir(tools_dir) != EXIT_OK) {
     return EXIT_USAGE;
   }
 
-  piped = read_piped_stdin();
-  if (piped != NULL && piped[0] != '\0') {
-    size_t n = strlen(prompt) + strlen(piped) + 3;
-    content = malloc(n);
-    snprintf(content, n, "%s\n\n%s", prompt, piped);
-  } else {
-    content = strdup(prompt);
-  }
-  al_free(piped);
-  json_object_seed(0); /* not mid-loop: jansson reads /dev/urandom once */
-  history = json_pack("[{s:s, s:s}]", "role", "user", "content", content);
-  free(content);
-
-  al_provider_options_init(&po);
-  po.model = model;
-  po.max_tokens = max_tokens;
-  po.system = system;
-  po.api_key = api_key;
-  /* Base URLs of OpenAI-compatible servers conventionally end in /v1. */
-  {
-    size_t bl = strlen(base_url);
-    while (bl > 0 && base_url[bl - 1] == '/') {
-      bl--;
-    }
-    if (bl >= 3 && memcmp(base_url + bl - 3, "/v1", 3) == 0) {
-      po.path_prefix = "";
-    }
-    err = al_provider_build_request(prov, history, &po, &preq);
-    json_decref(history);
+  /* Inputs: read before the loop runs. */
+  al_buf_init(&sysbuf, INPUT_MAX);
+  if (system_file != NULL) {
+    err = read_file(system_file, &sysbuf);
     if (err != 0) {
-      fprintf(stderr, "agentloop run: building the request: %s\n",
-              al_strerror(err));
-      return EXIT_FAIL;
+      fail_usage("--system %s: %s", system_file,
+                 err == AL_ETOOBIG ? "larger than 32 MiB" : al_strerror(err));
+      al_buf_free(&sysbuf);
+      return EXIT_USAGE;
     }
-    snprintf(url, sizeof(url), "%.*s%s", (int)bl, base_url, preq.path);
+    system_text = sysbuf.data != NULL ? sysbuf.data : "";
   }
-
-  r = calloc(1, sizeof(*r));
-  r->ndjson = strcmp(format, "ndjson") == 0;
-  r->color = isatty(STDERR_FILENO) && getenv("NO_COLOR") == NULL;
-  uv_loop_init(&r->loop);
-  uv_signal_init(&r->loop, &r->sigint);
-  uv_signal_start(&r->sigint, on_sigint, SIGINT);
-
-  al_pstream_options_init(&so);
-  so.on_event = on_pevent;
-  so.data = r;
-  al_pstream_init(&r->stream, prov, &so);
-  r->stream_ready = true;
-
-  err = al_http_client_new(&r->loop, NULL, &r->client);
-  if (err == 0) {
-    hdrs = calloc(preq.nheaders ? preq.nheaders : 1, sizeof(*hdrs));
-    for (i = 0; i < preq.nheaders; i++) {
-      hdrs[i].name = preq.headers[i].name;
-      hdrs[i].name_len = strlen(preq.headers[i].name);
-      hdrs[i].value = preq.headers[i].value;
-      hdrs[i].value_len = strlen(preq.headers[i].value);
-    }
-    al_http_request_options_init(&ro);
-    ro.method = preq.method;
-    ro.url = url;
-    ro.headers = hdrs;
-    ro.n_headers = preq.nheaders;
-    ro.body = preq.body;
-    ro.body_len = preq.body_len;
-    ro.idle_timeout_ms = timeout_ms;
-    ro.on_response = on_response;
-    ro.on_data = on_data;
-    ro.on_complete = on_complete;
-    ro.data = r;
-    err = al_http_request_start(r->client, &ro, &r->req);
-  }
+  al_buf_init(&piped, INPUT_MAX);
+  err = read_piped_stdin(&piped);
   if (err != 0) {
-    set_reason(r, EXIT_FAIL, "starting the request to %s: %s", url,
-               al_strerror(err));
-    uv_close((uv_handle_t *)&r->sigint, NULL);
+    fail_usage("reading stdin: %s",
+               err == AL_ETOOBIG ? "larger than 32 MiB" : al_strerror(err));
+    al_buf_free(&piped);
+    al_buf_free(&sysbuf);
+    return EXIT_USAGE;
   }
-  uv_run(&r->loop, UV_RUN_DEFAULT);
-  if (r->client != NULL) {
-    al_http_client_close(r->client, NULL);
-    uv_run(&r->loop, UV_RUN_DEFAULT);
+  al_buf_init(&text, 2 * INPUT_MAX);
+  if (prompt != NULL) {
+    al_buf_append_str(&text, prompt);
   }
-  end_thinking(r);
-  if (!r->ndjson && r->printed_text && !r->text_ends_nl) {
-    fputc('\n', stdout);
+  if (piped.len > 0) {
+    if (text.len > 0) {
+      al_buf_append_str(&text, "\n\n");
+    }
+    al_buf_append(&text, piped.data, piped.len);
   }
-  fflush(stdout);
-  if (r->exit_code != EXIT_OK) {
-    fprintf(stderr, "agentloop run: %s\n", r->reason);
+  al_buf_free(&piped);
+  if (text.len == 0) {
+    fail_usage("run: -p PROMPT is required (or pipe the prompt on stdin)");
+    al_buf_free(&text);
+    al_buf_free(&sysbuf);
+    return EXIT_USAGE;
   }
-  code = r->exit_code;
-  al_pstream_free(&r->stream);
+
+  signal(SIGPIPE, SIG_IGN);
+  json_object_seed(0); /* not mid-loop: jansson reads /dev/urandom once */
+
+  r = al_calloc(1, sizeof(*r));
+  if (r == NULL) {
+    fail_usage("out of memory");
+    al_buf_free(&text);
+    al_buf_free(&sysbuf);
+    return EXIT_FAIL;
+  }
+  r->format = strcmp(format, "json") == 0     ? FMT_JSON
+              : strcmp(format, "ndjson") == 0 ? FMT_NDJSON
+                                              : FMT_TEXT;
+  r->verbose = verbose == 1 ||
+               (verbose == -1 && r->format == FMT_TEXT &&
+                isatty(STDERR_FILENO));
+  r->timeout_s = timeout_s;
+  r->timeout_ms = timeout_s > 0 ? (uint64_t)ceil(timeout_s * 1000.0) : 0;
+  r->end_type = AL_EVENT_ERROR;
+  r->exit_code = EXIT_FAIL;
+  al__cli_view_init(&r->view, stderr, want_color(color));
+  al_buf_init(&r->line, LINE_MAX_BYTES);
+  uv_loop_init(&r->loop);
+
+  al_agent_options_init(&o);
+  o.provider = provider;
+  o.base_url = base_url;
+  o.api_key = api_key;
+  o.model = model;
+  o.fallback_model = fallback;
+  o.system = system_text;
+  o.max_tokens = (int64_t)max_tokens;
+  o.max_turns = (uint32_t)max_turns;
+  if (retries != UINT64_MAX) {
+    o.retry_max_attempts = (int)retries + 1;
+  }
+  o.idle_timeout_ms = (int64_t)idle_ms;
+  o.workspace = cwd;
+  o.builtin_tools = true;
+  o.permission_mode = AL_PERMISSION_MODE_HEADLESS;
+  o.allow_tools = allow;
+  o.deny_tools = deny;
+  o.data = r;
+
+  code = drive(r, &o, text.data);
+
+  al_buf_free(&text);
+  al_buf_free(&sysbuf);
+  al_buf_free(&r->line);
+  al_free(r->result);
+  al_free(r->session);
   uv_loop_close(&r->loop);
-  free(hdrs);
-  al_provider_request_free(&preq);
-  free(r);
+  al_free(r);
   return code;
 }
