@@ -1,7 +1,16 @@
-/* `agentloop run` end to end: the real binary, spawned with uv_spawn,
- * streams from an in-process agentloop-mockllm on the test's own loop over
- * loopback HTTP. Checks what it prints, its exit code and reason, and the
- * request the server received (which the server validates like the API). */
+/* `agentloop run` end to end: the real binary, spawned with uv_spawn, runs
+ * the agent against an in-process agentloop-mockllm on the test's own loop
+ * over loopback HTTP. Checks what it prints (text, json, ndjson, the -v
+ * view), its exit code and reason, and the requests the server received
+ * (which the server validates like the API): tool results, the piped
+ * prompt, the system prompt.
+ *
+ * Nothing sleeps: signals are sent from a short repeating timer once the
+ * server's stats show the request arrived; --timeout runs against a stream
+ * that stalls after its headers. */
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <jansson.h>
 
 #include "mockllm/mockllm.h"
@@ -11,16 +20,22 @@ typedef struct {
   uv_loop_t loop;
   al_mockllm_t *mock;
   uv_process_t proc;
+  uv_pipe_t in;
   uv_pipe_t out;
   uv_pipe_t err;
-  char obuf[65536];
+  uv_write_t wreq;
+  uv_timer_t kill_timer;
+  const char *stdin_text; /* piped to the child when not NULL */
+  int kill_signal;        /* sent once the server has a request */
+  char obuf[262144];
   size_t olen;
-  char ebuf[16384];
+  char ebuf[65536];
   size_t elen;
   int64_t exit_status;
   int term_signal;
   int exits;
   int eofs;
+  uint64_t elapsed_ms;
 } cli_t;
 
 /* The run is over once the process exited and both pipes reached EOF. */
@@ -71,7 +86,30 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig) {
   c->term_signal = sig;
   c->exits++;
   uv_close((uv_handle_t *)p, NULL);
+  if (c->kill_signal != 0 && !uv_is_closing((uv_handle_t *)&c->kill_timer)) {
+    uv_close((uv_handle_t *)&c->kill_timer, NULL);
+  }
   maybe_done(c);
+}
+
+static void on_stdin_written(uv_write_t *w, int status) {
+  cli_t *c = w->handle->loop->data;
+
+  ASSERT_EQ(status, 0);
+  uv_close((uv_handle_t *)&c->in, NULL);
+}
+
+/* Sends c->kill_signal once the server has the request (checked from a
+ * short repeating timer: the server offers no per-request hook). */
+static void on_kill_timer(uv_timer_t *t) {
+  cli_t *c = t->loop->data;
+  al_mockllm_stats_t st;
+
+  al_mockllm_stats(c->mock, &st);
+  if (st.requests >= 1 && c->exits == 0) {
+    ASSERT_EQ(uv_process_kill(&c->proc, c->kill_signal), 0);
+    uv_close((uv_handle_t *)t, NULL);
+  }
 }
 
 /* Stops the server (after the test read its records) and checks that the
@@ -102,16 +140,18 @@ static void start_mock(cli_t *c, const char *yaml) {
 static void run_cli(cli_t *c, const char *const *args, char **env) {
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
-  char *argv[32];
+  char *argv[40];
   char bin[4096];
   char ports[16];
-  char expanded[32][512];
+  char expanded[38][512];
+  uint64_t t0;
+  uv_buf_t b;
   size_t i;
 
   snprintf(bin, sizeof(bin), "%s/agentloop", AL_BINARY_DIR);
   snprintf(ports, sizeof(ports), "%d", al_mockllm_port(c->mock));
   argv[0] = bin;
-  for (i = 0; args[i] != NULL && i < 30; i++) {
+  for (i = 0; args[i] != NULL && i < 38; i++) {
     const char *p = strstr(args[i], "{PORT}");
     if (p != NULL) {
       snprintf(expanded[i], sizeof(expanded[i]), "%.*s%s%s",
@@ -126,7 +166,13 @@ static void run_cli(cli_t *c, const char *const *args, char **env) {
   ASSERT_EQ(uv_pipe_init(&c->loop, &c->out, 0), 0);
   ASSERT_EQ(uv_pipe_init(&c->loop, &c->err, 0), 0);
   memset(&po, 0, sizeof(po));
-  stdio[0].flags = UV_IGNORE;
+  if (c->stdin_text != NULL) {
+    ASSERT_EQ(uv_pipe_init(&c->loop, &c->in, 0), 0);
+    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
+    stdio[0].data.stream = (uv_stream_t *)&c->in;
+  } else {
+    stdio[0].flags = UV_IGNORE; /* /dev/null */
+  }
   stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[1].data.stream = (uv_stream_t *)&c->out;
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
@@ -137,15 +183,141 @@ static void run_cli(cli_t *c, const char *const *args, char **env) {
   po.stdio = stdio;
   po.stdio_count = 3;
   po.exit_cb = on_exit_cb;
+  t0 = uv_hrtime();
   ASSERT_EQ(uv_spawn(&c->loop, &c->proc, &po), 0);
+  if (c->stdin_text != NULL) {
+    b = uv_buf_init((char *)c->stdin_text,
+                    (unsigned int)strlen(c->stdin_text));
+    ASSERT_EQ(uv_write(&c->wreq, (uv_stream_t *)&c->in, &b, 1,
+                       on_stdin_written), 0);
+  }
+  if (c->kill_signal != 0) {
+    ASSERT_EQ(uv_timer_init(&c->loop, &c->kill_timer), 0);
+    ASSERT_EQ(uv_timer_start(&c->kill_timer, on_kill_timer, 5, 5), 0);
+  }
   ASSERT_EQ(uv_read_start((uv_stream_t *)&c->out, on_alloc, on_read), 0);
   ASSERT_EQ(uv_read_start((uv_stream_t *)&c->err, on_alloc, on_read), 0);
   uv_run(&c->loop, UV_RUN_DEFAULT);
+  c->elapsed_ms = (uv_hrtime() - t0) / 1000000u;
   ASSERT_EQ(c->exits, 1);
+  ASSERT_EQ(c->term_signal, 0);
 }
 
-/* A minimal environment: no API keys or base URLs from the host leak in. */
-static char *clean_env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", NULL};
+/* A minimal environment: no API keys or base URLs from the host leak in.
+ * The mock wants an auth header (any value), like the API. */
+static char *clean_env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1",
+                            "ANTHROPIC_API_KEY=k", NULL};
+static char *nokey_env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", NULL};
+
+/* ---- helpers: workspaces and recorded requests ----------------------------- */
+
+typedef struct {
+  char dir[64];
+  char files[4][128];
+  int nfiles;
+} ws_t;
+
+static void ws_make(ws_t *w) {
+  memset(w, 0, sizeof(*w));
+  snprintf(w->dir, sizeof(w->dir), "/tmp/al-cli-run-XXXXXX");
+  ASSERT_NOT_NULL(mkdtemp(w->dir));
+}
+
+/* Test setup, before any loop runs: blocking file I/O is fine. */
+static const char *ws_file(ws_t *w, const char *name, const char *content) {
+  FILE *f;
+  char *path = w->files[w->nfiles++];
+  char tmp[sizeof(w->files[0])];
+
+  snprintf(tmp, sizeof(tmp), "%s/%s", w->dir, name);
+  memcpy(path, tmp, sizeof(tmp));
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(content, f);
+  fclose(f);
+  return path;
+}
+
+static void ws_remove(ws_t *w) {
+  int i;
+
+  for (i = 0; i < w->nfiles; i++) {
+    unlink(w->files[i]);
+  }
+  ASSERT_EQ(rmdir(w->dir), 0);
+}
+
+/* The text of a content value: a string, or the text blocks of a list
+ * joined (into buf). */
+static const char *content_text(json_t *content, char *buf, size_t n) {
+  size_t i;
+  json_t *b;
+
+  if (json_is_string(content)) {
+    return json_string_value(content);
+  }
+  buf[0] = '\0';
+  json_array_foreach(content, i, b) {
+    const char *t = json_string_value(json_object_get(b, "text"));
+    if (t != NULL) {
+      strncat(buf, t, n - strlen(buf) - 1);
+    }
+  }
+  return buf;
+}
+
+/* The tool_result block for `id` in an Anthropic request's messages. */
+static json_t *find_tool_result(json_t *body, const char *id) {
+  json_t *msgs = json_object_get(body, "messages");
+  json_t *m;
+  json_t *b;
+  size_t i;
+  size_t j;
+
+  json_array_foreach(msgs, i, m) {
+    json_array_foreach(json_object_get(m, "content"), j, b) {
+      const char *type = json_string_value(json_object_get(b, "type"));
+      const char *tid = json_string_value(json_object_get(b, "tool_use_id"));
+      if (type != NULL && strcmp(type, "tool_result") == 0 && tid != NULL &&
+          strcmp(tid, id) == 0) {
+        return b;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* Splits c->obuf into parsed lines (each must be JSON); returns the count. */
+static size_t json_lines(cli_t *c, json_t **out, size_t max) {
+  char *line;
+  char *save = NULL;
+  size_t n = 0;
+
+  for (line = strtok_r(c->obuf, "\n", &save); line != NULL;
+       line = strtok_r(NULL, "\n", &save)) {
+    json_error_t e;
+    json_t *o = json_loads(line, 0, &e);
+    if (o == NULL) {
+      AL_TEST_FAIL("not JSON: %s (%s)", line, e.text);
+    }
+    ASSERT(n < max);
+    out[n++] = o;
+  }
+  return n;
+}
+
+static const char *jstr(json_t *o, const char *key) {
+  return json_string_value(json_object_get(o, key));
+}
+
+static json_int_t jint(json_t *o, const char *key) {
+  json_t *v = json_object_get(o, key);
+
+  ASSERT(json_is_integer(v));
+  return json_integer_value(v);
+}
+
+/* ---- scenarios --------------------------------------------------------------- */
 
 static const char *text_yaml =
     "responses:\n"
@@ -157,20 +329,51 @@ static const char *text_yaml =
     "          chunk_size: 3\n"
     "      usage: {input_tokens: 5, output_tokens: 9}\n";
 
+/* Turn 1 lists the directory, turn 2 reads a file (with more text
+ * streaming after the tool_use block, so the tool starts while the reply
+ * still streams), turn 3 answers. */
+static const char *roundtrip_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: \"Let me look.\"\n"
+    "          chunks: 2\n"
+    "        - tool_use: {id: toolu_ls, name: list_directory, "
+    "input: {path: \".\"}, pieces: 3}\n"
+    "      usage: {input_tokens: 100, output_tokens: 10}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: toolu_rd, name: read_file, "
+    "input: {path: \"a.txt\"}}\n"
+    "        - text: \"Reading it while I keep talking.\"\n"
+    "          chunks: 4\n"
+    "          delay_ms: 30\n"
+    "      usage: {input_tokens: 200, output_tokens: 20}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: \"The file says hello.\"\n"
+    "          chunk_size: 5\n"
+    "      usage: {input_tokens: 300, output_tokens: 30, "
+    "cache_read_input_tokens: 7}\n";
+
+/* ---- tests ------------------------------------------------------------------- */
+
 TEST_IMPL(cli_run_streams_anthropic) {
   cli_t c;
   const char *args[] = {"run", "--provider", "anthropic", "--base-url",
                         "http://127.0.0.1:{PORT}", "--api-key", "k",
-                        "--model", "m-test", "-p", "hello", NULL};
+                        "--model", "m-test", "-v", "-p", "hello", NULL};
   const al_mockllm_record_t *rec;
 
   start_mock(&c, text_yaml);
   run_cli(&c, args, clean_env);
   ASSERT_EQ(c.exit_status, 0);
+  /* stdout holds the answer and nothing else. */
   ASSERT_STR_EQ(c.obuf, "Hello from the mock, \xc3\xa9t\xc3\xa9 "
                         "\xf0\x9f\x98\x80 done.\n");
-  /* Thinking goes to stderr, never into the answer. */
-  ASSERT_NOT_NULL(strstr(c.ebuf, "pondering"));
+  /* Thinking goes to the -v view on stderr, never into the answer. */
+  ASSERT_NOT_NULL(strstr(c.ebuf, "thinking: pondering"));
+  ASSERT_NULL(strstr(c.ebuf, "\x1b[")); /* NO_COLOR, and not a TTY */
 
   ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
   rec = al_mockllm_record_get(c.mock, 0);
@@ -184,20 +387,24 @@ TEST_IMPL(cli_run_streams_anthropic) {
   ASSERT_STR_EQ(
       json_string_value(json_object_get(rec->headers, "anthropic-version")),
       "2023-06-01");
+  /* The builtin tools are offered. */
+  ASSERT_GE(json_array_size(json_object_get(rec->body, "tools")), 4);
   finish(&c);
   return 0;
 }
 
 TEST_IMPL(cli_run_streams_openai) {
   cli_t c;
-  const char *args[] = {"run", "--provider", "openai", "--base-url",
-                        "http://127.0.0.1:{PORT}/v1", "--api-key", "k",
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "OPENAI_API_KEY=ok",
+                 "AGENTLOOP_PROVIDER=openai", NULL};
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}/v1",
                         "-p", "hello", NULL};
   const al_mockllm_record_t *rec;
   json_t *msgs;
+  char buf[256];
 
   start_mock(&c, text_yaml);
-  run_cli(&c, args, clean_env);
+  run_cli(&c, args, env);
   ASSERT_EQ(c.exit_status, 0);
   ASSERT_STR_EQ(c.obuf, "Hello from the mock, \xc3\xa9t\xc3\xa9 "
                         "\xf0\x9f\x98\x80 done.\n");
@@ -208,26 +415,305 @@ TEST_IMPL(cli_run_streams_openai) {
   ASSERT(rec->valid);
   ASSERT_STR_EQ(
       json_string_value(json_object_get(rec->headers, "authorization")),
-      "Bearer k");
+      "Bearer ok");
   msgs = json_object_get(rec->body, "messages");
-  ASSERT_EQ(json_array_size(msgs), 1);
-  ASSERT_STR_EQ(
-      json_string_value(json_object_get(json_array_get(msgs, 0), "content")),
-      "hello");
+  ASSERT_STR_EQ(content_text(json_object_get(json_array_get(
+                                 msgs, json_array_size(msgs) - 1),
+                                             "content"),
+                             buf, sizeof(buf)),
+                "hello");
   finish(&c);
   return 0;
 }
 
+/* The builtin list_directory and read_file in a temp --cwd: the results go
+ * back to the model, stdout holds only the final answer. */
+TEST_IMPL(cli_run_tool_roundtrip_text) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "what is in a.txt?", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[4096];
+
+  ws_make(&w);
+  ws_file(&w, "a.txt", "hello file\n");
+  args[4] = w.dir;
+  start_mock(&c, roundtrip_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_STR_EQ(c.obuf, "The file says hello.\n");
+  ASSERT_EQ(c.elen, 0); /* stderr is not a TTY: no view, no noise */
+
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 3);
+  rec = al_mockllm_record_get(c.mock, 1);
+  ASSERT(rec->valid);
+  tr = find_tool_result(rec->body, "toolu_ls");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_NOT_NULL(strstr(content_text(json_object_get(tr, "content"), buf,
+                                      sizeof(buf)),
+                         "a.txt"));
+  rec = al_mockllm_record_get(c.mock, 2);
+  ASSERT(rec->valid);
+  tr = find_tool_result(rec->body, "toolu_rd");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_NOT_NULL(strstr(content_text(json_object_get(tr, "content"), buf,
+                                      sizeof(buf)),
+                         "hello file"));
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* -v: the demo view on stderr, one stamped line per notable event; the
+ * read_file call starts while its reply is still streaming. */
+TEST_IMPL(cli_run_verbose_view) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-v", "-p", "go", NULL};
+  const char *p;
+
+  ws_make(&w);
+  ws_file(&w, "a.txt", "hello file\n");
+  args[4] = w.dir;
+  start_mock(&c, roundtrip_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_STR_EQ(c.obuf, "The file says hello.\n");
+  ASSERT_NOT_NULL(strstr(c.ebuf, " ms] run started: "));
+  ASSERT_NOT_NULL(strstr(c.ebuf, " ms] turn 1: request sent ("));
+  ASSERT_NOT_NULL(strstr(c.ebuf, " ms] text: Let me look.\n"));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "● list_directory {\"path\":\".\"} "
+                                 "started"));
+  p = strstr(c.ebuf, "● read_file {\"path\":\"a.txt\"} started");
+  ASSERT_NOT_NULL(p);
+  ASSERT(strncmp(p + strlen("● read_file {\"path\":\"a.txt\"} started"),
+                 " (reply still streaming)\n", 25) == 0);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "✓ read_file "));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "turn 2: reply complete (1 tool, 1 started "
+                                 "while streaming)"));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "turn 2: done (tool_use, 1 tool)"));
+  ASSERT_NOT_NULL(strstr(c.ebuf, " ms] final after 3 turns\n"));
+  ASSERT_NULL(strstr(c.ebuf, "\x1b["));
+  /* Every line starts with a stamp or is the continuation of text. */
+  ASSERT(strncmp(c.ebuf, "[", 1) == 0);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+TEST_IMPL(cli_run_json_result) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "json",
+                        "-p", "go", NULL};
+  json_t *lines[4];
+  json_t *o;
+  json_t *u;
+
+  ws_make(&w);
+  ws_file(&w, "a.txt", "hello file\n");
+  args[4] = w.dir;
+  start_mock(&c, roundtrip_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_EQ(json_lines(&c, lines, 4), 1);
+  o = lines[0];
+  ASSERT_STR_EQ(jstr(o, "type"), "result");
+  ASSERT_STR_EQ(jstr(o, "subtype"), "success");
+  ASSERT(json_is_false(json_object_get(o, "is_error")));
+  ASSERT_STR_EQ(jstr(o, "result"), "The file says hello.");
+  ASSERT(strncmp(jstr(o, "session_id"), "s_", 2) == 0);
+  ASSERT_EQ(jint(o, "num_turns"), 3);
+  ASSERT_GE(jint(o, "duration_ms"), jint(o, "duration_api_ms"));
+  ASSERT_GE(jint(o, "duration_api_ms"), 0);
+  u = json_object_get(o, "usage");
+  ASSERT_EQ(jint(u, "input_tokens"), 600);
+  ASSERT_EQ(jint(u, "output_tokens"), 60);
+  ASSERT_EQ(jint(u, "cache_read_input_tokens"), 7);
+  ASSERT_EQ(jint(u, "cache_creation_input_tokens"), 0);
+  ASSERT_NULL(strstr(c.obuf, "\x1b"));
+  json_decref(o);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* ndjson: every LoopEvent as a line, seq increasing, run_started first,
+ * the result object last. */
+TEST_IMPL(cli_run_ndjson_events) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "ndjson",
+                        "-p", "go", NULL};
+  static json_t *lines[4096];
+  char text[256] = "";
+  size_t n;
+  size_t i;
+  json_int_t seq = 0;
+  int started = 0;
+  int finals = 0;
+
+  ws_make(&w);
+  ws_file(&w, "a.txt", "hello file\n");
+  args[4] = w.dir;
+  start_mock(&c, roundtrip_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  n = json_lines(&c, lines, 4096);
+  ASSERT_GE(n, 10);
+  ASSERT_STR_EQ(jstr(lines[0], "type"), "run_started");
+  ASSERT_STR_EQ(jstr(lines[n - 1], "type"), "result");
+  ASSERT_STR_EQ(jstr(lines[n - 1], "subtype"), "success");
+  ASSERT_STR_EQ(jstr(lines[n - 1], "result"), "The file says hello.");
+  ASSERT_STR_EQ(jstr(lines[n - 2], "type"), "final");
+  for (i = 0; i + 1 < n; i++) {
+    const char *type = jstr(lines[i], "type");
+    ASSERT_NOT_NULL(type);
+    ASSERT(jint(lines[i], "seq") > seq);
+    seq = jint(lines[i], "seq");
+    ASSERT_STR_EQ(jstr(lines[i], "session"), jstr(lines[n - 1],
+                                                  "session_id"));
+    if (strcmp(type, "tool_use_started") == 0) {
+      started++;
+    }
+    if (strcmp(type, "final") == 0) {
+      finals++;
+    }
+    if (strcmp(type, "text_delta") == 0 && jint(lines[i], "turn") == 3) {
+      strncat(text, jstr(lines[i], "text"), sizeof(text) - strlen(text) - 1);
+    }
+  }
+  ASSERT_EQ(started, 2);
+  ASSERT_EQ(finals, 1);
+  ASSERT_STR_EQ(text, "The file says hello.");
+  ASSERT_NULL(strstr(c.obuf, "\x1b"));
+  for (i = 0; i < n; i++) {
+    json_decref(lines[i]);
+  }
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* --max-turns 1 on a model that keeps calling tools: the tool-less summary
+ * is the result, exit 3, subtype error_max_turns. */
+static const char *looping_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: toolu_a, name: list_directory, "
+    "input: {path: \".\"}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: \"Summary: I listed the directory.\"\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: toolu_b, name: list_directory, "
+    "input: {path: \".\"}}\n";
+
+TEST_IMPL(cli_run_max_turns_exit_3) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--max-turns", "1", "-p", "go", NULL};
+  const char *jargs[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                         "--cwd", NULL, "--max-turns", "1",
+                         "--output-format", "json", "-p", "go", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *lines[2];
+
+  ws_make(&w);
+  args[4] = w.dir;
+  jargs[4] = w.dir;
+  start_mock(&c, looping_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 3);
+  ASSERT_STR_EQ(c.obuf, "Summary: I listed the directory.\n");
+  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: max turns reached"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  /* The summary call offers no tools. */
+  rec = al_mockllm_record_get(c.mock, 1);
+  ASSERT(rec->valid);
+  if (json_array_size(json_object_get(rec->body, "tools")) > 0) {
+    const char *tc = jstr(json_object_get(rec->body, "tool_choice"), "type");
+    ASSERT(tc != NULL && strcmp(tc, "none") == 0);
+  }
+  finish(&c);
+
+  start_mock(&c, looping_yaml);
+  run_cli(&c, jargs, clean_env);
+  ASSERT_EQ(c.exit_status, 3);
+  ASSERT_EQ(json_lines(&c, lines, 2), 1);
+  ASSERT_STR_EQ(jstr(lines[0], "subtype"), "error_max_turns");
+  ASSERT(json_is_true(json_object_get(lines[0], "is_error")));
+  ASSERT_STR_EQ(jstr(lines[0], "result"), "Summary: I listed the directory.");
+  ASSERT_GE(jint(lines[0], "num_turns"), 1);
+  json_decref(lines[0]);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* A 400 is not retried: exit 1, one line on stderr, and in json mode a
+ * result with is_error. A request without a key to a non-public endpoint
+ * is sent (no key needed there) and the server's 401 fails the run. */
+TEST_IMPL(cli_run_api_error_exit_1) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--api-key", "k", "--output-format", "json",
+                        "-p", "hi", NULL};
+  const char *nokey[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                         "-p", "hi", NULL};
+  json_t *lines[2];
+  const char *nl;
+
+  start_mock(&c, "responses:\n  - fault: {status: 400, error_message: "
+                 "\"prompt is too long\"}\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  ASSERT(strncmp(c.ebuf, "agentloop: ", 11) == 0);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "prompt is too long"));
+  nl = strchr(c.ebuf, '\n');
+  ASSERT(nl != NULL && nl[1] == '\0'); /* one line */
+  ASSERT_EQ(json_lines(&c, lines, 2), 1);
+  ASSERT_STR_EQ(jstr(lines[0], "subtype"), "error_during_execution");
+  ASSERT(json_is_true(json_object_get(lines[0], "is_error")));
+  ASSERT_NOT_NULL(strstr(jstr(lines[0], "result"), "prompt is too long"));
+  json_decref(lines[0]);
+  finish(&c);
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, nokey, nokey_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_EQ(c.olen, 0);
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  ASSERT_EQ(al_mockllm_record_get(c.mock, 0)->status, 401);
+  ASSERT(strncmp(c.ebuf, "agentloop: ", 11) == 0);
+  finish(&c);
+  return 0;
+}
+
+/* --max-retries 0: a 429 fails at once. */
 TEST_IMPL(cli_run_http_error_exit_1) {
   cli_t c;
   const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                        "--api-key", "k", "-p", "hi", NULL};
+                        "--api-key", "k", "--max-retries", "0", "-p", "hi",
+                        NULL};
 
   start_mock(&c, "responses:\n  - fault: {status: 429, retry_after: 3}\n");
   run_cli(&c, args, clean_env);
   ASSERT_EQ(c.exit_status, 1);
   ASSERT_EQ(c.olen, 0);
-  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop run: HTTP 429 rate_limit"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  ASSERT(strncmp(c.ebuf, "agentloop: ", 11) == 0);
   finish(&c);
   return 0;
 }
@@ -235,7 +721,8 @@ TEST_IMPL(cli_run_http_error_exit_1) {
 TEST_IMPL(cli_run_stream_error_event_exit_1) {
   cli_t c;
   const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                        "--api-key", "k", "-p", "hi", NULL};
+                        "--api-key", "k", "--max-retries", "0", "-v",
+                        "-p", "hi", NULL};
 
   start_mock(&c,
              "responses:\n"
@@ -244,10 +731,11 @@ TEST_IMPL(cli_run_stream_error_event_exit_1) {
              "chunk_size: 4}]}\n");
   run_cli(&c, args, clean_env);
   ASSERT_EQ(c.exit_status, 1);
-  /* What arrived before the error was shown as it streamed. */
-  ASSERT(c.olen > 0);
-  ASSERT_NOT_NULL(strstr(c.ebuf, "stream error event"));
+  /* The partial text was shown in the view, never as the answer. */
+  ASSERT_EQ(c.olen, 0);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "text: part"));
   ASSERT_NOT_NULL(strstr(c.ebuf, "verloaded"));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "\nagentloop: "));
   finish(&c);
   return 0;
 }
@@ -255,7 +743,8 @@ TEST_IMPL(cli_run_stream_error_event_exit_1) {
 TEST_IMPL(cli_run_reset_mid_stream_exit_1) {
   cli_t c;
   const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                        "--api-key", "k", "-p", "hi", NULL};
+                        "--api-key", "k", "--max-retries", "0", "-p", "hi",
+                        NULL};
 
   start_mock(&c,
              "responses:\n"
@@ -264,33 +753,227 @@ TEST_IMPL(cli_run_reset_mid_stream_exit_1) {
              "chunk_size: 2}]}\n");
   run_cli(&c, args, clean_env);
   ASSERT_EQ(c.exit_status, 1);
-  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop run: "));
+  ASSERT_EQ(c.olen, 0);
+  ASSERT(strncmp(c.ebuf, "agentloop: ", 11) == 0);
   finish(&c);
   return 0;
 }
 
 TEST_IMPL(cli_run_usage_errors_exit_2) {
   cli_t c;
-  const char *no_key[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                          "-p", "hi", NULL};
+  size_t i;
+  static char *env_public[] = {
+      "PATH=/usr/bin:/bin", "AGENTLOOP_BASE_URL=https://api.anthropic.com",
+      NULL};
+  static char *env_openai[] = {"PATH=/usr/bin:/bin",
+                               "AGENTLOOP_PROVIDER=openai", NULL};
+  static const struct {
+    const char *args[8];
+    char **env;
+    const char *msg;
+  } cases[] = {
+      {{"run", "--bogus", "-p", "x", NULL}, NULL, "unknown option '--bogus'"},
+      {{"run", "-p", NULL}, NULL, "needs a value"},
+      {{"run", "--base-url", "http://127.0.0.1:{PORT}", NULL}, NULL,
+       "-p PROMPT is required"},
+      {{"run", "--provider", "nope", "-p", "x", NULL}, NULL,
+       "unknown provider 'nope'"},
+      {{"run", "--output-format", "xml", "-p", "x", NULL}, NULL,
+       "--output-format"},
+      {{"run", "--max-turns", "0", "-p", "x", NULL}, NULL, "--max-turns"},
+      {{"run", "--timeout", "soon", "-p", "x", NULL}, NULL, "--timeout"},
+      {{"run", "--cwd", "/nonexistent/dir", "--base-url",
+        "http://127.0.0.1:{PORT}", "-p", "x", NULL},
+       NULL, "--cwd /nonexistent/dir"},
+      /* Missing key with the public endpoint: by default, by flag, by env. */
+      {{"run", "-p", "x", NULL}, NULL, "ANTHROPIC_API_KEY"},
+      {{"run", "--base-url", "https://api.anthropic.com/", "-p", "x", NULL},
+       NULL, "ANTHROPIC_API_KEY"},
+      {{"run", "-p", "x", NULL}, env_public, "ANTHROPIC_API_KEY"},
+      {{"run", "-p", "x", NULL}, env_openai, "OPENAI_API_KEY"},
+  };
 
-  start_mock(&c, text_yaml);
-  run_cli(&c, no_key, clean_env);
-  ASSERT_EQ(c.exit_status, 2);
-  ASSERT_NOT_NULL(strstr(c.ebuf, "ANTHROPIC_API_KEY"));
-  /* Nothing was sent without a key. */
-  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
-  finish(&c);
-
-  {
-    const char *bad_provider[] = {"run", "--provider", "nope", "-p", "x",
-                                  NULL};
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     start_mock(&c, text_yaml);
-    run_cli(&c, bad_provider, clean_env);
-    ASSERT_EQ(c.exit_status, 2);
-    ASSERT_NOT_NULL(strstr(c.ebuf, "unknown provider"));
+    run_cli(&c, cases[i].args, cases[i].env ? cases[i].env : nokey_env);
+    if (c.exit_status != 2 || strstr(c.ebuf, cases[i].msg) == NULL ||
+        strncmp(c.ebuf, "agentloop: ", 11) != 0) {
+      AL_TEST_FAIL("case %zu: exit %d, stderr: %s", i, (int)c.exit_status,
+                   c.ebuf);
+    }
+    ASSERT_EQ(c.olen, 0);
+    ASSERT_EQ(al_mockllm_record_count(c.mock), 0); /* nothing was sent */
     finish(&c);
   }
+  {
+    const char *help[] = {"run", "--help", NULL};
+    start_mock(&c, text_yaml);
+    run_cli(&c, help, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    ASSERT_NOT_NULL(strstr(c.obuf, "--tools-dir"));
+    ASSERT_NOT_NULL(strstr(c.obuf, "not supported yet"));
+    finish(&c);
+  }
+  return 0;
+}
+
+/* --deny-tool: the call gets an error result and the loop goes on. */
+TEST_IMPL(cli_run_deny_tool) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--deny-tool", "read_file",
+                        "--deny-tool", "bash", "-p", "go", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[1024];
+
+  ws_make(&w);
+  ws_file(&w, "a.txt", "secret\n");
+  args[4] = w.dir;
+  start_mock(&c,
+             "responses:\n"
+             "  - reply:\n"
+             "      content:\n"
+             "        - tool_use: {id: toolu_d, name: read_file, "
+             "input: {path: \"a.txt\"}}\n"
+             "  - reply:\n"
+             "      content:\n"
+             "        - text: \"I may not read it.\"\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_STR_EQ(c.obuf, "I may not read it.\n");
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  rec = al_mockllm_record_get(c.mock, 1);
+  ASSERT(rec->valid);
+  tr = find_tool_result(rec->body, "toolu_d");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_NULL(strstr(content_text(json_object_get(tr, "content"), buf,
+                                  sizeof(buf)),
+                     "secret"));
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* --timeout 1 on a stream that stalls after its headers: cancelled after
+ * one second (the idle timeout is 30 s), exit 124. */
+TEST_IMPL(cli_run_timeout_exit_124) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--timeout", "1", "--output-format", "json",
+                        "-p", "hi", NULL};
+  json_t *lines[2];
+
+  start_mock(&c, "responses:\n  - fault: {stall_after_headers: true}\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 124);
+  ASSERT_LE(c.elapsed_ms, 2000);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: timed out after 1 s"));
+  ASSERT_EQ(json_lines(&c, lines, 2), 1);
+  ASSERT_STR_EQ(jstr(lines[0], "subtype"), "interrupted");
+  ASSERT(json_is_true(json_object_get(lines[0], "is_error")));
+  json_decref(lines[0]);
+  finish(&c);
+  return 0;
+}
+
+TEST_IMPL(cli_run_sigint_cancels_exit_130) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--api-key", "k", "-p", "hi", NULL};
+
+  start_mock(&c, "responses:\n  - fault: {stall_after_headers: true}\n");
+  c.kill_signal = SIGINT;
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 130);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: interrupted (SIGINT)"));
+  finish(&c);
+  return 0;
+}
+
+TEST_IMPL(cli_run_sigterm_exit_143) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--output-format", "ndjson", "-p", "hi", NULL};
+  static json_t *lines[64];
+  size_t n;
+  size_t i;
+
+  start_mock(&c, "responses:\n  - fault: {stall_after_headers: true}\n");
+  c.kill_signal = SIGTERM;
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 143);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: interrupted (SIGTERM)"));
+  n = json_lines(&c, lines, 64);
+  ASSERT_GE(n, 3);
+  ASSERT_STR_EQ(jstr(lines[n - 2], "type"), "interrupted");
+  ASSERT_STR_EQ(jstr(lines[n - 1], "subtype"), "interrupted");
+  for (i = 0; i < n; i++) {
+    json_decref(lines[i]);
+  }
+  finish(&c);
+  return 0;
+}
+
+/* Piped stdin goes after the prompt and a blank line; --system FILE is the
+ * system prompt; a tools.d directory with YAML files is reported once and
+ * ignored. */
+TEST_IMPL(cli_run_stdin_system_tools_dir) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--system", NULL, "--tools-dir", NULL,
+                        "-p", "explain", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *msgs;
+  json_t *sys;
+  char buf[1024];
+  char sbuf[1024];
+
+  ws_make(&w);
+  args[4] = ws_file(&w, "system.txt", "You are terse.\n");
+  ws_file(&w, "x.yaml", "name: x\n");
+  args[6] = w.dir;
+  start_mock(&c, text_yaml);
+  c.stdin_text = "line one\nline two\n";
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: --tools-dir: CLI tools from "
+                                 "tools.d are not supported yet; ignoring "));
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_NOT_NULL(rec);
+  ASSERT(rec->valid);
+  msgs = json_object_get(rec->body, "messages");
+  ASSERT_EQ(json_array_size(msgs), 1);
+  ASSERT_STR_EQ(content_text(json_object_get(json_array_get(msgs, 0),
+                                             "content"),
+                             buf, sizeof(buf)),
+                "explain\n\nline one\nline two\n");
+  sys = json_object_get(rec->body, "system");
+  ASSERT_NOT_NULL(strstr(content_text(sys, sbuf, sizeof(sbuf)),
+                         "You are terse."));
+  finish(&c);
+
+  /* No -p: the piped text alone is the prompt. */
+  {
+    const char *only[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                          NULL};
+    start_mock(&c, text_yaml);
+    c.stdin_text = "just stdin";
+    run_cli(&c, only, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    rec = al_mockllm_record_get(c.mock, 0);
+    ASSERT_NOT_NULL(rec);
+    msgs = json_object_get(rec->body, "messages");
+    ASSERT_STR_EQ(content_text(json_object_get(json_array_get(msgs, 0),
+                                               "content"),
+                               buf, sizeof(buf)),
+                  "just stdin");
+    finish(&c);
+  }
+  ws_remove(&w);
   return 0;
 }
 
@@ -306,90 +989,6 @@ TEST_IMPL(cli_version_lists_libraries) {
   ASSERT_NOT_NULL(strstr(c.obuf, "mbedtls 2.28"));
   ASSERT_NOT_NULL(strstr(c.obuf, "jansson 2.14"));
   ASSERT_NOT_NULL(strstr(c.obuf, "llhttp 8.1.0"));
-  finish(&c);
-  return 0;
-}
-
-/* Sends SIGINT once the server has the request (checked from a short
- * repeating timer: the server offers no per-request hook). */
-static uv_timer_t sigint_timer;
-
-static void on_sigint_timer(uv_timer_t *t) {
-  cli_t *c = t->loop->data;
-  al_mockllm_stats_t st;
-
-  al_mockllm_stats(c->mock, &st);
-  if (st.requests >= 1 && c->exits == 0) {
-    ASSERT_EQ(uv_process_kill(&c->proc, SIGINT), 0);
-    uv_close((uv_handle_t *)t, NULL);
-  }
-}
-
-TEST_IMPL(cli_run_sigint_cancels_exit_130) {
-  cli_t c;
-  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                        "--api-key", "k", "-p", "hi", NULL};
-
-  start_mock(&c, "responses:\n  - fault: {stall_after_headers: true}\n");
-  ASSERT_EQ(uv_timer_init(&c.loop, &sigint_timer), 0);
-  ASSERT_EQ(uv_timer_start(&sigint_timer, on_sigint_timer, 5, 5), 0);
-  run_cli(&c, args, clean_env);
-  ASSERT_EQ(c.exit_status, 130);
-  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop run: interrupted"));
-  finish(&c);
-  return 0;
-}
-
-/* --output-format ndjson: one normalized event per line, in the shape of
- * `agentloop decode --events`, ending with message_stop. */
-TEST_IMPL(cli_run_ndjson_events) {
-  cli_t c;
-  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                        "--api-key", "k", "--output-format", "ndjson",
-                        "-p", "hi", NULL};
-  char text[256] = "";
-  char *line;
-  char *save = NULL;
-  json_t *first = NULL;
-  json_t *last = NULL;
-  json_t *o;
-  int lines = 0;
-
-  start_mock(&c, text_yaml);
-  run_cli(&c, args, clean_env);
-  ASSERT_EQ(c.exit_status, 0);
-  for (line = strtok_r(c.obuf, "\n", &save); line != NULL;
-       line = strtok_r(NULL, "\n", &save)) {
-    o = json_loads(line, 0, NULL);
-    ASSERT_NOT_NULL(o);
-    lines++;
-    if (strcmp(json_string_value(json_object_get(o, "type")),
-               "text_delta") == 0) {
-      ASSERT(json_is_integer(json_object_get(o, "index")));
-      strncat(text, json_string_value(json_object_get(o, "text")),
-              sizeof(text) - strlen(text) - 1);
-    }
-    if (first == NULL) {
-      first = o;
-    } else {
-      json_decref(last);
-      last = o;
-    }
-  }
-  ASSERT_GE(lines, 4);
-  ASSERT_STR_EQ(json_string_value(json_object_get(first, "type")),
-                "message_start");
-  ASSERT_STR_EQ(json_string_value(json_object_get(last, "type")),
-                "message_stop");
-  ASSERT_STR_EQ(json_string_value(json_object_get(last, "stop_reason")),
-                "end_turn");
-  ASSERT_EQ(json_array_size(json_object_get(
-                json_object_get(last, "message"), "content")),
-            2);
-  ASSERT_STR_EQ(text, "Hello from the mock, \xc3\xa9t\xc3\xa9 "
-                      "\xf0\x9f\x98\x80 done.");
-  json_decref(first);
-  json_decref(last);
   finish(&c);
   return 0;
 }
