@@ -243,7 +243,12 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
     stamp(v, ev);
     put(v, C_RED, "✗");
     fputc(' ', v->f);
-    excerpt(v, t->name, 64);
+    /* A run-wide abort (cancel) names no call. */
+    if (t->name.ptr != NULL) {
+      excerpt(v, t->name, 64);
+    } else {
+      fputs("tools", v->f);
+    }
     fputs(" aborted (", v->f);
     excerpt(v, t->reason, 64);
     fputc(')', v->f);
