@@ -1,0 +1,469 @@
+/* The agent loop against agentloop-mockllm: seed 001's S5.1-S5.8, the
+ * termination paths, retries and tombstones, fallback, max_turns. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_fx.h"
+#include "test.h"
+
+static const char *jstr(const json_t *o, const char *k) {
+  return json_string_value(json_object_get(o, k));
+}
+
+/* Every request the server saw passed its validator. */
+static void assert_all_valid(const fx_t *f) {
+  size_t i;
+
+  for (i = 0; i < fx_requests(f); i++) {
+    const al_mockllm_record_t *r = fx_request(f, i);
+
+    if (!r->valid) {
+      AL_TEST_FAIL("request %zu invalid: %s", i, r->error ? r->error : "?");
+    }
+  }
+}
+
+/* S5.1: no tools -> the text is the final answer after one request. */
+TEST_IMPL(agent_s5_1_text_only) {
+  fx_t f;
+  const char *order[] = {"run_started", "turn_started", "stream_request_start",
+                         "text_delta"};
+  size_t i;
+
+  fx_init(&f, "responses:\n"
+              "  - reply: {content: [{text: 'Hello there.', chunks: 3}]}\n");
+  fx_start(&f);
+  fx_run(&f, "hi");
+  for (i = 0; i < 4; i++) {
+    ASSERT_STR_EQ(jstr(fx_event(&f, (long)i), "type"), order[i]);
+  }
+  ASSERT_EQ(fx_count(&f, "text_delta"), 3);
+  ASSERT_EQ(fx_count(&f, "turn_completed"), 1);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
+                "Hello there.");
+  ASSERT_EQ(fx_requests(&f), 1);
+  assert_all_valid(&f);
+  /* seq is 1, 2, 3, ... and every event names the session and run. */
+  for (i = 0; i < json_array_size(f.events); i++) {
+    const json_t *e = json_array_get(f.events, i);
+
+    ASSERT_EQ(json_integer_value(json_object_get(e, "seq")), (int64_t)i + 1);
+    ASSERT_STR_EQ(jstr(e, "session"), "s_test");
+    ASSERT_EQ(json_integer_value(json_object_get(e, "run")), 1);
+  }
+  fx_finish(&f);
+  return 0;
+}
+
+/* S5.2: one tool call; its result goes back; the model answers. */
+TEST_IMPL(agent_s5_2_tool_roundtrip) {
+  fx_t f;
+  const json_t *res;
+  long q, s, c;
+
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: 'Reading.'\n"
+              "        - tool_use: {id: t1, name: read_file, input: {path: a.txt}, pieces: 3}\n"
+              "  - reply: {content: [{text: 'It says hello.'}]}\n");
+  fx_start(&f);
+  fx_write(&f, "a.txt", "hello\n");
+  fx_run(&f, "what is in a.txt?");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 2);
+  assert_all_valid(&f);
+  res = fx_tool_result(&f, 1, "t1");
+  ASSERT_NOT_NULL(res);
+  ASSERT(!json_is_true(json_object_get(res, "is_error")));
+  ASSERT_NOT_NULL(jstr(res, "content"));
+  ASSERT_NOT_NULL(strstr(jstr(res, "content"), "hello"));
+  q = fx_find(&f, "tool_use_queued", "t1", 0);
+  s = fx_find(&f, "tool_use_started", "t1", 0);
+  c = fx_find(&f, "tool_use_completed", "t1", 0);
+  ASSERT(q >= 0 && s > q && c > s);
+  ASSERT(fx_find(&f, "turn_completed", NULL, 0) > c);
+  ASSERT_EQ(fx_count(&f, "turn_started"), 2);
+  fx_finish(&f);
+  return 0;
+}
+
+static const char two_reads[] =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: r1, name: read_file, input: {path: a.txt}}\n"
+    "        - tool_use: {id: r2, name: read_file, input: {path: b.txt}}\n"
+    "        - tool_use: {id: r3, name: list_directory, input: {}}\n"
+    "  - reply: {content: [{text: 'Done reading.'}]}\n";
+
+/* S5.3: several tools in one reply; every result goes back, in tool_use
+ * order, in one user message. */
+TEST_IMPL(agent_s5_3_multiple_tools) {
+  fx_t f;
+  const json_t *last;
+  const json_t *content;
+
+  fx_init(&f, two_reads);
+  fx_start(&f);
+  fx_write(&f, "a.txt", "alpha\n");
+  fx_write(&f, "b.txt", "beta\n");
+  fx_run(&f, "read both");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 2);
+  assert_all_valid(&f);
+  last = fx_last_message(&f, 1);
+  ASSERT_STR_EQ(jstr(last, "role"), "user");
+  content = json_object_get(last, "content");
+  ASSERT_EQ(json_array_size(content), 3);
+  ASSERT_STR_EQ(jstr(json_array_get(content, 0), "tool_use_id"), "r1");
+  ASSERT_STR_EQ(jstr(json_array_get(content, 1), "tool_use_id"), "r2");
+  ASSERT_STR_EQ(jstr(json_array_get(content, 2), "tool_use_id"), "r3");
+  ASSERT_NOT_NULL(strstr(jstr(json_array_get(content, 0), "content"), "alpha"));
+  ASSERT_NOT_NULL(strstr(jstr(json_array_get(content, 1), "content"), "beta"));
+  ASSERT_NOT_NULL(strstr(jstr(json_array_get(content, 2), "content"), "a.txt"));
+  ASSERT_EQ(json_integer_value(json_object_get(
+                fx_event(&f, fx_find(&f, "turn_completed", NULL, 0)),
+                "tool_calls")),
+            3);
+  fx_finish(&f);
+  return 0;
+}
+
+/* S5.4: a failing tool is an error result; the loop goes on. */
+TEST_IMPL(agent_s5_4_tool_error_is_content) {
+  fx_t f;
+  const json_t *res;
+
+  fx_init(&f, "responses:\n"
+              "  - reply: {content: [{tool_use: {id: e1, name: read_file, input: {path: missing.txt}}}]}\n"
+              "  - reply: {content: [{text: 'The file does not exist.'}]}\n");
+  fx_start(&f);
+  fx_run(&f, "read missing.txt");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  assert_all_valid(&f);
+  res = fx_tool_result(&f, 1, "e1");
+  ASSERT_NOT_NULL(res);
+  ASSERT(json_is_true(json_object_get(res, "is_error")));
+  ASSERT(json_is_true(json_object_get(
+      fx_event(&f, fx_find(&f, "tool_use_completed", "e1", 0)), "is_error")));
+  fx_finish(&f);
+  return 0;
+}
+
+/* S5.6: tool -> model -> tool -> model -> text. */
+TEST_IMPL(agent_s5_6_multi_turn_loop) {
+  fx_t f;
+
+  fx_init(&f, "responses:\n"
+              "  - reply: {content: [{tool_use: {id: m1, name: list_directory, input: {}}}]}\n"
+              "  - reply: {content: [{text: 'Now the file.'}, {tool_use: {id: m2, name: read_file, input: {path: a.txt}}}]}\n"
+              "  - reply: {content: [{text: 'All done.'}]}\n");
+  fx_start(&f);
+  fx_write(&f, "a.txt", "x\n");
+  fx_run(&f, "look around");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 3);
+  ASSERT_EQ(fx_count(&f, "turn_started"), 3);
+  ASSERT_EQ(fx_count(&f, "turn_completed"), 3);
+  assert_all_valid(&f);
+  ASSERT_NOT_NULL(fx_tool_result(&f, 2, "m1"));
+  ASSERT_NOT_NULL(fx_tool_result(&f, 2, "m2"));
+  ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
+                "All done.");
+  fx_finish(&f);
+  return 0;
+}
+
+/* S5.7: max_turns reached -> max_turns_reached, then one summary request
+ * with tool_choice none on a copy of the history; its text is final. */
+TEST_IMPL(agent_s5_7_max_turns_summary) {
+  fx_t f;
+  const json_t *body;
+  al_agent_stats_t st;
+
+  fx_init(&f, "responses:\n"
+              "  - reply: {content: [{tool_use: {id: k1, name: list_directory, input: {}}}]}\n"
+              "  - reply: {content: [{tool_use: {id: k2, name: list_directory, input: {}}}]}\n"
+              "  - reply: {content: [{text: 'Summary: listed twice.'}]}\n"
+              "  - reply: {content: [{text: 'Next run.'}]}\n");
+  f.opts.max_turns = 2;
+  fx_start(&f);
+  fx_run(&f, "loop forever");
+  ASSERT_EQ(fx_count(&f, "max_turns_reached"), 1);
+  ASSERT(fx_find(&f, "max_turns_reached", NULL, 0) < fx_find(&f, "final", NULL, 0));
+  ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
+                "Summary: listed twice.");
+  ASSERT_EQ(fx_requests(&f), 3);
+  assert_all_valid(&f);
+  body = fx_request(&f, 2)->body;
+  ASSERT_STR_EQ(jstr(json_object_get(body, "tool_choice"), "type"), "none");
+  al_agent_stats(f.agent, &st);
+  ASSERT_EQ(st.turns, 2);
+  /* The summary prompt lived on a copy: the next run's request does not
+   * carry it. */
+  fx_run(&f, "and now?");
+  ASSERT_EQ(fx_requests(&f), 4);
+  assert_all_valid(&f);
+  {
+    char *msgs = json_dumps(json_object_get(fx_request(&f, 3)->body, "messages"), 0);
+
+    ASSERT_NOT_NULL(msgs);
+    ASSERT_NULL(strstr(msgs, "maximum number of turns"));
+    ASSERT_NOT_NULL(strstr(msgs, "and now?"));
+    free(msgs);
+  }
+  fx_finish(&f);
+  return 0;
+}
+
+/* The summary call fails: the fixed fallback text is the final. */
+TEST_IMPL(agent_max_turns_summary_fails) {
+  fx_t f;
+
+  fx_init(&f, "responses:\n"
+              "  - reply: {content: [{tool_use: {id: k1, name: list_directory, input: {}}}]}\n"
+              "  - fault: {status: 400}\n");
+  f.opts.max_turns = 1;
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_NOT_NULL(strstr(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
+                         "maximum number of turns"));
+  fx_finish(&f);
+  return 0;
+}
+
+/* ---- cancellation at every point (S5.5, S5.8, SPEC §6) -------------------- */
+
+typedef struct {
+  al_event_type_t on;   /* cancel when this event is seen (first time) */
+  bool done;
+  int rc;
+} cancel_at_t;
+
+static void cancel_hook(fx_t *f, const al_event_t *ev, const json_t *j) {
+  cancel_at_t *c = f->user;
+
+  (void)j;
+  if (!c->done && ev->type == c->on) {
+    c->done = true;
+    c->rc = al_agent_cancel(f->agent);
+  }
+}
+
+/* After a cancel: `interrupted` is the run's last event, nothing of run 1
+ * comes after it (checked once the next run is over too), and the next
+ * run's first request passes the validator. */
+static void after_cancel(fx_t *f, size_t requests_before_next) {
+  long intr = fx_find(f, "interrupted", NULL, 0);
+  size_t i;
+
+  ASSERT(intr >= 0);
+  ASSERT_EQ(fx_count(f, "final"), 0);
+  ASSERT_EQ(fx_count(f, "error"), 0);
+  ASSERT(!al_agent_running(f->agent));
+  fx_run(f, "continue please");
+  ASSERT_STR_EQ(fx_last_type(f), "final");
+  ASSERT(fx_requests(f) > requests_before_next);
+  for (i = requests_before_next; i < fx_requests(f); i++) {
+    const al_mockllm_record_t *r = fx_request(f, i);
+
+    if (!r->valid) {
+      AL_TEST_FAIL("request %zu after the cancel is invalid: %s", i, r->error);
+    }
+  }
+  for (i = (size_t)intr + 1; i < json_array_size(f->events); i++) {
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(f->events, i), "run")), 2);
+  }
+}
+
+static const char after_yaml[] = "  - reply: {content: [{text: 'Continuing.'}]}\n";
+
+TEST_IMPL(agent_cancel_before_request) {
+  fx_t f;
+  char yaml[512];
+
+  snprintf(yaml, sizeof(yaml), "responses:\n%s%s", after_yaml, after_yaml);
+  fx_init(&f, yaml);
+  fx_start(&f);
+  ASSERT_EQ(al_agent_run(f.agent, "hello"), 0);
+  ASSERT_EQ(al_agent_cancel(f.agent), 0);
+  ASSERT_STR_EQ(fx_last_type(&f), "interrupted");
+  ASSERT_EQ(al_agent_cancel(f.agent), AL_ESTATE);
+  f.ends = 1;
+  after_cancel(&f, 0);
+  fx_finish(&f);
+  return 0;
+}
+
+/* Cancel from inside run_started: no request is ever sent. */
+TEST_IMPL(agent_cancel_inside_run_started) {
+  fx_t f;
+  cancel_at_t c = {AL_EVENT_RUN_STARTED, false, -1};
+  char yaml[512];
+
+  snprintf(yaml, sizeof(yaml), "responses:\n%s", after_yaml);
+  fx_init(&f, yaml);
+  f.hook = cancel_hook;
+  f.user = &c;
+  fx_start(&f);
+  fx_run(&f, "hello");
+  ASSERT_EQ(c.rc, 0);
+  ASSERT_EQ(fx_count(&f, "stream_request_start"), 0);
+  ASSERT_EQ(fx_requests(&f), 0);
+  after_cancel(&f, 0);
+  fx_finish(&f);
+  return 0;
+}
+
+TEST_IMPL(agent_cancel_mid_stream) {
+  fx_t f;
+  cancel_at_t c = {AL_EVENT_TEXT_DELTA, false, -1};
+  char yaml[512];
+
+  snprintf(yaml, sizeof(yaml),
+           "responses:\n"
+           "  - reply: {content: [{text: 'a long streamed answer', chunks: 6, delay_ms: 2}]}\n%s",
+           after_yaml);
+  fx_init(&f, yaml);
+  f.hook = cancel_hook;
+  f.user = &c;
+  fx_start(&f);
+  fx_run(&f, "hello");
+  ASSERT_EQ(c.rc, 0);
+  ASSERT_EQ(fx_count(&f, "text_delta"), 1); /* nothing after the cancel */
+  after_cancel(&f, 1);
+  fx_finish(&f);
+  return 0;
+}
+
+TEST_IMPL(agent_cancel_during_backoff) {
+  fx_t f;
+  cancel_at_t c = {AL_EVENT_RETRY, false, -1};
+  char yaml[512];
+  uint64_t t0;
+
+  snprintf(yaml, sizeof(yaml), "responses:\n  - fault: {status: 529}\n%s",
+           after_yaml);
+  fx_init(&f, yaml);
+  f.opts.retry_base_ms = 600000; /* the backoff would be long */
+  f.opts.retry_cap_ms = 600000;
+  f.hook = cancel_hook;
+  f.user = &c;
+  fx_start(&f);
+  t0 = uv_hrtime();
+  fx_run(&f, "hello");
+  ASSERT_EQ(c.rc, 0);
+  ASSERT_EQ(fx_requests(&f), 1);
+  after_cancel(&f, 1);
+  /* The backoff timer did not keep the loop (or the test) waiting. */
+  ASSERT((uv_hrtime() - t0) < 5000000000ULL);
+  fx_finish(&f);
+  return 0;
+}
+
+/* A bash tool is running (a process group sleeping): the cancel kills it,
+ * its tool_use gets "operation cancelled by user", and the next request
+ * carries that result. */
+TEST_IMPL(agent_cancel_mid_tool) {
+  fx_t f;
+  cancel_at_t c = {AL_EVENT_TOOL_USE_STARTED, false, -1};
+  const json_t *res;
+  long done;
+  char yaml[1024];
+
+  snprintf(yaml, sizeof(yaml),
+           "responses:\n"
+           "  - reply: {content: [{tool_use: {id: b1, name: bash, input: {command: 'sleep 30'}}}]}\n%s",
+           after_yaml);
+  fx_init(&f, yaml);
+  f.hook = cancel_hook;
+  f.user = &c;
+  fx_start(&f);
+  fx_run(&f, "sleep");
+  ASSERT_EQ(c.rc, 0);
+  done = fx_find(&f, "tool_use_completed", "b1", 0);
+  ASSERT(done >= 0 && done < fx_find(&f, "interrupted", NULL, 0));
+  ASSERT_STR_EQ(jstr(fx_event(&f, done), "content"), "operation cancelled by user");
+  ASSERT(json_is_true(json_object_get(fx_event(&f, done), "is_error")));
+  after_cancel(&f, 1);
+  res = fx_tool_result(&f, 1, "b1");
+  ASSERT_NOT_NULL(res);
+  ASSERT(json_is_true(json_object_get(res, "is_error")));
+  ASSERT_STR_EQ(jstr(res, "content"), "operation cancelled by user");
+  fx_finish(&f); /* waits for the killed process group */
+  return 0;
+}
+
+/* A tool started while its reply still streams, then the cancel: the
+ * partial reply was never committed, so the next request has no tool_use
+ * from it (and is valid). */
+TEST_IMPL(agent_cancel_mid_tool_while_streaming) {
+  fx_t f;
+  cancel_at_t c = {AL_EVENT_TOOL_USE_STARTED, false, -1};
+  char yaml[1024];
+  char *msgs;
+
+  snprintf(yaml, sizeof(yaml),
+           "responses:\n"
+           "  - reply:\n"
+           "      content:\n"
+           "        - tool_use: {id: w1, name: bash, input: {command: 'sleep 30'}}\n"
+           "        - text: 'still talking while the tool runs'\n"
+           "          chunks: 8\n"
+           "          delay_ms: 5\n%s",
+           after_yaml);
+  fx_init(&f, yaml);
+  f.hook = cancel_hook;
+  f.user = &c;
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT(fx_count(&f, "text_delta") < 8);
+  after_cancel(&f, 1);
+  msgs = json_dumps(json_object_get(fx_request(&f, 1)->body, "messages"), 0);
+  ASSERT_NULL(strstr(msgs, "w1"));
+  free(msgs);
+  fx_finish(&f);
+  return 0;
+}
+
+static void never_run(al_tool_ctx_t *ctx, void *data) {
+  (void)data;
+  AL_TEST_FAIL("the tool ran: %s", al_tool_ctx_name(ctx));
+}
+
+/* Waiting for an approval: the cancel ends the wait. */
+TEST_IMPL(agent_cancel_waiting_for_approval) {
+  fx_t f;
+  cancel_at_t c = {AL_EVENT_APPROVAL_REQUIRED, false, -1};
+  al_tool_def_t def;
+  const json_t *res;
+  char yaml[1024];
+
+  snprintf(yaml, sizeof(yaml),
+           "responses:\n"
+           "  - reply: {content: [{tool_use: {id: a1, name: deploy, input: {}}}]}\n%s",
+           after_yaml);
+  fx_init(&f, yaml);
+  f.opts.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  f.hook = cancel_hook;
+  f.user = &c;
+  fx_start(&f);
+  memset(&def, 0, sizeof(def));
+  def.name = "deploy";
+  def.description = "Deploys.";
+  def.category = AL_TOOL_ADMIN;
+  def.run = never_run;
+  ASSERT_EQ(al_agent_add_tool(f.agent, &def), 0);
+  fx_run(&f, "deploy it");
+  ASSERT_EQ(c.rc, 0);
+  ASSERT_EQ(fx_count(&f, "tool_use_started"), 0);
+  after_cancel(&f, 1);
+  res = fx_tool_result(&f, 1, "a1");
+  ASSERT_NOT_NULL(res);
+  ASSERT_STR_EQ(jstr(res, "content"), "operation cancelled by user");
+  fx_finish(&f);
+  return 0;
+}
