@@ -118,6 +118,9 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     put_bool(e, "is_error", t->is_error);
     put_str(e, "content", t->content);
     put_u64(e, "duration_ms", t->duration_ms);
+    if (t->reason.ptr != NULL) {
+      put_str(e, "reason", t->reason); /* only on synthetic abort results */
+    }
     break;
   case AL_EVENT_TOOL_EXECUTION_ABORTED:
     put_tool_head(e, t);

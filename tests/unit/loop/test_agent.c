@@ -467,3 +467,215 @@ TEST_IMPL(agent_cancel_waiting_for_approval) {
   fx_finish(&f);
   return 0;
 }
+
+/* ---- retries, tombstones, fallback ---------------------------------------- */
+
+TEST_IMPL(agent_retry_529_then_ok) {
+  fx_t f;
+  const json_t *r;
+
+  fx_init(&f, "responses:\n"
+              "  - fault: {status: 529}\n"
+              "  - reply: {content: [{text: 'Fine now.'}]}\n");
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "retry"), 1);
+  ASSERT_EQ(fx_count(&f, "api_error"), 1);
+  ASSERT_EQ(fx_count(&f, "tombstone"), 0); /* nothing was delivered */
+  r = fx_event(&f, fx_find(&f, "retry", NULL, 0));
+  ASSERT_EQ(json_integer_value(json_object_get(r, "attempt")), 2);
+  ASSERT_EQ(json_integer_value(json_object_get(r, "max")), 4);
+  ASSERT_EQ(json_integer_value(json_object_get(r, "status")), 529);
+  ASSERT_STR_EQ(jstr(r, "kind"), "overloaded");
+  ASSERT_EQ(json_integer_value(json_object_get(
+                fx_event(&f, fx_find(&f, "stream_request_start", NULL, 1)),
+                "attempt")),
+            2);
+  ASSERT_EQ(fx_requests(&f), 2);
+  fx_finish(&f);
+  return 0;
+}
+
+/* An overloaded error event inside a 200 stream after text was shown: the
+ * subscriber is told to drop it (tombstone) before the retry, and the text
+ * after the last tombstone is exactly the final answer: nothing shown
+ * twice. */
+TEST_IMPL(agent_retry_in_stream_error_tombstone) {
+  fx_t f;
+  char *text;
+  long tomb, retry;
+
+  fx_init(&f, "responses:\n"
+              "  - fault: {error_event_after: 4}\n"
+              "    reply: {content: [{text: 'First try text', chunks: 5}]}\n"
+              "  - reply: {content: [{text: 'Second try text', chunks: 3}]}\n");
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  tomb = fx_find(&f, "tombstone", NULL, 0);
+  retry = fx_find(&f, "retry", NULL, 0);
+  ASSERT(tomb >= 0 && retry > tomb);
+  ASSERT(fx_find(&f, "text_delta", NULL, 0) < tomb);
+  ASSERT_STR_EQ(jstr(fx_event(&f, tomb), "message_id"), "msg_mock_0001");
+  text = fx_text_after_tombstone(&f);
+  ASSERT_STR_EQ(text, "Second try text");
+  free(text);
+  ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
+                "Second try text");
+  fx_finish(&f);
+  return 0;
+}
+
+/* A tool started from a reply that then fails: it is aborted with
+ * streaming_fallback, the events say so, and the retried reply's tool runs
+ * under the same id without a clash. */
+TEST_IMPL(agent_retry_aborts_tools_of_discarded_reply) {
+  fx_t f;
+  long ab;
+
+  fx_init(&f, "responses:\n"
+              "  - fault: {reset_after_bytes: 1200}\n"
+              "    reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: s1, name: bash, input: {command: 'sleep 30'}}\n"
+              "        - text: 'padding padding padding padding padding padding padding'\n"
+              "          chunks: 20\n"
+              "          delay_ms: 2\n"
+              "  - reply: {content: [{tool_use: {id: s1, name: bash, input: {command: 'echo again'}}}]}\n"
+              "  - reply: {content: [{text: 'ok'}]}\n");
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ab = fx_find(&f, "tool_execution_aborted", NULL, 0);
+  ASSERT(ab >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, ab), "reason"), "streaming_fallback");
+  ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "tool_use_completed", "s1", 0)),
+                     "reason"),
+                "streaming_fallback");
+  ASSERT(fx_find(&f, "tombstone", NULL, 0) >= 0);
+  ASSERT_EQ(fx_count(&f, "tool_use_started"), 2);
+  ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, 2, "s1"), "content"), "again"));
+  assert_all_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* A stalled stream (headers, then silence) is detected and retried. */
+TEST_IMPL(agent_retry_stall) {
+  fx_t f;
+
+  fx_init(&f, "responses:\n"
+              "  - fault: {stall_after_headers: true}\n"
+              "  - reply: {content: [{text: 'awake'}]}\n");
+  f.opts.idle_timeout_ms = 50;
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "stream_stall_detected"), 1);
+  ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "retry", NULL, 0)), "kind"), "stall");
+  fx_finish(&f);
+  return 0;
+}
+
+/* Attempts run out: error after max_attempts tries. */
+TEST_IMPL(agent_retry_exhausted_is_error) {
+  fx_t f;
+
+  fx_init(&f, "responses:\n  - fault: {status: 500}\n");
+  f.opts.retry_max_attempts = 3;
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "error");
+  ASSERT_EQ(fx_count(&f, "retry"), 2);
+  ASSERT_EQ(fx_requests(&f), 3);
+  fx_finish(&f);
+  return 0;
+}
+
+/* A 400 is not retried. */
+TEST_IMPL(agent_client_error_not_retried) {
+  fx_t f;
+
+  fx_init(&f, "responses:\n  - fault: {status: 400, error_message: 'bad thing'}\n");
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "error");
+  ASSERT_EQ(fx_count(&f, "retry"), 0);
+  ASSERT_NOT_NULL(strstr(jstr(fx_event(&f, fx_find(&f, "error", NULL, 0)), "message"),
+                         "bad thing"));
+  fx_finish(&f);
+  return 0;
+}
+
+/* Three overloaded answers: switch to the fallback model. */
+TEST_IMPL(agent_model_fallback) {
+  fx_t f;
+  const json_t *fb;
+
+  fx_init(&f, "responses:\n"
+              "  - fault: {status: 529}\n"
+              "  - fault: {status: 529}\n"
+              "  - fault: {status: 529}\n"
+              "  - reply: {content: [{text: 'from the fallback'}]}\n");
+  f.opts.fallback_model = "mock-fallback";
+  f.opts.retry_max_attempts = 10;
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fb = fx_event(&f, fx_find(&f, "model_fallback", NULL, 0));
+  ASSERT_NOT_NULL(fb);
+  ASSERT_STR_EQ(jstr(fb, "from"), "mock-model");
+  ASSERT_STR_EQ(jstr(fb, "to"), "mock-fallback");
+  ASSERT_EQ(fx_requests(&f), 4);
+  ASSERT_STR_EQ(jstr(fx_request(&f, 2)->body, "model"), "mock-model");
+  ASSERT_STR_EQ(jstr(fx_request(&f, 3)->body, "model"), "mock-fallback");
+  fx_finish(&f);
+  return 0;
+}
+
+/* max_tokens inside a tool call: the reply is dropped, the same request is
+ * sent again with a doubled max_tokens. */
+TEST_IMPL(agent_max_tokens_continuation) {
+  fx_t f;
+  const json_t *r;
+
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      stop_reason: max_tokens\n"
+              "      content:\n"
+              "        - text: 'Let me write'\n"
+              "        - tool_use: {id: c1, name: write_file, input_json: '{\"path\": \"x.txt\", \"cont'}\n"
+              "  - reply: {content: [{text: 'short answer instead'}]}\n");
+  f.opts.max_tokens = 1000;
+  fx_start(&f);
+  fx_run(&f, "write");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT(fx_find(&f, "tombstone", NULL, 0) >= 0);
+  r = fx_event(&f, fx_find(&f, "retry", NULL, 0));
+  ASSERT_STR_EQ(jstr(r, "kind"), "max_tokens");
+  ASSERT_EQ(json_integer_value(json_object_get(fx_request(&f, 0)->body, "max_tokens")), 1000);
+  ASSERT_EQ(json_integer_value(json_object_get(fx_request(&f, 1)->body, "max_tokens")), 2000);
+  assert_all_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* The same loop over the OpenAI protocol: tool results become tool
+ * messages and the server's validator accepts them. */
+TEST_IMPL(agent_openai_tool_roundtrip) {
+  fx_t f;
+
+  fx_init_proto(&f, two_reads, "openai");
+  fx_start(&f);
+  fx_write(&f, "a.txt", "alpha\n");
+  fx_write(&f, "b.txt", "beta\n");
+  fx_run(&f, "read both");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 2);
+  assert_all_valid(&f);
+  ASSERT_STR_EQ(jstr(fx_last_message(&f, 1), "role"), "tool");
+  ASSERT_STR_EQ(jstr(fx_last_message(&f, 1), "tool_call_id"), "r3");
+  fx_finish(&f);
+  return 0;
+}
