@@ -1305,6 +1305,11 @@ static int convert_message(json_t *messages, json_t *m) {
                            "arguments", args != NULL ? args : "{}"));
       free(args);
     }
+    /* null content is valid only beside tool_calls; an assistant message
+     * of thinking or server-tool blocks alone becomes "". */
+    if (text == NULL && json_array_size(calls) == 0) {
+      text = json_string("");
+    }
     out = json_pack("{s:s,s:o}", "role", "assistant", "content",
                     text != NULL ? text : json_null());
     if (json_array_size(calls) > 0) {

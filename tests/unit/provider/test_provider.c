@@ -2,6 +2,7 @@
  * surrogate pairs split across deltas, strict block indexes, the request
  * builders, HTTP error classification, and allocations on the hot path. */
 #include "provider/provider.h"
+#include "mockllm/mockllm.h"
 #include "test.h"
 
 /* ---- fast path vs jansson ------------------------------------------------ */
@@ -653,6 +654,38 @@ TEST_IMPL(provider_request_openai) {
   json_decref(hist);
   json_decref(tools);
   json_decref(tc);
+  return 0;
+}
+
+/* An assistant message of thinking blocks alone: OpenAI allows null
+ * content only beside tool_calls, so it must be "". The mock's validator
+ * (the API's rules) accepts the result. */
+TEST_IMPL(provider_request_openai_thinking_only_assistant) {
+  al_provider_options_t o;
+  al_provider_request_t r;
+  al_mockllm_verdict_t v;
+  json_t *hist = json_loads(
+      "[{\"role\":\"user\",\"content\":\"hi\"},"
+      "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\","
+      "\"thinking\":\"hmm\",\"signature\":\"s\"}]},"
+      "{\"role\":\"user\",\"content\":\"go on\"}]",
+      0, NULL);
+  json_t *body;
+
+  ASSERT_NOT_NULL(hist);
+  al_provider_options_init(&o);
+  o.model = "gpt-x";
+  ASSERT_EQ(al_provider_build_request(&al_provider_openai, hist, &o, &r), 0);
+  body = json_loads(r.body, 0, NULL);
+  ASSERT_NOT_NULL(body);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(json_object_get(body, "messages"), 1),
+                    "content")),
+                "");
+  ASSERT(al_mockllm_validate_openai(body, NULL, &v));
+  json_decref(body);
+  al_provider_request_free(&r);
+  json_decref(hist);
   return 0;
 }
 
