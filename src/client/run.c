@@ -509,6 +509,17 @@ static bool want_color(const char *when) {
          (term == NULL || strcmp(term, "dumb") != 0);
 }
 
+/* "agentloop: REASON" as one line: an API message may hold newlines. */
+static void print_reason(const char *reason) {
+  const char *p;
+
+  fputs("agentloop: ", stderr);
+  for (p = reason; *p != '\0'; p++) {
+    fputc((unsigned char)*p < 0x20 ? ' ' : *p, stderr);
+  }
+  fputc('\n', stderr);
+}
+
 /* Runs the agent until its run ended and it closed; returns the exit
  * code. */
 static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
@@ -569,7 +580,7 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
   }
   fflush(stdout);
   if (r->end_type != AL_EVENT_FINAL) {
-    fprintf(stderr, "agentloop: %s\n", r->result ? r->result : "run failed");
+    print_reason(r->result ? r->result : "run failed");
   } else if (r->max_turns && !r->verbose) {
     fputs("agentloop: max turns reached; the result is the model's "
           "summary\n", stderr);

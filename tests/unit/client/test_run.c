@@ -674,8 +674,9 @@ TEST_IMPL(cli_run_api_error_exit_1) {
   json_t *lines[2];
   const char *nl;
 
+  /* The API's message spans two lines: stderr still gets one. */
   start_mock(&c, "responses:\n  - fault: {status: 400, error_message: "
-                 "\"prompt is too long\"}\n");
+                 "\"prompt is\\ntoo long\"}\n");
   run_cli(&c, args, clean_env);
   ASSERT_EQ(c.exit_status, 1);
   ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
@@ -686,7 +687,7 @@ TEST_IMPL(cli_run_api_error_exit_1) {
   ASSERT_EQ(json_lines(&c, lines, 2), 1);
   ASSERT_STR_EQ(jstr(lines[0], "subtype"), "error_during_execution");
   ASSERT(json_is_true(json_object_get(lines[0], "is_error")));
-  ASSERT_NOT_NULL(strstr(jstr(lines[0], "result"), "prompt is too long"));
+  ASSERT_NOT_NULL(strstr(jstr(lines[0], "result"), "prompt is\ntoo long"));
   json_decref(lines[0]);
   finish(&c);
 
