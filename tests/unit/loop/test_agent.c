@@ -679,3 +679,40 @@ TEST_IMPL(agent_openai_tool_roundtrip) {
   fx_finish(&f);
   return 0;
 }
+
+/* The README demo's scenario does what the demo says: the two read-only
+ * tools of turn 1 both start before that reply's last block is complete,
+ * bash in turn 2 runs alone (the read queued behind it starts after it
+ * completed), and the run ends with a final after three turns. */
+TEST_IMPL(agent_demo_scenario) {
+  fx_t f;
+  char path[512];
+  char *yaml;
+  long ls, notes, last1, wc_done, todo;
+
+  snprintf(path, sizeof(path), "%s/examples/scenarios/demo.yaml", AL_SOURCE_DIR);
+  yaml = al_test_read_file(path, NULL);
+  ASSERT_NOT_NULL(yaml);
+  fx_init(&f, yaml);
+  free(yaml);
+  fx_start(&f);
+  fx_write(&f, "notes.md", "# notes\nOpen items are in todo.txt.\n");
+  fx_write(&f, "todo.txt", "one\ntwo\n");
+  fx_run(&f, "Look at this project and tell me what is left to do.");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "turn_started"), 3);
+  assert_all_valid(&f);
+  ls = fx_find(&f, "tool_use_started", "toolu_demo_ls", 0);
+  notes = fx_find(&f, "tool_use_started", "toolu_demo_notes", 0);
+  last1 = fx_find(&f, "content_block_completed", NULL, 4); /* turn 1 block 4 */
+  ASSERT(ls >= 0 && notes >= 0 && last1 >= 0);
+  ASSERT_EQ(json_integer_value(json_object_get(fx_event(&f, last1), "turn")), 1);
+  ASSERT(ls < last1 && notes < last1);
+  wc_done = fx_find(&f, "tool_use_completed", "toolu_demo_wc", 0);
+  todo = fx_find(&f, "tool_use_started", "toolu_demo_todo", 0);
+  ASSERT(wc_done >= 0 && todo > wc_done);
+  ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, 2, "toolu_demo_wc"), "content"),
+                         "todo.txt"));
+  fx_finish(&f);
+  return 0;
+}
