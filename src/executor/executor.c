@@ -559,6 +559,13 @@ static void pump(al_executor_t *ex) {
   ex->in_pump = false;
 }
 
+void al__executor_flush(al_executor_t *ex) {
+  if (ex->in_pump || ex->closing || !ex->dirty) {
+    return;
+  }
+  pump(ex);
+}
+
 static void on_kick(uv_timer_t *t) {
   pump(AL_CONTAINER_OF(t, al_executor_t, kick));
 }

@@ -213,6 +213,12 @@ al_tool_call_t *al__executor_results(const al_executor_t *ex,
  * AL_EBUSY while has_pending; AL_ECLOSING once closed. */
 int al__executor_reset(al_executor_t *ex);
 
+/* Runs the pending callbacks (and starts what the gate allows) now instead
+ * of on the next loop iteration. For the owner, right after an add, so a
+ * tool starts within the read that completed its block. A no-op from
+ * inside an executor callback or once closing. */
+void al__executor_flush(al_executor_t *ex);
+
 /* Closes once (asserts otherwise): executing tools get their cancel hook,
  * no further callback fires, and cb (may be NULL) runs on a later loop
  * iteration; the memory of `ex` may be freed from then on. */

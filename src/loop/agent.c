@@ -372,10 +372,18 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
     json_object_set_new(a->stamps, json_string_value(id),
                         json_integer((json_int_t)stamp));
   }
-  /* Here the tool is handed over while the reply streams on. */
-  al__executor_add(&a->cur->ex, json_string_value(id),
-                   json_string_value(name),
-                   json_object_get(ev->json, "input"));
+  /* Here the tool is handed over while the reply streams on, and started
+   * within this read rather than on the next loop iteration. */
+  if (al__executor_add(&a->cur->ex, json_string_value(id),
+                       json_string_value(name),
+                       json_object_get(ev->json, "input")) == 0) {
+    uint64_t gen = a->gen;
+
+    al__executor_flush(&a->cur->ex);
+    if (gen != a->gen || a->closing) {
+      return 1;
+    }
+  }
   return 0;
 }
 
@@ -874,12 +882,13 @@ static void reply_done(al_agent_t *a) {
   size_t i;
   int rc;
 
-  if (post_usage(a, json_object_get(msg, "usage"))) {
-    return;
-  }
   al_buf_init(&text, SIZE_MAX / 2);
   join_text(msg, &text);
   if (a->summary) {
+    if (post_usage(a, json_object_get(msg, "usage"))) {
+      al_buf_free(&text);
+      return;
+    }
     if (text.len == 0) {
       al_buf_free(&text);
       summary_failed(a);
@@ -897,6 +906,9 @@ static void reply_done(al_agent_t *a) {
   if (incomplete || (stop == AL_STOP_MAX_TOKENS &&
                      a->nblocks > 0 && a->blocks[a->nblocks - 1].is_tool)) {
     al_buf_free(&text);
+    if (post_usage(a, json_object_get(msg, "usage"))) {
+      return;
+    }
     if (stop == AL_STOP_MAX_TOKENS &&
         al__retry_continuation_take(&a->retry, &a->ropts)) {
       if (discard_reply(a, "max_tokens")) {
@@ -934,6 +946,12 @@ static void reply_done(al_agent_t *a) {
     discard_reply(a, "invalid");
     end_error(a, rc, "the model's reply cannot be recorded (invalid tool_use "
                      "block or duplicate id)");
+    return;
+  }
+  /* usage comes once the reply is in the history: from here on a cancel
+   * answers its tool calls. */
+  if (post_usage(a, json_object_get(msg, "usage"))) {
+    al_buf_free(&text);
     return;
   }
   a->stats.turns++;
@@ -1358,8 +1376,10 @@ int al_agent_cancel(al_agent_t *a) {
         }
         continue;
       }
-      json_array_append_new(open, json_pack("{s:s, s:s}", "id", call->id,
-                                            "name", call->name));
+      json_array_append_new(
+          open, json_pack("{s:s, s:s, s:I}", "id", call->id, "name",
+                          call->name, "started",
+                          (json_int_t)call->started_ns));
     }
   }
   al__history_cancel_open(&a->history, NULL);
@@ -1379,6 +1399,11 @@ int al_agent_cancel(al_agent_t *a) {
     ev.u.tool.content = ag_slice(AL_HISTORY_CANCELLED_TEXT);
     ev.u.tool.is_error = true;
     ev.u.tool.reason = ag_slice("user_interrupted");
+    {
+      uint64_t t0 = (uint64_t)json_integer_value(json_object_get(item, "started"));
+
+      ev.u.tool.duration_ms = t0 != 0 ? ms_since(t0) : 0;
+    }
     al__agent_post(a, &ev);
   }
   json_decref(open);

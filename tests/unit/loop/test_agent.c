@@ -369,7 +369,8 @@ TEST_IMPL(agent_cancel_during_backoff) {
  * carries that result. */
 TEST_IMPL(agent_cancel_mid_tool) {
   fx_t f;
-  cancel_at_t c = {AL_EVENT_TOOL_USE_STARTED, false, -1};
+  /* usage: the reply is committed and bash is running. */
+  cancel_at_t c = {AL_EVENT_USAGE, false, -1};
   const json_t *res;
   long done;
   char yaml[1024];
@@ -384,6 +385,7 @@ TEST_IMPL(agent_cancel_mid_tool) {
   fx_start(&f);
   fx_run(&f, "sleep");
   ASSERT_EQ(c.rc, 0);
+  ASSERT(fx_find(&f, "tool_use_started", "b1", 0) >= 0);
   done = fx_find(&f, "tool_use_completed", "b1", 0);
   ASSERT(done >= 0 && done < fx_find(&f, "interrupted", NULL, 0));
   ASSERT_STR_EQ(jstr(fx_event(&f, done), "content"), "operation cancelled by user");
@@ -437,7 +439,9 @@ static void never_run(al_tool_ctx_t *ctx, void *data) {
 /* Waiting for an approval: the cancel ends the wait. */
 TEST_IMPL(agent_cancel_waiting_for_approval) {
   fx_t f;
-  cancel_at_t c = {AL_EVENT_APPROVAL_REQUIRED, false, -1};
+  /* The approval was asked for while the reply streamed; at usage the
+   * reply is committed and the call still waits. */
+  cancel_at_t c = {AL_EVENT_USAGE, false, -1};
   al_tool_def_t def;
   const json_t *res;
   char yaml[1024];
@@ -459,6 +463,7 @@ TEST_IMPL(agent_cancel_waiting_for_approval) {
   ASSERT_EQ(al_agent_add_tool(f.agent, &def), 0);
   fx_run(&f, "deploy it");
   ASSERT_EQ(c.rc, 0);
+  ASSERT(fx_find(&f, "approval_required", "a1", 0) >= 0);
   ASSERT_EQ(fx_count(&f, "tool_use_started"), 0);
   after_cancel(&f, 1);
   res = fx_tool_result(&f, 1, "a1");
