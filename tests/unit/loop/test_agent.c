@@ -721,3 +721,62 @@ TEST_IMPL(agent_demo_scenario) {
   fx_finish(&f);
   return 0;
 }
+
+/* Two agents on one loop, running at the same time against one server:
+ * no globals, each keeps its own session, seq and history. */
+TEST_IMPL(agent_two_agents_one_loop) {
+  fx_t f;
+  al_agent_t *b;
+  al_agent_options_t o;
+  char *h1, *h2;
+
+  fx_init(&f, "on_exhausted: cycle\n"
+              "responses:\n"
+              "  - reply: {content: [{text: 'one two three', chunks: 3, delay_ms: 1}]}\n");
+  fx_start(&f);
+  o = f.opts;
+  o.session_id = "s_other";
+  ASSERT_EQ(al_agent_new(&f.loop, &o, &b), 0);
+  ASSERT_EQ(al_agent_run(f.agent, "first agent"), 0);
+  ASSERT_EQ(al_agent_run(b, "second agent"), 0);
+  ASSERT_EQ(al_agent_run(b, "busy"), AL_EBUSY);
+  while (f.ends < 1 || al_agent_running(b)) {
+    uv_run(&f.loop, UV_RUN_ONCE);
+  }
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 2);
+  assert_all_valid(&f);
+  ASSERT_EQ(al_agent_history_json(f.agent, &h1), 0);
+  ASSERT_EQ(al_agent_history_json(b, &h2), 0);
+  ASSERT_NOT_NULL(strstr(h1, "first agent"));
+  ASSERT_NULL(strstr(h1, "second agent"));
+  ASSERT_NOT_NULL(strstr(h2, "second agent"));
+  ASSERT_NOT_NULL(strstr(h2, "one two three"));
+  al_free(h1);
+  al_free(h2);
+  ASSERT_STR_EQ(al_agent_session(b), "s_other");
+  al_agent_close(b, NULL);
+  fx_finish(&f);
+  return 0;
+}
+
+/* Closing the agent while bash runs: interrupted is posted, the process
+ * group is killed, and the loop closes with nothing left (the close waits
+ * for the tool's teardown). */
+TEST_IMPL(agent_close_mid_tool) {
+  fx_t f;
+
+  fx_init(&f, "responses:\n"
+              "  - reply: {content: [{tool_use: {id: z1, name: bash, input: {command: 'sleep 30'}}}]}\n");
+  fx_start(&f);
+  ASSERT_EQ(al_agent_run(f.agent, "sleep"), 0);
+  while (fx_find(&f, "tool_use_started", "z1", 0) < 0) {
+    uv_run(&f.loop, UV_RUN_ONCE);
+  }
+  al_agent_close(f.agent, NULL);
+  f.agent = NULL;
+  ASSERT_STR_EQ(fx_last_type(&f), "interrupted");
+  ASSERT(fx_find(&f, "tool_use_completed", "z1", 0) >= 0);
+  fx_finish(&f); /* would outlast the test's timeout if sleep survived */
+  return 0;
+}
