@@ -436,6 +436,43 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
   }
 }
 
+/* Records why the attempt's stream failed (the first decoder-reported
+ * error is kept unless `override`). */
+static void stream_fail(al_agent_t *a, bool override, al_retry_class_t cls,
+                        bool retryable, const char *reason, const char *type,
+                        const char *msg) {
+  if (a->stream_failed && !override) {
+    return;
+  }
+  a->stream_failed = true;
+  a->stream_err.cls = cls;
+  a->stream_err.retryable = retryable;
+  a->stream_err.retry_after_ms = -1;
+  a->stream_err.reason = reason;
+  snprintf(a->stream_type, sizeof(a->stream_type), "%s", type);
+  if (msg != NULL) {
+    snprintf(a->stream_msg, sizeof(a->stream_msg), "%s", msg);
+  }
+}
+
+/* The stream failed (error event, undecodable, ended early): report it
+ * and let the retry policy decide. */
+static void stream_failed(al_agent_t *a) {
+  al_retry_err_t e = a->stream_err;
+  char msg[sizeof(a->stream_msg)];
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_API_ERROR;
+  ev.u.api_error.kind = ag_slice(a->stream_type);
+  ev.u.api_error.message = ag_slice(a->stream_msg);
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  memcpy(msg, a->stream_msg, sizeof(msg));
+  al__agent_attempt_failed(a, &e, 0, msg);
+}
+
 static void on_data(al_http_request_t *r, const char *p, size_t n) {
   al_agent_t *a = al_http_request_get_data(r);
   uint64_t gen = a->gen;
@@ -457,33 +494,9 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
   al_http_request_cancel(r);
   a->req = NULL;
   a->stats.duration_api_ms += ms_since(a->api_t0);
-  if (!a->stream_failed) {
-    a->stream_failed = true;
-    a->stream_err.cls = AL_RETRY_CLASS_DECODE;
-    a->stream_err.retryable = false;
-    a->stream_err.retry_after_ms = -1;
-    a->stream_err.reason = "decode";
-    snprintf(a->stream_msg, sizeof(a->stream_msg), "%s", al_strerror(rc));
-    snprintf(a->stream_type, sizeof(a->stream_type), "decode_error");
-  }
-  {
-    al_event_t ev;
-
-    memset(&ev, 0, sizeof(ev));
-    ev.type = AL_EVENT_API_ERROR;
-    ev.u.api_error.kind = ag_slice(a->stream_type);
-    ev.u.api_error.message = ag_slice(a->stream_msg);
-    if (al__agent_post(a, &ev)) {
-      return;
-    }
-  }
-  {
-    al_retry_err_t e = a->stream_err;
-    char msg[sizeof(a->stream_msg)];
-
-    memcpy(msg, a->stream_msg, sizeof(msg));
-    al__agent_attempt_failed(a, &e, 0, msg);
-  }
+  stream_fail(a, false, AL_RETRY_CLASS_DECODE, false, "decode",
+              "decode_error", al_strerror(rc));
+  stream_failed(a);
 }
 
 static void reply_done(al_agent_t *a);
@@ -511,44 +524,20 @@ static void on_complete(al_http_request_t *r, int status,
       if (gen != a->gen || a->closing) {
         return;
       }
-      if (rc == AL_ETRUNCATED && !a->stream_failed) {
-        a->stream_failed = true;
-        snprintf(a->stream_msg, sizeof(a->stream_msg), "%s",
-                 al_strerror(rc));
-      }
       if (rc == AL_ETRUNCATED) {
         /* The body ended early: the connection died, not the model. */
-        a->stream_err.cls = AL_RETRY_CLASS_NETWORK;
-        a->stream_err.retryable = true;
-        a->stream_err.retry_after_ms = -1;
-        a->stream_err.reason = "stream ended before message_stop";
-        snprintf(a->stream_type, sizeof(a->stream_type), "truncated");
+        stream_fail(a, true, AL_RETRY_CLASS_NETWORK, true,
+                    "stream ended before message_stop", "truncated",
+                    al_strerror(rc));
       }
     }
     if (a->ps.message_stopped && !a->stream_failed) {
       reply_done(a);
       return;
     }
-    if (!a->stream_failed) {
-      a->stream_failed = true;
-      a->stream_err.cls = AL_RETRY_CLASS_NETWORK;
-      a->stream_err.retryable = true;
-      a->stream_err.retry_after_ms = -1;
-      a->stream_err.reason = "no message_stop";
-      snprintf(a->stream_msg, sizeof(a->stream_msg), "%s",
-               "the reply ended without message_stop");
-      snprintf(a->stream_type, sizeof(a->stream_type), "truncated");
-    }
-    memset(&ev, 0, sizeof(ev));
-    ev.type = AL_EVENT_API_ERROR;
-    ev.u.api_error.kind = ag_slice(a->stream_type);
-    ev.u.api_error.message = ag_slice(a->stream_msg);
-    if (al__agent_post(a, &ev)) {
-      return;
-    }
-    e = a->stream_err;
-    memcpy(msg, a->stream_msg, sizeof(a->stream_msg));
-    al__agent_attempt_failed(a, &e, 0, msg);
+    stream_fail(a, false, AL_RETRY_CLASS_NETWORK, true, "no message_stop",
+                "truncated", "the reply ended without message_stop");
+    stream_failed(a);
     return;
   }
 
