@@ -6,4 +6,9 @@
 /* agentloop-bench decode [--events N] [--reps N] [--chunk BYTES] [--json] */
 int al_bench_decode(int argc, char **argv);
 
+/* agentloop-bench dispatch [--iterations N] [--calls-per-run N]
+ *                          [--tail-deltas N] [--delta-ms MS] [--json]
+ *                          [--raw] */
+int al_bench_dispatch(int argc, char **argv);
+
 #endif

@@ -17,6 +17,11 @@ static const scenario_t scenarios[] = {
      "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
      "a memchr floor\n"
      "          [--events N] [--reps N] [--chunk BYTES] [--json]"},
+    {"dispatch", al_bench_dispatch,
+     "tool dispatch latency: tool block on the wire -> tool start, spawned\n"
+     "          and in-process, vs block delivery and reply end\n"
+     "          [--iterations N] [--calls-per-run N] [--tail-deltas N]\n"
+     "          [--delta-ms MS] [--json] [--raw]"},
 };
 
 static void usage(FILE *f) {
