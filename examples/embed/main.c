@@ -16,8 +16,9 @@
  *   agentloop-embed --base-url http://127.0.0.1:8080 \
  *       "How many words are in 'the quick brown fox'?"
  *
- * Only the installed public API (<agentloop/agentloop.h>) and libuv are
- * used. Build it with CMake (find_package(agentloop)) or with pkg-config;
+ * Only the installed public API (<agentloop/agentloop.h>), libuv and
+ * jansson (for the tool's JSON input) are used. Build it with CMake
+ * (find_package(agentloop)) or with pkg-config;
  * see README.md next to this file. */
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include <agentloop/agentloop.h>
+#include <jansson.h>
 #include <uv.h>
 
 typedef struct {
@@ -34,135 +36,6 @@ typedef struct {
   int exit_code;
   bool at_line_start; /* for tidy tool lines between text deltas */
 } app_t;
-
-/* ---- a small JSON helper ---------------------------------------------------
- * The tool's input arrives as compact JSON object text, e.g.
- * {"text":"the quick brown fox"}. agentloop has already checked it against
- * the tool's input_schema (`text` is present and a string), so this only
- * needs to find one top-level string member and decode its escapes. A real
- * program would use its JSON library (jansson, cJSON, ...) instead. */
-
-static const char *skip_ws(const char *p) {
-  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
-    p++;
-  }
-  return p;
-}
-
-/* Decodes the JSON string at p (just after its opening quote) into out
- * (NUL-terminated, at most cap - 1 bytes; \uXXXX outside ASCII becomes
- * '?'). Returns the byte after the closing quote, or NULL. */
-static const char *decode_string(const char *p, char *out, size_t cap) {
-  size_t n = 0;
-
-  while (*p != '"') {
-    char c = *p++;
-
-    if (c == '\0') {
-      return NULL;
-    }
-    if (c == '\\') {
-      c = *p++;
-      switch (c) {
-      case 'n': c = '\n'; break;
-      case 't': c = '\t'; break;
-      case 'r': c = '\r'; break;
-      case 'b': c = '\b'; break;
-      case 'f': c = '\f'; break;
-      case 'u': {
-        unsigned v = 0;
-        int i;
-
-        for (i = 0; i < 4; i++, p++) {
-          char h = *p;
-
-          v <<= 4;
-          if (h >= '0' && h <= '9') {
-            v |= (unsigned)(h - '0');
-          } else if ((h | 0x20) >= 'a' && (h | 0x20) <= 'f') {
-            v |= (unsigned)((h | 0x20) - 'a' + 10);
-          } else {
-            return NULL;
-          }
-        }
-        c = v < 0x80 ? (char)v : '?';
-        break;
-      }
-      case '\0':
-        return NULL;
-      default: /* \" \\ \/ */
-        break;
-      }
-    }
-    if (out != NULL && n + 1 < cap) {
-      out[n++] = c;
-    }
-  }
-  if (out != NULL) {
-    out[n] = '\0';
-  }
-  return p + 1;
-}
-
-/* Skips one JSON value of any type inside an object. Returns the ',' or
- * '}' that follows it, or NULL. */
-static const char *skip_value(const char *p) {
-  int depth = 0;
-
-  for (;;) {
-    p = skip_ws(p);
-    if (*p == '"') {
-      if ((p = decode_string(p + 1, NULL, 0)) == NULL) {
-        return NULL;
-      }
-    } else if (*p == '{' || *p == '[') {
-      depth++;
-      p++;
-    } else if ((*p == '}' || *p == ']' || *p == ',') && depth == 0) {
-      return p;
-    } else if (*p == '}' || *p == ']') {
-      depth--;
-      p++;
-    } else if (*p == '\0') {
-      return NULL;
-    } else {
-      p++; /* numbers, literals, ',' and ':' inside containers */
-    }
-  }
-}
-
-/* Copies the top-level string member `key` of the object text `json`
- * into out. Returns 0, or -1 when there is no such string member. */
-static int json_string_member(const char *json, const char *key, char *out,
-                              size_t cap) {
-  const char *p = skip_ws(json);
-  char name[64];
-
-  if (*p++ != '{') {
-    return -1;
-  }
-  for (;;) {
-    p = skip_ws(p);
-    if (*p != '"' || (p = decode_string(p + 1, name, sizeof(name))) == NULL) {
-      return -1;
-    }
-    p = skip_ws(p);
-    if (*p++ != ':') {
-      return -1;
-    }
-    p = skip_ws(p);
-    if (strcmp(name, key) == 0) {
-      return *p == '"' && decode_string(p + 1, out, cap) != NULL ? 0 : -1;
-    }
-    if ((p = skip_value(p)) == NULL) {
-      return -1;
-    }
-    p = skip_ws(p);
-    if (*p++ != ',') {
-      return -1;
-    }
-  }
-}
 
 /* ---- the custom tool: word_count -------------------------------------------
  * agentloop calls word_count_run on the loop thread when the model's
@@ -215,23 +88,28 @@ static void count_after(uv_work_t *req, int status) {
 
 static void word_count_run(al_tool_ctx_t *ctx, void *data) {
   app_t *app = data;
-  const char *input = al_tool_ctx_input(ctx);
-  size_t cap = strlen(input) + 1; /* decoded text is never longer */
-  count_job_t *job = calloc(1, sizeof(*job));
+  /* The input is compact JSON object text, e.g. {"text":"the quick fox"},
+   * already checked against the tool's input_schema by agentloop. Any JSON
+   * library will do; jansson is what agentloop itself links. */
+  json_t *input = json_loads(al_tool_ctx_input(ctx), 0, NULL);
+  const char *text = json_string_value(json_object_get(input, "text"));
+  count_job_t *job;
   char note[96];
   int n;
 
-  if (job == NULL || (job->text = malloc(cap)) == NULL) {
-    free(job);
-    al_tool_ctx_complete(ctx, true, "out of memory", 13);
-    return;
-  }
-  if (json_string_member(input, "text", job->text, cap) != 0) {
-    free(job->text);
-    free(job);
+  if (text == NULL) {
+    json_decref(input);
     al_tool_ctx_complete(ctx, true, "input needs a string `text`", 27);
     return;
   }
+  job = calloc(1, sizeof(*job));
+  if (job == NULL || (job->text = strdup(text)) == NULL) {
+    free(job);
+    json_decref(input);
+    al_tool_ctx_complete(ctx, true, "out of memory", 13);
+    return;
+  }
+  json_decref(input);
   job->ctx = ctx;
   al_tool_ctx_set_data(ctx, job); /* word_count_cancel finds it there */
 
