@@ -94,7 +94,10 @@ struct al_spawn_s {
 
   /* private */
   uv_loop_t *loop;
-  uv_process_t proc;
+  uv_process_t proc;    /* the uv_spawn path */
+  uv_poll_t pidpoll;    /* the posix_spawn path: readable when it exits */
+  int pidfd;
+  bool fast;            /* started by posix_spawn (see spawn.c) */
   uv_pipe_t pipes[2];   /* stdout, stderr */
   uv_timer_t timers[3]; /* timeout, kill escalation, drain */
   al_buf_t bufs[2];

@@ -169,6 +169,28 @@ HELPER_IMPL(spawn_print) {
   return argc >= 3 ? atoi(argv[2]) : 0;
 }
 
+/* Prints the child's SIGPIPE disposition and whether any signal is
+ * blocked: "dfl unblocked" is what a spawned tool must start with. */
+HELPER_IMPL(spawn_signals) {
+  struct sigaction sa;
+  sigset_t set;
+  int i;
+  bool blocked = false;
+
+  (void)argc;
+  (void)argv;
+  sigaction(SIGPIPE, NULL, &sa);
+  sigprocmask(SIG_BLOCK, NULL, &set);
+  for (i = 1; i < 32; i++) {
+    if (sigismember(&set, i) == 1) {
+      blocked = true;
+    }
+  }
+  write_str(1, sa.sa_handler == SIG_DFL ? "dfl" : "not-dfl");
+  write_str(1, blocked ? " blocked" : " unblocked");
+  return 0;
+}
+
 /* Prints the environment, one entry per line. */
 HELPER_IMPL(spawn_env) {
   char **e;
@@ -390,6 +412,61 @@ TEST_IMPL(spawn_echo_output_async) {
   ASSERT(c.pid > 0);
   s_finish(&c);
   ASSERT(pid_gone(c.pid));
+  remove_workspace();
+  return 0;
+}
+
+/* Both spawn paths: posix_spawn (the child's PATH is ours) and the
+ * uv_spawn fallback (a declared PATH differs) give the same result, and
+ * the child starts with default signal dispositions and nothing blocked
+ * even though this process ignores SIGPIPE and blocks SIGUSR1. */
+TEST_IMPL(spawn_fast_path_and_fallback_agree) {
+  /* Found through PATH, so the child's PATH decides the path taken. */
+  const char *argv[] = {"env", al_test_exe(), "--helper", "spawn_signals",
+                        NULL};
+  const char *env_other_path[] = {"PATH=/usr/bin:/bin:/nonexistent-agentloop",
+                                  NULL};
+  sigset_t usr1;
+  int pass;
+
+  signal(SIGPIPE, SIG_IGN);
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &usr1, NULL);
+  make_workspace();
+  for (pass = 0; pass < 2; pass++) {
+    sctx_t c;
+    al_spawn_options_t o;
+
+    s_init(&c);
+    s_opts(&c, &o, argv);
+    if (pass == 1) {
+      o.env = env_other_path;
+    }
+    c.in_api = true;
+    ASSERT_EQ(al__spawn_start(&c.loop, &o, &c.sp), 0);
+    c.in_api = false;
+    ASSERT_EQ(c.sp->fast, pass == 0);
+    while (c.done == 0) {
+      uv_run(&c.loop, UV_RUN_ONCE);
+    }
+    ASSERT_EQ(c.status, 0);
+    ASSERT_EQ(c.exit_status, 0);
+    ASSERT_STR_EQ(c.out, "dfl unblocked");
+    s_finish(&c);
+    ASSERT(pid_gone(c.pid));
+  }
+  /* A program that does not exist fails the same way on the fast path. */
+  {
+    sctx_t c;
+    al_spawn_options_t o;
+    const char *missing[] = {"/nonexistent/agentloop-no-such-program", NULL};
+
+    s_init(&c);
+    s_opts(&c, &o, missing);
+    ASSERT_EQ(al__spawn_start(&c.loop, &o, &c.sp), UV_ENOENT);
+    ASSERT_LOOP_CLOSES(&c.loop);
+  }
   remove_workspace();
   return 0;
 }
