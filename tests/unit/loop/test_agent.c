@@ -780,3 +780,25 @@ TEST_IMPL(agent_close_mid_tool) {
   fx_finish(&f); /* would outlast the test's timeout if sleep survived */
   return 0;
 }
+
+/* retry-after from the server is the delay, exactly (no jitter). */
+TEST_IMPL(agent_retry_after_honoured) {
+  fx_t f;
+  const json_t *r;
+
+  fx_init(&f, "responses:\n"
+              "  - fault: {status: 429}\n"
+              "    headers: {retry-after-ms: '30'}\n"
+              "  - reply: {content: [{text: 'ok'}]}\n");
+  f.opts.retry_base_ms = 5000; /* the jittered backoff would be longer */
+  f.opts.retry_cap_ms = 5000;
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  r = fx_event(&f, fx_find(&f, "retry", NULL, 0));
+  ASSERT_EQ(json_integer_value(json_object_get(r, "delay_ms")), 30);
+  ASSERT_STR_EQ(jstr(r, "kind"), "rate_limit");
+  ASSERT_EQ(json_integer_value(json_object_get(r, "status")), 429);
+  fx_finish(&f);
+  return 0;
+}
