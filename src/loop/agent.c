@@ -1292,7 +1292,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (a->closing) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE) {
+  if (a->state != AG_IDLE || a->ending) {
     return AL_EBUSY;
   }
   if (text == NULL || text[0] == '\0') {
@@ -1373,6 +1373,7 @@ int al_agent_cancel(al_agent_t *a) {
   }
   al__history_cancel_open(&a->history, NULL);
   run_end_common(a); /* closes the request and every executor */
+  a->ending = true;  /* a new run waits until interrupted is out */
   if (json_array_size(open) > 0) {
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_TOOL_EXECUTION_ABORTED;
@@ -1399,6 +1400,7 @@ int al_agent_cancel(al_agent_t *a) {
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_INTERRUPTED;
   ev.u.interrupted.reason = ag_slice("user");
+  a->ending = false;
   al__agent_post(a, &ev);
   return 0;
 }

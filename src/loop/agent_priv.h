@@ -128,6 +128,7 @@ struct al_agent_s {
   uint64_t run_t0;
   uint64_t api_t0;
   char *done_text; /* the done tool's message */
+  bool ending;     /* cancel is posting the run's last events */
 
   /* The current attempt. */
   al_http_request_t *req;
