@@ -27,6 +27,7 @@ struct al_tool_ctx_s {
   bool cancelled;
   bool completed;  /* al_tool_ctx_complete was called */
   bool exec_done;  /* the executor call was completed (released) */
+  bool entered;    /* def.run was called */
 };
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
@@ -511,6 +512,7 @@ static int inproc_start(al_tool_call_t *call) {
     al_tool_ctx_complete(ctx, true, cancelled_text, strlen(cancelled_text));
     return 0;
   }
+  ctx->entered = true;
   t->def.run(ctx, t->def.data);
   return 0;
 }
@@ -525,7 +527,10 @@ static void inproc_cancel(al_tool_call_t *call) {
   t = ctx->tool;
   ctx->cancelled = true;
   uv_timer_stop(&ctx->timer);
-  if (t->def.cancel != NULL) {
+  /* Cancelled from a subscriber of tool_use_started, before run: the tool
+   * never saw the call, so its cancel must not either (it would find no
+   * state of its own); inproc_start completes the call. */
+  if (t->def.cancel != NULL && ctx->entered) {
     t->def.cancel(ctx, t->def.data);
   }
 }
