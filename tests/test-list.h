@@ -12,3 +12,4 @@
 #include "list/executor.h"
 #include "list/tools.h"
 #include "list/bash.h"
+#include "list/agent.h"
