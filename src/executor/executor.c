@@ -456,12 +456,28 @@ static bool start_call(al_executor_t *ex, al_tool_call_t *call) {
   return false;
 }
 
+/* Removes `why` from the pending abort notices; false if it was not
+ * pending (already delivered). */
+static bool take_abort(al_executor_t *ex, al_executor_abort_t why) {
+  size_t i, j;
+
+  for (i = 0; i < ex->n_abort_pending; i++) {
+    if (ex->abort_pending[i] == why) {
+      for (j = i + 1; j < ex->n_abort_pending; j++) {
+        ex->abort_pending[j - 1] = ex->abort_pending[j];
+      }
+      ex->n_abort_pending--;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* One pass; returns false if the executor closed during a dispatch. */
 static bool pump_pass(al_executor_t *ex) {
   al_list_t *pos;
   al_tool_call_t *call;
   al_executor_abort_t why;
-  size_t i;
 
   /* 1. on_queued, arrival order. pos cannot be freed by the callback: an
    * unyielded call makes reset refuse. */
@@ -479,29 +495,37 @@ static bool pump_pass(al_executor_t *ex) {
     }
   }
 
-  /* 2. on_aborted, before the synthetic completions it explains. */
-  while (ex->n_abort_pending > 0) {
-    why = ex->abort_pending[0];
-    ex->n_abort_pending--;
-    for (i = 0; i < ex->n_abort_pending; i++) {
-      ex->abort_pending[i] = ex->abort_pending[i + 1];
+  /* 2. Completions, in the order the results arrived; before the gate, so
+   * that a call's on_completed precedes the on_started it makes room for.
+   * An abort's on_aborted comes right before the first synthetic result it
+   * explains, so a failing unsafe call's own result precedes the
+   * sibling_error notice it caused. */
+  while (!al_list_empty(&ex->done)) {
+    call = AL_CONTAINER_OF(ex->done.next, al_tool_call_t, done_node);
+    if (call->abort_reason != AL_EXECUTOR_ABORT_NONE &&
+        take_abort(ex, call->abort_reason) && ex->opts.on_aborted != NULL) {
+      ex->opts.on_aborted(ex, call->abort_reason);
+      if (ex->closing) {
+        return false;
+      }
+      continue; /* the list may have changed */
     }
-    if (ex->opts.on_aborted != NULL) {
-      ex->opts.on_aborted(ex, why);
+    al_list_remove(&call->done_node);
+    set_state(call, AL_TOOL_CALL_YIELDED);
+    if (ex->opts.on_completed != NULL) {
+      ex->opts.on_completed(ex, call);
       if (ex->closing) {
         return false;
       }
     }
   }
 
-  /* 3. Completions, in the order the results arrived; before the gate, so
-   * that a call's on_completed precedes the on_started it makes room for. */
-  while (!al_list_empty(&ex->done)) {
-    call = AL_CONTAINER_OF(ex->done.next, al_tool_call_t, done_node);
-    al_list_remove(&call->done_node);
-    set_state(call, AL_TOOL_CALL_YIELDED);
-    if (ex->opts.on_completed != NULL) {
-      ex->opts.on_completed(ex, call);
+  /* 3. Aborts that explain no result (nothing was unfinished). */
+  while (ex->n_abort_pending > 0) {
+    why = ex->abort_pending[0];
+    take_abort(ex, why);
+    if (ex->opts.on_aborted != NULL) {
+      ex->opts.on_aborted(ex, why);
       if (ex->closing) {
         return false;
       }

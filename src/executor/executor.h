@@ -146,8 +146,10 @@ typedef struct al_executor_options_s {
   al_executor_call_cb on_queued;    /* arrival order, before on_started */
   al_executor_call_cb on_started;   /* right after impl->start returned 0 */
   al_executor_call_cb on_completed; /* completion order, exactly once */
-  /* Once per abort_all() (or sibling failure), before the synthetic
-   * on_completed calls it causes; a reason already pending is coalesced. */
+  /* Once per abort_all() (or sibling failure), right before the first
+   * synthetic on_completed it causes (after results that came before it,
+   * such as the failing call's own); a reason already pending is
+   * coalesced. */
   al_executor_abort_cb on_aborted;
   /* Every call added so far has had its on_completed; fires again after
    * further adds complete. */
@@ -198,7 +200,8 @@ int al__executor_add(al_executor_t *ex, const char *id, const char *name,
 /* Aborts the message: queued calls never run, executing calls get their
  * tool's cancel hook; all of them complete with the reason's synthetic
  * result (is_error). The reason is sticky for calls added later, until
- * al__executor_reset(). Callbacks come later (on_aborted first).
+ * al__executor_reset(). Callbacks come later (on_aborted before the
+ * synthetic results).
  * Errors: AL_EINVAL (reason NONE), AL_ECLOSING. */
 int al__executor_abort_all(al_executor_t *ex, al_executor_abort_t reason);
 

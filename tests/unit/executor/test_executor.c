@@ -633,8 +633,10 @@ TEST_IMPL(executor_sibling_error) {
   ASSERT_EQ(al__executor_add(&ctx.ex, "z", "read", NULL), 0);
   ctx.in_api = false;
   step(&ctx);
+  /* The failing call's own result, then the notice, then the synthetic
+   * results it explains. */
   ASSERT_STR_EQ(ctx.trace, "Q:a Q:w Q:r Q:v S:a C:a S:w Q:z "
-                           "A:sibling_error C:w C:r C:v C:z I");
+                           "C:w A:sibling_error C:r C:v C:z I");
   ASSERT_STR_EQ(find(&ctx, "w")->content, "boom");
   ASSERT(find(&ctx, "w")->is_error);
   ASSERT_EQ(find(&ctx, "w")->abort_reason, AL_EXECUTOR_ABORT_NONE);
@@ -661,7 +663,7 @@ TEST_IMPL(executor_start_failure) {
   add(&ctx, "r", "read", NULL);
   ASSERT_STR_EQ(ctx.trace, "");
   step(&ctx);
-  ASSERT_STR_EQ(ctx.trace, "Q:w Q:r A:sibling_error C:w C:r I");
+  ASSERT_STR_EQ(ctx.trace, "Q:w Q:r C:w A:sibling_error C:r I");
   w = find(&ctx, "w");
   ASSERT(w->is_error);
   ASSERT(strstr(w->content, "failed to start") != NULL);

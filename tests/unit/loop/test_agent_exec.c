@@ -606,6 +606,8 @@ TEST_IMPL(agent_exec_sibling_error) {
   ab = fx_find(&f, "tool_execution_aborted", NULL, 0);
   ASSERT_STR_EQ(jstr(fx_event(&f, ab), "reason"), "sibling_error");
   ASSERT(started(&f, "u1") < ab);
+  /* The failure comes first, then the notice it caused. */
+  ASSERT(completed(&f, "u1") < ab);
   for (i = 0; i < 3; i++) {
     const json_t *c = fx_event(&f, completed(&f, ids[i]));
     const json_t *r;
