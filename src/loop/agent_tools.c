@@ -172,9 +172,10 @@ static const char *category_name(al_tool_category_t c) {
   return "admin";
 }
 
-static al_permission_t decide(al_agent_t *a, ag_tool_t *t, const char *input,
-                              const char **why) {
+static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
+                              const al_tool_call_t *call, const char **why) {
   al_permission_t p;
+  char *input;
 
   if (listed(a->deny_tools, t->name)) {
     *why = "it is on the deny list";
@@ -184,7 +185,11 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t, const char *input,
     return AL_PERMISSION_ALLOW;
   }
   if (a->permission != NULL) {
-    p = a->permission(a, t->name, input, t->category, a->permission_data);
+    /* Only the hook needs the input as text. */
+    input = dump_input(call->input);
+    p = a->permission(a, t->name, input != NULL ? input : "{}", t->category,
+                      a->permission_data);
+    free(input);
     if (p == AL_PERMISSION_ASK && a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
       *why = "it needs an approval and this run cannot ask";
       return AL_PERMISSION_DENY;
@@ -304,24 +309,21 @@ static int gate_start(al_tool_call_t *call) {
     return 0;
   }
   al_buf_free(&why);
-  input = dump_input(call->input);
-  p = decide(a, t, input != NULL ? input : "{}", &reason);
+  p = decide(a, t, call, &reason);
   if (p == AL_PERMISSION_DENY) {
-    free(input);
     complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
                  reason);
     return 0;
   }
   if (p == AL_PERMISSION_ALLOW) {
-    free(input);
     return start_inner(call, t, true);
   }
   rec = al_calloc(1, sizeof(*rec));
   if (rec == NULL) {
-    free(input);
     complete_text(call, true, "Error: out of memory");
     return 0;
   }
+  input = dump_input(call->input);
   snprintf(rec->id, sizeof(rec->id), "apr_%llu",
            (unsigned long long)++a->next_approval);
   rec->call = call;
