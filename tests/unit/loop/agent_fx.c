@@ -119,8 +119,22 @@ void fx_write(fx_t *f, const char *rel, const char *content) {
   fclose(fp);
 }
 
-static const char *jstr(const json_t *o, const char *k) {
+const char *fx_jstr(const json_t *o, const char *k) {
   return json_string_value(json_object_get(o, k));
+}
+
+#define jstr fx_jstr
+
+void fx_assert_valid(const fx_t *f) {
+  size_t i;
+
+  for (i = 0; i < fx_requests(f); i++) {
+    const al_mockllm_record_t *r = fx_request(f, i);
+
+    if (!r->valid) {
+      AL_TEST_FAIL("request %zu invalid: %s", i, r->error ? r->error : "?");
+    }
+  }
 }
 
 size_t fx_count(const fx_t *f, const char *type) {

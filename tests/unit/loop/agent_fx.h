@@ -59,6 +59,11 @@ const char *fx_last_type(const fx_t *f);
 /* Concatenated text_delta texts after the last tombstone. */
 char *fx_text_after_tombstone(const fx_t *f);
 
+/* A string member of an event or block (NULL when absent). */
+const char *fx_jstr(const json_t *o, const char *k);
+/* Every request the server received passed its validator. */
+void fx_assert_valid(const fx_t *f);
+
 /* Requests the server received. */
 size_t fx_requests(const fx_t *f);
 const al_mockllm_record_t *fx_request(const fx_t *f, size_t i);

@@ -6,22 +6,7 @@
 #include "agent_fx.h"
 #include "test.h"
 
-static const char *jstr(const json_t *o, const char *k) {
-  return json_string_value(json_object_get(o, k));
-}
-
-/* Every request the server saw passed its validator. */
-static void assert_all_valid(const fx_t *f) {
-  size_t i;
-
-  for (i = 0; i < fx_requests(f); i++) {
-    const al_mockllm_record_t *r = fx_request(f, i);
-
-    if (!r->valid) {
-      AL_TEST_FAIL("request %zu invalid: %s", i, r->error ? r->error : "?");
-    }
-  }
-}
+#define jstr fx_jstr
 
 /* S5.1: no tools -> the text is the final answer after one request. */
 TEST_IMPL(agent_s5_1_text_only) {
@@ -43,7 +28,7 @@ TEST_IMPL(agent_s5_1_text_only) {
   ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
                 "Hello there.");
   ASSERT_EQ(fx_requests(&f), 1);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   /* seq is 1, 2, 3, ... and every event names the session and run. */
   for (i = 0; i < json_array_size(f.events); i++) {
     const json_t *e = json_array_get(f.events, i);
@@ -73,7 +58,7 @@ TEST_IMPL(agent_s5_2_tool_roundtrip) {
   fx_run(&f, "what is in a.txt?");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   res = fx_tool_result(&f, 1, "t1");
   ASSERT_NOT_NULL(res);
   ASSERT(!json_is_true(json_object_get(res, "is_error")));
@@ -112,7 +97,7 @@ TEST_IMPL(agent_s5_3_multiple_tools) {
   fx_run(&f, "read both");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   last = fx_last_message(&f, 1);
   ASSERT_STR_EQ(jstr(last, "role"), "user");
   content = json_object_get(last, "content");
@@ -142,7 +127,7 @@ TEST_IMPL(agent_s5_4_tool_error_is_content) {
   fx_start(&f);
   fx_run(&f, "read missing.txt");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   res = fx_tool_result(&f, 1, "e1");
   ASSERT_NOT_NULL(res);
   ASSERT(json_is_true(json_object_get(res, "is_error")));
@@ -167,7 +152,7 @@ TEST_IMPL(agent_s5_6_multi_turn_loop) {
   ASSERT_EQ(fx_requests(&f), 3);
   ASSERT_EQ(fx_count(&f, "turn_started"), 3);
   ASSERT_EQ(fx_count(&f, "turn_completed"), 3);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   ASSERT_NOT_NULL(fx_tool_result(&f, 2, "m1"));
   ASSERT_NOT_NULL(fx_tool_result(&f, 2, "m2"));
   ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
@@ -196,7 +181,7 @@ TEST_IMPL(agent_s5_7_max_turns_summary) {
   ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
                 "Summary: listed twice.");
   ASSERT_EQ(fx_requests(&f), 3);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   body = fx_request(&f, 2)->body;
   ASSERT_STR_EQ(jstr(json_object_get(body, "tool_choice"), "type"), "none");
   al_agent_stats(f.agent, &st);
@@ -205,7 +190,7 @@ TEST_IMPL(agent_s5_7_max_turns_summary) {
    * carry it. */
   fx_run(&f, "and now?");
   ASSERT_EQ(fx_requests(&f), 4);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   {
     char *msgs = json_dumps(json_object_get(fx_request(&f, 3)->body, "messages"), 0);
 
@@ -561,7 +546,7 @@ TEST_IMPL(agent_retry_aborts_tools_of_discarded_reply) {
   ASSERT(fx_find(&f, "tombstone", NULL, 0) >= 0);
   ASSERT_EQ(fx_count(&f, "tool_use_started"), 2);
   ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, 2, "s1"), "content"), "again"));
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   fx_finish(&f);
   return 0;
 }
@@ -661,7 +646,7 @@ TEST_IMPL(agent_max_tokens_continuation) {
   ASSERT_STR_EQ(jstr(r, "kind"), "max_tokens");
   ASSERT_EQ(json_integer_value(json_object_get(fx_request(&f, 0)->body, "max_tokens")), 1000);
   ASSERT_EQ(json_integer_value(json_object_get(fx_request(&f, 1)->body, "max_tokens")), 2000);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   fx_finish(&f);
   return 0;
 }
@@ -678,7 +663,7 @@ TEST_IMPL(agent_openai_tool_roundtrip) {
   fx_run(&f, "read both");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   ASSERT_STR_EQ(jstr(fx_last_message(&f, 1), "role"), "tool");
   ASSERT_STR_EQ(jstr(fx_last_message(&f, 1), "tool_call_id"), "r3");
   fx_finish(&f);
@@ -706,7 +691,7 @@ TEST_IMPL(agent_demo_scenario) {
   fx_run(&f, "Look at this project and tell me what is left to do.");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_count(&f, "turn_started"), 3);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   ls = fx_find(&f, "tool_use_started", "toolu_demo_ls", 0);
   notes = fx_find(&f, "tool_use_started", "toolu_demo_notes", 0);
   last1 = fx_find(&f, "content_block_completed", NULL, 4); /* turn 1 block 4 */
@@ -745,7 +730,7 @@ TEST_IMPL(agent_two_agents_one_loop) {
   }
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   ASSERT_EQ(al_agent_history_json(f.agent, &h1), 0);
   ASSERT_EQ(al_agent_history_json(b, &h2), 0);
   ASSERT_NOT_NULL(strstr(h1, "first agent"));

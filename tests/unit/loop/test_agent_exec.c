@@ -18,24 +18,10 @@
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static const char *jstr(const json_t *o, const char *k) {
-  return json_string_value(json_object_get(o, k));
-}
+#define jstr fx_jstr
 
 static bool jtrue(const json_t *o, const char *k) {
   return json_is_true(json_object_get(o, k));
-}
-
-static void assert_all_valid(const fx_t *f) {
-  size_t i;
-
-  for (i = 0; i < fx_requests(f); i++) {
-    const al_mockllm_record_t *r = fx_request(f, i);
-
-    if (!r->valid) {
-      AL_TEST_FAIL("request %zu invalid: %s", i, r->error ? r->error : "?");
-    }
-  }
 }
 
 static long started(const fx_t *f, const char *id) {
@@ -353,7 +339,7 @@ TEST_IMPL(agent_exec_tool_starts_while_streaming) {
   ASSERT(s < first_delta);
   ASSERT_EQ(tt.runs, 1);
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "s1"), "content"), "out-s1");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -387,7 +373,7 @@ TEST_IMPL(agent_exec_parallel_safe_overlap) {
   ASSERT(s1 < c1 && s1 < c2 && s2 < c1 && s2 < c2);
   ASSERT_EQ(max_overlap(&f), 2);
   ASSERT_EQ(tt.runs, 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -433,7 +419,7 @@ TEST_IMPL(agent_exec_unsafe_exclusive) {
   ASSERT_EQ(tt.runs, 4);
   /* B and C are safe: they run together after U. */
   ASSERT(sc < cb);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -476,7 +462,7 @@ TEST_IMPL(agent_exec_max_concurrency_option) {
   /* q3 waited for a free slot. */
   first_done = fx_find(&f, "tool_use_completed", NULL, 0);
   ASSERT(started(&f, "q2") < first_done && first_done < started(&f, "q3"));
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -501,7 +487,7 @@ TEST_IMPL(agent_exec_max_concurrency_env) {
   assert_arrival_starts(&f);
   ASSERT(completed(&f, "q1") < started(&f, "q2"));
   ASSERT(completed(&f, "q3") < started(&f, "q4"));
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   fx_finish(&f);
 
   /* Not a number: the default (10), so all four run together. */
@@ -558,7 +544,7 @@ TEST_IMPL(agent_exec_completion_order_vs_result_order) {
   ASSERT(started(&f, "o1") < started(&f, "o2"));
   /* The next request: tool_use order. */
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   content = json_object_get(fx_last_message(&f, 1), "content");
   ASSERT_EQ(json_array_size(content), 2);
   ASSERT_STR_EQ(jstr(json_array_get(content, 0), "tool_use_id"), "o1");
@@ -625,7 +611,7 @@ TEST_IMPL(agent_exec_sibling_error) {
   }
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "u1"), "content"), "U failed");
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -651,7 +637,7 @@ TEST_IMPL(agent_exec_safe_error_aborts_nothing) {
   ASSERT_EQ(tt.runs, 2);
   ASSERT_EQ(fx_count(&f, "tool_execution_aborted"), 0);
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "e2"), "content"), "out-e2");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -704,7 +690,7 @@ TEST_IMPL(agent_exec_unknown_tool_and_bad_args) {
   fx_run(&f, "go");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "k1"), "content"),
                 "Error: Unknown tool 'no_such_tool'");
   assert_error_result(&f, 1, "k1", "Unknown tool 'no_such_tool'");
@@ -739,7 +725,7 @@ TEST_IMPL(agent_exec_bad_json_input) {
   fx_run(&f, "go");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_requests(&f), 2);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   assert_error_result(&f, 1, "j1", "not valid JSON");
   ASSERT_EQ(tt.runs, 0);
   maybe_dump(&f);
@@ -792,7 +778,7 @@ TEST_IMPL(agent_exec_inproc_progress_and_input) {
   ASSERT_STR_EQ(completed_content(&f, "g1"), "result text");
   ASSERT(!jtrue(fx_event(&f, c), "is_error"));
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "g1"), "content"), "result text");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -839,7 +825,7 @@ TEST_IMPL(agent_exec_inproc_timeout) {
   /* The agent is fine afterwards. */
   fx_run(&f, "again");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   /* The history keeps the timeout result. */
   ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, 2, "t1"), "content"), "timed out"));
   maybe_dump(&f);
@@ -862,7 +848,7 @@ TEST_IMPL(agent_exec_inproc_binary_output) {
   tt_add(&f, "prog", true, AL_TOOL_READ, &tt);
   fx_run(&f, "go");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   ASSERT_STR_EQ(jstr(fx_event(&f, fx_find(&f, "tool_progress", "x1", 0)), "content"),
                 "p\xef\xbf\xbd");
   res = jstr(fx_tool_result(&f, 1, "x1"), "content");
@@ -903,7 +889,7 @@ TEST_IMPL(agent_exec_inproc_timeout_no_cancel_cb) {
   ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, 1, "t3"), "content"), "timed out"));
   ASSERT_EQ(fx_count(&f, "tool_use_completed"), 1);
   ASSERT(!results_mention(&f, "LATE RESULT"));
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -934,7 +920,7 @@ TEST_IMPL(agent_exec_inproc_timeout_cancel_completes) {
   ASSERT_EQ(tt.late_progress_rc, AL_ECANCELED);
   ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, 1, "t2"), "content"), "timed out"));
   ASSERT(!results_mention(&f, "LATE RESULT"));
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -1001,7 +987,7 @@ static void perm_case(const perm_case_t *pc, int line) {
   fx_run(&f, "go");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_count(&f, "approval_required"), 0);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   r = fx_tool_result(&f, 1, "pc1");
   ASSERT_NOT_NULL(r);
   if (pc->expect_run) {
@@ -1175,7 +1161,7 @@ TEST_IMPL(agent_exec_approval_allow_deny) {
   ap.decisions[1] = AL_APPROVE_DENY;
   fx_run(&f, "deploy twice");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   /* ALLOW is for this call only: the next one asks again. */
   ASSERT_EQ(fx_count(&f, "approval_required"), 2);
   ASSERT_EQ(ap.asked, 2);
@@ -1285,7 +1271,7 @@ TEST_IMPL(agent_exec_approval_always) {
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_count(&f, "approval_required"), 1);
   ASSERT_EQ(tt.runs, 3);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   uv_close((uv_handle_t *)&ap.timer, NULL);
   maybe_dump(&f);
   fx_finish(&f);
@@ -1304,7 +1290,7 @@ TEST_IMPL(agent_exec_builtin_bash_echo) {
   fx_start(&f);
   fx_run(&f, "say hi");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   r = fx_tool_result(&f, 1, "b1");
   ASSERT_NOT_NULL(r);
   ASSERT(!jtrue(r, "is_error"));
@@ -1325,7 +1311,7 @@ TEST_IMPL(agent_exec_builtin_read_outside_workspace) {
   fx_start(&f);
   fx_run(&f, "read the password file");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   r = fx_tool_result(&f, 1, "r1");
   ASSERT_NOT_NULL(r);
   ASSERT(jtrue(r, "is_error"));
@@ -1350,7 +1336,7 @@ TEST_IMPL(agent_exec_builtin_write_then_read) {
   fx_run(&f, "write and read");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(fx_requests(&f), 3);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   r = fx_tool_result(&f, 1, "w1");
   ASSERT_NOT_NULL(r);
   ASSERT(!jtrue(r, "is_error"));
@@ -1591,7 +1577,7 @@ TEST_IMPL(agent_exec_inproc_sync_complete) {
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "y3"), "content"), "sync failure");
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "y4"), "content"), sibling_text);
   ASSERT_EQ(started(&f, "y4"), -1);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -1635,7 +1621,7 @@ TEST_IMPL(agent_exec_cancel_inside_inproc_started) {
   ASSERT_EQ(tt.cancels, 0);
   fx_run(&f, "again");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -1663,7 +1649,7 @@ TEST_IMPL(agent_exec_unknown_tool_does_not_wait) {
                 "Error: Unknown tool 'ghost'");
   ASSERT_EQ(fx_count(&f, "tool_execution_aborted"), 0); /* no sibling abort */
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "n1"), "content"), "out-n1");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -1698,7 +1684,7 @@ TEST_IMPL(agent_exec_approval_hook_ask_write) {
                 "write");
   ASSERT_EQ(tt.runs, 1);
   ASSERT_STR_EQ(jstr(fx_tool_result(&f, 1, "h1"), "content"), "out-h1");
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   uv_close((uv_handle_t *)&ap.timer, NULL);
   maybe_dump(&f);
   fx_finish(&f);
@@ -1782,7 +1768,7 @@ TEST_IMPL(agent_exec_done_tool_edges) {
   ASSERT(jtrue(fx_tool_result(&f, 1, "dz1"), "is_error"));
   ASSERT(completed(&f, "dz2") < fx_find(&f, "final", NULL, 0));
   ASSERT_EQ(tt.runs, 1);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   maybe_dump(&f);
   fx_finish(&f);
   return 0;
@@ -1903,7 +1889,7 @@ TEST_IMPL(agent_exec_matrix_reference) {
     }
   }
   ASSERT_EQ(tt.progress_refused, 0);
-  assert_all_valid(&f);
+  fx_assert_valid(&f);
   uv_close((uv_handle_t *)&m.ap.timer, NULL);
   maybe_dump(&f);
   fx_finish(&f);
@@ -1988,7 +1974,7 @@ TEST_IMPL(agent_exec_matrix_cancel_in_every_event) {
     /* The next run, on the same history. */
     fx_run(&f, "continue");
     ASSERT_STR_EQ(fx_last_type(&f), "final");
-    assert_all_valid(&f);
+    fx_assert_valid(&f);
     for (k = (size_t)end1 + 1; k < json_array_size(f.events); k++) {
       ASSERT_EQ(json_integer_value(json_object_get(json_array_get(f.events, k), "run")), 2);
     }
