@@ -42,7 +42,12 @@
 #include "agentloop/version.h"
 #include "transport/transport_int.h"
 
-#define RBUF_SIZE 65536
+/* Read buffers start small: a paced stream's reads are a few hundred
+ * bytes, and thousands of idle or slow streams should not pin 64 KB each.
+ * A read that fills the buffer grows it to the maximum for bulk transfers.
+ * TLS plaintext goes through pbuf, allocated for TLS connections only. */
+#define RBUF_MIN 1024
+#define RBUF_MAX 65536
 #define PBUF_SIZE 16384
 #define DEFAULT_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 
@@ -124,8 +129,10 @@ struct conn_s {
   al__transport_tls_t *tls;
   al_buf_t tunnel_resp;
   int last_err;
-  char rbuf[RBUF_SIZE];
-  char pbuf[PBUF_SIZE];
+  char *rbuf;      /* al_malloc'd, rbuf_len bytes; NULL until the first read */
+  size_t rbuf_len;
+  bool rbuf_full;  /* the last read filled it: grow before the next */
+  char *pbuf;      /* TLS plaintext, PBUF_SIZE bytes */
 };
 
 typedef struct {
@@ -596,6 +603,8 @@ static void conn_maybe_free(conn_t *conn) {
   al_free(conn->dial_host);
   al_free(conn->host);
   al_free(conn->proxy_auth);
+  al_free(conn->rbuf);
+  al_free(conn->pbuf);
   al_free(conn);
   c->n_conns--;
   client_maybe_finish_close(c);
@@ -1129,9 +1138,24 @@ static void conn_plain(conn_t *conn, const char *p, size_t n) {
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   conn_t *conn = h->data;
+  size_t want = conn->rbuf == NULL ? RBUF_MIN
+                : conn->rbuf_full  ? RBUF_MAX
+                                   : conn->rbuf_len;
+  char *nb;
 
+  (void)hint;
+  if (want != conn->rbuf_len) {
+    /* Not in use between reads: safe to replace. On failure keep the old
+     * buffer (or report ENOBUFS with an empty one). */
+    nb = al_realloc(conn->rbuf, want);
+    if (nb != NULL) {
+      conn->rbuf = nb;
+      conn->rbuf_len = want;
+    }
+  }
+  conn->rbuf_full = false;
   buf->base = conn->rbuf;
-  buf->len = sizeof(conn->rbuf);
+  buf->len = conn->rbuf != NULL ? conn->rbuf_len : 0;
 }
 
 static void conn_on_read_error(conn_t *conn, int status) {
@@ -1164,6 +1188,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0) {
     return;
   }
+  conn->rbuf_full = (size_t)nread == conn->rbuf_len;
   /* Any received byte counts for the bytes-idle timer (pings too). */
   if (conn->req != NULL) {
     conn->req->last_rx = uv_now(conn->client->loop);
@@ -1182,9 +1207,12 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       return;
     }
   }
+  if (conn->pbuf == NULL && (conn->pbuf = al_malloc(PBUF_SIZE)) == NULL) {
+    conn_fail(conn, AL_ENOMEM, AL_HTTP_ERR_TLS, "out of memory");
+    return;
+  }
   for (;;) {
-    ssize_t n = al__transport_tls_read(conn->tls, conn->pbuf,
-                                       sizeof(conn->pbuf));
+    ssize_t n = al__transport_tls_read(conn->tls, conn->pbuf, PBUF_SIZE);
 
     if (n == 0) {
       break;
@@ -1556,7 +1584,14 @@ static void req_after_parse(al_http_request_t *r, llhttp_errno_t err,
 static void req_on_bytes(al_http_request_t *r, const char *p, size_t n) {
   llhttp_errno_t err;
 
-  r->got_bytes = true;
+  if (!r->got_bytes) {
+    /* The serialized request is kept only for the dead-connection retry,
+     * which is impossible from the first response byte on. */
+    r->got_bytes = true;
+    al_free(r->wire);
+    r->wire = NULL;
+    r->wire_len = 0;
+  }
   err = llhttp_execute(&r->parser, p, n);
   if (r->done) {
     return;
