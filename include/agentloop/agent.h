@@ -25,6 +25,7 @@
 
 #include <uv.h>
 
+#include "agentloop/client.h"
 #include "agentloop/events.h"
 
 #ifdef __cplusplus
@@ -145,6 +146,10 @@ typedef struct al_agent_options_s {
   int64_t idle_timeout_ms;
   int64_t progress_timeout_ms;
   const char *ca_file;        /* NULL: system bundle / $SSL_CERT_FILE */
+  /* A shared client (agentloop/client.h), borrowed: it must outlive the
+   * agent. NULL: the agent makes its own from ca_file and
+   * connect_timeout_ms (ignored when a client is given). */
+  al_client_t *client;
   /* Tools. workspace is the cwd of every tool (NULL: the process cwd).
    * builtin_tools adds bash, read_file, write_file, list_directory, done. */
   const char *workspace;

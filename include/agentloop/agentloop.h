@@ -10,6 +10,7 @@
 
 #include "agentloop/agent.h"
 #include "agentloop/alloc.h"
+#include "agentloop/client.h"
 #include "agentloop/errno.h"
 #include "agentloop/events.h"
 #include "agentloop/version.h"

@@ -644,6 +644,9 @@ static int attempt_start(al_agent_t *a) {
     ro.n_headers = preq.nheaders;
     ro.body = preq.body;
     ro.body_len = preq.body_len;
+    /* Per request: a shared client's defaults are not this agent's. */
+    ro.idle_timeout_ms = a->idle_timeout_ms;
+    ro.progress_timeout_ms = a->progress_timeout_ms;
     ro.on_data = on_data;
     ro.on_complete = on_complete;
     ro.data = a;
@@ -1242,8 +1245,12 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->idle_timeout_ms = co.idle_timeout_ms;
   a->progress_timeout_ms = co.progress_timeout_ms;
-  if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {
+  if (o->client != NULL) {
+    a->client = o->client;
+  } else if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {
     goto fail;
+  } else {
+    a->own_client = true;
   }
   uv_timer_init(loop, &a->backoff);
   uv_idle_init(loop, &a->finish);
@@ -1486,7 +1493,11 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   a->close_cb = cb;
   exec_close_all(a);
   uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
-  al_http_client_set_data(a->client, a);
-  al_http_client_close(a->client, on_client_close);
+  if (a->own_client) {
+    al_http_client_set_data(a->client, a);
+    al_http_client_close(a->client, on_client_close);
+  } else {
+    a->pending--; /* a shared client stays open */
+  }
   a->client = NULL;
 }

@@ -106,6 +106,7 @@ struct al_agent_s {
   int64_t progress_timeout_ms;
 
   al_http_client_t *client;
+  bool own_client; /* made here (else borrowed from the options) */
   al__events_bus_t *bus;
   al__events_session_t session;
   al_history_t history;

@@ -5,6 +5,7 @@
 
 #include "agent_fx.h"
 #include "test.h"
+#include "transport/transport.h"
 
 #define jstr fx_jstr
 
@@ -785,5 +786,53 @@ TEST_IMPL(agent_retry_after_honoured) {
   ASSERT_STR_EQ(jstr(r, "kind"), "rate_limit");
   ASSERT_EQ(json_integer_value(json_object_get(r, "status")), 429);
   fx_finish(&f);
+  return 0;
+}
+
+static void on_shared_client_closed(al_client_t *c) {
+  *(int *)al_http_client_get_data(c) += 1;
+}
+
+/* Agents sharing one al_client_t: both run over it (the second reuses the
+ * first's keep-alive connection), closing them leaves it open, and it
+ * closes on its own afterwards. */
+TEST_IMPL(agent_shared_client) {
+  fx_t f;
+  al_client_t *client;
+  al_client_options_t co;
+  al_agent_t *b;
+  al_agent_options_t o;
+  al_http_client_stats_t st;
+  int closed = 0;
+
+  fx_init(&f, "on_exhausted: cycle\n"
+              "responses:\n"
+              "  - reply: {content: [{text: 'shared'}]}\n");
+  al_client_options_init(&co);
+  ASSERT_EQ(al_client_new(&f.loop, &co, &client), 0);
+  f.opts.client = client;
+  f.opts.idle_timeout_ms = 5000;
+  fx_start(&f);
+  o = f.opts;
+  o.session_id = "s_b";
+  ASSERT_EQ(al_agent_new(&f.loop, &o, &b), 0);
+  fx_run(&f, "first");
+  ASSERT_EQ(al_agent_run(b, "second"), 0);
+  while (al_agent_running(b)) {
+    uv_run(&f.loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(fx_requests(&f), 2);
+  fx_assert_valid(&f);
+  al_http_client_stats(client, &st);
+  ASSERT_EQ(st.connects, 1);
+  ASSERT_EQ(st.reuses, 1);
+  al_agent_close(b, NULL);
+  al_agent_close(f.agent, NULL);
+  f.agent = NULL;
+  uv_run(&f.loop, UV_RUN_NOWAIT);
+  al_http_client_set_data(client, &closed);
+  al_client_close(client, on_shared_client_closed);
+  fx_finish(&f);
+  ASSERT_EQ(closed, 1);
   return 0;
 }
