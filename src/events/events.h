@@ -98,6 +98,11 @@ int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
  * NULL when out of memory. Strings are sanitized to valid UTF-8 (U+FFFD
  * for bad bytes); JSON-text fields that do not parse become strings. */
 json_t *al__events_to_json(const al_event_t *ev);
+/* A content block as compact JSON text, exactly as json_dumps(JSON_COMPACT)
+ * writes it, with a fast path for blocks whose members are all strings
+ * (text, thinking). al_free'd by the caller; NULL when out of memory. */
+char *al__events_dump_block(const json_t *block, size_t *len);
+
 /* Appends the event as one compact NDJSON line (with its '\n') to out.
  * AL_ETOOBIG if it does not fit (out is unchanged), AL_ENOMEM. */
 int al__events_encode_line(const al_event_t *ev, al_buf_t *out);

@@ -154,7 +154,7 @@ static void exec_on_queued(al_executor_t *ex, al_tool_call_t *call) {
   ev.u.tool.name = ag_slice(call->name);
   ev.u.tool.input = ag_slice(input);
   al__agent_post(box->agent, &ev);
-  free(input);
+  al_free(input);
 }
 
 static void exec_on_completed(al_executor_t *ex, al_tool_call_t *call) {
@@ -340,7 +340,8 @@ static void stream_error(al_agent_t *a, const al_pevent_t *ev) {
 static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   ag_block_t *b = block_at(a, ev->index);
   al_event_t le;
-  char *text = json_dumps(ev->json, JSON_COMPACT | JSON_ENCODE_ANY);
+  size_t text_len = 0;
+  char *text = al__events_dump_block(ev->json, &text_len);
   const json_t *id, *name;
   bool stop;
   uint64_t stamp;
@@ -349,10 +350,11 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   le.type = AL_EVENT_CONTENT_BLOCK_COMPLETED;
   le.u.block.index = ev->index;
   le.u.block.block_type = ag_slice(ev->block_type_name);
-  le.u.block.block = ag_slice(text);
+  le.u.block.block.ptr = text;
+  le.u.block.block.len = text_len;
   a->delivered = true;
   stop = al__agent_post(a, &le);
-  free(text);
+  al_free(text);
   if (stop) {
     return 1;
   }
@@ -717,13 +719,31 @@ static void end_error(al_agent_t *a, int code, const char *message) {
   al__agent_post(a, &ev);
 }
 
-/* The text of the reply's text blocks, joined by newlines. */
-static void join_text(const json_t *msg, al_buf_t *out) {
+/* The text of the reply's text blocks, joined by newlines. One text block
+ * (the usual case) is not copied: *single gets a reference to its string,
+ * which may be megabytes; otherwise the blocks are joined into out. */
+static void join_text(const json_t *msg, al_buf_t *out, json_t **single) {
   const json_t *content = json_object_get(msg, "content");
   const json_t *blk;
-  size_t i;
+  json_t *only = NULL;
+  size_t i, n = 0;
   bool first = true;
 
+  *single = NULL;
+  json_array_foreach(content, i, blk) {
+    const json_t *ty = json_object_get(blk, "type");
+    json_t *tx = json_object_get(blk, "text");
+
+    if (json_is_string(ty) && strcmp(json_string_value(ty), "text") == 0 &&
+        json_is_string(tx)) {
+      only = tx;
+      n++;
+    }
+  }
+  if (n == 1) {
+    *single = json_incref(only);
+    return;
+  }
   json_array_foreach(content, i, blk) {
     const json_t *ty = json_object_get(blk, "type");
     const json_t *tx = json_object_get(blk, "text");
@@ -737,6 +757,17 @@ static void join_text(const json_t *msg, al_buf_t *out) {
       first = false;
     }
   }
+}
+
+/* Posts final with the reply's text and releases it. */
+static void end_final_text(al_agent_t *a, al_buf_t *buf, json_t *single) {
+  if (single != NULL) {
+    end_final(a, json_string_value(single), json_string_length(single));
+  } else {
+    end_final(a, buf->data, buf->len);
+  }
+  json_decref(single);
+  al_buf_free(buf);
 }
 
 static void summary_failed(al_agent_t *a) {
@@ -871,23 +902,25 @@ static void reply_done(al_agent_t *a) {
   bool incomplete = false;
   al_event_t ev;
   al_buf_t text;
+  json_t *single = NULL;
   size_t i;
   int rc;
 
   al_buf_init(&text, SIZE_MAX / 2);
-  join_text(msg, &text);
+  join_text(msg, &text, &single);
   if (a->summary) {
     if (post_usage(a, json_object_get(msg, "usage"))) {
+      json_decref(single);
       al_buf_free(&text);
       return;
     }
-    if (text.len == 0) {
+    if (text.len == 0 && json_string_length(single) == 0) {
+      json_decref(single);
       al_buf_free(&text);
       summary_failed(a);
       return;
     }
-    end_final(a, text.data, text.len);
-    al_buf_free(&text);
+    end_final_text(a, &text, single);
     return;
   }
   for (i = 0; i < a->nblocks; i++) {
@@ -897,6 +930,7 @@ static void reply_done(al_agent_t *a) {
   }
   if (incomplete || (stop == AL_STOP_MAX_TOKENS &&
                      a->nblocks > 0 && a->blocks[a->nblocks - 1].is_tool)) {
+    json_decref(single);
     al_buf_free(&text);
     if (post_usage(a, json_object_get(msg, "usage"))) {
       return;
@@ -934,6 +968,7 @@ static void reply_done(al_agent_t *a) {
   }
   rc = al__history_commit_assistant(&a->history, msg);
   if (rc != 0) {
+    json_decref(single);
     al_buf_free(&text);
     discard_reply(a, "invalid");
     end_error(a, rc, "the model's reply cannot be recorded (invalid tool_use "
@@ -943,6 +978,7 @@ static void reply_done(al_agent_t *a) {
   /* usage comes once the reply is in the history: from here on a cancel
    * answers its tool calls. */
   if (post_usage(a, json_object_get(msg, "usage"))) {
+    json_decref(single);
     al_buf_free(&text);
     return;
   }
@@ -956,13 +992,14 @@ static void reply_done(al_agent_t *a) {
     ev.type = AL_EVENT_TURN_COMPLETED;
     ev.u.turn_completed.stop_reason = ag_slice(al_stop_reason_name(stop));
     if (al__agent_post(a, &ev)) {
+      json_decref(single);
       al_buf_free(&text);
       return;
     }
-    end_final(a, text.data, text.len);
-    al_buf_free(&text);
+    end_final_text(a, &text, single);
     return;
   }
+  json_decref(single);
   al_buf_free(&text);
   set_state(a, AG_TOOLS);
   if (a->cur == NULL || !al__executor_has_pending(&a->cur->ex)) {
@@ -1332,10 +1369,10 @@ int al_agent_run(al_agent_t *a, const char *text) {
   ev.u.run_started.tools = ag_slice(tools);
   ev.u.run_started.sandbox = ag_slice("none");
   if (al__agent_post(a, &ev)) {
-    free(tools);
+    al_free(tools);
     return 0;
   }
-  free(tools);
+  al_free(tools);
   start_turn(a);
   return 0;
 }

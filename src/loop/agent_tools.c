@@ -189,7 +189,7 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
     input = dump_input(call->input);
     p = a->permission(a, t->name, input != NULL ? input : "{}", t->category,
                       a->permission_data);
-    free(input);
+    al_free(input);
     if (p == AL_PERMISSION_ASK && a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
       *why = "it needs an approval and this run cannot ask";
       return AL_PERMISSION_DENY;
@@ -249,7 +249,7 @@ static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
     /* The work has begun (process spawned, file job queued). */
     input = dump_input(call->input);
     post_tool(a, AL_EVENT_TOOL_USE_STARTED, call, input);
-    free(input);
+    al_free(input);
   }
   return 0;
 }
@@ -337,7 +337,7 @@ static int gate_start(al_tool_call_t *call) {
   ev.u.approval.input = ag_slice(input);
   ev.u.approval.category = ag_slice(category_name(t->category));
   al__agent_post(a, &ev);
-  free(input);
+  al_free(input);
   return 0;
 }
 
@@ -421,7 +421,7 @@ static void ctx_on_close(uv_handle_t *h) {
 
   al_free(ctx->id);
   al_free(ctx->name);
-  free(ctx->input);
+  al_free(ctx->input);
   al_free(ctx);
   a->live_ctx--;
   al__agent_maybe_finish(a);
@@ -498,7 +498,7 @@ static int inproc_start(al_tool_call_t *call) {
   if (ctx->id == NULL || ctx->name == NULL || ctx->input == NULL) {
     al_free(ctx->id);
     al_free(ctx->name);
-    free(ctx->input);
+    al_free(ctx->input);
     al_free(ctx);
     return AL_ENOMEM;
   }

@@ -223,8 +223,17 @@ int al__history_commit_assistant(al_history_t *h, const json_t *message) {
       goto fail;
     }
   }
-  if ((copy = json_deep_copy(content)) == NULL) {
+  /* Each block is copied (the history may edit its own blocks later) but
+   * their members are shared, not duplicated: the reply's text can be
+   * megabytes and nobody mutates a string in place. */
+  if ((copy = json_array()) == NULL) {
     goto fail;
+  }
+  for (i = 0; i < json_array_size(content); i++) {
+    if (json_array_append_new(copy, json_copy(json_array_get(content, i))) !=
+        0) {
+      goto fail;
+    }
   }
   if (json_array_size(ids) > 0 && (h->results = json_object()) == NULL) {
     goto fail;

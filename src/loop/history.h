@@ -16,7 +16,9 @@
  *    also carries id, model, stop_reason and usage; the Messages API
  *    rejects unknown message fields, and the builder sends the history
  *    unchanged, so those stay with the loop's events. Content blocks are
- *    deep-copied verbatim, in order: thinking with its signature,
+ *    copied verbatim, in order (each block object is new, its members are
+ *    shared by reference: the text of a long reply is not duplicated, and
+ *    the values are never modified in place): thinking with its signature,
  *    redacted_thinking, tool_use id/name/input, server tool blocks and
  *    unknown blocks exactly as given.
  *  - An assistant message with empty content (cancel or error before any
@@ -73,8 +75,8 @@ const char *al__history_system(const al_history_t *h);
  * where the results must go), AL_ENOMEM. */
 int al__history_append_user_text(al_history_t *h, const char *text);
 
-/* Commits the assistant message as received (borrowed; its content is
- * deep-copied). Opens a tool turn when it has tool_use blocks. Empty
+/* Commits the assistant message as received (borrowed; its blocks are
+ * copied, their member values shared). Opens a tool turn when it has tool_use blocks. Empty
  * content commits nothing and returns 0. AL_EINVAL: not an assistant
  * message, content not an array, a tool_use block without string id/name
  * or object input, or an id already used in this history; AL_ESTATE: no
