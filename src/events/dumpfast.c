@@ -99,12 +99,11 @@ char *al__events_dump_block(const json_t *block, size_t *len) {
     goto slow;
   }
   json_object_foreach((json_t *)block, key, v) {
-    /* A NUL inside a string (jansson allows one) is escaped the same way,
-     * but a string jansson would refuse to dump as invalid UTF-8 is left
-     * to jansson. */
-    if (!json_is_string(v) ||
-        !al__utf8_valid(json_string_value(v), json_string_length(v)) ||
-        !al__utf8_valid(key, strlen(key))) {
+    /* Strings are valid UTF-8 by construction (jansson checks what it
+     * parses and json_stringn; the aggregator sanitizes what it creates
+     * unchecked), so unlike json_dumps this does not re-validate; a NUL
+     * inside a string is escaped as jansson does. */
+    if (!json_is_string(v)) {
       goto slow;
     }
     need += strlen(key) + json_string_length(v) + 8;
