@@ -1478,6 +1478,8 @@ uint64_t al__agent_call_stamp(const al_agent_t *a, const char *call_id) {
 
 uint64_t al__agent_tool_holds(const al_agent_t *a) { return a->holds; }
 
+uint64_t al__agent_last_stamp(const al_agent_t *a) { return sse_stamp(a); }
+
 /* ---- close ---------------------------------------------------------------------------- */
 
 static void on_finish_close(uv_handle_t *h) {

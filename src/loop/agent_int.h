@@ -11,6 +11,11 @@
  * block `call_id` in the current run, or 0 when unknown. */
 uint64_t al__agent_call_stamp(const al_agent_t *a, const char *call_id);
 
+/* The send stamp (SSE `id:`, as above) of the event being delivered right
+ * now (valid inside a subscriber callback of a streamed event, e.g.
+ * text_delta), or 0 when the stream carries none. */
+uint64_t al__agent_last_stamp(const al_agent_t *a);
+
 /* Number of tool calls whose work has not released yet (tests: a closed
  * agent waits for these). */
 uint64_t al__agent_tool_holds(const al_agent_t *a);
