@@ -360,7 +360,7 @@ static int push_block(al_pstream_t *s, json_t *block) {
   const char *key = NULL;
 
   if (s->nblocks == s->cap_blocks) {
-    size_t ncap = s->cap_blocks ? s->cap_blocks * 2 : 8;
+    size_t ncap = s->cap_blocks ? s->cap_blocks * 2 : 2; /* most replies have 1-3 blocks */
     al__pblock_t *nb;
 
     if (s->nblocks >= MAX_BLOCKS) {
