@@ -198,9 +198,6 @@ struct al_http_request_s {
   size_t hn;
   al_buf_t err_body;
   bool err_truncated;
-  /* completion scratch */
-  char msg[256];
-  char detail[256];
   char *api_type;
   char *api_message;
   char *api_code;
@@ -1286,7 +1283,8 @@ static void req_retire(al_http_request_t *r) {
   }
 }
 
-static void build_api_error(al_http_request_t *r, al_http_error_t *e) {
+static void build_api_error(al_http_request_t *r, al_http_error_t *e,
+                            char *msg, size_t msg_len) {
   al_http_headers_t hs = {r->hv, r->hn};
   const al_http_header_t *h;
   const al_http_header_t *ms;
@@ -1317,10 +1315,10 @@ static void build_api_error(al_http_request_t *r, al_http_error_t *e) {
     h = al_http_headers_get(&hs, "x-request-id");
   }
   e->request_id = h ? h->value : NULL;
-  snprintf(r->msg, sizeof(r->msg), "HTTP %d (%s)%s%s", r->status_code,
+  snprintf(msg, msg_len, "HTTP %d (%s)%s%s", r->status_code,
            al_http_error_kind_name(e->kind), r->api_message ? ": " : "",
            r->api_message ? r->api_message : "");
-  e->message = r->msg;
+  e->message = msg;
 }
 
 /* The single completion point: exactly once, never after cancel. */
@@ -1328,11 +1326,16 @@ static void req_finish(al_http_request_t *r, int status,
                        al_http_error_kind_t kind, const char *detail,
                        const char *fmt, ...) {
   al_http_error_t e;
+  /* On the stack: the texts are borrowed by on_complete only, and every
+   * open stream would otherwise carry 512 idle bytes. */
+  char msg[256];
+  char det[256];
   va_list ap;
 
   if (r->done) {
     return;
   }
+  msg[0] = '\0';
   req_retire(r);
   memset(&e, 0, sizeof(e));
   e.retry_after_ms = -1;
@@ -1341,16 +1344,16 @@ static void req_finish(al_http_request_t *r, int status,
   e.kind = kind;
   if (fmt != NULL) {
     va_start(ap, fmt);
-    vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
   }
-  e.message = r->msg;
+  e.message = msg;
   if (detail != NULL) {
-    snprintf(r->detail, sizeof(r->detail), "%s", detail);
-    e.detail = r->detail;
+    snprintf(det, sizeof(det), "%s", detail);
+    e.detail = det;
   }
   if (status == AL_EAPI) {
-    build_api_error(r, &e);
+    build_api_error(r, &e, msg, sizeof(msg));
   }
   if (r->conn != NULL) {
     conn_close(r->conn);
