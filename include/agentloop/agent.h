@@ -27,6 +27,7 @@
 
 #include "agentloop/client.h"
 #include "agentloop/events.h"
+#include "agentloop/sandbox.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -168,6 +169,25 @@ typedef struct al_agent_options_s {
   /* Session id for events (NULL: generated, "s_" + 16 hex digits). */
   const char *session_id;
   void *data; /* the embedder's; al_agent_get_data */
+  /* Sandbox for bash and tools.d CLI tools (agentloop/sandbox.h). AUTO:
+   * the best mode that works here; when that is "none", a non-interactive
+   * run refuses bash and write/admin tools (interactive: asks). REQUIRED:
+   * al_agent_new fails with AL_ENOTSUP unless bwrap mode works. OFF: no
+   * sandbox. sandbox_bwrap / sandbox_helper: NULL finds them (test
+   * seams); sandbox_no_landlock: act as if Landlock were missing. */
+  al_sandbox_policy_t sandbox;
+  const char *sandbox_bwrap;
+  const char *sandbox_helper;
+  bool sandbox_no_landlock;
+  /* tools.d CLI tools (docs/tools.md): tools_d loads
+   * $XDG_CONFIG_HOME/agentloop/tools.d and, when the project is trusted
+   * (trust_project, or a decision recorded by `agentloop tools
+   * --trust-project`), <workspace>/tools.d. tools_dirs: more directories,
+   * trusted like user-level ones, NULL-terminated. Files that fail to load
+   * are listed by al_agent_tools_json(). */
+  bool tools_d;
+  bool trust_project;
+  const char *const *tools_dirs;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);
@@ -229,6 +249,13 @@ void al_agent_stats(const al_agent_t *agent, al_agent_stats_t *out);
 /* The history as JSON text (al_free it): {"system":…, "messages":[…]} in
  * the normalized Anthropic shape. AL_ENOMEM. */
 int al_agent_history_json(const al_agent_t *agent, char **out);
+
+/* The agent's tools and tools.d load errors as JSON text (al_free it):
+ * {"sandbox": {al_sandbox_info_json}, "tools": [{"name", "description",
+ * "category", "source", "input_schema"}], "errors": ["FILE:LINE:COL:
+ * reason", ...]}. source is "builtin", "in-process" or the tools.d file.
+ * AL_ENOMEM. */
+int al_agent_tools_json(const al_agent_t *agent, char **out);
 
 /* Cancels any run (posting interrupted), then closes: the request, the
  * tools (waiting for killed process groups), the HTTP client. cb (may be

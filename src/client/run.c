@@ -135,9 +135,16 @@ static void usage(FILE *f) {
       "      --allow-tool NAME     allow an admin tool (repeatable)\n"
       "      --deny-tool NAME      deny a tool: its calls get an error\n"
       "                            result (repeatable; deny wins)\n"
-      "      --tools-dir DIR       tools.d directory; CLI tools from YAML\n"
-      "                            files are not supported yet: a directory\n"
-      "                            holding *.yaml is reported and ignored\n"
+      "      --tools-dir DIR       another tools.d directory of YAML CLI\n"
+      "                            tools (repeatable; docs/tools.md). The\n"
+      "                            user's $XDG_CONFIG_HOME/agentloop/tools.d\n"
+      "                            always loads; the project's tools.d only\n"
+      "                            when trusted\n"
+      "      --trust-project       load the workspace's tools.d (code from\n"
+      "                            the repository) for this run\n"
+      "      --sandbox MODE        auto (default): bwrap, else degraded,\n"
+      "                            else refuse bash and write tools;\n"
+      "                            required: bwrap or fail; none: no sandbox\n"
       "\n"
       "exit status: 0 answered, 1 failed, 2 usage or configuration error,\n"
       "3 max turns reached, 124 --timeout, 130 SIGINT, 143 SIGTERM.\n"
@@ -206,42 +213,24 @@ static int read_file(const char *path, al_buf_t *b) {
   return err;
 }
 
-static bool has_suffix(const char *s, const char *suffix) {
-  size_t n = strlen(s);
-  size_t m = strlen(suffix);
-
-  return n > m && strcmp(s + n - m, suffix) == 0;
-}
-
-/* --tools-dir: tools.d loading comes later; say so once if the directory
- * holds tool files. A directory that cannot be read is a usage error. */
+/* --tools-dir: a directory that cannot be read is a usage error (the
+ * files in it are checked by the loader, which reports each bad one). */
 static int check_tools_dir(const char *dir) {
   DIR *d = opendir(dir);
-  struct dirent *e;
-  bool any = false;
 
   if (d == NULL) {
     fail_usage("--tools-dir %s: %s", dir, strerror(errno));
     return EXIT_USAGE;
   }
-  while ((e = readdir(d)) != NULL) {
-    if (has_suffix(e->d_name, ".yaml") || has_suffix(e->d_name, ".yml")) {
-      any = true;
-      break;
-    }
-  }
   closedir(d);
-  if (any) {
-    fprintf(stderr, "agentloop: --tools-dir: CLI tools from tools.d are not "
-                    "supported yet; ignoring %s\n", dir);
-  }
   return EXIT_OK;
 }
 
 /* ---- configuration --------------------------------------------------------- */
 
 static const char *env_get(const char *name) {
-  const char *v = name != NULL ? getenv(name) : NULL;
+  /* Sees the secrets al_sandbox_harden_process() scrubbed. */
+  const char *v = name != NULL ? al_sandbox_getenv(name) : NULL;
 
   return v != NULL && *v != '\0' ? v : NULL;
 }
@@ -522,14 +511,46 @@ static void print_reason(const char *reason) {
 
 /* Runs the agent until its run ended and it closed; returns the exit
  * code. */
+/* tools.d files that did not load: one stderr line each (the run goes on
+ * with the tools that did). */
+static void report_tool_errors(const al_agent_t *agent) {
+  char *text = NULL;
+  json_t *o;
+  json_t *e;
+  size_t i;
+
+  if (al_agent_tools_json(agent, &text) != 0) {
+    return;
+  }
+  o = json_loads(text, 0, NULL);
+  al_free(text);
+  json_array_foreach(json_object_get(o, "errors"), i, e) {
+    fprintf(stderr, "agentloop: tools.d: %s\n", json_string_value(e));
+  }
+  json_decref(o);
+}
+
 static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
   int err;
 
   err = al_agent_new(&r->loop, o, &r->agent);
+  if (err == AL_ENOTSUP && o->sandbox == AL_SANDBOX_REQUIRED) {
+    al_sandbox_info_t info;
+    al_sandbox_probe_options_t po;
+
+    al_sandbox_probe_options_init(&po);
+    po.bwrap = o->sandbox_bwrap;
+    po.helper = o->sandbox_helper;
+    al_sandbox_probe(&po, &info);
+    fail_usage("--sandbox=required: bubblewrap cannot run here (%s)",
+               info.detail);
+    return EXIT_USAGE;
+  }
   if (err != 0) {
     fail_usage("cannot create the agent: %s", al_strerror(err));
     return err == AL_EINVAL ? EXIT_USAGE : EXIT_FAIL;
   }
+  report_tool_errors(r->agent);
   err = al_agent_subscribe(r->agent, on_event, r, &r->sub);
   if (err == 0) {
     uv_signal_init(&r->loop, &r->sigint);
@@ -593,7 +614,7 @@ int al_cli_run(int argc, char **argv) {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_COLOR,
-    O_NO_COLOR, O_RETRIES
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -614,6 +635,8 @@ int al_cli_run(int argc, char **argv) {
       {"allow-tool", required_argument, NULL, O_ALLOW},
       {"deny-tool", required_argument, NULL, O_DENY},
       {"tools-dir", required_argument, NULL, O_TOOLS_DIR},
+      {"sandbox", required_argument, NULL, O_SANDBOX},
+      {"trust-project", no_argument, NULL, O_TRUST},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
@@ -632,7 +655,10 @@ int al_cli_run(int argc, char **argv) {
   const char *system_text = NULL;
   const char *format = "text";
   const char *cwd = NULL;
-  const char *tools_dir = NULL;
+  const char *tools_dirs[MAX_TOOL_FLAGS + 1];
+  size_t ntools_dirs = 0;
+  al_sandbox_policy_t sandbox = AL_SANDBOX_AUTO;
+  bool trust = false;
   const char *fallback = NULL;
   const char *color = "auto";
   const char *allow[MAX_TOOL_FLAGS + 1];
@@ -653,6 +679,9 @@ int al_cli_run(int argc, char **argv) {
   int err;
   int code;
 
+  /* The keys live in this process: close /proc/PID/environ and mem to
+   * other processes, scrub them from the environ block, no cores. */
+  (void)al_sandbox_harden_process();
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":p:hvq", longopts, NULL)) != -1) {
@@ -666,7 +695,29 @@ int al_cli_run(int argc, char **argv) {
     case O_SYSTEM_TEXT: system_text = optarg; break;
     case O_FORMAT: format = optarg; break;
     case O_CWD: cwd = optarg; break;
-    case O_TOOLS_DIR: tools_dir = optarg; break;
+    case O_TOOLS_DIR:
+      if (ntools_dirs == MAX_TOOL_FLAGS) {
+        fail_usage("--tools-dir: at most %d", MAX_TOOL_FLAGS);
+        return EXIT_USAGE;
+      }
+      if (check_tools_dir(optarg) != EXIT_OK) {
+        return EXIT_USAGE;
+      }
+      tools_dirs[ntools_dirs++] = optarg;
+      break;
+    case O_TRUST: trust = true; break;
+    case O_SANDBOX:
+      if (strcmp(optarg, "auto") == 0) {
+        sandbox = AL_SANDBOX_AUTO;
+      } else if (strcmp(optarg, "required") == 0) {
+        sandbox = AL_SANDBOX_REQUIRED;
+      } else if (strcmp(optarg, "none") == 0) {
+        sandbox = AL_SANDBOX_OFF;
+      } else {
+        fail_usage("--sandbox: auto, required or none, not '%s'", optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case O_FALLBACK: fallback = optarg; break;
     case O_COLOR: color = optarg; break;
     case O_NO_COLOR: color = "never"; break;
@@ -803,9 +854,6 @@ int al_cli_run(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-  if (tools_dir != NULL && check_tools_dir(tools_dir) != EXIT_OK) {
-    return EXIT_USAGE;
-  }
 
   /* Inputs: read before the loop runs. */
   al_buf_init(&sysbuf, INPUT_MAX);
@@ -889,6 +937,11 @@ int al_cli_run(int argc, char **argv) {
   o.allow_tools = allow;
   o.deny_tools = deny;
   o.data = r;
+  tools_dirs[ntools_dirs] = NULL;
+  o.sandbox = sandbox;
+  o.tools_d = true;
+  o.trust_project = trust;
+  o.tools_dirs = tools_dirs;
 
   code = drive(r, &o, text.data);
 

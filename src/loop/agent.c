@@ -1266,7 +1266,9 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if ((rc = al__events_bus_new(&a->bus, NULL)) != 0) {
     goto fail;
   }
-  if (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) {
+  if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
+      (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
+      (rc = al__agent_cli_tools_init(a)) != 0) {
     goto fail;
   }
   al_http_client_options_init(&co);
@@ -1367,7 +1369,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   ev.u.run_started.provider = ag_slice(a->provider->name);
   ev.u.run_started.cwd = ag_slice(a->workspace);
   ev.u.run_started.tools = ag_slice(tools);
-  ev.u.run_started.sandbox = ag_slice("none");
+  ev.u.run_started.sandbox = ag_slice(al_sandbox_mode_name(a->sandbox_info.mode));
   if (al__agent_post(a, &ev)) {
     al_free(tools);
     return 0;

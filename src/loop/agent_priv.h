@@ -48,6 +48,8 @@ typedef struct ag_tool_s {
   bool inproc;
   al_tool_impl_t inproc_impl;
   al_tool_def_t def; /* run, cancel, data, timeout_ms, concurrency_safe */
+  bool spawns;        /* runs a child process (bash, tools.d) */
+  const char *source; /* "builtin", "in-process" or a tools.d file */
 } ag_tool_t;
 
 /* An approval the run waits for. */
@@ -157,6 +159,12 @@ struct al_agent_s {
   bool finishing;
   uv_idle_t finish;
   void (*close_cb)(al_agent_t *a);
+
+  /* Sandbox and tools.d (agent_tools.c). */
+  struct al_sandbox_s *sandbox; /* NULL: no tool spawns a child */
+  al_sandbox_info_t sandbox_info;
+  bool sandbox_refuse; /* mode none under AUTO: spawning/write tools refused */
+  void *cli_set;       /* al_cli_set_t: the tools.d definitions and errors */
 };
 
 /* agent.c */
@@ -166,7 +174,11 @@ bool al__agent_post(al_agent_t *a, al_event_t *ev);
 void al__agent_maybe_finish(al_agent_t *a);
 
 /* agent_tools.c */
+/* Sandbox probe and tools.d loading (before al__agent_tools_init). */
+int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o);
 int al__agent_tools_init(al_agent_t *a);
+/* Registers the loaded tools.d tools (after the built-ins). */
+int al__agent_cli_tools_init(al_agent_t *a);
 void al__agent_tools_free(al_agent_t *a);
 const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name);
 /* Cancels every waiting approval's call (used by cancel). */

@@ -12,7 +12,9 @@
 #include <string.h>
 
 #include "loop/agent_priv.h"
+#include "sandbox/sandbox.h"
 #include "tools/bash.h"
+#include "tools/clitool.h"
 #include "tools/tools.h"
 
 struct al_tool_ctx_s {
@@ -180,6 +182,18 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   if (listed(a->deny_tools, t->name)) {
     *why = "it is on the deny list";
     return AL_PERMISSION_DENY;
+  }
+  if (a->sandbox_refuse && !t->inproc &&
+      (t->spawns || t->category != AL_TOOL_READ)) {
+    /* No sandbox works here and nobody opted out of it. */
+    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE && !t->always) {
+      return AL_PERMISSION_ASK;
+    }
+    if (a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+      *why = "no sandbox works on this machine (see `agentloop doctor`); "
+             "run with --sandbox=none to allow it unconfined";
+      return AL_PERMISSION_DENY;
+    }
   }
   if (t->always || listed(a->allow_tools, t->name)) {
     return AL_PERMISSION_ALLOW;
@@ -638,6 +652,7 @@ static int add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
     tool_free(t);
     return AL_ENOMEM;
   }
+  t->source = "builtin";
   t->gate.name = t->name;
   t->gate.is_concurrency_safe = gate_safe;
   t->gate.start = gate_start;
@@ -679,6 +694,7 @@ int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
     return rc;
   }
   t->inproc = true;
+  t->source = "in-process";
   t->def = *def;
   t->def.name = t->name;
   t->def.description = t->description;
@@ -749,6 +765,7 @@ int al__agent_tools_init(al_agent_t *a) {
   al_fstools_options_t fo;
   al_bash_options_t bo;
   al_tool_impl_t *impl;
+  ag_tool_t *t;
   int rc;
 
   al__fstools_options_init(&fo);
@@ -762,14 +779,16 @@ int al__agent_tools_init(al_agent_t *a) {
   al__bash_options_init(&bo);
   bo.loop = a->loop;
   bo.workspace = a->workspace;
+  bo.sandbox = a->sandbox;
   bo.timeout_ms = a->tool_timeout_ms;
   bo.kill_grace_ms = a->kill_grace_ms;
 
   if ((rc = al__bash_tool_new(&bo, &impl)) != 0 ||
       (rc = add_entry(a, "bash", impl, al__bash_tool_free, bash_desc,
-                      bash_schema, AL_TOOL_WRITE, NULL)) != 0) {
+                      bash_schema, AL_TOOL_WRITE, &t)) != 0) {
     return rc;
   }
+  t->spawns = true;
   if ((rc = al__read_file_new(&fo, &impl)) != 0 ||
       (rc = add_entry(a, "read_file", impl, al__fstool_free, read_desc,
                       read_schema, AL_TOOL_READ, NULL)) != 0) {
@@ -793,6 +812,195 @@ int al__agent_tools_init(al_agent_t *a) {
   return 0;
 }
 
+/* ---- sandbox and tools.d ------------------------------------------------------- */
+
+static void free_cli_set(al_agent_t *a) {
+  if (a->cli_set != NULL) {
+    al__cli_set_free(a->cli_set);
+    al_free(a->cli_set);
+    a->cli_set = NULL;
+  }
+}
+
+int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
+  al_sandbox_config_t cfg;
+  al_cli_set_t *set;
+  const char *const *extra = o->tools_dirs;
+  char buf[4096];
+  const char *cfgdir;
+  size_t n_roots = count_list(a->allowed_paths);
+  const char **roots;
+  size_t i;
+  int rc;
+
+  if ((unsigned)o->sandbox > AL_SANDBOX_OFF) {
+    return AL_EINVAL;
+  }
+  a->sandbox_info.mode = AL_SANDBOX_MODE_NONE;
+  if (!o->builtin_tools && !o->tools_d &&
+      (extra == NULL || extra[0] == NULL)) {
+    return 0; /* nothing here starts a child */
+  }
+  /* Writable roots: the workspace, then the allowed paths. */
+  roots = al_calloc(n_roots + 2, sizeof(*roots));
+  if (roots == NULL) {
+    return AL_ENOMEM;
+  }
+  roots[0] = a->workspace;
+  for (i = 0; i < n_roots; i++) {
+    roots[i + 1] = a->allowed_paths[i];
+  }
+  al__sandbox_config_init(&cfg);
+  cfg.policy = o->sandbox;
+  cfg.probe.bwrap = o->sandbox_bwrap;
+  cfg.probe.helper = o->sandbox_helper;
+  cfg.probe.no_landlock = o->sandbox_no_landlock;
+  cfg.write_roots = roots;
+  cfg.n_write_roots = n_roots + 1;
+  cfg.hidden = (const char *const *)a->denied_paths;
+  cfg.n_hidden = count_list(a->denied_paths);
+  rc = al__sandbox_new(&cfg, &a->sandbox, &a->sandbox_info);
+  al_free(roots);
+  if (rc != 0) {
+    return rc;
+  }
+  a->sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
+                      a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
+
+  set = al_calloc(1, sizeof(*set));
+  if (set == NULL) {
+    return AL_ENOMEM;
+  }
+  al__cli_set_init(set);
+  a->cli_set = set;
+  rc = 0;
+  if (o->tools_d) {
+    /* Project tools.d first (SPEC §8), only when trusted: its files are
+     * code from the repository. */
+    if (o->trust_project || al__tools_project_trusted(a->workspace)) {
+      snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
+      rc = al__cli_load_dir(set, buf, true);
+    }
+    cfgdir = al__tools_config_dir(buf, sizeof(buf));
+    if (rc == 0 && cfgdir != NULL) {
+      char dir[4200];
+
+      snprintf(dir, sizeof(dir), "%s/tools.d", cfgdir);
+      rc = al__cli_load_dir(set, dir, false);
+    }
+  }
+  for (i = 0; rc == 0 && extra != NULL && extra[i] != NULL; i++) {
+    rc = al__cli_load_dir(set, extra[i], false);
+  }
+  return rc;
+}
+
+int al__agent_cli_tools_init(al_agent_t *a) {
+  al_cli_set_t *set = a->cli_set;
+  al_clitool_options_t co;
+  size_t i;
+
+  if (set == NULL) {
+    return 0;
+  }
+  al__clitool_options_init(&co);
+  co.loop = a->loop;
+  co.workspace = a->workspace;
+  co.sandbox = a->sandbox;
+  if (a->kill_grace_ms > 0) {
+    co.kill_grace_ms = a->kill_grace_ms;
+  }
+  for (i = 0; i < set->n; i++) {
+    al_cli_def_t *d = set->defs[i];
+    al_tool_impl_t *impl;
+    json_t *schema = al__cli_def_schema(d);
+    char *st = schema != NULL ? json_dumps(schema, JSON_COMPACT) : NULL;
+    ag_tool_t *t = NULL;
+    int rc;
+
+    json_decref(schema);
+    if (st == NULL) {
+      return AL_ENOMEM;
+    }
+    rc = al__clitool_new(&co, d, &impl);
+    if (rc == 0) {
+      rc = add_entry(a, d->name, impl, al__clitool_free, d->description, st,
+                     d->category, &t);
+    }
+    al_free(st);
+    if (rc == AL_EEXIST) {
+      al__cli_set_error(set, d->file, d->line, 1,
+                        "tool '%s' is already defined (a built-in or "
+                        "in-process tool)",
+                        d->name);
+      continue;
+    }
+    if (rc != 0) {
+      return rc;
+    }
+    t->spawns = true;
+    t->source = d->file;
+  }
+  return 0;
+}
+
+int al_agent_tools_json(const al_agent_t *a, char **out) {
+  json_t *o = json_object();
+  json_t *tools = json_array();
+  json_t *errs = json_array();
+  json_t *sb = NULL;
+  char *sbtext = NULL;
+  al_list_t *pos;
+  char *s;
+
+  *out = NULL;
+  if (al_sandbox_info_json(&a->sandbox_info, &sbtext) == 0) {
+    sb = json_loads(sbtext, 0, NULL);
+    al_free(sbtext);
+  }
+  if (o == NULL || tools == NULL || errs == NULL || sb == NULL) {
+    goto nomem;
+  }
+  al_list_foreach(pos, &a->tools) {
+    ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
+
+    json_array_append_new(
+        tools, json_pack("{s:s, s:s, s:s, s:s, s:O}", "name", t->name,
+                         "description", t->description, "category",
+                         category_name(t->category), "source",
+                         t->source != NULL ? t->source : "builtin",
+                         "input_schema", t->schema));
+  }
+  if (a->cli_set != NULL) {
+    const al_cli_set_t *set = a->cli_set;
+    const char *p = set->errors.data;
+
+    while (p != NULL && *p != '\0') {
+      const char *nl = strchr(p, '\n');
+      size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
+
+      json_array_append_new(errs, json_stringn(p, n));
+      p += n + (nl != NULL ? 1 : 0);
+    }
+  }
+  json_object_set_new(o, "sandbox", sb);
+  json_object_set_new(o, "tools", tools);
+  json_object_set_new(o, "errors", errs);
+  s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (s == NULL) {
+    return AL_ENOMEM;
+  }
+  *out = s; /* jansson allocates through al_malloc */
+  return 0;
+nomem:
+  json_decref(o);
+  json_decref(tools);
+  json_decref(errs);
+  json_decref(sb);
+  return AL_ENOMEM;
+}
+
 void al__agent_tools_free(al_agent_t *a) {
   while (!al_list_empty(&a->tools)) {
     ag_tool_t *t = AL_CONTAINER_OF(a->tools.next, ag_tool_t, node);
@@ -809,4 +1017,8 @@ void al__agent_tools_free(al_agent_t *a) {
     al_list_remove(&r->node);
     al_free(r);
   }
+  /* The tools are gone, so no child uses them any more. */
+  free_cli_set(a);
+  al__sandbox_free(a->sandbox);
+  a->sandbox = NULL;
 }

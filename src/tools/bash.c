@@ -26,6 +26,7 @@ typedef struct bash_tool_s {
   uint64_t max_timeout_ms;
   uint64_t kill_grace_ms;
   uint64_t drain_ms;
+  al_sandbox_t *sandbox;
 } bash_tool_t;
 
 typedef struct run_s {
@@ -385,73 +386,6 @@ const char *al__bash_blocked(const char *command) {
   return check_command(command, 0);
 }
 
-/* ---- result formatting --------------------------------------------------- */
-
-static void sep(al_buf_t *b) {
-  if (b->len > 0 && b->data[b->len - 1] != '\n') {
-    al_buf_append_str(b, "\n");
-  }
-}
-
-static void format_result(const run_t *run, const al_spawn_result_t *res,
-                          al_buf_t *b, bool *is_error) {
-  al_buf_t body;
-  size_t total;
-  size_t shown;
-  size_t cut;
-  int rc = 0;
-
-  al_buf_init(&body, (size_t)-1);
-  rc |= al__utf8_sanitize_append(&body, res->out, res->out_len);
-  if (res->err_len > 0) {
-    sep(&body);
-    rc |= al_buf_append_str(&body, "[stderr]\n");
-    rc |= al__utf8_sanitize_append(&body, res->err, res->err_len);
-  }
-  cut = al__tool_display_cut(
-      body.data != NULL ? body.data : "", body.len,
-      (res->out_total - res->out_len) + (res->err_total - res->err_len),
-      run->tool->display_max, &shown, &total);
-
-  if (res->status == AL_ETIMEDOUT) {
-    rc |= al_buf_printf(b, "Error: command timed out after %g s",
-                        (double)run->timeout_ms / 1000.0);
-    if (cut > 0) {
-      rc |= al_buf_append_str(b, "\n");
-    }
-  } else if (res->status == AL_ECANCELED) {
-    rc |= al_buf_append_str(b, "Error: command cancelled");
-    if (cut > 0) {
-      rc |= al_buf_append_str(b, "\n");
-    }
-  }
-  if (cut > 0) {
-    rc |= al_buf_append(b, body.data, cut);
-  }
-  if (shown < total) {
-    sep(b);
-    rc |= al__tool_truncation_notice(b, shown, total, "bash");
-  }
-  *is_error = res->status != 0;
-  if (res->status == 0 && res->term_signal != 0) {
-    sep(b);
-    rc |= al_buf_printf(b, "killed by signal %d", res->term_signal);
-    *is_error = true;
-  } else if (res->status == 0 && res->exit_status != 0) {
-    sep(b);
-    rc |= al_buf_printf(b, "exit code %lld", (long long)res->exit_status);
-    *is_error = true;
-  }
-  if (rc == 0 && b->len == 0) {
-    rc |= al_buf_append_str(b, "(no output)");
-  }
-  al_buf_free(&body);
-  if (rc != 0) {
-    al_buf_reset(b);
-    *is_error = true;
-  }
-}
-
 /* ---- the tool ------------------------------------------------------------ */
 
 static void run_free(run_t *run) {
@@ -466,7 +400,8 @@ static void on_spawn_done(al_spawn_t *sp, const al_spawn_result_t *res) {
   bool is_error = true;
 
   al_buf_init(&b, (size_t)-1);
-  format_result(run, res, &b, &is_error);
+  al__tool_format_spawn(res, "bash", run->tool->display_max, run->timeout_ms,
+                        &b, &is_error);
   run_free(run);
   if (b.len == 0) {
     al__executor_call_complete(call, true, "Error: out of memory",
@@ -573,6 +508,7 @@ static int bash_start(al_tool_call_t *call) {
   so.drain_ms = tool->drain_ms;
   so.on_done = on_spawn_done;
   so.data = run;
+  so.sandbox = tool->sandbox;
   rc = al__spawn_start(tool->loop, &so, &run->sp);
   if (rc != 0) {
     al_buf_t b;
@@ -651,6 +587,7 @@ int al__bash_tool_new(const al_bash_options_t *opts, al_tool_impl_t **out) {
   tool->kill_grace_ms = opts->kill_grace_ms ? opts->kill_grace_ms
                                             : AL_SPAWN_DEFAULT_KILL_GRACE_MS;
   tool->drain_ms = opts->drain_ms ? opts->drain_ms : AL_SPAWN_DEFAULT_DRAIN_MS;
+  tool->sandbox = opts->sandbox;
   tool->workspace = al_strdup(opts->workspace);
   tool->shell = al_strdup(opts->shell != NULL ? opts->shell : "/bin/sh");
   if (n > 0) {

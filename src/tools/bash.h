@@ -31,6 +31,7 @@
 #include <uv.h>
 
 #include "executor/executor.h"
+#include "sandbox/sandbox.h"
 
 #define AL_BASH_DEFAULT_DISPLAY_MAX 40000
 #define AL_BASH_DEFAULT_MAX_TIMEOUT_MS 600000
@@ -47,6 +48,9 @@ typedef struct al_bash_options_s {
   uint64_t max_timeout_ms; /* cap on the input's timeout; default 600 s */
   uint64_t kill_grace_ms; /* default 2 s */
   uint64_t drain_ms;      /* default 500 ms */
+  /* Confinement of every command (borrowed; must outlive the tool).
+   * NULL: unconfined. */
+  al_sandbox_t *sandbox;
 } al_bash_options_t;
 
 /* Defaults (AL_SPAWN_DEFAULT_* and the above); loop, workspace NULL. */

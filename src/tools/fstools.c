@@ -98,6 +98,16 @@ static void fail_errno(job_t *job, const char *what, int code) {
 }
 
 /* raw -> out: sanitized UTF-8, capped at display_max characters. */
+/* A refused or failed al__pathpolicy_open: policy refusals carry their
+ * reason, other errors read like any failed open. */
+static void fail_open(job_t *job, int code, al_buf_t *why) {
+  if (code == UV_EACCES && why->len > 0) {
+    fail_buf(job, why);
+  } else {
+    fail_errno(job, "cannot open", code);
+  }
+}
+
 static void finalize(job_t *job) {
   al_buf_t clean;
   size_t total;
@@ -160,13 +170,15 @@ static void do_read(job_t *job) {
     al_buf_free(&err);
     return;
   }
-  al_buf_free(&err);
-  fd = open(rp.real, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  fd = al__pathpolicy_open(&job->tool->policy, rp.real, O_RDONLY | O_NONBLOCK,
+                           0, &err);
   al_free(rp.real);
   if (fd < 0) {
-    fail_errno(job, "cannot open", -errno);
+    fail_open(job, fd, &err);
+    al_buf_free(&err);
     return;
   }
+  al_buf_free(&err);
   if (fstat(fd, &st) != 0) {
     fail_errno(job, "cannot stat", -errno);
     goto out_close;
@@ -250,6 +262,7 @@ out_close:
 
 /* ---- write_file ---------------------------------------------------------- */
 
+
 static void do_write(job_t *job) {
   al_buf_t err;
   al_path_t rp;
@@ -266,42 +279,24 @@ static void do_write(job_t *job) {
     al_buf_free(&err);
     return;
   }
-  al_buf_free(&err);
-  if (rp.has_missing) {
-    /* mkdir -p, one component at a time, inside the resolved parent. */
-    char *p = rp.real + rp.missing_from + 1;
-    char *last = strrchr(rp.real, '/');
-
-    while ((p = strchr(p, '/')) != NULL && p <= last) {
-      *p = '\0';
-      if (mkdir(rp.real, 0755) != 0 && errno != EEXIST) {
-        rc = -errno;
-        *p = '/';
-        fail_errno(job, "cannot create the directories of", rc);
-        al_free(rp.real);
-        return;
-      }
-      *p = '/';
-      p++;
-    }
-  }
-  fd = open(rp.real, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
-            0644);
+  fd = al__pathpolicy_open(&job->tool->policy, rp.real,
+                           O_WRONLY | O_CREAT | O_NONBLOCK, 0644, &err);
   al_free(rp.real);
   if (fd < 0) {
-    rc = errno;
-    if (rc == ELOOP) {
+    if (fd == UV_ELOOP) {
       fail(job,
            "write_file: '%s' is a symlink; write_file does not follow "
            "symlinks",
            job->path);
-    } else if (rc == EISDIR) {
+    } else if (fd == UV_EISDIR) {
       fail(job, "write_file: '%s' is a directory", job->path);
     } else {
-      fail_errno(job, "cannot open", -rc);
+      fail_open(job, fd, &err);
     }
+    al_buf_free(&err);
     return;
   }
+  al_buf_free(&err);
   if (fstat(fd, &st) != 0) {
     fail_errno(job, "cannot stat", -errno);
     goto out_close;
@@ -373,16 +368,24 @@ static void do_list(job_t *job) {
     al_buf_free(&err);
     return;
   }
-  al_buf_free(&err);
-  d = opendir(rp.real);
+  rc = al__pathpolicy_open(&job->tool->policy, rp.real,
+                           O_RDONLY | O_DIRECTORY, 0, &err);
   al_free(rp.real);
+  if (rc == UV_ENOTDIR) {
+    fail(job, "list_directory: '%s' is not a directory", job->path);
+    al_buf_free(&err);
+    return;
+  }
+  if (rc < 0) {
+    fail_open(job, rc, &err);
+    al_buf_free(&err);
+    return;
+  }
+  al_buf_free(&err);
+  d = fdopendir(rc);
   if (d == NULL) {
-    rc = errno;
-    if (rc == ENOTDIR) {
-      fail(job, "list_directory: '%s' is not a directory", job->path);
-    } else {
-      fail_errno(job, "cannot open", -rc);
-    }
+    rc = -errno;
+    fail_errno(job, "cannot open", rc);
     return;
   }
   while ((de = readdir(d)) != NULL) {

@@ -1,9 +1,12 @@
 /* What the model sees of a tool's output: every tool cuts its (already
  * sanitized) UTF-8 text at the same number of characters and names the cut
  * with the same notice (SPEC §8), so the counting and the notice live here
- * once. Characters are code points: bytes that are not continuation bytes. */
+ * once. Characters are code points: bytes that are not continuation bytes.
+ * A child's result (bash, CLI tools) is formatted here once too. */
 #include <stdio.h>
 
+#include "provider/provider.h"
+#include "tools/spawn.h"
 #include "tools/tools.h"
 
 size_t al__tool_display_cut(const char *s, size_t len, size_t extra_chars,
@@ -32,3 +35,72 @@ int al__tool_truncation_notice(al_buf_t *b, size_t shown, size_t total,
                        "from %s]",
                        shown, total, tool);
 }
+
+/* ---- a child's result as the model sees it --------------------------------- */
+
+static void sep(al_buf_t *b) {
+  if (b->len > 0 && b->data[b->len - 1] != '\n') {
+    al_buf_append_str(b, "\n");
+  }
+}
+
+void al__tool_format_spawn(const al_spawn_result_t *res, const char *tool,
+                           size_t display_max, uint64_t timeout_ms,
+                           al_buf_t *b, bool *is_error) {
+  al_buf_t body;
+  size_t total;
+  size_t shown;
+  size_t cut;
+  int rc = 0;
+
+  al_buf_init(&body, (size_t)-1);
+  rc |= al__utf8_sanitize_append(&body, res->out, res->out_len);
+  if (res->err_len > 0) {
+    sep(&body);
+    rc |= al_buf_append_str(&body, "[stderr]\n");
+    rc |= al__utf8_sanitize_append(&body, res->err, res->err_len);
+  }
+  cut = al__tool_display_cut(
+      body.data != NULL ? body.data : "", body.len,
+      (res->out_total - res->out_len) + (res->err_total - res->err_len),
+      display_max, &shown, &total);
+
+  if (res->status == AL_ETIMEDOUT) {
+    rc |= al_buf_printf(b, "Error: command timed out after %g s",
+                        (double)timeout_ms / 1000.0);
+    if (cut > 0) {
+      rc |= al_buf_append_str(b, "\n");
+    }
+  } else if (res->status == AL_ECANCELED) {
+    rc |= al_buf_append_str(b, "Error: command cancelled");
+    if (cut > 0) {
+      rc |= al_buf_append_str(b, "\n");
+    }
+  }
+  if (cut > 0) {
+    rc |= al_buf_append(b, body.data, cut);
+  }
+  if (shown < total) {
+    sep(b);
+    rc |= al__tool_truncation_notice(b, shown, total, tool);
+  }
+  *is_error = res->status != 0;
+  if (res->status == 0 && res->term_signal != 0) {
+    sep(b);
+    rc |= al_buf_printf(b, "killed by signal %d", res->term_signal);
+    *is_error = true;
+  } else if (res->status == 0 && res->exit_status != 0) {
+    sep(b);
+    rc |= al_buf_printf(b, "exit code %lld", (long long)res->exit_status);
+    *is_error = true;
+  }
+  if (rc == 0 && b->len == 0) {
+    rc |= al_buf_append_str(b, "(no output)");
+  }
+  al_buf_free(&body);
+  if (rc != 0) {
+    al_buf_reset(b);
+    *is_error = true;
+  }
+}
+

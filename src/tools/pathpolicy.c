@@ -1,10 +1,16 @@
 /* Path policy of the file tools (SPEC §8): allowed / denied paths checked
  * on the resolved real path. See tools.h for the rules. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include "sandbox/sandbox.h"
 #include "tools/tools.h"
 
 void al__pathpolicy_init(al_pathpolicy_t *p) { memset(p, 0, sizeof(*p)); }
@@ -19,6 +25,14 @@ static void free_list(char **v, size_t n) {
 }
 
 void al__pathpolicy_free(al_pathpolicy_t *p) {
+  size_t i;
+
+  for (i = 0; p->root_fds != NULL && i < p->n_allowed; i++) {
+    if (p->root_fds[i] >= 0) {
+      close(p->root_fds[i]);
+    }
+  }
+  al_free(p->root_fds);
   al_free(p->root);
   free_list(p->allowed, p->n_allowed);
   free_list(p->denied, p->n_denied);
@@ -181,10 +195,162 @@ int al__pathpolicy_set(al_pathpolicy_t *p, const char *root,
     rc = set_list(&p->denied, &p->n_denied, p->root, denied,
                   denied == NULL ? 0 : n_denied);
   }
+  if (rc == 0) {
+    size_t i;
+
+    p->root_fds = al_calloc(p->n_allowed ? p->n_allowed : 1,
+                            sizeof(*p->root_fds));
+    if (p->root_fds == NULL) {
+      rc = AL_ENOMEM;
+    }
+    for (i = 0; rc == 0 && i < p->n_allowed; i++) {
+      p->root_fds[i] = open(p->allowed[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+    }
+  }
   if (rc != 0) {
     al__pathpolicy_free(p);
   }
   return rc;
+}
+
+/* ---- openat2 ------------------------------------------------------------- */
+
+static bool covers(const char *rule, const char *path);
+
+bool al__pathpolicy_is_protected(const al_pathpolicy_t *p, const char *real) {
+  char buf[PATH_MAX];
+  size_t i, j;
+
+  for (i = 0; i < p->n_allowed; i++) {
+    for (j = 0; j < AL_SANDBOX_N_PROTECTED; j++) {
+      snprintf(buf, sizeof(buf), "%s/%s",
+               strcmp(p->allowed[i], "/") == 0 ? "" : p->allowed[i],
+               AL_SANDBOX_PROTECTED[j].rel);
+      if (covers(buf, real)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+static int beneath(int dirfd, const char *rel, int flags, int mode) {
+  struct open_how how;
+  long fd;
+
+  memset(&how, 0, sizeof(how));
+  how.flags = (uint64_t)(flags | O_CLOEXEC);
+  how.mode = (flags & O_CREAT) ? (uint64_t)mode : 0;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  do {
+    fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
+  } while (fd < 0 && errno == EAGAIN);
+  return fd < 0 ? -errno : (int)fd;
+}
+
+int al__pathpolicy_open(const al_pathpolicy_t *p, const char *real,
+                        int flags, int mode, al_buf_t *err) {
+  size_t best = (size_t)-1;
+  size_t best_len = 0;
+  const char *rel;
+  char linkp[64];
+  char got[PATH_MAX];
+  ssize_t n;
+  size_t i;
+  int fd;
+
+  for (i = 0; i < p->n_allowed; i++) {
+    size_t l = strlen(p->allowed[i]);
+
+    if (p->root_fds[i] >= 0 && covers(p->allowed[i], real) &&
+        (best == (size_t)-1 || l > best_len)) {
+      best = i;
+      best_len = l;
+    }
+  }
+  if (best == (size_t)-1) {
+    al_buf_printf(err, "'%s' is outside the allowed paths", real);
+    return UV_EACCES;
+  }
+  if ((flags & O_CREAT) && al__pathpolicy_is_protected(p, real)) {
+    al_buf_printf(err,
+                  "'%s' is a protected path (tools.d, .agentloop, "
+                  ".git/hooks, .git/config and shell rc files cannot be "
+                  "written by tools)",
+                  real);
+    return UV_EACCES;
+  }
+  rel = real + best_len;
+  while (*rel == '/') {
+    rel++;
+  }
+  if (*rel == '\0') {
+    rel = ".";
+  }
+  if (flags & O_CREAT) {
+    /* Parents first, each made under a beneath-resolved directory. */
+    char tmp[PATH_MAX];
+    char *s;
+
+    snprintf(tmp, sizeof(tmp), "%s", rel);
+    for (s = strchr(tmp, '/'); s != NULL; s = strchr(s + 1, '/')) {
+      char *name;
+      int dfd;
+
+      *s = '\0';
+      name = strrchr(tmp, '/');
+      if (name == NULL) {
+        dfd = dup(p->root_fds[best]);
+        dfd = dfd < 0 ? -errno : dfd;
+        name = tmp;
+      } else {
+        *name = '\0';
+        dfd = beneath(p->root_fds[best], tmp, O_PATH | O_DIRECTORY, 0);
+        *name = '/';
+        name++;
+      }
+      if (dfd < 0) {
+        al_buf_printf(err, "cannot create the directories of '%s': %s",
+                      real, strerror(-dfd));
+        return dfd == -EXDEV ? UV_EACCES : dfd;
+      }
+      if (mkdirat(dfd, name, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+
+        close(dfd);
+        al_buf_printf(err, "cannot create the directories of '%s': %s",
+                      real, strerror(e));
+        return -e;
+      }
+      close(dfd);
+      *s = '/';
+    }
+    flags |= O_NOFOLLOW;
+  }
+  fd = beneath(p->root_fds[best], rel, flags, mode);
+  if (fd < 0) {
+    if (fd == -EXDEV || fd == -ELOOP) {
+      al_buf_printf(err,
+                    "'%s' resolves outside its allowed root (a symlink or "
+                    "'..' that leaves it)",
+                    real);
+      return fd == -ELOOP && (flags & O_CREAT) ? UV_ELOOP : UV_EACCES;
+    }
+    al_buf_printf(err, "cannot open '%s': %s", real, strerror(-fd));
+    return fd;
+  }
+  /* What was opened, really: denied paths win even when a swap inside the
+   * root led here. */
+  snprintf(linkp, sizeof(linkp), "/proc/self/fd/%d", fd);
+  n = readlink(linkp, got, sizeof(got) - 1);
+  if (n > 0) {
+    got[n] = '\0';
+    if (al__pathpolicy_check(p, got, err) != 0) {
+      close(fd);
+      return UV_EACCES;
+    }
+  }
+  return fd;
 }
 
 static bool covers(const char *rule, const char *path) {

@@ -150,6 +150,7 @@ static void on_close(uv_handle_t *h) {
   if (sp->pidfd >= 0) {
     close(sp->pidfd);
   }
+  al__sandbox_release(sp->sandbox);
   al_free(sp);
 }
 
@@ -306,8 +307,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
  * differs from ours: posix_spawnp searches the parent's PATH, uv_spawn
  * the child's), 0 when the child runs, or a negative error; on anything
  * but 0 the caller uses uv_spawn, which then reports the failure. */
-static int fast_spawn(al_spawn_t *sp, const al_spawn_options_t *opts,
-                      char **env) {
+static int fast_spawn(al_spawn_t *sp, const char *const *argv,
+                      const char *cwd, char **env) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   sigset_t none, all;
@@ -324,7 +325,7 @@ static int fast_spawn(al_spawn_t *sp, const al_spawn_options_t *opts,
       child_path = env[i] + 5;
     }
   }
-  if (strchr(opts->argv[0], '/') == NULL &&
+  if (strchr(argv[0], '/') == NULL &&
       (host_path == NULL || child_path == NULL ||
        strcmp(host_path, child_path) != 0)) {
     return 1;
@@ -354,9 +355,8 @@ static int fast_spawn(al_spawn_t *sp, const al_spawn_options_t *opts,
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, fds[0][1], 1);
   posix_spawn_file_actions_adddup2(&fa, fds[1][1], 2);
-  posix_spawn_file_actions_addchdir_np(&fa, opts->cwd);
-  rc = posix_spawnp(&pid, opts->argv[0], &fa, &attr, (char *const *)opts->argv,
-                    env);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  rc = posix_spawnp(&pid, argv[0], &fa, &attr, (char *const *)argv, env);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fds[0][1]);
@@ -403,6 +403,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
                     al_spawn_t **out) {
   al_spawn_t *sp;
   char **env = NULL;
+  char **wrapped = NULL;
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
   int rc;
@@ -421,6 +422,16 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   if (sp == NULL) {
     al__spawn_env_free(env);
     return AL_ENOMEM;
+  }
+  if (opts->sandbox != NULL) {
+    rc = al__sandbox_wrap(opts->sandbox, opts->cwd, opts->network,
+                          opts->argv, &wrapped);
+    if (rc != 0) {
+      al__spawn_env_free(env);
+      al_free(sp);
+      return rc;
+    }
+    sp->sandbox = opts->sandbox;
   }
   sp->loop = loop;
   sp->data = opts->data;
@@ -453,8 +464,8 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *)&sp->pipes[1];
   po.exit_cb = on_exit_cb;
-  po.file = opts->argv[0];
-  po.args = (char **)opts->argv;
+  po.file = wrapped != NULL ? wrapped[0] : opts->argv[0];
+  po.args = wrapped != NULL ? wrapped : (char **)opts->argv;
   po.env = env;
   po.cwd = opts->cwd;
   po.flags = UV_PROCESS_DETACHED;
@@ -462,7 +473,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   po.stdio = stdio;
 
   sp->pidfd = -1;
-  rc = fast_spawn(sp, opts, env);
+  rc = fast_spawn(sp, (const char *const *)po.args, opts->cwd, env);
   if (rc != 0) {
     /* Not possible here, or it failed: uv_spawn reports the failure the
      * usual way (and initializes the handle close_all closes). */
@@ -472,6 +483,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     }
   }
   al__spawn_env_free(env);
+  al__sandbox_argv_free(wrapped);
   if (rc != 0) {
     /* The handles were initialized: close them, free without a callback.
      * (uv_close on a uv_process_t that never spawned is fine.) */

@@ -35,6 +35,7 @@
 #include <uv.h>
 
 #include "common/common.h"
+#include "sandbox/sandbox.h"
 
 #define AL_SPAWN_DEFAULT_OUTPUT_MAX (200 * 1024)
 #define AL_SPAWN_DEFAULT_TIMEOUT_MS 120000
@@ -87,6 +88,11 @@ typedef struct al_spawn_options_s {
   al_spawn_done_cb on_done;     /* required */
   al_spawn_output_cb on_output; /* optional (progress, tests) */
   void *data;                   /* copied to sp->data */
+  /* Confinement (sandbox/sandbox.h): the argv runs inside it, cwd as its
+   * working directory. NULL: not confined. Borrowed; it must outlive the
+   * run (the run releases its placeholders when it is freed). */
+  al_sandbox_t *sandbox;
+  bool network; /* the tool declared it needs the network */
 } al_spawn_options_t;
 
 struct al_spawn_s {
@@ -119,6 +125,7 @@ struct al_spawn_s {
   bool drain_killed;
   bool finished;
   bool refused; /* uv_spawn failed: free silently after the closes */
+  al_sandbox_t *sandbox; /* released when the run is freed */
   char readbuf[65536];
 };
 

@@ -41,6 +41,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <uv.h>
 
@@ -61,6 +62,9 @@ typedef struct al_pathpolicy_s {
   size_t n_allowed;
   char **denied;
   size_t n_denied;
+  /* O_PATH directory fd per allowed rule (-1 where it does not exist):
+   * every open goes through openat2(RESOLVE_BENEATH) from one of them. */
+  int *root_fds;
 } al_pathpolicy_t;
 
 /* What the path is resolved for. */
@@ -98,6 +102,24 @@ int al__pathpolicy_check(const al_pathpolicy_t *p, const char *real,
 int al__pathpolicy_resolve(const al_pathpolicy_t *p, const char *path,
                            al_path_mode_t mode, al_path_t *out,
                            al_buf_t *err);
+/* Opens a path that al__pathpolicy_resolve() accepted (`real`), closing
+ * its check-then-open window: the open is
+ * openat2(root fd, rest, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) from the
+ * allowed rule covering it, so a component swapped for a symlink meanwhile
+ * cannot leave the root; then the opened file's own path is checked again
+ * (a swap towards a denied path inside the root). O_CREAT: missing parent
+ * directories are made the same way (mkdirat under a beneath-resolved
+ * parent), the last component is never followed (O_NOFOLLOW) and
+ * protected paths (al__pathpolicy_is_protected) are refused. Returns the
+ * fd (O_CLOEXEC added) or a negative code with the reason in err
+ * (UV_EACCES for policy). Blocking: threadpool only. */
+int al__pathpolicy_open(const al_pathpolicy_t *p, const char *real,
+                        int flags, int mode, al_buf_t *err);
+/* True when `real` is one of the paths a tool must not create or change
+ * inside an allowed root (tools.d, .agentloop, .git/hooks, .git/config,
+ * shell rc files: AL_SANDBOX_PROTECTED). */
+bool al__pathpolicy_is_protected(const al_pathpolicy_t *p, const char *real);
+
 /* Lexical normalization of an absolute path ("//", ".", ".."); al_malloc'd
  * or NULL. */
 char *al__path_normalize(const char *abs);
@@ -143,5 +165,17 @@ size_t al__tool_display_cut(const char *s, size_t len, size_t extra_chars,
  * TOOL]" (the caller puts the separator before it). */
 int al__tool_truncation_notice(al_buf_t *b, size_t shown, size_t total,
                                const char *tool);
+
+struct al_spawn_result_s;
+/* A child's result as the model sees it (bash and CLI tools):
+ *   [Error: command timed out after N s | Error: command cancelled\n]
+ *   STDOUT [\n][stderr]\nSTDERR   cut at display_max characters
+ *   [\n[OUTPUT TRUNCATED: showing X of Y characters from TOOL]]
+ *   [\n]exit code N | killed by signal N
+ * "(no output)" when all that is empty. *is_error: timeout, cancel,
+ * non-zero exit, signal. On ENOMEM b is left empty. */
+void al__tool_format_spawn(const struct al_spawn_result_s *res,
+                           const char *tool, size_t display_max,
+                           uint64_t timeout_ms, al_buf_t *b, bool *is_error);
 
 #endif

@@ -812,7 +812,7 @@ TEST_IMPL(cli_run_usage_errors_exit_2) {
     run_cli(&c, help, clean_env);
     ASSERT_EQ(c.exit_status, 0);
     ASSERT_NOT_NULL(strstr(c.obuf, "--tools-dir"));
-    ASSERT_NOT_NULL(strstr(c.obuf, "not supported yet"));
+    ASSERT_NOT_NULL(strstr(c.obuf, "--sandbox"));
     finish(&c);
   }
   return 0;
@@ -919,8 +919,8 @@ TEST_IMPL(cli_run_sigterm_exit_143) {
 }
 
 /* Piped stdin goes after the prompt and a blank line; --system FILE is the
- * system prompt; a tools.d directory with YAML files is reported once and
- * ignored. */
+ * system prompt; a tools.d file that does not load is reported with
+ * file:line:col and the run goes on. */
 TEST_IMPL(cli_run_stdin_system_tools_dir) {
   cli_t c;
   ws_t w;
@@ -941,8 +941,9 @@ TEST_IMPL(cli_run_stdin_system_tools_dir) {
   c.stdin_text = "line one\nline two\n";
   run_cli(&c, args, clean_env);
   ASSERT_EQ(c.exit_status, 0);
-  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: --tools-dir: CLI tools from "
-                                 "tools.d are not supported yet; ignoring "));
+  /* The bad tool file is reported with file:line:col; the run goes on. */
+  ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: tools.d: "));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "x.yaml:1:1: tool 'x' needs a 'description'"));
   rec = al_mockllm_record_get(c.mock, 0);
   ASSERT_NOT_NULL(rec);
   ASSERT(rec->valid);

@@ -1,0 +1,464 @@
+/* agentloop-exec: the inner half of the tool sandbox (RELIABILITY.md §4).
+ *
+ *   agentloop-exec [OPTIONS] -- COMMAND [ARGS...]
+ *
+ * It confines itself, then execs COMMAND (looked up in its PATH). uv_spawn
+ * and posix_spawn have no pre-exec hook, so these steps need a program of
+ * their own. Order matters: rlimits and capabilities first, Landlock and
+ * NO_NEW_PRIVS next, the seccomp filter last (it forbids what the earlier
+ * steps use).
+ *
+ *   --cpu S --as BYTES --fsize BYTES --nofile N --nproc N   rlimits
+ *                       (CORE is always 0)
+ *   --write PATH        a Landlock writable root (repeatable); with none,
+ *                       Landlock is not used
+ *   --landlock-abi N    use at most ABI N (0: skip Landlock)
+ *   --require-landlock  fail (exit 125) unless Landlock is enforced
+ *   --no-network        seccomp: socket() for inet, inet6, unix, netlink
+ *                       and packet fails; Landlock ABI >= 4: TCP
+ *                       bind/connect denied
+ *   --supervise         stay as the parent: subreaper, forward TERM/INT,
+ *                       and SIGKILL every remaining descendant once COMMAND
+ *                       exits (the degraded mode has no PID namespace)
+ *   --probe             print "landlock=N seccomp=0|1" and exit 0
+ *
+ * Exit codes: COMMAND's, 125 when the helper itself failed (message on
+ * stderr, prefixed "agentloop-exec:"), 127 when COMMAND was not found. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/landlock.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* linux-libc-dev 6.1 stops at ABI 2; newer rights are defined here. */
+#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
+#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
+#define LL_NET_BIND_TCP (1ULL << 0)
+#define LL_NET_CONNECT_TCP (1ULL << 1)
+#define LL_SCOPE_ABSTRACT_UNIX (1ULL << 0)
+#define LL_SCOPE_SIGNAL (1ULL << 1)
+
+#define MAX_WRITE 64
+
+/* The newest ruleset layout; the size passed tells the kernel which
+ * fields we use. */
+struct ll_ruleset_attr {
+  uint64_t handled_access_fs;
+  uint64_t handled_access_net;
+  uint64_t scoped;
+};
+
+typedef struct opts_s {
+  rlim_t cpu, as, fsize, nofile, nproc;
+  const char *write[MAX_WRITE];
+  int n_write;
+  int abi_cap;
+  bool require_landlock;
+  bool no_network;
+  bool supervise;
+  bool probe;
+} opts_t;
+
+static void die(const char *what, int err) {
+  fprintf(stderr, "agentloop-exec: %s: %s\n", what, strerror(err));
+  exit(125);
+}
+
+static int landlock_abi(void) {
+  long v = syscall(SYS_landlock_create_ruleset, NULL, 0,
+                   LANDLOCK_CREATE_RULESET_VERSION);
+
+  return v < 0 ? 0 : (int)v;
+}
+
+static void set_limit(int res, rlim_t v) {
+  struct rlimit rl;
+
+  if (v == 0) {
+    return;
+  }
+  rl.rlim_cur = rl.rlim_max = v;
+  if (setrlimit(res, &rl) != 0) {
+    die("setrlimit", errno);
+  }
+}
+
+/* Root in degraded mode would keep every capability: drop them all, from
+ * the bounding set too, so exec cannot bring them back. */
+static void drop_caps(void) {
+  struct __user_cap_header_struct hdr;
+  struct __user_cap_data_struct data[2];
+  int c;
+
+  for (c = 0; c <= 63; c++) {
+    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) {
+      break; /* EPERM: we had no CAP_SETPCAP, so nothing to drop */
+    }
+  }
+  memset(&hdr, 0, sizeof(hdr));
+  memset(data, 0, sizeof(data));
+  hdr.version = _LINUX_CAPABILITY_VERSION_3;
+  if (syscall(SYS_capset, &hdr, data) != 0) {
+    die("capset", errno);
+  }
+  (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+}
+
+static int apply_landlock(const opts_t *o) {
+  struct ll_ruleset_attr attr;
+  struct landlock_path_beneath_attr pb;
+  static const char *const devs[] = {"/dev/null", "/dev/zero", "/dev/full",
+                                     "/dev/tty", NULL};
+  uint64_t fs_write;
+  size_t attr_size;
+  int abi = landlock_abi();
+  int rs;
+  int i;
+
+  if (o->abi_cap >= 0 && abi > o->abi_cap) {
+    abi = o->abi_cap;
+  }
+  if (abi <= 0 || o->n_write == 0) {
+    return 0;
+  }
+  /* Only writes are handled: reading stays as the outer layer left it. */
+  fs_write = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+             LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+             LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+             LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+             LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+  if (abi >= 2) {
+    fs_write |= LANDLOCK_ACCESS_FS_REFER;
+  }
+  if (abi >= 3) {
+    fs_write |= LANDLOCK_ACCESS_FS_TRUNCATE;
+  }
+  memset(&attr, 0, sizeof(attr));
+  attr.handled_access_fs = fs_write;
+  attr_size = sizeof(attr.handled_access_fs);
+  if (abi >= 4) {
+    attr_size = offsetof(struct ll_ruleset_attr, scoped);
+    if (o->no_network) {
+      attr.handled_access_net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP;
+    }
+  }
+  if (abi >= 6) {
+    /* No signals to processes outside this domain (kill -9 -1), no
+     * abstract unix sockets outside it. */
+    attr_size = sizeof(attr);
+    attr.scoped = LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL;
+  }
+  rs = (int)syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0);
+  if (rs < 0) {
+    return -errno;
+  }
+  for (i = 0; i < o->n_write; i++) {
+    pb.allowed_access = fs_write;
+    pb.parent_fd = open(o->write[i], O_PATH | O_CLOEXEC);
+    if (pb.parent_fd < 0) {
+      continue; /* a root that does not exist cannot be written anyway */
+    }
+    if (syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb,
+                0) != 0) {
+      close(pb.parent_fd);
+      close(rs);
+      return -errno;
+    }
+    close(pb.parent_fd);
+  }
+  for (i = 0; devs[i] != NULL; i++) {
+    pb.allowed_access = LANDLOCK_ACCESS_FS_WRITE_FILE |
+                        (abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0);
+    pb.parent_fd = open(devs[i], O_PATH | O_CLOEXEC);
+    if (pb.parent_fd >= 0) {
+      (void)syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH,
+                    &pb, 0);
+      close(pb.parent_fd);
+    }
+  }
+  if (syscall(SYS_landlock_restrict_self, rs, 0) != 0) {
+    close(rs);
+    return -errno;
+  }
+  close(rs);
+  return abi;
+}
+
+static int apply_seccomp(const opts_t *o) {
+  /* Syscalls a tool never needs and an attacker would love. */
+  static const int deny[] = {
+      SCMP_SYS(ptrace),           SCMP_SYS(process_vm_readv),
+      SCMP_SYS(process_vm_writev), SCMP_SYS(bpf),
+      SCMP_SYS(perf_event_open),  SCMP_SYS(userfaultfd),
+      SCMP_SYS(keyctl),           SCMP_SYS(add_key),
+      SCMP_SYS(request_key),      SCMP_SYS(io_uring_setup),
+      SCMP_SYS(io_uring_enter),   SCMP_SYS(io_uring_register),
+      SCMP_SYS(mount),            SCMP_SYS(umount2),
+      SCMP_SYS(pivot_root),       SCMP_SYS(chroot),
+      SCMP_SYS(unshare),          SCMP_SYS(setns),
+      SCMP_SYS(kexec_load),       SCMP_SYS(kexec_file_load),
+      SCMP_SYS(init_module),      SCMP_SYS(finit_module),
+      SCMP_SYS(delete_module),    SCMP_SYS(swapon),
+      SCMP_SYS(swapoff),          SCMP_SYS(reboot),
+      SCMP_SYS(acct),             SCMP_SYS(open_by_handle_at),
+      SCMP_SYS(name_to_handle_at), SCMP_SYS(fsopen),
+      SCMP_SYS(fsmount),          SCMP_SYS(move_mount),
+      SCMP_SYS(open_tree),        SCMP_SYS(fspick),
+      SCMP_SYS(kcmp),             SCMP_SYS(pidfd_getfd),
+  };
+  static const int families[] = {AF_INET, AF_INET6, AF_UNIX, AF_NETLINK,
+                                 AF_PACKET};
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  size_t i;
+  int rc = 0;
+
+  if (ctx == NULL) {
+    return -ENOMEM;
+  }
+  for (i = 0; i < sizeof(deny) / sizeof(deny[0]) && rc == 0; i++) {
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), deny[i], 0);
+  }
+  /* A tool must not create user namespaces (clone3 hides its flags from
+   * the filter, so it reports ENOSYS and libc falls back to clone). */
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+  }
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER,
+                                  CLONE_NEWUSER));
+  }
+  /* Typing into the controlling terminal. */
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                          SCMP_A1(SCMP_CMP_EQ, TIOCSTI));
+  }
+  for (i = 0; o->no_network && rc == 0 &&
+              i < sizeof(families) / sizeof(families[0]);
+       i++) {
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
+                          SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]));
+  }
+  if (rc == 0) {
+    rc = seccomp_load(ctx);
+  }
+  seccomp_release(ctx);
+  return rc;
+}
+
+/* ---- supervise (degraded mode) ------------------------------------------- */
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) { got_signal = sig; }
+
+/* SIGKILLs every child we have (reparented orphans included) and reaps
+ * them; their own children then become ours, so repeat until none. */
+static void sweep(void) {
+  char path[64];
+  int round;
+
+  snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+  for (round = 0; round < 10000; round++) {
+    FILE *f = fopen(path, "re");
+    long pid;
+    int n = 0;
+
+    if (f != NULL) {
+      while (fscanf(f, "%ld", &pid) == 1) {
+        (void)kill((pid_t)pid, SIGKILL);
+        n++;
+      }
+      fclose(f);
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+      n++;
+    }
+    if (n == 0) {
+      if (waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD) {
+        return;
+      }
+    }
+  }
+}
+
+static int supervise(pid_t child) {
+  int status = 0;
+  pid_t w;
+
+  for (;;) {
+    w = waitpid(child, &status, 0);
+    if (w == child) {
+      break;
+    }
+    if (w < 0 && errno == EINTR && got_signal != 0) {
+      /* Cancelled or timed out: the command and everything it started
+       * go now (the sweep below finds the ones that left the group). */
+      (void)kill(child, SIGKILL);
+      got_signal = 0;
+      continue;
+    }
+    if (w < 0 && errno != EINTR) {
+      break;
+    }
+  }
+  sweep();
+  if (WIFSIGNALED(status)) {
+    return 128 + WTERMSIG(status);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 125;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static rlim_t num(const char *s) {
+  char *end;
+  unsigned long long v;
+
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0') {
+    fprintf(stderr, "agentloop-exec: bad number '%s'\n", s);
+    exit(125);
+  }
+  return (rlim_t)v;
+}
+
+int main(int argc, char **argv) {
+  opts_t o;
+  int i;
+  int ll;
+  struct sigaction sa;
+  pid_t child;
+
+  memset(&o, 0, sizeof(o));
+  o.abi_cap = -1;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+    if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    }
+    if (strcmp(a, "--probe") == 0) {
+      o.probe = true;
+    } else if (strcmp(a, "--no-network") == 0) {
+      o.no_network = true;
+    } else if (strcmp(a, "--supervise") == 0) {
+      o.supervise = true;
+    } else if (strcmp(a, "--require-landlock") == 0) {
+      o.require_landlock = true;
+    } else if (v == NULL) {
+      fprintf(stderr, "agentloop-exec: bad option '%s'\n", a);
+      return 125;
+    } else if (strcmp(a, "--write") == 0 && o.n_write < MAX_WRITE) {
+      o.write[o.n_write++] = argv[++i];
+    } else if (strcmp(a, "--landlock-abi") == 0) {
+      o.abi_cap = (int)num(argv[++i]);
+    } else if (strcmp(a, "--cpu") == 0) {
+      o.cpu = num(argv[++i]);
+    } else if (strcmp(a, "--as") == 0) {
+      o.as = num(argv[++i]);
+    } else if (strcmp(a, "--fsize") == 0) {
+      o.fsize = num(argv[++i]);
+    } else if (strcmp(a, "--nofile") == 0) {
+      o.nofile = num(argv[++i]);
+    } else if (strcmp(a, "--nproc") == 0) {
+      o.nproc = num(argv[++i]);
+    } else {
+      fprintf(stderr, "agentloop-exec: bad option '%s'\n", a);
+      return 125;
+    }
+  }
+  if (o.probe) {
+    int abi = landlock_abi();
+    int sc;
+
+    if (o.abi_cap >= 0 && abi > o.abi_cap) {
+      abi = o.abi_cap;
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+      die("PR_SET_NO_NEW_PRIVS", errno);
+    }
+    sc = apply_seccomp(&o);
+    printf("landlock=%d seccomp=%d\n", abi, sc == 0 ? 1 : 0);
+    return 0;
+  }
+  if (i >= argc) {
+    fprintf(stderr, "agentloop-exec: no command (usage: agentloop-exec "
+                    "[options] -- command [args...])\n");
+    return 125;
+  }
+  {
+    struct rlimit core = {0, 0};
+
+    (void)setrlimit(RLIMIT_CORE, &core);
+  }
+  set_limit(RLIMIT_CPU, o.cpu);
+  set_limit(RLIMIT_AS, o.as);
+  set_limit(RLIMIT_FSIZE, o.fsize);
+  set_limit(RLIMIT_NOFILE, o.nofile);
+  set_limit(RLIMIT_NPROC, o.nproc);
+  drop_caps();
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    die("PR_SET_NO_NEW_PRIVS", errno);
+  }
+  ll = apply_landlock(&o);
+  if (ll < 0) {
+    die("landlock", -ll);
+  }
+  if (o.require_landlock && ll == 0) {
+    fprintf(stderr, "agentloop-exec: Landlock is not available\n");
+    return 125;
+  }
+  if (o.supervise) {
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+      die("PR_SET_CHILD_SUBREAPER", errno);
+    }
+    /* The daemon's death ends us, and the sweep below ends the rest. */
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  }
+  if (apply_seccomp(&o) != 0) {
+    fprintf(stderr, "agentloop-exec: cannot load the seccomp filter\n");
+    return 125;
+  }
+  if (o.supervise) {
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    child = fork();
+    if (child < 0) {
+      die("fork", errno);
+    }
+    if (child > 0) {
+      return supervise(child);
+    }
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+  }
+  execvp(argv[i], argv + i);
+  fprintf(stderr, "agentloop-exec: %s: %s\n", argv[i], strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}

@@ -1,0 +1,883 @@
+/* Sandbox probe and argv wrapper: see sandbox.h for the mount plan. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/landlock.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "sandbox/sandbox.h"
+
+#ifndef AL_EXEC_INSTALL_PATH
+#define AL_EXEC_INSTALL_PATH "/usr/local/bin/agentloop-exec"
+#endif
+
+#define DEFAULT_BWRAP "/usr/bin/bwrap"
+
+/* Paths inside a writable root that a tool must not change: code and
+ * configuration that runs later outside the sandbox. */
+const al_sandbox_protected_t AL_SANDBOX_PROTECTED[] = {
+    {"tools.d", false},      {".agentloop", false}, {".git/hooks", false},
+    {".git/config", true},   {".bashrc", true},     {".profile", true},
+    {".bash_profile", true}, {".zshrc", true},
+};
+const size_t AL_SANDBOX_N_PROTECTED = AL_ARRAY_SIZE(AL_SANDBOX_PROTECTED);
+
+typedef struct strv_s {
+  char **v;
+  size_t n;
+  size_t cap;
+} strv_t;
+
+struct al_sandbox_s {
+  al_sandbox_info_t info;
+  char *bwrap;
+  char *helper;
+  strv_t roots;
+  strv_t hidden;     /* existing absolute paths */
+  strv_t protect;    /* absolute paths (may not exist) */
+  bool *protect_file;
+  strv_t placeholders; /* created by bwrap, removed on the last release */
+  size_t active;
+  uint64_t nproc, nofile, as_bytes, fsize_bytes, cpu_secs;
+};
+
+static int strv_push(strv_t *s, const char *str) {
+  char *d;
+
+  if (s->n + 2 > s->cap) {
+    size_t nc = s->cap ? s->cap * 2 : 16;
+    char **nv = al_realloc(s->v, nc * sizeof(*nv));
+
+    if (nv == NULL) {
+      return AL_ENOMEM;
+    }
+    s->v = nv;
+    s->cap = nc;
+  }
+  d = al_strdup(str);
+  if (d == NULL) {
+    return AL_ENOMEM;
+  }
+  s->v[s->n++] = d;
+  s->v[s->n] = NULL;
+  return 0;
+}
+
+static int strv_pushf(strv_t *s, const char *fmt, unsigned long long v) {
+  char buf[64];
+
+  snprintf(buf, sizeof(buf), fmt, v);
+  return strv_push(s, buf);
+}
+
+static void strv_free(strv_t *s) {
+  size_t i;
+
+  for (i = 0; i < s->n; i++) {
+    al_free(s->v[i]);
+  }
+  al_free(s->v);
+  memset(s, 0, sizeof(*s));
+}
+
+static bool strv_has(const strv_t *s, const char *str) {
+  size_t i;
+
+  for (i = 0; i < s->n; i++) {
+    if (strcmp(s->v[i], str) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void al__sandbox_argv_free(char **argv) {
+  size_t i;
+
+  for (i = 0; argv != NULL && argv[i] != NULL; i++) {
+    al_free(argv[i]);
+  }
+  al_free(argv);
+}
+
+const char *al_sandbox_mode_name(al_sandbox_mode_t mode) {
+  switch (mode) {
+  case AL_SANDBOX_MODE_BWRAP: return "bwrap";
+  case AL_SANDBOX_MODE_DEGRADED: return "degraded";
+  case AL_SANDBOX_MODE_NONE: return "none";
+  }
+  return "none";
+}
+
+void al_sandbox_probe_options_init(al_sandbox_probe_options_t *o) {
+  memset(o, 0, sizeof(*o));
+}
+
+void al__sandbox_config_init(al_sandbox_config_t *c) {
+  memset(c, 0, sizeof(*c));
+  c->policy = AL_SANDBOX_AUTO;
+}
+
+/* True when `path` is `root` or below it (component-wise). */
+static bool path_under(const char *path, const char *root) {
+  size_t n = strlen(root);
+
+  if (strcmp(root, "/") == 0) {
+    return true;
+  }
+  return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* ---- helper discovery ----------------------------------------------------- */
+
+static bool executable(const char *p) {
+  return p != NULL && p[0] == '/' && access(p, X_OK) == 0;
+}
+
+const char *al__sandbox_find_helper(const char *explicit_path) {
+  static char buf[PATH_MAX + 32];
+  char exe[PATH_MAX];
+  ssize_t n;
+  char *slash;
+  const char *env;
+
+  if (explicit_path != NULL) {
+    return executable(explicit_path) ? explicit_path : NULL;
+  }
+  env = getenv("AGENTLOOP_EXEC");
+  if (executable(env)) {
+    return env;
+  }
+  n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    slash = strrchr(exe, '/');
+    if (slash != NULL) {
+      *slash = '\0';
+      /* Next to the program, or one level up (the build tree's tests/
+       * and bench binaries). */
+      snprintf(buf, sizeof(buf), "%s/agentloop-exec", exe);
+      if (executable(buf)) {
+        return buf;
+      }
+      slash = strrchr(exe, '/');
+      if (slash != NULL) {
+        *slash = '\0';
+        snprintf(buf, sizeof(buf), "%s/agentloop-exec", exe);
+        if (executable(buf)) {
+          return buf;
+        }
+      }
+    }
+  }
+  return executable(AL_EXEC_INSTALL_PATH) ? AL_EXEC_INSTALL_PATH : NULL;
+}
+
+/* ---- probe ---------------------------------------------------------------- */
+
+/* Runs argv with stdout captured (stderr into detail); returns the exit
+ * status or -1. Blocking, once per agent. */
+static int run_capture(char *const *argv, char *out, size_t outsz,
+                       char *err, size_t errsz) {
+  int po[2], pe[2];
+  posix_spawn_file_actions_t fa;
+  pid_t pid;
+  int status = 0;
+  size_t used;
+  ssize_t r;
+  char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", NULL};
+
+  out[0] = err[0] = '\0';
+  if (pipe2(po, O_CLOEXEC) != 0) {
+    return -1;
+  }
+  if (pipe2(pe, O_CLOEXEC) != 0) {
+    close(po[0]);
+    close(po[1]);
+    return -1;
+  }
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+  if (posix_spawn(&pid, argv[0], &fa, NULL, argv, envp) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    close(po[0]);
+    close(po[1]);
+    close(pe[0]);
+    close(pe[1]);
+    return -1;
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  close(po[1]);
+  close(pe[1]);
+  used = 0;
+  while (used + 1 < outsz &&
+         (r = read(po[0], out + used, outsz - 1 - used)) != 0) {
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r < 0) {
+      break;
+    }
+    used += (size_t)r;
+  }
+  out[used] = '\0';
+  used = 0;
+  while (used + 1 < errsz &&
+         (r = read(pe[0], err + used, errsz - 1 - used)) != 0) {
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r < 0) {
+      break;
+    }
+    used += (size_t)r;
+  }
+  err[used] = '\0';
+  while (used > 0 && (err[used - 1] == '\n' || err[used - 1] == ' ')) {
+    err[--used] = '\0';
+  }
+  close(po[0]);
+  close(pe[0]);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void add_missing(al_sandbox_info_t *info, const char *what) {
+  size_t n = strlen(info->missing);
+
+  snprintf(info->missing + n, sizeof(info->missing) - n, "%s%s",
+           n > 0 ? "," : "", what);
+}
+
+static void detail(al_sandbox_info_t *info, const char *fmt, const char *a,
+                   const char *b) {
+  size_t n = strlen(info->detail);
+
+  snprintf(info->detail + n, sizeof(info->detail) - n, fmt, n > 0 ? "; " : "",
+           a, b);
+}
+
+/* The namespace flags every bwrap run uses (the probe runs the same). */
+static int push_bwrap_base(strv_t *a, const char *bwrap, bool network) {
+  static const char *const base[] = {
+      "--die-with-parent", "--new-session",    "--unshare-user",
+      "--unshare-pid",     "--unshare-ipc",    "--unshare-uts",
+      "--unshare-cgroup-try", "--cap-drop",    "ALL",
+      "--ro-bind",         "/",                "/",
+      "--dev",             "/dev",             "--proc",
+      "/proc",             "--tmpfs",          "/tmp",
+      NULL};
+  size_t i;
+  int rc = strv_push(a, bwrap);
+
+  for (i = 0; base[i] != NULL && rc == 0; i++) {
+    rc = strv_push(a, base[i]);
+  }
+  /* Same ids inside: files the tool creates belong to the user. */
+  if (rc == 0) {
+    rc = strv_push(a, "--uid");
+  }
+  if (rc == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)getuid());
+  }
+  if (rc == 0) {
+    rc = strv_push(a, "--gid");
+  }
+  if (rc == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)getgid());
+  }
+  if (rc == 0 && !network) {
+    rc = strv_push(a, "--unshare-net");
+  }
+  return rc;
+}
+
+static int parse_probe(const char *out, int *abi, bool *seccomp) {
+  int a = 0, s = 0;
+
+  if (sscanf(out, "landlock=%d seccomp=%d", &a, &s) != 2) {
+    return -1;
+  }
+  *abi = a;
+  *seccomp = s == 1;
+  return 0;
+}
+
+int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
+                     al_sandbox_info_t *out) {
+  al_sandbox_probe_options_t def;
+  const char *helper;
+  const char *bwrap;
+  char so[256], se[256];
+  int rc;
+  strv_t a;
+
+  if (opts == NULL) {
+    al_sandbox_probe_options_init(&def);
+    opts = &def;
+  }
+  memset(out, 0, sizeof(*out));
+  bwrap = opts->bwrap != NULL ? opts->bwrap : DEFAULT_BWRAP;
+  snprintf(out->bwrap, sizeof(out->bwrap), "%s", bwrap);
+  helper = al__sandbox_find_helper(opts->helper);
+  if (helper == NULL) {
+    detail(out, "%sagentloop-exec not found%s%s", "", "");
+    out->mode = AL_SANDBOX_MODE_NONE;
+    add_missing(out, "all");
+    return 0;
+  }
+  snprintf(out->helper, sizeof(out->helper), "%s", helper);
+
+  /* The helper alone. */
+  {
+    char *argv[4];
+
+    argv[0] = (char *)helper;
+    argv[1] = "--probe";
+    argv[2] = opts->no_landlock ? "--landlock-abi" : NULL;
+    argv[3] = NULL;
+    if (opts->no_landlock) {
+      char *argv2[5] = {(char *)helper, "--landlock-abi", "0", "--probe",
+                        NULL};
+
+      rc = run_capture(argv2, so, sizeof(so), se, sizeof(se));
+    } else {
+      rc = run_capture(argv, so, sizeof(so), se, sizeof(se));
+    }
+    if (rc == 0 &&
+        parse_probe(so, &out->landlock_abi, &out->seccomp_ok) == 0) {
+      out->helper_ok = true;
+    } else {
+      detail(out, "%sagentloop-exec --probe failed: %s%s", se, "");
+    }
+  }
+
+  /* bwrap around it. */
+  memset(&a, 0, sizeof(a));
+  if (access(bwrap, X_OK) != 0) {
+    detail(out, "%s%s: not installed (apt-get install bubblewrap)%s", bwrap,
+           "");
+  } else if (push_bwrap_base(&a, bwrap, false) == 0 &&
+             strv_push(&a, "--") == 0 && strv_push(&a, helper) == 0 &&
+             (!opts->no_landlock || (strv_push(&a, "--landlock-abi") == 0 &&
+                                     strv_push(&a, "0") == 0)) &&
+             strv_push(&a, "--probe") == 0) {
+    int abi = 0;
+    bool sc = false;
+
+    rc = run_capture(a.v, so, sizeof(so), se, sizeof(se));
+    if (rc == 0 && parse_probe(so, &abi, &sc) == 0 && sc) {
+      out->bwrap_ok = true;
+    } else {
+      detail(out, "%sbwrap failed: %s%s", se[0] ? se : "no output", "");
+    }
+  }
+  strv_free(&a);
+
+  if (out->bwrap_ok && out->helper_ok) {
+    out->mode = AL_SANDBOX_MODE_BWRAP;
+    if (out->landlock_abi == 0) {
+      add_missing(out, "landlock");
+    } else {
+      if (out->landlock_abi < 3) {
+        add_missing(out, "landlock-truncate");
+      }
+      if (out->landlock_abi < 4) {
+        add_missing(out, "landlock-tcp");
+      }
+    }
+  } else if (out->helper_ok && out->seccomp_ok && out->landlock_abi > 0) {
+    out->mode = AL_SANDBOX_MODE_DEGRADED;
+    add_missing(out, "mount-namespace,protected-subpaths,hidden-paths,"
+                     "pid-namespace,network-namespace");
+    if (out->landlock_abi < 4) {
+      add_missing(out, "tcp-deny");
+    }
+    if (out->landlock_abi < 6) {
+      add_missing(out, "signal-scope");
+    }
+    add_missing(out, "nproc-limit");
+  } else {
+    out->mode = AL_SANDBOX_MODE_NONE;
+    add_missing(out, "all");
+  }
+  return 0;
+}
+
+int al_sandbox_info_json(const al_sandbox_info_t *info, char **out) {
+  json_t *o;
+  json_t *miss;
+  char *s;
+  const char *p;
+
+  *out = NULL;
+  miss = json_array();
+  for (p = info->missing; miss != NULL && *p != '\0';) {
+    const char *c = strchr(p, ',');
+    size_t n = c != NULL ? (size_t)(c - p) : strlen(p);
+
+    json_array_append_new(miss, json_stringn(p, n));
+    p += n + (c != NULL ? 1 : 0);
+  }
+  o = json_pack("{s:s, s:i, s:s, s:b, s:s, s:b, s:b, s:o, s:s}", "mode",
+                al_sandbox_mode_name(info->mode), "landlock_abi",
+                info->landlock_abi, "bwrap", info->bwrap, "bwrap_ok",
+                info->bwrap_ok, "helper", info->helper, "helper_ok",
+                info->helper_ok, "seccomp", info->seccomp_ok, "missing",
+                miss != NULL ? miss : json_array(), "detail", info->detail);
+  if (o == NULL) {
+    return AL_ENOMEM;
+  }
+  s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (s == NULL) {
+    return AL_ENOMEM;
+  }
+  *out = s; /* jansson allocates through al_malloc */
+  return 0;
+}
+
+/* ---- the plan ------------------------------------------------------------- */
+
+void al__sandbox_free(al_sandbox_t *sb) {
+  if (sb == NULL) {
+    return;
+  }
+  al_free(sb->bwrap);
+  al_free(sb->helper);
+  strv_free(&sb->roots);
+  strv_free(&sb->hidden);
+  strv_free(&sb->protect);
+  strv_free(&sb->placeholders);
+  al_free(sb->protect_file);
+  al_free(sb);
+}
+
+const al_sandbox_info_t *al__sandbox_info(const al_sandbox_t *sb) {
+  return &sb->info;
+}
+
+al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb) {
+  return sb != NULL ? sb->info.mode : AL_SANDBOX_MODE_NONE;
+}
+
+/* $VAR, or $HOME/fallback. Static buffer. */
+static const char *xdg(const char *var, const char *fallback) {
+  static char buf[PATH_MAX];
+  const char *v = getenv(var);
+  const char *home = getenv("HOME");
+
+  if (v != NULL && v[0] == '/') {
+    return v;
+  }
+  if (home == NULL || home[0] != '/') {
+    return NULL;
+  }
+  snprintf(buf, sizeof(buf), "%s/%s", home, fallback);
+  return buf;
+}
+
+static int add_hidden(al_sandbox_t *sb, const char *path) {
+  char real[PATH_MAX];
+  struct stat st;
+
+  if (path == NULL || realpath(path, real) == NULL ||
+      lstat(real, &st) != 0 || strv_has(&sb->hidden, real)) {
+    return 0; /* nothing there to hide */
+  }
+  /* A hidden path that is itself a root, or holds one, would hide the
+   * workspace: the user asked for it to be writable, so it wins. */
+  {
+    size_t i;
+
+    for (i = 0; i < sb->roots.n; i++) {
+      if (path_under(sb->roots.v[i], real)) {
+        return 0;
+      }
+    }
+  }
+  return strv_push(&sb->hidden, real);
+}
+
+static int add_protected(al_sandbox_t *sb, const char *path, bool is_file) {
+  bool *nf;
+
+  if (strv_has(&sb->protect, path)) {
+    return 0;
+  }
+  nf = al_realloc(sb->protect_file, (sb->protect.n + 1) * sizeof(*nf));
+  if (nf == NULL) {
+    return AL_ENOMEM;
+  }
+  sb->protect_file = nf;
+  nf[sb->protect.n] = is_file;
+  return strv_push(&sb->protect, path);
+}
+
+static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
+  static const char *const home_secrets[] = {
+      ".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".docker",
+      ".kube", ".netrc", ".git-credentials", ".npmrc", ".pypirc", NULL};
+  const char *home = getenv("HOME");
+  char buf[PATH_MAX];
+  const char *p;
+  size_t i, j;
+  int rc = 0;
+
+  for (i = 0; i < cfg->n_write_roots && rc == 0; i++) {
+    char real[PATH_MAX];
+    struct stat st;
+
+    if (realpath(cfg->write_roots[i], real) == NULL ||
+        stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      if (i == 0) {
+        return AL_EINVAL;
+      }
+      continue; /* an allowed path that does not exist: nothing to bind */
+    }
+    if (!strv_has(&sb->roots, real)) {
+      rc = strv_push(&sb->roots, real);
+    }
+  }
+  if (rc == 0 && sb->roots.n == 0) {
+    if (getcwd(buf, sizeof(buf)) == NULL) {
+      return AL_EINVAL;
+    }
+    rc = strv_push(&sb->roots, buf);
+  }
+  /* agentloop's own state, config and socket directories, then the
+   * usual secrets, then the user's denied paths. */
+  if (rc == 0) {
+    p = getenv("XDG_RUNTIME_DIR");
+    if (p == NULL) {
+      snprintf(buf, sizeof(buf), "/run/user/%u", (unsigned)getuid());
+      p = buf;
+    }
+    rc = add_hidden(sb, p);
+  }
+  if (rc == 0 && (p = xdg("XDG_STATE_HOME", ".local/state")) != NULL) {
+    snprintf(buf, sizeof(buf), "%s/agentloop", p);
+    rc = add_hidden(sb, buf);
+  }
+  if (rc == 0 && (p = xdg("XDG_CONFIG_HOME", ".config")) != NULL) {
+    snprintf(buf, sizeof(buf), "%s/agentloop", p);
+    rc = add_hidden(sb, buf);
+    /* Inside a root (HOME as the workspace) it must also not be
+     * created. */
+    for (i = 0; rc == 0 && i < sb->roots.n; i++) {
+      if (path_under(buf, sb->roots.v[i])) {
+        rc = add_protected(sb, buf, false);
+      }
+    }
+  }
+  for (i = 0; rc == 0 && home != NULL && home[0] == '/' &&
+              home_secrets[i] != NULL;
+       i++) {
+    snprintf(buf, sizeof(buf), "%s/%s", home, home_secrets[i]);
+    rc = add_hidden(sb, buf);
+  }
+  for (i = 0; rc == 0 && i < cfg->n_hidden; i++) {
+    rc = add_hidden(sb, cfg->hidden[i]);
+  }
+  for (i = 0; rc == 0 && i < sb->roots.n; i++) {
+    for (j = 0; rc == 0 && j < AL_SANDBOX_N_PROTECTED; j++) {
+      snprintf(buf, sizeof(buf), "%s/%s",
+               strcmp(sb->roots.v[i], "/") == 0 ? "" : sb->roots.v[i],
+               AL_SANDBOX_PROTECTED[j].rel);
+      rc = add_protected(sb, buf, AL_SANDBOX_PROTECTED[j].is_file);
+    }
+  }
+  return rc;
+}
+
+int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
+                    al_sandbox_info_t *info_out) {
+  al_sandbox_t *sb;
+  int rc;
+
+  *out = NULL;
+  sb = al_calloc(1, sizeof(*sb));
+  if (sb == NULL) {
+    return AL_ENOMEM;
+  }
+  sb->nproc = cfg->nproc ? cfg->nproc : AL_SANDBOX_DEFAULT_NPROC;
+  sb->nofile = cfg->nofile ? cfg->nofile : AL_SANDBOX_DEFAULT_NOFILE;
+  sb->as_bytes = cfg->as_bytes ? cfg->as_bytes : AL_SANDBOX_DEFAULT_AS;
+  sb->fsize_bytes = cfg->fsize_bytes ? cfg->fsize_bytes
+                                     : AL_SANDBOX_DEFAULT_FSIZE;
+  sb->cpu_secs = cfg->cpu_secs;
+  if (cfg->policy == AL_SANDBOX_OFF) {
+    sb->info.mode = AL_SANDBOX_MODE_NONE;
+    snprintf(sb->info.missing, sizeof(sb->info.missing), "all");
+    snprintf(sb->info.detail, sizeof(sb->info.detail),
+             "disabled (--sandbox=none)");
+  } else {
+    al_sandbox_probe(&cfg->probe, &sb->info);
+  }
+  if (info_out != NULL) {
+    *info_out = sb->info;
+  }
+  if (cfg->policy == AL_SANDBOX_REQUIRED &&
+      sb->info.mode != AL_SANDBOX_MODE_BWRAP) {
+    al__sandbox_free(sb);
+    return AL_ENOTSUP;
+  }
+  sb->bwrap = al_strdup(sb->info.bwrap[0] ? sb->info.bwrap : DEFAULT_BWRAP);
+  sb->helper = al_strdup(sb->info.helper);
+  if (sb->bwrap == NULL || sb->helper == NULL) {
+    al__sandbox_free(sb);
+    return AL_ENOMEM;
+  }
+  rc = build_plan(sb, cfg);
+  if (rc != 0) {
+    al__sandbox_free(sb);
+    return rc;
+  }
+  *out = sb;
+  return 0;
+}
+
+/* ---- wrapping ------------------------------------------------------------- */
+
+static bool under_any_root(const al_sandbox_t *sb, const char *p) {
+  size_t i;
+
+  for (i = 0; i < sb->roots.n; i++) {
+    if (path_under(p, sb->roots.v[i])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+static int push_hide(strv_t *a, const char *p) {
+  struct stat st;
+  int rc;
+
+  if (lstat(p, &st) != 0) {
+    return 0;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if ((rc = strv_push(a, "--tmpfs")) != 0) {
+      return rc;
+    }
+    return strv_push(a, p);
+  }
+  if ((rc = strv_push(a, "--ro-bind")) != 0 ||
+      (rc = strv_push(a, "/dev/null")) != 0) {
+    return rc;
+  }
+  return strv_push(a, p);
+}
+
+/* A protected path: read-only if it exists, else a read-only placeholder
+ * at its first missing component below the root. */
+static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
+                        bool is_file) {
+  char buf[PATH_MAX];
+  struct stat st;
+  char *slash;
+  int rc;
+
+  if (lstat(p, &st) == 0) {
+    if (S_ISLNK(st.st_mode)) {
+      /* A symlink cannot be a mount point; its target is outside our
+       * concern only if outside the roots, and bwrap would follow it.
+       * Cover the link itself. */
+      if ((rc = strv_push(a, "--ro-bind")) != 0 ||
+          (rc = strv_push(a, "/dev/null")) != 0) {
+        return rc;
+      }
+      return strv_push(a, p);
+    }
+    if ((rc = strv_push(a, "--ro-bind")) != 0 ||
+        (rc = strv_push(a, p)) != 0) {
+      return rc;
+    }
+    return strv_push(a, p);
+  }
+  /* Walk up to the highest missing ancestor. */
+  snprintf(buf, sizeof(buf), "%s", p);
+  for (;;) {
+    slash = strrchr(buf, '/');
+    if (slash == NULL || slash == buf) {
+      break;
+    }
+    *slash = '\0';
+    if (lstat(buf, &st) == 0) {
+      *slash = '/';
+      break;
+    }
+    is_file = false; /* an ancestor is a directory */
+  }
+  if (!under_any_root(sb, buf)) {
+    return 0;
+  }
+  if (!strv_has(&sb->placeholders, buf) &&
+      (rc = strv_push(&sb->placeholders, buf)) != 0) {
+    return rc;
+  }
+  if (is_file) {
+    if ((rc = strv_push(a, "--ro-bind")) != 0 ||
+        (rc = strv_push(a, "/dev/null")) != 0) {
+      return rc;
+    }
+    return strv_push(a, buf);
+  }
+  if ((rc = strv_push(a, "--tmpfs")) != 0 || (rc = strv_push(a, buf)) != 0 ||
+      (rc = strv_push(a, "--remount-ro")) != 0) {
+    return rc;
+  }
+  return strv_push(a, buf);
+}
+
+static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
+                       bool supervise) {
+  size_t i;
+  int rc = strv_push(a, sb->helper);
+
+  if (rc == 0 && sb->nproc > 0 && !supervise) {
+    /* bwrap mode has its own user namespace, where the process count
+     * starts from zero; in degraded mode the count is the user's whole
+     * session, so no limit is set there. */
+    if ((rc = strv_push(a, "--nproc")) == 0) {
+      rc = strv_pushf(a, "%llu", (unsigned long long)sb->nproc);
+    }
+  }
+  if (rc == 0 && (rc = strv_push(a, "--nofile")) == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)sb->nofile);
+  }
+  if (rc == 0 && sb->as_bytes != UINT64_MAX &&
+      (rc = strv_push(a, "--as")) == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)sb->as_bytes);
+  }
+  if (rc == 0 && (rc = strv_push(a, "--fsize")) == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)sb->fsize_bytes);
+  }
+  if (rc == 0 && sb->cpu_secs > 0 && (rc = strv_push(a, "--cpu")) == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)sb->cpu_secs);
+  }
+  if (rc == 0 && sb->info.landlock_abi > 0) {
+    for (i = 0; i < sb->roots.n && rc == 0; i++) {
+      if ((rc = strv_push(a, "--write")) == 0) {
+        rc = strv_push(a, sb->roots.v[i]);
+      }
+    }
+    if (rc == 0 && !supervise && (rc = strv_push(a, "--write")) == 0) {
+      rc = strv_push(a, "/tmp"); /* a private tmpfs in bwrap mode */
+    }
+    if (rc == 0 && (rc = strv_push(a, "--landlock-abi")) == 0) {
+      rc = strv_pushf(a, "%llu", (unsigned long long)sb->info.landlock_abi);
+    }
+  }
+  if (rc == 0 && supervise) {
+    rc = strv_push(a, "--supervise");
+    if (rc == 0) {
+      rc = strv_push(a, "--require-landlock");
+    }
+  }
+  if (rc == 0 && !network) {
+    rc = strv_push(a, "--no-network");
+  }
+  if (rc == 0) {
+    rc = strv_push(a, "--");
+  }
+  return rc;
+}
+
+int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
+                     const char *const *argv, char ***out) {
+  strv_t a;
+  size_t i;
+  int rc = 0;
+  al_sandbox_mode_t mode = al__sandbox_mode(sb);
+
+  *out = NULL;
+  memset(&a, 0, sizeof(a));
+  if (mode == AL_SANDBOX_MODE_BWRAP) {
+    rc = push_bwrap_base(&a, sb->bwrap, network);
+    for (i = 0; rc == 0 && i < sb->hidden.n; i++) {
+      if (!under_any_root(sb, sb->hidden.v[i])) {
+        rc = push_hide(&a, sb->hidden.v[i]);
+      }
+    }
+    for (i = 0; rc == 0 && i < sb->roots.n; i++) {
+      if ((rc = strv_push(&a, "--bind")) == 0 &&
+          (rc = strv_push(&a, sb->roots.v[i])) == 0) {
+        rc = strv_push(&a, sb->roots.v[i]);
+      }
+    }
+    for (i = 0; rc == 0 && i < sb->hidden.n; i++) {
+      if (under_any_root(sb, sb->hidden.v[i])) {
+        rc = push_hide(&a, sb->hidden.v[i]);
+      }
+    }
+    for (i = 0; rc == 0 && i < sb->protect.n; i++) {
+      rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+    }
+    if (rc == 0 && cwd != NULL && (rc = strv_push(&a, "--chdir")) == 0) {
+      rc = strv_push(&a, cwd);
+    }
+    if (rc == 0) {
+      rc = strv_push(&a, "--");
+    }
+    if (rc == 0) {
+      rc = push_helper(sb, &a, network, false);
+    }
+  } else if (mode == AL_SANDBOX_MODE_DEGRADED) {
+    rc = push_helper(sb, &a, network, true);
+  }
+  for (i = 0; rc == 0 && argv[i] != NULL; i++) {
+    rc = strv_push(&a, argv[i]);
+  }
+  if (rc == 0 && a.v == NULL) {
+    rc = AL_EINVAL;
+  }
+  if (rc != 0) {
+    strv_free(&a);
+    return rc;
+  }
+  if (sb != NULL) {
+    sb->active++;
+  }
+  *out = a.v;
+  return 0;
+}
+
+void al__sandbox_release(al_sandbox_t *sb) {
+  size_t i;
+
+  if (sb == NULL || sb->active == 0 || --sb->active > 0) {
+    return;
+  }
+  /* No sandbox is running: the placeholders bwrap created as mount points
+   * go (rmdir/unlink of an empty one only; anything else was made by
+   * someone outside and stays). Blocking, but local and tiny. */
+  for (i = 0; i < sb->placeholders.n; i++) {
+    const char *p = sb->placeholders.v[i];
+    struct stat st;
+
+    if (lstat(p, &st) != 0) {
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      (void)rmdir(p);
+    } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
+      (void)unlink(p);
+    }
+  }
+  strv_free(&sb->placeholders);
+}

@@ -1,0 +1,94 @@
+/* The sandbox layer's library side (RELIABILITY.md §4): the probe, the
+ * wrapper that turns a tool's argv into "bwrap ... -- agentloop-exec ...
+ * -- argv", and the host process's hygiene (public part in
+ * agentloop/sandbox.h).
+ *
+ * An al_sandbox_t is made once per agent (blocking: it probes and resolves
+ * paths) and is then read-only except for the placeholder bookkeeping
+ * (al__sandbox_wrap / al__sandbox_release), which runs on the loop thread.
+ *
+ * Mount plan in bwrap mode, in this order (later mounts cover earlier):
+ *   --ro-bind / /, --dev /dev, --proc /proc (new PID namespace), --tmpfs
+ *   /tmp; tmpfs (directories) or /dev/null (files) over the hidden paths
+ *   outside the writable roots; --bind each writable root; the hidden paths
+ *   inside the roots; --ro-bind each protected path that exists, and for
+ *   one that does not exist yet a read-only placeholder at its first
+ *   missing component (an empty tmpfs directory, or /dev/null for a file),
+ *   so the tool cannot create it. bwrap makes the placeholder's mount point
+ *   on disk; al__sandbox_release removes it (if still empty) once no
+ *   sandboxed child is running. */
+#ifndef AL_SANDBOX_INT_H
+#define AL_SANDBOX_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agentloop/sandbox.h"
+#include "common/common.h"
+
+#define AL_SANDBOX_DEFAULT_NPROC 512
+#define AL_SANDBOX_DEFAULT_NOFILE 1024
+#define AL_SANDBOX_DEFAULT_AS ((uint64_t)8 << 30)
+#define AL_SANDBOX_DEFAULT_FSIZE ((uint64_t)1 << 30)
+
+typedef struct al_sandbox_s al_sandbox_t;
+
+/* Paths, relative to each writable root, that a tool may not create or
+ * change (code or configuration that runs later, outside the sandbox). */
+typedef struct al_sandbox_protected_s {
+  const char *rel;
+  bool is_file;
+} al_sandbox_protected_t;
+extern const al_sandbox_protected_t AL_SANDBOX_PROTECTED[];
+extern const size_t AL_SANDBOX_N_PROTECTED;
+
+typedef struct al_sandbox_config_s {
+  al_sandbox_policy_t policy;
+  al_sandbox_probe_options_t probe; /* seams: bwrap, helper, no_landlock */
+  /* Writable roots (the first is the workspace); existing directories.
+   * NULL/0: the process cwd. */
+  const char *const *write_roots;
+  size_t n_write_roots;
+  /* Hidden on top of the built-in list (denied_paths). */
+  const char *const *hidden;
+  size_t n_hidden;
+  /* rlimits for the tool (0: the AL_SANDBOX_DEFAULT_* value; cpu 0: none;
+   * as_bytes UINT64_MAX: none, for sanitizer-built tools) */
+  uint64_t nproc;
+  uint64_t nofile;
+  uint64_t as_bytes;
+  uint64_t fsize_bytes;
+  uint64_t cpu_secs;
+} al_sandbox_config_t;
+
+void al__sandbox_config_init(al_sandbox_config_t *c);
+
+/* Probes (unless the policy is OFF) and records the plan. AL_EINVAL for a
+ * root that is not an existing directory; AL_ENOTSUP when the policy is
+ * REQUIRED and bwrap mode does not work here (the info says why:
+ * al__sandbox_info of a NULL sandbox is not available, so *info_out, when
+ * not NULL, is filled in either case); AL_ENOMEM. Blocking. */
+int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
+                    al_sandbox_info_t *info_out);
+/* Only when no wrapped child is running. NULL is fine. */
+void al__sandbox_free(al_sandbox_t *sb);
+
+const al_sandbox_info_t *al__sandbox_info(const al_sandbox_t *sb);
+al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
+
+/* The argv that runs `argv` confined with cwd as its working directory:
+ * NULL-terminated, every string al_malloc'd (al__sandbox_argv_free). In
+ * mode NONE it is a copy of argv. network: the tool declared it needs the
+ * network. Each successful call must be paired with one
+ * al__sandbox_release() once that child is gone. Loop thread; a few
+ * lstat() calls on the protected paths. AL_ENOMEM. */
+int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
+                     const char *const *argv, char ***out);
+void al__sandbox_release(al_sandbox_t *sb);
+void al__sandbox_argv_free(char **argv);
+
+/* The helper path the probe would use (static buffer); NULL if none. */
+const char *al__sandbox_find_helper(const char *explicit_path);
+
+#endif

@@ -1,0 +1,151 @@
+/* tools.d CLI tools (SPEC §8, seed 001 §6.3, docs/tools.md).
+ *
+ * A tools.d directory holds YAML files (*.yaml, *.yml, loaded in name
+ * order); each file is either a mapping with a `tools:` sequence or one
+ * tool mapping. A tool runs `cmd` with an argv built from `args` and, for
+ * each optional parameter that is given, its `optional_args` entry. Every
+ * "{{param}}" in a template element is replaced by the value's text, so a
+ * value always lands inside exactly one argv element; nothing passes
+ * through a shell.
+ *
+ * Loading never stops at a bad file: a file that does not parse, or a tool
+ * that is invalid, adds one "FILE:LINE:COLUMN: reason" line to the set's
+ * errors (line and column 1-based, from libyaml's marks) and the other
+ * tools still load. Project-level files (`project`) are code from the
+ * repository, so they may not take host variables in `env` (${VAR}).
+ *
+ * Validation before anything runs (al__cli_build_argv): unknown
+ * parameters, missing required ones, type, enum, pattern (POSIX extended
+ * regex, searched as JSON Schema does: anchor it with ^...$),
+ * minLength/maxLength (in characters), minimum/maximum, NUL bytes, and
+ * option injection: a value that starts with '-' and lands at the start
+ * of an argv element is refused unless the parameter says
+ * `allow_leading_dash: true` or an earlier element of the argv is "--".
+ * Errors name the parameter and the rule. */
+#ifndef AL_CLITOOL_H
+#define AL_CLITOOL_H
+
+#include <regex.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "agentloop/agent.h"
+#include "common/common.h"
+#include "executor/executor.h"
+#include "sandbox/sandbox.h"
+
+#define AL_CLI_MAX_ERRORS_BYTES (256 * 1024)
+
+typedef enum {
+  AL_CLI_STRING = 0,
+  AL_CLI_INTEGER,
+  AL_CLI_NUMBER,
+  AL_CLI_BOOLEAN
+} al_cli_type_t;
+
+typedef struct al_cli_param_s {
+  char *name;
+  char *description;
+  al_cli_type_t type;
+  char **enum_vals; /* NULL-terminated or NULL */
+  char *pattern;
+  regex_t re;
+  bool has_re;
+  int64_t min_len; /* -1: unset */
+  int64_t max_len;
+  bool has_min;
+  bool has_max;
+  double min;
+  double max;
+  bool optional;
+  bool allow_dash;
+} al_cli_param_t;
+
+typedef struct al_cli_optarg_s {
+  char *param;
+  char **args; /* NULL-terminated */
+} al_cli_optarg_t;
+
+typedef struct al_cli_def_s {
+  char *name;
+  char *description;
+  char *file; /* where it was defined */
+  int line;
+  char *cmd;
+  char **args; /* NULL-terminated templates */
+  al_cli_optarg_t *opt;
+  size_t n_opt;
+  al_cli_param_t *params;
+  size_t n_params;
+  al_tool_category_t category;
+  bool concurrency_safe;
+  uint64_t timeout_ms;
+  size_t max_output;
+  char **env; /* NULL-terminated "NAME=value", ${VAR} expanded */
+  bool network;
+  bool project;
+} al_cli_def_t;
+
+typedef struct al_cli_set_s {
+  al_cli_def_t **defs;
+  size_t n;
+  al_buf_t errors; /* "FILE:LINE:COL: reason\n" lines */
+  size_t n_errors;
+} al_cli_set_t;
+
+void al__cli_set_init(al_cli_set_t *set);
+void al__cli_set_free(al_cli_set_t *set);
+/* Loads every *.yaml / *.yml of dir (a missing dir is not an error).
+ * Blocking. Returns AL_ENOMEM only; everything else lands in errors. */
+int al__cli_load_dir(al_cli_set_t *set, const char *dir, bool project);
+int al__cli_load_file(al_cli_set_t *set, const char *path, bool project);
+/* Parses YAML text; `name` is the file name used in messages. */
+int al__cli_load_string(al_cli_set_t *set, const char *name,
+                        const char *yaml, size_t len, bool project);
+/* Appends "FILE:LINE:COL: reason" to the set's errors. */
+void al__cli_set_error(al_cli_set_t *set, const char *file, int line,
+                       int col, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* $XDG_CONFIG_HOME/agentloop (or ~/.config/agentloop) into buf; NULL when
+ * neither is set. */
+const char *al__tools_config_dir(char *buf, size_t size);
+/* Whether the workspace's real path is listed in
+ * <config dir>/trusted-projects (one path a line). Blocking. */
+bool al__tools_project_trusted(const char *workspace);
+/* Adds it to that file (creating the directory 0700). 0 or a negative
+ * errno-style code. Blocking. */
+int al__tools_trust_project(const char *workspace);
+
+/* The JSON Schema of the tool's input (new reference, NULL on ENOMEM). */
+json_t *al__cli_def_schema(const al_cli_def_t *d);
+
+/* Validates `input` and builds the argv (cmd first, NULL-terminated, every
+ * string al_malloc'd; free with al__sandbox_argv_free). 0, AL_EINVAL with
+ * the reason (naming the parameter and the rule) in why, or AL_ENOMEM. */
+int al__cli_build_argv(const al_cli_def_t *d, const json_t *input,
+                       char ***argv, al_buf_t *why);
+
+/* ---- the tool ------------------------------------------------------------- */
+
+typedef struct al_clitool_options_s {
+  uv_loop_t *loop;       /* required */
+  const char *workspace; /* required: cwd */
+  al_sandbox_t *sandbox; /* borrowed; NULL: unconfined */
+  size_t display_max;    /* default 40,000 characters */
+  uint64_t kill_grace_ms;
+  uint64_t drain_ms;
+} al_clitool_options_t;
+
+void al__clitool_options_init(al_clitool_options_t *o);
+/* A tool implementation for def (borrowed: it must outlive the tool).
+ * AL_EINVAL, AL_ENOMEM. */
+int al__clitool_new(const al_clitool_options_t *o, const al_cli_def_t *def,
+                    al_tool_impl_t **out);
+void al__clitool_free(al_tool_impl_t *impl);
+
+#endif
