@@ -12,4 +12,5 @@
 #include "list/executor.h"
 #include "list/tools.h"
 #include "list/bash.h"
+#include "list/sandbox.h"
 #include "list/agent.h"

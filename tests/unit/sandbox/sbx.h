@@ -1,0 +1,86 @@
+/* Sandbox test fixture: a host that holds secrets, a workspace with traps
+ * around it, and tools (bash, file tools, tools.d CLI tools) run through a
+ * real executor inside the sandbox under test.
+ *
+ * Layout, all under one /var/tmp/al_sbx_XXXXXX directory (not /tmp: bwrap
+ * mode gives tools a private /tmp, which would make every outside write
+ * fail for the wrong reason):
+ *   ws/        the workspace (writable root); ws/secret is a denied path
+ *   out/       outside the roots; out/canary holds "original\n" (0644)
+ *   home/      $HOME: .ssh/id_rsa, .config/agentloop/config.yaml and
+ *              .local/state/agentloop/s.jsonl hold file canaries
+ *   run/       $XDG_RUNTIME_DIR: run/agentloop/agentloopd.sock listens
+ * The host environment holds three secret canaries plus dangerous
+ * variables (BASH_ENV, ...); al_sandbox_harden_process() runs as the
+ * daemon would. A TCP listener on 127.0.0.1 and the unix socket count
+ * every connection a tool manages to make. */
+#ifndef AL_TEST_SBX_H
+#define AL_TEST_SBX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <uv.h>
+
+#include "executor/executor.h"
+#include "sandbox/sandbox.h"
+#include "tools/clitool.h"
+#include "tools/tools.h"
+
+#define SBX_CANARY1 "sk-ant-CANARY-ALPHA-7f3a9e"
+#define SBX_CANARY2 "sk-CANARY-BRAVO-91c2d4"
+#define SBX_CANARY3 "ghp_CANARY-CHARLIE-55d0b1"
+#define SBX_FILE_CANARY "FILE-CANARY-DELTA-2b8c"
+#define SBX_DENIED_CANARY "DENIED-CANARY-ECHO-6e1f"
+
+typedef enum {
+  SBX_BWRAP = 0,   /* the real thing */
+  SBX_DEGRADED = 1 /* bwrap "fails": the helper alone */
+} sbx_mode_t;
+
+typedef struct sbx_s {
+  uv_loop_t loop;
+  al_executor_t ex;
+  bool closed;
+  char base[200];
+  char ws[240];
+  char out[240];
+  char home[240];
+  char run[240];
+  char sock[320];
+  int tcp_fd;
+  int tcp_port;
+  int unix_fd;
+  al_sandbox_t *sb;
+  al_pathpolicy_t pol;
+  al_tool_impl_t *bash;
+  al_tool_impl_t *read_file;
+  al_tool_impl_t *write_file;
+  al_tool_impl_t *list_dir;
+  al_cli_set_t cli;
+  al_tool_impl_t **cli_tools;
+  /* The last call. */
+  int completed;
+  bool is_error;
+  char *content;
+} sbx_t;
+
+/* Builds everything; the sandbox mode must come out as asked (a failing
+ * probe fails the test: nothing is skipped). */
+void sbx_init(sbx_t *x, sbx_mode_t mode);
+/* Runs one call of tool `name` with the JSON input to its completion;
+ * x->content / x->is_error hold the result. */
+void sbx_call(sbx_t *x, const char *name, const char *input);
+/* ${WS} ${OUT} ${HOME} ${PID} ${PORT} ${SOCK} ${MARK} expanded (static
+ * buffer, overwritten by the next call). */
+const char *sbx_expand(const sbx_t *x, const char *s, const char *mark);
+/* Connections accepted on the TCP listener and the unix socket since
+ * init. */
+int sbx_connections(sbx_t *x);
+/* True when some live process has `mark` in its command line. */
+bool sbx_process_with(const char *mark);
+/* Polls (2 ms loop timer, at most ~3 s) until no process has `mark`. */
+bool sbx_wait_no_process(sbx_t *x, const char *mark);
+void sbx_finish(sbx_t *x);
+
+#endif
