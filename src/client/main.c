@@ -14,6 +14,8 @@ static void usage(FILE *f) {
         "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
         "  decode --provider sse|anthropic|openai [--events]\n"
         "                    decode a captured response body read from stdin\n"
+        "  tools [--json]    the tools a run offers, tools.d load errors and\n"
+        "                    the sandbox mode (see tools --help)\n"
         "\n"
         "  -h, --help        this text\n"
         "  --version         versions of agentloop and its libraries\n",
@@ -37,6 +39,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "run") == 0) {
     return al_cli_run(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "tools") == 0) {
+    return al_cli_tools(argc - 1, argv + 1);
   }
   if (strcmp(argv[1], "decode") == 0) {
     return al_cli_decode(argc - 1, argv + 1);

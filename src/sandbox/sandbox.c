@@ -270,34 +270,27 @@ static void detail(al_sandbox_info_t *info, const char *fmt, const char *a,
            a, b);
 }
 
-/* The namespace flags every bwrap run uses (the probe runs the same). */
+/* The namespace flags every bwrap run uses (the probe runs the same).
+ * No --new-session: bwrap's processes and the tool stay in the process
+ * group the spawn wrapper made, so its kill(-pid) reaches all of them
+ * directly instead of relying on --die-with-parent, whose parent-death
+ * signal a kill during bwrap's own setup can miss. (The group already has
+ * no controlling terminal, and seccomp refuses TIOCSTI.) The user
+ * namespace maps the caller's uid to itself, so files the tool creates
+ * belong to the user. */
 static int push_bwrap_base(strv_t *a, const char *bwrap, bool network) {
   static const char *const base[] = {
-      "--die-with-parent", "--new-session",    "--unshare-user",
-      "--unshare-pid",     "--unshare-ipc",    "--unshare-uts",
-      "--unshare-cgroup-try", "--cap-drop",    "ALL",
-      "--ro-bind",         "/",                "/",
-      "--dev",             "/dev",             "--proc",
-      "/proc",             "--tmpfs",          "/tmp",
-      NULL};
+      "--die-with-parent", "--unshare-user",   "--unshare-pid",
+      "--unshare-ipc",     "--unshare-uts",    "--unshare-cgroup-try",
+      "--cap-drop",        "ALL",              "--ro-bind",
+      "/",                 "/",                "--dev",
+      "/dev",              "--proc",           "/proc",
+      "--tmpfs",           "/tmp",             NULL};
   size_t i;
   int rc = strv_push(a, bwrap);
 
   for (i = 0; base[i] != NULL && rc == 0; i++) {
     rc = strv_push(a, base[i]);
-  }
-  /* Same ids inside: files the tool creates belong to the user. */
-  if (rc == 0) {
-    rc = strv_push(a, "--uid");
-  }
-  if (rc == 0) {
-    rc = strv_pushf(a, "%llu", (unsigned long long)getuid());
-  }
-  if (rc == 0) {
-    rc = strv_push(a, "--gid");
-  }
-  if (rc == 0) {
-    rc = strv_pushf(a, "%llu", (unsigned long long)getgid());
   }
   if (rc == 0 && !network) {
     rc = strv_push(a, "--unshare-net");

@@ -322,8 +322,11 @@ int al__cli_build_argv(const al_cli_def_t *d, const json_t *input,
       rc = AL_EINVAL;
       goto out;
     }
-    if (json_is_null(v) && d->params[idx].optional) {
-      continue; /* null means "not given" for an optional parameter */
+    if (d->params[idx].optional &&
+        (json_is_null(v) ||
+         (d->params[idx].type == AL_CLI_BOOLEAN && json_is_false(v)))) {
+      /* null means "not given"; an optional flag that is false too */
+      continue;
     }
     vs.text[idx] = check_value(&d->params[idx], v, why);
     if (vs.text[idx] == NULL) {

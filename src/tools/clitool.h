@@ -6,7 +6,9 @@
  * each optional parameter that is given, its `optional_args` entry. Every
  * "{{param}}" in a template element is replaced by the value's text, so a
  * value always lands inside exactly one argv element; nothing passes
- * through a shell.
+ * through a shell. An optional parameter given as null, or an optional
+ * boolean given as false, counts as not given (a flag's optional_args
+ * appear only when it is true).
  *
  * Loading never stops at a bad file: a file that does not parse, or a tool
  * that is invalid, adds one "FILE:LINE:COLUMN: reason" line to the set's
