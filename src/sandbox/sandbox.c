@@ -587,6 +587,13 @@ static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
   }
   for (i = 0; rc == 0 && i < sb->roots.n; i++) {
     for (j = 0; rc == 0 && j < AL_SANDBOX_N_PROTECTED; j++) {
+      /* Shell rc files matter where a shell reads them: the home. */
+      if (AL_SANDBOX_PROTECTED[j].is_file &&
+          AL_SANDBOX_PROTECTED[j].rel[0] == '.' &&
+          strncmp(AL_SANDBOX_PROTECTED[j].rel, ".git/", 5) != 0 &&
+          (home == NULL || strcmp(sb->roots.v[i], home) != 0)) {
+        continue;
+      }
       snprintf(buf, sizeof(buf), "%s/%s",
                strcmp(sb->roots.v[i], "/") == 0 ? "" : sb->roots.v[i],
                AL_SANDBOX_PROTECTED[j].rel);
