@@ -36,7 +36,16 @@
  * fraction is printed (below 100%: a warning too). Missing stamps or
  * events fail the run. Both clocks are uv_hrtime (CLOCK_MONOTONIC).
  * Targets (printed, not enforced): spawned p50 <= 1 ms, in-process p50 <=
- * 0.05 ms. */
+ * 0.05 ms.
+ *
+ * --sandbox none|auto|degraded picks the agent's sandbox for the spawned
+ * series (default none, the figures above; auto is bwrap where it works;
+ * degraded makes bwrap "fail" so agentloop-exec runs alone). The cost of
+ * the sandbox is the difference in "tool_use_completed": `true` does
+ * nothing, so that is the time until the command has really started and
+ * ended, setup of namespaces, mounts, Landlock and seccomp included
+ * (tool_use_started is posted once the spawn call returns, before bwrap
+ * has done anything). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +96,7 @@ typedef struct {
   al_mockllm_t *mock;
   al_agent_t *agent;   /* one per run: each run is a fresh session */
   al_agent_options_t ao;
+  const char *sandbox; /* --sandbox, for the report */
   size_t n;            /* tool calls per series */
   size_t per_run;      /* tool turns per run */
   uint64_t gap_ms;     /* between reference spawns: a reply's tail */
@@ -620,8 +630,8 @@ static void report(const bench_t *b, const summary_t *sum, const pct_t *ref,
   if (as_json) {
     printf("{\"scenario\":\"dispatch\",\"iterations\":%zu,"
            "\"calls_per_run\":%zu,\"tail_deltas\":%u,\"tail_delta_ms\":%u,"
-           "\"max_rss_kb\":%ld,\"series\":{",
-           b->n, b->per_run, tail, delta_ms, max_rss_kb());
+           "\"sandbox\":\"%s\",\"max_rss_kb\":%ld,\"series\":{",
+           b->n, b->per_run, tail, delta_ms, b->sandbox, max_rss_kb());
     for (s = 0; s < SERIES_COUNT; s++) {
       printf("%s\"%s\":{\"calls\":%zu,\"tool_errors\":%zu,"
              "\"started_before_reply_end\":%zu,"
@@ -648,7 +658,8 @@ static void report(const bench_t *b, const summary_t *sum, const pct_t *ref,
          "apart after its tool block; mockllm and agent on one loop\n",
          b->n, b->per_run, tail, delta_ms);
   printf("stamp = server send time of the tool block's content_block_stop; "
-         "times in us; max RSS %ld KB\n", max_rss_kb());
+         "times in us; max RSS %ld KB; sandbox %s\n", max_rss_kb(),
+         b->sandbox);
   for (s = 0; s < SERIES_COUNT; s++) {
     printf("\n%s\n", labels[s]);
     printf("  %-38s %9s %9s %9s %9s\n", "", "p50", "p90", "p99", "max");
@@ -696,6 +707,7 @@ int al_bench_dispatch(int argc, char **argv) {
   unsigned delta_ms = 2;
   bool as_json = false;
   bool raw = false;
+  const char *sandbox = "none";
   bench_t *b;
   al_mockllm_options_t mo;
   al_agent_options_t *ao;
@@ -722,10 +734,15 @@ int al_bench_dispatch(int argc, char **argv) {
       as_json = true;
     } else if (strcmp(argv[i], "--raw") == 0) {
       raw = true;
+    } else if (strcmp(argv[i], "--sandbox") == 0 && i + 1 < argc &&
+               (strcmp(argv[i + 1], "none") == 0 ||
+                strcmp(argv[i + 1], "auto") == 0 ||
+                strcmp(argv[i + 1], "degraded") == 0)) {
+      sandbox = argv[++i];
     } else {
       fprintf(stderr, "usage: agentloop-bench dispatch [--iterations N] "
                       "[--calls-per-run N] [--tail-deltas N] [--delta-ms MS] "
-                      "[--json] [--raw]\n");
+                      "[--json] [--raw] [--sandbox none|auto|degraded]\n");
       return 2;
     }
   }
@@ -749,6 +766,7 @@ int al_bench_dispatch(int argc, char **argv) {
   b->gap_ms = (uint64_t)tail * delta_ms;
   b->cur = -1;
   b->workspace = workspace;
+  b->sandbox = sandbox;
   b->ref_ns = calloc(n, sizeof(uint64_t));
   for (s = 0; s < SERIES_COUNT; s++) {
     b->series[s].calls = calloc(n + 1, sizeof(call_t));
@@ -788,6 +806,10 @@ int al_bench_dispatch(int argc, char **argv) {
   ao->allow_tools = allow;
   ao->rng_seed = 1;
   ao->data = b;
+  ao->sandbox = strcmp(sandbox, "none") == 0 ? AL_SANDBOX_OFF : AL_SANDBOX_AUTO;
+  if (strcmp(sandbox, "degraded") == 0) {
+    ao->sandbox_bwrap = "/bin/false";
+  }
   /* Generous: a fixed minute and more, plus each reply's paced tail. */
   uv_timer_start(&b->watchdog, on_watchdog,
                  WATCHDOG_MS + 2 * n * ((uint64_t)tail * delta_ms + 100), 0);
