@@ -707,13 +707,7 @@ int al_cli_run(int argc, char **argv) {
       break;
     case O_TRUST: trust = true; break;
     case O_SANDBOX:
-      if (strcmp(optarg, "auto") == 0) {
-        sandbox = AL_SANDBOX_AUTO;
-      } else if (strcmp(optarg, "required") == 0) {
-        sandbox = AL_SANDBOX_REQUIRED;
-      } else if (strcmp(optarg, "none") == 0) {
-        sandbox = AL_SANDBOX_OFF;
-      } else {
+      if (!al__cli_sandbox_policy(optarg, &sandbox)) {
         fail_usage("--sandbox: auto, required or none, not '%s'", optarg);
         return EXIT_USAGE;
       }

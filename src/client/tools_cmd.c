@@ -78,6 +78,19 @@ static void print_text(json_t *o) {
   }
 }
 
+bool al__cli_sandbox_policy(const char *arg, al_sandbox_policy_t *out) {
+  if (strcmp(arg, "auto") == 0) {
+    *out = AL_SANDBOX_AUTO;
+  } else if (strcmp(arg, "required") == 0) {
+    *out = AL_SANDBOX_REQUIRED;
+  } else if (strcmp(arg, "none") == 0) {
+    *out = AL_SANDBOX_OFF;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 int al_cli_tools(int argc, char **argv) {
   enum { O_CWD = 256, O_DIR, O_TRUST, O_SANDBOX, O_JSON };
   static const struct option longopts[] = {
@@ -119,13 +132,7 @@ int al_cli_tools(int argc, char **argv) {
     case O_TRUST: trust = true; break;
     case O_JSON: json = true; break;
     case O_SANDBOX:
-      if (strcmp(optarg, "auto") == 0) {
-        sandbox = AL_SANDBOX_AUTO;
-      } else if (strcmp(optarg, "required") == 0) {
-        sandbox = AL_SANDBOX_REQUIRED;
-      } else if (strcmp(optarg, "none") == 0) {
-        sandbox = AL_SANDBOX_OFF;
-      } else {
+      if (!al__cli_sandbox_policy(optarg, &sandbox)) {
         fprintf(stderr, "agentloop tools: --sandbox: auto, required or "
                         "none, not '%s'\n", optarg);
         return 2;

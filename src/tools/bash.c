@@ -1,9 +1,9 @@
 /* The bash built-in tool: see bash.h for the contract.
  *
- * One run_t per accepted call, held in call->tool_data. A run either owns
- * a spawn (its on_done completes the call and frees the run) or, for a
- * result known up front (bad input, blocked, spawn failure), a zero timer
- * whose callback completes the call and whose close callback frees it. */
+ * One run_t per spawned call, held in call->tool_data; the spawn's on_done
+ * completes the call and frees the run. A result known up front (bad
+ * input, blocked, spawn failure) comes from al__tool_fail_later's zero
+ * timer, and the run is freed at once. */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,8 +34,6 @@ typedef struct run_s {
   al_tool_call_t *call;
   al_spawn_t *sp;
   uint64_t timeout_ms;
-  uv_timer_t defer;
-  char *msg;
 } run_t;
 
 void al__bash_options_init(al_bash_options_t *opts) {
@@ -388,50 +386,24 @@ const char *al__bash_blocked(const char *command) {
 
 /* ---- the tool ------------------------------------------------------------ */
 
-static void run_free(run_t *run) {
-  al_free(run->msg);
-  al_free(run);
-}
-
 static void on_spawn_done(al_spawn_t *sp, const al_spawn_result_t *res) {
   run_t *run = sp->data;
   al_tool_call_t *call = run->call;
-  al_buf_t b;
-  bool is_error = true;
+  size_t display_max = run->tool->display_max;
+  uint64_t timeout_ms = run->timeout_ms;
 
-  al_buf_init(&b, (size_t)-1);
-  al__tool_format_spawn(res, "bash", run->tool->display_max, run->timeout_ms,
-                        &b, &is_error);
-  run_free(run);
-  if (b.len == 0) {
-    al__executor_call_complete(call, true, "Error: out of memory",
-                               strlen("Error: out of memory"));
-  } else {
-    al__executor_call_complete(call, is_error, b.data, b.len);
-  }
-  al_buf_free(&b);
+  al_free(run);
+  al__tool_complete_spawn(call, res, "bash", display_max, timeout_ms);
 }
 
-static void on_defer_close(uv_handle_t *h) {
-  run_free(h->data);
-}
-
-static void on_defer(uv_timer_t *t) {
-  run_t *run = t->data;
-  const char *msg = run->msg != NULL ? run->msg : "Error: out of memory";
-
-  uv_close((uv_handle_t *)t, on_defer_close);
-  al__executor_call_complete(run->call, true, msg, strlen(msg));
-}
-
-/* Completes with an error message from a zero timer (never inside start).
+/* An error result known up front, delivered later (never inside start).
  * Takes msg (may be NULL: out of memory). */
 static int refuse(run_t *run, char *msg) {
-  run->msg = msg;
-  uv_timer_init(run->tool->loop, &run->defer);
-  run->defer.data = run;
-  uv_timer_start(&run->defer, on_defer, 0, 0);
-  return 0;
+  uv_loop_t *loop = run->tool->loop;
+  al_tool_call_t *call = run->call;
+
+  al_free(run);
+  return al__tool_fail_later(loop, call, msg);
 }
 
 static char *msgf(const char *fmt, const char *arg) {

@@ -198,16 +198,7 @@ typedef struct vals_s {
 
 static const al_cli_param_t *param_of(const al_cli_def_t *d, const char *a,
                                       size_t n, size_t *idx) {
-  size_t i;
-
-  for (i = 0; i < d->n_params; i++) {
-    if (strlen(d->params[i].name) == n &&
-        memcmp(d->params[i].name, a, n) == 0) {
-      *idx = i;
-      return &d->params[i];
-    }
-  }
-  return NULL;
+  return al__cli_param(d, a, n, idx);
 }
 
 /* Expands one template into out (al_malloc'd). seen_dashdash: "--" came
@@ -220,15 +211,17 @@ static int expand(const vals_t *vs, const char *t, bool seen_dashdash,
 
   al_buf_init(&b, (size_t)-1);
   for (;;) {
-    const char *s = strstr(p, "{{");
+    const char *s;
     const char *e;
     const char *a;
-    const char *z;
+    size_t len;
     const al_cli_param_t *prm;
     const char *val;
     size_t idx = 0;
 
-    if (s == NULL) {
+    /* The loader checked every template: each placeholder is closed and
+     * names a parameter. */
+    if (al__cli_placeholder(p, &s, &e, &a, &len) != 1) {
       if (al_buf_append_str(&b, p) != 0) {
         goto nomem;
       }
@@ -237,16 +230,7 @@ static int expand(const vals_t *vs, const char *t, bool seen_dashdash,
     if (al_buf_append(&b, p, (size_t)(s - p)) != 0) {
       goto nomem;
     }
-    e = strstr(s + 2, "}}");
-    a = s + 2;
-    z = e;
-    while (a < z && *a == ' ') {
-      a++;
-    }
-    while (z > a && z[-1] == ' ') {
-      z--;
-    }
-    prm = param_of(vs->d, a, (size_t)(z - a), &idx);
+    prm = param_of(vs->d, a, len, &idx);
     val = vs->text[idx];
     /* Option injection: a value at the start of an argument that looks
      * like an option. */
@@ -263,7 +247,7 @@ static int expand(const vals_t *vs, const char *t, bool seen_dashdash,
     if (al_buf_append_str(&b, val) != 0) {
       goto nomem;
     }
-    p = e + 2;
+    p = e;
   }
   if (b.data == NULL && al_buf_append(&b, "", 0) != 0) {
     goto nomem;
@@ -402,8 +386,6 @@ typedef struct crun_s {
   clitool_t *tool;
   al_tool_call_t *call;
   al_spawn_t *sp;
-  uv_timer_t defer;
-  char *msg;
 } crun_t;
 
 void al__clitool_options_init(al_clitool_options_t *o) {
@@ -413,47 +395,23 @@ void al__clitool_options_init(al_clitool_options_t *o) {
   o->drain_ms = AL_SPAWN_DEFAULT_DRAIN_MS;
 }
 
-static void crun_free(crun_t *r) {
-  al_free(r->msg);
-  al_free(r);
-}
-
 static void on_done(al_spawn_t *sp, const al_spawn_result_t *res) {
   crun_t *r = sp->data;
   al_tool_call_t *call = r->call;
-  al_buf_t b;
-  bool is_error = true;
+  const clitool_t *t = r->tool;
 
-  al_buf_init(&b, (size_t)-1);
-  al__tool_format_spawn(res, r->tool->def->name, r->tool->display_max,
-                        r->tool->def->timeout_ms, &b, &is_error);
-  crun_free(r);
-  if (b.len == 0) {
-    al__executor_call_complete(call, true, "Error: out of memory",
-                               strlen("Error: out of memory"));
-  } else {
-    al__executor_call_complete(call, is_error, b.data, b.len);
-  }
-  al_buf_free(&b);
-}
-
-static void on_defer_close(uv_handle_t *h) { crun_free(h->data); }
-
-static void on_defer(uv_timer_t *t) {
-  crun_t *r = t->data;
-  const char *msg = r->msg != NULL ? r->msg : "Error: out of memory";
-
-  uv_close((uv_handle_t *)t, on_defer_close);
-  al__executor_call_complete(r->call, true, msg, strlen(msg));
+  al_free(r);
+  al__tool_complete_spawn(call, res, t->def->name, t->display_max,
+                          t->def->timeout_ms);
 }
 
 /* An error result from a zero timer (never inside start). Takes msg. */
 static int refuse(crun_t *r, char *msg) {
-  r->msg = msg;
-  uv_timer_init(r->tool->loop, &r->defer);
-  r->defer.data = r;
-  uv_timer_start(&r->defer, on_defer, 0, 0);
-  return 0;
+  uv_loop_t *loop = r->tool->loop;
+  al_tool_call_t *call = r->call;
+
+  al_free(r);
+  return al__tool_fail_later(loop, call, msg);
 }
 
 static int cli_start(al_tool_call_t *call) {

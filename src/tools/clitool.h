@@ -113,6 +113,17 @@ void al__cli_set_error(al_cli_set_t *set, const char *file, int line,
                        int col, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Finds the next "{{name}}" in a template from p on: 1 with *start at its
+ * "{{", *end just past its "}}" and the name (spaces trimmed) in
+ * [*name, *name + *len); 0 when there is none; -1 for a "{{" without
+ * "}}". */
+int al__cli_placeholder(const char *p, const char **start, const char **end,
+                        const char **name, size_t *len);
+/* The parameter called [name, name + len), or NULL; *idx gets its index
+ * (idx may be NULL). */
+al_cli_param_t *al__cli_param(const al_cli_def_t *d, const char *name,
+                              size_t len, size_t *idx);
+
 /* $XDG_CONFIG_HOME/agentloop (or ~/.config/agentloop) into buf; NULL when
  * neither is set. */
 const char *al__tools_config_dir(char *buf, size_t size);

@@ -262,17 +262,54 @@ static bool get_strv(ctx_t *c, yaml_node_t *n, const char *key, char ***out) {
 
 /* ---- templates ---------------------------------------------------------------- */
 
-static al_cli_param_t *find_param(al_cli_def_t *d, const char *name,
-                                  size_t len) {
+al_cli_param_t *al__cli_param(const al_cli_def_t *d, const char *name,
+                              size_t len, size_t *idx) {
   size_t i;
 
   for (i = 0; i < d->n_params; i++) {
     if (strlen(d->params[i].name) == len &&
         memcmp(d->params[i].name, name, len) == 0) {
+      if (idx != NULL) {
+        *idx = i;
+      }
       return &d->params[i];
     }
   }
   return NULL;
+}
+
+int al__cli_placeholder(const char *p, const char **start, const char **end,
+                        const char **name, size_t *len) {
+  const char *s = strstr(p, "{{");
+  const char *e;
+  const char *a;
+  const char *b;
+
+  if (s == NULL) {
+    return 0;
+  }
+  e = strstr(s + 2, "}}");
+  if (e == NULL) {
+    return -1;
+  }
+  a = s + 2;
+  b = e;
+  while (a < b && *a == ' ') {
+    a++;
+  }
+  while (b > a && b[-1] == ' ') {
+    b--;
+  }
+  *start = s;
+  *end = e + 2;
+  *name = a;
+  *len = (size_t)(b - a);
+  return 1;
+}
+
+static al_cli_param_t *find_param(al_cli_def_t *d, const char *name,
+                                  size_t len) {
+  return al__cli_param(d, name, len, NULL);
 }
 
 /* Checks every "{{name}}" of a template: closed, names a parameter, and
@@ -281,28 +318,18 @@ static al_cli_param_t *find_param(al_cli_def_t *d, const char *name,
 static bool check_template(ctx_t *c, al_cli_def_t *d, yaml_node_t *n,
                            const char *t, const char *owner) {
   const char *p = t;
+  const char *s;
+  const char *e;
+  const char *a;
+  size_t len;
+  int rc;
 
-  while ((p = strstr(p, "{{")) != NULL) {
-    const char *e = strstr(p + 2, "}}");
-    const char *a = p + 2;
-    const char *b;
-    al_cli_param_t *prm;
+  while ((rc = al__cli_placeholder(p, &s, &e, &a, &len)) == 1) {
+    al_cli_param_t *prm = find_param(d, a, len);
 
-    if (e == NULL) {
-      err(c, n, "template '%s' has '{{' without '}}'", t);
-      return false;
-    }
-    b = e;
-    while (a < b && *a == ' ') {
-      a++;
-    }
-    while (b > a && b[-1] == ' ') {
-      b--;
-    }
-    prm = find_param(d, a, (size_t)(b - a));
     if (prm == NULL) {
       err(c, n, "template '%s' names an undeclared parameter '%.*s'", t,
-          (int)(b - a), a);
+          (int)len, a);
       return false;
     }
     if (owner == NULL && prm->optional) {
@@ -318,7 +345,11 @@ static bool check_template(ctx_t *c, al_cli_def_t *d, yaml_node_t *n,
           owner, prm->name);
       return false;
     }
-    p = e + 2;
+    p = e;
+  }
+  if (rc < 0) {
+    err(c, n, "template '%s' has '{{' without '}}'", t);
+    return false;
   }
   return true;
 }

@@ -104,3 +104,59 @@ void al__tool_format_spawn(const al_spawn_result_t *res, const char *tool,
   }
 }
 
+
+void al__tool_complete_spawn(al_tool_call_t *call,
+                             const al_spawn_result_t *res, const char *tool,
+                             size_t display_max, uint64_t timeout_ms) {
+  static const char oom[] = "Error: out of memory";
+  al_buf_t b;
+  bool is_error = true;
+
+  al_buf_init(&b, (size_t)-1);
+  al__tool_format_spawn(res, tool, display_max, timeout_ms, &b, &is_error);
+  if (b.len == 0) {
+    al__executor_call_complete(call, true, oom, strlen(oom));
+  } else {
+    al__executor_call_complete(call, is_error, b.data, b.len);
+  }
+  al_buf_free(&b);
+}
+
+typedef struct fail_later_s {
+  uv_timer_t timer;
+  al_tool_call_t *call;
+  char *msg;
+} fail_later_t;
+
+static void on_fail_close(uv_handle_t *h) {
+  fail_later_t *f = h->data;
+
+  al_free(f->msg);
+  al_free(f);
+}
+
+static void on_fail(uv_timer_t *t) {
+  fail_later_t *f = t->data;
+  const char *msg = f->msg != NULL ? f->msg : "Error: out of memory";
+
+  uv_close((uv_handle_t *)t, on_fail_close);
+  al__executor_call_complete(f->call, true, msg, strlen(msg));
+}
+
+int al__tool_fail_later(uv_loop_t *loop, al_tool_call_t *call, char *msg) {
+  fail_later_t *f = al_calloc(1, sizeof(*f));
+
+  call->tool_data = NULL;
+  if (f == NULL) {
+    /* No memory for the timer either: refuse the start instead (the
+     * executor completes the call with an error itself). */
+    al_free(msg);
+    return AL_ENOMEM;
+  }
+  f->call = call;
+  f->msg = msg;
+  uv_timer_init(loop, &f->timer);
+  f->timer.data = f;
+  uv_timer_start(&f->timer, on_fail, 0, 0);
+  return 0;
+}

@@ -177,5 +177,16 @@ struct al_spawn_result_s;
 void al__tool_format_spawn(const struct al_spawn_result_s *res,
                            const char *tool, size_t display_max,
                            uint64_t timeout_ms, al_buf_t *b, bool *is_error);
+/* Formats a child's result (al__tool_format_spawn) and completes the call
+ * with it. */
+void al__tool_complete_spawn(al_tool_call_t *call,
+                             const struct al_spawn_result_s *res,
+                             const char *tool, size_t display_max,
+                             uint64_t timeout_ms);
+/* Completes `call` with the error result `msg` from a zero timer: a tool's
+ * start must never complete synchronously. Takes msg (al_malloc'd; NULL
+ * means "Error: out of memory"). Sets call->tool_data to NULL, so the
+ * tool's cancel finds nothing to stop. Returns 0 (start's "accepted"). */
+int al__tool_fail_later(uv_loop_t *loop, al_tool_call_t *call, char *msg);
 
 #endif
