@@ -29,7 +29,7 @@
 
 #define AL_SANDBOX_DEFAULT_NPROC 512
 #define AL_SANDBOX_DEFAULT_NOFILE 1024
-#define AL_SANDBOX_DEFAULT_AS ((uint64_t)8 << 30)
+#define AL_SANDBOX_DEFAULT_AS ((uint64_t)32 << 30)
 #define AL_SANDBOX_DEFAULT_FSIZE ((uint64_t)1 << 30)
 
 typedef struct al_sandbox_s al_sandbox_t;
