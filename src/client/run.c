@@ -512,11 +512,15 @@ static void print_reason(const char *reason) {
 /* Runs the agent until its run ended and it closed; returns the exit
  * code. */
 /* tools.d files that did not load: one stderr line each (the run goes on
- * with the tools that did). */
-static void report_tool_errors(const al_agent_t *agent) {
+ * with the tools that did); a sandbox weaker than bwrap: one line saying
+ * what is missing. */
+static void report_tool_errors(const al_agent_t *agent,
+                               al_sandbox_policy_t policy) {
   char *text = NULL;
   json_t *o;
   json_t *e;
+  json_t *sb;
+  const char *mode;
   size_t i;
 
   if (al_agent_tools_json(agent, &text) != 0) {
@@ -526,6 +530,20 @@ static void report_tool_errors(const al_agent_t *agent) {
   al_free(text);
   json_array_foreach(json_object_get(o, "errors"), i, e) {
     fprintf(stderr, "agentloop: tools.d: %s\n", json_string_value(e));
+  }
+  sb = json_object_get(o, "sandbox");
+  mode = json_string_value(json_object_get(sb, "mode"));
+  if (policy == AL_SANDBOX_AUTO && mode != NULL &&
+      strcmp(mode, "bwrap") != 0) {
+    fprintf(stderr, "agentloop: sandbox %s (%s)%s; missing:", mode,
+            json_string_value(json_object_get(sb, "detail")),
+            strcmp(mode, "none") == 0
+                ? "; bash and write tools are refused unless --sandbox=none"
+                : "");
+    json_array_foreach(json_object_get(sb, "missing"), i, e) {
+      fprintf(stderr, "%s%s", i ? "," : " ", json_string_value(e));
+    }
+    fputc('\n', stderr);
   }
   json_decref(o);
 }
@@ -550,7 +568,7 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     fail_usage("cannot create the agent: %s", al_strerror(err));
     return err == AL_EINVAL ? EXIT_USAGE : EXIT_FAIL;
   }
-  report_tool_errors(r->agent);
+  report_tool_errors(r->agent, o->sandbox);
   err = al_agent_subscribe(r->agent, on_event, r, &r->sub);
   if (err == 0) {
     uv_signal_init(&r->loop, &r->sigint);

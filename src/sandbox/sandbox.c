@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/landlock.h>
 #include <signal.h>
 #include <spawn.h>
@@ -603,6 +604,55 @@ static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
   return rc;
 }
 
+/* Probes are a few milliseconds (two child processes) and their answer
+ * does not change while we run: every agent after the first with the same
+ * seams reuses it. */
+#define PROBE_CACHE 8
+
+static struct {
+  char bwrap[256];
+  char helper[1024];
+  bool no_landlock;
+  al_sandbox_info_t info;
+} g_probe_cache[PROBE_CACHE];
+static size_t g_probe_n;
+static pthread_mutex_t g_probe_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void probe_cached(const al_sandbox_probe_options_t *o,
+                         al_sandbox_info_t *out) {
+  const char *bw = o->bwrap != NULL ? o->bwrap : "";
+  const char *he = o->helper != NULL ? o->helper : "";
+  size_t i;
+
+  pthread_mutex_lock(&g_probe_lock);
+  for (i = 0; i < g_probe_n; i++) {
+    if (strcmp(g_probe_cache[i].bwrap, bw) == 0 &&
+        strcmp(g_probe_cache[i].helper, he) == 0 &&
+        g_probe_cache[i].no_landlock == o->no_landlock) {
+      *out = g_probe_cache[i].info;
+      pthread_mutex_unlock(&g_probe_lock);
+      return;
+    }
+  }
+  pthread_mutex_unlock(&g_probe_lock);
+  al_sandbox_probe(o, out);
+  if (strlen(bw) >= sizeof(g_probe_cache[0].bwrap) ||
+      strlen(he) >= sizeof(g_probe_cache[0].helper)) {
+    return;
+  }
+  pthread_mutex_lock(&g_probe_lock);
+  if (g_probe_n < PROBE_CACHE) {
+    snprintf(g_probe_cache[g_probe_n].bwrap, sizeof(g_probe_cache[0].bwrap),
+             "%s", bw);
+    snprintf(g_probe_cache[g_probe_n].helper,
+             sizeof(g_probe_cache[0].helper), "%s", he);
+    g_probe_cache[g_probe_n].no_landlock = o->no_landlock;
+    g_probe_cache[g_probe_n].info = *out;
+    g_probe_n++;
+  }
+  pthread_mutex_unlock(&g_probe_lock);
+}
+
 int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
                     al_sandbox_info_t *info_out) {
   al_sandbox_t *sb;
@@ -625,7 +675,7 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
     snprintf(sb->info.detail, sizeof(sb->info.detail),
              "disabled (--sandbox=none)");
   } else {
-    al_sandbox_probe(&cfg->probe, &sb->info);
+    probe_cached(&cfg->probe, &sb->info);
   }
   if (info_out != NULL) {
     *info_out = sb->info;

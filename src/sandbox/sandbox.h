@@ -64,7 +64,8 @@ typedef struct al_sandbox_config_s {
 
 void al__sandbox_config_init(al_sandbox_config_t *c);
 
-/* Probes (unless the policy is OFF) and records the plan. AL_EINVAL for a
+/* Probes (unless the policy is OFF; the answer is cached per process and
+ * set of seams) and records the plan. AL_EINVAL for a
  * root that is not an existing directory; AL_ENOTSUP when the policy is
  * REQUIRED and bwrap mode does not work here (the info says why:
  * al__sandbox_info of a NULL sandbox is not available, so *info_out, when

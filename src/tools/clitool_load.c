@@ -140,6 +140,26 @@ static bool plain(const yaml_node_t *n) {
   return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
 }
 
+/* A key that appeared earlier in the same mapping: YAML says keys are
+ * unique, and a second value would silently replace (or leak) the first. */
+static bool dup_key(ctx_t *c, yaml_node_t *m, yaml_node_pair_t *pr) {
+  yaml_node_t *k = node(c, pr->key);
+  yaml_node_pair_t *q;
+
+  if (!is_scalar(k)) {
+    return false;
+  }
+  for (q = m->data.mapping.pairs.start; q < pr; q++) {
+    yaml_node_t *qk = node(c, q->key);
+
+    if (is_scalar(qk) && strcmp(scalar(qk), scalar(k)) == 0) {
+      err(c, k, "duplicate key '%s'", scalar(k));
+      return true;
+    }
+  }
+  return false;
+}
+
 static bool get_string(ctx_t *c, yaml_node_t *n, const char *key, char **out) {
   if (!is_scalar(n)) {
     err(c, n, "'%s' must be a string", key);
@@ -470,6 +490,9 @@ static bool load_param(ctx_t *c, al_cli_param_t *p, yaml_node_t *kn,
       err(c, k, "parameter keys must be strings");
       return false;
     }
+    if (dup_key(c, vn, pr)) {
+      return false;
+    }
     key = scalar(k);
     if (strcmp(key, "type") == 0) {
       const char *t = is_scalar(v) ? scalar(v) : "";
@@ -624,6 +647,9 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
 
     if (!is_scalar(k)) {
       err(c, k, "tool keys must be strings");
+      return false;
+    }
+    if (dup_key(c, m, pr)) {
       return false;
     }
     for (i = 0; k_tool_keys[i] != NULL; i++) {
@@ -795,6 +821,9 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
       al_cli_param_t *prm;
       yaml_node_item_t *it;
 
+      if (dup_key(c, v, pr)) {
+        return false;
+      }
       if (!get_string(c, ok, "optional_args key", &o->param)) {
         return false;
       }
@@ -855,6 +884,9 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
       yaml_node_t *ek = node(c, pr->key);
       yaml_node_t *ev = node(c, pr->value);
 
+      if (dup_key(c, v, pr)) {
+        return false;
+      }
       if (!is_scalar(ek) || !env_name_ok(scalar(ek))) {
         err(c, ek,
             "tool '%s': env name '%s' is not allowed (a shell variable name, "

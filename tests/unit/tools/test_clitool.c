@@ -108,6 +108,11 @@ static const bad_case_t k_bad[] = {
     {T0 "    env: [a]\n", "t.yaml:5:10: tool 't': env must be a mapping"},
     {T0 "  - name: t\n    description: d\n    cmd: echo\n",
      "t.yaml:5:11: tool 't' is already defined"},
+    {T0 "    parameters:\n      x: {type: string, description: a, "
+        "description: b}\n",
+     "t.yaml:6:41: duplicate key 'description'"},
+    {T0 "    cmd: sh\n", "t.yaml:5:5: duplicate key 'cmd'"},
+    {T0 "    env: {A: x, A: y}\n", "t.yaml:5:17: duplicate key 'A'"},
 };
 
 /* Every bad file is reported with file:line:column and the reason, and
