@@ -17,6 +17,8 @@
  *   --no-network        seccomp: socket() for inet, inet6, unix, netlink
  *                       and packet fails; Landlock ABI >= 4: TCP
  *                       bind/connect denied
+ *   --tmpdir PATH       TMPDIR for the command, and a writable root (the
+ *                       degraded mode's private temporary directory)
  *   --supervise         stay as the parent: subreaper, forward TERM/INT,
  *                       and SIGKILL every remaining descendant once COMMAND
  *                       exits (the degraded mode has no PID namespace)
@@ -372,6 +374,11 @@ int main(int argc, char **argv) {
       return 125;
     } else if (strcmp(a, "--write") == 0 && o.n_write < MAX_WRITE) {
       o.write[o.n_write++] = argv[++i];
+    } else if (strcmp(a, "--tmpdir") == 0 && o.n_write < MAX_WRITE) {
+      o.write[o.n_write++] = argv[++i];
+      if (setenv("TMPDIR", argv[i], 1) != 0) {
+        die("setenv", errno);
+      }
     } else if (strcmp(a, "--landlock-abi") == 0) {
       o.abi_cap = (int)num(argv[++i]);
     } else if (strcmp(a, "--cpu") == 0) {

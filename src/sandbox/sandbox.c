@@ -1,6 +1,7 @@
 /* Sandbox probe and argv wrapper: see sandbox.h for the mount plan. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <linux/landlock.h>
@@ -50,6 +51,9 @@ struct al_sandbox_s {
   strv_t placeholders; /* created by bwrap, removed on the last release */
   size_t active;
   uint64_t nproc, nofile, as_bytes, fsize_bytes, cpu_secs;
+  /* Degraded mode: a private temporary directory (TMPDIR of every tool,
+   * writable to it); removed with its content by al__sandbox_free. */
+  char *tmpdir;
 };
 
 static int strv_push(strv_t *s, const char *str) {
@@ -446,9 +450,27 @@ int al_sandbox_info_json(const al_sandbox_info_t *info, char **out) {
 
 /* ---- the plan ------------------------------------------------------------- */
 
+static int rm_entry(const char *path, const struct stat *st, int flag,
+                    struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  if (flag == FTW_DP) {
+    (void)rmdir(path);
+  } else {
+    (void)unlink(path);
+  }
+  return 0;
+}
+
 void al__sandbox_free(al_sandbox_t *sb) {
   if (sb == NULL) {
     return;
+  }
+  if (sb->tmpdir != NULL) {
+    /* What the tools left there; FTW_PHYS: links are removed, never
+     * followed. */
+    (void)nftw(sb->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    al_free(sb->tmpdir);
   }
   al_free(sb->bwrap);
   al_free(sb->helper);
@@ -692,6 +714,19 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
     return AL_ENOMEM;
   }
   rc = build_plan(sb, cfg);
+  if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_DEGRADED) {
+    /* No private /tmp without a mount namespace, and Landlock keeps the
+     * shared one read-only: compilers and friends get their own. */
+    char t[PATH_MAX];
+    const char *base = getenv("TMPDIR");
+
+    snprintf(t, sizeof(t), "%s/agentloop-tmp-XXXXXX",
+             base != NULL && base[0] == '/' ? base : "/tmp");
+    if (mkdtemp(t) != NULL) {
+      sb->tmpdir = al_strdup(t);
+      rc = sb->tmpdir != NULL ? 0 : AL_ENOMEM;
+    }
+  }
   if (rc != 0) {
     al__sandbox_free(sb);
     return rc;
@@ -832,6 +867,10 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
     if (rc == 0 && (rc = strv_push(a, "--landlock-abi")) == 0) {
       rc = strv_pushf(a, "%llu", (unsigned long long)sb->info.landlock_abi);
     }
+  }
+  if (rc == 0 && supervise && sb->tmpdir != NULL &&
+      (rc = strv_push(a, "--tmpdir")) == 0) {
+    rc = strv_push(a, sb->tmpdir);
   }
   if (rc == 0 && supervise) {
     rc = strv_push(a, "--supervise");

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -337,5 +338,30 @@ TEST_IMPL(sandbox_cancel_leaves_no_process) {
 
 TEST_IMPL(sandbox_cancel_leaves_no_process_degraded) {
   cancel_case(SBX_DEGRADED);
+  return 0;
+}
+
+/* Degraded mode has no private /tmp: tools get a TMPDIR of their own
+ * (writable, unlike the shared /tmp), removed with the sandbox. */
+TEST_IMPL(sandbox_degraded_private_tmpdir) {
+  sbx_t x;
+  char dir[512];
+  char *nl;
+  struct stat st;
+
+  sbx_init(&x, SBX_DEGRADED);
+  sbx_call(&x, "bash",
+           "{\"command\": \"echo $TMPDIR; echo kept > $TMPDIR/f && cat "
+           "$TMPDIR/f; echo no > /tmp/al_shared_$$ || echo refused\"}");
+  ASSERT_NOT_NULL(strstr(x.content, "/agentloop-tmp-"));
+  ASSERT_NOT_NULL(strstr(x.content, "kept\n"));
+  ASSERT_NOT_NULL(strstr(x.content, "refused"));
+  snprintf(dir, sizeof(dir), "%s", x.content);
+  nl = strchr(dir, '\n');
+  ASSERT_NOT_NULL(nl);
+  *nl = '\0';
+  ASSERT_EQ(stat(dir, &st), 0);
+  sbx_finish(&x);
+  ASSERT(stat(dir, &st) != 0);
   return 0;
 }
