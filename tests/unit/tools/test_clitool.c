@@ -820,3 +820,68 @@ TEST_IMPL(tools_write_toctou_symlink_flip) {
   ASSERT_EQ(system(cmd), 0);
   return 0;
 }
+
+/* `agentloop tools` lists the tools that load and, beside them, every
+ * file that does not, with file:line:col; --json has the same. */
+TEST_IMPL(tools_cmd_lists_tools_and_errors) {
+  char dir[] = "/tmp/al_toolscmd_XXXXXX";
+  char cfg[] = "/tmp/al_toolscfg_XXXXXX";
+  char cmd[1200];
+  char out[65536];
+  size_t n;
+  FILE *p;
+  json_t *o;
+  json_t *t;
+  size_t i;
+  bool good = false;
+  int status;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  ASSERT_NOT_NULL(mkdtemp(cfg));
+  write_at(dir, "ok.yaml", "name: good_tool\ndescription: d\ncmd: echo\n");
+  write_at(dir, "bad.yaml",
+           "tools:\n  - name: bad_tool\n    description: d\n    cmd: echo\n"
+           "    category: nope\n");
+  snprintf(cmd, sizeof(cmd),
+           "cd '%s' && XDG_CONFIG_HOME='%s' '%s/agentloop' tools --json "
+           "--tools-dir '%s'",
+           dir, cfg, AL_BINARY_DIR, dir);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  status = pclose(p);
+  ASSERT_EQ(status, 0);
+  o = json_loads(out, 0, NULL);
+  if (o == NULL) {
+    AL_TEST_FAIL("not JSON: %s", out);
+  }
+  json_array_foreach(json_object_get(o, "tools"), i, t) {
+    good = good || strcmp(json_string_value(json_object_get(t, "name")),
+                          "good_tool") == 0;
+  }
+  ASSERT(good);
+  ASSERT_EQ(json_array_size(json_object_get(o, "errors")), 1);
+  ASSERT_NOT_NULL(strstr(json_string_value(json_array_get(
+                             json_object_get(o, "errors"), 0)),
+                         "bad.yaml:5:15: tool 'bad_tool': category must be"));
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(o, "sandbox"), "mode")),
+                "bwrap");
+  json_decref(o);
+  /* The text form names both. */
+  snprintf(cmd, sizeof(cmd),
+           "cd '%s' && XDG_CONFIG_HOME='%s' '%s/agentloop' tools "
+           "--tools-dir '%s'",
+           dir, cfg, AL_BINARY_DIR, dir);
+  p = popen(cmd, "r");
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  ASSERT_EQ(pclose(p), 0);
+  ASSERT_NOT_NULL(strstr(out, "good_tool"));
+  ASSERT_NOT_NULL(strstr(out, "errors:\n"));
+  ASSERT_NOT_NULL(strstr(out, "bad.yaml:5:15:"));
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, cfg);
+  ASSERT_EQ(system(cmd), 0);
+  return 0;
+}
