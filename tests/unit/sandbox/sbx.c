@@ -484,7 +484,7 @@ static void on_pw(uv_timer_t *t) {
   if (!sbx_process_with(w->mark)) {
     w->gone = true;
   }
-  if (w->gone || w->polls > 1500 * al_test_timeout_multiplier()) {
+  if (w->gone || w->polls > 600 * al_test_timeout_multiplier()) {
     uv_close((uv_handle_t *)t, on_pw_close);
   }
 }
@@ -496,7 +496,7 @@ bool sbx_wait_no_process(sbx_t *x, const char *mark) {
   w.mark = mark;
   ASSERT_EQ(uv_timer_init(&x->loop, &w.t), 0);
   w.t.data = &w;
-  ASSERT_EQ(uv_timer_start(&w.t, on_pw, 0, 2), 0);
+  ASSERT_EQ(uv_timer_start(&w.t, on_pw, 0, 5), 0);
   while (!w.done) {
     uv_run(&x->loop, UV_RUN_ONCE);
   }

@@ -79,7 +79,8 @@ const char *sbx_expand(const sbx_t *x, const char *s, const char *mark);
 int sbx_connections(sbx_t *x);
 /* True when some live process has `mark` in its command line. */
 bool sbx_process_with(const char *mark);
-/* Polls (2 ms loop timer, at most ~3 s) until no process has `mark`. */
+/* Polls (5 ms loop timer, at most ~3 s x the timeout multiplier) until
+ * no process has `mark`. */
 bool sbx_wait_no_process(sbx_t *x, const char *mark);
 void sbx_finish(sbx_t *x);
 
