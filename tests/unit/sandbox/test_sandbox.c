@@ -233,6 +233,15 @@ HELPER_IMPL(sandbox_harden_child) {
   if (al_sandbox_harden_process() != 0) {
     return 11;
   }
+  if (prctl(PR_GET_DUMPABLE) != 0) {
+    return 16;
+  }
+  /* Not dumpable, /proc/self/environ belongs to root: a non-root process
+   * cannot read even its own. Make it readable again to look at the bytes
+   * the hardening left there. */
+  if (prctl(PR_SET_DUMPABLE, 1) != 0) {
+    return 19;
+  }
   f = fopen("/proc/self/environ", "r");
   if (f == NULL) {
     return 12;
@@ -250,9 +259,6 @@ HELPER_IMPL(sandbox_harden_child) {
       strcmp(al_sandbox_getenv("ANTHROPIC_API_KEY"), SBX_CANARY1) != 0 ||
       strcmp(al_sandbox_getenv("MY_SECRET_TOKEN"), SBX_CANARY2) != 0) {
     return 15;
-  }
-  if (prctl(PR_GET_DUMPABLE) != 0) {
-    return 16;
   }
   if (getrlimit(RLIMIT_CORE, &rl) != 0 || rl.rlim_cur != 0) {
     return 17;
