@@ -428,8 +428,10 @@ TEST_IMPL(executor_parallel_safe_overlap) {
   al_tool_call_t *b;
 
   setup(&ctx, 0);
-  add(&ctx, "a", "read", "{\"ms\": 40}");
-  add(&ctx, "b", "read", "{\"ms\": 1}");
+  /* b's timer must not fire within step()'s three loop passes even on a
+   * loaded sanitizer run (1 ms did), and a must still end after b. */
+  add(&ctx, "a", "read", "{\"ms\": 200}");
+  add(&ctx, "b", "read", "{\"ms\": 40}");
   ASSERT_STR_EQ(ctx.trace, "");
   ASSERT(al__executor_has_pending(&ctx.ex));
   step(&ctx);
