@@ -97,6 +97,9 @@ static const attempt_t k_attempts[] = {
     {"wf_denied_path_S6_11", "write_file",
      "{\"path\": \"secret/new\", \"content\": \"x\"}", C_ERR | C_NOFILE,
      "${WS}/secret/new", NULL, 0, NULL},
+    {"wf_proc_self_root_bash", "bash",
+     SH("echo pwned > /proc/self/root${OUT}/pwned"), C_NOFILE,
+     "${OUT}/pwned", NULL, 0, NULL},
     /* ---- D4: symlinks ------------------------------------------------- */
     {"rf_symlink_file_S6_12", "read_file", "{\"path\": \"link\"}",
      C_ERR | C_ABSENT, NULL, "original", 0, NULL},
@@ -223,6 +226,14 @@ static const attempt_t k_attempts[] = {
         "inet_aton(\\\"127.0.0.1\\\"))) or die \\\"connect: $!\\\"; print "
         "\\\"CONNECTED\\\"'"),
      C_ERR | C_ABSENT, NULL, "CONNECTED", 0, NULL},
+    {"sh_dns_lookup", "bash", SH("getent hosts example.com"), C_ERR, NULL,
+     NULL, 0, NULL},
+    {"sh_tcp_external", "bash",
+     SH("bash -c 'echo hi > /dev/tcp/1.1.1.1/80' && echo CONNECTED"),
+     C_ERR | C_ABSENT, NULL, "CONNECTED", 0, NULL},
+    {"sh_gdb_attach_host", "bash",
+     SH("gdb -p ${PID} -batch -ex 'info proc' 2>&1; true"), C_ABSENT, NULL,
+     "al_tests", 0, NULL},
     /* ---- D9 / D12: processes -------------------------------------------- */
     {"sh_kill_all", "bash",
      SH("if [ \\\"$(cat /proc/1/comm)\\\" = bwrap ] && [ $$ -lt 10 ]; then "
@@ -256,6 +267,18 @@ static const attempt_t k_attempts[] = {
      "{\"command\": \"bash -c 'trap \\\"\\\" TERM; while :; do sleep 0.05; "
      "done; : ${MARK}'\", \"timeout\": 0.3}",
      C_ERR | C_NOPROC | C_HAS, NULL, "timed out", 0, NULL},
+    {"sh_find_delete_outside", "bash", SH("find ${OUT} -delete"), 0, NULL,
+     NULL, 0, NULL},
+    {"sh_perl_rmtree_outside", "bash",
+     SH("perl -MFile::Path=remove_tree -e 'remove_tree($ARGV[0])' ${OUT}"), 0,
+     NULL, NULL, 0, NULL},
+    {"sh_chained_subcommands", "bash",
+     SH("true; true; true; true; true; true; true; true; true; true; true; "
+        "true; true; true; true; true; true; true; true; true; true; true; "
+        "true; true; true; true; true; true; true; true; true; true; true; "
+        "true; true; true; true; true; true; true; true; true; true; true; "
+        "true; true; true; true; true; true; true; echo x > ${OUT}/pwned"),
+     C_NOFILE, "${OUT}/pwned", NULL, 0, NULL},
     /* ---- D14: resources ----------------------------------------------------- */
     {"sh_output_flood_S6_3", "bash",
      SH("head -c 3000000 /dev/zero | tr '\\\\0' a"), C_HAS, NULL,
