@@ -866,6 +866,22 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   }
   a->sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
                       a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
+  if (al__sandbox_helper_in_roots(a->sandbox, buf, sizeof(buf))) {
+    /* The file tools run outside the sandbox: they must not replace the
+     * helper either. */
+    size_t n = count_list(a->denied_paths);
+    char **nv = al_realloc(a->denied_paths, (n + 2) * sizeof(*nv));
+
+    if (nv == NULL) {
+      return AL_ENOMEM;
+    }
+    a->denied_paths = nv;
+    nv[n] = al_strdup(buf);
+    nv[n + 1] = NULL;
+    if (nv[n] == NULL) {
+      return AL_ENOMEM;
+    }
+  }
 
   set = al_calloc(1, sizeof(*set));
   if (set == NULL) {

@@ -369,7 +369,9 @@ int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
     detail(out, "%s%s: not installed (apt-get install bubblewrap)%s", bwrap,
            "");
   } else if (push_bwrap_base(&a, bwrap, false) == 0 &&
-             strv_push(&a, "--") == 0 && strv_push(&a, helper) == 0 &&
+             strv_push(&a, "--ro-bind") == 0 && strv_push(&a, helper) == 0 &&
+             strv_push(&a, helper) == 0 && strv_push(&a, "--") == 0 &&
+             strv_push(&a, helper) == 0 &&
              (!opts->no_landlock || (strv_push(&a, "--landlock-abi") == 0 &&
                                      strv_push(&a, "0") == 0)) &&
              strv_push(&a, "--probe") == 0) {
@@ -449,6 +451,8 @@ int al_sandbox_info_json(const al_sandbox_info_t *info, char **out) {
 }
 
 /* ---- the plan ------------------------------------------------------------- */
+
+static bool under_any_root(const al_sandbox_t *sb, const char *p);
 
 static int rm_entry(const char *path, const struct stat *st, int flag,
                     struct FTW *ftw) {
@@ -714,6 +718,28 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
     return AL_ENOMEM;
   }
   rc = build_plan(sb, cfg);
+  if (rc == 0 && sb->helper[0] != '\0') {
+    /* A helper a tool could overwrite (agentloop run from its own build
+     * tree inside the workspace) would hand the next tool an unconfined
+     * start: in bwrap mode it is mounted read-only; in degraded mode it
+     * runs outside any sandbox, so that mode is off. */
+    char real[PATH_MAX];
+
+    if (realpath(sb->helper, real) != NULL && under_any_root(sb, real)) {
+      /* (bwrap mode: al__sandbox_wrap binds it read-only, last.) */
+      if (sb->info.mode == AL_SANDBOX_MODE_DEGRADED) {
+        sb->info.mode = AL_SANDBOX_MODE_NONE;
+        snprintf(sb->info.missing, sizeof(sb->info.missing), "all");
+        snprintf(sb->info.detail, sizeof(sb->info.detail),
+                 "%.300s lies inside a writable root: a tool could replace "
+                 "it",
+                 real);
+        if (info_out != NULL) {
+          *info_out = sb->info;
+        }
+      }
+    }
+  }
   if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_DEGRADED) {
     /* No private /tmp without a mount namespace, and Landlock keeps the
      * shared one read-only: compilers and friends get their own. */
@@ -917,6 +943,12 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
     for (i = 0; rc == 0 && i < sb->protect.n; i++) {
       rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
     }
+    /* Last, so neither the private /tmp, a hidden path nor a writable
+     * root covers it: the helper, read-only. */
+    if (rc == 0 && (rc = strv_push(&a, "--ro-bind")) == 0 &&
+        (rc = strv_push(&a, sb->helper)) == 0) {
+      rc = strv_push(&a, sb->helper);
+    }
     if (rc == 0 && cwd != NULL && (rc = strv_push(&a, "--chdir")) == 0) {
       rc = strv_push(&a, cwd);
     }
@@ -944,6 +976,18 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
   }
   *out = a.v;
   return 0;
+}
+
+bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
+                                 size_t size) {
+  char buf[PATH_MAX];
+
+  if (sb == NULL || sb->helper == NULL || sb->helper[0] == '\0' ||
+      realpath(sb->helper, buf) == NULL || !under_any_root(sb, buf)) {
+    return false;
+  }
+  snprintf(real, size, "%s", buf);
+  return true;
 }
 
 void al__sandbox_release(al_sandbox_t *sb) {

@@ -16,7 +16,10 @@
  *   missing component (an empty tmpfs directory, or /dev/null for a file),
  *   so the tool cannot create it. bwrap makes the placeholder's mount point
  *   on disk; al__sandbox_release removes it (if still empty) once no
- *   sandboxed child is running. */
+ *   sandboxed child is running. Last, the helper itself, read-only (a tool
+ *   that replaced it would start the next tool without the inner layer;
+ *   degraded mode, where it runs outside any sandbox, is turned off when
+ *   it lies inside a writable root). */
 #ifndef AL_SANDBOX_INT_H
 #define AL_SANDBOX_INT_H
 
@@ -76,6 +79,10 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
 void al__sandbox_free(al_sandbox_t *sb);
 
 const al_sandbox_info_t *al__sandbox_info(const al_sandbox_t *sb);
+/* True when the helper this sandbox runs lies inside one of its writable
+ * roots (the file tools must then refuse to write it). */
+bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
+                                 size_t size);
 al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
 
 /* The argv that runs `argv` confined with cwd as its working directory:

@@ -371,3 +371,80 @@ TEST_IMPL(sandbox_degraded_private_tmpdir) {
   ASSERT(stat(dir, &st) != 0);
   return 0;
 }
+
+/* agentloop run from its own build tree inside the workspace: a tool must
+ * not be able to replace agentloop-exec, or the next tool would start
+ * without the inner layer (bwrap) or unconfined (degraded). bwrap mode
+ * mounts it read-only and the file tools refuse it; degraded mode turns
+ * itself off. */
+TEST_IMPL(sandbox_helper_inside_root_is_protected) {
+  static const char yaml[] =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - tool_use: {id: b1, name: bash, input: {command: 'echo evil "
+      "> bin/agentloop-exec; echo done'}}\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - tool_use: {id: w1, name: write_file, input: {path: "
+      "bin/agentloop-exec, content: evil}}\n"
+      "  - reply: {content: [{text: 'done'}]}\n";
+  fx_t f;
+  char helper[400];
+  char cmd[1000];
+  const json_t *r;
+  struct stat before;
+  struct stat after;
+  al_agent_t *a = NULL;
+
+  fx_init(&f, yaml);
+  snprintf(helper, sizeof(helper), "%s/bin/agentloop-exec", f.workspace);
+  snprintf(cmd, sizeof(cmd), "mkdir -p '%s/bin' && cp '%s' '%s'",
+           f.workspace, HELPER, helper);
+  ASSERT_EQ(system(cmd), 0);
+  ASSERT_EQ(stat(helper, &before), 0);
+  f.opts.sandbox_helper = helper;
+  f.opts.permission_mode = AL_PERMISSION_MODE_HEADLESS;
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_jstr(fx_event(&f, fx_find(&f, "run_started", NULL, 0)),
+                        "sandbox"),
+                "bwrap");
+  r = fx_tool_result(&f, 1, "b1");
+  ASSERT_NOT_NULL(strstr(fx_jstr(r, "content"), "Read-only file system"));
+  r = fx_tool_result(&f, 2, "w1");
+  ASSERT(json_is_true(json_object_get(r, "is_error")));
+  ASSERT_EQ(stat(helper, &after), 0);
+  ASSERT_EQ(after.st_size, before.st_size);
+  ASSERT_EQ(after.st_mtime, before.st_mtime);
+  fx_finish(&f);
+
+  /* Degraded mode would run it outside any sandbox: off. */
+  fx_init(&f, NULL);
+  snprintf(helper, sizeof(helper), "%s/agentloop-exec", f.workspace);
+  snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", HELPER, helper);
+  ASSERT_EQ(system(cmd), 0);
+  f.opts.sandbox_helper = helper;
+  f.opts.sandbox_bwrap = "/bin/false";
+  f.opts.sandbox = AL_SANDBOX_REQUIRED;
+  ASSERT_EQ(al_agent_new(&f.loop, &f.opts, &a), AL_ENOTSUP);
+  f.opts.sandbox = AL_SANDBOX_AUTO;
+  fx_start(&f);
+  {
+    char *text = NULL;
+    json_t *o;
+
+    ASSERT_EQ(al_agent_tools_json(f.agent, &text), 0);
+    o = json_loads(text, 0, NULL);
+    al_free(text);
+    ASSERT_STR_EQ(json_string_value(json_object_get(
+                      json_object_get(o, "sandbox"), "mode")),
+                  "none");
+    ASSERT_NOT_NULL(strstr(json_string_value(json_object_get(
+                               json_object_get(o, "sandbox"), "detail")),
+                           "lies inside a writable root"));
+    json_decref(o);
+  }
+  fx_finish(&f);
+  return 0;
+}
