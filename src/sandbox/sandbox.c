@@ -339,31 +339,8 @@ int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
   }
   snprintf(out->helper, sizeof(out->helper), "%s", helper);
 
-  /* The helper alone. */
-  {
-    char *argv[4];
-
-    argv[0] = (char *)helper;
-    argv[1] = "--probe";
-    argv[2] = opts->no_landlock ? "--landlock-abi" : NULL;
-    argv[3] = NULL;
-    if (opts->no_landlock) {
-      char *argv2[5] = {(char *)helper, "--landlock-abi", "0", "--probe",
-                        NULL};
-
-      rc = run_capture(argv2, so, sizeof(so), se, sizeof(se));
-    } else {
-      rc = run_capture(argv, so, sizeof(so), se, sizeof(se));
-    }
-    if (rc == 0 &&
-        parse_probe(so, &out->landlock_abi, &out->seccomp_ok) == 0) {
-      out->helper_ok = true;
-    } else {
-      detail(out, "%sagentloop-exec --probe failed: %s%s", se, "");
-    }
-  }
-
-  /* bwrap around it. */
+  /* bwrap around the helper first: when that works, the helper works
+   * (one child process instead of two at every start). */
   memset(&a, 0, sizeof(a));
   if (access(bwrap, X_OK) != 0) {
     detail(out, "%s%s: not installed (apt-get install bubblewrap)%s", bwrap,
@@ -375,17 +352,35 @@ int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
              (!opts->no_landlock || (strv_push(&a, "--landlock-abi") == 0 &&
                                      strv_push(&a, "0") == 0)) &&
              strv_push(&a, "--probe") == 0) {
-    int abi = 0;
-    bool sc = false;
-
     rc = run_capture(a.v, so, sizeof(so), se, sizeof(se));
-    if (rc == 0 && parse_probe(so, &abi, &sc) == 0 && sc) {
+    if (rc == 0 &&
+        parse_probe(so, &out->landlock_abi, &out->seccomp_ok) == 0 &&
+        out->seccomp_ok) {
       out->bwrap_ok = true;
+      out->helper_ok = true;
     } else {
       detail(out, "%sbwrap failed: %s%s", se[0] ? se : "no output", "");
     }
   }
   strv_free(&a);
+
+  /* The helper alone. */
+  if (!out->helper_ok) {
+    char *argv[5] = {(char *)helper, "--probe", NULL, NULL, NULL};
+
+    if (opts->no_landlock) {
+      argv[1] = "--landlock-abi";
+      argv[2] = "0";
+      argv[3] = "--probe";
+    }
+    rc = run_capture(argv, so, sizeof(so), se, sizeof(se));
+    if (rc == 0 &&
+        parse_probe(so, &out->landlock_abi, &out->seccomp_ok) == 0) {
+      out->helper_ok = true;
+    } else {
+      detail(out, "%sagentloop-exec --probe failed: %s%s", se, "");
+    }
+  }
 
   if (out->bwrap_ok && out->helper_ok) {
     out->mode = AL_SANDBOX_MODE_BWRAP;

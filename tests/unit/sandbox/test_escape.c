@@ -242,7 +242,7 @@ static const attempt_t k_attempts[] = {
      "PID namespace (Landlock ABI >= 6 scopes signals, not tried)"},
     {"sh_fork_bomb", "bash",
      "{\"command\": \"bash -c \\\"$(echo YigpeyBiIHwgYiAmIH07IGI= | base64 "
-     "-d)\\\" ${MARK}\", \"timeout\": 2}",
+     "-d)\\\" ${MARK}\", \"timeout\": 0.5}",
      C_NOPROC | C_SENTINEL, NULL, NULL, F_GAP | F_NORUN,
      "nproc limit (counts the whole uid without a user namespace)"},
     {"sh_double_fork", "bash",
