@@ -157,6 +157,11 @@ struct al_agent_s {
   bool finishing;
   uv_idle_t finish;
   void (*close_cb)(al_agent_t *a);
+
+  /* Durable sessions: history commit hook (al_agent_options_t). */
+  al_commit_cb on_commit;
+  void *commit_data;
+  bool has_run; /* al_agent_run was called once (load refuses after) */
 };
 
 /* agent.c */
