@@ -89,6 +89,7 @@ typedef struct chat_s {
   int64_t replay_until;    /* events with seq < this are replayed */
   uint64_t last_sigint_ms;
   bool cancel_sent;
+  bool replay_run_active;  /* the replay ended inside a run */
   approval_t approvals[MAX_APPROVALS];
   int napprovals;
   al__tui_view_t view;
@@ -99,6 +100,7 @@ typedef struct chat_s {
 static chat_t *g_chat; /* the libedit line handler has no user pointer */
 
 static void quit(chat_t *c, int code);
+static void approval_prompt(chat_t *c);
 static void to_idle(chat_t *c);
 static void to_busy(chat_t *c);
 static void on_tick(uv_timer_t *t);
@@ -303,14 +305,16 @@ static void approval_answer(chat_t *c, const char *decision) {
   }
 }
 
-static void approval_required(chat_t *c, json_t *ev) {
+/* An approval_required: queued, and asked now when `ask` (live) - a
+ * replayed one is asked when the replay is over, if still pending. */
+static void approval_required(chat_t *c, json_t *ev, bool ask) {
   approval_t *a;
   const char *req = json_string_value(json_object_get(ev, "request"));
 
   if (req == NULL || c->napprovals >= MAX_APPROVALS) {
     return;
   }
-  if (!c->tty) {
+  if (!c->tty && ask) {
     /* Non-TTY never prompts (CONVENTIONS 7.2). */
     al__conn_call(&c->conn, "approval/respond",
                   json_pack("{s:s,s:s,s:s,s:s}", "session", c->session,
@@ -325,9 +329,24 @@ static void approval_required(chat_t *c, json_t *ev) {
                      json_object_get(ev, "input"),
                      (size_t)(c->view.cols > 60 ? c->view.cols - 50 : 20),
                      a->label, sizeof(a->label));
-  if (c->state != ST_APPROVAL) {
+  if (ask && c->state != ST_APPROVAL) {
     c->state = ST_APPROVAL;
     approval_prompt(c);
+  }
+}
+
+/* A decision was made (approval_response): forget the request. Live
+ * decisions made here were already dropped by approval_answer(). */
+static void approval_forget(chat_t *c, const char *req) {
+  int i;
+
+  for (i = 0; req != NULL && i < c->napprovals; i++) {
+    if (strcmp(c->approvals[i].request, req) == 0) {
+      memmove(&c->approvals[i], &c->approvals[i + 1],
+              sizeof(approval_t) * (size_t)(c->napprovals - i - 1));
+      c->napprovals--;
+      return;
+    }
   }
 }
 
@@ -359,6 +378,23 @@ static void approval_resolved(chat_t *c, json_t *p) {
   }
 }
 
+/* The replay of a resumed session is over: show the prompt, or, when the
+ * session is mid-run (another client's, or one that outlived us), follow
+ * the run - and ask any approval it waits for. */
+static void replay_done(chat_t *c) {
+  al__tui_view_settle(&c->view);
+  if (c->replay_run_active) {
+    to_busy(c);
+    if (c->napprovals > 0) {
+      c->state = ST_APPROVAL;
+      approval_prompt(c);
+    }
+  } else {
+    c->napprovals = 0;
+    to_idle(c);
+  }
+}
+
 static void on_event(chat_t *c, json_t *ev) {
   const char *type = json_string_value(json_object_get(ev, "type"));
   const char *session = json_string_value(json_object_get(ev, "session"));
@@ -369,28 +405,29 @@ static void on_event(chat_t *c, json_t *ev) {
   if (type == NULL || session == NULL || strcmp(session, c->session) != 0) {
     return;
   }
-  if (!replay && strcmp(type, "run_started") == 0 &&
-      (c->state == ST_IDLE || c->state == ST_CONNECTING)) {
+  if (replay && strcmp(type, "run_started") == 0) {
+    c->replay_run_active = true;
+    c->napprovals = 0;
+  }
+  if (!replay && strcmp(type, "run_started") == 0 && c->state == ST_IDLE) {
     /* A run started by another client of this session. */
     to_busy(c);
   }
   if (strcmp(type, "approval_required") == 0) {
-    if (!replay) {
-      approval_required(c, ev);
+    approval_required(c, ev, !replay);
+  } else if (strcmp(type, "approval_response") == 0) {
+    approval_forget(c, json_string_value(json_object_get(ev, "request")));
+  } else {
+    ended = al__tui_view_event(&c->view, ev, now_ms(c));
+    if (ended && replay) {
+      c->replay_run_active = false;
+    } else if (ended && (c->state == ST_BUSY || c->state == ST_APPROVAL)) {
+      c->napprovals = 0;
+      to_idle(c);
     }
-    return;
   }
-  if (replay && c->handler_installed) {
-    /* A replay while the prompt is up (after /resume). */
-    fputs("\r\x1b[K", stderr);
-  }
-  ended = al__tui_view_event(&c->view, ev, now_ms(c));
-  if (replay && c->handler_installed) {
-    rl_forced_update_display();
-  }
-  if (ended && !replay && (c->state == ST_BUSY || c->state == ST_APPROVAL)) {
-    c->napprovals = 0;
-    to_idle(c);
+  if (replay && c->state == ST_CONNECTING && seq + 1 >= c->replay_until) {
+    replay_done(c);
   }
 }
 
@@ -517,7 +554,12 @@ static void on_subscribed(al__conn_t *conn, json_t *result, json_t *error,
     return;
   }
   c->replay_until = json_integer_value(json_object_get(result, "next_seq"));
-  if (c->state == ST_CONNECTING) {
+  c->replay_run_active = false;
+  /* With a replay, the prompt comes back after its last event. */
+  if (c->state == ST_CONNECTING &&
+      (!json_is_integer(json_object_get(result, "replay_from")) ||
+       json_integer_value(json_object_get(result, "replay_from")) >=
+           c->replay_until)) {
     to_idle(c);
   }
 }
@@ -532,23 +574,15 @@ static void subscribe(chat_t *c, bool replay) {
   al__conn_call(&c->conn, "session/subscribe", p, on_subscribed, NULL);
 }
 
-static void on_usage_seed(al__conn_t *conn, json_t *result, json_t *error,
-                          void *data) {
-  chat_t *c = conn->data;
-  json_t *s = json_object_get(result, "session");
-
-  (void)data;
-  if (error != NULL || s == NULL) {
-    return;
-  }
-  c->view.session.input_tokens =
-      (uint64_t)json_integer_value(json_object_get(s, "input_tokens"));
-  c->view.session.output_tokens =
-      (uint64_t)json_integer_value(json_object_get(s, "output_tokens"));
-  c->view.session.cache_read = (uint64_t)json_integer_value(
-      json_object_get(s, "cache_read_input_tokens"));
-  c->view.session.cache_creation = (uint64_t)json_integer_value(
-      json_object_get(s, "cache_creation_input_tokens"));
+static void usage_from_json(al__tui_usage_t *u, json_t *o) {
+  u->input_tokens =
+      (uint64_t)json_integer_value(json_object_get(o, "input_tokens"));
+  u->output_tokens =
+      (uint64_t)json_integer_value(json_object_get(o, "output_tokens"));
+  u->cache_read = (uint64_t)json_integer_value(
+      json_object_get(o, "cache_read_input_tokens"));
+  u->cache_creation = (uint64_t)json_integer_value(
+      json_object_get(o, "cache_creation_input_tokens"));
 }
 
 /* A session to talk to: the result of create or resume. */
@@ -575,18 +609,26 @@ static void use_session(chat_t *c, json_t *result, bool resumed) {
   clean_line(cwd, sizeof(cwd),
              json_string_value(json_object_get(result, "cwd")));
   if (resumed) {
-    say(c, AL_SGR_DIM, "resumed session %s (%s, %" PRId64 " messages) in %s",
-        idc, model,
+    /* The replay's usage events add up the session's totals again. */
+    say(c, AL_SGR_DIM, "resumed session %s (%s%s%" PRId64 " messages) in %s",
+        idc, model, model[0] ? ", " : "",
         (int64_t)json_integer_value(json_object_get(result, "messages")),
         cwd);
-    al__conn_call(&c->conn, "session/usage",
-                  json_pack("{s:s}", "session", c->session), on_usage_seed,
-                  NULL);
   } else {
-    say(c, AL_SGR_DIM, "session %s (%s) in %s · /help for commands", idc,
-        model, cwd);
+    say(c, AL_SGR_DIM, "session %s%s%s%s in %s · /help for commands", idc,
+        model[0] ? " (" : "", model, model[0] ? ")" : "", cwd);
   }
   subscribe(c, resumed);
+}
+
+/* create or resume failed: at start-up that ends the chat; from /new or
+ * /resume the current session goes on. */
+static void session_failed(chat_t *c) {
+  if (c->session[0] == '\0') {
+    quit(c, 1);
+  } else {
+    to_idle(c);
+  }
 }
 
 static void on_created(al__conn_t *conn, json_t *result, json_t *error,
@@ -596,9 +638,7 @@ static void on_created(al__conn_t *conn, json_t *result, json_t *error,
   (void)data;
   if (error != NULL) {
     say(c, AL_SGR_RED, "cannot create a session: %s", err_message(error));
-    if (c->state == ST_CONNECTING) {
-      quit(c, 1);
-    }
+    session_failed(c);
     return;
   }
   use_session(c, result, false);
@@ -611,9 +651,7 @@ static void on_resumed(al__conn_t *conn, json_t *result, json_t *error,
   (void)data;
   if (error != NULL) {
     say(c, AL_SGR_RED, "cannot resume: %s", err_message(error));
-    if (c->state == ST_CONNECTING) {
-      quit(c, 1);
-    }
+    session_failed(c);
     return;
   }
   use_session(c, result, true);
@@ -653,10 +691,8 @@ static void on_list_for_resume(al__conn_t *conn, json_t *result,
       }
     }
   }
-  say(c, AL_SGR_DIM, "no session to resume; starting a new one");
-  if (c->state == ST_CONNECTING) {
-    create_session(c);
-  }
+  say(c, AL_SGR_DIM, "no other session to resume; starting a new one");
+  create_session(c);
 }
 
 static void on_list(al__conn_t *conn, json_t *result, json_t *error,
@@ -686,6 +722,7 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
   chat_t *c = conn->data;
   json_t *s = json_object_get(result, "session");
   al__tui_usage_t u;
+  al__tui_usage_t last;
   char line[256];
 
   (void)data;
@@ -693,15 +730,9 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
     say(c, AL_SGR_RED, "usage: %s", err_message(error));
     return;
   }
-  memset(&u, 0, sizeof(u));
-  u.input_tokens = (uint64_t)json_integer_value(json_object_get(s, "input_tokens"));
-  u.output_tokens =
-      (uint64_t)json_integer_value(json_object_get(s, "output_tokens"));
-  u.cache_read = (uint64_t)json_integer_value(
-      json_object_get(s, "cache_read_input_tokens"));
-  u.cache_creation = (uint64_t)json_integer_value(
-      json_object_get(s, "cache_creation_input_tokens"));
-  al__tui_usage_line(&c->view.run, &u, line, sizeof(line));
+  usage_from_json(&u, s);
+  usage_from_json(&last, json_object_get(result, "last_run"));
+  al__tui_usage_line(&last, &u, line, sizeof(line));
   say(c, NULL, "last run: %s · %" PRId64 " runs", line,
       (int64_t)json_integer_value(json_object_get(s, "runs")));
 }
@@ -786,12 +817,14 @@ static void handle_line(chat_t *c, char *line) {
     say(c, NULL, "%s", al__slash_help());
     break;
   case AL_SLASH_NEW:
+    c->state = ST_CONNECTING; /* the prompt returns once subscribed */
     create_session(c);
     break;
   case AL_SLASH_SESSIONS:
     al__conn_call(&c->conn, "session/list", NULL, on_list, NULL);
     break;
   case AL_SLASH_RESUME:
+    c->state = ST_CONNECTING;
     if (cmd.arg[0] != '\0') {
       resume_session(c, cmd.arg);
     } else {
@@ -941,7 +974,6 @@ static void on_sigint(uv_signal_t *h, int signum) {
     rl_replace_line("", 0);
     fputs("^C\n", stderr);
     say(c, AL_SGR_DIM, "(Ctrl-C again to quit)");
-    rl_forced_update_display();
     break;
   default:
     quit(c, 130);

@@ -317,7 +317,7 @@ static void log_path(char *buf, size_t n) {
 int al__conn_spawn_daemon(al__conn_t *c) {
   char exe[PATH_MAX];
   char logp[PATH_MAX];
-  char *args[4];
+  char *args[5];
   uv_process_options_t o;
   uv_stdio_container_t stdio[3];
   uv_process_t *proc;
@@ -333,10 +333,13 @@ int al__conn_spawn_daemon(al__conn_t *c) {
   if (logp[0] != '\0') {
     logfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   }
+  /* We detach it ourselves (setsid via UV_PROCESS_DETACHED): the daemon
+   * need not fork again, and its stderr goes to the log file. */
   args[0] = exe;
-  args[1] = "--socket";
-  args[2] = c->path;
-  args[3] = NULL;
+  args[1] = "--foreground";
+  args[2] = "--socket";
+  args[3] = c->path;
+  args[4] = NULL;
   memset(&o, 0, sizeof(o));
   memset(stdio, 0, sizeof(stdio));
   stdio[0].flags = UV_IGNORE;

@@ -358,7 +358,7 @@ static void outcome_lines(al__tui_view_t *v, const char *s, size_t n) {
                 ? al__tui_fit(v->scratch.data, v->scratch.len, width)
                 : 0;
       sgr(v, v->err, AL_SGR_DIM);
-      fprintf(v->err, "  ⎿ %.*s%s", (int)fit,
+      fprintf(v->err, "%s%.*s%s", shown == 0 ? "  ⎿ " : "    ", (int)fit,
               v->scratch.data != NULL ? v->scratch.data : "",
               fit < v->scratch.len ? "…" : "");
       sgr(v, v->err, AL_SGR_RESET);

@@ -234,7 +234,7 @@ TEST_IMPL(tui_view_run_lines) {
   ASSERT_STR_EQ(f.err, "● bash(ls)\n"
                        "✓ bash(ls)  0.4s\n"
                        "  ⎿ a.txt\n"
-                       "  ⎿ b.txt\n"
+                       "    b.txt\n"
                        "● bash(false)\n"
                        "✗ bash(false)  0.0s\n"
                        "  ⎿ exit status 1\n"
