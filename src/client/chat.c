@@ -79,6 +79,9 @@ typedef struct chat_s {
   bool have_tio;
   bool handler_installed;
   char *pending_line;      /* set by the libedit handler */
+  char in_buf[512];        /* keys read, not yet given to libedit */
+  size_t in_pos;
+  size_t in_len;
   bool pending_eof;
   char history[PATH_MAX];
   bool have_history;
@@ -495,6 +498,8 @@ static void remove_handler(chat_t *c) {
 static void to_idle(chat_t *c) {
   c->state = ST_IDLE;
   c->cancel_sent = false;
+  /* A Ctrl-C that cancelled a run is not the first of a double quit. */
+  c->last_sigint_ms = 0;
   uv_timer_stop(&c->tick);
   install_handler(c);
 }
@@ -865,17 +870,29 @@ static void on_line(char *line) {
   c->pending_line = line;
 }
 
-static void on_stdin(uv_poll_t *h, int status, int events) {
-  chat_t *c = h->data;
-  char buf[256];
-  ssize_t n;
+/* libedit reads its keys through this (rl_getc_function): from the bytes
+ * on_stdin() already read, so the loop decides when libedit runs and the
+ * chat can feed it keys of its own (Ctrl-C's line clearing). Only when a
+ * key sequence was split across reads does it wait for the rest. */
+static int getc_fn(FILE *f) {
+  chat_t *c = g_chat;
+  unsigned char ch;
 
-  (void)events;
-  if (status < 0) {
-    quit(c, 0);
-    return;
+  (void)f;
+  if (c->in_pos < c->in_len) {
+    return (unsigned char)c->in_buf[c->in_pos++];
   }
-  if (c->state == ST_IDLE && c->handler_installed) {
+  if (read(STDIN_FILENO, &ch, 1) == 1) {
+    return ch;
+  }
+  return EOF;
+}
+
+/* Runs libedit over the buffered keys while the prompt is up; a completed
+ * line is handled once libedit returned. */
+static void feed_editor(chat_t *c) {
+  while (c->in_pos < c->in_len && c->state == ST_IDLE &&
+         c->handler_installed) {
     rl_callback_read_char();
     if (c->pending_eof) {
       c->pending_eof = false;
@@ -887,7 +904,6 @@ static void on_stdin(uv_poll_t *h, int status, int events) {
       char *line = c->pending_line;
 
       c->pending_line = NULL;
-      /* The handler ran inside libedit; act now that it returned. */
       remove_handler(c);
       handle_line(c, line);
       free(line);
@@ -895,6 +911,32 @@ static void on_stdin(uv_poll_t *h, int status, int events) {
         install_handler(c);
       }
     }
+  }
+  /* Keys typed ahead of a run are not kept for after it. */
+  if (c->state != ST_IDLE) {
+    c->in_pos = c->in_len = 0;
+  }
+}
+
+static void on_stdin(uv_poll_t *h, int status, int events) {
+  chat_t *c = h->data;
+  char buf[256];
+  ssize_t n;
+
+  (void)events;
+  if (status < 0) {
+    quit(c, 0);
+    return;
+  }
+  if (c->state == ST_IDLE && c->handler_installed) {
+    n = read(STDIN_FILENO, c->in_buf, sizeof(c->in_buf));
+    if (n <= 0) {
+      quit(c, 0);
+      return;
+    }
+    c->in_pos = 0;
+    c->in_len = (size_t)n;
+    feed_editor(c);
     return;
   }
   /* BUSY: keys are read and dropped, except an approval's answer. */
@@ -970,8 +1012,15 @@ static void on_sigint(uv_signal_t *h, int signum) {
       quit(c, 0);
       return;
     }
-    /* Clear the line; the prompt comes back empty. */
-    rl_replace_line("", 0);
+    /* Clear the line; the prompt comes back empty. libedit's
+     * rl_replace_line() ignores an empty text and rl_end is stale in
+     * callback mode, so the line is killed as a person would: Ctrl-E,
+     * Ctrl-U, fed to libedit as keys. */
+    c->in_buf[0] = 0x05;
+    c->in_buf[1] = 0x15;
+    c->in_pos = 0;
+    c->in_len = 2;
+    feed_editor(c);
     fputs("^C\n", stderr);
     say(c, AL_SGR_DIM, "(Ctrl-C again to quit)");
     break;
@@ -1097,6 +1146,7 @@ static int chat_main(chat_t *c) {
   if (c->mode == MODE_CHAT) {
     /* libedit: our signal handling, our history file, stdin/stderr. */
     rl_catch_signals = 0;
+    rl_getc_function = getc_fn;
     rl_instream = stdin;
     rl_outstream = stderr;
     history_init(c);

@@ -330,3 +330,26 @@ HELPER_IMPL(tui_md_dump) {
   al_buf_free(&out);
   return 0;
 }
+
+/* `al_tests --helper tui_md_stream_dump COLS CHUNK`: streams stdin in
+ * CHUNK-byte pieces and prints the final screen (for a look). */
+HELPER_IMPL(tui_md_stream_dump) {
+  char buf[65536];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, stdin);
+  size_t chunk = argc > 1 ? (size_t)atoi(argv[argc - 1]) : 8;
+  size_t cuts[8192];
+  size_t k = 0;
+  size_t pos;
+  al_buf_t shown;
+
+  utf8_locale();
+  buf[n] = '\0';
+  for (pos = chunk; pos < n && k < 8192; pos += chunk) {
+    cuts[k++] = pos;
+  }
+  al_buf_init(&shown, 1u << 20);
+  stream_in_pieces(buf, cuts, k, 60, &shown);
+  fwrite(shown.data, 1, shown.len, stdout);
+  al_buf_free(&shown);
+  return 0;
+}

@@ -1,0 +1,381 @@
+#!/usr/bin/env bash
+# The person's view: drives the real `agentloop` chat in a tmux pane
+# (send-keys, capture-pane) against the real agentloopd (started by the
+# front end itself, as for a person) and agentloop-mockllm on loopback.
+#
+#   tests/tui/tui_test.sh CASE BIN_DIR
+#
+# CASE: stream | tool | interrupt | approval | resume | unreachable | doctor
+#
+# Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
+# XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
+# transcripts and the input history are this test's own. Cleanup runs on
+# every exit: the tmux server, mockllm and the daemon (found by the socket
+# path in its command line, which only this test uses) are killed and the
+# temp dir removed. On failure the screen and the daemon log are printed.
+#
+# Synchronization: never a bare sleep - wait_for polls capture-pane every
+# 50 ms until the text appears, bounded by 15 s x AL_TEST_TIMEOUT_MULTIPLIER.
+set -euo pipefail
+
+CASE=${1:?case}
+BIN=$(cd "${2:?bin dir}" && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+MULT=${AL_TEST_TIMEOUT_MULTIPLIER:-1}
+TIMEOUT=$((15 * MULT))
+
+command -v tmux >/dev/null || { echo "tmux is not installed"; exit 1; }
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/al-tui.XXXXXX")
+TM=(tmux -u -L "al-tui-$$" -f /dev/null)
+MOCK_PID=
+
+daemon_pids() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd=$( { tr "\\0" " " <"$p/cmdline"; } 2>/dev/null) || continue
+    case $cmd in *agentloopd*"$W/"*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+cleanup() {
+  local rc=$? pids i
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+    echo "--- screen ---"
+    "${TM[@]}" capture-pane -p -J -t al 2>/dev/null | sed '/^[[:space:]]*$/d' || true
+    echo "--- agentloopd log ---"
+    tail -n 30 "$W/state/agentloop/agentloopd.log" 2>/dev/null || true
+  fi
+  "${TM[@]}" kill-server 2>/dev/null || true
+  [ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null || true
+  pids=$(daemon_pids)
+  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  # The daemon flushes and exits on SIGTERM; give it a bounded moment.
+  for i in $(seq 100); do
+    [ -z "$(daemon_pids)" ] && break
+    sleep 0.05
+  done
+  pids=$(daemon_pids)
+  [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
+  rm -rf "$W"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+mkdir -p "$W/home" "$W/run" "$W/state" "$W/config" "$W/work"
+chmod 700 "$W/run"
+export HOME="$W/home" XDG_RUNTIME_DIR="$W/run" XDG_STATE_HOME="$W/state"
+export XDG_CONFIG_HOME="$W/config" LANG=C.UTF-8 LC_ALL=C.UTF-8
+export ANTHROPIC_API_KEY=test-key-not-secret AGENTLOOP_PROVIDER=anthropic
+export AGENTLOOP_START_TIMEOUT_MS=$((4000 * MULT))
+unset AGENTLOOP_SOCKET NO_COLOR FORCE_COLOR AGENTLOOP_MODEL || true
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# Starts agentloop-mockllm on a free loopback port with scenario $1.
+start_mock() {
+  local i
+  "$BIN/agentloop-mockllm" --listen 127.0.0.1:0 --scenario "$1" \
+    --port-file "$W/port" -q >/dev/null 2>&1 &
+  MOCK_PID=$!
+  for i in $(seq $((100 * MULT))); do
+    [ -s "$W/port" ] && break
+    sleep 0.05
+  done
+  [ -s "$W/port" ] || fail "mockllm did not start"
+  export AGENTLOOP_BASE_URL="http://127.0.0.1:$(cat "$W/port")"
+}
+
+# Writes a scenario file and prints its path.
+scenario() {
+  cat >"$W/scenario.yaml"
+  echo "$W/scenario.yaml"
+}
+
+screen() { "${TM[@]}" capture-pane -p -J -t al; }
+
+# Polls the screen until it contains the fixed string $1.
+wait_for() {
+  local deadline=$((SECONDS + TIMEOUT))
+  while :; do
+    if screen | grep -qF -- "$1"; then
+      return 0
+    fi
+    [ "$SECONDS" -ge "$deadline" ] && fail "timed out waiting for: $1"
+    sleep 0.05
+  done
+}
+
+# Polls until the last non-empty line of the screen is exactly $1.
+wait_last_line() {
+  local deadline=$((SECONDS + TIMEOUT)) last
+  while :; do
+    last=$(screen | sed 's/[[:space:]]*$//' | grep -v '^$' | tail -n 1 || true)
+    [ "$last" = "$1" ] && return 0
+    [ "$SECONDS" -ge "$deadline" ] && fail "last line is '$last', not '$1'"
+    sleep 0.05
+  done
+}
+
+# Runs a command in the tmux pane (in $W/work); when it exits the pane
+# shows "[exited N]" and stays.
+run_pane() {
+  local cmd
+  printf -v cmd '%q ' "$@"
+  if "${TM[@]}" has-session -t al 2>/dev/null; then
+    "${TM[@]}" respawn-pane -k -t al \
+      "cd $W/work && $cmd; echo \"[exited \$?]\"; exec sleep 3600"
+  else
+    "${TM[@]}" new-session -d -s al -x 110 -y 40 \
+      "cd $W/work && $cmd; echo \"[exited \$?]\"; exec sleep 3600"
+  fi
+}
+
+keys() { "${TM[@]}" send-keys -t al "$@"; }
+type_line() { keys -l -- "$1"; keys Enter; }
+
+# Waits for the chat's prompt to be back on the last line.
+wait_prompt() { wait_last_line ">"; }
+
+case_stream() {
+  # Paced: eight-byte pieces every 120 ms, so the first words are on
+  # screen well before the last ones arrive.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - delay_ms: 120
+    reply:
+      content:
+        - text: "First words arrive early. The answer is **forty-two**, as `expected`.\n\nLast words arrive late."
+          chunk_size: 8
+      usage: {input_tokens: 1200, output_tokens: 34}
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "what is the answer"
+  wait_for "First words"
+  # Streamed: the end of the reply is not there yet.
+  if screen | grep -qF "arrive late."; then
+    fail "the whole reply appeared at once (not streamed)"
+  fi
+  wait_for "Last words arrive late."
+  # Markdown rendered: no literal ** or backticks left.
+  wait_for "The answer is forty-two, as expected."
+  screen | grep -qF '**' && fail "Markdown emphasis markers left on screen"
+  # The usage line after the run, then the prompt.
+  wait_for "1.2k in · 34 out · session 1.2k in · 34 out"
+  wait_prompt
+  # History persists across runs of the front end.
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # (libedit's file format escapes spaces as \040)
+  grep -qE 'what( |\\040)is' "$W/state/agentloop/history" ||
+    fail "history file lacks the line"
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  wait_prompt
+  keys Up
+  wait_last_line "> /quit"
+  keys Up
+  wait_last_line "> what is the answer"
+}
+
+case_tool() {
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - text: "Let me check."
+        - tool_use: {name: bash, input: {command: "echo tool-output-line; echo second-line"}, pieces: 3}
+  - reply:
+      content:
+        - text: "The tool printed two lines."
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  type_line "run the tool"
+  wait_for "Let me check."
+  # One line for the call with its arguments, then its outcome and the
+  # first lines of its output.
+  wait_for "✓ bash(echo tool-output-line; echo second-line)"
+  wait_for "⎿ tool-output-line"
+  wait_for "The tool printed two lines."
+  wait_prompt
+}
+
+case_interrupt() {
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - text: "Starting a long job."
+        - tool_use: {name: bash, input: {command: "sleep 30"}}
+  - reply:
+      content:
+        - text: "Back after the interrupt."
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  type_line "do the long job"
+  # The live line: spinner, the call and its elapsed time.
+  wait_for " bash(sleep 30)  0."
+  # ... and the elapsed time goes on.
+  wait_for " bash(sleep 30)  1."
+  keys C-c
+  wait_for "✗ bash(sleep 30)  interrupted"
+  wait_for "interrupted"
+  wait_prompt
+  # The sleep is gone: the daemon killed the tool's process group (the
+  # tool's environment has our HOME, which tells it from other sleeps).
+  local deadline=$((SECONDS + TIMEOUT)) left p
+  while :; do
+    left=
+    for p in $(pgrep -x sleep || true); do
+      grep -qF "$W/home" "/proc/$p/environ" 2>/dev/null && left=$p
+    done
+    [ -z "$left" ] && break
+    [ "$SECONDS" -ge "$deadline" ] && fail "the interrupted tool still runs"
+    sleep 0.05
+  done
+  # The session goes on.
+  type_line "and now"
+  wait_for "Back after the interrupt."
+  wait_prompt
+  # Ctrl-C at the prompt clears the line; twice quits.
+  keys -l "half typed"
+  wait_last_line "> half typed"
+  keys C-c
+  wait_for "(Ctrl-C again to quit)"
+  wait_prompt
+  keys C-c
+  wait_for "[exited 0]"
+}
+
+case_approval() {
+  # An admin tool from the project's tools.d asks before it runs.
+  mkdir -p "$W/work/tools.d"
+  cat >"$W/work/tools.d/wipe.yaml" <<'EOF'
+name: wipe_cache
+description: Delete the build cache (asks first).
+category: admin
+cmd: /bin/echo
+args: ["wiped", "{{target}}"]
+parameters:
+  target: {type: string, description: what to wipe}
+EOF
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - text: "I will wipe it."
+        - tool_use: {name: wipe_cache, input: {target: build}}
+  - reply:
+      content:
+        - text: "Wiped as you allowed."
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  type_line "/tools"
+  wait_prompt
+  if ! screen | grep -qF "wipe_cache"; then
+    echo "SKIP: this agentloopd loads no tools.d tools, so no tool asks"
+    exit 77
+  fi
+  type_line "wipe the cache"
+  wait_for "? Allow wipe_cache(build)?  [y]es  [n]o  [a]lways this session"
+  keys y
+  wait_for "✓ wipe_cache(build)"
+  wait_for "⎿ wiped build"
+  wait_for "Wiped as you allowed."
+  wait_prompt
+}
+
+case_resume() {
+  start_mock "$(scenario <<'EOF'
+on_exhausted: repeat_last
+responses:
+  - reply:
+      content:
+        - text: "Remember the number seven."
+  - reply:
+      content:
+        - text: "A fresh answer."
+EOF
+)"
+  local first second
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  [ -n "$first" ] || fail "no session id on screen"
+  type_line "tell me a number"
+  wait_for "Remember the number seven."
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # A new chat starts a new session; /resume brings the first one back,
+  # its conversation replayed.
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  second=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  [ "$first" != "$second" ] || fail "the new chat reused the session"
+  screen | grep -qF "Remember the number seven." &&
+    fail "a new session shows the old conversation"
+  wait_prompt
+  type_line "/sessions"
+  wait_for "$first"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_for "Remember the number seven."
+  wait_prompt
+  type_line "and another"
+  wait_for "A fresh answer."
+  wait_prompt
+}
+
+case_unreachable() {
+  # No agentloopd next to the binary or on PATH: exit 69 and a message.
+  mkdir -p "$W/bin"
+  cp "$BIN/agentloop" "$W/bin/agentloop"
+  local out rc=0
+  out=$(PATH=/usr/bin:/bin "$W/bin/agentloop" sessions 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" -eq 69 ] || fail "exit $rc, not 69"
+  grep -qF "cannot reach agentloopd" <<<"$out" || fail "no clear message"
+  grep -qF "agentloopd was not found" <<<"$out" || fail "no reason"
+  # A socket directory the daemon cannot use: the same.
+  rc=0
+  out=$(AGENTLOOP_SOCKET="$W/missing/dir/x.sock" "$BIN/agentloop" sessions 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" -eq 69 ] || fail "exit $rc, not 69"
+  grep -qF "cannot reach agentloopd" <<<"$out" || fail "no clear message"
+}
+
+case_doctor() {
+  # A fresh machine: no daemon yet (doctor starts it), no API key. Every
+  # check passes or warns; the exit code is 0.
+  unset ANTHROPIC_API_KEY AGENTLOOP_BASE_URL
+  local out rc=0
+  out=$("$BIN/agentloop" doctor --no-color 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" -eq 0 ] || fail "doctor exited $rc"
+  grep -q "^✓ CA bundle" <<<"$out" || fail "CA bundle line"
+  grep -q "^! API key .*ANTHROPIC_API_KEY not set" <<<"$out" || fail "key line"
+  grep -q "^✓ proxy" <<<"$out" || fail "proxy line"
+  grep -q "^✓ socket dir *$W/run/agentloop" <<<"$out" || fail "socket line"
+  grep -q "^✓ daemon .*started" <<<"$out" || fail "daemon line"
+  # Now it runs: the second doctor finds it.
+  out=$("$BIN/agentloop" doctor --no-color 2>&1) || fail "second doctor"
+  grep -q "^✓ daemon .*running" <<<"$out" || fail "daemon running line"
+  if grep -qF "test-key" <<<"$out"; then fail "a secret was printed"; fi
+}
+
+"case_$CASE"
+echo "PASS: $CASE"
