@@ -295,7 +295,9 @@ static void approval_answer(chat_t *c, const char *decision) {
   memmove(&c->approvals[0], &c->approvals[1],
           sizeof(approval_t) * (size_t)(c->napprovals - 1));
   c->napprovals--;
-  fprintf(stderr, "%s\n", decision);
+  fprintf(stderr, "%s\n", strcmp(decision, "allow") == 0   ? "allowed"
+                          : strcmp(decision, "deny") == 0 ? "denied"
+                                                          : "always allowed");
   fflush(stderr);
   al__conn_call(&c->conn, "approval/respond",
                 json_pack("{s:s,s:s,s:s}", "session", c->session, "request",

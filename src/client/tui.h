@@ -190,6 +190,10 @@ typedef struct al__tui_view_s {
   bool thinking_at_bol;
   bool out_at_bol;      /* the last byte on the terminal was a newline */
   al__tui_tool_t tools[AL_TUI_MAX_LIVE];
+  /* Labels of queued calls, for outcome lines of calls that never
+   * started (denied, aborted): a small ring. */
+  al__tui_tool_t queued[16];
+  unsigned queued_next;
   int live_rows;        /* rows of the live area on screen now */
   unsigned spin;
   al__tui_usage_t run;  /* this run */

@@ -245,6 +245,15 @@ void al__tui_tool_label(const char *name, json_t *input, size_t max_width,
         arg_len = json_string_length(s);
       }
     }
+    /* One string argument, whatever its name: its value says it all. */
+    if (arg == NULL && json_object_size(input) == 1) {
+      json_t *only = json_object_iter_value(json_object_iter(input));
+
+      if (json_is_string(only)) {
+        arg = json_string_value(only);
+        arg_len = json_string_length(only);
+      }
+    }
     if (arg == NULL && json_object_size(input) > 0) {
       dumped = json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY);
       arg = dumped;
@@ -296,6 +305,31 @@ static al__tui_tool_t *tool_find(al__tui_view_t *v, const char *call_id) {
     }
   }
   return NULL;
+}
+
+static al__tui_tool_t *queued_find(al__tui_view_t *v, const char *call_id) {
+  size_t i;
+
+  for (i = 0; call_id != NULL && i < AL_ARRAY_SIZE(v->queued); i++) {
+    if (v->queued[i].used && strcmp(v->queued[i].call_id, call_id) == 0) {
+      return &v->queued[i];
+    }
+  }
+  return NULL;
+}
+
+static size_t label_width(const al__tui_view_t *v);
+
+static void tool_queued(al__tui_view_t *v, json_t *ev) {
+  const char *id = json_string_value(json_object_get(ev, "call_id"));
+  al__tui_tool_t *t =
+      &v->queued[v->queued_next++ % AL_ARRAY_SIZE(v->queued)];
+
+  t->used = true;
+  snprintf(t->call_id, sizeof(t->call_id), "%s", id != NULL ? id : "");
+  al__tui_tool_label(json_string_value(json_object_get(ev, "name")),
+                     json_object_get(ev, "input"), label_width(v), t->label,
+                     sizeof(t->label));
 }
 
 static size_t label_width(const al__tui_view_t *v) {
@@ -392,6 +426,8 @@ static void tool_completed(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   if (t != NULL) {
     memcpy(label, t->label, sizeof(label));
     t->used = false;
+  } else if ((t = queued_find(v, id)) != NULL) {
+    memcpy(label, t->label, sizeof(label));
   } else {
     al__tui_tool_label(name, NULL, label_width(v), label, sizeof(label));
   }
@@ -551,6 +587,8 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
     } else if (v->thinking_open) {
       thinking_end(v);
     }
+  } else if (strcmp(type, "tool_use_queued") == 0) {
+    tool_queued(v, ev);
   } else if (strcmp(type, "tool_use_started") == 0) {
     tool_started(v, ev, now_ms);
   } else if (strcmp(type, "tool_use_completed") == 0) {
