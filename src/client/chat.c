@@ -740,8 +740,9 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
   usage_from_json(&u, s);
   usage_from_json(&last, json_object_get(result, "last_run"));
   al__tui_usage_line(&last, &u, line, sizeof(line));
-  say(c, NULL, "last run: %s · %" PRId64 " runs", line,
-      (int64_t)json_integer_value(json_object_get(s, "runs")));
+  say(c, NULL, "last run: %s · %" PRId64 " run%s", line,
+      (int64_t)json_integer_value(json_object_get(s, "runs")),
+      json_integer_value(json_object_get(s, "runs")) == 1 ? "" : "s");
 }
 
 static void on_tools(al__conn_t *conn, json_t *result, json_t *error,
