@@ -73,6 +73,7 @@ typedef struct chat_s {
   state_t state;
   bool tty;
   bool json;               /* sessions --json */
+  bool show_thinking;      /* --no-thinking hides it */
   bool color;
   al_color_when_t color_when;
   struct termios orig_tio;
@@ -80,6 +81,8 @@ typedef struct chat_s {
   bool handler_installed;
   char *pending_line;      /* set by the libedit handler */
   char in_buf[512];        /* keys read, not yet given to libedit */
+  const char *prompt;      /* "> ", or ". " inside a continued message */
+  al_buf_t multi;          /* the lines of a message continued with \ */
   size_t in_pos;
   size_t in_len;
   bool pending_eof;
@@ -485,7 +488,7 @@ static void on_line(char *line);
 static void install_handler(chat_t *c) {
   if (!c->handler_installed) {
     term_restore(c);
-    rl_callback_handler_install("> ", on_line);
+    rl_callback_handler_install(c->prompt, on_line);
     c->handler_installed = true;
   }
 }
@@ -804,12 +807,43 @@ static void save_history(chat_t *c) {
   }
 }
 
+/* A line ending in a backslash continues on the next one (CONVENTIONS
+ * 7.2); the parts are joined with newlines and sent as one message. */
+static bool continue_line(chat_t *c, char *line, size_t n) {
+  if (n > 0 && line[n - 1] == '\\') {
+    line[n - 1] = '\0';
+    if (al_buf_append_str(&c->multi, line) != 0 ||
+        al_buf_append_str(&c->multi, "\n") != 0) {
+      say(c, AL_SGR_RED, "message too long");
+      al_buf_reset(&c->multi);
+      return true;
+    }
+    add_history(line);
+    c->prompt = ". ";
+    return true;
+  }
+  return false;
+}
+
 static void handle_line(chat_t *c, char *line) {
   al_slash_cmd_t cmd;
   size_t n = strlen(line);
+  const char *start;
 
   while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) {
     line[--n] = '\0';
+  }
+  if (continue_line(c, line, n)) {
+    return;
+  }
+  c->prompt = "> ";
+  if (c->multi.len > 0) {
+    al_buf_append_str(&c->multi, line);
+    add_history(line);
+    save_history(c);
+    send_input(c, c->multi.data);
+    al_buf_reset(&c->multi);
+    return;
   }
   if (line[strspn(line, " \t")] == '\0') {
     return;
@@ -819,7 +853,9 @@ static void handle_line(chat_t *c, char *line) {
   al__slash_parse(line, &cmd);
   switch (cmd.cmd) {
   case AL_SLASH_NONE:
-    send_input(c, line[0] == '/' ? line + 1 : line);
+    /* "//x" is the escaped "/x". */
+    start = line + strspn(line, " \t");
+    send_input(c, start[0] == '/' ? start + 1 : line);
     break;
   case AL_SLASH_HELP:
     say(c, NULL, "%s", al__slash_help());
@@ -1019,6 +1055,11 @@ static void on_sigint(uv_signal_t *h, int signum) {
      * rl_replace_line() ignores an empty text and rl_end is stale in
      * callback mode, so the line is killed as a person would: Ctrl-E,
      * Ctrl-U, fed to libedit as keys. */
+    al_buf_reset(&c->multi);
+    if (strcmp(c->prompt, "> ") != 0) {
+      c->prompt = "> ";
+      rl_set_prompt(c->prompt);
+    }
     c->in_buf[0] = 0x05;
     c->in_buf[1] = 0x15;
     c->in_pos = 0;
@@ -1142,6 +1183,7 @@ static int chat_main(chat_t *c) {
   term_size(&cols, &rows);
   al__tui_view_init(&c->view, stdout, stderr, c->color,
                     isatty(STDERR_FILENO), cols, rows);
+  c->view.show_thinking = c->show_thinking;
   c->view_ready = true;
   if (c->tty && tcgetattr(STDIN_FILENO, &c->orig_tio) == 0) {
     c->have_tio = true;
@@ -1181,6 +1223,7 @@ static int chat_main(chat_t *c) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   free(c->pending_line);
+  al_buf_free(&c->multi);
   al__tui_view_free(&c->view);
   uv_loop_close(&loop);
   g_chat = NULL;
@@ -1188,8 +1231,9 @@ static int chat_main(chat_t *c) {
 }
 
 static void chat_usage(FILE *f) {
-  fputs("usage: agentloop [--color auto|always|never] [--no-color]\n"
-        "       agentloop resume [ID] [--color ...]\n"
+  fputs("usage: agentloop [--color auto|always|never] [--no-color] "
+        "[--no-thinking]\n"
+        "       agentloop resume [ID] [--color ...] [--no-thinking]\n"
         "       agentloop sessions [--json]\n"
         "\n"
         "The chat: talks to agentloopd (started if it is not running) in\n"
@@ -1215,6 +1259,9 @@ static int parse_common(chat_t *c, int argc, char **argv, int first,
         fprintf(stderr, "agentloop: --color: auto, always or never\n");
         return 2;
       }
+    } else if (strcmp(argv[i], "--no-thinking") == 0 &&
+               c->mode == MODE_CHAT) {
+      c->show_thinking = false;
     } else if (strcmp(argv[i], "--json") == 0 && c->mode == MODE_SESSIONS) {
       c->json = true;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -1234,6 +1281,9 @@ static int parse_common(chat_t *c, int argc, char **argv, int first,
 
 static void chat_setup(chat_t *c) {
   memset(c, 0, sizeof(*c));
+  c->prompt = "> ";
+  al_buf_init(&c->multi, 1u << 20);
+  c->show_thinking = true;
   /* Display widths need a UTF-8 LC_CTYPE; stay in "C" for the rest. */
   if (setlocale(LC_CTYPE, "") == NULL ||
       strstr(setlocale(LC_CTYPE, NULL), "UTF-8") == NULL) {

@@ -107,5 +107,6 @@ const char *al__slash_help(void) {
          "  /quit              leave; the session stays (alias /exit)\n"
          "keys: Enter sends, Ctrl-C cancels a running turn or clears the\n"
          "line, twice (or Ctrl-D on an empty line) quits; Up/Down history.\n"
-         "A line starting with // sends a literal '/'.\n";
+         "A line ending in \\ continues on the next; a line starting with\n"
+         "// sends a literal '/'.\n";
 }

@@ -6,7 +6,7 @@
 #   tests/tui/tui_test.sh CASE BIN_DIR
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
-#       unreachable | doctor
+#       unreachable | doctor | daemon_gone
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -80,7 +80,7 @@ fail() {
 start_mock() {
   local i
   "$BIN/agentloop-mockllm" --listen 127.0.0.1:0 --scenario "$1" \
-    --port-file "$W/port" -q >/dev/null 2>&1 &
+    --port-file "$W/port" --record "$W/requests.ndjson" -q >/dev/null 2>&1 &
   MOCK_PID=$!
   for i in $(seq $((100 * MULT))); do
     [ -s "$W/port" ] && break
@@ -194,6 +194,15 @@ EOF
   wait_last_line "> /quit"
   keys Up
   wait_last_line "> what is the answer"
+  keys C-u
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # NO_COLOR: the raw Markdown, untouched.
+  run_pane env NO_COLOR=1 "$BIN/agentloop"
+  wait_prompt
+  type_line "again without colour"
+  wait_for "The answer is **forty-two**, as \`expected\`."
+  wait_prompt
 }
 
 case_tool() {
@@ -218,6 +227,33 @@ EOF
   wait_for "⎿ tool-output-line"
   wait_for "The tool printed two lines."
   wait_prompt
+  # A line ending in a backslash continues the message.
+  type_line "first line \\"
+  wait_last_line "."
+  type_line "second line"
+  wait_count "The tool printed two lines." 2
+  wait_prompt
+  grep -qF '"first line \nsecond line"' "$W/requests.ndjson" ||
+    fail "the continued message was not sent as two lines"
+  # Ctrl-D on an empty line quits.
+  keys C-d
+  wait_for "[exited 0]"
+}
+
+case_daemon_gone() {
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply: {content: [{text: "hello"}]}
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  local pids
+  pids=$(daemon_pids)
+  [ -n "$pids" ] || fail "no daemon was started"
+  kill -9 $pids
+  wait_for "agentloop: lost the connection to agentloopd"
+  wait_for "[exited 69]"
 }
 
 case_interrupt() {
