@@ -13,3 +13,4 @@
 #include "list/tools.h"
 #include "list/bash.h"
 #include "list/agent.h"
+#include "list/daemon.h"
