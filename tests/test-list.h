@@ -14,3 +14,4 @@
 #include "list/bash.h"
 #include "list/agent.h"
 #include "list/tui.h"
+#include "list/daemon.h"

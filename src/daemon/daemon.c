@@ -35,7 +35,8 @@
 #include "rpc/rpc.h"
 #include "session/session.h"
 
-#define DEFAULT_MAX_QUEUE (8u * 1024 * 1024)
+#define DEFAULT_MAX_QUEUE (2u * 1024 * 1024)
+#define DEFAULT_SOFT_MS 10000
 #define DEFAULT_REPLAY (16u * 1024 * 1024)
 #define TX_MAX_QUEUE (256u * 1024 * 1024)
 #define READ_BUF (64 * 1024)
@@ -52,10 +53,15 @@ typedef struct {
   al_list_t cnode;
   session_t *s;
   client_t *c;
+  /* Replay: the ring is sent from `next` as the client's queue drains
+   * (write completions pump it); live events reach it through the ring
+   * until it has caught up. */
+  bool catching;
+  bool started;
+  uint64_t next;
 } sub_t;
 
 typedef struct {
-  al_list_t node;
   uint64_t seq;
   al_blob_t *line;
 } ring_entry_t;
@@ -78,6 +84,7 @@ struct session_s {
   char *base_url;
   char *system;
   char *title;
+  json_t *ask_tools; /* names whose calls wait for approval, or NULL */
   uint64_t created_ms;
   uint64_t updated_ms;
   /* Loaded state. */
@@ -86,7 +93,12 @@ struct session_s {
   bool closing;
   al_agent_t *agent;
   al_tx_t *tx;
-  al_list_t ring; /* ring_entry_t, oldest first */
+  /* Recent events, oldest first: a circular array (seqs increase, so a
+   * seq is found by binary search). */
+  ring_entry_t *ring;
+  size_t ring_cap;
+  size_t ring_head;
+  size_t ring_n;
   size_t ring_bytes;
   uint64_t next_seq;
   al_list_t subs; /* sub_t by snode */
@@ -112,6 +124,8 @@ struct client_s {
   char id[96];
   bool initialized;
   bool closing;
+  bool over;           /* output queue above the soft bound ... */
+  uint64_t over_since; /* ... since this uv_now */
   uint64_t n;
 };
 
@@ -157,6 +171,7 @@ static void client_close(client_t *c);
 static void session_unsubscribe_all(session_t *s, const char *reason);
 static void maybe_exit(al_daemon_t *d);
 static void idle_check(al_daemon_t *d);
+static void sub_pump(sub_t *sub);
 
 static uint64_t wall_ms(void) {
   uv_timeval64_t tv;
@@ -183,6 +198,10 @@ static void set_str(char **dst, const char *s) {
 
 /* ---- writing to clients ----------------------------------------------------- */
 
+static size_t queued(const client_t *c) {
+  return c->pipe.write_queue_size;
+}
+
 static void on_write(uv_write_t *req, int status) {
   wreq_t *w = AL_CONTAINER_OF(req, wreq_t, req);
   client_t *c = req->data;
@@ -192,19 +211,24 @@ static void on_write(uv_write_t *req, int status) {
   al_free(w);
   if (status < 0 && status != UV_ECANCELED && !c->closing) {
     client_close(c);
+    return;
   }
-}
+  if (!c->closing && queued(c) <= c->d->o.max_queue / 2) {
+    al_list_t *pos, *next;
 
-static size_t queued(const client_t *c) {
-  return c->pipe.write_queue_size;
+    for (pos = c->subs.next; pos != &c->subs; pos = next) {
+      next = pos->next;
+      sub_pump(AL_CONTAINER_OF(pos, sub_t, cnode));
+    }
+  }
 }
 
 /* Hard bound: responses and notices are never dropped, but a client whose
  * queue still grows past twice the limit is cut off. */
 static bool over_hard(client_t *c) {
-  if (queued(c) > 2 * c->d->o.max_queue) {
+  if (queued(c) > 8 * c->d->o.max_queue) {
     al_log(AL_LOG_WARN, "client %s: output queue over %zu bytes, "
-                        "disconnecting", c->id, 2 * c->d->o.max_queue);
+                        "disconnecting", c->id, 8 * c->d->o.max_queue);
     client_close(c);
     return true;
   }
@@ -323,9 +347,33 @@ static void sub_lag(sub_t *sub, uint64_t resume_seq) {
                                          (json_int_t)resume_seq)));
 }
 
-/* Sends one event to one subscriber; false when the subscription ended. */
+/* Sends one event to one subscriber; false when the subscription ended.
+ * Redis-style limits: past the soft bound (max_queue) for soft_ms, or
+ * past the hard bound (4 x max_queue) at once, the client has lagged. A
+ * short burst (a fast model stream read in one loop pass) is not lag. */
 static bool sub_send(sub_t *sub, al_blob_t *line, uint64_t seq) {
-  if (queued(sub->c) > sub->c->d->o.max_queue) {
+  client_t *c = sub->c;
+  al_daemon_t *d = c->d;
+  size_t q = queued(c);
+  bool lag = false;
+
+  if (q > 4 * d->o.max_queue) {
+    lag = true;
+  } else if (q > d->o.max_queue) {
+    uint64_t now = uv_now(d->loop);
+
+    if (d->o.soft_ms == 0) {
+      lag = true;
+    } else if (!c->over) {
+      c->over = true;
+      c->over_since = now;
+    } else if (now - c->over_since >= d->o.soft_ms) {
+      lag = true;
+    }
+  } else {
+    c->over = false;
+  }
+  if (lag) {
     sub_lag(sub, seq);
     return false;
   }
@@ -335,35 +383,104 @@ static bool sub_send(sub_t *sub, al_blob_t *line, uint64_t seq) {
 
 /* ---- sessions: events and commits ------------------------------------------- */
 
+static ring_entry_t *ring_at(session_t *s, size_t i) {
+  return &s->ring[(s->ring_head + i) % s->ring_cap];
+}
+
+static void ring_drop_oldest(session_t *s) {
+  ring_entry_t *e = ring_at(s, 0);
+
+  s->ring_bytes -= e->line->len;
+  al__blob_unref(e->line);
+  e->line = NULL;
+  s->ring_head = (s->ring_head + 1) % s->ring_cap;
+  s->ring_n--;
+}
+
 static void ring_push(session_t *s, uint64_t seq, al_blob_t *line) {
-  ring_entry_t *e = al_malloc(sizeof(*e));
+  if (s->ring_n == s->ring_cap) {
+    size_t ncap = s->ring_cap != 0 ? s->ring_cap * 2 : 256;
+    ring_entry_t *nr = al_malloc(ncap * sizeof(*nr));
+    size_t i;
 
-  if (e == NULL) {
-    return;
+    if (nr == NULL) {
+      if (s->ring_n == 0) {
+        return;
+      }
+      ring_drop_oldest(s); /* OOM: keep going with a shorter memory */
+    } else {
+      for (i = 0; i < s->ring_n; i++) {
+        nr[i] = *ring_at(s, i);
+      }
+      al_free(s->ring);
+      s->ring = nr;
+      s->ring_cap = ncap;
+      s->ring_head = 0;
+    }
   }
-  e->seq = seq;
-  e->line = al__blob_ref(line);
-  al_list_insert_tail(&s->ring, &e->node);
+  s->ring[(s->ring_head + s->ring_n) % s->ring_cap].seq = seq;
+  s->ring[(s->ring_head + s->ring_n) % s->ring_cap].line = al__blob_ref(line);
+  s->ring_n++;
   s->ring_bytes += line->len;
-  while (s->ring_bytes > s->d->o.replay_bytes && s->ring.next != &e->node) {
-    ring_entry_t *old = AL_CONTAINER_OF(s->ring.next, ring_entry_t, node);
-
-    s->ring_bytes -= old->line->len;
-    al_list_remove(&old->node);
-    al__blob_unref(old->line);
-    al_free(old);
+  while (s->ring_bytes > s->d->o.replay_bytes && s->ring_n > 1) {
+    ring_drop_oldest(s);
   }
 }
 
-static void ring_free(session_t *s) {
-  while (!al_list_empty(&s->ring)) {
-    ring_entry_t *e = AL_CONTAINER_OF(s->ring.next, ring_entry_t, node);
+/* Index of the first entry with seq >= seq (ring_n if none). */
+static size_t ring_find(session_t *s, uint64_t seq) {
+  size_t lo = 0, hi = s->ring_n;
 
-    al_list_remove(&e->node);
-    al__blob_unref(e->line);
-    al_free(e);
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+
+    if (ring_at(s, mid)->seq < seq) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
   }
+  return lo;
+}
+
+static void ring_free(session_t *s) {
+  while (s->ring_n > 0) {
+    ring_drop_oldest(s);
+  }
+  al_free(s->ring);
+  s->ring = NULL;
+  s->ring_cap = 0;
   s->ring_bytes = 0;
+}
+
+/* Sends ring entries to a catching-up subscriber while its queue is
+ * below the bound; it is live once it reaches the newest event. */
+static void sub_pump(sub_t *sub) {
+  session_t *s = sub->s;
+  client_t *c = sub->c;
+  size_t i;
+
+  if (!sub->catching) {
+    return;
+  }
+  if (s->ring_n > 0 && sub->next < ring_at(s, 0)->seq && sub->next > 0 &&
+      sub->next < s->next_seq && sub->started) {
+    /* What it still needs was evicted while it caught up. */
+    sub_lag(sub, sub->next);
+    return;
+  }
+  i = ring_find(s, sub->next);
+  while (i < s->ring_n && queued(c) <= c->d->o.max_queue && !c->closing) {
+    ring_entry_t *e = ring_at(s, i);
+
+    client_event(c, e->line);
+    sub->next = e->seq + 1;
+    sub->started = true;
+    i++;
+  }
+  if (i >= s->ring_n) {
+    sub->catching = false;
+  }
 }
 
 static void tx_put(session_t *s, al_blob_t *b, bool sync) {
@@ -415,8 +532,14 @@ static void on_agent_event(const al_event_t *ev, void *data) {
   ring_push(s, ev->seq, line);
   tx_put(s, line, false);
   for (pos = s->subs.next; pos != &s->subs; pos = next) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
     next = pos->next;
-    sub_send(AL_CONTAINER_OF(pos, sub_t, snode), line, ev->seq);
+    if (sub->catching) {
+      sub_pump(sub); /* the event is in the ring */
+    } else {
+      sub_send(sub, line, ev->seq);
+    }
   }
   al__blob_unref(line);
   if (!s->running) {
@@ -483,7 +606,6 @@ static session_t *session_alloc(al_daemon_t *d, const char *id) {
   }
   s->d = d;
   snprintf(s->id, sizeof(s->id), "%s", id);
-  al_list_init(&s->ring);
   al_list_init(&s->subs);
   al_list_init(&s->resumes);
   s->next_seq = 1;
@@ -499,6 +621,7 @@ static void session_free(session_t *s) {
   d->nknown--;
   ring_free(s);
   json_decref(s->recovered);
+  json_decref(s->ask_tools);
   al_free(s->cwd);
   al_free(s->model);
   al_free(s->provider);
@@ -537,6 +660,24 @@ static bool valid_session_id(const char *id) {
   return true;
 }
 
+/* Tools listed in ask_tools wait for a watcher's approval (beside the
+ * admin category, which always asks in interactive mode). */
+static al_permission_t on_permission(al_agent_t *agent, const char *tool,
+                                     const char *input,
+                                     al_tool_category_t category,
+                                     void *data) {
+  session_t *s = data;
+  size_t i;
+  json_t *v;
+
+  json_array_foreach(s->ask_tools, i, v) {
+    if (json_is_string(v) && strcmp(json_string_value(v), tool) == 0) {
+      return AL_PERMISSION_ASK;
+    }
+  }
+  return AL_PERMISSION_DEFAULT;
+}
+
 /* Creates the session's agent (and transcript writer) from its settings.
  * first_seq continues a resumed transcript's numbering. */
 static int session_start(session_t *s, uint64_t first_seq, char *why,
@@ -558,6 +699,8 @@ static int session_start(session_t *s, uint64_t first_seq, char *why,
   ao.workspace = s->cwd;
   ao.builtin_tools = true;
   ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  ao.permission = on_permission;
+  ao.permission_data = s;
   ao.session_id = s->id;
   ao.first_seq = first_seq;
   ao.on_commit = on_commit;
@@ -594,11 +737,11 @@ static int session_start(session_t *s, uint64_t first_seq, char *why,
 }
 
 static json_t *session_header(const session_t *s) {
-  return json_pack("{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?}", "rec",
-                   "session", "v", 1, "session", s->id, "created_ms",
+  return json_pack("{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?}",
+                   "rec", "session", "v", 1, "session", s->id, "created_ms",
                    (json_int_t)s->created_ms, "cwd", s->cwd, "model",
                    s->model, "provider", s->provider, "base_url", s->base_url,
-                   "system", s->system);
+                   "system", s->system, "ask_tools", s->ask_tools);
 }
 
 static json_t *session_info(const session_t *s) {
@@ -804,6 +947,22 @@ static void m_session_create(const call_t *k) {
       !popt_str(k, "system", &system) || !check_provider(k, provider)) {
     return;
   }
+  {
+    json_t *ask = json_object_get(k->params, "ask_tools");
+    size_t i;
+    json_t *v;
+
+    if (ask != NULL && !json_is_null(ask)) {
+      bool ok = json_is_array(ask);
+
+      json_array_foreach(ask, i, v) { ok = ok && json_is_string(v); }
+      if (!ok) {
+        reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                  "ask_tools must be an array of tool names", NULL);
+        return;
+      }
+    }
+  }
   if (cwd == NULL) {
     size_t n = sizeof(cwdbuf);
 
@@ -832,6 +991,11 @@ static void m_session_create(const call_t *k) {
   s->provider = dup_or_null(provider != NULL ? provider : d->o.provider);
   s->base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
   s->system = dup_or_null(system);
+  {
+    json_t *ask = json_object_get(k->params, "ask_tools");
+
+    s->ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+  }
   s->created_ms = s->updated_ms = wall_ms();
   why[0] = '\0';
   if (session_start(s, 1, why, sizeof(why)) != 0) {
@@ -905,7 +1069,6 @@ static void m_session_subscribe(const call_t *k) {
   sub_t *sub;
   uint64_t from = 0;
   bool replay = false;
-  al_list_t *pos;
   json_t *first = json_null();
 
   if (s == NULL) {
@@ -932,14 +1095,13 @@ static void m_session_subscribe(const call_t *k) {
   sub->s = s;
   sub->c = k->c;
   if (replay) {
-    al_list_foreach(pos, &s->ring) {
-      ring_entry_t *e = AL_CONTAINER_OF(pos, ring_entry_t, node);
+    size_t idx = ring_find(s, from + 1);
 
-      if (e->seq > from) {
-        json_decref(first);
-        first = json_integer((json_int_t)e->seq);
-        break;
-      }
+    if (idx < s->ring_n) {
+      json_decref(first);
+      first = json_integer((json_int_t)ring_at(s, idx)->seq);
+      sub->catching = true;
+      sub->next = ring_at(s, idx)->seq;
     }
   }
   reply(k->c, k->id,
@@ -951,15 +1113,7 @@ static void m_session_subscribe(const call_t *k) {
   }
   al_list_insert_tail(&s->subs, &sub->snode);
   al_list_insert_tail(&k->c->subs, &sub->cnode);
-  if (replay) {
-    al_list_foreach(pos, &s->ring) {
-      ring_entry_t *e = AL_CONTAINER_OF(pos, ring_entry_t, node);
-
-      if (e->seq > from && !sub_send(sub, e->line, e->seq)) {
-        break; /* lagged during the replay: the notice says where */
-      }
-    }
-  }
+  sub_pump(sub);
 }
 
 static void m_session_unsubscribe(const call_t *k) {
@@ -1844,6 +1998,9 @@ static void scan_sessions(al_daemon_t *d) {
                   json_string_value(json_object_get(o, "system")));
           s->created_ms =
               (uint64_t)json_integer_value(json_object_get(o, "created_ms"));
+          if (json_is_array(json_object_get(o, "ask_tools"))) {
+            s->ask_tools = json_deep_copy(json_object_get(o, "ask_tools"));
+          }
         } else if (rec != NULL && strcmp(rec, "user") == 0 &&
                    s->title == NULL) {
           const char *t = json_string_value(json_object_get(
@@ -1960,6 +2117,11 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   }
   if (d->o.max_queue == 0) {
     d->o.max_queue = DEFAULT_MAX_QUEUE;
+  }
+  if (d->o.soft_ms == UINT64_MAX) {
+    d->o.soft_ms = 0;
+  } else if (d->o.soft_ms == 0) {
+    d->o.soft_ms = DEFAULT_SOFT_MS;
   }
   if (d->o.replay_bytes == 0) {
     d->o.replay_bytes = DEFAULT_REPLAY;

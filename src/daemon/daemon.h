@@ -40,7 +40,12 @@ typedef struct {
   const char *openai_key;
   const char *ca_file;
   size_t max_line;         /* 0: AL_RPC_DEFAULT_MAX_LINE */
-  size_t max_queue;        /* per-client output bound; 0: 8 MiB */
+  /* Per-client output bounds (bytes libuv could not write yet): past
+   * max_queue for soft_ms, or past 4 x max_queue, a subscription lags;
+   * past 8 x max_queue (responses only) the client is dropped.
+   * 0: 2 MiB / 10 s; soft_ms UINT64_MAX: lag at once past max_queue. */
+  size_t max_queue;
+  uint64_t soft_ms;
   size_t replay_bytes;     /* per-session event ring; 0: 16 MiB */
   size_t max_sessions;     /* loaded sessions; 0: 1024 */
   size_t max_clients;      /* 0: 1024 */

@@ -221,7 +221,7 @@ int al_rpc_parse(const char *line, size_t len, al_rpc_msg_t *msg,
   memset(msg, 0, sizeof(*msg));
   *bad_id = NULL;
   /* REJECT_DUPLICATES: {"id":1,"id":2} has no single meaning. */
-  root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &err);
+  root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
   if (root == NULL) {
     say(why, why_len, "parse error: %s", err.text);
     return AL_RPC_PARSE_ERROR;
