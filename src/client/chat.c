@@ -74,6 +74,7 @@ typedef struct chat_s {
   bool tty;
   bool json;               /* sessions --json */
   bool show_thinking;      /* --no-thinking hides it */
+  json_t *ask_tools;       /* --ask-tool NAME...: calls that ask first */
   bool color;
   al_color_when_t color_when;
   struct termios orig_tio;
@@ -674,6 +675,9 @@ static void create_session(chat_t *c) {
   if (getcwd(cwd, sizeof(cwd)) != NULL) {
     json_object_set_new(p, "cwd", json_string(cwd));
   }
+  if (c->ask_tools != NULL) {
+    json_object_set(p, "ask_tools", c->ask_tools);
+  }
   al__conn_call(&c->conn, "session/create", p, on_created, NULL);
 }
 
@@ -1223,6 +1227,7 @@ static int chat_main(chat_t *c) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   free(c->pending_line);
+  json_decref(c->ask_tools);
   al_buf_free(&c->multi);
   al__tui_view_free(&c->view);
   uv_loop_close(&loop);
@@ -1233,11 +1238,14 @@ static int chat_main(chat_t *c) {
 static void chat_usage(FILE *f) {
   fputs("usage: agentloop [--color auto|always|never] [--no-color] "
         "[--no-thinking]\n"
+        "                 [--ask-tool NAME]...\n"
         "       agentloop resume [ID] [--color ...] [--no-thinking]\n"
         "       agentloop sessions [--json]\n"
         "\n"
         "The chat: talks to agentloopd (started if it is not running) in\n"
-        "the current directory. /help inside lists the commands.\n",
+        "the current directory. /help inside lists the commands.\n"
+        "  --ask-tool NAME   calls of tool NAME wait for your y/n/a in this\n"
+        "                    session (admin tools always ask); repeatable\n",
         f);
 }
 
@@ -1262,6 +1270,15 @@ static int parse_common(chat_t *c, int argc, char **argv, int first,
     } else if (strcmp(argv[i], "--no-thinking") == 0 &&
                c->mode == MODE_CHAT) {
       c->show_thinking = false;
+    } else if (strcmp(argv[i], "--ask-tool") == 0 && c->mode == MODE_CHAT) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "agentloop: --ask-tool needs a tool name\n");
+        return 2;
+      }
+      if (c->ask_tools == NULL) {
+        c->ask_tools = json_array();
+      }
+      json_array_append_new(c->ask_tools, json_string(argv[++i]));
     } else if (strcmp(argv[i], "--json") == 0 && c->mode == MODE_SESSIONS) {
       c->json = true;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {

@@ -41,7 +41,7 @@ daemon_pids() {
 
 cleanup() {
   local rc=$? pids i
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+  if [ "$rc" -ne 0 ]; then
     echo "--- screen ---"
     "${TM[@]}" capture-pane -p -J -t al 2>/dev/null | sed '/^[[:space:]]*$/d' || true
     echo "--- agentloopd log ---"
@@ -306,43 +306,48 @@ EOF
 }
 
 case_approval() {
-  # An admin tool from the project's tools.d asks before it runs.
-  mkdir -p "$W/work/tools.d"
-  cat >"$W/work/tools.d/wipe.yaml" <<'EOF'
-name: wipe_cache
-description: Delete the build cache (asks first).
-category: admin
-cmd: /bin/echo
-args: ["wiped", "{{target}}"]
-parameters:
-  target: {type: string, description: what to wipe}
-EOF
+  # `--ask-tool bash`: every bash call of the session waits for a key.
   start_mock "$(scenario <<'EOF'
 responses:
   - reply:
       content:
-        - text: "I will wipe it."
-        - tool_use: {name: wipe_cache, input: {target: build}}
+        - tool_use: {name: bash, input: {command: "echo one"}}
   - reply:
       content:
-        - text: "Wiped as you allowed."
+        - tool_use: {name: bash, input: {command: "echo two"}}
+  - reply:
+      content:
+        - tool_use: {name: bash, input: {command: "echo three"}}
+  - reply:
+      content:
+        - tool_use: {name: bash, input: {command: "echo four"}}
+  - reply:
+      content:
+        - text: "All done."
 EOF
 )"
-  run_pane "$BIN/agentloop"
+  run_pane "$BIN/agentloop" --ask-tool bash
   wait_prompt
-  type_line "/tools"
-  wait_prompt
-  if ! screen | grep -qF "wipe_cache"; then
-    echo "SKIP: this agentloopd loads no tools.d tools, so no tool asks"
-    exit 77
-  fi
-  type_line "wipe the cache"
-  wait_for "? Allow wipe_cache(build)?  [y]es  [n]o  [a]lways this session"
+  type_line "run four commands"
+  wait_for "? Allow bash(echo one)?  [y]es  [n]o  [a]lways this session"
   keys y
-  wait_for "✓ wipe_cache(build)"
-  wait_for "⎿ wiped build"
-  wait_for "Wiped as you allowed."
+  wait_for "[a]lways this session allowed"
+  wait_for "⎿ one"
+  wait_for "? Allow bash(echo two)?"
+  keys n
+  wait_for "[a]lways this session denied"
+  wait_for "✗ bash(echo two)"
+  wait_for "? Allow bash(echo three)?"
+  keys a
+  wait_for "[a]lways this session always allowed"
+  wait_for "⎿ three"
+  # "always": the fourth call runs without asking.
+  wait_for "⎿ four"
+  wait_for "All done."
   wait_prompt
+  [ "$(screen | grep -cF '? Allow')" -eq 3 ] || fail "asked more than 3 times"
+  grep -qF '"decision":"deny"' "$W/state/agentloop/sessions/"*.jsonl ||
+    fail "the denial is not in the transcript"
 }
 
 case_approval_forged() {
