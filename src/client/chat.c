@@ -620,6 +620,10 @@ static void use_session(chat_t *c, json_t *result, bool resumed) {
   clean_line(cwd, sizeof(cwd),
              json_string_value(json_object_get(result, "cwd")));
   if (resumed) {
+    if (c->ask_tools != NULL) {
+      /* session/resume takes no ask_tools: the session keeps its own. */
+      say(c, AL_SGR_YELLOW, "--ask-tool applies to new sessions only");
+    }
     /* The replay's usage events add up the session's totals again. */
     say(c, AL_SGR_DIM, "resumed session %s (%s%s%" PRId64 " messages) in %s",
         idc, model, model[0] ? ", " : "",
@@ -1227,7 +1231,6 @@ static int chat_main(chat_t *c) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   free(c->pending_line);
-  json_decref(c->ask_tools);
   al_buf_free(&c->multi);
   al__tui_view_free(&c->view);
   uv_loop_close(&loop);
@@ -1308,24 +1311,9 @@ static void chat_setup(chat_t *c) {
   }
 }
 
-int al_cli_chat(int argc, char **argv) {
-  chat_t *c = calloc(1, sizeof(*c));
-  int rc;
-
-  if (c == NULL) {
-    return 1;
-  }
-  chat_setup(c);
-  c->mode = MODE_CHAT;
-  rc = parse_common(c, argc, argv, 1, NULL);
-  if (rc < 0) {
-    rc = chat_main(c);
-  }
-  free(c);
-  return rc;
-}
-
-int al_cli_resume(int argc, char **argv) {
+/* The three commands share the chat's machinery; they differ in mode and
+ * in what the positional argument means. */
+static int run_command(int argc, char **argv, mode_t_ mode, bool resume) {
   chat_t *c = calloc(1, sizeof(*c));
   const char *id = NULL;
   int rc;
@@ -1334,33 +1322,28 @@ int al_cli_resume(int argc, char **argv) {
     return 1;
   }
   chat_setup(c);
-  c->mode = MODE_CHAT;
-  rc = parse_common(c, argc, argv, 1, &id);
+  c->mode = mode;
+  rc = parse_common(c, argc, argv, 1, resume ? &id : NULL);
   if (rc < 0) {
     if (id != NULL) {
       snprintf(c->resume_id, sizeof(c->resume_id), "%s", id);
-    } else {
-      c->resume_latest = true;
     }
+    c->resume_latest = resume && id == NULL;
     rc = chat_main(c);
   }
+  json_decref(c->ask_tools);
   free(c);
   return rc;
 }
 
-int al_cli_sessions(int argc, char **argv) {
-  chat_t *c = calloc(1, sizeof(*c));
-  int rc;
+int al_cli_chat(int argc, char **argv) {
+  return run_command(argc, argv, MODE_CHAT, false);
+}
 
-  if (c == NULL) {
-    return 1;
-  }
-  chat_setup(c);
-  c->mode = MODE_SESSIONS;
-  rc = parse_common(c, argc, argv, 1, NULL);
-  if (rc < 0) {
-    rc = chat_main(c);
-  }
-  free(c);
-  return rc;
+int al_cli_resume(int argc, char **argv) {
+  return run_command(argc, argv, MODE_CHAT, true);
+}
+
+int al_cli_sessions(int argc, char **argv) {
+  return run_command(argc, argv, MODE_SESSIONS, false);
 }
