@@ -158,18 +158,23 @@ static void say(chat_t *c, const char *sgr, const char *fmt, ...)
 
 static void say(chat_t *c, const char *sgr, const char *fmt, ...) {
   char msg[2048];
+  al_buf_t clean;
   va_list ap;
 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  /* Messages carry daemon text (errors, ids): inert like everything. */
+  al_buf_init(&clean, sizeof(msg) * 4);
+  al__tui_sanitize(&clean, msg, strlen(msg), false);
   if (c->handler_installed) {
     fputs("\r\x1b[K", stderr);
   }
   if (sgr != NULL && c->color) {
     fputs(sgr, stderr);
   }
-  fputs(msg, stderr);
+  fputs(clean.data != NULL ? clean.data : "", stderr);
+  al_buf_free(&clean);
   if (sgr != NULL && c->color) {
     fputs(AL_SGR_RESET, stderr);
   }
