@@ -66,7 +66,7 @@ trap cleanup EXIT
 mkdir -p "$W/home" "$W/run" "$W/state" "$W/config" "$W/work"
 chmod 700 "$W/run"
 export HOME="$W/home" XDG_RUNTIME_DIR="$W/run" XDG_STATE_HOME="$W/state"
-export XDG_CONFIG_HOME="$W/config" LANG=C.UTF-8 LC_ALL=C.UTF-8
+export XDG_CONFIG_HOME="$W/config" LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm
 export ANTHROPIC_API_KEY=test-key-not-secret AGENTLOOP_PROVIDER=anthropic
 export AGENTLOOP_START_TIMEOUT_MS=$((4000 * MULT))
 unset AGENTLOOP_SOCKET NO_COLOR FORCE_COLOR AGENTLOOP_MODEL || true
@@ -153,11 +153,11 @@ type_line() { keys -l -- "$1"; keys Enter; }
 wait_prompt() { wait_last_line ">"; }
 
 case_stream() {
-  # Paced: eight-byte pieces every 120 ms, so the first words are on
-  # screen well before the last ones arrive.
+  # Paced: eight-byte pieces every 200 ms, so the first words are on
+  # screen seconds before the last ones arrive.
   start_mock "$(scenario <<'EOF'
 responses:
-  - delay_ms: 120
+  - delay_ms: 200
     reply:
       content:
         - text: "First words arrive early. The answer is **forty-two**, as `expected`.\n\nLast words arrive late."
