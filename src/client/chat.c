@@ -266,14 +266,9 @@ static void print_sessions(chat_t *c, json_t *result) {
 
 /* ---- events ------------------------------------------------------------ */
 
-static void approval_prompt(chat_t *c) {
+static void approval_draw(chat_t *c) {
   approval_t *a = &c->approvals[0];
 
-  al__tui_view_settle(&c->view);
-  /* Whatever was typed before this prompt existed must not answer it. */
-  if (c->tty) {
-    tcflush(STDIN_FILENO, TCIFLUSH);
-  }
   if (c->color) {
     fprintf(stderr, AL_SGR_BOLD AL_SGR_YELLOW "? " AL_SGR_RESET AL_SGR_BOLD
                     "Allow %s?" AL_SGR_RESET
@@ -284,6 +279,16 @@ static void approval_prompt(chat_t *c) {
             a->label);
   }
   fflush(stderr);
+}
+
+/* Asks the first queued approval. Whatever was typed before the question
+ * was on screen must not answer it: the input queue is flushed. */
+static void approval_prompt(chat_t *c) {
+  al__tui_view_settle(&c->view);
+  if (c->tty) {
+    tcflush(STDIN_FILENO, TCIFLUSH);
+  }
+  approval_draw(c);
 }
 
 static void on_approval_sent(al__conn_t *conn, json_t *result, json_t *error,
@@ -432,7 +437,18 @@ static void on_event(chat_t *c, json_t *ev) {
   } else if (strcmp(type, "approval_response") == 0) {
     approval_forget(c, json_string_value(json_object_get(ev, "request")));
   } else {
+    bool asking = !replay && c->state == ST_APPROVAL;
+
+    /* Output while a question is up (parallel tools, more text): the
+     * question line is cleared, the event shown, the question redrawn. */
+    if (asking) {
+      fputs("\r\x1b[K", stderr);
+    }
     ended = al__tui_view_event(&c->view, ev, now_ms(c));
+    if (asking && !ended) {
+      al__tui_view_settle(&c->view);
+      approval_draw(c);
+    }
     if (ended && replay) {
       c->replay_run_active = false;
     } else if (ended && (c->state == ST_BUSY || c->state == ST_APPROVAL)) {
