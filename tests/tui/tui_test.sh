@@ -160,6 +160,7 @@ responses:
   - delay_ms: 200
     reply:
       content:
+        - thinking: "Pondering the question."
         - text: "First words arrive early. The answer is **forty-two**, as `expected`.\n\nLast words arrive late."
           chunk_size: 8
       usage: {input_tokens: 1200, output_tokens: 34}
@@ -169,6 +170,11 @@ EOF
   wait_for "/help for commands"
   wait_prompt
   type_line "what is the answer"
+  # Thinking streams dim (SGR 2) before the answer.
+  wait_for "Pondering the question."
+  "${TM[@]}" capture-pane -p -e -t al | grep -qF $'\e[2m\e[3mPondering' ||
+    "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[2;3mPondering' ||
+    fail "thinking is not dimmed"
   wait_for "First words"
   # Streamed: the end of the reply is not there yet.
   if screen | grep -qF "arrive late."; then
@@ -201,7 +207,11 @@ EOF
   run_pane env NO_COLOR=1 "$BIN/agentloop"
   wait_prompt
   type_line "again without colour"
+  wait_for "thinking: Pondering the question."
   wait_for "The answer is **forty-two**, as \`expected\`."
+  if "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[[0-9;]*m'; then
+    fail "colour codes with NO_COLOR"
+  fi
   wait_prompt
 }
 
