@@ -746,7 +746,7 @@ static void on_list(al__conn_t *conn, json_t *result, json_t *error,
 
     if (s != NULL) {
       puts(s);
-      free(s);
+      al_free(s);
     }
   } else {
     print_sessions(c, result);
@@ -1335,7 +1335,7 @@ static void chat_setup(chat_t *c) {
 /* The three commands share the chat's machinery; they differ in mode and
  * in what the positional argument means. */
 static int run_command(int argc, char **argv, mode_t_ mode, bool resume) {
-  chat_t *c = calloc(1, sizeof(*c));
+  chat_t *c = al_calloc(1, sizeof(*c));
   const char *id = NULL;
   int rc;
 
@@ -1353,7 +1353,7 @@ static int run_command(int argc, char **argv, mode_t_ mode, bool resume) {
     rc = chat_main(c);
   }
   json_decref(c->ask_tools);
-  free(c);
+  al_free(c);
   return rc;
 }
 

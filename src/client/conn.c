@@ -69,7 +69,7 @@ static void free_pending(al__conn_t *c) {
     al_list_t *l = c->pending.next;
 
     al_list_remove(l);
-    free(AL_CONTAINER_OF(l, pending_t, link));
+    al_free(AL_CONTAINER_OF(l, pending_t, link));
   }
 }
 
@@ -110,7 +110,7 @@ static void handle_response(al__conn_t *c, al_rpc_msg_t *m) {
       void *data = p->data;
 
       al_list_remove(l);
-      free(p);
+      al_free(p);
       if (cb != NULL) {
         cb(c, m->result, m->error, data);
       }
@@ -173,7 +173,7 @@ static void on_write(uv_write_t *req, int status) {
 
   (void)status; /* a broken connection shows up as a read error */
   al_free(w->buf);
-  free(w);
+  al_free(w);
 }
 
 int al__conn_call(al__conn_t *c, const char *method, json_t *params_new,
@@ -197,12 +197,12 @@ int al__conn_call(al__conn_t *c, const char *method, json_t *params_new,
   if (msg == NULL) {
     return AL_ENOMEM;
   }
-  w = calloc(1, sizeof(*w));
-  p = calloc(1, sizeof(*p));
+  w = al_calloc(1, sizeof(*w));
+  p = al_calloc(1, sizeof(*p));
   if (w == NULL || p == NULL ||
       (w->buf = al_rpc_dump_line_alloc(msg, &len)) == NULL) {
-    free(w);
-    free(p);
+    al_free(w);
+    al_free(p);
     json_decref(msg);
     return AL_ENOMEM;
   }
@@ -214,8 +214,8 @@ int al__conn_call(al__conn_t *c, const char *method, json_t *params_new,
   rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, on_write);
   if (rc != 0) {
     al_free(w->buf);
-    free(w);
-    free(p);
+    al_free(w);
+    al_free(p);
     return rc;
   }
   al_list_insert_tail(&c->pending, &p->link);
@@ -314,6 +314,8 @@ static void log_path(char *buf, size_t n) {
   }
 }
 
+static void free_handle(uv_handle_t *h) { al_free(h); }
+
 int al__conn_spawn_daemon(al__conn_t *c) {
   char exe[PATH_MAX];
   char logp[PATH_MAX];
@@ -352,7 +354,7 @@ int al__conn_spawn_daemon(al__conn_t *c) {
   o.stdio = stdio;
   o.stdio_count = 3;
   o.flags = UV_PROCESS_DETACHED;
-  proc = calloc(1, sizeof(*proc));
+  proc = al_calloc(1, sizeof(*proc));
   if (proc == NULL) {
     fail(c, AL_ENOMEM, "%s", "out of memory");
     return AL_ENOMEM;
@@ -362,7 +364,7 @@ int al__conn_spawn_daemon(al__conn_t *c) {
     close(logfd);
   }
   if (rc != 0) {
-    free(proc);
+    al_free(proc);
     char msg[sizeof(c->why)];
 
     if (snprintf(msg, sizeof(msg), "cannot start %s: %s", exe,
@@ -376,7 +378,7 @@ int al__conn_spawn_daemon(al__conn_t *c) {
   c->daemon_pid = proc->pid;
   /* The daemon outlives us: forget the handle without waiting. */
   uv_unref((uv_handle_t *)proc);
-  uv_close((uv_handle_t *)proc, (uv_close_cb)free);
+  uv_close((uv_handle_t *)proc, free_handle);
   return 0;
 }
 

@@ -258,7 +258,7 @@ static void table_free(render_t *r) {
   for (i = 0; i < r->ncells; i++) {
     al_buf_free(&r->cells[i].text);
   }
-  free(r->cells);
+  al_free(r->cells);
   r->cells = NULL;
   r->ncells = 0;
   al_buf_free(&r->cell);
@@ -272,7 +272,7 @@ static void cell_end(render_t *r) {
     al_buf_reset(&r->cell);
     return;
   }
-  grown = realloc(r->cells, (r->ncells + 1) * sizeof(*grown));
+  grown = al_realloc(r->cells, (r->ncells + 1) * sizeof(*grown));
   if (grown == NULL) {
     r->rc = AL_ENOMEM;
     return;
@@ -590,8 +590,8 @@ static int enter_span(MD_SPANTYPE type, void *detail, void *ud) {
     MD_SPAN_A_DETAIL *a = detail;
 
     r->styles |= ST_LINK;
-    free(r->href);
-    r->href = strndup(a->href.text, a->href.size);
+    al_free(r->href);
+    r->href = al_strndup(a->href.text, a->href.size);
     r->link_text_start = r->dst->len;
     break;
   }
@@ -655,7 +655,7 @@ static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
       }
       al_buf_free(&clean);
     }
-    free(r->href);
+    al_free(r->href);
     r->href = NULL;
     break;
   }
@@ -784,7 +784,7 @@ int al__md_render(const char *md, size_t len, bool color, al_buf_t *out) {
   } else {
     rc = AL_EPARSE;
   }
-  free(r.href);
+  al_free(r.href);
   table_free(&r);
   al_buf_free(&clean);
   return rc;

@@ -269,7 +269,7 @@ void al__tui_tool_label(const char *name, json_t *input, size_t max_width,
   if (arg != NULL) {
     al__tui_sanitize(&b, arg, AL_MIN(arg_len, (size_t)4096), true);
   }
-  free(dumped);
+  al_free(dumped);
   if (b.data == NULL) {
     snprintf(buf, n, "?");
     return;
