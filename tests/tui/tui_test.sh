@@ -477,6 +477,16 @@ case_doctor() {
   out=$("$BIN/agentloop" doctor --no-color 2>&1) || fail "second doctor"
   grep -q "^✓ daemon .*running" <<<"$out" || fail "daemon running line"
   if grep -qF "test-key" <<<"$out"; then fail "a secret was printed"; fi
+  # A key shows its length only; a proxy URL loses its password.
+  out=$(ANTHROPIC_API_KEY=sk-secret-canary \
+    https_proxy=http://user:pw-canary@proxy.test:3128 \
+    "$BIN/agentloop" doctor --no-color 2>&1) || true
+  echo "$out"
+  grep -q "^✓ API key .*ANTHROPIC_API_KEY set (16 characters" <<<"$out" ||
+    fail "key line"
+  grep -qF "https_proxy=http://***@proxy.test:3128" <<<"$out" ||
+    fail "proxy line"
+  if grep -qE "canary" <<<"$out"; then fail "a secret was printed"; fi
 }
 
 "case_$CASE"

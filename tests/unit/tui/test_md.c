@@ -353,3 +353,29 @@ HELPER_IMPL(tui_md_stream_dump) {
   al_buf_free(&shown);
   return 0;
 }
+
+/* A block taller than the screen cannot be erased (the cursor cannot go
+ * above the top row): it stays raw, and the next block renders again. */
+TEST_IMPL(tui_md_stream_tall_block_stays_raw) {
+  al__md_stream_t st;
+  al_buf_t out;
+  int i;
+
+  utf8_locale();
+  al__md_stream_init(&st, true, 40, 6);
+  al_buf_init(&out, 1u << 16);
+  for (i = 0; i < 8; i++) {
+    ASSERT_EQ(al__md_stream_feed(&st, "**line**\n", 9, &out), 0);
+  }
+  ASSERT_EQ(al__md_stream_feed(&st, "\n**next**\n", 10, &out), 0);
+  ASSERT_EQ(al__md_stream_finish(&st, &out), 0);
+  /* The tall block: raw, never erased (no cursor-up over 5 rows). */
+  ASSERT_NOT_NULL(strstr(out.data, "**line**\n**line**\n"));
+  ASSERT_NULL(strstr(out.data, "\x1b[5A"));
+  ASSERT_NULL(strstr(out.data, "\x1b[8A"));
+  /* The short block after it is rendered (bold, markers gone). */
+  ASSERT_NOT_NULL(strstr(out.data, "\x1b[1mnext"));
+  al_buf_free(&out);
+  al__md_stream_free(&st);
+  return 0;
+}

@@ -261,3 +261,34 @@ TEST_IMPL(tui_view_live_spinner) {
   vfix_free(&f);
   return 0;
 }
+
+/* Two tools at once: two live rows, erased together (cursor up 2) and
+ * redrawn; the one that ends leaves its outcome above the other. */
+TEST_IMPL(tui_view_two_live_tools) {
+  vfix_t f;
+  const char *after;
+
+  utf8_locale();
+  vfix_init(&f, true);
+  vfix_feed(&f, "{\"type\":\"tool_use_started\",\"call_id\":\"a\","
+                "\"name\":\"read_file\",\"input\":{\"path\":\"a.txt\"}}", 0);
+  vfix_feed(&f, "{\"type\":\"tool_use_started\",\"call_id\":\"b\","
+                "\"name\":\"bash\",\"input\":{\"command\":\"make\"}}", 0);
+  al__tui_view_tick(&f.v, 500);
+  fflush(f.fe);
+  after = strstr(f.err, "\x1b[2A\r\x1b[J");
+  ASSERT_NOT_NULL(after);
+  ASSERT_NOT_NULL(strstr(after, "read_file(a.txt)  0.5s\n"));
+  ASSERT_NOT_NULL(strstr(after, "bash(make)  0.5s\n"));
+  vfix_feed(&f, "{\"type\":\"tool_use_completed\",\"call_id\":\"a\","
+                "\"name\":\"read_file\",\"is_error\":false,\"content\":\"x\","
+                "\"duration_ms\":600}", 600);
+  after = strstr(after, "✓ read_file(a.txt)  0.6s\n");
+  ASSERT_NOT_NULL(after);
+  /* Only the running one is redrawn below the outcome. */
+  ASSERT_NOT_NULL(strstr(after, "bash(make)  0.6s\n"));
+  ASSERT_NULL(strstr(after, "⠋ read_file"));
+  ASSERT_EQ(f.v.live_rows, 1);
+  vfix_free(&f);
+  return 0;
+}
