@@ -814,6 +814,30 @@ static void on_tools(al__conn_t *conn, json_t *result, json_t *error,
   }
 }
 
+/* /last: the whole result of the last tool call, inert. */
+static void show_last(chat_t *c) {
+  al_buf_t *o = &c->view.last_output;
+
+  if (o->len == 0) {
+    say(c, AL_SGR_DIM, "no tool output yet");
+    return;
+  }
+  say(c, AL_SGR_DIM, "%s:", c->view.last_label);
+  if (c->handler_installed) {
+    fputs("\r\x1b[K", stderr);
+  }
+  al_buf_reset(&c->view.scratch);
+  al__tui_sanitize(&c->view.scratch, o->data, o->len, false);
+  fwrite(c->view.scratch.data, 1, c->view.scratch.len, stderr);
+  if (o->data[o->len - 1] != '\n') {
+    fputc('\n', stderr);
+  }
+  fflush(stderr);
+  if (c->handler_installed) {
+    rl_forced_update_display();
+  }
+}
+
 static void on_compacted(al__conn_t *conn, json_t *result, json_t *error,
                          void *data) {
   chat_t *c = conn->data;
@@ -916,6 +940,9 @@ static void handle_line(chat_t *c, char *line) {
   case AL_SLASH_TOOLS:
     al__conn_call(&c->conn, "tools/list",
                   json_pack("{s:s}", "session", c->session), on_tools, NULL);
+    break;
+  case AL_SLASH_LAST:
+    show_last(c);
     break;
   case AL_SLASH_QUIT:
     quit(c, 0);

@@ -18,6 +18,7 @@ static const slash_def_t defs[] = {
     {"sessions", AL_SLASH_SESSIONS, 0}, {"resume", AL_SLASH_RESUME, 2},
     {"compact", AL_SLASH_COMPACT, 0}, {"usage", AL_SLASH_USAGE, 0},
     {"cost", AL_SLASH_USAGE, 0},      {"tools", AL_SLASH_TOOLS, 0},
+    {"last", AL_SLASH_LAST, 0},
     {"quit", AL_SLASH_QUIT, 0},       {"exit", AL_SLASH_QUIT, 0},
 };
 
@@ -104,6 +105,7 @@ const char *al__slash_help(void) {
          "  /compact           summarize the history to free context\n"
          "  /usage             tokens used by this session (alias /cost)\n"
          "  /tools             the tools the model may call\n"
+         "  /last              the full output of the last tool call\n"
          "  /quit              leave; the session stays (alias /exit)\n"
          "keys: Enter sends, Ctrl-C cancels a running turn or clears the\n"
          "line, twice (or Ctrl-D on an empty line) quits; Up/Down history.\n"

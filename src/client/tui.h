@@ -129,6 +129,7 @@ typedef enum {
   AL_SLASH_COMPACT,
   AL_SLASH_USAGE,
   AL_SLASH_TOOLS,
+  AL_SLASH_LAST,
   AL_SLASH_QUIT,
   AL_SLASH_UNKNOWN,   /* "/x": never sent to the model */
   AL_SLASH_BAD_ARGS   /* a known command with wrong arguments */
@@ -196,6 +197,8 @@ typedef struct al__tui_view_s {
   unsigned queued_next;
   int live_rows;        /* rows of the live area on screen now */
   unsigned spin;
+  al_buf_t last_output; /* the last tool result, for /last */
+  char last_label[160];
   al__tui_usage_t run;  /* this run */
   al__tui_usage_t session;
   int cols;

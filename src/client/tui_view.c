@@ -43,11 +43,13 @@ void al__tui_view_init(al__tui_view_t *v, FILE *out, FILE *err, bool color,
   v->thinking_at_bol = true;
   al__md_stream_init(&v->md, color, v->cols, v->rows);
   al_buf_init(&v->scratch, 16u << 20);
+  al_buf_init(&v->last_output, 1u << 20);
 }
 
 void al__tui_view_free(al__tui_view_t *v) {
   al__md_stream_free(&v->md);
   al_buf_free(&v->scratch);
+  al_buf_free(&v->last_output);
 }
 
 void al__tui_view_resize(al__tui_view_t *v, int cols, int rows) {
@@ -459,7 +461,13 @@ static void tool_completed(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   /* The output's first lines tell whether it did the right thing; errors
    * always, successes too (full output stays in the transcript). */
   if (reason == NULL && json_is_string(content)) {
+    size_t n = AL_MIN(json_string_length(content), (size_t)(1u << 20) - 1);
+
     outcome_lines(v, json_string_value(content), json_string_length(content));
+    /* Kept (up to 1 MiB) for /last. */
+    al_buf_reset(&v->last_output);
+    al_buf_append(&v->last_output, json_string_value(content), n);
+    memcpy(v->last_label, label, sizeof(v->last_label));
   }
   fflush(v->err);
   live_draw(v, now_ms);

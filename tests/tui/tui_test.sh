@@ -237,6 +237,10 @@ EOF
   wait_for "⎿ tool-output-line"
   wait_for "The tool printed two lines."
   wait_prompt
+  # /last: the whole output of the last call.
+  type_line "/last"
+  wait_for "bash(echo tool-output-line; echo second-line):"
+  wait_prompt
   # A line ending in a backslash continues the message.
   type_line "first line \\"
   wait_last_line "."
