@@ -117,6 +117,8 @@ TEST_IMPL(tui_slash_parse) {
   ASSERT_EQ(c.cmd, AL_SLASH_COMPACT);
   al__slash_parse("/tools", &c);
   ASSERT_EQ(c.cmd, AL_SLASH_TOOLS);
+  al__slash_parse("/last", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_LAST);
   al__slash_parse("/frobnicate x", &c);
   ASSERT_EQ(c.cmd, AL_SLASH_UNKNOWN);
   ASSERT_STR_EQ(c.error, "unknown command /frobnicate, try /help");
