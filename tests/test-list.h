@@ -14,3 +14,4 @@
 #include "list/bash.h"
 #include "list/agent.h"
 #include "list/daemon.h"
+#include "list/resume.h"
