@@ -369,6 +369,24 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
   ASSERT_EQ(json_integer_value(json_object_get(json_object_get(r, "result"),
                                                "replay_from")),
             1);
+  /* Wait for the whole replay (up to next_seq - 1) before the new run. */
+  {
+    json_int_t last = json_integer_value(json_object_get(
+                          json_object_get(r, "result"), "next_seq")) - 1;
+    bool seen = false;
+
+    while (!seen) {
+      for (i = 0; i < json_array_size(c2.msgs) && !seen; i++) {
+        json_t *pp = json_object_get(json_array_get(c2.msgs, i), "params");
+
+        seen = dt_ev_type(&c2, i)[0] != '\0' &&
+               json_integer_value(json_object_get(pp, "seq")) == last;
+      }
+      if (!seen) {
+        uv_run(&t.loop, UV_RUN_ONCE);
+      }
+    }
+  }
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"and now?\"}", sid);
   n = json_array_size(c2.msgs);
   dt_call(&c2, 8, "turn/send", p);
