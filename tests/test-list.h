@@ -15,3 +15,4 @@
 #include "list/agent.h"
 #include "list/tui.h"
 #include "list/daemon.h"
+#include "list/resume.h"

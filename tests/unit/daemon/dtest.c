@@ -329,9 +329,9 @@ void dt_finish(dt_t *t, dt_client_t **clients, size_t n) {
 
   if (t->d != NULL) {
     al__daemon_shutdown(t->d);
-  }
-  while (!t->exited) {
-    uv_run(&t->loop, UV_RUN_ONCE);
+    while (!t->exited) {
+      uv_run(&t->loop, UV_RUN_ONCE);
+    }
   }
   for (i = 0; i < n; i++) {
     dt_close(clients[i]);
