@@ -298,8 +298,9 @@ EOF
   local deadline=$((SECONDS + TIMEOUT)) left p
   while :; do
     left=
-    for p in $(pgrep -x sleep || true); do
-      grep -qF "$W/home" "/proc/$p/environ" 2>/dev/null && left=$p
+    for p in /proc/[0-9]*; do
+      [ "$( { cat "$p/comm"; } 2>/dev/null)" = sleep ] || continue
+      { grep -qF "$W/home" "$p/environ"; } 2>/dev/null && left=${p#/proc/}
     done
     [ -z "$left" ] && break
     [ "$SECONDS" -ge "$deadline" ] && fail "the interrupted tool still runs"
