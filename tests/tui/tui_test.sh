@@ -445,6 +445,17 @@ EOF
   type_line "and another"
   wait_for "A fresh answer."
   wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # `agentloop sessions --json` lists both; `agentloop resume` (no ID)
+  # continues the most recently used one - the first, just resumed.
+  "$BIN/agentloop" sessions --json | grep -qF "\"$first\"" ||
+    fail "sessions --json lacks $first"
+  "$BIN/agentloop" sessions | grep -qF "$second" || fail "sessions lacks $second"
+  run_pane "$BIN/agentloop" resume
+  wait_for "resumed session $first"
+  wait_for "A fresh answer."
+  wait_prompt
 }
 
 case_unreachable() {
