@@ -1226,6 +1226,9 @@ static int chat_main(chat_t *c) {
   int rc;
 
   g_chat = c;
+  /* A write to a daemon that just died must be an error on the stream,
+   * not a SIGPIPE that kills us with the terminal in raw mode. */
+  signal(SIGPIPE, SIG_IGN);
   uv_loop_init(&loop);
   c->loop = &loop;
   c->tty = isatty(STDIN_FILENO) && isatty(STDERR_FILENO);

@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <limits.h>
 #include <netdb.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,6 +247,7 @@ static void check_daemon(doctor_t *d) {
   daemon_check_t k;
 
   memset(&k, 0, sizeof(k));
+  signal(SIGPIPE, SIG_IGN);
   k.d = d;
   k.conn.data = &k;
   uv_loop_init(&loop);
