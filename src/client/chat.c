@@ -369,26 +369,31 @@ static void approval_forget(chat_t *c, const char *req) {
   }
 }
 
+/* A decision came from elsewhere (approval_response or
+ * approval/resolved, whichever arrives first; the second finds nothing):
+ * the question is withdrawn - on screen with the decision when it was the
+ * one being asked. */
 static void approval_resolved(chat_t *c, json_t *p) {
   const char *req = json_string_value(json_object_get(p, "request"));
+  const char *decision = json_string_value(json_object_get(p, "decision"));
   int i;
 
-  /* Another client answered: drop ours without asking again. */
   for (i = 0; req != NULL && i < c->napprovals; i++) {
     if (strcmp(c->approvals[i].request, req) == 0) {
-      bool shown = i == 0;
+      bool shown = i == 0 && c->state == ST_APPROVAL;
 
       memmove(&c->approvals[i], &c->approvals[i + 1],
               sizeof(approval_t) * (size_t)(c->napprovals - i - 1));
       c->napprovals--;
       if (shown) {
-        fprintf(stderr, "%s (answered elsewhere)\n",
-                json_string_value(json_object_get(p, "decision"))
-                    ? json_string_value(json_object_get(p, "decision"))
-                    : "");
+        char d[32];
+
+        clean_line(d, sizeof(d), decision);
+        fprintf(stderr, "%s (answered elsewhere)\n", d);
+        fflush(stderr);
         if (c->napprovals > 0) {
           approval_prompt(c);
-        } else if (c->state == ST_APPROVAL) {
+        } else {
           c->state = ST_BUSY;
         }
       }
@@ -435,7 +440,11 @@ static void on_event(chat_t *c, json_t *ev) {
   if (strcmp(type, "approval_required") == 0) {
     approval_required(c, ev, !replay);
   } else if (strcmp(type, "approval_response") == 0) {
-    approval_forget(c, json_string_value(json_object_get(ev, "request")));
+    if (replay) {
+      approval_forget(c, json_string_value(json_object_get(ev, "request")));
+    } else {
+      approval_resolved(c, ev);
+    }
   } else {
     bool asking = !replay && c->state == ST_APPROVAL;
 
@@ -445,7 +454,7 @@ static void on_event(chat_t *c, json_t *ev) {
       fputs("\r\x1b[K", stderr);
     }
     ended = al__tui_view_event(&c->view, ev, now_ms(c));
-    if (asking && !ended) {
+    if (asking && !ended && c->state == ST_APPROVAL && c->napprovals > 0) {
       al__tui_view_settle(&c->view);
       approval_draw(c);
     }

@@ -6,7 +6,7 @@
 #   tests/tui/tui_test.sh CASE BIN_DIR
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
-#       unreachable | doctor | daemon_gone
+#       unreachable | doctor | daemon_gone | two_clients
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -456,6 +456,55 @@ EOF
   wait_for "resumed session $first"
   wait_for "A fresh answer."
   wait_prompt
+}
+
+case_two_clients() {
+  # Two chats on one session: what one starts, the other watches; an
+  # approval answered in one disappears from the other.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - text: "Watched by two."
+        - tool_use: {name: bash, input: {command: "echo shared"}}
+  - reply:
+      content:
+        - text: "Both saw it."
+EOF
+)"
+  local id
+  run_pane "$BIN/agentloop" --ask-tool bash
+  wait_for "/help for commands"
+  id=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  "${TM[@]}" new-session -d -s al2 -x 110 -y 40 \
+    "cd $W/work && $BIN/agentloop resume $id; echo \"[exited \$?]\"; exec sleep 3600"
+  local deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "resumed session $id"; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the second chat did not attach"
+    sleep 0.05
+  done
+  type_line "talk to both"
+  wait_for "? Allow bash(echo shared)?"
+  deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "? Allow bash(echo shared)?"; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the watcher was not asked"
+    sleep 0.05
+  done
+  "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "Watched by two." ||
+    fail "the watcher did not see the text"
+  keys y
+  wait_for "Both saw it."
+  deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "Both saw it."; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the watcher did not see the end"
+    sleep 0.05
+  done
+  "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "allow (answered elsewhere)" ||
+    { "${TM[@]}" capture-pane -p -J -t al2 | sed "/^ *$/d"; fail "the watcher's question was not withdrawn"; }
+  # The watcher has its prompt back too.
+  [ "$("${TM[@]}" capture-pane -p -J -t al2 | sed 's/[[:space:]]*$//' |
+      grep -v '^$' | tail -n 1)" = ">" ] || fail "no prompt in the watcher"
 }
 
 case_unreachable() {
