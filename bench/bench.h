@@ -11,4 +11,8 @@ int al_bench_decode(int argc, char **argv);
  *                          [--raw] */
 int al_bench_dispatch(int argc, char **argv);
 
+/* agentloop-bench daemon [--deltas N] [--delta-ms MS] [--sessions N]
+ *                        [--json] (bench_daemon.c) */
+int al_bench_daemon(int argc, char **argv);
+
 #endif

@@ -22,6 +22,7 @@ static const scenario_t scenarios[] = {
      "          and in-process, vs block delivery and reply end\n"
      "          [--iterations N] [--calls-per-run N] [--tail-deltas N]\n"
      "          [--delta-ms MS] [--json] [--raw]"},
+    {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 
 static void usage(FILE *f) {

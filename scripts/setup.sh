@@ -8,7 +8,8 @@ AL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 AL_BUILD_DIR="${AL_BUILD_DIR:-$AL_ROOT/build}"
 AL_PACKAGES=(cmake make gcc pkg-config libuv1-dev libmbedtls-dev libyaml-dev
              libjansson-dev node-llhttp ca-certificates openssl
-             bubblewrap libseccomp-dev ${AL_EXTRA_PACKAGES:-})
+             bubblewrap libseccomp-dev libedit-dev libmd4c-dev tmux
+             ${AL_EXTRA_PACKAGES:-})
 
 al_missing_packages() {
   local p missing=()

@@ -14,3 +14,6 @@
 #include "list/bash.h"
 #include "list/sandbox.h"
 #include "list/agent.h"
+#include "list/tui.h"
+#include "list/daemon.h"
+#include "list/resume.h"

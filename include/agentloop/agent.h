@@ -123,6 +123,25 @@ typedef enum {
 
 /* ---- the agent ----------------------------------------------------------- */
 
+/* What a history commit hook is told (al_agent_options_t.on_commit). */
+typedef enum {
+  AL_COMMIT_USER = 0,        /* the run's user text was added */
+  AL_COMMIT_ASSISTANT = 1,   /* a model reply was committed */
+  AL_COMMIT_TOOL_RESULTS = 2 /* the results of the reply's tool calls */
+} al_commit_kind_t;
+
+/* Called on the loop thread right after the history changed, before the
+ * events that follow from it. message is one message as compact JSON text
+ * ({"role","content":[blocks]}, borrowed for the call): USER the user text
+ * as its own message (the history may merge it into the previous user
+ * message), ASSISTANT the reply as committed (it may be appended to a
+ * previous assistant message), TOOL_RESULTS the user message that closed
+ * the tool turn (real, cancelled or synthetic results). Replaying the
+ * three kinds in order (al_agent_load_history_json takes the result)
+ * rebuilds the history. Must not call into the agent. */
+typedef void (*al_commit_cb)(al_agent_t *agent, al_commit_kind_t kind,
+                             const char *message, size_t len, void *data);
+
 typedef struct al_agent_options_s {
   /* Model endpoint. provider: "anthropic" (default) or "openai". base_url
    * NULL: the provider's public endpoint. api_key may be NULL (mock
@@ -188,6 +207,12 @@ typedef struct al_agent_options_s {
   bool tools_d;
   bool trust_project;
   const char *const *tools_dirs;
+  /* Durable sessions (agentloopd). first_seq: the seq of the agent's first
+   * event (a resumed session continues its transcript's numbering); 0: 1.
+   * on_commit: history commit hook, may be NULL. */
+  uint64_t first_seq;
+  al_commit_cb on_commit;
+  void *commit_data;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);
@@ -249,6 +274,17 @@ void al_agent_stats(const al_agent_t *agent, al_agent_stats_t *out);
 /* The history as JSON text (al_free it): {"system":…, "messages":[…]} in
  * the normalized Anthropic shape. AL_ENOMEM. */
 int al_agent_history_json(const al_agent_t *agent, char **out);
+
+/* Replaces the history of an idle agent that has not run yet with a saved
+ * one: json is {"system"?: string|null, "messages": [...]} (the form of
+ * al_agent_history_json; len bytes). The messages must pass the history
+ * validator (roles alternate from user, every tool_use answered in the
+ * next message, no open tool turn); an empty array is allowed. A present
+ * "system" replaces the options' system prompt. AL_EBUSY: the agent has
+ * run or is running; AL_EINVAL: not that shape or not a valid history;
+ * AL_ENOMEM. */
+int al_agent_load_history_json(al_agent_t *agent, const char *json,
+                               size_t len);
 
 /* The agent's tools and tools.d load errors as JSON text (al_free it):
  * {"sandbox": {al_sandbox_info_json}, "tools": [{"name", "description",

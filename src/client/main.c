@@ -4,13 +4,19 @@
 #include <string.h>
 
 #include "agentloop/agentloop.h"
+#include "client/chat.h"
 #include "client/cli.h"
 #include "common/common.h"
 
 static void usage(FILE *f) {
-  fputs("usage: agentloop <command> [options]\n"
+  fputs("usage: agentloop [command] [options]\n"
         "\n"
         "commands:\n"
+        "  (none)            the interactive chat (agentloopd is started\n"
+        "                    if it is not running)\n"
+        "  resume [ID]       the chat in an earlier session (default: latest)\n"
+        "  sessions [--json] the daemon's sessions, newest first\n"
+        "  doctor            check CA bundle, keys, proxy, socket, daemon\n"
         "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
         "  decode --provider sse|anthropic|openai [--events]\n"
         "                    decode a captured response body read from stdin\n"
@@ -24,9 +30,12 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   al_log_init();
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
+  if (argc < 2 ||
+      (argv[1][0] == '-' && strcmp(argv[1], "--version") != 0 &&
+       strcmp(argv[1], "-V") != 0 && strcmp(argv[1], "-h") != 0 &&
+       strcmp(argv[1], "--help") != 0)) {
+    /* No command (flags only, like --no-color): the chat. */
+    return al_cli_chat(argc, argv);
   }
   if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
     puts(al_version_full());
@@ -45,6 +54,15 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "decode") == 0) {
     return al_cli_decode(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "resume") == 0) {
+    return al_cli_resume(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "sessions") == 0) {
+    return al_cli_sessions(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "doctor") == 0) {
+    return al_cli_doctor(argc - 1, argv + 1);
   }
   fprintf(stderr, "agentloop: unknown command '%s' (try --help)\n", argv[1]);
   return 2;

@@ -701,6 +701,37 @@ static void end_final(al_agent_t *a, const char *text, size_t len) {
   al__agent_post(a, &ev);
 }
 
+/* History commit hook (al_agent_options_t.on_commit). */
+static void commit_notify(al_agent_t *a, al_commit_kind_t kind,
+                          const json_t *msg) {
+  json_t *m;
+  char *txt;
+
+  if (a->on_commit == NULL || msg == NULL) {
+    return;
+  }
+  m = json_pack("{s:s, s:O}", "role",
+                kind == AL_COMMIT_ASSISTANT ? "assistant" : "user", "content",
+                json_object_get(msg, "content"));
+  txt = m != NULL ? json_dumps(m, JSON_COMPACT) : NULL;
+  json_decref(m);
+  if (txt != NULL) {
+    a->on_commit(a, kind, txt, strlen(txt), a->commit_data);
+    al_free(txt);
+  }
+}
+
+/* After the open tool turn was closed (results, cancel or error): the user
+ * message that closed it is the history's last. */
+static void commit_notify_results(al_agent_t *a) {
+  const json_t *m = al__history_to_json(&a->history);
+
+  if (m != NULL && json_array_size(m) > 0) {
+    commit_notify(a, AL_COMMIT_TOOL_RESULTS,
+                  json_array_get(m, json_array_size(m) - 1));
+  }
+}
+
 static void end_error(al_agent_t *a, int code, const char *message) {
   al_event_t ev;
   char msg[512];
@@ -710,6 +741,7 @@ static void end_error(al_agent_t *a, int code, const char *message) {
     al__history_cancel_open(&a->history,
                             "Error: the run failed before this tool call "
                             "finished");
+    commit_notify_results(a);
   }
   run_end_common(a);
   memset(&ev, 0, sizeof(ev));
@@ -975,6 +1007,7 @@ static void reply_done(al_agent_t *a) {
                      "block or duplicate id)");
     return;
   }
+  commit_notify(a, AL_COMMIT_ASSISTANT, msg);
   /* usage comes once the reply is in the history: from here on a cancel
    * answers its tool calls. */
   if (post_usage(a, json_object_get(msg, "usage"))) {
@@ -1038,6 +1071,7 @@ static void tools_done(al_agent_t *a) {
   } else {
     al__history_close_turn(&a->history);
   }
+  commit_notify_results(a);
   if (box != NULL) {
     exec_close(box);
   }
@@ -1251,7 +1285,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
     goto fail;
   }
   if (o->session_id != NULL) {
-    if (al__events_session_set(&a->session, o->session_id, 1) != 0) {
+    if (al__events_session_set(&a->session, o->session_id, o->first_seq) !=
+        0) {
       rc = AL_EINVAL;
       goto fail;
     }
@@ -1261,8 +1296,10 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
 
     al__retry_rng_seed(&r, seed * 0x9E3779B97F4A7C15ULL + 1);
     snprintf(id, sizeof(id), "s_%016" PRIx64, al__retry_rng_next(&r));
-    al__events_session_set(&a->session, id, 1);
+    al__events_session_set(&a->session, id, o->first_seq);
   }
+  a->on_commit = o->on_commit;
+  a->commit_data = o->commit_data;
   if ((rc = al__events_bus_new(&a->bus, NULL)) != 0) {
     goto fail;
   }
@@ -1348,6 +1385,14 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (rc != 0) {
     return rc;
   }
+  a->has_run = true;
+  if (a->on_commit != NULL) {
+    json_t *um = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text",
+                           "text", text);
+
+    commit_notify(a, AL_COMMIT_USER, um);
+    json_decref(um);
+  }
   memset(&a->stats, 0, sizeof(a->stats));
   a->run_t0 = al_now_ns();
   a->run_id++;
@@ -1417,7 +1462,10 @@ int al_agent_cancel(al_agent_t *a) {
                           (json_int_t)call->started_ns));
     }
   }
-  al__history_cancel_open(&a->history, NULL);
+  if (al__history_turn_open(&a->history)) {
+    al__history_cancel_open(&a->history, NULL);
+    commit_notify_results(a);
+  }
   run_end_common(a); /* closes the request and every executor */
   a->ending = true;  /* a new run waits until interrupted is out */
   if (json_array_size(open) > 0) {
@@ -1472,6 +1520,53 @@ int al_agent_history_json(const al_agent_t *a, char **out) {
   *out = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   return *out != NULL ? 0 : AL_ENOMEM;
+}
+
+int al_agent_load_history_json(al_agent_t *a, const char *json, size_t len) {
+  json_t *o;
+  json_t *msgs;
+  json_t *sys;
+  json_t *copy;
+  int rc = AL_EINVAL;
+
+  if (a->closing) {
+    return AL_ECLOSING;
+  }
+  if (a->state != AG_IDLE || a->has_run || a->ending) {
+    return AL_EBUSY;
+  }
+  o = json_loadb(json, len, 0, NULL);
+  msgs = json_object_get(o, "messages");
+  sys = json_object_get(o, "system");
+  if (!json_is_array(msgs) || (sys != NULL && !json_is_string(sys) &&
+                               !json_is_null(sys))) {
+    goto out;
+  }
+  if (json_array_size(msgs) > 0 &&
+      al__history_validate_json(msgs, NULL, 0) != 0) {
+    goto out;
+  }
+  copy = json_deep_copy(msgs);
+  if (copy == NULL) {
+    rc = AL_ENOMEM;
+    goto out;
+  }
+  if (sys != NULL &&
+      al__history_set_system(&a->history, json_string_value(sys)) != 0) {
+    json_decref(copy);
+    rc = AL_ENOMEM;
+    goto out;
+  }
+  /* The validator accepted it, so it is a closed history: no open turn. */
+  json_decref(a->history.messages);
+  a->history.messages = json_array_size(copy) > 0 ? copy : NULL;
+  if (a->history.messages == NULL) {
+    json_decref(copy);
+  }
+  rc = 0;
+out:
+  json_decref(o);
+  return rc;
 }
 
 uint64_t al__agent_call_stamp(const al_agent_t *a, const char *call_id) {

@@ -165,6 +165,10 @@ struct al_agent_s {
   al_sandbox_info_t sandbox_info;
   bool sandbox_refuse; /* mode none under AUTO: spawning/write tools refused */
   void *cli_set;       /* al_cli_set_t: the tools.d definitions and errors */
+  /* Durable sessions: history commit hook (al_agent_options_t). */
+  al_commit_cb on_commit;
+  void *commit_data;
+  bool has_run; /* al_agent_run was called once (load refuses after) */
 };
 
 /* agent.c */

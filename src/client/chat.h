@@ -1,0 +1,17 @@
+/* The interactive front end's commands (chat.c, doctor.c). Each returns
+ * the process exit code (CONVENTIONS.md 7.5; 69 when agentloopd cannot be
+ * reached). */
+#ifndef AL_CLIENT_CHAT_H
+#define AL_CLIENT_CHAT_H
+
+/* agentloop [--color WHEN]: the chat in a new session. */
+int al_cli_chat(int argc, char **argv);
+/* agentloop resume [ID]: the chat in an earlier session (default: the
+ * latest), its past events replayed first. */
+int al_cli_resume(int argc, char **argv);
+/* agentloop sessions [--json] */
+int al_cli_sessions(int argc, char **argv);
+/* agentloop doctor */
+int al_cli_doctor(int argc, char **argv);
+
+#endif

@@ -1,0 +1,373 @@
+/* `agentloop doctor`: is this machine ready? (CONVENTIONS.md 7.1)
+ *
+ *   ✓ CA bundle      /etc/ssl/certs/ca-certificates.crt: 144 certificates
+ *   ! API key        ANTHROPIC_API_KEY not set (provider anthropic)
+ *   ✓ proxy          none (https_proxy, HTTPS_PROXY, ALL_PROXY unset)
+ *   ✓ socket dir     /run/user/1000/agentloop (0700, ours)
+ *   ✓ daemon         agentloopd 0.1.0 (pid 4242) at /run/user/1000/...
+ *   ✓ base URL       api.anthropic.com resolves (160.79.104.10)
+ *
+ * ✓ passes, ! is a warning (the machine works, something is likely to
+ * bite: no key yet, a name that does not resolve offline), ✗ fails. The
+ * exit code is 1 when anything failed, else 0 - so a fresh machine with
+ * no key configured yet passes with warnings. Secrets are never printed:
+ * a key shows only its length, a proxy URL loses its password.
+ *
+ * The checks are plain blocking calls (stat, a file parse, one DNS
+ * lookup) before any loop runs; only the daemon check runs a loop, the
+ * same connect-or-start path as the chat (conn.c). */
+#include <arpa/inet.h>
+#include <limits.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mbedtls/x509_crt.h>
+
+#include "agentloop/sandbox.h"
+#include "client/chat.h"
+#include "client/conn.h"
+#include "client/tui.h"
+
+typedef struct {
+  bool color;
+  int failed;
+  int warned;
+} doctor_t;
+
+typedef enum { OK, WARN, FAIL } verdict_t;
+
+static void report(doctor_t *d, verdict_t v, const char *what,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void report(doctor_t *d, verdict_t v, const char *what,
+                   const char *fmt, ...) {
+  static const char *const marks[] = {"✓", "!", "✗"};
+  static const char *const colors[] = {AL_SGR_GREEN, AL_SGR_YELLOW,
+                                       AL_SGR_RED};
+  char msg[1024];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (d->color) {
+    printf("%s%s%s %-12s %s\n", colors[v], marks[v], AL_SGR_RESET, what,
+           msg);
+  } else {
+    printf("%s %-12s %s\n", marks[v], what, msg);
+  }
+  d->failed += v == FAIL;
+  d->warned += v == WARN;
+}
+
+static void check_ca(doctor_t *d) {
+  const char *file = getenv("SSL_CERT_FILE");
+  const char *dir = getenv("SSL_CERT_DIR");
+  mbedtls_x509_crt ca;
+  const mbedtls_x509_crt *c;
+  int n = 0;
+  int rc;
+
+  if (file == NULL || file[0] == '\0') {
+    file = "/etc/ssl/certs/ca-certificates.crt";
+  }
+  mbedtls_x509_crt_init(&ca);
+  rc = mbedtls_x509_crt_parse_file(&ca, file);
+  if (rc < 0 && dir != NULL && dir[0] != '\0') {
+    rc = mbedtls_x509_crt_parse_path(&ca, dir);
+    file = dir;
+  }
+  for (c = &ca; c != NULL && c->version != 0; c = c->next) {
+    n++;
+  }
+  if (rc < 0 || n == 0) {
+    report(d, FAIL, "CA bundle",
+           "%s: no certificate loads (install ca-certificates or set "
+           "SSL_CERT_FILE)",
+           file);
+  } else if (rc > 0) {
+    report(d, OK, "CA bundle", "%s: %d certificates (%d skipped)", file, n,
+           rc);
+  } else {
+    report(d, OK, "CA bundle", "%s: %d certificates", file, n);
+  }
+  mbedtls_x509_crt_free(&ca);
+}
+
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+
+  return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+static bool is_loopback_url(const char *url) {
+  return url != NULL &&
+         (strstr(url, "://127.") != NULL || strstr(url, "://localhost") ||
+          strstr(url, "://[::1]") != NULL);
+}
+
+static void check_keys(doctor_t *d) {
+  const char *provider = env("AGENTLOOP_PROVIDER");
+  bool openai = provider != NULL && strcmp(provider, "openai") == 0;
+  const char *base = env("AGENTLOOP_BASE_URL");
+  const char *names[2];
+  const char *found = NULL;
+  size_t i;
+
+  if (openai) {
+    names[0] = "OPENAI_API_KEY";
+    names[1] = NULL;
+  } else {
+    names[0] = "ANTHROPIC_API_KEY";
+    names[1] = "ANTHROPIC_AUTH_TOKEN";
+  }
+  for (i = 0; i < 2 && found == NULL; i++) {
+    if (names[i] != NULL && env(names[i]) != NULL) {
+      found = names[i];
+    }
+  }
+  if (found != NULL) {
+    report(d, OK, "API key", "%s set (%zu characters; provider %s)", found,
+           strlen(env(found)), openai ? "openai" : "anthropic");
+  } else if (is_loopback_url(base)) {
+    report(d, OK, "API key",
+           "none needed for the local model at AGENTLOOP_BASE_URL");
+  } else {
+    report(d, WARN, "API key",
+           "%s not set (provider %s): the daemon cannot call the model",
+           names[0], openai ? "openai" : "anthropic");
+  }
+}
+
+/* The URL with any user:password@ removed. */
+static void mask_url(const char *url, char *buf, size_t n) {
+  const char *scheme = strstr(url, "://");
+  const char *host = scheme != NULL ? scheme + 3 : url;
+  const char *at = strchr(host, '@');
+  const char *slash = strchr(host, '/');
+
+  if (at != NULL && (slash == NULL || at < slash)) {
+    snprintf(buf, n, "%.*s***@%s", (int)(host - url), url, at + 1);
+  } else {
+    snprintf(buf, n, "%s", url);
+  }
+}
+
+static void check_proxy(doctor_t *d) {
+  static const char *const names[] = {"https_proxy", "HTTPS_PROXY",
+                                      "http_proxy",  "HTTP_PROXY",
+                                      "ALL_PROXY",   "all_proxy"};
+  char line[1024] = "";
+  size_t i;
+  size_t len = 0;
+
+  for (i = 0; i < AL_ARRAY_SIZE(names); i++) {
+    const char *v = env(names[i]);
+    char masked[512];
+
+    if (v == NULL) {
+      continue;
+    }
+    mask_url(v, masked, sizeof(masked));
+    len += (size_t)snprintf(line + len, sizeof(line) - len, "%s%s=%s",
+                            len > 0 ? ", " : "", names[i], masked);
+    if (len >= sizeof(line)) {
+      break;
+    }
+  }
+  if (len == 0) {
+    report(d, OK, "proxy", "none set (direct connections)");
+    return;
+  }
+  report(d, OK, "proxy", "%s%s%s", line,
+         env("no_proxy") || env("NO_PROXY") ? "; no_proxy=" : "",
+         env("no_proxy")   ? env("no_proxy")
+         : env("NO_PROXY") ? env("NO_PROXY")
+                           : "");
+}
+
+static void check_socket_dir(doctor_t *d, char *path, size_t n) {
+  char why[256] = "";
+  char dir[PATH_MAX];
+  char *slash;
+  struct stat st;
+  int rc = al__rpc_socket_path(path, n, true, why, sizeof(why));
+
+  if (rc != 0) {
+    report(d, FAIL, "socket dir", "%s", why[0] ? why : uv_strerror(rc));
+    path[0] = '\0';
+    return;
+  }
+  snprintf(dir, sizeof(dir), "%s", path);
+  slash = strrchr(dir, '/');
+  if (slash != NULL) {
+    *slash = '\0';
+  }
+  if (stat(dir, &st) == 0) {
+    report(d, OK, "socket dir", "%s (mode %04o, ours)", dir,
+           (unsigned)(st.st_mode & 07777));
+  } else {
+    report(d, OK, "socket dir", "%s", dir);
+  }
+}
+
+typedef struct {
+  doctor_t *d;
+  al__conn_t conn;
+  bool was_running;
+} daemon_check_t;
+
+static void on_doctor_closed(al__conn_t *c) { (void)c; }
+
+static void on_doctor_ready(al__conn_t *c, int status) {
+  daemon_check_t *k = c->data;
+
+  if (status != 0) {
+    report(k->d, FAIL, "daemon", "cannot reach agentloopd at %s: %s",
+           c->path, c->why[0] ? c->why : uv_strerror(status));
+  } else {
+    json_t *server = json_object_get(c->init_result, "server");
+    const char *ver = json_string_value(json_object_get(server, "version"));
+
+    report(k->d, OK, "daemon", "agentloopd %s (pid %" JSON_INTEGER_FORMAT
+           ") %s at %s",
+           ver != NULL ? ver : "?",
+           json_integer_value(json_object_get(c->init_result, "pid")),
+           c->spawned ? "started" : "running", c->path);
+  }
+  al__conn_close(c, on_doctor_closed);
+}
+
+static void check_daemon(doctor_t *d) {
+  uv_loop_t loop;
+  daemon_check_t k;
+
+  memset(&k, 0, sizeof(k));
+  signal(SIGPIPE, SIG_IGN);
+  k.d = d;
+  k.conn.data = &k;
+  uv_loop_init(&loop);
+  if (al__conn_open(&k.conn, &loop, true, on_doctor_ready) != 0) {
+    report(d, FAIL, "daemon", "%s", k.conn.why);
+    al__conn_close(&k.conn, on_doctor_closed);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+}
+
+static void check_base_url(doctor_t *d) {
+  const char *provider = env("AGENTLOOP_PROVIDER");
+  bool openai = provider != NULL && strcmp(provider, "openai") == 0;
+  const char *url = env("AGENTLOOP_BASE_URL");
+  char host[256];
+  const char *h;
+  size_t len;
+  struct addrinfo hints;
+  struct addrinfo *res = NULL;
+  char addr[INET6_ADDRSTRLEN] = "";
+  int rc;
+
+  if (url == NULL) {
+    url = env(openai ? "OPENAI_BASE_URL" : "ANTHROPIC_BASE_URL");
+  }
+  if (url == NULL) {
+    url = openai ? "https://api.openai.com" : "https://api.anthropic.com";
+  }
+  h = strstr(url, "://");
+  h = h != NULL ? h + 3 : url;
+  if (strchr(h, '@') != NULL) {
+    h = strchr(h, '@') + 1;
+  }
+  if (*h == '[') {
+    h++;
+    len = strcspn(h, "]");
+  } else {
+    len = strcspn(h, ":/");
+  }
+  snprintf(host, sizeof(host), "%.*s", (int)AL_MIN(len, sizeof(host) - 1), h);
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc != 0 || res == NULL) {
+    report(d, WARN, "base URL", "%s does not resolve (%s)", host,
+           gai_strerror(rc));
+    return;
+  }
+  if (res->ai_family == AF_INET) {
+    inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, addr,
+              sizeof(addr));
+  } else if (res->ai_family == AF_INET6) {
+    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr,
+              addr, sizeof(addr));
+  }
+  freeaddrinfo(res);
+  report(d, OK, "base URL", "%s resolves (%s)", host, addr);
+}
+
+/* The sandbox tools would run in (RELIABILITY.md §4): bwrap is the goal;
+ * degraded and none still work but are weaker, so they warn. */
+static void check_sandbox(doctor_t *d) {
+  al_sandbox_info_t si;
+
+  (void)al_sandbox_probe(NULL, &si);
+  switch (si.mode) {
+  case AL_SANDBOX_MODE_BWRAP:
+    report(d, OK, "sandbox", "bwrap + agentloop-exec (Landlock ABI %d, "
+           "seccomp %s)%s%s", si.landlock_abi, si.seccomp_ok ? "on" : "off",
+           si.missing[0] != '\0' ? "; missing: " : "", si.missing);
+    break;
+  case AL_SANDBOX_MODE_DEGRADED:
+    report(d, WARN, "sandbox", "degraded (agentloop-exec alone, Landlock "
+           "ABI %d); missing: %s%s%s", si.landlock_abi, si.missing,
+           si.detail[0] != '\0' ? "; bwrap: " : "", si.detail);
+    break;
+  default:
+    report(d, WARN, "sandbox", "none: headless runs refuse bash and write "
+           "tools unless --sandbox=none%s%s (apt-get install bubblewrap)",
+           si.detail[0] != '\0' ? "; " : "", si.detail);
+    break;
+  }
+}
+
+int al_cli_doctor(int argc, char **argv) {
+  doctor_t d;
+  char path[128];
+  int i;
+  al_color_when_t when = AL_COLOR_AUTO;
+
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--no-color") == 0) {
+      when = AL_COLOR_NEVER;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      puts("usage: agentloop doctor [--no-color]\n\n"
+           "Checks the CA bundle, API keys, proxy settings, the socket\n"
+           "directory, that agentloopd answers (starting it if needed) and\n"
+           "that the model's host resolves. Exit 1 if a check failed.");
+      return 0;
+    } else {
+      fprintf(stderr, "agentloop doctor: unexpected argument '%s'\n",
+              argv[i]);
+      return 2;
+    }
+  }
+  memset(&d, 0, sizeof(d));
+  d.color = al__tui_want_color(when, STDOUT_FILENO);
+  check_ca(&d);
+  check_keys(&d);
+  check_proxy(&d);
+  check_socket_dir(&d, path, sizeof(path));
+  if (path[0] != '\0') {
+    check_daemon(&d);
+  }
+  check_sandbox(&d);
+  check_base_url(&d);
+  printf("%s\n", d.failed > 0 ? "some checks failed"
+                 : d.warned > 0 ? "ready, with warnings"
+                                : "all checks passed");
+  return d.failed > 0 ? 1 : 0;
+}

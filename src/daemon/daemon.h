@@ -1,0 +1,89 @@
+/* Daemon layer: agentloopd's core, on the caller's loop (docs/daemon.md,
+ * docs/protocol.md).
+ *
+ * One al_daemon_t owns the listening Unix socket, the clients, the
+ * sessions (each an agent, a transcript writer, a ring of recent encoded
+ * events for since_seq replay, and its subscribers) and one HTTP client
+ * shared by every agent. Everything runs on the loop thread; transcript
+ * writes and loads go through libuv's threadpool.
+ *
+ * al__daemon_new does the blocking setup (state and socket directories,
+ * locks, the scan of existing transcripts' headers, bind/listen) and is
+ * meant to be called before uv_run. Shutdown (SIGTERM, SIGINT, the
+ * `shutdown` method, --idle-exit, or al__daemon_shutdown) cancels runs,
+ * flushes transcripts, says session/closed to subscribers, removes the
+ * socket, and calls on_exit once every handle is closed; the daemon is
+ * freed after on_exit returns. main.c is a thin CLI around this so tests
+ * can run the daemon in-process or in a helper child. */
+#ifndef AL_DAEMON_H
+#define AL_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "agentloop/agent.h"
+
+typedef struct al_daemon_s al_daemon_t;
+
+typedef struct {
+  const char *socket_path; /* required: already resolved and checked */
+  const char *state_dir;   /* required: .../agentloop (sessions/ inside) */
+  /* Defaults for sessions; session/create params override. NULL: the
+   * agent's defaults. Keys come from here only (never over the socket). */
+  const char *provider;
+  const char *model;
+  const char *base_url;
+  const char *anthropic_key;
+  const char *openai_key;
+  const char *ca_file;
+  size_t max_line;         /* 0: AL_RPC_DEFAULT_MAX_LINE */
+  /* Per-client output bounds (bytes libuv could not write yet): past
+   * max_queue for soft_ms, or past 4 x max_queue, a subscription lags;
+   * past 8 x max_queue (responses only) the client is dropped.
+   * 0: 2 MiB / 10 s; soft_ms UINT64_MAX: lag at once past max_queue. */
+  size_t max_queue;
+  uint64_t soft_ms;
+  size_t replay_bytes;     /* per-session event ring; 0: 16 MiB */
+  size_t max_sessions;     /* loaded sessions; 0: 1024 */
+  size_t max_clients;      /* 0: 1024 */
+  uint64_t idle_exit_ms;   /* 0: never */
+  bool handle_signals;     /* SIGTERM/SIGINT start a shutdown */
+  bool open_socket;        /* tests only: socket 0666 (G2) */
+  /* Agent tuning for tests (0: the agent's defaults). */
+  int64_t retry_base_ms;
+  int64_t retry_cap_ms;
+  uint64_t kill_grace_ms;
+  void (*on_exit)(al_daemon_t *d, void *data);
+  void *data;
+} al_daemon_options_t;
+
+void al__daemon_options_init(al_daemon_options_t *o);
+
+/* Sets everything up and starts listening. 0, or an error with a one-line
+ * reason in why: UV_EBUSY (another daemon holds the state dir or the
+ * socket), UV_EPERM (a directory failed its checks), UV_E* (bind, mkdir). */
+int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
+                   al_daemon_t **out, char *why, size_t why_len);
+
+/* Starts the graceful shutdown (idempotent). */
+void al__daemon_shutdown(al_daemon_t *d);
+
+/* Counters for tests and measurements. */
+typedef struct {
+  size_t clients;
+  size_t sessions_loaded;
+  size_t sessions_known;
+  uint64_t lagged;
+  uint64_t refused_peers;
+  uint64_t requests;
+  uint64_t errors;
+} al_daemon_stats_t;
+void al__daemon_stats(const al_daemon_t *d, al_daemon_stats_t *out);
+
+/* The session's agent (tests), or NULL. */
+al_agent_t *al__daemon_agent(al_daemon_t *d, const char *session);
+
+#endif

@@ -1,0 +1,273 @@
+/* agentloopd: the command line around the daemon core (daemon.h).
+ *
+ *   agentloopd [--socket PATH] [--foreground] [--log-level LEVEL]
+ *              [--idle-exit SECS] [--provider P] [--model M]
+ *              [--base-url URL] [--state-dir DIR] [--max-line BYTES]
+ *              [--max-queue BYTES]
+ *
+ * Without --foreground the process forks; the child detaches (setsid),
+ * logs to $XDG_STATE_HOME/agentloop/agentloopd.log and tells the parent
+ * over a pipe once it listens, so the parent's exit status says whether
+ * the daemon is up (0) or not (1, with the reason on stderr). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agentloop/sandbox.h"
+#include "agentloop/version.h"
+#include "common/common.h"
+#include "daemon/daemon.h"
+#include "rpc/rpc.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: agentloopd [--socket PATH] [--foreground] "
+          "[--log-level error|warn|info|debug]\n"
+          "                  [--idle-exit SECS] [--provider anthropic|openai] "
+          "[--model M]\n"
+          "                  [--base-url URL] [--state-dir DIR] "
+          "[--max-line BYTES] [--max-queue BYTES]\n"
+          "Environment: AGENTLOOP_SOCKET, AGENTLOOP_PROVIDER, "
+          "AGENTLOOP_MODEL, AGENTLOOP_BASE_URL,\n"
+          "  ANTHROPIC_API_KEY, OPENAI_API_KEY, XDG_RUNTIME_DIR, "
+          "XDG_STATE_HOME, AGENTLOOP_LOG.\n"
+          "Protocol: docs/protocol.md.\n");
+}
+
+static const char *env(const char *name) {
+  /* Sees the keys al_sandbox_harden_process() scrubbed from environ. */
+  const char *v = al_sandbox_getenv(name);
+
+  return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+static int state_dir(char *buf, size_t len) {
+  const char *x = env("XDG_STATE_HOME");
+  const char *home = env("HOME");
+  int n;
+
+  if (x != NULL && x[0] == '/') {
+    n = snprintf(buf, len, "%s/agentloop", x);
+  } else if (home != NULL) {
+    char base[4096];
+
+    snprintf(base, sizeof(base), "%s/.local/state", home);
+    /* Parents are ordinary directories of the user: create quietly. */
+    snprintf(buf, len, "%s/.local", home);
+    mkdir(buf, 0700);
+    mkdir(base, 0700);
+    n = snprintf(buf, len, "%s/agentloop", base);
+  } else {
+    return -1;
+  }
+  return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static bool parse_size(const char *s, uint64_t *out) {
+  char *end;
+  unsigned long long v;
+
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0') {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static void on_exit_cb(al_daemon_t *d, void *data) {
+  al_log(AL_LOG_INFO, "agentloopd stopped");
+}
+
+int main(int argc, char **argv) {
+  al_daemon_options_t o;
+  char sock[256];
+  char state[4096];
+  char why[512];
+  const char *sock_arg = NULL;
+  const char *state_arg = NULL;
+  bool foreground = false;
+  uint64_t v;
+  uv_loop_t loop;
+  al_daemon_t *d;
+  int ready[2] = {-1, -1};
+  int i;
+  int rc;
+
+  /* The daemon holds the API keys and runs the model's tools: before
+   * anything else, close /proc/self/{environ,mem} to same-uid processes,
+   * scrub the keys from the environ block and mark inherited fds CLOEXEC
+   * (RELIABILITY.md §4, "always"). */
+  (void)al_sandbox_harden_process();
+  al_log_init();
+  al__daemon_options_init(&o);
+  o.provider = env("AGENTLOOP_PROVIDER");
+  o.model = env("AGENTLOOP_MODEL");
+  o.base_url = env("AGENTLOOP_BASE_URL");
+  o.anthropic_key = env("ANTHROPIC_API_KEY");
+  o.openai_key = env("OPENAI_API_KEY");
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (strcmp(a, "--version") == 0) {
+      printf("agentloopd %s (libuv %s)\n", AL_VERSION_STRING,
+             uv_version_string());
+      return 0;
+    }
+    if (strcmp(a, "--foreground") == 0) {
+      foreground = true;
+      continue;
+    }
+    if (next == NULL) {
+      fprintf(stderr, "agentloopd: unknown or incomplete option %s\n", a);
+      usage(stderr);
+      return 2;
+    }
+    i++;
+    if (strcmp(a, "--socket") == 0) {
+      sock_arg = next;
+    } else if (strcmp(a, "--state-dir") == 0) {
+      state_arg = next;
+    } else if (strcmp(a, "--provider") == 0) {
+      o.provider = next;
+    } else if (strcmp(a, "--model") == 0) {
+      o.model = next;
+    } else if (strcmp(a, "--base-url") == 0) {
+      o.base_url = next;
+    } else if (strcmp(a, "--log-level") == 0) {
+      static const char *const lv[] = {"error", "warn", "info", "debug"};
+      size_t k;
+
+      for (k = 0; k < 4 && strcmp(next, lv[k]) != 0; k++) {
+      }
+      if (k == 4) {
+        fprintf(stderr, "agentloopd: bad --log-level %s\n", next);
+        return 2;
+      }
+      al_log_set_level((al_log_level_t)k);
+    } else if (strcmp(a, "--idle-exit") == 0 && parse_size(next, &v)) {
+      o.idle_exit_ms = v * 1000;
+    } else if (strcmp(a, "--max-line") == 0 && parse_size(next, &v) &&
+               v > 0) {
+      o.max_line = (size_t)v;
+    } else if (strcmp(a, "--max-queue") == 0 && parse_size(next, &v) &&
+               v > 0) {
+      o.max_queue = (size_t)v;
+    } else {
+      fprintf(stderr, "agentloopd: bad option %s %s\n", a, next);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (o.provider != NULL && strcmp(o.provider, "anthropic") != 0 &&
+      strcmp(o.provider, "openai") != 0) {
+    fprintf(stderr, "agentloopd: provider must be anthropic or openai\n");
+    return 2;
+  }
+  why[0] = '\0';
+  if (sock_arg != NULL) {
+    if (strlen(sock_arg) >= sizeof(sock)) {
+      fprintf(stderr, "agentloopd: socket path too long\n");
+      return 2;
+    }
+    strcpy(sock, sock_arg);
+    rc = al__rpc_socket_path_check(sock, why, sizeof(why));
+  } else {
+    rc = al__rpc_socket_path(sock, sizeof(sock), true, why, sizeof(why));
+  }
+  if (rc != 0) {
+    fprintf(stderr, "agentloopd: %s\n", why[0] ? why : uv_strerror(rc));
+    return 1;
+  }
+  if (state_arg != NULL) {
+    snprintf(state, sizeof(state), "%s", state_arg);
+  } else if (state_dir(state, sizeof(state)) != 0) {
+    fprintf(stderr, "agentloopd: no XDG_STATE_HOME or HOME for the state "
+                    "directory\n");
+    return 2;
+  }
+  /* A client that vanishes must cost us an EPIPE, not the process. */
+  signal(SIGPIPE, SIG_IGN);
+  if (!foreground) {
+    pid_t pid;
+    char c;
+
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+      perror("agentloopd: pipe");
+      return 1;
+    }
+    pid = fork();
+    if (pid < 0) {
+      perror("agentloopd: fork");
+      return 1;
+    }
+    if (pid > 0) {
+      ssize_t n;
+
+      close(ready[1]);
+      do {
+        n = read(ready[0], &c, 1);
+      } while (n < 0 && errno == EINTR);
+      close(ready[0]);
+      if (n == 1) {
+        return 0;
+      }
+      waitpid(pid, NULL, 0);
+      return 1; /* the child said why on stderr */
+    }
+    close(ready[0]);
+    setsid();
+  }
+  o.socket_path = sock;
+  o.state_dir = state;
+  o.on_exit = on_exit_cb;
+  uv_loop_init(&loop);
+  rc = al__daemon_new(&loop, &o, &d, why, sizeof(why));
+  if (rc != 0) {
+    fprintf(stderr, "agentloopd: %s\n", why[0] ? why : uv_strerror(rc));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return 1;
+  }
+  al_log(AL_LOG_INFO, "agentloopd %s listening on %s (state %s)",
+         AL_VERSION_STRING, sock, state);
+  if (!foreground) {
+    char logp[4200];
+    int fd;
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+    snprintf(logp, sizeof(logp), "%s/agentloopd.log", state);
+    fd = open(logp, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (nul >= 0) {
+      dup2(nul, 0);
+      dup2(nul, 1);
+      close(nul);
+    }
+    if (fd >= 0) {
+      dup2(fd, 2);
+      close(fd);
+    }
+    if (write(ready[1], "r", 1) != 1) {
+      /* The parent is gone; nobody waits for us. */
+    }
+    close(ready[1]);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(&loop);
+  if (rc != 0) {
+    al_log(AL_LOG_WARN, "loop not empty at exit: %s", uv_strerror(rc));
+  }
+  return 0;
+}

@@ -1,0 +1,123 @@
+/* Session layer: durable, append-only JSONL transcripts (docs/daemon.md).
+ *
+ * A transcript is one file per session. Each line is one record:
+ *  - {"rec":"session",...}  the header: id, created_ms, cwd, model, ...
+ *  - {"rec":"user"|"assistant"|"tool_results","message":{...}}  history
+ *    commits from the agent's commit hook, in order; replaying them with
+ *    the history's own operations rebuilds the conversation exactly;
+ *  - a LoopEvent object (docs/events.md: it has "type" and "seq", no
+ *    "rec"), for the subscribers' since_seq replay.
+ * A record is written when its '\n' is: a shorter tail is torn and is cut
+ * off on load, so the next append starts on a fresh line.
+ *
+ * Writes never run on the loop thread: al__tx_t queues refcounted blobs
+ * and keeps one uv_fs_write (writev of everything queued) in flight, so a
+ * crash loses only what was queued or being written. History records ask
+ * for an fdatasync after they are written (power loss then loses at most
+ * the events since the last commit); events alone are not synced.
+ *
+ * Loading (al__tx_load) is blocking and meant for uv_queue_work or for
+ * before the loop runs. */
+#ifndef AL_SESSION_H
+#define AL_SESSION_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "common/common.h"
+#include "loop/history.h"
+
+/* ---- refcounted byte blobs ------------------------------------------------ */
+
+typedef struct al_blob_s {
+  uint32_t refs;
+  size_t len;
+  char data[];
+} al_blob_t;
+
+/* A blob of len bytes (uninitialized, one ref); NULL on OOM. */
+al_blob_t *al__blob_alloc(size_t len);
+/* A blob holding a copy of p (one ref); NULL on OOM. */
+al_blob_t *al__blob_new(const char *p, size_t len);
+static inline al_blob_t *al__blob_ref(al_blob_t *b) {
+  b->refs++;
+  return b;
+}
+void al__blob_unref(al_blob_t *b);
+
+/* ---- writer --------------------------------------------------------------- */
+
+typedef struct al_tx_s al_tx_t;
+typedef void (*al_tx_close_cb)(al_tx_t *tx, void *data);
+
+/* Opens (O_APPEND|O_CREAT|O_CLOEXEC, mode 0600) path asynchronously;
+ * appends queue until the open completes. max_queue bounds the bytes
+ * queued and not written (past it appends fail with AL_ETOOBIG and the
+ * writer is degraded). */
+int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
+                al_tx_t **out);
+/* Queues blob (a ref is taken) as one record; it must end with '\n'. With
+ * sync, an fdatasync follows the write that carries it. 0, AL_ETOOBIG,
+ * AL_ENOMEM, or the sticky error of an earlier write (the transcript is
+ * then degraded; the session keeps running). */
+int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync);
+/* Queued + in-flight bytes. */
+size_t al__tx_pending(const al_tx_t *tx);
+/* The first write/fsync/open error, or 0. */
+int al__tx_error(const al_tx_t *tx);
+/* Writes what is queued, syncs, closes the fd; cb runs on a later
+ * iteration (never inside the call). Call once. */
+void al__tx_close(al_tx_t *tx, al_tx_close_cb cb, void *data);
+
+/* ---- records ---------------------------------------------------------------- */
+
+/* A record line (compact JSON + '\n') as a blob; NULL on OOM. */
+al_blob_t *al__tx_record(const json_t *rec);
+/* {"rec":kind,"message":<message text>}; kind "user", "assistant",
+ * "tool_results". NULL when message is not JSON or on OOM. */
+al_blob_t *al__tx_commit_record(const char *kind, const char *message,
+                                size_t len);
+
+/* ---- loading ---------------------------------------------------------------- */
+
+typedef struct {
+  uint64_t seq;
+  al_blob_t *line; /* the event line with its '\n' */
+} al_tx_event_t;
+
+typedef struct {
+  json_t *header;         /* the session record, or NULL */
+  al_history_t history;   /* replayed; an open tool turn is closed */
+  json_t *synthetic;      /* the tool_results message that closed it, or
+                           * NULL: the caller appends it as a record */
+  char *first_user_text;  /* al_malloc'd, or NULL */
+  al_tx_event_t *events;  /* the newest events that fit max_event_bytes */
+  size_t nevents;
+  uint64_t last_seq;      /* highest event seq seen */
+  size_t records;         /* good records */
+  size_t bad_lines;       /* skipped mid-file lines */
+  bool torn_tail;         /* a partial last line was cut off */
+  size_t closed_tool_uses;
+  int err;                /* 0, or the open/read error */
+  char why[256];          /* first bad line's reason (for the log) */
+} al_tx_loaded_t;
+
+#define AL_TX_SYNTHETIC_TEXT \
+  "interrupted: the daemon stopped before this tool finished"
+
+/* Reads the transcript at path and replays it (blocking). A torn tail is
+ * truncated from the file when truncate is set, so the next append starts
+ * on a new line. Keeps the newest events up to max_event_bytes. Fills
+ * out (al__tx_loaded_free it) and returns out->err. */
+int al__tx_load(const char *path, bool truncate, size_t max_event_bytes,
+                al_tx_loaded_t *out);
+/* The same on a buffer (tests, fuzzing): no file, nothing truncated. */
+int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
+                    al_tx_loaded_t *out, size_t *good_len);
+void al__tx_loaded_free(al_tx_loaded_t *l);
+
+#endif

@@ -1,0 +1,640 @@
+/* Transcript writer and loader (session.h).
+ *
+ * Writer: a FIFO of blobs; at most one uv_fs request (open, write or
+ * fdatasync, then close) is in flight, so records reach the file in the
+ * order they were appended and a partial write is simply resumed. The
+ * loop thread only queues; the threadpool does the syscalls.
+ *
+ * Loader: splits on '\n' only (U+2028 and friends are JSON-escaped or
+ * plain bytes inside strings, never separators), parses each line with
+ * jansson, skips bad lines with a count, and replays history records
+ * through the history's own operations so merging rules are the same as
+ * when the agent ran. */
+#include "session/session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "provider/provider.h"
+
+/* ---- blobs ------------------------------------------------------------------ */
+
+al_blob_t *al__blob_alloc(size_t len) {
+  al_blob_t *b = al_malloc(sizeof(*b) + len + 1);
+
+  if (b != NULL) {
+    b->refs = 1;
+    b->len = len;
+    b->data[len] = '\0';
+  }
+  return b;
+}
+
+al_blob_t *al__blob_new(const char *p, size_t len) {
+  al_blob_t *b = al__blob_alloc(len);
+
+  if (b != NULL) {
+    memcpy(b->data, p, len);
+  }
+  return b;
+}
+
+void al__blob_unref(al_blob_t *b) {
+  if (b != NULL && --b->refs == 0) {
+    al_free(b);
+  }
+}
+
+/* ---- writer ----------------------------------------------------------------- */
+
+#define TX_MAX_IOV 64
+
+typedef struct {
+  al_list_t node;
+  al_blob_t *blob;
+  bool sync;
+} tx_entry_t;
+
+struct al_tx_s {
+  uv_loop_t *loop;
+  uv_fs_t req;
+  bool busy;        /* req in flight */
+  uv_file fd;       /* -1 until open */
+  al_list_t queue;  /* tx_entry_t, oldest first */
+  size_t head_off;  /* bytes of the first entry already written */
+  size_t queued;    /* bytes in the queue not yet written */
+  size_t max_queue;
+  size_t inflight_entries;
+  bool sync_due;    /* a written entry asked for fdatasync */
+  int err;
+  bool closing;
+  bool closed_fd;
+  al_tx_close_cb close_cb;
+  void *close_data;
+  uv_buf_t iov[TX_MAX_IOV];
+};
+
+static void tx_kick(al_tx_t *tx);
+
+static void entry_free(tx_entry_t *e) {
+  al__blob_unref(e->blob);
+  al_free(e);
+}
+
+static void tx_fail(al_tx_t *tx, int err) {
+  if (tx->err == 0) {
+    tx->err = err;
+    al_log(AL_LOG_ERROR, "transcript write failed: %s (the session goes on "
+                         "without it)", uv_strerror(err));
+  }
+}
+
+static void tx_drop_queue(al_tx_t *tx) {
+  while (!al_list_empty(&tx->queue)) {
+    tx_entry_t *e = AL_CONTAINER_OF(tx->queue.next, tx_entry_t, node);
+
+    al_list_remove(&e->node);
+    entry_free(e);
+  }
+  tx->queued = 0;
+  tx->head_off = 0;
+}
+
+static void tx_on_fs(uv_fs_t *req) {
+  al_tx_t *tx = AL_CONTAINER_OF(req, al_tx_t, req);
+  uv_fs_type type = req->fs_type;
+  ssize_t res = req->result;
+
+  uv_fs_req_cleanup(req);
+  tx->busy = false;
+  switch (type) {
+  case UV_FS_OPEN:
+    if (res < 0) {
+      tx_fail(tx, (int)res);
+      tx_drop_queue(tx);
+      tx->closed_fd = true;
+    } else {
+      tx->fd = (uv_file)res;
+    }
+    break;
+  case UV_FS_WRITE:
+    if (res < 0) {
+      tx_fail(tx, (int)res);
+      tx_drop_queue(tx);
+      break;
+    }
+    /* Drop what was written; a partial write leaves head_off inside the
+     * first unwritten entry and the next writev resumes there. */
+    {
+      size_t left = (size_t)res;
+
+      while (!al_list_empty(&tx->queue)) {
+        tx_entry_t *e = AL_CONTAINER_OF(tx->queue.next, tx_entry_t, node);
+        size_t rest = e->blob->len - tx->head_off;
+
+        if (left < rest) {
+          tx->head_off += left;
+          tx->queued -= left;
+          break;
+        }
+        left -= rest;
+        tx->queued -= rest;
+        tx->head_off = 0;
+        if (e->sync) {
+          tx->sync_due = true;
+        }
+        al_list_remove(&e->node);
+        entry_free(e);
+      }
+    }
+    break;
+  case UV_FS_FDATASYNC:
+    if (res < 0) {
+      /* A failed fsync is never taken as success (RELIABILITY F4). */
+      tx_fail(tx, (int)res);
+    }
+    break;
+  case UV_FS_CLOSE:
+    tx->closed_fd = true;
+    tx->fd = -1;
+    break;
+  default:
+    break;
+  }
+  tx_kick(tx);
+}
+
+static void tx_kick(al_tx_t *tx) {
+  int rc;
+
+  if (tx->busy) {
+    return;
+  }
+  if (tx->fd >= 0 && tx->err == 0 && !al_list_empty(&tx->queue)) {
+    al_list_t *pos;
+    unsigned n = 0;
+    size_t off = tx->head_off;
+
+    al_list_foreach(pos, &tx->queue) {
+      tx_entry_t *e = AL_CONTAINER_OF(pos, tx_entry_t, node);
+
+      if (n == TX_MAX_IOV) {
+        break;
+      }
+      tx->iov[n] = uv_buf_init(e->blob->data + off,
+                               (unsigned)(e->blob->len - off));
+      off = 0;
+      n++;
+    }
+    rc = uv_fs_write(tx->loop, &tx->req, tx->fd, tx->iov, n, -1, tx_on_fs);
+    if (rc == 0) {
+      tx->busy = true;
+      return;
+    }
+    tx_fail(tx, rc);
+    tx_drop_queue(tx);
+  }
+  if (tx->fd >= 0 && tx->sync_due && tx->err == 0) {
+    tx->sync_due = false;
+    if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->busy = true;
+      return;
+    }
+  }
+  if (tx->closing && al_list_empty(&tx->queue) && !tx->busy) {
+    if (tx->fd >= 0) {
+      if (uv_fs_close(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+        tx->busy = true;
+        return;
+      }
+      tx->fd = -1;
+      tx->closed_fd = true;
+    }
+    if (tx->closed_fd || tx->fd < 0) {
+      al_tx_close_cb cb = tx->close_cb;
+      void *data = tx->close_data;
+
+      tx_drop_queue(tx);
+      al_free(tx);
+      if (cb != NULL) {
+        cb(tx, data);
+      }
+    }
+  }
+}
+
+int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
+                al_tx_t **out) {
+  al_tx_t *tx = al_calloc(1, sizeof(*tx));
+  int rc;
+
+  if (tx == NULL) {
+    return AL_ENOMEM;
+  }
+  tx->loop = loop;
+  tx->fd = -1;
+  tx->max_queue = max_queue;
+  al_list_init(&tx->queue);
+  /* libuv adds O_CLOEXEC to every open. */
+  rc = uv_fs_open(loop, &tx->req, path, O_WRONLY | O_APPEND | O_CREAT, 0600,
+                  tx_on_fs);
+  if (rc != 0) {
+    al_free(tx);
+    return rc;
+  }
+  tx->busy = true;
+  *out = tx;
+  return 0;
+}
+
+int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync) {
+  tx_entry_t *e;
+
+  if (tx->err != 0) {
+    return tx->err;
+  }
+  if (tx->queued + blob->len > tx->max_queue) {
+    tx_fail(tx, AL_ETOOBIG);
+    tx_drop_queue(tx);
+    return AL_ETOOBIG;
+  }
+  e = al_malloc(sizeof(*e));
+  if (e == NULL) {
+    return AL_ENOMEM;
+  }
+  e->blob = al__blob_ref(blob);
+  e->sync = sync;
+  al_list_insert_tail(&tx->queue, &e->node);
+  tx->queued += blob->len;
+  tx_kick(tx);
+  return 0;
+}
+
+size_t al__tx_pending(const al_tx_t *tx) { return tx->queued; }
+
+int al__tx_error(const al_tx_t *tx) { return tx->err; }
+
+static void tx_close_deferred(uv_fs_t *req) {
+  al_tx_t *tx = AL_CONTAINER_OF(req, al_tx_t, req);
+
+  uv_fs_req_cleanup(req);
+  tx->busy = false;
+  tx_kick(tx);
+}
+
+void al__tx_close(al_tx_t *tx, al_tx_close_cb cb, void *data) {
+  if (tx->closing) {
+    return;
+  }
+  tx->closing = true;
+  tx->close_cb = cb;
+  tx->close_data = data;
+  if (tx->busy) {
+    return; /* the request in flight kicks the rest */
+  }
+  /* Never call back inside the call: a final fdatasync when the file is
+   * open (wanted anyway), else a cheap stat through the threadpool. */
+  if (tx->fd >= 0 && tx->err == 0 && al_list_empty(&tx->queue)) {
+    if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->busy = true;
+      return;
+    }
+  }
+  if (uv_fs_stat(tx->loop, &tx->req, "/", tx_close_deferred) == 0) {
+    tx->busy = true;
+    return;
+  }
+  tx_kick(tx);
+}
+
+/* ---- records ---------------------------------------------------------------- */
+
+al_blob_t *al__tx_record(const json_t *rec) {
+  size_t n = json_dumpb(rec, NULL, 0, JSON_COMPACT);
+  al_blob_t *b;
+
+  if (n == 0 || (b = al__blob_alloc(n + 1)) == NULL) {
+    return NULL;
+  }
+  if (json_dumpb(rec, b->data, n, JSON_COMPACT) != n) {
+    al__blob_unref(b);
+    return NULL;
+  }
+  b->data[n] = '\n';
+  return b;
+}
+
+al_blob_t *al__tx_commit_record(const char *kind, const char *message,
+                                size_t len) {
+  json_t *m = json_loadb(message, len, 0, NULL);
+  json_t *rec;
+  al_blob_t *b;
+
+  if (m == NULL) {
+    return NULL;
+  }
+  rec = json_pack("{s:s, s:o}", "rec", kind, "message", m);
+  if (rec == NULL) {
+    return NULL;
+  }
+  b = al__tx_record(rec);
+  json_decref(rec);
+  return b;
+}
+
+/* ---- loading ---------------------------------------------------------------- */
+
+typedef struct {
+  al_tx_loaded_t *out;
+  size_t max_event_bytes;
+  size_t event_bytes;
+  size_t cap;
+  size_t head; /* events[head..nevents) are live (a queue in an array) */
+} loader_t;
+
+static void note_bad(al_tx_loaded_t *l, size_t lineno, const char *what) {
+  l->bad_lines++;
+  if (l->why[0] == '\0') {
+    snprintf(l->why, sizeof(l->why), "line %zu: %s", lineno, what);
+  }
+}
+
+static int push_event(loader_t *ld, uint64_t seq, const char *p, size_t n) {
+  al_tx_loaded_t *l = ld->out;
+  al_blob_t *b;
+
+  /* Drop the oldest events while the new one does not fit. */
+  while (ld->head < l->nevents &&
+         ld->event_bytes + n + 1 > ld->max_event_bytes) {
+    ld->event_bytes -= l->events[ld->head].line->len;
+    al__blob_unref(l->events[ld->head].line);
+    l->events[ld->head].line = NULL;
+    ld->head++;
+  }
+  if (n + 1 > ld->max_event_bytes) {
+    return 0;
+  }
+  if (ld->head > 0 && ld->head * 2 >= l->nevents) {
+    memmove(l->events, l->events + ld->head,
+            (l->nevents - ld->head) * sizeof(*l->events));
+    l->nevents -= ld->head;
+    ld->head = 0;
+  }
+  if (l->nevents == ld->cap) {
+    size_t ncap = ld->cap != 0 ? ld->cap * 2 : 64;
+    al_tx_event_t *ne = al_realloc(l->events, ncap * sizeof(*ne));
+
+    if (ne == NULL) {
+      return AL_ENOMEM;
+    }
+    l->events = ne;
+    ld->cap = ncap;
+  }
+  if ((b = al__blob_alloc(n + 1)) == NULL) {
+    return AL_ENOMEM;
+  }
+  memcpy(b->data, p, n);
+  b->data[n] = '\n';
+  l->events[l->nevents].seq = seq;
+  l->events[l->nevents].line = b;
+  l->nevents++;
+  ld->event_bytes += n + 1;
+  return 0;
+}
+
+/* Replays one history record; false when it does not fit the history
+ * (counted as a bad line by the caller). */
+static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
+  al_history_t *h = &l->history;
+  const json_t *content = json_object_get(msg, "content");
+  size_t i;
+  const json_t *b;
+
+  if (!json_is_array(content)) {
+    return false;
+  }
+  if (strcmp(kind, "user") == 0) {
+    if (al__history_turn_open(h)) {
+      return false;
+    }
+    json_array_foreach(content, i, b) {
+      const char *t = json_string_value(json_object_get(b, "text"));
+
+      if (t != NULL && al__history_append_user_text(h, t) != 0) {
+        return false;
+      }
+    }
+    if (l->first_user_text == NULL) {
+      const char *t =
+          json_string_value(json_object_get(json_array_get(content, 0),
+                                            "text"));
+
+      l->first_user_text = t != NULL ? al_strdup(t) : NULL;
+    }
+    return true;
+  }
+  if (strcmp(kind, "assistant") == 0) {
+    return al__history_commit_assistant(h, msg) == 0;
+  }
+  if (strcmp(kind, "tool_results") == 0) {
+    if (!al__history_turn_open(h)) {
+      return false;
+    }
+    json_array_foreach(content, i, b) {
+      const char *id = json_string_value(json_object_get(b, "tool_use_id"));
+      const json_t *c = json_object_get(b, "content");
+
+      if (id == NULL) {
+        continue;
+      }
+      json_t *empty = c == NULL ? json_string("") : NULL;
+
+      /* A result the history refuses (unknown id, twice) is dropped; the
+       * turn is still closed below. */
+      al__history_add_tool_result(h, id, c != NULL ? c : empty,
+                                  json_is_true(json_object_get(b, "is_error")));
+      json_decref(empty);
+    }
+    if (al__history_pending(h) > 0) {
+      al__history_cancel_open(h, AL_TX_SYNTHETIC_TEXT);
+    } else {
+      al__history_close_turn(h);
+    }
+    return true;
+  }
+  return false;
+}
+
+static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
+  al_tx_loaded_t *l = ld->out;
+  json_error_t err;
+  json_t *o = json_loadb(p, n, 0, &err);
+  const json_t *rec;
+  const json_t *seq;
+  int rc = 0;
+
+  if (o == NULL || !json_is_object(o)) {
+    note_bad(l, lineno, o == NULL ? err.text : "not an object");
+    json_decref(o);
+    return 0;
+  }
+  rec = json_object_get(o, "rec");
+  seq = json_object_get(o, "seq");
+  if (json_is_string(rec)) {
+    const char *kind = json_string_value(rec);
+
+    if (strcmp(kind, "session") == 0) {
+      if (l->header == NULL) {
+        l->header = json_incref(o);
+      }
+    } else if (!replay(l, kind, json_object_get(o, "message"))) {
+      note_bad(l, lineno, "history record does not fit the history");
+      json_decref(o);
+      return 0;
+    }
+  } else if (json_is_string(json_object_get(o, "type")) &&
+             json_is_integer(seq) && json_integer_value(seq) > 0) {
+    uint64_t s = (uint64_t)json_integer_value(seq);
+
+    if (s > l->last_seq) {
+      l->last_seq = s;
+      rc = push_event(ld, s, p, n);
+    } else {
+      note_bad(l, lineno, "event seq out of order");
+    }
+  } else {
+    note_bad(l, lineno, "unknown record");
+    json_decref(o);
+    return 0;
+  }
+  l->records++;
+  json_decref(o);
+  return rc;
+}
+
+int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
+                    al_tx_loaded_t *out, size_t *good_len) {
+  loader_t ld;
+  size_t off = 0;
+  size_t lineno = 0;
+  int rc = 0;
+
+  memset(out, 0, sizeof(*out));
+  al__history_init(&out->history);
+  memset(&ld, 0, sizeof(ld));
+  ld.out = out;
+  ld.max_event_bytes = max_event_bytes;
+  while (off < n) {
+    const char *nl = memchr(p + off, '\n', n - off);
+    size_t len;
+
+    if (nl == NULL) {
+      /* No '\n': the record was being written. Torn. */
+      out->torn_tail = true;
+      break;
+    }
+    len = (size_t)(nl - (p + off));
+    lineno++;
+    if (len > 0 && (rc = load_line(&ld, p + off, len, lineno)) != 0) {
+      break;
+    }
+    off += len + 1;
+  }
+  if (good_len != NULL) {
+    *good_len = off;
+  }
+  /* Compact the event queue. */
+  if (ld.head > 0) {
+    memmove(out->events, out->events + ld.head,
+            (out->nevents - ld.head) * sizeof(*out->events));
+    out->nevents -= ld.head;
+  }
+  if (rc == 0 && al__history_turn_open(&out->history)) {
+    const json_t *m;
+
+    out->closed_tool_uses = al__history_pending(&out->history);
+    if (al__history_cancel_open(&out->history, AL_TX_SYNTHETIC_TEXT) != 0) {
+      rc = AL_ENOMEM;
+    } else {
+      m = al__history_to_json(&out->history);
+      out->synthetic = json_pack(
+          "{s:s, s:O, s:b}", "role", "user", "content",
+          json_object_get(json_array_get(m, json_array_size(m) - 1),
+                          "content"),
+          "synthetic", 1);
+    }
+  }
+  out->err = rc;
+  return rc;
+}
+
+int al__tx_load(const char *path, bool truncate, size_t max_event_bytes,
+                al_tx_loaded_t *out) {
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  char *buf = NULL;
+  size_t got = 0;
+  size_t good = 0;
+  int rc;
+
+  if (fd < 0) {
+    rc = -errno;
+    memset(out, 0, sizeof(*out));
+    al__history_init(&out->history);
+    out->err = rc;
+    return rc;
+  }
+  if (fstat(fd, &st) != 0) {
+    rc = -errno;
+    goto fail;
+  }
+  buf = al_malloc((size_t)st.st_size + 1);
+  if (buf == NULL) {
+    rc = AL_ENOMEM;
+    goto fail;
+  }
+  while (got < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r <= 0) {
+      break; /* shrank meanwhile: load what we have */
+    }
+    got += (size_t)r;
+  }
+  rc = al__tx_load_buf(buf, got, max_event_bytes, out, &good);
+  if (rc == 0 && out->torn_tail && truncate &&
+      ftruncate(fd, (off_t)good) != 0) {
+    rc = -errno;
+    out->err = rc;
+  }
+  al_free(buf);
+  close(fd);
+  return rc;
+fail:
+  close(fd);
+  memset(out, 0, sizeof(*out));
+  al__history_init(&out->history);
+  out->err = rc;
+  return rc;
+}
+
+void al__tx_loaded_free(al_tx_loaded_t *l) {
+  size_t i;
+
+  json_decref(l->header);
+  json_decref(l->synthetic);
+  al__history_free(&l->history);
+  al_free(l->first_user_text);
+  for (i = 0; i < l->nevents; i++) {
+    al__blob_unref(l->events[i].line);
+  }
+  al_free(l->events);
+  memset(l, 0, sizeof(*l));
+}

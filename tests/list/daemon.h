@@ -1,0 +1,13 @@
+/* daemon tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */
+TEST_ENTRY(daemon_protocol_roundtrip)
+TEST_ENTRY(daemon_hostile_lines)
+TEST_ENTRY(daemon_line_too_long)
+TEST_ENTRY(daemon_two_clients_approval)
+TEST_ENTRY(daemon_lagging_client)
+TEST_ENTRY(daemon_client_vanishes_mid_turn)
+TEST_ENTRY(daemon_state_lock)
+TEST_ENTRY(daemon_other_uid_refused)
+HELPER_ENTRY(daemon_peer_probe)
+TEST_ENTRY(transcript_cut_every_offset)
+TEST_ENTRY(transcript_bad_lines)
+TEST_ENTRY(daemon_sigkill_mid_tool_resume)

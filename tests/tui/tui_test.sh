@@ -1,0 +1,558 @@
+#!/usr/bin/env bash
+# The person's view: drives the real `agentloop` chat in a tmux pane
+# (send-keys, capture-pane) against the real agentloopd (started by the
+# front end itself, as for a person) and agentloop-mockllm on loopback.
+#
+#   tests/tui/tui_test.sh CASE BIN_DIR
+#
+# CASE: stream | tool | interrupt | approval | approval_forged | resume |
+#       unreachable | doctor | daemon_gone | two_clients
+#
+# Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
+# XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
+# transcripts and the input history are this test's own. Cleanup runs on
+# every exit: the tmux server, mockllm and the daemon (found by the socket
+# path in its command line, which only this test uses) are killed and the
+# temp dir removed. On failure the screen and the daemon log are printed.
+#
+# Synchronization: never a bare sleep - wait_for polls capture-pane every
+# 50 ms until the text appears, bounded by 15 s x AL_TEST_TIMEOUT_MULTIPLIER.
+set -euo pipefail
+
+CASE=${1:?case}
+BIN=$(cd "${2:?bin dir}" && pwd)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+MULT=${AL_TEST_TIMEOUT_MULTIPLIER:-1}
+TIMEOUT=$((15 * MULT))
+
+command -v tmux >/dev/null || { echo "tmux is not installed"; exit 1; }
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/al-tui.XXXXXX")
+TM=(tmux -u -L "al-tui-$$" -f /dev/null)
+MOCK_PID=
+
+daemon_pids() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd=$( { tr "\\0" " " <"$p/cmdline"; } 2>/dev/null) || continue
+    case $cmd in *agentloopd*"$W/"*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+cleanup() {
+  local rc=$? pids i
+  if [ "$rc" -ne 0 ]; then
+    echo "--- screen ---"
+    "${TM[@]}" capture-pane -p -J -t al 2>/dev/null | sed '/^[[:space:]]*$/d' || true
+    echo "--- agentloopd log ---"
+    tail -n 30 "$W/state/agentloop/agentloopd.log" 2>/dev/null || true
+  fi
+  "${TM[@]}" kill-server 2>/dev/null || true
+  [ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null || true
+  pids=$(daemon_pids)
+  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  # The daemon flushes and exits on SIGTERM; give it a bounded moment.
+  for i in $(seq 100); do
+    [ -z "$(daemon_pids)" ] && break
+    sleep 0.05
+  done
+  pids=$(daemon_pids)
+  [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
+  rm -rf "$W"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+mkdir -p "$W/home" "$W/run" "$W/state" "$W/config" "$W/work"
+chmod 700 "$W/run"
+export HOME="$W/home" XDG_RUNTIME_DIR="$W/run" XDG_STATE_HOME="$W/state"
+export XDG_CONFIG_HOME="$W/config" LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=xterm
+export ANTHROPIC_API_KEY=test-key-not-secret AGENTLOOP_PROVIDER=anthropic
+export AGENTLOOP_START_TIMEOUT_MS=$((4000 * MULT))
+unset AGENTLOOP_SOCKET NO_COLOR FORCE_COLOR AGENTLOOP_MODEL || true
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# Starts agentloop-mockllm on a free loopback port with scenario $1.
+start_mock() {
+  local i
+  "$BIN/agentloop-mockllm" --listen 127.0.0.1:0 --scenario "$1" \
+    --port-file "$W/port" --record "$W/requests.ndjson" -q >/dev/null 2>&1 &
+  MOCK_PID=$!
+  for i in $(seq $((100 * MULT))); do
+    [ -s "$W/port" ] && break
+    sleep 0.05
+  done
+  [ -s "$W/port" ] || fail "mockllm did not start"
+  export AGENTLOOP_BASE_URL="http://127.0.0.1:$(cat "$W/port")"
+}
+
+# Writes a scenario file and prints its path.
+scenario() {
+  cat >"$W/scenario.yaml"
+  echo "$W/scenario.yaml"
+}
+
+screen() { "${TM[@]}" capture-pane -p -J -t al; }
+
+# Polls the screen until it contains the fixed string $1.
+wait_for() {
+  local deadline=$((SECONDS + TIMEOUT))
+  while :; do
+    if screen | grep -qF -- "$1"; then
+      return 0
+    fi
+    [ "$SECONDS" -ge "$deadline" ] && fail "timed out waiting for: $1"
+    sleep 0.05
+  done
+}
+
+# Polls until the fixed string $1 is on the screen at least $2 times.
+wait_count() {
+  local deadline=$((SECONDS + TIMEOUT)) n
+  while :; do
+    n=$(screen | grep -cF -- "$1" || true)
+    [ "$n" -ge "$2" ] && return 0
+    [ "$SECONDS" -ge "$deadline" ] && fail "'$1' shown $n times, not $2"
+    sleep 0.05
+  done
+}
+
+# Polls until the last non-empty line of the screen is exactly $1.
+wait_last_line() {
+  local deadline=$((SECONDS + TIMEOUT)) last
+  while :; do
+    last=$(screen | sed 's/[[:space:]]*$//' | grep -v '^$' | tail -n 1 || true)
+    [ "$last" = "$1" ] && return 0
+    [ "$SECONDS" -ge "$deadline" ] && fail "last line is '$last', not '$1'"
+    sleep 0.05
+  done
+}
+
+# Runs a command in the tmux pane (in $W/work); when it exits the pane
+# shows "[exited N]" and stays.
+run_pane() {
+  local cmd
+  printf -v cmd '%q ' "$@"
+  if "${TM[@]}" has-session -t al 2>/dev/null; then
+    "${TM[@]}" respawn-pane -k -t al \
+      "cd $W/work && $cmd; echo \"[exited \$?]\"; exec sleep 3600"
+  else
+    "${TM[@]}" new-session -d -s al -x 110 -y 40 \
+      "cd $W/work && $cmd; echo \"[exited \$?]\"; exec sleep 3600"
+  fi
+}
+
+keys() { "${TM[@]}" send-keys -t al "$@"; }
+type_line() { keys -l -- "$1"; keys Enter; }
+
+# Waits for the chat's prompt to be back on the last line.
+wait_prompt() { wait_last_line ">"; }
+
+case_stream() {
+  # Paced: eight-byte pieces every 200 ms, so the first words are on
+  # screen seconds before the last ones arrive.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - delay_ms: 200
+    reply:
+      content:
+        - thinking: "Pondering the question."
+        - text: "First words arrive early. The answer is **forty-two**, as `expected`.\n\nLast words arrive late."
+          chunk_size: 8
+      usage: {input_tokens: 1200, output_tokens: 34}
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "what is the answer"
+  # Thinking streams dim (SGR 2) before the answer.
+  wait_for "Pondering the question."
+  "${TM[@]}" capture-pane -p -e -t al | grep -qF $'\e[2m\e[3mPondering' ||
+    "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[2;3mPondering' ||
+    fail "thinking is not dimmed"
+  wait_for "First words"
+  # Streamed: the end of the reply is not there yet.
+  if screen | grep -qF "arrive late."; then
+    fail "the whole reply appeared at once (not streamed)"
+  fi
+  wait_for "Last words arrive late."
+  # Markdown rendered: no literal ** or backticks left.
+  wait_for "The answer is forty-two, as expected."
+  screen | grep -qF '**' && fail "Markdown emphasis markers left on screen"
+  # The usage line after the run, then the prompt.
+  wait_for "1.2k in · 34 out · session 1.2k in · 34 out"
+  wait_prompt
+  # History persists across runs of the front end.
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # (libedit's file format escapes spaces as \040)
+  grep -qE 'what( |\\040)is' "$W/state/agentloop/history" ||
+    fail "history file lacks the line"
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  wait_prompt
+  keys Up
+  wait_last_line "> /quit"
+  keys Up
+  wait_last_line "> what is the answer"
+  keys C-u
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # NO_COLOR: the raw Markdown, untouched.
+  run_pane env NO_COLOR=1 "$BIN/agentloop"
+  wait_prompt
+  type_line "again without colour"
+  wait_for "thinking: Pondering the question."
+  wait_for "The answer is **forty-two**, as \`expected\`."
+  if "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[[0-9;]*m'; then
+    fail "colour codes with NO_COLOR"
+  fi
+  wait_prompt
+}
+
+case_tool() {
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - text: "Let me check."
+        - tool_use: {name: bash, input: {command: "echo tool-output-line; echo second-line"}, pieces: 3}
+  - reply:
+      content:
+        - text: "The tool printed two lines."
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  type_line "run the tool"
+  wait_for "Let me check."
+  # One line for the call with its arguments, then its outcome and the
+  # first lines of its output.
+  wait_for "✓ bash(echo tool-output-line; echo second-line)"
+  wait_for "⎿ tool-output-line"
+  wait_for "The tool printed two lines."
+  wait_prompt
+  # /last: the whole output of the last call.
+  type_line "/last"
+  wait_for "bash(echo tool-output-line; echo second-line):"
+  wait_prompt
+  # A line ending in a backslash continues the message.
+  type_line "first line \\"
+  wait_last_line "."
+  type_line "second line"
+  wait_count "The tool printed two lines." 2
+  wait_prompt
+  grep -qF '"first line \nsecond line"' "$W/requests.ndjson" ||
+    fail "the continued message was not sent as two lines"
+  # Ctrl-D on an empty line quits.
+  keys C-d
+  wait_for "[exited 0]"
+}
+
+case_daemon_gone() {
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply: {content: [{text: "hello"}]}
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  local pids
+  pids=$(daemon_pids)
+  [ -n "$pids" ] || fail "no daemon was started"
+  kill -9 $pids
+  wait_for "agentloop: lost the connection to agentloopd"
+  wait_for "[exited 69]"
+}
+
+case_interrupt() {
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - text: "Starting a long job."
+        - tool_use: {name: bash, input: {command: "sleep 30"}}
+  - reply:
+      content:
+        - text: "Back after the interrupt."
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  type_line "do the long job"
+  # The live line: spinner, the call and its elapsed time.
+  wait_for " bash(sleep 30)  0."
+  # ... and the elapsed time goes on.
+  wait_for " bash(sleep 30)  1."
+  keys C-c
+  wait_for "✗ bash(sleep 30)  interrupted"
+  wait_for "interrupted"
+  wait_prompt
+  # The sleep is gone: the daemon killed the tool's process group (the
+  # tool's environment has our HOME, which tells it from other sleeps).
+  local deadline=$((SECONDS + TIMEOUT)) left p
+  while :; do
+    left=
+    for p in /proc/[0-9]*; do
+      [ "$( { cat "$p/comm"; } 2>/dev/null)" = sleep ] || continue
+      { grep -qF "$W/home" "$p/environ"; } 2>/dev/null && left=${p#/proc/}
+    done
+    [ -z "$left" ] && break
+    [ "$SECONDS" -ge "$deadline" ] && fail "the interrupted tool still runs"
+    sleep 0.05
+  done
+  # The session goes on.
+  type_line "and now"
+  wait_for "Back after the interrupt."
+  wait_prompt
+  # Ctrl-C at the prompt clears the line; twice quits.
+  keys -l "half typed"
+  wait_last_line "> half typed"
+  keys C-c
+  wait_for "(Ctrl-C again to quit)"
+  wait_prompt
+  keys C-c
+  wait_for "[exited 0]"
+}
+
+case_approval() {
+  # `--ask-tool bash`: every bash call of the session waits for a key.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - tool_use: {name: bash, input: {command: "echo one"}}
+  - reply:
+      content:
+        - tool_use: {name: bash, input: {command: "echo two"}}
+  - reply:
+      content:
+        - tool_use: {name: bash, input: {command: "echo three"}}
+  - reply:
+      content:
+        - tool_use: {name: bash, input: {command: "echo four"}}
+  - reply:
+      content:
+        - text: "All done."
+EOF
+)"
+  run_pane "$BIN/agentloop" --ask-tool bash
+  wait_prompt
+  type_line "run four commands"
+  wait_for "? Allow bash(echo one)?  [y]es  [n]o  [a]lways this session"
+  keys y
+  wait_for "[a]lways this session allowed"
+  wait_for "⎿ one"
+  wait_for "? Allow bash(echo two)?"
+  keys n
+  wait_for "[a]lways this session denied"
+  wait_for "✗ bash(echo two)"
+  wait_for "? Allow bash(echo three)?"
+  keys a
+  wait_for "[a]lways this session always allowed"
+  wait_for "⎿ three"
+  # "always": the fourth call runs without asking.
+  wait_for "⎿ four"
+  wait_for "All done."
+  wait_prompt
+  [ "$(screen | grep -cF '? Allow')" -eq 3 ] || fail "asked more than 3 times"
+  grep -qF '"decision":"deny"' "$W/state/agentloop/sessions/"*.jsonl ||
+    fail "the denial is not in the transcript"
+}
+
+case_approval_forged() {
+  # A stand-in daemon (al_tests --helper tui_fake_daemon) whose reply tries
+  # to forge an approval prompt before asking a real one (RELIABILITY E5).
+  local sock="$W/fake.sock" i
+  "$BIN/tests/al_tests" --helper tui_fake_daemon "$sock" "$W/decisions" &
+  MOCK_PID=$!
+  for i in $(seq $((100 * MULT))); do
+    [ -S "$sock" ] && break
+    sleep 0.05
+  done
+  [ -S "$sock" ] || fail "the fake daemon did not listen"
+  export AGENTLOOP_SOCKET="$sock"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  type_line "go"
+  wait_for "Sure."
+  # A key typed before the real prompt exists must not answer it.
+  keys y
+  # The forged prompt is shown inert: its control characters are visible.
+  wait_for "Sure.^M^[[2K? Allow bash(rm -rf /)?"
+  wait_for "^[]52;c;aGk=^G"
+  wait_for "? Allow wipe_cache(build)?  [y]es  [n]o  [a]lways this session"
+  [ ! -s "$W/decisions" ] || fail "answered before the prompt: $(cat "$W/decisions")"
+  keys n
+  wait_for "[a]lways this session denied"
+  wait_for "Decision was: deny."
+  grep -qx "decision deny" "$W/decisions" || fail "decisions: $(cat "$W/decisions")"
+  [ "$(wc -l <"$W/decisions")" -eq 1 ] || fail "more than one decision"
+  wait_for "✗ wipe_cache(build)"
+  wait_prompt
+  # Allowed the second time, with the key alone (no Enter).
+  type_line "again"
+  wait_count "? Allow wipe_cache(build)?" 2
+  keys a
+  wait_for "Decision was: always."
+  wait_for "✓ wipe_cache(build)"
+  wait_prompt
+}
+
+case_resume() {
+  start_mock "$(scenario <<'EOF'
+on_exhausted: repeat_last
+responses:
+  - reply:
+      content:
+        - text: "Remember the number seven."
+  - reply:
+      content:
+        - text: "A fresh answer."
+EOF
+)"
+  local first second
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  [ -n "$first" ] || fail "no session id on screen"
+  type_line "tell me a number"
+  wait_for "Remember the number seven."
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # A new chat starts a new session; /resume brings the first one back,
+  # its conversation replayed.
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  second=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  [ "$first" != "$second" ] || fail "the new chat reused the session"
+  screen | grep -qF "Remember the number seven." &&
+    fail "a new session shows the old conversation"
+  wait_prompt
+  type_line "/sessions"
+  wait_for "$first"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_for "Remember the number seven."
+  wait_prompt
+  type_line "and another"
+  wait_for "A fresh answer."
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # `agentloop sessions --json` lists both; `agentloop resume` (no ID)
+  # continues the most recently used one - the first, just resumed.
+  "$BIN/agentloop" sessions --json | grep -qF "\"$first\"" ||
+    fail "sessions --json lacks $first"
+  "$BIN/agentloop" sessions | grep -qF "$second" || fail "sessions lacks $second"
+  run_pane "$BIN/agentloop" resume
+  wait_for "resumed session $first"
+  wait_for "A fresh answer."
+  wait_prompt
+}
+
+case_two_clients() {
+  # Two chats on one session: what one starts, the other watches; an
+  # approval answered in one disappears from the other.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - text: "Watched by two."
+        - tool_use: {name: bash, input: {command: "echo shared"}}
+  - reply:
+      content:
+        - text: "Both saw it."
+EOF
+)"
+  local id
+  run_pane "$BIN/agentloop" --ask-tool bash
+  wait_for "/help for commands"
+  id=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  "${TM[@]}" new-session -d -s al2 -x 110 -y 40 \
+    "cd $W/work && $BIN/agentloop resume $id; echo \"[exited \$?]\"; exec sleep 3600"
+  local deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "resumed session $id"; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the second chat did not attach"
+    sleep 0.05
+  done
+  type_line "talk to both"
+  wait_for "? Allow bash(echo shared)?"
+  deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "? Allow bash(echo shared)?"; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the watcher was not asked"
+    sleep 0.05
+  done
+  "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "Watched by two." ||
+    fail "the watcher did not see the text"
+  keys y
+  wait_for "Both saw it."
+  deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "Both saw it."; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the watcher did not see the end"
+    sleep 0.05
+  done
+  "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "allow (answered elsewhere)" ||
+    { "${TM[@]}" capture-pane -p -J -t al2 | sed "/^ *$/d"; fail "the watcher's question was not withdrawn"; }
+  # The watcher has its prompt back too.
+  [ "$("${TM[@]}" capture-pane -p -J -t al2 | sed 's/[[:space:]]*$//' |
+      grep -v '^$' | tail -n 1)" = ">" ] || fail "no prompt in the watcher"
+}
+
+case_unreachable() {
+  # No agentloopd next to the binary or on PATH: exit 69 and a message.
+  mkdir -p "$W/bin"
+  cp "$BIN/agentloop" "$W/bin/agentloop"
+  local out rc=0
+  out=$(PATH=/usr/bin:/bin "$W/bin/agentloop" sessions 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" -eq 69 ] || fail "exit $rc, not 69"
+  grep -qF "cannot reach agentloopd" <<<"$out" || fail "no clear message"
+  grep -qF "agentloopd was not found" <<<"$out" || fail "no reason"
+  # A socket directory the daemon cannot use: the same.
+  rc=0
+  out=$(AGENTLOOP_SOCKET="$W/missing/dir/x.sock" "$BIN/agentloop" sessions 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" -eq 69 ] || fail "exit $rc, not 69"
+  grep -qF "cannot reach agentloopd" <<<"$out" || fail "no clear message"
+}
+
+case_doctor() {
+  # A fresh machine: no daemon yet (doctor starts it), no API key. Every
+  # check passes or warns; the exit code is 0.
+  unset ANTHROPIC_API_KEY AGENTLOOP_BASE_URL
+  local out rc=0
+  out=$("$BIN/agentloop" doctor --no-color 2>&1) || rc=$?
+  echo "$out"
+  [ "$rc" -eq 0 ] || fail "doctor exited $rc"
+  grep -q "^✓ CA bundle" <<<"$out" || fail "CA bundle line"
+  grep -q "^! API key .*ANTHROPIC_API_KEY not set" <<<"$out" || fail "key line"
+  grep -q "^✓ proxy" <<<"$out" || fail "proxy line"
+  grep -q "^✓ socket dir *$W/run/agentloop" <<<"$out" || fail "socket line"
+  grep -q "^✓ daemon .*started" <<<"$out" || fail "daemon line"
+  # Now it runs: the second doctor finds it.
+  out=$("$BIN/agentloop" doctor --no-color 2>&1) || fail "second doctor"
+  grep -q "^✓ daemon .*running" <<<"$out" || fail "daemon running line"
+  if grep -qF "test-key" <<<"$out"; then fail "a secret was printed"; fi
+  # A key shows its length only; a proxy URL loses its password.
+  out=$(ANTHROPIC_API_KEY=sk-secret-canary \
+    https_proxy=http://user:pw-canary@proxy.test:3128 \
+    "$BIN/agentloop" doctor --no-color 2>&1) || true
+  echo "$out"
+  grep -q "^✓ API key .*ANTHROPIC_API_KEY set (16 characters" <<<"$out" ||
+    fail "key line"
+  grep -qF "https_proxy=http://***@proxy.test:3128" <<<"$out" ||
+    fail "proxy line"
+  if grep -qE "canary" <<<"$out"; then fail "a secret was printed"; fi
+}
+
+"case_$CASE"
+echo "PASS: $CASE"

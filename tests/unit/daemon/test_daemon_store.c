@@ -1,0 +1,421 @@
+/* Durable sessions (RELIABILITY F): transcripts cut at every byte offset,
+ * bad and torn lines, the writer's modes, and a daemon killed with
+ * SIGKILL in the middle of a tool call whose session resumes and sends a
+ * request the mock's validator accepts. */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtest.h"
+#include "session/session.h"
+
+static const char rich_yaml[] =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - thinking: \"think \xc3\xa9\xe2\x9c\x93 first\"\n"
+    "          chunks: 2\n"
+    "        - text: \"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 "
+    "line\\u2028sep\"\n"
+    "          chunks: 4\n"
+    "        - tool_use: {id: toolu_s1, name: bash, input: {command: \"printf "
+    "'h\xc3\xa9llo\\\\n'\"}, pieces: 2}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: \"all done \xe2\x9c\x93\"\n"
+    "          chunks: 3\n";
+
+static char *make_transcript(size_t *len, char *sid_out, size_t sid_len) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char p[256];
+  char path[400];
+  char *buf;
+
+  dt_init(&t, rich_yaml);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"system\":\"be brief\"}", t.work);
+  dt_create(&c, p, sid_out, sid_len);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid_out);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p),
+           "{\"session\":\"%s\",\"input\":\"go \xc3\xa9\xe2\x9c\x93\"}",
+           sid_out);
+  dt_call(&c, 4, "turn/send", p);
+  dt_wait_event(&c, "final", 0);
+  dt_assert_valid(&t);
+  al__daemon_shutdown(t.d);
+  while (!t.exited) {
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, sid_out);
+  buf = al_test_read_file(path, len);
+  ASSERT_NOT_NULL(buf);
+  {
+    struct stat st;
+    char dir[400];
+
+    /* Files 0600, directories 0700 (F7). */
+    ASSERT_EQ(stat(path, &st), 0);
+    ASSERT_EQ(st.st_mode & 0777, 0600);
+    snprintf(dir, sizeof(dir), "%s/sessions", t.state);
+    ASSERT_EQ(stat(dir, &st), 0);
+    ASSERT_EQ(st.st_mode & 0777, 0700);
+    ASSERT_EQ(stat(t.state, &st), 0);
+    ASSERT_EQ(st.st_mode & 0777, 0700);
+  }
+  dt_finish(&t, cl, 1);
+  return buf;
+}
+
+static size_t count_lines(const char *p, size_t n) {
+  size_t i, k = 0;
+
+  for (i = 0; i < n; i++) {
+    k += p[i] == '\n';
+  }
+  return k;
+}
+
+static void check_loaded(const al_tx_loaded_t *l, const char *buf, size_t off) {
+  size_t lines = count_lines(buf, off);
+  char why[256];
+
+  ASSERT_EQ(l->err, 0);
+  ASSERT_EQ(l->bad_lines, 0);
+  ASSERT_EQ(l->records, lines);
+  ASSERT_EQ(l->torn_tail, off > 0 && buf[off - 1] != '\n');
+  /* Whatever was cut, the history is sendable (an open tool turn is
+   * closed with synthetic results). */
+  if (al__history_count(&l->history) > 0) {
+    if (al__history_validate(&l->history, why, sizeof(why)) != 0) {
+      AL_TEST_FAIL("offset %zu: history invalid: %s", off, why);
+    }
+  }
+  ASSERT(!al__history_turn_open(&l->history));
+}
+
+/* F1: every byte offset of the whole transcript loads exactly the records
+ * fully written; the last record's offsets also go through the file path:
+ * the torn tail is cut off and the next append reads back. */
+TEST_IMPL(transcript_cut_every_offset) {
+  char sid[64];
+  size_t len;
+  char *buf = make_transcript(&len, sid, sizeof(sid));
+  size_t off;
+  size_t last_start;
+  size_t nrec = count_lines(buf, len);
+  char dir[] = "/tmp/al-tx-XXXXXX";
+  char path[128];
+  static const char extra[] =
+      "{\"rec\":\"user\",\"message\":{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"text\",\"text\":\"after the cut \xc3\xa9\"}]}}\n";
+  size_t checked = 0;
+
+  ASSERT_GE(nrec, 20);
+  ASSERT_EQ(buf[len - 1], '\n');
+  for (off = 0; off <= len; off++) {
+    al_tx_loaded_t l;
+    size_t good;
+
+    ASSERT_EQ(al__tx_load_buf(buf, off, 1 << 20, &l, &good), 0);
+    check_loaded(&l, buf, off);
+    {
+      const char *nl = off > 0 ? memrchr(buf, '\n', off) : NULL;
+
+      ASSERT_EQ(good, nl != NULL ? (size_t)(nl - buf) + 1 : 0);
+    }
+    al__tx_loaded_free(&l);
+    checked++;
+  }
+  /* The last record, through the file, with truncation and an append. */
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/s.jsonl", dir);
+  last_start = (size_t)((const char *)memrchr(buf, '\n', len - 1) - buf) + 1;
+  for (off = last_start; off <= len; off++) {
+    al_tx_loaded_t l;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    struct stat st;
+
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, buf, off), (ssize_t)off);
+    close(fd);
+    ASSERT_EQ(al__tx_load(path, true, 1 << 20, &l), 0);
+    check_loaded(&l, buf, off);
+    al__tx_loaded_free(&l);
+    ASSERT_EQ(stat(path, &st), 0);
+    ASSERT_EQ((size_t)st.st_size, off == len ? len : last_start);
+    fd = open(path, O_WRONLY | O_APPEND);
+    ASSERT_EQ(write(fd, extra, sizeof(extra) - 1), (ssize_t)sizeof(extra) - 1);
+    close(fd);
+    ASSERT_EQ(al__tx_load(path, true, 1 << 20, &l), 0);
+    ASSERT_EQ(l.bad_lines, 0);
+    ASSERT_EQ(l.records, count_lines(buf, off == len ? len : last_start) + 1);
+    ASSERT(!l.torn_tail);
+    al__tx_loaded_free(&l);
+  }
+  fprintf(stderr, "checked %zu whole-file offsets, %zu last-record offsets "
+                  "(%zu records)\n", checked, len - last_start + 1, nrec);
+  dt_rmtree(dir);
+  free(buf);
+  return 0;
+}
+
+/* F2: a bad line mid-file is skipped and counted, later lines are kept; a
+ * NUL run at the tail is torn; a history record that does not fit is
+ * skipped, not fatal. */
+TEST_IMPL(transcript_bad_lines) {
+  char sid[64];
+  size_t len;
+  char *buf = make_transcript(&len, sid, sizeof(sid));
+  char *mid = memchr(buf, '\n', len); /* after the header */
+  size_t head = (size_t)(mid - buf) + 1;
+  al_buf_t b;
+  al_tx_loaded_t good, l;
+  static const char nul[8] = {0};
+
+  ASSERT_EQ(al__tx_load_buf(buf, len, 1 << 20, &good, NULL), 0);
+  al_buf_init(&b, 1 << 24);
+  ASSERT_EQ(al_buf_append(&b, buf, head), 0);
+  ASSERT_EQ(al_buf_append_str(&b, "garbage {{{\n"), 0);
+  ASSERT_EQ(al_buf_append(&b, nul, sizeof(nul)), 0);
+  ASSERT_EQ(al_buf_append_str(&b, "\n"), 0);
+  ASSERT_EQ(al_buf_append_str(&b, "{\"rec\":\"tool_results\",\"message\":{"
+                                   "\"role\":\"user\",\"content\":[]}}\n"),
+            0);
+  ASSERT_EQ(al_buf_append_str(&b, "[1,2,3]\n"), 0);
+  ASSERT_EQ(al_buf_append(&b, buf + head, len - head), 0);
+  ASSERT_EQ(al_buf_append(&b, nul, sizeof(nul)), 0); /* torn NUL tail */
+  ASSERT_EQ(al__tx_load_buf(b.data, b.len, 1 << 20, &l, NULL), 0);
+  ASSERT_EQ(l.bad_lines, 4);
+  ASSERT(l.torn_tail);
+  ASSERT_EQ(l.records, good.records);
+  ASSERT_EQ(l.nevents, good.nevents);
+  ASSERT_EQ(l.last_seq, good.last_seq);
+  ASSERT_EQ(al__history_count(&l.history), al__history_count(&good.history));
+  ASSERT_NOT_NULL(strstr(l.why, "line 2"));
+  al__tx_loaded_free(&l);
+  al__tx_loaded_free(&good);
+  al_buf_free(&b);
+  free(buf);
+  return 0;
+}
+
+/* ---- SIGKILL mid-tool --------------------------------------------------- */
+
+static int child_exit = -1;
+static int child_sig = -1;
+
+static void on_child(uv_process_t *p, int64_t status, int sig) {
+  child_exit = (int)status;
+  child_sig = sig;
+  uv_close((uv_handle_t *)p, NULL);
+}
+
+static void spawn_daemon(dt_t *t, uv_process_t *p, char **env) {
+  char exe[600];
+  char *args[9];
+  uv_process_options_t po;
+
+  snprintf(exe, sizeof(exe), "%s/agentloopd", AL_BINARY_DIR);
+  args[0] = exe;
+  args[1] = "--foreground";
+  args[2] = "--socket";
+  args[3] = t->sock;
+  args[4] = "--state-dir";
+  args[5] = t->state;
+  args[6] = "--log-level";
+  args[7] = "warn";
+  args[8] = NULL;
+  memset(&po, 0, sizeof(po));
+  po.file = exe;
+  po.args = args;
+  po.env = env;
+  po.exit_cb = on_child;
+  child_exit = child_sig = -1;
+  ASSERT_EQ(uv_spawn(&t->loop, p, &po), 0);
+}
+
+static void tick(uv_timer_t *tm) { (void)tm; }
+
+/* Runs the loop (with a 5 ms ticker) until cond(data) holds. */
+static bool tm_closed;
+
+static void on_tm_closed(uv_handle_t *h) {
+  (void)h;
+  tm_closed = true;
+}
+
+static void run_until(dt_t *t, bool (*cond)(void *), void *data) {
+  uv_timer_t tm;
+
+  uv_timer_init(&t->loop, &tm);
+  uv_timer_start(&tm, tick, 5, 5);
+  while (!cond(data)) {
+    uv_run(&t->loop, UV_RUN_ONCE);
+  }
+  tm_closed = false;
+  uv_close((uv_handle_t *)&tm, on_tm_closed);
+  while (!tm_closed) {
+    uv_run(&t->loop, UV_RUN_ONCE);
+  }
+}
+
+static bool sock_exists(void *data) {
+  struct stat st;
+
+  return stat((const char *)data, &st) == 0;
+}
+
+static const char *g_tx_path;
+
+static bool tx_has_assistant(void *data) {
+  size_t n;
+  char *b = al_test_read_file(g_tx_path, &n);
+  bool ok = b != NULL && strstr(b, "{\"rec\":\"assistant\"") != NULL;
+
+  (void)data;
+  free(b);
+  return ok;
+}
+
+static bool child_gone(void *data) {
+  (void)data;
+  return child_exit >= 0;
+}
+
+TEST_IMPL(daemon_sigkill_mid_tool_resume) {
+  dt_t t;
+  dt_client_t c, c2;
+  dt_client_t *cl[] = {&c, &c2};
+  uv_process_t proc, proc2;
+  char p[512];
+  char sid[64];
+  char txp[400];
+  char envs[4][256];
+  char *env[5];
+  json_t *r;
+  json_t *rec;
+  size_t i, n;
+
+  dt_init(&t, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"running it\"\n"
+              "        - tool_use: {id: toolu_k1, name: bash, input: "
+              "{command: \"sleep 3; echo late\"}}\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"recovered\"\n");
+  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
+  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
+  snprintf(envs[2], sizeof(envs[2]), "AGENTLOOP_MODEL=mock-model");
+  snprintf(envs[3], sizeof(envs[3]), "PATH=/usr/bin:/bin");
+  for (i = 0; i < 4; i++) {
+    env[i] = envs[i];
+  }
+  env[4] = NULL;
+  spawn_daemon(&t, &proc, env);
+  run_until(&t, sock_exists, t.sock);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"run the tool\"}",
+           sid);
+  dt_call(&c, 4, "turn/send", p);
+  dt_wait_event(&c, "tool_use_started", 0);
+  snprintf(txp, sizeof(txp), "%s/sessions/%s.jsonl", t.state, sid);
+  g_tx_path = txp;
+  run_until(&t, tx_has_assistant, NULL);
+  /* The tool is running and its tool_use is on disk: kill -9. */
+  ASSERT_EQ(uv_process_kill(&proc, SIGKILL), 0);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_sig, SIGKILL);
+  dt_wait_eof(&c);
+  /* A new daemon replaces the stale socket, finds the session, resumes
+   * it with the interrupted call closed. */
+  unlink(t.sock);
+  spawn_daemon(&t, &proc2, env);
+  run_until(&t, sock_exists, t.sock);
+  dt_connect(&t, &c2);
+  dt_init_client(&c2);
+  r = dt_call(&c2, 5, "session/list", NULL);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(json_object_get(json_object_get(r, "result"),
+                                                   "sessions"),
+                                   0),
+                    "session")),
+                sid);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(&c2, 6, "session/resume", p);
+  rec = json_object_get(json_object_get(r, "result"), "recovered");
+  if (rec == NULL) {
+    AL_TEST_FAIL("resume failed: %s", json_dumps(r, 0));
+  }
+  ASSERT_EQ(json_integer_value(json_object_get(rec, "closed_tool_uses")), 1);
+  ASSERT_EQ(json_integer_value(json_object_get(rec, "bad_lines")), 0);
+  ASSERT_EQ(json_integer_value(json_object_get(json_object_get(r, "result"),
+                                               "messages")),
+            3);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"since_seq\":0}", sid);
+  r = dt_call(&c2, 7, "session/subscribe", p);
+  ASSERT_EQ(json_integer_value(json_object_get(json_object_get(r, "result"),
+                                               "replay_from")),
+            1);
+  /* Wait for the whole replay (up to next_seq - 1) before the new run. */
+  {
+    json_int_t last = json_integer_value(json_object_get(
+                          json_object_get(r, "result"), "next_seq")) - 1;
+    bool seen = false;
+
+    while (!seen) {
+      for (i = 0; i < json_array_size(c2.msgs) && !seen; i++) {
+        json_t *pp = json_object_get(json_array_get(c2.msgs, i), "params");
+
+        seen = dt_ev_type(&c2, i)[0] != '\0' &&
+               json_integer_value(json_object_get(pp, "seq")) == last;
+      }
+      if (!seen) {
+        uv_run(&t.loop, UV_RUN_ONCE);
+      }
+    }
+  }
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"and now?\"}", sid);
+  n = json_array_size(c2.msgs);
+  dt_call(&c2, 8, "turn/send", p);
+  i = dt_wait_event(&c2, "final", n);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(json_array_get(c2.msgs, i), "params"),
+                    "text")),
+                "recovered");
+  /* The resumed run's seqs continue the transcript's. */
+  {
+    size_t k = dt_wait_event(&c2, "run_started", n);
+    json_t *ev = json_object_get(json_array_get(c2.msgs, k), "params");
+
+    ASSERT_GE(json_integer_value(json_object_get(ev, "seq")), 5);
+  }
+  /* o3: both requests passed the validator; the second carries the
+   * synthetic result for the killed call. */
+  ASSERT_EQ(al_mockllm_record_count(t.mock), 2);
+  dt_assert_valid(&t);
+  {
+    char *body = json_dumps(al_mockllm_record_get(t.mock, 1)->body, 0);
+
+    ASSERT_NOT_NULL(strstr(body, AL_TX_SYNTHETIC_TEXT));
+    free(body);
+  }
+  r = dt_call(&c2, 9, "shutdown", NULL);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  dt_wait_eof(&c2);
+  dt_finish(&t, cl, 2);
+  return 0;
+}
