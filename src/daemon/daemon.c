@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -796,11 +797,13 @@ static void session_close(session_t *s) {
   }
   s->closing = true;
   s->d->pending++;
+  /* Cancel first: the run's interrupted event reaches the watchers and
+   * the transcript before they are told the session closed. */
+  if (s->agent != NULL && al_agent_running(s->agent)) {
+    al_agent_cancel(s->agent);
+  }
   session_unsubscribe_all(s, "shutdown");
   if (s->agent != NULL) {
-    if (al_agent_running(s->agent)) {
-      al_agent_cancel(s->agent);
-    }
     al_agent_close(s->agent, on_session_agent_closed);
   } else {
     s->agent_closed = true;
@@ -2184,16 +2187,36 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   }
   uv_pipe_init(loop, &d->server, 0);
   d->server.data = d;
-  unlink(d->socket_path);
-  /* 0600 from creation: no window in which the socket is wider. */
-  old = umask(0177);
-  rc = uv_pipe_bind(&d->server, d->socket_path);
-  umask(old);
-  if (rc == 0 && o->open_socket) {
-    chmod(d->socket_path, 0666);
-  }
-  if (rc == 0) {
-    rc = uv_listen((uv_stream_t *)&d->server, 128, on_connection);
+  /* Bound under a temporary name and renamed into place once listening,
+   * so a client never finds a socket that refuses connections. 0600 from
+   * creation: no window in which the socket is wider. */
+  {
+    char tmp[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int tn = snprintf(tmp, sizeof(tmp), "%s.%d", d->socket_path,
+                      (int)getpid());
+    const char *bindp =
+        tn > 0 && (size_t)tn < sizeof(tmp) ? tmp : d->socket_path;
+
+    unlink(bindp);
+    if (bindp == d->socket_path) {
+      unlink(d->socket_path);
+    }
+    old = umask(0177);
+    rc = uv_pipe_bind(&d->server, bindp);
+    umask(old);
+    if (rc == 0 && o->open_socket) {
+      chmod(bindp, 0666);
+    }
+    if (rc == 0) {
+      rc = uv_listen((uv_stream_t *)&d->server, 128, on_connection);
+    }
+    if (rc == 0 && bindp != d->socket_path &&
+        rename(bindp, d->socket_path) != 0) {
+      rc = -errno;
+    }
+    if (rc != 0 && bindp != d->socket_path) {
+      unlink(bindp);
+    }
   }
   if (rc != 0) {
     snprintf(why, why_len, "cannot listen on %s: %s", d->socket_path,

@@ -685,3 +685,122 @@ HELPER_IMPL(daemon_peer_probe) {
   close(fd);
   return total == 0 ? 0 : 3;
 }
+
+/* The socket path: $AGENTLOOP_SOCKET wins, then $XDG_RUNTIME_DIR, then
+ * /tmp/agentloop-$UID; the directory must be ours, 0700, not a symlink
+ * (F8, G1); a path past sun_path is refused, never truncated (G8). */
+TEST_IMPL(rpc_socket_path_rules) {
+  char root[] = "/tmp/al-sp-XXXXXX";
+  char buf[256];
+  char d[300];
+  char l[300];
+  char why[256];
+  char longp[300];
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  setenv("AGENTLOOP_SOCKET", "", 1);
+  setenv("XDG_RUNTIME_DIR", root, 1);
+  ASSERT_EQ(al__rpc_socket_path(buf, sizeof(buf), true, why, sizeof(why)), 0);
+  snprintf(d, sizeof(d), "%s/agentloop/agentloopd.sock", root);
+  ASSERT_STR_EQ(buf, d);
+  /* Relative XDG_RUNTIME_DIR is ignored: the /tmp fallback. */
+  setenv("XDG_RUNTIME_DIR", "relative", 1);
+  al__rpc_socket_path(buf, sizeof(buf), false, why, sizeof(why));
+  snprintf(d, sizeof(d), "/tmp/agentloop-%lu/", (unsigned long)geteuid());
+  ASSERT_EQ(strncmp(buf, d, strlen(d)), 0);
+  /* An explicit socket wins. */
+  snprintf(d, sizeof(d), "%s/agentloop/x.sock", root);
+  setenv("AGENTLOOP_SOCKET", d, 1);
+  ASSERT_EQ(al__rpc_socket_path(buf, sizeof(buf), false, why, sizeof(why)), 0);
+  ASSERT_STR_EQ(buf, d);
+  unsetenv("AGENTLOOP_SOCKET");
+  /* Directory rules. */
+  snprintf(d, sizeof(d), "%s/open", root);
+  ASSERT_EQ(mkdir(d, 0755), 0);
+  ASSERT_EQ(chmod(d, 0755), 0);
+  ASSERT_EQ(al__rpc_dir_check(d, false, why, sizeof(why)), UV_EPERM);
+  ASSERT_NOT_NULL(strstr(why, "other users"));
+  snprintf(l, sizeof(l), "%s/link", root);
+  ASSERT_EQ(chmod(d, 0700), 0);
+  ASSERT_EQ(symlink(d, l), 0);
+  ASSERT_EQ(al__rpc_dir_check(l, true, why, sizeof(why)), UV_EPERM);
+  ASSERT_NOT_NULL(strstr(why, "symlink"));
+  ASSERT_EQ(al__rpc_dir_check(d, false, why, sizeof(why)), 0);
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(d, 65534, 65534), 0);
+    ASSERT_EQ(al__rpc_dir_check(d, false, why, sizeof(why)), UV_EPERM);
+    ASSERT_NOT_NULL(strstr(why, "another user"));
+  }
+  /* Too long for sun_path. */
+  memset(longp, 'a', sizeof(longp));
+  longp[0] = '/';
+  longp[150] = '\0';
+  ASSERT_EQ(al__rpc_socket_path_check(longp, why, sizeof(why)),
+            UV_ENAMETOOLONG);
+  dt_rmtree(root);
+  return 0;
+}
+
+/* The framer: lines split anywhere, CRLF, a line over the limit reported
+ * once and skipped without being held. */
+typedef struct {
+  int lines;
+  int too_long;
+  char last[64];
+} fr_t;
+
+static bool fr_cb(al_rpc_framer_t *f, const char *line, size_t len,
+                  bool too_long, void *data) {
+  fr_t *r = data;
+
+  if (too_long) {
+    r->too_long++;
+  } else {
+    r->lines++;
+    snprintf(r->last, sizeof(r->last), "%.*s", (int)len, line);
+  }
+  return true;
+}
+
+TEST_IMPL(rpc_framer_splits_and_limits) {
+  static const char in[] = "one\r\ntwo\n\nthree-is-longer-than-ten\nfour\n";
+  size_t cut;
+
+  for (cut = 0; cut <= sizeof(in) - 1; cut++) {
+    al_rpc_framer_t f;
+    fr_t r;
+
+    memset(&r, 0, sizeof(r));
+    al_rpc_framer_init(&f, 10);
+    ASSERT_EQ(al_rpc_framer_feed(&f, in, cut, fr_cb, &r), 0);
+    ASSERT_EQ(al_rpc_framer_feed(&f, in + cut, sizeof(in) - 1 - cut, fr_cb,
+                                 &r),
+              0);
+    ASSERT_EQ(r.lines, 4); /* one, two, "", four */
+    ASSERT_EQ(r.too_long, 1);
+    ASSERT_STR_EQ(r.last, "four");
+    ASSERT_LE(al_rpc_framer_pending(&f), 10);
+    al_rpc_framer_free(&f);
+  }
+  return 0;
+}
+
+/* --idle-exit: no client and no run for the idle time -> the daemon shuts
+ * itself down. */
+TEST_IMPL(daemon_idle_exit) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+
+  dt_init(&t, NULL);
+  t.o.idle_exit_ms = 30;
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  dt_close(&c);
+  while (!t.exited) {
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  dt_finish(&t, cl, 1);
+  return 0;
+}

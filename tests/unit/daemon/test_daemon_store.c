@@ -419,3 +419,62 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
   dt_finish(&t, cl, 2);
   return 0;
 }
+
+/* SIGTERM mid-tool: the run is cancelled (interrupted reaches the client
+ * and the transcript), the client gets session/closed then EOF, the
+ * socket is removed and the process exits 0. */
+TEST_IMPL(daemon_sigterm_exits_clean) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  char p[512];
+  char sid[64];
+  char envs[3][256];
+  char *env[4];
+  char txp[400];
+  char *tx;
+  size_t n;
+  struct stat st;
+
+  dt_init(&t, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: toolu_t1, name: bash, input: "
+              "{command: \"sleep 3\"}}\n");
+  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
+  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
+  snprintf(envs[2], sizeof(envs[2]), "PATH=/usr/bin:/bin");
+  env[0] = envs[0];
+  env[1] = envs[1];
+  env[2] = envs[2];
+  env[3] = NULL;
+  spawn_daemon(&t, &proc, env);
+  run_until(&t, sock_exists, t.sock);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"wait\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  dt_wait_event(&c, "tool_use_started", 0);
+  ASSERT_EQ(uv_process_kill(&proc, SIGTERM), 0);
+  dt_wait_event(&c, "interrupted", 0);
+  dt_wait_notification(&c, "session/closed", 0);
+  dt_wait_eof(&c);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  ASSERT_EQ(child_sig, 0);
+  ASSERT_NE(lstat(t.sock, &st), 0);
+  snprintf(txp, sizeof(txp), "%s/sessions/%s.jsonl", t.state, sid);
+  tx = al_test_read_file(txp, &n);
+  ASSERT_NOT_NULL(tx);
+  ASSERT_NOT_NULL(strstr(tx, "\"type\":\"interrupted\""));
+  ASSERT_NOT_NULL(strstr(tx, "{\"rec\":\"tool_results\""));
+  ASSERT_EQ(tx[n - 1], '\n');
+  free(tx);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
