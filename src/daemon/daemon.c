@@ -681,8 +681,8 @@ static al_permission_t on_permission(al_agent_t *agent, const char *tool,
 
 /* Creates the session's agent (and transcript writer) from its settings.
  * first_seq continues a resumed transcript's numbering. */
-static int session_start(session_t *s, uint64_t first_seq, char *why,
-                         size_t why_len) {
+static int session_start(session_t *s, uint64_t first_seq,
+                         uint64_t first_run, char *why, size_t why_len) {
   al_daemon_t *d = s->d;
   al_agent_options_t ao;
   char *path;
@@ -704,6 +704,7 @@ static int session_start(session_t *s, uint64_t first_seq, char *why,
   ao.permission_data = s;
   ao.session_id = s->id;
   ao.first_seq = first_seq;
+  ao.first_run = first_run;
   ao.on_commit = on_commit;
   ao.commit_data = s;
   ao.retry_base_ms = d->o.retry_base_ms;
@@ -1001,7 +1002,7 @@ static void m_session_create(const call_t *k) {
   }
   s->created_ms = s->updated_ms = wall_ms();
   why[0] = '\0';
-  if (session_start(s, 1, why, sizeof(why)) != 0) {
+  if (session_start(s, 1, 1, why, sizeof(why)) != 0) {
     int code = strstr(why, "agent") != NULL ? AL_RPC_INVALID_PARAMS
                                            : AL_RPC_INTERNAL_ERROR;
 
@@ -1424,7 +1425,7 @@ static void load_done(uv_work_t *w, int status) {
       al_log(AL_LOG_WARN, "session %s: %zu bad transcript line(s) skipped "
                           "(first: %s)", s->id, l->bad_lines, l->why);
     }
-    rc = session_start(s, l->last_seq + 1, why, sizeof(why));
+    rc = session_start(s, l->last_seq + 1, l->last_run + 1, why, sizeof(why));
   }
   if (rc == 0 && !s->closing) {
     /* The system prompt comes from the session settings (options). */

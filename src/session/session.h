@@ -98,6 +98,7 @@ typedef struct {
   al_tx_event_t *events;  /* the newest events that fit max_event_bytes */
   size_t nevents;
   uint64_t last_seq;      /* highest event seq seen */
+  uint64_t last_run;      /* highest run number seen in events */
   size_t records;         /* good records */
   size_t bad_lines;       /* skipped mid-file lines */
   bool torn_tail;         /* a partial last line was cut off */

@@ -501,7 +501,12 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
     uint64_t s = (uint64_t)json_integer_value(seq);
 
     if (s > l->last_seq) {
+      json_int_t run = json_integer_value(json_object_get(o, "run"));
+
       l->last_seq = s;
+      if (run > 0 && (uint64_t)run > l->last_run) {
+        l->last_run = (uint64_t)run;
+      }
       rc = push_event(ld, s, p, n);
     } else {
       note_bad(l, lineno, "event seq out of order");

@@ -401,6 +401,7 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
     json_t *ev = json_object_get(json_array_get(c2.msgs, k), "params");
 
     ASSERT_GE(json_integer_value(json_object_get(ev, "seq")), 5);
+    ASSERT_EQ(json_integer_value(json_object_get(ev, "run")), 2);
   }
   /* o3: both requests passed the validator; the second carries the
    * synthetic result for the killed call. */
