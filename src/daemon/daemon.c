@@ -16,6 +16,7 @@
 #include "daemon/daemon.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +196,20 @@ static void set_str(char **dst, const char *s) {
   }
   al_free(*dst);
   *dst = n;
+}
+
+/* The session title: the first user input cut at TITLE_MAX bytes on a
+ * character boundary (al_malloc'd, NULL on OOM). */
+static char *make_title(const char *t) {
+  size_t tl = strlen(t);
+
+  if (tl > TITLE_MAX) {
+    tl = TITLE_MAX;
+    while (tl > 0 && ((unsigned char)t[tl] & 0xC0) == 0x80) {
+      tl--;
+    }
+  }
+  return al_strndup(t, tl);
 }
 
 /* ---- writing to clients ----------------------------------------------------- */
@@ -567,15 +582,7 @@ static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
         json_array_get(json_object_get(m, "content"), 0), "text"));
 
     if (t != NULL) {
-      size_t tl = strlen(t);
-
-      if (tl > TITLE_MAX) {
-        tl = TITLE_MAX;
-        while (tl > 0 && ((unsigned char)t[tl] & 0xC0) == 0x80) {
-          tl--; /* cut on a character boundary */
-        }
-      }
-      s->title = al_strndup(t, tl);
+      s->title = make_title(t);
     }
     json_decref(m);
   }
@@ -778,17 +785,22 @@ static void on_session_tx_closed(al_tx_t *tx, void *data) {
   session_maybe_free(s);
 }
 
-static void on_session_agent_closed(al_agent_t *agent) {
-  session_t *s = al_agent_get_data(agent);
-
-  s->agent = NULL;
-  s->agent_closed = true;
-  /* The agent's last events (interrupted) are queued: now flush. */
+/* Flushes, syncs and closes the transcript (after the agent's last
+ * events are queued). */
+static void session_close_tx(session_t *s) {
   if (s->tx != NULL) {
     al__tx_close(s->tx, on_session_tx_closed, s);
   } else {
     s->tx_closed = true;
   }
+}
+
+static void on_session_agent_closed(al_agent_t *agent) {
+  session_t *s = al_agent_get_data(agent);
+
+  s->agent = NULL;
+  s->agent_closed = true;
+  session_close_tx(s);
   session_maybe_free(s);
 }
 
@@ -808,11 +820,7 @@ static void session_close(session_t *s) {
     al_agent_close(s->agent, on_session_agent_closed);
   } else {
     s->agent_closed = true;
-    if (s->tx != NULL) {
-      al__tx_close(s->tx, on_session_tx_closed, s);
-    } else {
-      s->tx_closed = true;
-    }
+    session_close_tx(s);
   }
   session_maybe_free(s);
 }
@@ -1463,10 +1471,7 @@ static void load_done(uv_work_t *w, int status) {
              l->closed_tool_uses);
     }
     if (s->title == NULL && l->first_user_text != NULL) {
-      s->title = al_strndup(l->first_user_text,
-                            strlen(l->first_user_text) > TITLE_MAX
-                                ? TITLE_MAX
-                                : strlen(l->first_user_text));
+      s->title = make_title(l->first_user_text);
     }
     json_decref(s->recovered);
     s->recovered = json_pack("{s:b, s:I, s:I}", "torn_tail", l->torn_tail,
@@ -2014,15 +2019,7 @@ static void scan_sessions(al_daemon_t *d) {
               "text"));
 
           if (t != NULL) {
-            size_t tl = strlen(t);
-
-            if (tl > TITLE_MAX) {
-              tl = TITLE_MAX;
-              while (tl > 0 && ((unsigned char)t[tl] & 0xC0) == 0x80) {
-                tl--;
-              }
-            }
-            s->title = al_strndup(t, tl);
+            s->title = make_title(t);
           }
         }
         json_decref(o);
@@ -2116,6 +2113,10 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   d->loop = loop;
   d->o = *o;
   d->state_lock = d->socket_lock = -1;
+  /* libuv writes to sockets with write(2): a client that vanished would
+   * kill the process with SIGPIPE (RELIABILITY G7). The daemon core is
+   * only ever the daemon (agentloopd, or its tests). */
+  signal(SIGPIPE, SIG_IGN);
   if (d->o.max_line == 0) {
     d->o.max_line = AL_RPC_DEFAULT_MAX_LINE;
   }

@@ -305,11 +305,10 @@ static json_t *id_copy(const json_t *id) {
   return id != NULL ? json_deep_copy(id) : json_null();
 }
 
-json_t *al_rpc_request_new(json_t *id, const char *method, json_t *params_new) {
+json_t *al_rpc_notification_new(const char *method, json_t *params_new) {
   json_t *o = base();
 
-  if (o == NULL || json_object_set_new(o, "id", id_copy(id)) != 0 ||
-      json_object_set_new(o, "method", json_string(method)) != 0 ||
+  if (o == NULL || json_object_set_new(o, "method", json_string(method)) != 0 ||
       (params_new != NULL &&
        json_object_set_new(o, "params", params_new) != 0)) {
     if (o == NULL) {
@@ -321,15 +320,12 @@ json_t *al_rpc_request_new(json_t *id, const char *method, json_t *params_new) {
   return o;
 }
 
-json_t *al_rpc_notification_new(const char *method, json_t *params_new) {
-  json_t *o = base();
+json_t *al_rpc_request_new(json_t *id, const char *method, json_t *params_new) {
+  json_t *o = al_rpc_notification_new(method, params_new);
 
-  if (o == NULL || json_object_set_new(o, "method", json_string(method)) != 0 ||
-      (params_new != NULL &&
-       json_object_set_new(o, "params", params_new) != 0)) {
-    if (o == NULL) {
-      json_decref(params_new);
-    }
+  /* jsonrpc, method, params, then id: key order does not matter to a
+   * JSON-RPC peer. */
+  if (o != NULL && json_object_set_new(o, "id", id_copy(id)) != 0) {
     json_decref(o);
     return NULL;
   }

@@ -804,3 +804,43 @@ TEST_IMPL(daemon_idle_exit) {
   dt_finish(&t, cl, 1);
   return 0;
 }
+
+/* A watcher that disconnects while the daemon floods it (G7): the daemon
+ * survives the EPIPE, the run completes, other clients are served. */
+TEST_IMPL(daemon_client_vanishes_during_flood) {
+  dt_t t;
+  dt_client_t ctl, w;
+  dt_client_t *cl[] = {&ctl, &w};
+  char sid[64];
+  char p[256];
+  json_t *r;
+  int id = 100;
+
+  dt_init(&t,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - repeat_text: {count: 20000, text: \"0123456789abcdef"
+          "0123456789abcdef0123456789abcdef0123456789abcdef\"}\n");
+  dt_start(&t);
+  dt_connect(&t, &ctl);
+  dt_connect(&t, &w);
+  dt_init_client(&ctl);
+  dt_init_client(&w);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&ctl, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&w, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"flood\"}", sid);
+  dt_call(&ctl, 4, "turn/send", p);
+  dt_wait_event(&w, "text_delta", 0);
+  dt_close(&w);
+  wait_idle(&ctl, &id);
+  r = dt_call(&ctl, 5, "session/usage", p);
+  ASSERT_EQ(json_integer_value(json_object_get(
+                json_object_get(json_object_get(r, "result"), "session"),
+                "runs")),
+            1);
+  dt_finish(&t, cl, 2);
+  return 0;
+}

@@ -479,3 +479,84 @@ TEST_IMPL(daemon_sigterm_exits_clean) {
   dt_finish(&t, cl, 1);
   return 0;
 }
+
+/* ---- the writer --------------------------------------------------------- */
+
+static int tx_closed_count;
+
+static void on_tx_closed(al_tx_t *tx, void *data) {
+  (void)tx;
+  (void)data;
+  tx_closed_count++;
+}
+
+/* Records reach the file whole and in order through many writev batches;
+ * the file is 0600; close runs its callback later, never inside. */
+TEST_IMPL(transcript_writer_order) {
+  uv_loop_t loop;
+  al_tx_t *tx;
+  char dir[] = "/tmp/al-txw-XXXXXX";
+  char path[128];
+  al_buf_t want;
+  char *got;
+  size_t n;
+  int i;
+  struct stat st;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/s.jsonl", dir);
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  ASSERT_EQ(al__tx_open(&loop, path, 1 << 24, &tx), 0);
+  al_buf_init(&want, 1 << 24);
+  for (i = 0; i < 1000; i++) {
+    char line[64];
+    int len = snprintf(line, sizeof(line), "{\"n\":%d,\"pad\":\"%.*s\"}\n", i,
+                       i % 40, "0123456789012345678901234567890123456789");
+    al_blob_t *b = al__blob_new(line, (size_t)len);
+
+    ASSERT_EQ(al__tx_append(tx, b, i % 100 == 0), 0);
+    al__blob_unref(b);
+    ASSERT_EQ(al_buf_append(&want, line, (size_t)len), 0);
+    if (i % 300 == 0) {
+      uv_run(&loop, UV_RUN_NOWAIT);
+    }
+  }
+  tx_closed_count = 0;
+  al__tx_close(tx, on_tx_closed, NULL);
+  ASSERT_EQ(tx_closed_count, 0);
+  ASSERT_LOOP_CLOSES(&loop);
+  ASSERT_EQ(tx_closed_count, 1);
+  got = al_test_read_file(path, &n);
+  ASSERT_MEM_EQ(got, n, want.data, want.len);
+  ASSERT_EQ(stat(path, &st), 0);
+  ASSERT_EQ(st.st_mode & 0777, 0600);
+  free(got);
+  al_buf_free(&want);
+  dt_rmtree(dir);
+  return 0;
+}
+
+/* F4: a write that fails (ENOSPC on /dev/full) is an error, never a
+ * success: the writer is degraded, later appends fail, close completes. */
+TEST_IMPL(transcript_writer_enospc) {
+  uv_loop_t loop;
+  al_tx_t *tx;
+  al_blob_t *b = al__blob_new("{\"a\":1}\n", 8);
+  int rc;
+
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  ASSERT_EQ(al__tx_open(&loop, "/dev/full", 1 << 20, &tx), 0);
+  ASSERT_EQ(al__tx_append(tx, b, true), 0);
+  while (al__tx_error(tx) == 0) {
+    ASSERT(uv_run(&loop, UV_RUN_ONCE) != 0 || al__tx_error(tx) != 0);
+  }
+  ASSERT_EQ(al__tx_error(tx), UV_ENOSPC);
+  rc = al__tx_append(tx, b, false);
+  ASSERT_EQ(rc, UV_ENOSPC);
+  tx_closed_count = 0;
+  al__tx_close(tx, on_tx_closed, NULL);
+  ASSERT_LOOP_CLOSES(&loop);
+  ASSERT_EQ(tx_closed_count, 1);
+  al__blob_unref(b);
+  return 0;
+}
