@@ -438,7 +438,10 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
     return true;
   }
   if (strcmp(kind, "assistant") == 0) {
-    return al__history_commit_assistant(h, msg) == 0;
+    /* The history copies blocks verbatim; a damaged record must not make
+     * the loaded conversation unsendable. */
+    return al__history_check_blocks(content, true, NULL, 0) == 0 &&
+           al__history_commit_assistant(h, msg) == 0;
   }
   if (strcmp(kind, "tool_results") == 0) {
     if (!al__history_turn_open(h)) {
@@ -557,6 +560,23 @@ int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
     memmove(out->events, out->events + ld.head,
             (out->nevents - ld.head) * sizeof(*out->events));
     out->nevents -= ld.head;
+  }
+  /* Safety net: if the replayed records still do not make a sendable
+   * history, keep its longest valid prefix that ends on a closed turn. */
+  if (rc == 0 && !al__history_turn_open(&out->history) &&
+      al__history_count(&out->history) > 0 &&
+      al__history_validate(&out->history, NULL, 0) != 0) {
+    json_t *m = out->history.messages;
+
+    while (json_array_size(m) > 0 &&
+           al__history_validate_json(m, NULL, 0) != 0) {
+      json_array_remove(m, json_array_size(m) - 1);
+      note_bad(out, lineno, "history cut back to its last valid message");
+    }
+    if (json_array_size(m) == 0) {
+      json_decref(m);
+      out->history.messages = NULL;
+    }
   }
   if (rc == 0 && al__history_turn_open(&out->history)) {
     const json_t *m;

@@ -560,3 +560,29 @@ TEST_IMPL(transcript_writer_enospc) {
   al__blob_unref(b);
   return 0;
 }
+
+/* Inputs found by fuzz/fuzz_transcript: whatever a damaged transcript
+ * holds, the loaded history is closed and sendable. */
+TEST_IMPL(transcript_fuzz_regressions) {
+  static const char *const files[] = {"transcripts/fuzz-bad-text-block.jsonl"};
+  size_t i;
+
+  for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    size_t n;
+    char *buf = al_test_read_file(al_test_data_path(files[i]), &n);
+    al_tx_loaded_t l;
+    char why[256];
+
+    ASSERT_NOT_NULL(buf);
+    ASSERT_EQ(al__tx_load_buf(buf, n, 4096, &l, NULL), 0);
+    ASSERT(!al__history_turn_open(&l.history));
+    if (al__history_count(&l.history) > 0 &&
+        al__history_validate(&l.history, why, sizeof(why)) != 0) {
+      AL_TEST_FAIL("%s: %s", files[i], why);
+    }
+    ASSERT_GE(l.bad_lines, 1);
+    al__tx_loaded_free(&l);
+    free(buf);
+  }
+  return 0;
+}
