@@ -585,3 +585,96 @@ TEST_IMPL(transcript_fuzz_regressions) {
   }
   return 0;
 }
+
+/* F3 in small: SIGKILL at many points of a run with a tool (after the
+ * client saw 1, 3, 5, ... events), each time a fresh daemon resumes the
+ * session, the transcript loads without a bad line, and the next run ends
+ * in final with every request valid. */
+TEST_IMPL(daemon_sigkill_at_many_points) {
+  dt_t t;
+  char envs[3][256];
+  char *env[4];
+  size_t k;
+  size_t points = 0;
+
+  dt_init(&t, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"step one\"\n"
+              "          chunks: 4\n"
+              "        - tool_use: {id: toolu_m1, name: bash, input: "
+              "{command: \"echo hi\"}, pieces: 3}\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"step two\"\n"
+              "          chunks: 4\n");
+  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
+  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
+  snprintf(envs[2], sizeof(envs[2]), "PATH=/usr/bin:/bin");
+  env[0] = envs[0];
+  env[1] = envs[1];
+  env[2] = envs[2];
+  env[3] = NULL;
+  for (k = 1; k <= 25; k += 3) {
+    dt_client_t c, c2;
+    uv_process_t p1, p2;
+    char p[512];
+    char sid[64];
+    json_t *r;
+    json_t *rec;
+    size_t i, n;
+
+    al_mockllm_rewind(t.mock);
+    spawn_daemon(&t, &p1, env);
+    dt_connect_retry(&t, &c);
+    dt_init_client(&c);
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+    dt_create(&c, p, sid, sizeof(sid));
+    snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+    dt_call(&c, 3, "session/subscribe", p);
+    snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+    n = json_array_size(c.msgs);
+    dt_call(&c, 4, "turn/send", p);
+    while (json_array_size(c.msgs) < n + k && !c.eof) {
+      uv_run(&t.loop, UV_RUN_ONCE);
+    }
+    ASSERT_EQ(uv_process_kill(&p1, SIGKILL), 0);
+    run_until(&t, child_gone, NULL);
+    dt_wait_eof(&c);
+    spawn_daemon(&t, &p2, env);
+    dt_connect_retry(&t, &c2);
+    dt_init_client(&c2);
+    snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+    r = dt_call(&c2, 6, "session/resume", p);
+    rec = json_object_get(json_object_get(r, "result"), "recovered");
+    if (rec == NULL) {
+      AL_TEST_FAIL("point %zu: resume failed: %s", k, json_dumps(r, 0));
+    }
+    ASSERT_EQ(json_integer_value(json_object_get(rec, "bad_lines")), 0);
+    dt_call(&c2, 7, "session/subscribe", p);
+    snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"again\"}", sid);
+    n = json_array_size(c2.msgs);
+    r = dt_call(&c2, 8, "turn/send", p);
+    ASSERT_EQ(dt_err(r), 0);
+    i = dt_wait_event(&c2, "final", n);
+    (void)i;
+    dt_assert_valid(&t);
+    dt_call(&c2, 9, "shutdown", NULL);
+    run_until(&t, child_gone, NULL);
+    ASSERT_EQ(child_exit, 0);
+    dt_wait_eof(&c2);
+    dt_close(&c);
+    dt_close(&c2);
+    while (!c.closed || !c2.closed) {
+      uv_run(&t.loop, UV_RUN_ONCE);
+    }
+    json_decref(c.msgs);
+    json_decref(c2.msgs);
+    al_rpc_framer_free(&c.framer);
+    al_rpc_framer_free(&c2.framer);
+    points++;
+  }
+  fprintf(stderr, "killed and resumed at %zu points\n", points);
+  dt_finish(&t, NULL, 0);
+  return 0;
+}
