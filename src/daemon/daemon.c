@@ -1025,9 +1025,6 @@ static void m_session_create(const call_t *k) {
     tx_put(s, b, true);
     al__blob_unref(b);
   }
-  if (s->model == NULL) {
-    /* The agent picked the provider's default; report what it uses. */
-  }
   reply(k->c, k->id, session_info(s));
 }
 
@@ -1041,26 +1038,22 @@ static void m_session_list(const call_t *k) {
     session_t *s = AL_CONTAINER_OF(pos, session_t, node);
     json_t *o;
     size_t i;
+    size_t w = 0;
+    al_list_t *p2;
 
     if (s->closing) {
       continue;
     }
-    o = json_pack("{s:s, s:s?, s:s?, s:s, s:I, s:I, s:s?, s:b, s:b, s:i}",
+    al_list_foreach(p2, &s->subs) { w++; }
+    o = json_pack("{s:s, s:s?, s:s?, s:s, s:I, s:I, s:s?, s:b, s:b, s:I}",
                   "session", s->id, "cwd", s->cwd, "model", s->model,
                   "provider", s->provider != NULL ? s->provider : "anthropic",
                   "created_ms", (json_int_t)s->created_ms, "updated_ms",
                   (json_int_t)s->updated_ms, "title", s->title, "loaded",
                   s->loaded, "running", s->running, "watchers",
-                  (int)0);
+                  (json_int_t)w);
     if (o == NULL) {
       continue;
-    }
-    {
-      size_t w = 0;
-      al_list_t *p2;
-
-      al_list_foreach(p2, &s->subs) { w++; }
-      json_object_set_new(o, "watchers", json_integer((json_int_t)w));
     }
     for (i = 0; i < json_array_size(arr); i++) {
       json_t *x = json_array_get(arr, i);

@@ -844,3 +844,40 @@ TEST_IMPL(daemon_client_vanishes_during_flood) {
   dt_finish(&t, cl, 2);
   return 0;
 }
+
+/* 200 clients at once (G6 in small): every one is accepted and answered,
+ * and a client over max_clients is closed at accept. */
+TEST_IMPL(daemon_many_clients) {
+  dt_t t;
+  enum { N = 200 };
+  dt_client_t *c = calloc(N + 1, sizeof(*c));
+  dt_client_t *cl[N + 1];
+  size_t i;
+  al_daemon_stats_t st;
+
+  dt_init(&t, NULL);
+  t.o.max_clients = N;
+  dt_start(&t);
+  for (i = 0; i < N; i++) {
+    dt_connect(&t, &c[i]);
+    cl[i] = &c[i];
+    dt_line(&c[i], "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}");
+  }
+  for (i = 0; i < N; i++) {
+    dt_wait_id(&c[i], 1);
+  }
+  al__daemon_stats(t.d, &st);
+  ASSERT_EQ(st.clients, N);
+  dt_connect(&t, &c[N]);
+  cl[N] = &c[N];
+  dt_wait_eof(&c[N]);
+  ASSERT_EQ(json_array_size(c[N].msgs), 0);
+  for (i = 0; i < N; i++) {
+    json_t *r = dt_call(&c[i], 2, "session/list", NULL);
+
+    ASSERT_EQ(dt_err(r), 0);
+  }
+  dt_finish(&t, cl, N + 1);
+  free(c);
+  return 0;
+}
