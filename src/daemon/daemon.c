@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -174,6 +175,7 @@ static void session_unsubscribe_all(session_t *s, const char *reason);
 static void maybe_exit(al_daemon_t *d);
 static void idle_check(al_daemon_t *d);
 static void sub_pump(sub_t *sub);
+static void on_created(al_tx_t *tx, void *data);
 
 static uint64_t wall_ms(void) {
   uv_timeval64_t tv;
@@ -696,11 +698,13 @@ static int session_start(session_t *s, uint64_t first_seq,
   int rc;
 
   al_agent_options_init(&ao);
-  ao.provider = s->provider;
-  ao.model = s->model;
-  ao.base_url = s->base_url;
+  /* A transcript whose header never reached the disk (killed right after
+   * create) has no settings: the daemon's defaults apply. */
+  ao.provider = s->provider != NULL ? s->provider : d->o.provider;
+  ao.model = s->model != NULL ? s->model : d->o.model;
+  ao.base_url = s->base_url != NULL ? s->base_url : d->o.base_url;
   ao.system = s->system;
-  ao.api_key = s->provider != NULL && strcmp(s->provider, "openai") == 0
+  ao.api_key = ao.provider != NULL && strcmp(ao.provider, "openai") == 0
                    ? d->o.openai_key
                    : d->o.anthropic_key;
   ao.client = d->http;
@@ -1025,7 +1029,59 @@ static void m_session_create(const call_t *k) {
     tx_put(s, b, true);
     al__blob_unref(b);
   }
-  reply(k->c, k->id, session_info(s));
+  /* Answer once the header is on disk: a session whose id a client holds
+   * survives a crash that follows at once. */
+  {
+    pending_resume_t *p = al_calloc(1, sizeof(*p));
+
+    if (p == NULL || al__tx_flush(s->tx, on_created, s) != 0) {
+      al_free(p);
+      reply(k->c, k->id, session_info(s));
+      return;
+    }
+    p->c = k->c;
+    p->id = json_deep_copy(k->id);
+    al_list_insert_tail(&s->resumes, &p->node);
+    s->loading = true; /* no turn, resume or close until answered */
+    k->c->d->pending++;
+  }
+}
+
+/* session/create's answer, once the header is durable (or failed). */
+static void on_created(al_tx_t *tx, void *data) {
+  session_t *s = data;
+  al_daemon_t *d = s->d;
+  int err = al__tx_error(tx);
+
+  s->loading = false;
+  while (!al_list_empty(&s->resumes)) {
+    pending_resume_t *p =
+        AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
+
+    al_list_remove(&p->node);
+    if (p->c != NULL && !p->c->closing) {
+      if (err == 0) {
+        reply(p->c, p->id, session_info(s));
+      } else {
+        char msg[160];
+
+        snprintf(msg, sizeof(msg), "cannot write the transcript: %s",
+                 al_strerror(err));
+        reply_err(p->c, p->id, AL_RPC_INTERNAL_ERROR, msg, NULL);
+      }
+    }
+    json_decref(p->id);
+    al_free(p);
+  }
+  d->pending--;
+  if (err != 0 && !s->closing) {
+    session_close(s);
+    return;
+  }
+  if (s->closing) {
+    session_maybe_free(s);
+  }
+  maybe_exit(d);
 }
 
 static void m_session_list(const call_t *k) {
@@ -1415,6 +1471,16 @@ static void load_done(uv_work_t *w, int status) {
   size_t i;
 
   s->loading = false;
+  if (l->header != NULL && s->cwd == NULL) {
+    /* The header reached the file after the startup scan read it. */
+    const json_t *h = l->header;
+
+    set_str(&s->cwd, json_string_value(json_object_get(h, "cwd")));
+    set_str(&s->model, json_string_value(json_object_get(h, "model")));
+    set_str(&s->provider, json_string_value(json_object_get(h, "provider")));
+    set_str(&s->base_url, json_string_value(json_object_get(h, "base_url")));
+    set_str(&s->system, json_string_value(json_object_get(h, "system")));
+  }
   if (!al_list_empty(&s->resumes)) {
     first = AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
     if (first->params != NULL) {
@@ -2036,10 +2102,18 @@ static int take_lock(const char *path, int *out, char *why, size_t why_len) {
     snprintf(why, why_len, "cannot open lock %s: %s", path, strerror(-e));
     return e;
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    close(fd);
-    snprintf(why, why_len, "another agentloopd holds %s", path);
-    return UV_EBUSY;
+  /* A daemon killed while spawning a tool leaves a child between fork and
+   * exec that still shares the lock for a moment: retry for up to 0.5 s
+   * before calling it another daemon. Startup only, before the loop. */
+  for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; tries++) {
+    struct timespec ts = {0, 25 * 1000 * 1000};
+
+    if (errno != EWOULDBLOCK || tries == 20) {
+      close(fd);
+      snprintf(why, why_len, "another agentloopd holds %s", path);
+      return UV_EBUSY;
+    }
+    nanosleep(&ts, NULL);
   }
   *out = fd;
   return 0;

@@ -75,10 +75,14 @@ struct al_tx_s {
   bool closed_fd;
   al_tx_close_cb close_cb;
   void *close_data;
+  al_tx_flush_cb flush_cb;
+  void *flush_data;
+  bool flush_synced; /* the waiter's data is synced */
   uv_buf_t iov[TX_MAX_IOV];
 };
 
 static void tx_kick(al_tx_t *tx);
+static void tx_close_deferred(uv_fs_t *req);
 
 static void entry_free(tx_entry_t *e) {
   al__blob_unref(e->blob);
@@ -201,6 +205,28 @@ static void tx_kick(al_tx_t *tx) {
   if (tx->fd >= 0 && tx->sync_due && tx->err == 0) {
     tx->sync_due = false;
     if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->flush_synced = tx->flush_cb != NULL && al_list_empty(&tx->queue);
+      tx->busy = true;
+      return;
+    }
+  }
+  if (tx->flush_cb != NULL &&
+      (tx->err != 0 || tx->closed_fd ||
+       (al_list_empty(&tx->queue) && tx->flush_synced))) {
+    al_tx_flush_cb cb = tx->flush_cb;
+
+    tx->flush_cb = NULL;
+    tx->flush_synced = false;
+    cb(tx, tx->flush_data);
+    /* cb may have called al__tx_close, which never frees inside the
+     * call: go on with the queue or the close. */
+    tx_kick(tx);
+    return;
+  }
+  if (tx->flush_cb != NULL && tx->fd >= 0 && al_list_empty(&tx->queue)) {
+    /* Nothing left to write: one fdatasync makes it durable. */
+    if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->flush_synced = true;
       tx->busy = true;
       return;
     }
@@ -271,6 +297,31 @@ int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync) {
   al_list_insert_tail(&tx->queue, &e->node);
   tx->queued += blob->len;
   tx_kick(tx);
+  return 0;
+}
+
+int al__tx_flush(al_tx_t *tx, al_tx_flush_cb cb, void *data) {
+  if (tx->flush_cb != NULL || tx->closing) {
+    return AL_EBUSY;
+  }
+  tx->flush_cb = cb;
+  tx->flush_data = data;
+  tx->flush_synced = false;
+  if (!tx->busy) {
+    /* Idle: go through the threadpool so cb never runs inside. */
+    if (tx->fd >= 0 && tx->err == 0 &&
+        uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->flush_synced = al_list_empty(&tx->queue);
+      tx->busy = true;
+      return 0;
+    }
+    if (uv_fs_stat(tx->loop, &tx->req, "/", tx_close_deferred) == 0) {
+      tx->busy = true;
+      return 0;
+    }
+    tx->flush_cb = NULL;
+    return AL_ENOMEM;
+  }
   return 0;
 }
 

@@ -233,7 +233,15 @@ json_t *dt_wait_id(dt_client_t *c, int id) {
         return m;
       }
     }
-    ASSERT(!c->eof);
+    if (c->eof) {
+      char *last = json_dumps(json_array_get(c->msgs,
+                                             json_array_size(c->msgs) - 1),
+                              0);
+
+      AL_TEST_FAIL("EOF while waiting for the response to id %d (%zu "
+                   "messages, last: %s)",
+                   id, json_array_size(c->msgs), last ? last : "none");
+    }
     uv_run(&c->t->loop, UV_RUN_ONCE);
   }
 }
@@ -401,5 +409,35 @@ void dt_assert_valid(const dt_t *t) {
     if (!r->valid) {
       AL_TEST_FAIL("request %zu invalid: %s", i, r->error ? r->error : "?");
     }
+  }
+}
+
+void dt_connect_ready(dt_t *t, dt_client_t *c) {
+  for (;;) {
+    bool answered = false;
+    size_t i;
+
+    dt_connect_retry(t, c);
+    dt_line(c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+               "\"params\":{\"client\":{\"name\":\"dtest\"}}}");
+    while (!answered && !c->eof) {
+      for (i = 0; i < json_array_size(c->msgs); i++) {
+        answered = answered ||
+                   json_integer_value(json_object_get(
+                       json_array_get(c->msgs, i), "id")) == 1;
+      }
+      if (!answered) {
+        uv_run(&t->loop, UV_RUN_ONCE);
+      }
+    }
+    if (answered) {
+      return;
+    }
+    dt_close(c);
+    while (!c->closed) {
+      uv_run(&t->loop, UV_RUN_ONCE);
+    }
+    json_decref(c->msgs);
+    al_rpc_framer_free(&c->framer);
   }
 }

@@ -236,6 +236,17 @@ static void spawn_daemon(dt_t *t, uv_process_t *p, char **env) {
   po.args = args;
   po.env = env;
   po.exit_cb = on_child;
+  /* The daemon's log lines go to the test's stderr. */
+  {
+    static uv_stdio_container_t io[3];
+
+    io[0].flags = UV_IGNORE;
+    io[1].flags = UV_IGNORE;
+    io[2].flags = UV_INHERIT_FD;
+    io[2].data.fd = 2;
+    po.stdio = io;
+    po.stdio_count = 3;
+  }
   child_exit = child_sig = -1;
   ASSERT_EQ(uv_spawn(&t->loop, p, &po), 0);
 }
@@ -343,8 +354,7 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
    * resumes it with the interrupted call closed. */
   ASSERT(sock_exists(t.sock));
   spawn_daemon(&t, &proc2, env);
-  dt_connect_retry(&t, &c2);
-  dt_init_client(&c2);
+  dt_connect_ready(&t, &c2);
   r = dt_call(&c2, 5, "session/list", NULL);
   ASSERT_STR_EQ(json_string_value(json_object_get(
                     json_array_get(json_object_get(json_object_get(r, "result"),
@@ -626,8 +636,7 @@ TEST_IMPL(daemon_sigkill_at_many_points) {
 
     al_mockllm_rewind(t.mock);
     spawn_daemon(&t, &p1, env);
-    dt_connect_retry(&t, &c);
-    dt_init_client(&c);
+    dt_connect_ready(&t, &c);
     snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
     dt_create(&c, p, sid, sizeof(sid));
     snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
@@ -642,8 +651,7 @@ TEST_IMPL(daemon_sigkill_at_many_points) {
     run_until(&t, child_gone, NULL);
     dt_wait_eof(&c);
     spawn_daemon(&t, &p2, env);
-    dt_connect_retry(&t, &c2);
-    dt_init_client(&c2);
+    dt_connect_ready(&t, &c2);
     snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
     r = dt_call(&c2, 6, "session/resume", p);
     rec = json_object_get(json_object_get(r, "result"), "recovered");
