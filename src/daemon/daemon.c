@@ -1461,6 +1461,50 @@ static void resume_apply_params(session_t *s, json_t *params) {
   }
 }
 
+/* The end of a run that a crash cut short, as LoopEvents with the seqs
+ * reserved for them: tool_use_completed (an error with the synthetic
+ * text) for every call closed on load, then interrupted. Replaying
+ * clients then see the run end as it would have on a cancel. */
+static void synth_run_end(session_t *s, const al_tx_loaded_t *l) {
+  al_event_t ev;
+  size_t i;
+  json_t *c;
+  uint64_t seq = l->last_seq + 1;
+
+  json_array_foreach(l->closed_calls, i, c) {
+    const char *id = json_string_value(json_object_get(c, "id"));
+    const char *name = json_string_value(json_object_get(c, "name"));
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_TOOL_USE_COMPLETED;
+    ev.session = s->id;
+    ev.run = l->last_run;
+    ev.turn = l->last_turn;
+    ev.seq = seq++;
+    ev.ts_ns = uv_hrtime();
+    ev.u.tool.call_id.ptr = id;
+    ev.u.tool.call_id.len = id != NULL ? strlen(id) : 0;
+    ev.u.tool.name.ptr = name;
+    ev.u.tool.name.len = name != NULL ? strlen(name) : 0;
+    ev.u.tool.content.ptr = AL_TX_SYNTHETIC_TEXT;
+    ev.u.tool.content.len = strlen(AL_TX_SYNTHETIC_TEXT);
+    ev.u.tool.reason.ptr = "daemon_restart";
+    ev.u.tool.reason.len = strlen("daemon_restart");
+    ev.u.tool.is_error = true;
+    on_agent_event(&ev, s);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_INTERRUPTED;
+  ev.session = s->id;
+  ev.run = l->last_run;
+  ev.turn = l->last_turn;
+  ev.seq = seq;
+  ev.ts_ns = uv_hrtime();
+  ev.u.interrupted.reason.ptr = "daemon_restart";
+  ev.u.interrupted.reason.len = strlen("daemon_restart");
+  on_agent_event(&ev, s);
+}
+
 static void load_done(uv_work_t *w, int status) {
   session_t *s = AL_CONTAINER_OF(w, session_t, work);
   al_daemon_t *d = s->d;
@@ -1469,6 +1513,7 @@ static void load_done(uv_work_t *w, int status) {
   int rc = status != 0 ? status : l->err;
   pending_resume_t *first = NULL;
   size_t i;
+  size_t nsynth = 0;
 
   s->loading = false;
   if (l->header != NULL && s->cwd == NULL) {
@@ -1492,7 +1537,13 @@ static void load_done(uv_work_t *w, int status) {
       al_log(AL_LOG_WARN, "session %s: %zu bad transcript line(s) skipped "
                           "(first: %s)", s->id, l->bad_lines, l->why);
     }
-    rc = session_start(s, l->last_seq + 1, l->last_run + 1, why, sizeof(why));
+    /* A run the crash cut short gets its end as events too (below): the
+     * agent's numbering starts after them. */
+    nsynth = l->run_open && l->last_run > 0
+                 ? json_array_size(l->closed_calls) + 1
+                 : 0;
+    rc = session_start(s, l->last_seq + 1 + nsynth, l->last_run + 1, why,
+                       sizeof(why));
   }
   if (rc == 0 && !s->closing) {
     /* The system prompt comes from the session settings (options). */
@@ -1514,6 +1565,10 @@ static void load_done(uv_work_t *w, int status) {
   if (rc == 0 && !s->closing) {
     for (i = 0; i < l->nevents; i++) {
       ring_push(s, l->events[i].seq, l->events[i].line);
+    }
+    s->next_seq = l->last_seq + 1;
+    if (nsynth > 0) {
+      synth_run_end(s, l);
     }
     if (l->synthetic != NULL) {
       json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",

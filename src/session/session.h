@@ -104,6 +104,10 @@ typedef struct {
   size_t nevents;
   uint64_t last_seq;      /* highest event seq seen */
   uint64_t last_run;      /* highest run number seen in events */
+  uint32_t last_turn;     /* its last turn */
+  bool run_open;          /* last_run has no final/error/interrupted */
+  json_t *closed_calls;   /* [{id,name}] of the tool calls closed on
+                           * load, or NULL */
   size_t records;         /* good records */
   size_t bad_lines;       /* skipped mid-file lines */
   bool torn_tail;         /* a partial last line was cut off */

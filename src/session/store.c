@@ -557,9 +557,16 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
     if (s > l->last_seq) {
       json_int_t run = json_integer_value(json_object_get(o, "run"));
 
+      const char *type = json_string_value(json_object_get(o, "type"));
+
       l->last_seq = s;
-      if (run > 0 && (uint64_t)run > l->last_run) {
+      if (run > 0 && (uint64_t)run >= l->last_run) {
         l->last_run = (uint64_t)run;
+        l->last_turn =
+            (uint32_t)json_integer_value(json_object_get(o, "turn"));
+        l->run_open = strcmp(type, "final") != 0 &&
+                      strcmp(type, "error") != 0 &&
+                      strcmp(type, "interrupted") != 0;
       }
       rc = push_event(ld, s, p, n);
     } else {
@@ -632,7 +639,28 @@ int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
   if (rc == 0 && al__history_turn_open(&out->history)) {
     const json_t *m;
 
+    const json_t *hm = al__history_to_json(&out->history);
+    const json_t *last = json_array_get(hm, json_array_size(hm) - 1);
+    size_t k;
+
     out->closed_tool_uses = al__history_pending(&out->history);
+    out->closed_calls = json_array();
+    for (k = 0; k < out->closed_tool_uses; k++) {
+      const char *id = al__history_open_id(&out->history, k);
+      const char *name = NULL;
+      size_t b;
+      json_t *blk;
+
+      json_array_foreach(json_object_get(last, "content"), b, blk) {
+        if (id != NULL &&
+            json_is_string(json_object_get(blk, "id")) &&
+            strcmp(json_string_value(json_object_get(blk, "id")), id) == 0) {
+          name = json_string_value(json_object_get(blk, "name"));
+        }
+      }
+      json_array_append_new(out->closed_calls,
+                            json_pack("{s:s?, s:s?}", "id", id, "name", name));
+    }
     if (al__history_cancel_open(&out->history, AL_TX_SYNTHETIC_TEXT) != 0) {
       rc = AL_ENOMEM;
     } else {
@@ -706,6 +734,7 @@ void al__tx_loaded_free(al_tx_loaded_t *l) {
 
   json_decref(l->header);
   json_decref(l->synthetic);
+  json_decref(l->closed_calls);
   al__history_free(&l->history);
   al_free(l->first_user_text);
   for (i = 0; i < l->nevents; i++) {

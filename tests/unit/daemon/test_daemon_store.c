@@ -396,6 +396,23 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
       }
     }
   }
+  /* The replay ends the killed run as a cancel would: the killed call
+   * completes with the synthetic error, then interrupted. */
+  {
+    size_t tc = dt_wait_event(&c2, "tool_use_completed", 0);
+    size_t in = dt_wait_event(&c2, "interrupted", 0);
+    json_t *ev = json_object_get(json_array_get(c2.msgs, tc), "params");
+
+    ASSERT(tc < in);
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "call_id")),
+                  "toolu_k1");
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "name")), "bash");
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "reason")),
+                  "daemon_restart");
+    ASSERT(json_is_true(json_object_get(ev, "is_error")));
+    ev = json_object_get(json_array_get(c2.msgs, in), "params");
+    ASSERT_EQ(json_integer_value(json_object_get(ev, "run")), 1);
+  }
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"and now?\"}", sid);
   n = json_array_size(c2.msgs);
   dt_call(&c2, 8, "turn/send", p);
