@@ -405,6 +405,7 @@ typedef struct {
   size_t event_bytes;
   size_t cap;
   size_t head; /* events[head..nevents) are live (a queue in an array) */
+  size_t lineno;
 } loader_t;
 
 static void note_bad(al_tx_loaded_t *l, size_t lineno, const char *what) {
@@ -582,42 +583,49 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   return rc;
 }
 
-int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
-                    al_tx_loaded_t *out, size_t *good_len) {
-  loader_t ld;
-  size_t off = 0;
-  size_t lineno = 0;
-  int rc = 0;
-
+static void loader_init(loader_t *ld, al_tx_loaded_t *out,
+                        size_t max_event_bytes) {
   memset(out, 0, sizeof(*out));
   al__history_init(&out->history);
-  memset(&ld, 0, sizeof(ld));
-  ld.out = out;
-  ld.max_event_bytes = max_event_bytes;
+  memset(ld, 0, sizeof(*ld));
+  ld->out = out;
+  ld->max_event_bytes = max_event_bytes;
+}
+
+/* Loads the complete lines of p[0..n); returns the bytes consumed (up to
+ * and including the last '\n') in *used. */
+static int loader_lines(loader_t *ld, const char *p, size_t n, size_t *used) {
+  size_t off = 0;
+  int rc = 0;
+
   while (off < n) {
     const char *nl = memchr(p + off, '\n', n - off);
     size_t len;
 
     if (nl == NULL) {
-      /* No '\n': the record was being written. Torn. */
-      out->torn_tail = true;
       break;
     }
     len = (size_t)(nl - (p + off));
-    lineno++;
-    if (len > 0 && (rc = load_line(&ld, p + off, len, lineno)) != 0) {
+    ld->lineno++;
+    if (len > 0 && (rc = load_line(ld, p + off, len, ld->lineno)) != 0) {
       break;
     }
     off += len + 1;
   }
-  if (good_len != NULL) {
-    *good_len = off;
-  }
+  *used = off;
+  return rc;
+}
+
+/* After the last line: compaction, the safety net, the open turn. */
+static int loader_finish(loader_t *ld, int rc) {
+  al_tx_loaded_t *out = ld->out;
+  size_t lineno = ld->lineno;
+
   /* Compact the event queue. */
-  if (ld.head > 0) {
-    memmove(out->events, out->events + ld.head,
-            (out->nevents - ld.head) * sizeof(*out->events));
-    out->nevents -= ld.head;
+  if (ld->head > 0) {
+    memmove(out->events, out->events + ld->head,
+            (out->nevents - ld->head) * sizeof(*out->events));
+    out->nevents -= ld->head;
   }
   /* Safety net: if the replayed records still do not make a sendable
    * history, keep its longest valid prefix that ends on a closed turn. */
@@ -676,56 +684,75 @@ int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
   return rc;
 }
 
+int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
+                    al_tx_loaded_t *out, size_t *good_len) {
+  loader_t ld;
+  size_t used = 0;
+  int rc;
+
+  loader_init(&ld, out, max_event_bytes);
+  rc = loader_lines(&ld, p, n, &used);
+  /* No '\n' after the last bytes: that record was being written. */
+  out->torn_tail = rc == 0 && used < n;
+  if (good_len != NULL) {
+    *good_len = used;
+  }
+  return loader_finish(&ld, rc);
+}
+
+#define LOAD_CHUNK (1024 * 1024)
+
+/* Streams the file in chunks: memory is the longest line plus what is
+ * kept (history, the newest events), not the file. */
 int al__tx_load(const char *path, bool truncate, size_t max_event_bytes,
                 al_tx_loaded_t *out) {
   int fd = open(path, O_RDWR | O_CLOEXEC);
-  struct stat st;
-  char *buf = NULL;
-  size_t got = 0;
+  loader_t ld;
+  al_buf_t buf;
   size_t good = 0;
-  int rc;
+  int rc = 0;
 
+  loader_init(&ld, out, max_event_bytes);
   if (fd < 0) {
     rc = -errno;
-    memset(out, 0, sizeof(*out));
-    al__history_init(&out->history);
     out->err = rc;
     return rc;
   }
-  if (fstat(fd, &st) != 0) {
-    rc = -errno;
-    goto fail;
-  }
-  buf = al_malloc((size_t)st.st_size + 1);
-  if (buf == NULL) {
-    rc = AL_ENOMEM;
-    goto fail;
-  }
-  while (got < (size_t)st.st_size) {
-    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+  al_buf_init(&buf, SIZE_MAX / 2);
+  for (;;) {
+    ssize_t r;
+    size_t used;
 
+    if ((rc = al_buf_reserve(&buf, LOAD_CHUNK)) != 0) {
+      break;
+    }
+    r = read(fd, buf.data + buf.len, LOAD_CHUNK);
     if (r < 0 && errno == EINTR) {
       continue;
     }
-    if (r <= 0) {
-      break; /* shrank meanwhile: load what we have */
+    if (r < 0) {
+      rc = -errno;
+      break;
     }
-    got += (size_t)r;
+    if (r == 0) {
+      break;
+    }
+    buf.len += (size_t)r;
+    if ((rc = loader_lines(&ld, buf.data, buf.len, &used)) != 0) {
+      break;
+    }
+    good += used;
+    al_buf_consume(&buf, used);
   }
-  rc = al__tx_load_buf(buf, got, max_event_bytes, out, &good);
+  out->torn_tail = rc == 0 && buf.len > 0;
+  al_buf_free(&buf);
+  rc = loader_finish(&ld, rc);
   if (rc == 0 && out->torn_tail && truncate &&
       ftruncate(fd, (off_t)good) != 0) {
     rc = -errno;
     out->err = rc;
   }
-  al_free(buf);
   close(fd);
-  return rc;
-fail:
-  close(fd);
-  memset(out, 0, sizeof(*out));
-  al__history_init(&out->history);
-  out->err = rc;
   return rc;
 }
 

@@ -703,3 +703,73 @@ TEST_IMPL(daemon_sigkill_at_many_points) {
   dt_finish(&t, NULL, 0);
   return 0;
 }
+
+/* The file is streamed in 1 MiB chunks: a 3 MiB record (a big tool
+ * result with multi-byte text) straddles chunks and loads whole; a torn
+ * copy of it is cut back to the line before. */
+TEST_IMPL(transcript_big_record_streamed) {
+  char dir[] = "/tmp/al-txb-XXXXXX";
+  char path[128];
+  al_buf_t f;
+  json_t *rec;
+  char *big;
+  char *line;
+  size_t i, n = 3 * 1024 * 1024, head_len;
+  al_tx_loaded_t l;
+  struct stat st;
+  FILE *fp;
+  static const char head[] =
+      "{\"rec\":\"session\",\"v\":1,\"session\":\"s_big\"}\n"
+      "{\"rec\":\"user\",\"message\":{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"text\",\"text\":\"read it\"}]}}\n"
+      "{\"rec\":\"assistant\",\"message\":{\"role\":\"assistant\",\"content\":"
+      "[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"read_file\","
+      "\"input\":{}}]}}\n";
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/s.jsonl", dir);
+  big = malloc(n + 1);
+  for (i = 0; i + 3 <= n; i += 3) {
+    memcpy(big + i, "\xe2\x9c\x93", 3); /* U+2713 */
+  }
+  big[i] = '\0';
+  rec = json_pack("{s:s, s:{s:s, s:[{s:s, s:s, s:s}]}}", "rec",
+                  "tool_results", "message", "role", "user", "content", "type",
+                  "tool_result", "tool_use_id", "t1", "content", big);
+  ASSERT_NOT_NULL(rec);
+  line = json_dumps(rec, JSON_COMPACT);
+  al_buf_init(&f, 1 << 26);
+  ASSERT_EQ(al_buf_append_str(&f, head), 0);
+  head_len = f.len;
+  ASSERT_EQ(al_buf_append_str(&f, line), 0);
+  ASSERT_EQ(al_buf_append_str(&f, "\n"), 0);
+  fp = fopen(path, "w");
+  ASSERT_EQ(fwrite(f.data, 1, f.len, fp), f.len);
+  fclose(fp);
+  ASSERT_EQ(al__tx_load(path, true, 1 << 20, &l), 0);
+  ASSERT_EQ(l.records, 4);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT(!l.torn_tail);
+  ASSERT_EQ(al__history_count(&l.history), 3);
+  ASSERT_EQ(al__history_validate(&l.history, NULL, 0), 0);
+  al__tx_loaded_free(&l);
+  /* Torn in the middle of a multi-byte character of the big record. */
+  fp = fopen(path, "w");
+  ASSERT_EQ(fwrite(f.data, 1, head_len + 2 * 1024 * 1024 + 1, fp),
+            head_len + 2 * 1024 * 1024 + 1);
+  fclose(fp);
+  ASSERT_EQ(al__tx_load(path, true, 1 << 20, &l), 0);
+  ASSERT(l.torn_tail);
+  ASSERT_EQ(l.records, 3);
+  ASSERT_EQ(l.closed_tool_uses, 1);
+  ASSERT_EQ(al__history_validate(&l.history, NULL, 0), 0);
+  al__tx_loaded_free(&l);
+  ASSERT_EQ(stat(path, &st), 0);
+  ASSERT_EQ((size_t)st.st_size, head_len);
+  json_decref(rec);
+  free(line);
+  free(big);
+  al_buf_free(&f);
+  dt_rmtree(dir);
+  return 0;
+}
