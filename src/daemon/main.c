@@ -9,6 +9,7 @@
  * logs to $XDG_STATE_HOME/agentloop/agentloopd.log and tells the parent
  * over a pipe once it listens, so the parent's exit status says whether
  * the daemon is up (0) or not (1, with the reason on stderr). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -80,6 +81,28 @@ static bool parse_size(const char *s, uint64_t *out) {
   return true;
 }
 
+/* Descriptors inherited from whoever started us (a shell's, a test
+ * runner's) must not reach the tools: every fd above stdio becomes
+ * close-on-exec, as ours are from creation. */
+static void cloexec_inherited(void) {
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *de;
+
+  if (d == NULL) {
+    return;
+  }
+  while ((de = readdir(d)) != NULL) {
+    int fd = atoi(de->d_name);
+    int fl;
+
+    if (fd > 2 && fd != dirfd(d) && (fl = fcntl(fd, F_GETFD)) >= 0 &&
+        (fl & FD_CLOEXEC) == 0) {
+      fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+    }
+  }
+  closedir(d);
+}
+
 static void on_exit_cb(al_daemon_t *d, void *data) {
   al_log(AL_LOG_INFO, "agentloopd stopped");
 }
@@ -99,6 +122,7 @@ int main(int argc, char **argv) {
   int i;
   int rc;
 
+  cloexec_inherited();
   al_log_init();
   al__daemon_options_init(&o);
   o.provider = env("AGENTLOOP_PROVIDER");

@@ -2,6 +2,7 @@
  * bad and torn lines, the writer's modes, and a daemon killed with
  * SIGKILL in the middle of a tool call whose session resumes and sends a
  * request the mock's validator accepts. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -771,5 +772,73 @@ TEST_IMPL(transcript_big_record_streamed) {
   free(big);
   al_buf_free(&f);
   dt_rmtree(dir);
+  return 0;
+}
+
+/* Every descriptor of a running agentloopd except stdio is close-on-exec
+ * (listener, clients, locks, transcripts, the loop's own), read from
+ * /proc/PID/fdinfo while a session with an open transcript exists. */
+TEST_IMPL(daemon_fds_cloexec) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  char p[300];
+  char sid[64];
+  char envs[3][256];
+  char *env[4];
+  char dir[64];
+  DIR *d;
+  struct dirent *de;
+  size_t checked = 0;
+
+  dt_init(&t, NULL);
+  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
+  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
+  snprintf(envs[2], sizeof(envs[2]), "PATH=/usr/bin:/bin");
+  env[0] = envs[0];
+  env[1] = envs[1];
+  env[2] = envs[2];
+  env[3] = NULL;
+  spawn_daemon(&t, &proc, env);
+  dt_connect_ready(&t, &c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"hi\"}", sid);
+  dt_call(&c, 3, "turn/send", p);
+  snprintf(dir, sizeof(dir), "/proc/%d/fdinfo", proc.pid);
+  d = opendir(dir);
+  ASSERT_NOT_NULL(d);
+  while ((de = readdir(d)) != NULL) {
+    char path[384];
+    char *info;
+    const char *flags;
+    unsigned long fl;
+    int fd = atoi(de->d_name);
+
+    if (de->d_name[0] == '.' || fd <= 2) {
+      continue;
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+    info = al_test_read_file(path, NULL);
+    if (info == NULL) {
+      continue; /* closed meanwhile */
+    }
+    flags = strstr(info, "flags:");
+    ASSERT_NOT_NULL(flags);
+    fl = strtoul(flags + 6, NULL, 8);
+    if ((fl & 02000000) == 0) {
+      AL_TEST_FAIL("fd %d of agentloopd is not close-on-exec: %s", fd, info);
+    }
+    checked++;
+    free(info);
+  }
+  closedir(d);
+  ASSERT_GE(checked, 5);
+  dt_call(&c, 9, "shutdown", NULL);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  dt_wait_eof(&c);
+  dt_finish(&t, cl, 1);
   return 0;
 }
