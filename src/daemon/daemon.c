@@ -548,7 +548,6 @@ static void on_agent_event(const al_event_t *ev, void *data) {
   json_decref(j);
   line->data[n] = '\n';
   ring_push(s, ev->seq, line);
-  tx_put(s, line, false);
   for (pos = s->subs.next; pos != &s->subs; pos = next) {
     sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
 
@@ -559,6 +558,9 @@ static void on_agent_event(const al_event_t *ev, void *data) {
       sub_send(sub, line, ev->seq);
     }
   }
+  /* The transcript append after the sockets: handing work to the
+   * threadpool wakes a thread, which the watchers need not wait for. */
+  tx_put(s, line, false);
   al__blob_unref(line);
   if (!s->running) {
     idle_check(s->d);
