@@ -234,9 +234,10 @@ static void on_write(uv_write_t *req, int status) {
   if (!c->closing && queued(c) <= c->d->o.max_queue / 2) {
     al_list_t *pos, *next;
 
-    for (pos = c->subs.next; pos != &c->subs; pos = next) {
+    for (pos = c->subs.next; pos != &c->subs && !c->closing; pos = next) {
       next = pos->next;
       sub_pump(AL_CONTAINER_OF(pos, sub_t, cnode));
+      /* A failed write closes c and frees every sub of it, next too. */
     }
   }
 }
