@@ -217,6 +217,20 @@ static void on_child(uv_process_t *p, int64_t status, int sig) {
   uv_close((uv_handle_t *)p, NULL);
 }
 
+/* The environment of a spawned agentloopd: the mock, a key, a model. */
+static void daemon_env(dt_t *t, char envs[4][256], char *env[5]) {
+  size_t i;
+
+  snprintf(envs[0], 256, "AGENTLOOP_BASE_URL=%s", t->url);
+  snprintf(envs[1], 256, "ANTHROPIC_API_KEY=test-key");
+  snprintf(envs[2], 256, "AGENTLOOP_MODEL=mock-model");
+  snprintf(envs[3], 256, "PATH=/usr/bin:/bin");
+  for (i = 0; i < 4; i++) {
+    env[i] = envs[i];
+  }
+  env[4] = NULL;
+}
+
 static void spawn_daemon(dt_t *t, uv_process_t *p, char **env) {
   char exe[600];
   char *args[9];
@@ -323,14 +337,7 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
               "  - reply:\n"
               "      content:\n"
               "        - text: \"recovered\"\n");
-  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
-  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
-  snprintf(envs[2], sizeof(envs[2]), "AGENTLOOP_MODEL=mock-model");
-  snprintf(envs[3], sizeof(envs[3]), "PATH=/usr/bin:/bin");
-  for (i = 0; i < 4; i++) {
-    env[i] = envs[i];
-  }
-  env[4] = NULL;
+  daemon_env(&t, envs, env);
   spawn_daemon(&t, &proc, env);
   run_until(&t, sock_exists, t.sock);
   dt_connect(&t, &c);
@@ -458,8 +465,8 @@ TEST_IMPL(daemon_sigterm_exits_clean) {
   uv_process_t proc;
   char p[512];
   char sid[64];
-  char envs[3][256];
-  char *env[4];
+  char envs[4][256];
+  char *env[5];
   char txp[400];
   char *tx;
   size_t n;
@@ -470,13 +477,7 @@ TEST_IMPL(daemon_sigterm_exits_clean) {
               "      content:\n"
               "        - tool_use: {id: toolu_t1, name: bash, input: "
               "{command: \"sleep 3\"}}\n");
-  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
-  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
-  snprintf(envs[2], sizeof(envs[2]), "PATH=/usr/bin:/bin");
-  env[0] = envs[0];
-  env[1] = envs[1];
-  env[2] = envs[2];
-  env[3] = NULL;
+  daemon_env(&t, envs, env);
   spawn_daemon(&t, &proc, env);
   run_until(&t, sock_exists, t.sock);
   dt_connect(&t, &c);
@@ -620,8 +621,8 @@ TEST_IMPL(transcript_fuzz_regressions) {
  * in final with every request valid. */
 TEST_IMPL(daemon_sigkill_at_many_points) {
   dt_t t;
-  char envs[3][256];
-  char *env[4];
+  char envs[4][256];
+  char *env[5];
   size_t k;
   size_t points = 0;
 
@@ -636,13 +637,7 @@ TEST_IMPL(daemon_sigkill_at_many_points) {
               "      content:\n"
               "        - text: \"step two\"\n"
               "          chunks: 4\n");
-  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
-  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
-  snprintf(envs[2], sizeof(envs[2]), "PATH=/usr/bin:/bin");
-  env[0] = envs[0];
-  env[1] = envs[1];
-  env[2] = envs[2];
-  env[3] = NULL;
+  daemon_env(&t, envs, env);
   for (k = 1; k <= 25; k += 3) {
     dt_client_t c, c2;
     uv_process_t p1, p2;
@@ -785,21 +780,15 @@ TEST_IMPL(daemon_fds_cloexec) {
   uv_process_t proc;
   char p[300];
   char sid[64];
-  char envs[3][256];
-  char *env[4];
+  char envs[4][256];
+  char *env[5];
   char dir[64];
   DIR *d;
   struct dirent *de;
   size_t checked = 0;
 
   dt_init(&t, NULL);
-  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
-  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
-  snprintf(envs[2], sizeof(envs[2]), "PATH=/usr/bin:/bin");
-  env[0] = envs[0];
-  env[1] = envs[1];
-  env[2] = envs[2];
-  env[3] = NULL;
+  daemon_env(&t, envs, env);
   spawn_daemon(&t, &proc, env);
   dt_connect_ready(&t, &c);
   snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
