@@ -831,3 +831,62 @@ TEST_IMPL(daemon_fds_cloexec) {
   dt_finish(&t, cl, 1);
   return 0;
 }
+
+static bool sock_gone(void *data) {
+  struct stat st;
+
+  return stat((const char *)data, &st) != 0;
+}
+
+/* Without --foreground: the command returns 0 once the detached daemon
+ * listens (so a front end can connect at once), the daemon logs to the
+ * state dir, and `shutdown` stops it and removes the socket. */
+TEST_IMPL(daemon_background_mode) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  uv_process_options_t po;
+  char exe[600];
+  char *args[8];
+  char envs[4][256];
+  char *env[5];
+  char logp[300];
+  char *log;
+  json_t *r;
+
+  dt_init(&t, NULL);
+  daemon_env(&t, envs, env);
+  snprintf(exe, sizeof(exe), "%s/agentloopd", AL_BINARY_DIR);
+  args[0] = exe;
+  args[1] = "--socket";
+  args[2] = t.sock;
+  args[3] = "--state-dir";
+  args[4] = t.state;
+  args[5] = "--log-level";
+  args[6] = "info";
+  args[7] = NULL;
+  memset(&po, 0, sizeof(po));
+  po.file = exe;
+  po.args = args;
+  po.env = env;
+  po.exit_cb = on_child;
+  child_exit = child_sig = -1;
+  ASSERT_EQ(uv_spawn(&t.loop, &proc, &po), 0);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  /* Ready means listening: connect at once, no retry. */
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  r = dt_call(&c, 2, "shutdown", NULL);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_wait_eof(&c);
+  run_until(&t, sock_gone, t.sock);
+  snprintf(logp, sizeof(logp), "%s/agentloopd.log", t.state);
+  log = al_test_read_file(logp, NULL);
+  ASSERT_NOT_NULL(log);
+  ASSERT_NOT_NULL(strstr(log, "listening on"));
+  free(log);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
