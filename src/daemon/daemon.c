@@ -1640,11 +1640,8 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (s->loaded) {
-    if (!al_agent_running(s->agent)) {
-      /* Changed settings apply to the next runs: not supported on a live
-       * agent without a restart; they are recorded for the next load. */
-      resume_apply_params(s, k->params);
-    }
+    /* In memory already: its agent keeps its settings (the params apply
+     * only when a session is loaded from its transcript). */
     resume_reply(s, k->c, k->id);
     return;
   }
