@@ -1528,6 +1528,10 @@ static void load_done(uv_work_t *w, int status) {
     set_str(&s->provider, json_string_value(json_object_get(h, "provider")));
     set_str(&s->base_url, json_string_value(json_object_get(h, "base_url")));
     set_str(&s->system, json_string_value(json_object_get(h, "system")));
+    if (s->ask_tools == NULL &&
+        json_is_array(json_object_get(h, "ask_tools"))) {
+      s->ask_tools = json_deep_copy(json_object_get(h, "ask_tools"));
+    }
   }
   if (!al_list_empty(&s->resumes)) {
     first = AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
