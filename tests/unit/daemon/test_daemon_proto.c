@@ -881,3 +881,69 @@ TEST_IMPL(daemon_many_clients) {
   free(c);
   return 0;
 }
+
+/* A second turn/send while a run is active is -32004 with the run; a
+ * turn/cancel naming another run does nothing; a plain one cancels: the
+ * interrupted event comes before the response, and the session takes a
+ * new turn afterwards. */
+TEST_IMPL(daemon_run_active_and_cancel) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char sid[64];
+  char p[256];
+  json_t *r;
+  size_t i, k;
+
+  dt_init(&t, "responses:\n"
+              "  - first_byte_delay_ms: 3000\n"
+              "    reply:\n"
+              "      content:\n"
+              "        - text: \"slow\"\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"fast\"\n");
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"one\"}", sid);
+  r = dt_call(&c, 4, "turn/send", p);
+  ASSERT_EQ(dt_err(r), 0);
+  r = dt_call(&c, 5, "turn/send", p);
+  ASSERT_EQ(dt_err(r), AL_RPC_RUN_ACTIVE);
+  ASSERT_EQ(json_integer_value(json_object_get(
+                json_object_get(json_object_get(r, "error"), "data"), "run")),
+            1);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"run\":7}", sid);
+  r = dt_call(&c, 6, "turn/cancel", p);
+  ASSERT(json_is_false(json_object_get(json_object_get(r, "result"),
+                                       "cancelled")));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"run\":1}", sid);
+  r = dt_call(&c, 7, "turn/cancel", p);
+  ASSERT(json_is_true(json_object_get(json_object_get(r, "result"),
+                                      "cancelled")));
+  i = dt_wait_event(&c, "interrupted", 0);
+  for (k = 0; k < json_array_size(c.msgs); k++) {
+    if (json_array_get(c.msgs, k) == r) {
+      break;
+    }
+  }
+  ASSERT(i < k);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"two\"}", sid);
+  r = dt_call(&c, 8, "turn/send", p);
+  ASSERT_EQ(json_integer_value(
+                json_object_get(json_object_get(r, "result"), "run")),
+            2);
+  i = dt_wait_event(&c, "final", i);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(json_array_get(c.msgs, i), "params"),
+                    "text")),
+                "fast");
+  dt_assert_valid(&t);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
