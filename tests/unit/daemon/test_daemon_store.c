@@ -890,3 +890,27 @@ TEST_IMPL(daemon_background_mode) {
   dt_finish(&t, cl, 1);
   return 0;
 }
+
+/* SIGINT does what SIGTERM does: exit 0 with the socket removed, clients
+ * told EOF. */
+TEST_IMPL(daemon_sigint_exits_clean) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  char envs[4][256];
+  char *env[5];
+
+  dt_init(&t, NULL);
+  daemon_env(&t, envs, env);
+  spawn_daemon(&t, &proc, env);
+  dt_connect_ready(&t, &c);
+  ASSERT_EQ(uv_process_kill(&proc, SIGINT), 0);
+  dt_wait_eof(&c);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  ASSERT_EQ(child_sig, 0);
+  ASSERT(sock_gone(t.sock));
+  dt_finish(&t, cl, 1);
+  return 0;
+}
