@@ -240,11 +240,15 @@ int al_rpc_parse(const char *line, size_t len, al_rpc_msg_t *msg,
     say(why, why_len, "%s", "invalid request: jsonrpc must be \"2.0\"");
     goto out_invalid;
   }
-  if (id != NULL && !id_ok(id)) {
+  m = json_object_get(root, "method");
+  /* A response to a line whose id could not be read carries id null
+   * (JSON-RPC 2.0 §5); nothing else may. */
+  if (id != NULL && !id_ok(id) &&
+      !(m == NULL && json_is_null(id) &&
+        json_object_get(root, "error") != NULL)) {
     say(why, why_len, "%s", "invalid request: id must be a string or integer");
     goto out_invalid;
   }
-  m = json_object_get(root, "method");
   if (m != NULL) {
     if (!json_is_string(m) || json_string_length(m) == 0) {
       say(why, why_len, "%s", "invalid request: method must be a string");

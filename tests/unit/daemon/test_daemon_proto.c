@@ -947,3 +947,64 @@ TEST_IMPL(daemon_run_active_and_cancel) {
   dt_finish(&t, cl, 1);
   return 0;
 }
+
+/* The builders' lines parse back as what they are, on the client side
+ * too: a request, a notification, a result, an error with the id and an
+ * error with id null (the answer to an unreadable line). */
+TEST_IMPL(rpc_messages_roundtrip) {
+  json_t *id = json_integer(7);
+  json_t *msgs[5];
+  al_rpc_msg_kind_t kinds[5] = {AL_RPC_MSG_REQUEST, AL_RPC_MSG_NOTIFICATION,
+                                AL_RPC_MSG_RESPONSE, AL_RPC_MSG_RESPONSE,
+                                AL_RPC_MSG_RESPONSE};
+  size_t i;
+
+  msgs[0] = al_rpc_request_new(id, "turn/send", json_pack("{s:s}", "a", "b"));
+  msgs[1] = al_rpc_notification_new("lagged", json_object());
+  msgs[2] = al_rpc_result_new(id, json_pack("{s:b}", "ok", 1));
+  msgs[3] = al_rpc_error_new(id, AL_RPC_UNKNOWN_SESSION, "unknown session",
+                             json_pack("{s:s}", "session", "x"));
+  msgs[4] = al_rpc_error_new(NULL, AL_RPC_PARSE_ERROR, "parse error", NULL);
+  for (i = 0; i < 5; i++) {
+    size_t len;
+    char *line = al_rpc_dump_line_alloc(msgs[i], &len);
+    al_rpc_msg_t m;
+    json_t *bad = NULL;
+    char why[128];
+
+    ASSERT_NOT_NULL(line);
+    ASSERT_EQ(line[len - 1], '\n');
+    ASSERT_NULL(memchr(line, '\n', len - 1));
+    if (al_rpc_parse(line, len - 1, &m, &bad, why, sizeof(why)) != 0) {
+      AL_TEST_FAIL("%s: %s", line, why);
+    }
+    ASSERT_EQ(m.kind, kinds[i]);
+    if (i == 4) {
+      ASSERT(json_is_null(m.id));
+      ASSERT_EQ(json_integer_value(json_object_get(m.error, "code")),
+                AL_RPC_PARSE_ERROR);
+    }
+    al_rpc_msg_free(&m);
+    al_free(line);
+    json_decref(msgs[i]);
+  }
+  /* The event notification prefix/suffix match the builder's output. */
+  {
+    json_t *ev = json_pack("{s:s, s:i}", "type", "text_delta", "seq", 3);
+    json_t *n = al_rpc_notification_new("event", json_incref(ev));
+    size_t len;
+    char *line = al_rpc_dump_line_alloc(n, &len);
+    char *evs = json_dumps(ev, JSON_COMPACT);
+    char want[256];
+
+    snprintf(want, sizeof(want), "%s%s%s", AL_RPC_EVENT_PREFIX, evs,
+             AL_RPC_EVENT_SUFFIX);
+    ASSERT_STR_EQ(line, want);
+    free(evs);
+    al_free(line);
+    json_decref(n);
+    json_decref(ev);
+  }
+  json_decref(id);
+  return 0;
+}
