@@ -9,9 +9,13 @@
  *    client takes uv_hrtime() once the notification line is parsed. Both
  *    processes read one clock, so the difference is encoding + socket
  *    write + kernel + client read + parse.
- *  - Its reference in the same run: the same scenario played to an
+ *  - Its references in the same run: the same scenario played to an
  *    in-process agent on the bench's loop, measured the same way
- *    (publish -> subscriber callback), which is what an embedder gets.
+ *    (publish -> subscriber callback), which is what an embedder gets;
+ *    and the floor of any socket hop: a forked child writes lines of the
+ *    same shape and size, stamped just before write(2), paced alike, and
+ *    this process reads and parses them with the same code. Daemon minus
+ *    floor is what the daemon itself adds (encoding, its loop, queueing).
  * The mock server (in-process) paces deltas (--delta-ms) so the figures
  * are latency, not queueing behind a burst. */
 #include <fcntl.h>
@@ -20,7 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -58,6 +65,12 @@ typedef struct {
   uint64_t *ref;
   size_t nref;
   size_t refcap;
+  /* socket floor */
+  bool floor_mode;
+  uint64_t *flo;
+  size_t nflo;
+  size_t flocap;
+  size_t floor_want;
   bool ref_done;
 } bd_t;
 
@@ -85,7 +98,11 @@ static bool on_line(al_rpc_framer_t *f, const char *line, size_t len,
     if (type != NULL && strcmp(type, "text_delta") == 0) {
       uint64_t ts = (uint64_t)json_integer_value(json_object_get(p, "ts_ns"));
 
-      push(&b->lat, &b->nlat, &b->cap, t > ts ? t - ts : 0);
+      if (b->floor_mode) {
+        push(&b->flo, &b->nflo, &b->flocap, t > ts ? t - ts : 0);
+      } else {
+        push(&b->lat, &b->nlat, &b->cap, t > ts ? t - ts : 0);
+      }
     } else if (type != NULL &&
                (strcmp(type, "final") == 0 || strcmp(type, "error") == 0)) {
       b->final_seen = true;
@@ -193,6 +210,65 @@ static void ref_event(const al_event_t *ev, void *data) {
   } else if (ev->type == AL_EVENT_FINAL || ev->type == AL_EVENT_ERROR) {
     b->ref_done = true;
   }
+}
+
+/* The floor: a child writes n event-shaped lines (about the daemon's
+ * size for this scenario), each stamped right before its write, one per
+ * delta_ms; we read them with on_line. */
+static void floor_child(int fd, size_t n, unsigned delta_ms) {
+  char line[512];
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    struct timespec ts = {0, (long)delta_ms * 1000000L};
+    int len = snprintf(
+        line, sizeof(line),
+        "{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":{"
+        "\"type\":\"text_delta\",\"session\":\"s_0123456789abcdef\","
+        "\"run\":1,\"turn\":1,\"seq\":%zu,\"ts_ns\":%llu,\"index\":0,"
+        "\"text\":\"a delta of forty bytes, give or take.\","
+        "\"call_id\":null}}\n",
+        i + 4, (unsigned long long)uv_hrtime());
+
+    if (write(fd, line, (size_t)len) != len) {
+      break;
+    }
+    nanosleep(&ts, NULL);
+  }
+  _exit(0);
+}
+
+static void measure_floor(bd_t *b, size_t n, unsigned delta_ms) {
+  int sv[2];
+  pid_t pid;
+  uv_pipe_t p;
+
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return;
+  }
+  pid = fork();
+  if (pid == 0) {
+    close(sv[0]);
+    floor_child(sv[1], n, delta_ms);
+  }
+  close(sv[1]);
+  if (pid < 0) {
+    close(sv[0]);
+    return;
+  }
+  b->floor_mode = true;
+  b->eof = false;
+  uv_pipe_init(&b->loop, &p, 0);
+  uv_pipe_open(&p, sv[0]);
+  p.data = b;
+  uv_read_start((uv_stream_t *)&p, on_alloc, on_read);
+  while (!b->eof) {
+    uv_run(&b->loop, UV_RUN_ONCE);
+  }
+  uv_close((uv_handle_t *)&p, NULL);
+  uv_run(&b->loop, UV_RUN_NOWAIT);
+  waitpid(pid, NULL, 0);
+  b->floor_mode = false;
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -370,6 +446,7 @@ int al_bench_daemon(int argc, char **argv) {
   while (!b.child_exited) {
     uv_run(&b.loop, UV_RUN_ONCE);
   }
+  measure_floor(&b, deltas, delta_ms);
   uv_close((uv_handle_t *)&b.pipe, NULL);
   uv_close((uv_handle_t *)&tick, NULL);
   al_mockllm_close(b.mock, NULL);
@@ -379,16 +456,20 @@ int al_bench_daemon(int argc, char **argv) {
   al_rpc_framer_free(&b.framer);
   qsort(b.lat, b.nlat, sizeof(*b.lat), cmp_u64);
   qsort(b.ref, b.nref, sizeof(*b.ref), cmp_u64);
+  qsort(b.flo, b.nflo, sizeof(*b.flo), cmp_u64);
   if (as_json) {
     printf("{\"deltas\":%zu,\"delta_ms\":%u,\"rss_idle_kb\":%ld,"
            "\"rss_sessions_kb\":%ld,\"sessions\":%zu,"
            "\"socket_us\":{\"n\":%zu,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
-           "\"inproc_us\":{\"n\":%zu,\"p50\":%.2f,\"p99\":%.2f,\"max\":%.2f}}"
-           "\n",
+           "\"inproc_us\":{\"n\":%zu,\"p50\":%.2f,\"p99\":%.2f,\"max\":%.2f},"
+           "\"socket_floor_us\":{\"n\":%zu,\"p50\":%.1f,\"p99\":%.1f,"
+           "\"max\":%.1f}}\n",
            deltas, delta_ms, rss_idle, rss_many, idle_sessions, b.nlat,
            pct(b.lat, b.nlat, 0.5), pct(b.lat, b.nlat, 0.99),
            pct(b.lat, b.nlat, 1.0), b.nref, pct(b.ref, b.nref, 0.5),
-           pct(b.ref, b.nref, 0.99), pct(b.ref, b.nref, 1.0));
+           pct(b.ref, b.nref, 0.99), pct(b.ref, b.nref, 1.0), b.nflo,
+           pct(b.flo, b.nflo, 0.5), pct(b.flo, b.nflo, 0.99),
+           pct(b.flo, b.nflo, 1.0));
   } else {
     printf("agentloopd RSS: idle (1 client) %ld KiB; with %zu idle sessions "
            "%ld KiB (%.1f KiB/session)\n",
@@ -406,9 +487,14 @@ int al_bench_daemon(int argc, char **argv) {
            "reference: in-process subscriber", b.nref,
            pct(b.ref, b.nref, 0.5), pct(b.ref, b.nref, 0.99),
            pct(b.ref, b.nref, 1.0));
+    printf("  %-34s n=%-6zu p50 %8.1f  p99 %8.1f  max %8.1f\n",
+           "reference: bare socket hop (floor)", b.nflo,
+           pct(b.flo, b.nflo, 0.5), pct(b.flo, b.nflo, 0.99),
+           pct(b.flo, b.nflo, 1.0));
   }
   free(b.lat);
   free(b.ref);
+  free(b.flo);
   {
     char cmd[256];
 

@@ -12,7 +12,7 @@ src=$(dirname "$here")
 build=${BUILD:-$src/build-fuzz}
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-fuzz_sse fuzz_anthropic fuzz_openai fuzz_fastjson fuzz_scenario fuzz_tools_d}
+targets=${*:-fuzz_sse fuzz_anthropic fuzz_openai fuzz_fastjson fuzz_scenario fuzz_tools_d fuzz_socket_line fuzz_transcript}
 data=$src/tests/data
 
 CC=clang cmake -S "$src" -B "$build" -DAL_FUZZ=ON -DAL_BUILD_TESTS=OFF \
@@ -42,6 +42,8 @@ for t in $targets; do
       done ;;
     fuzz_scenario)  seeds="$data/scenarios"; maxlen=4096; dict=yaml.dict ;;
     fuzz_tools_d)   seeds="$src/tools.d"; maxlen=8192; dict=yaml.dict ;;
+    fuzz_socket_line) seeds="$data/events"; maxlen=8192; dict=json.dict ;;
+    fuzz_transcript) seeds="$data/transcripts"; maxlen=16384; dict=json.dict ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
   echo "== $t: ${secs}s, -max_len=$maxlen"

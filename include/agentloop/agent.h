@@ -213,6 +213,9 @@ typedef struct al_agent_options_s {
   uint64_t first_seq;
   al_commit_cb on_commit;
   void *commit_data;
+  /* The number of the agent's first run (a resumed session continues its
+   * numbering); 0: 1. */
+  uint64_t first_run;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

@@ -16,6 +16,7 @@
 #include "daemon/daemon.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -172,6 +175,7 @@ static void session_unsubscribe_all(session_t *s, const char *reason);
 static void maybe_exit(al_daemon_t *d);
 static void idle_check(al_daemon_t *d);
 static void sub_pump(sub_t *sub);
+static void on_created(al_tx_t *tx, void *data);
 
 static uint64_t wall_ms(void) {
   uv_timeval64_t tv;
@@ -196,6 +200,20 @@ static void set_str(char **dst, const char *s) {
   *dst = n;
 }
 
+/* The session title: the first user input cut at TITLE_MAX bytes on a
+ * character boundary (al_malloc'd, NULL on OOM). */
+static char *make_title(const char *t) {
+  size_t tl = strlen(t);
+
+  if (tl > TITLE_MAX) {
+    tl = TITLE_MAX;
+    while (tl > 0 && ((unsigned char)t[tl] & 0xC0) == 0x80) {
+      tl--;
+    }
+  }
+  return al_strndup(t, tl);
+}
+
 /* ---- writing to clients ----------------------------------------------------- */
 
 static size_t queued(const client_t *c) {
@@ -216,9 +234,10 @@ static void on_write(uv_write_t *req, int status) {
   if (!c->closing && queued(c) <= c->d->o.max_queue / 2) {
     al_list_t *pos, *next;
 
-    for (pos = c->subs.next; pos != &c->subs; pos = next) {
+    for (pos = c->subs.next; pos != &c->subs && !c->closing; pos = next) {
       next = pos->next;
       sub_pump(AL_CONTAINER_OF(pos, sub_t, cnode));
+      /* A failed write closes c and frees every sub of it, next too. */
     }
   }
 }
@@ -530,7 +549,6 @@ static void on_agent_event(const al_event_t *ev, void *data) {
   json_decref(j);
   line->data[n] = '\n';
   ring_push(s, ev->seq, line);
-  tx_put(s, line, false);
   for (pos = s->subs.next; pos != &s->subs; pos = next) {
     sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
 
@@ -541,6 +559,9 @@ static void on_agent_event(const al_event_t *ev, void *data) {
       sub_send(sub, line, ev->seq);
     }
   }
+  /* The transcript append after the sockets: handing work to the
+   * threadpool wakes a thread, which the watchers need not wait for. */
+  tx_put(s, line, false);
   al__blob_unref(line);
   if (!s->running) {
     idle_check(s->d);
@@ -566,15 +587,7 @@ static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
         json_array_get(json_object_get(m, "content"), 0), "text"));
 
     if (t != NULL) {
-      size_t tl = strlen(t);
-
-      if (tl > TITLE_MAX) {
-        tl = TITLE_MAX;
-        while (tl > 0 && ((unsigned char)t[tl] & 0xC0) == 0x80) {
-          tl--; /* cut on a character boundary */
-        }
-      }
-      s->title = al_strndup(t, tl);
+      s->title = make_title(t);
     }
     json_decref(m);
   }
@@ -680,19 +693,21 @@ static al_permission_t on_permission(al_agent_t *agent, const char *tool,
 
 /* Creates the session's agent (and transcript writer) from its settings.
  * first_seq continues a resumed transcript's numbering. */
-static int session_start(session_t *s, uint64_t first_seq, char *why,
-                         size_t why_len) {
+static int session_start(session_t *s, uint64_t first_seq,
+                         uint64_t first_run, char *why, size_t why_len) {
   al_daemon_t *d = s->d;
   al_agent_options_t ao;
   char *path;
   int rc;
 
   al_agent_options_init(&ao);
-  ao.provider = s->provider;
-  ao.model = s->model;
-  ao.base_url = s->base_url;
+  /* A transcript whose header never reached the disk (killed right after
+   * create) has no settings: the daemon's defaults apply. */
+  ao.provider = s->provider != NULL ? s->provider : d->o.provider;
+  ao.model = s->model != NULL ? s->model : d->o.model;
+  ao.base_url = s->base_url != NULL ? s->base_url : d->o.base_url;
   ao.system = s->system;
-  ao.api_key = s->provider != NULL && strcmp(s->provider, "openai") == 0
+  ao.api_key = ao.provider != NULL && strcmp(ao.provider, "openai") == 0
                    ? d->o.openai_key
                    : d->o.anthropic_key;
   ao.client = d->http;
@@ -707,6 +722,7 @@ static int session_start(session_t *s, uint64_t first_seq, char *why,
   ao.permission_data = s;
   ao.session_id = s->id;
   ao.first_seq = first_seq;
+  ao.first_run = first_run;
   ao.on_commit = on_commit;
   ao.commit_data = s;
   ao.retry_base_ms = d->o.retry_base_ms;
@@ -780,17 +796,22 @@ static void on_session_tx_closed(al_tx_t *tx, void *data) {
   session_maybe_free(s);
 }
 
-static void on_session_agent_closed(al_agent_t *agent) {
-  session_t *s = al_agent_get_data(agent);
-
-  s->agent = NULL;
-  s->agent_closed = true;
-  /* The agent's last events (interrupted) are queued: now flush. */
+/* Flushes, syncs and closes the transcript (after the agent's last
+ * events are queued). */
+static void session_close_tx(session_t *s) {
   if (s->tx != NULL) {
     al__tx_close(s->tx, on_session_tx_closed, s);
   } else {
     s->tx_closed = true;
   }
+}
+
+static void on_session_agent_closed(al_agent_t *agent) {
+  session_t *s = al_agent_get_data(agent);
+
+  s->agent = NULL;
+  s->agent_closed = true;
+  session_close_tx(s);
   session_maybe_free(s);
 }
 
@@ -800,19 +821,17 @@ static void session_close(session_t *s) {
   }
   s->closing = true;
   s->d->pending++;
+  /* Cancel first: the run's interrupted event reaches the watchers and
+   * the transcript before they are told the session closed. */
+  if (s->agent != NULL && al_agent_running(s->agent)) {
+    al_agent_cancel(s->agent);
+  }
   session_unsubscribe_all(s, "shutdown");
   if (s->agent != NULL) {
-    if (al_agent_running(s->agent)) {
-      al_agent_cancel(s->agent);
-    }
     al_agent_close(s->agent, on_session_agent_closed);
   } else {
     s->agent_closed = true;
-    if (s->tx != NULL) {
-      al__tx_close(s->tx, on_session_tx_closed, s);
-    } else {
-      s->tx_closed = true;
-    }
+    session_close_tx(s);
   }
   session_maybe_free(s);
 }
@@ -1002,7 +1021,7 @@ static void m_session_create(const call_t *k) {
   }
   s->created_ms = s->updated_ms = wall_ms();
   why[0] = '\0';
-  if (session_start(s, 1, why, sizeof(why)) != 0) {
+  if (session_start(s, 1, 1, why, sizeof(why)) != 0) {
     int code = strstr(why, "agent") != NULL ? AL_RPC_INVALID_PARAMS
                                            : AL_RPC_INTERNAL_ERROR;
 
@@ -1017,10 +1036,59 @@ static void m_session_create(const call_t *k) {
     tx_put(s, b, true);
     al__blob_unref(b);
   }
-  if (s->model == NULL) {
-    /* The agent picked the provider's default; report what it uses. */
+  /* Answer once the header is on disk: a session whose id a client holds
+   * survives a crash that follows at once. */
+  {
+    pending_resume_t *p = al_calloc(1, sizeof(*p));
+
+    if (p == NULL || al__tx_flush(s->tx, on_created, s) != 0) {
+      al_free(p);
+      reply(k->c, k->id, session_info(s));
+      return;
+    }
+    p->c = k->c;
+    p->id = json_deep_copy(k->id);
+    al_list_insert_tail(&s->resumes, &p->node);
+    s->loading = true; /* no turn, resume or close until answered */
+    k->c->d->pending++;
   }
-  reply(k->c, k->id, session_info(s));
+}
+
+/* session/create's answer, once the header is durable (or failed). */
+static void on_created(al_tx_t *tx, void *data) {
+  session_t *s = data;
+  al_daemon_t *d = s->d;
+  int err = al__tx_error(tx);
+
+  s->loading = false;
+  while (!al_list_empty(&s->resumes)) {
+    pending_resume_t *p =
+        AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
+
+    al_list_remove(&p->node);
+    if (p->c != NULL && !p->c->closing) {
+      if (err == 0) {
+        reply(p->c, p->id, session_info(s));
+      } else {
+        char msg[160];
+
+        snprintf(msg, sizeof(msg), "cannot write the transcript: %s",
+                 al_strerror(err));
+        reply_err(p->c, p->id, AL_RPC_INTERNAL_ERROR, msg, NULL);
+      }
+    }
+    json_decref(p->id);
+    al_free(p);
+  }
+  d->pending--;
+  if (err != 0 && !s->closing) {
+    session_close(s);
+    return;
+  }
+  if (s->closing) {
+    session_maybe_free(s);
+  }
+  maybe_exit(d);
 }
 
 static void m_session_list(const call_t *k) {
@@ -1033,26 +1101,22 @@ static void m_session_list(const call_t *k) {
     session_t *s = AL_CONTAINER_OF(pos, session_t, node);
     json_t *o;
     size_t i;
+    size_t w = 0;
+    al_list_t *p2;
 
     if (s->closing) {
       continue;
     }
-    o = json_pack("{s:s, s:s?, s:s?, s:s, s:I, s:I, s:s?, s:b, s:b, s:i}",
+    al_list_foreach(p2, &s->subs) { w++; }
+    o = json_pack("{s:s, s:s?, s:s?, s:s, s:I, s:I, s:s?, s:b, s:b, s:I}",
                   "session", s->id, "cwd", s->cwd, "model", s->model,
                   "provider", s->provider != NULL ? s->provider : "anthropic",
                   "created_ms", (json_int_t)s->created_ms, "updated_ms",
                   (json_int_t)s->updated_ms, "title", s->title, "loaded",
                   s->loaded, "running", s->running, "watchers",
-                  (int)0);
+                  (json_int_t)w);
     if (o == NULL) {
       continue;
-    }
-    {
-      size_t w = 0;
-      al_list_t *p2;
-
-      al_list_foreach(p2, &s->subs) { w++; }
-      json_object_set_new(o, "watchers", json_integer((json_int_t)w));
     }
     for (i = 0; i < json_array_size(arr); i++) {
       json_t *x = json_array_get(arr, i);
@@ -1412,6 +1476,50 @@ static void resume_apply_params(session_t *s, json_t *params) {
   }
 }
 
+/* The end of a run that a crash cut short, as LoopEvents with the seqs
+ * reserved for them: tool_use_completed (an error with the synthetic
+ * text) for every call closed on load, then interrupted. Replaying
+ * clients then see the run end as it would have on a cancel. */
+static void synth_run_end(session_t *s, const al_tx_loaded_t *l) {
+  al_event_t ev;
+  size_t i;
+  json_t *c;
+  uint64_t seq = l->last_seq + 1;
+
+  json_array_foreach(l->closed_calls, i, c) {
+    const char *id = json_string_value(json_object_get(c, "id"));
+    const char *name = json_string_value(json_object_get(c, "name"));
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_TOOL_USE_COMPLETED;
+    ev.session = s->id;
+    ev.run = l->last_run;
+    ev.turn = l->last_turn;
+    ev.seq = seq++;
+    ev.ts_ns = uv_hrtime();
+    ev.u.tool.call_id.ptr = id;
+    ev.u.tool.call_id.len = id != NULL ? strlen(id) : 0;
+    ev.u.tool.name.ptr = name;
+    ev.u.tool.name.len = name != NULL ? strlen(name) : 0;
+    ev.u.tool.content.ptr = AL_TX_SYNTHETIC_TEXT;
+    ev.u.tool.content.len = strlen(AL_TX_SYNTHETIC_TEXT);
+    ev.u.tool.reason.ptr = "daemon_restart";
+    ev.u.tool.reason.len = strlen("daemon_restart");
+    ev.u.tool.is_error = true;
+    on_agent_event(&ev, s);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_INTERRUPTED;
+  ev.session = s->id;
+  ev.run = l->last_run;
+  ev.turn = l->last_turn;
+  ev.seq = seq;
+  ev.ts_ns = uv_hrtime();
+  ev.u.interrupted.reason.ptr = "daemon_restart";
+  ev.u.interrupted.reason.len = strlen("daemon_restart");
+  on_agent_event(&ev, s);
+}
+
 static void load_done(uv_work_t *w, int status) {
   session_t *s = AL_CONTAINER_OF(w, session_t, work);
   al_daemon_t *d = s->d;
@@ -1420,8 +1528,23 @@ static void load_done(uv_work_t *w, int status) {
   int rc = status != 0 ? status : l->err;
   pending_resume_t *first = NULL;
   size_t i;
+  size_t nsynth = 0;
 
   s->loading = false;
+  if (l->header != NULL && s->cwd == NULL) {
+    /* The header reached the file after the startup scan read it. */
+    const json_t *h = l->header;
+
+    set_str(&s->cwd, json_string_value(json_object_get(h, "cwd")));
+    set_str(&s->model, json_string_value(json_object_get(h, "model")));
+    set_str(&s->provider, json_string_value(json_object_get(h, "provider")));
+    set_str(&s->base_url, json_string_value(json_object_get(h, "base_url")));
+    set_str(&s->system, json_string_value(json_object_get(h, "system")));
+    if (s->ask_tools == NULL &&
+        json_is_array(json_object_get(h, "ask_tools"))) {
+      s->ask_tools = json_deep_copy(json_object_get(h, "ask_tools"));
+    }
+  }
   if (!al_list_empty(&s->resumes)) {
     first = AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
     if (first->params != NULL) {
@@ -1433,7 +1556,13 @@ static void load_done(uv_work_t *w, int status) {
       al_log(AL_LOG_WARN, "session %s: %zu bad transcript line(s) skipped "
                           "(first: %s)", s->id, l->bad_lines, l->why);
     }
-    rc = session_start(s, l->last_seq + 1, why, sizeof(why));
+    /* A run the crash cut short gets its end as events too (below): the
+     * agent's numbering starts after them. */
+    nsynth = l->run_open && l->last_run > 0
+                 ? json_array_size(l->closed_calls) + 1
+                 : 0;
+    rc = session_start(s, l->last_seq + 1 + nsynth, l->last_run + 1, why,
+                       sizeof(why));
   }
   if (rc == 0 && !s->closing) {
     /* The system prompt comes from the session settings (options). */
@@ -1456,6 +1585,10 @@ static void load_done(uv_work_t *w, int status) {
     for (i = 0; i < l->nevents; i++) {
       ring_push(s, l->events[i].seq, l->events[i].line);
     }
+    s->next_seq = l->last_seq + 1;
+    if (nsynth > 0) {
+      synth_run_end(s, l);
+    }
     if (l->synthetic != NULL) {
       json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",
                               l->synthetic);
@@ -1471,10 +1604,7 @@ static void load_done(uv_work_t *w, int status) {
              l->closed_tool_uses);
     }
     if (s->title == NULL && l->first_user_text != NULL) {
-      s->title = al_strndup(l->first_user_text,
-                            strlen(l->first_user_text) > TITLE_MAX
-                                ? TITLE_MAX
-                                : strlen(l->first_user_text));
+      s->title = make_title(l->first_user_text);
     }
     json_decref(s->recovered);
     s->recovered = json_pack("{s:b, s:I, s:I}", "torn_tail", l->torn_tail,
@@ -1526,11 +1656,8 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (s->loaded) {
-    if (!al_agent_running(s->agent)) {
-      /* Changed settings apply to the next runs: not supported on a live
-       * agent without a restart; they are recorded for the next load. */
-      resume_apply_params(s, k->params);
-    }
+    /* In memory already: its agent keeps its settings (the params apply
+     * only when a session is loaded from its transcript). */
     resume_reply(s, k->c, k->id);
     return;
   }
@@ -2022,15 +2149,7 @@ static void scan_sessions(al_daemon_t *d) {
               "text"));
 
           if (t != NULL) {
-            size_t tl = strlen(t);
-
-            if (tl > TITLE_MAX) {
-              tl = TITLE_MAX;
-              while (tl > 0 && ((unsigned char)t[tl] & 0xC0) == 0x80) {
-                tl--;
-              }
-            }
-            s->title = al_strndup(t, tl);
+            s->title = make_title(t);
           }
         }
         json_decref(o);
@@ -2054,10 +2173,18 @@ static int take_lock(const char *path, int *out, char *why, size_t why_len) {
     snprintf(why, why_len, "cannot open lock %s: %s", path, strerror(-e));
     return e;
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    close(fd);
-    snprintf(why, why_len, "another agentloopd holds %s", path);
-    return UV_EBUSY;
+  /* A daemon killed while spawning a tool leaves a child between fork and
+   * exec that still shares the lock for a moment: retry for up to 0.5 s
+   * before calling it another daemon. Startup only, before the loop. */
+  for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; tries++) {
+    struct timespec ts = {0, 25 * 1000 * 1000};
+
+    if (errno != EWOULDBLOCK || tries == 20) {
+      close(fd);
+      snprintf(why, why_len, "another agentloopd holds %s", path);
+      return UV_EBUSY;
+    }
+    nanosleep(&ts, NULL);
   }
   *out = fd;
   return 0;
@@ -2124,6 +2251,10 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   d->loop = loop;
   d->o = *o;
   d->state_lock = d->socket_lock = -1;
+  /* libuv writes to sockets with write(2): a client that vanished would
+   * kill the process with SIGPIPE (RELIABILITY G7). The daemon core is
+   * only ever the daemon (agentloopd, or its tests). */
+  signal(SIGPIPE, SIG_IGN);
   if (d->o.max_line == 0) {
     d->o.max_line = AL_RPC_DEFAULT_MAX_LINE;
   }
@@ -2196,16 +2327,36 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   }
   uv_pipe_init(loop, &d->server, 0);
   d->server.data = d;
-  unlink(d->socket_path);
-  /* 0600 from creation: no window in which the socket is wider. */
-  old = umask(0177);
-  rc = uv_pipe_bind(&d->server, d->socket_path);
-  umask(old);
-  if (rc == 0 && o->open_socket) {
-    chmod(d->socket_path, 0666);
-  }
-  if (rc == 0) {
-    rc = uv_listen((uv_stream_t *)&d->server, 128, on_connection);
+  /* Bound under a temporary name and renamed into place once listening,
+   * so a client never finds a socket that refuses connections. 0600 from
+   * creation: no window in which the socket is wider. */
+  {
+    char tmp[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int tn = snprintf(tmp, sizeof(tmp), "%s.%d", d->socket_path,
+                      (int)getpid());
+    const char *bindp =
+        tn > 0 && (size_t)tn < sizeof(tmp) ? tmp : d->socket_path;
+
+    unlink(bindp);
+    if (bindp == d->socket_path) {
+      unlink(d->socket_path);
+    }
+    old = umask(0177);
+    rc = uv_pipe_bind(&d->server, bindp);
+    umask(old);
+    if (rc == 0 && o->open_socket) {
+      chmod(bindp, 0666);
+    }
+    if (rc == 0) {
+      rc = uv_listen((uv_stream_t *)&d->server, 128, on_connection);
+    }
+    if (rc == 0 && bindp != d->socket_path &&
+        rename(bindp, d->socket_path) != 0) {
+      rc = -errno;
+    }
+    if (rc != 0 && bindp != d->socket_path) {
+      unlink(bindp);
+    }
   }
   if (rc != 0) {
     snprintf(why, why_len, "cannot listen on %s: %s", d->socket_path,

@@ -241,8 +241,6 @@ int main(int argc, char **argv) {
     uv_loop_close(&loop);
     return 1;
   }
-  al_log(AL_LOG_INFO, "agentloopd %s listening on %s (state %s)",
-         AL_VERSION_STRING, sock, state);
   if (!foreground) {
     char logp[4200];
     int fd;
@@ -264,6 +262,8 @@ int main(int argc, char **argv) {
     }
     close(ready[1]);
   }
+  al_log(AL_LOG_INFO, "agentloopd %s listening on %s (state %s, pid %d)",
+         AL_VERSION_STRING, sock, state, (int)getpid());
   uv_run(&loop, UV_RUN_DEFAULT);
   rc = uv_loop_close(&loop);
   if (rc != 0) {

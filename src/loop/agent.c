@@ -1300,6 +1300,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->on_commit = o->on_commit;
   a->commit_data = o->commit_data;
+  a->run_id = o->first_run > 0 ? o->first_run - 1 : 0;
   if ((rc = al__events_bus_new(&a->bus, NULL)) != 0) {
     goto fail;
   }

@@ -483,6 +483,21 @@ static int check_block(const json_t *b, size_t n, size_t m, bool assistant,
   return 0;
 }
 
+int al__history_check_blocks(const json_t *content, bool assistant,
+                             char *why, size_t why_len) {
+  size_t m;
+  int err = 0;
+
+  if (!json_is_array(content) || json_array_size(content) == 0) {
+    return bad(why, why_len, "content must be a non-empty array");
+  }
+  for (m = 0; m < json_array_size(content) && err == 0; m++) {
+    err = check_block(json_array_get(content, m), 0, m, assistant, why,
+                      why_len);
+  }
+  return err;
+}
+
 int al__history_validate_json(const json_t *messages, char *why,
                               size_t why_len) {
   size_t n, m, nmsgs = json_array_size(messages);

@@ -134,6 +134,10 @@ const json_t *al__history_to_json(const al_history_t *h);
  * order (the history never produces otherwise). Returns 0, or AL_EINVAL
  * with a reason in why (why may be NULL). */
 int al__history_validate(const al_history_t *h, char *why, size_t why_len);
+/* The block shapes of one message's content alone (a transcript loader
+ * checks a record before committing it). 0 or AL_EINVAL with why. */
+int al__history_check_blocks(const json_t *content, bool assistant,
+                             char *why, size_t why_len);
 /* The same check on a bare messages array (tests, loaded transcripts). */
 int al__history_validate_json(const json_t *messages, char *why,
                               size_t why_len);

@@ -240,11 +240,15 @@ int al_rpc_parse(const char *line, size_t len, al_rpc_msg_t *msg,
     say(why, why_len, "%s", "invalid request: jsonrpc must be \"2.0\"");
     goto out_invalid;
   }
-  if (id != NULL && !id_ok(id)) {
+  m = json_object_get(root, "method");
+  /* A response to a line whose id could not be read carries id null
+   * (JSON-RPC 2.0 §5); nothing else may. */
+  if (id != NULL && !id_ok(id) &&
+      !(m == NULL && json_is_null(id) &&
+        json_object_get(root, "error") != NULL)) {
     say(why, why_len, "%s", "invalid request: id must be a string or integer");
     goto out_invalid;
   }
-  m = json_object_get(root, "method");
   if (m != NULL) {
     if (!json_is_string(m) || json_string_length(m) == 0) {
       say(why, why_len, "%s", "invalid request: method must be a string");
@@ -305,11 +309,10 @@ static json_t *id_copy(const json_t *id) {
   return id != NULL ? json_deep_copy(id) : json_null();
 }
 
-json_t *al_rpc_request_new(json_t *id, const char *method, json_t *params_new) {
+json_t *al_rpc_notification_new(const char *method, json_t *params_new) {
   json_t *o = base();
 
-  if (o == NULL || json_object_set_new(o, "id", id_copy(id)) != 0 ||
-      json_object_set_new(o, "method", json_string(method)) != 0 ||
+  if (o == NULL || json_object_set_new(o, "method", json_string(method)) != 0 ||
       (params_new != NULL &&
        json_object_set_new(o, "params", params_new) != 0)) {
     if (o == NULL) {
@@ -321,15 +324,12 @@ json_t *al_rpc_request_new(json_t *id, const char *method, json_t *params_new) {
   return o;
 }
 
-json_t *al_rpc_notification_new(const char *method, json_t *params_new) {
-  json_t *o = base();
+json_t *al_rpc_request_new(json_t *id, const char *method, json_t *params_new) {
+  json_t *o = al_rpc_notification_new(method, params_new);
 
-  if (o == NULL || json_object_set_new(o, "method", json_string(method)) != 0 ||
-      (params_new != NULL &&
-       json_object_set_new(o, "params", params_new) != 0)) {
-    if (o == NULL) {
-      json_decref(params_new);
-    }
+  /* jsonrpc, method, params, then id: key order does not matter to a
+   * JSON-RPC peer. */
+  if (o != NULL && json_object_set_new(o, "id", id_copy(id)) != 0) {
     json_decref(o);
     return NULL;
   }

@@ -106,7 +106,9 @@ typedef enum {
 typedef struct {
   al_rpc_msg_kind_t kind;
   json_t *root;         /* owned: the whole message */
-  json_t *id;           /* borrowed from root (string or integer), or NULL */
+  json_t *id;           /* borrowed from root (string or integer), NULL
+                         * for a notification, JSON null for an error
+                         * response to a request whose id was unreadable */
   const char *method;   /* borrowed from root, or NULL */
   json_t *params;       /* borrowed: object, or NULL when absent */
   json_t *result;       /* borrowed (responses) */

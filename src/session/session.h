@@ -65,6 +65,11 @@ int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
  * AL_ENOMEM, or the sticky error of an earlier write (the transcript is
  * then degraded; the session keeps running). */
 int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync);
+/* cb runs once everything appended so far is written and synced (or the
+ * writer failed: check al__tx_error), always on a later iteration. One
+ * waiter at a time: AL_EBUSY otherwise. */
+typedef void (*al_tx_flush_cb)(al_tx_t *tx, void *data);
+int al__tx_flush(al_tx_t *tx, al_tx_flush_cb cb, void *data);
 /* Queued + in-flight bytes. */
 size_t al__tx_pending(const al_tx_t *tx);
 /* The first write/fsync/open error, or 0. */
@@ -98,6 +103,11 @@ typedef struct {
   al_tx_event_t *events;  /* the newest events that fit max_event_bytes */
   size_t nevents;
   uint64_t last_seq;      /* highest event seq seen */
+  uint64_t last_run;      /* highest run number seen in events */
+  uint32_t last_turn;     /* its last turn */
+  bool run_open;          /* last_run has no final/error/interrupted */
+  json_t *closed_calls;   /* [{id,name}] of the tool calls closed on
+                           * load, or NULL */
   size_t records;         /* good records */
   size_t bad_lines;       /* skipped mid-file lines */
   bool torn_tail;         /* a partial last line was cut off */

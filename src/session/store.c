@@ -75,10 +75,14 @@ struct al_tx_s {
   bool closed_fd;
   al_tx_close_cb close_cb;
   void *close_data;
+  al_tx_flush_cb flush_cb;
+  void *flush_data;
+  bool flush_synced; /* the waiter's data is synced */
   uv_buf_t iov[TX_MAX_IOV];
 };
 
 static void tx_kick(al_tx_t *tx);
+static void tx_close_deferred(uv_fs_t *req);
 
 static void entry_free(tx_entry_t *e) {
   al__blob_unref(e->blob);
@@ -201,6 +205,28 @@ static void tx_kick(al_tx_t *tx) {
   if (tx->fd >= 0 && tx->sync_due && tx->err == 0) {
     tx->sync_due = false;
     if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->flush_synced = tx->flush_cb != NULL && al_list_empty(&tx->queue);
+      tx->busy = true;
+      return;
+    }
+  }
+  if (tx->flush_cb != NULL &&
+      (tx->err != 0 || tx->closed_fd ||
+       (al_list_empty(&tx->queue) && tx->flush_synced))) {
+    al_tx_flush_cb cb = tx->flush_cb;
+
+    tx->flush_cb = NULL;
+    tx->flush_synced = false;
+    cb(tx, tx->flush_data);
+    /* cb may have called al__tx_close, which never frees inside the
+     * call: go on with the queue or the close. */
+    tx_kick(tx);
+    return;
+  }
+  if (tx->flush_cb != NULL && tx->fd >= 0 && al_list_empty(&tx->queue)) {
+    /* Nothing left to write: one fdatasync makes it durable. */
+    if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->flush_synced = true;
       tx->busy = true;
       return;
     }
@@ -271,6 +297,31 @@ int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync) {
   al_list_insert_tail(&tx->queue, &e->node);
   tx->queued += blob->len;
   tx_kick(tx);
+  return 0;
+}
+
+int al__tx_flush(al_tx_t *tx, al_tx_flush_cb cb, void *data) {
+  if (tx->flush_cb != NULL || tx->closing) {
+    return AL_EBUSY;
+  }
+  tx->flush_cb = cb;
+  tx->flush_data = data;
+  tx->flush_synced = false;
+  if (!tx->busy) {
+    /* Idle: go through the threadpool so cb never runs inside. */
+    if (tx->fd >= 0 && tx->err == 0 &&
+        uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+      tx->flush_synced = al_list_empty(&tx->queue);
+      tx->busy = true;
+      return 0;
+    }
+    if (uv_fs_stat(tx->loop, &tx->req, "/", tx_close_deferred) == 0) {
+      tx->busy = true;
+      return 0;
+    }
+    tx->flush_cb = NULL;
+    return AL_ENOMEM;
+  }
   return 0;
 }
 
@@ -354,6 +405,7 @@ typedef struct {
   size_t event_bytes;
   size_t cap;
   size_t head; /* events[head..nevents) are live (a queue in an array) */
+  size_t lineno;
 } loader_t;
 
 static void note_bad(al_tx_loaded_t *l, size_t lineno, const char *what) {
@@ -438,7 +490,10 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
     return true;
   }
   if (strcmp(kind, "assistant") == 0) {
-    return al__history_commit_assistant(h, msg) == 0;
+    /* The history copies blocks verbatim; a damaged record must not make
+     * the loaded conversation unsendable. */
+    return al__history_check_blocks(content, true, NULL, 0) == 0 &&
+           al__history_commit_assistant(h, msg) == 0;
   }
   if (strcmp(kind, "tool_results") == 0) {
     if (!al__history_turn_open(h)) {
@@ -501,7 +556,19 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
     uint64_t s = (uint64_t)json_integer_value(seq);
 
     if (s > l->last_seq) {
+      json_int_t run = json_integer_value(json_object_get(o, "run"));
+
+      const char *type = json_string_value(json_object_get(o, "type"));
+
       l->last_seq = s;
+      if (run > 0 && (uint64_t)run >= l->last_run) {
+        l->last_run = (uint64_t)run;
+        l->last_turn =
+            (uint32_t)json_integer_value(json_object_get(o, "turn"));
+        l->run_open = strcmp(type, "final") != 0 &&
+                      strcmp(type, "error") != 0 &&
+                      strcmp(type, "interrupted") != 0;
+      }
       rc = push_event(ld, s, p, n);
     } else {
       note_bad(l, lineno, "event seq out of order");
@@ -516,47 +583,92 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   return rc;
 }
 
-int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
-                    al_tx_loaded_t *out, size_t *good_len) {
-  loader_t ld;
-  size_t off = 0;
-  size_t lineno = 0;
-  int rc = 0;
-
+static void loader_init(loader_t *ld, al_tx_loaded_t *out,
+                        size_t max_event_bytes) {
   memset(out, 0, sizeof(*out));
   al__history_init(&out->history);
-  memset(&ld, 0, sizeof(ld));
-  ld.out = out;
-  ld.max_event_bytes = max_event_bytes;
+  memset(ld, 0, sizeof(*ld));
+  ld->out = out;
+  ld->max_event_bytes = max_event_bytes;
+}
+
+/* Loads the complete lines of p[0..n); returns the bytes consumed (up to
+ * and including the last '\n') in *used. */
+static int loader_lines(loader_t *ld, const char *p, size_t n, size_t *used) {
+  size_t off = 0;
+  int rc = 0;
+
   while (off < n) {
     const char *nl = memchr(p + off, '\n', n - off);
     size_t len;
 
     if (nl == NULL) {
-      /* No '\n': the record was being written. Torn. */
-      out->torn_tail = true;
       break;
     }
     len = (size_t)(nl - (p + off));
-    lineno++;
-    if (len > 0 && (rc = load_line(&ld, p + off, len, lineno)) != 0) {
+    ld->lineno++;
+    if (len > 0 && (rc = load_line(ld, p + off, len, ld->lineno)) != 0) {
       break;
     }
     off += len + 1;
   }
-  if (good_len != NULL) {
-    *good_len = off;
-  }
+  *used = off;
+  return rc;
+}
+
+/* After the last line: compaction, the safety net, the open turn. */
+static int loader_finish(loader_t *ld, int rc) {
+  al_tx_loaded_t *out = ld->out;
+  size_t lineno = ld->lineno;
+
   /* Compact the event queue. */
-  if (ld.head > 0) {
-    memmove(out->events, out->events + ld.head,
-            (out->nevents - ld.head) * sizeof(*out->events));
-    out->nevents -= ld.head;
+  if (ld->head > 0) {
+    memmove(out->events, out->events + ld->head,
+            (out->nevents - ld->head) * sizeof(*out->events));
+    out->nevents -= ld->head;
+  }
+  /* Safety net: if the replayed records still do not make a sendable
+   * history, keep its longest valid prefix that ends on a closed turn. */
+  if (rc == 0 && !al__history_turn_open(&out->history) &&
+      al__history_count(&out->history) > 0 &&
+      al__history_validate(&out->history, NULL, 0) != 0) {
+    json_t *m = out->history.messages;
+
+    while (json_array_size(m) > 0 &&
+           al__history_validate_json(m, NULL, 0) != 0) {
+      json_array_remove(m, json_array_size(m) - 1);
+      note_bad(out, lineno, "history cut back to its last valid message");
+    }
+    if (json_array_size(m) == 0) {
+      json_decref(m);
+      out->history.messages = NULL;
+    }
   }
   if (rc == 0 && al__history_turn_open(&out->history)) {
     const json_t *m;
 
+    const json_t *hm = al__history_to_json(&out->history);
+    const json_t *last = json_array_get(hm, json_array_size(hm) - 1);
+    size_t k;
+
     out->closed_tool_uses = al__history_pending(&out->history);
+    out->closed_calls = json_array();
+    for (k = 0; k < out->closed_tool_uses; k++) {
+      const char *id = al__history_open_id(&out->history, k);
+      const char *name = NULL;
+      size_t b;
+      json_t *blk;
+
+      json_array_foreach(json_object_get(last, "content"), b, blk) {
+        if (id != NULL &&
+            json_is_string(json_object_get(blk, "id")) &&
+            strcmp(json_string_value(json_object_get(blk, "id")), id) == 0) {
+          name = json_string_value(json_object_get(blk, "name"));
+        }
+      }
+      json_array_append_new(out->closed_calls,
+                            json_pack("{s:s?, s:s?}", "id", id, "name", name));
+    }
     if (al__history_cancel_open(&out->history, AL_TX_SYNTHETIC_TEXT) != 0) {
       rc = AL_ENOMEM;
     } else {
@@ -572,56 +684,75 @@ int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
   return rc;
 }
 
+int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
+                    al_tx_loaded_t *out, size_t *good_len) {
+  loader_t ld;
+  size_t used = 0;
+  int rc;
+
+  loader_init(&ld, out, max_event_bytes);
+  rc = loader_lines(&ld, p, n, &used);
+  /* No '\n' after the last bytes: that record was being written. */
+  out->torn_tail = rc == 0 && used < n;
+  if (good_len != NULL) {
+    *good_len = used;
+  }
+  return loader_finish(&ld, rc);
+}
+
+#define LOAD_CHUNK (1024 * 1024)
+
+/* Streams the file in chunks: memory is the longest line plus what is
+ * kept (history, the newest events), not the file. */
 int al__tx_load(const char *path, bool truncate, size_t max_event_bytes,
                 al_tx_loaded_t *out) {
   int fd = open(path, O_RDWR | O_CLOEXEC);
-  struct stat st;
-  char *buf = NULL;
-  size_t got = 0;
+  loader_t ld;
+  al_buf_t buf;
   size_t good = 0;
-  int rc;
+  int rc = 0;
 
+  loader_init(&ld, out, max_event_bytes);
   if (fd < 0) {
     rc = -errno;
-    memset(out, 0, sizeof(*out));
-    al__history_init(&out->history);
     out->err = rc;
     return rc;
   }
-  if (fstat(fd, &st) != 0) {
-    rc = -errno;
-    goto fail;
-  }
-  buf = al_malloc((size_t)st.st_size + 1);
-  if (buf == NULL) {
-    rc = AL_ENOMEM;
-    goto fail;
-  }
-  while (got < (size_t)st.st_size) {
-    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+  al_buf_init(&buf, SIZE_MAX / 2);
+  for (;;) {
+    ssize_t r;
+    size_t used;
 
+    if ((rc = al_buf_reserve(&buf, LOAD_CHUNK)) != 0) {
+      break;
+    }
+    r = read(fd, buf.data + buf.len, LOAD_CHUNK);
     if (r < 0 && errno == EINTR) {
       continue;
     }
-    if (r <= 0) {
-      break; /* shrank meanwhile: load what we have */
+    if (r < 0) {
+      rc = -errno;
+      break;
     }
-    got += (size_t)r;
+    if (r == 0) {
+      break;
+    }
+    buf.len += (size_t)r;
+    if ((rc = loader_lines(&ld, buf.data, buf.len, &used)) != 0) {
+      break;
+    }
+    good += used;
+    al_buf_consume(&buf, used);
   }
-  rc = al__tx_load_buf(buf, got, max_event_bytes, out, &good);
+  out->torn_tail = rc == 0 && buf.len > 0;
+  al_buf_free(&buf);
+  rc = loader_finish(&ld, rc);
   if (rc == 0 && out->torn_tail && truncate &&
       ftruncate(fd, (off_t)good) != 0) {
     rc = -errno;
     out->err = rc;
   }
-  al_free(buf);
   close(fd);
-  return rc;
-fail:
-  close(fd);
-  memset(out, 0, sizeof(*out));
-  al__history_init(&out->history);
-  out->err = rc;
   return rc;
 }
 
@@ -630,6 +761,7 @@ void al__tx_loaded_free(al_tx_loaded_t *l) {
 
   json_decref(l->header);
   json_decref(l->synthetic);
+  json_decref(l->closed_calls);
   al__history_free(&l->history);
   al_free(l->first_user_text);
   for (i = 0; i < l->nevents; i++) {

@@ -140,6 +140,53 @@ void dt_connect(dt_t *t, dt_client_t *c) {
   ASSERT_EQ(c->connect_status, 0);
 }
 
+static void on_retry_closed(uv_handle_t *h) {
+  dt_client_t *c = h->data;
+
+  c->closed = true;
+}
+
+static void on_retry_tick(uv_timer_t *tm) { (void)tm; }
+
+static bool tm_done;
+
+static void on_tm_closed(uv_handle_t *h) { *(bool *)h->data = true; }
+
+void dt_connect_retry(dt_t *t, dt_client_t *c) {
+  uv_timer_t tm;
+
+  uv_timer_init(&t->loop, &tm);
+  uv_timer_start(&tm, on_retry_tick, 5, 5);
+  for (;;) {
+    memset(c, 0, sizeof(*c));
+    c->t = t;
+    ASSERT_EQ(uv_pipe_init(&t->loop, &c->pipe, 0), 0);
+    c->pipe.data = c;
+    c->creq.data = c;
+    uv_pipe_connect(&c->creq, &c->pipe, t->sock, on_connect);
+    while (!c->connected) {
+      uv_run(&t->loop, UV_RUN_ONCE);
+    }
+    if (c->connect_status == 0) {
+      break;
+    }
+    uv_close((uv_handle_t *)&c->pipe, on_retry_closed);
+    while (!c->closed) {
+      uv_run(&t->loop, UV_RUN_ONCE);
+    }
+    uv_run(&t->loop, UV_RUN_ONCE); /* one tick of the timer */
+  }
+  c->closed = false;
+  c->msgs = json_array();
+  al_rpc_framer_init(&c->framer, 64 * 1024 * 1024);
+  tm.data = &tm_done;
+  tm_done = false;
+  uv_close((uv_handle_t *)&tm, on_tm_closed);
+  while (!tm_done) {
+    uv_run(&t->loop, UV_RUN_ONCE);
+  }
+}
+
 typedef struct {
   uv_write_t req;
   char *buf;
@@ -186,7 +233,15 @@ json_t *dt_wait_id(dt_client_t *c, int id) {
         return m;
       }
     }
-    ASSERT(!c->eof);
+    if (c->eof) {
+      char *last = json_dumps(json_array_get(c->msgs,
+                                             json_array_size(c->msgs) - 1),
+                              0);
+
+      AL_TEST_FAIL("EOF while waiting for the response to id %d (%zu "
+                   "messages, last: %s)",
+                   id, json_array_size(c->msgs), last ? last : "none");
+    }
     uv_run(&c->t->loop, UV_RUN_ONCE);
   }
 }
@@ -354,5 +409,35 @@ void dt_assert_valid(const dt_t *t) {
     if (!r->valid) {
       AL_TEST_FAIL("request %zu invalid: %s", i, r->error ? r->error : "?");
     }
+  }
+}
+
+void dt_connect_ready(dt_t *t, dt_client_t *c) {
+  for (;;) {
+    bool answered = false;
+    size_t i;
+
+    dt_connect_retry(t, c);
+    dt_line(c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+               "\"params\":{\"client\":{\"name\":\"dtest\"}}}");
+    while (!answered && !c->eof) {
+      for (i = 0; i < json_array_size(c->msgs); i++) {
+        answered = answered ||
+                   json_integer_value(json_object_get(
+                       json_array_get(c->msgs, i), "id")) == 1;
+      }
+      if (!answered) {
+        uv_run(&t->loop, UV_RUN_ONCE);
+      }
+    }
+    if (answered) {
+      return;
+    }
+    dt_close(c);
+    while (!c->closed) {
+      uv_run(&t->loop, UV_RUN_ONCE);
+    }
+    json_decref(c->msgs);
+    al_rpc_framer_free(&c->framer);
   }
 }

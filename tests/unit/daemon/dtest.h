@@ -49,6 +49,14 @@ void dt_init(dt_t *t, const char *yaml);
 void dt_start(dt_t *t);
 /* Connects c and runs the loop until connected. */
 void dt_connect(dt_t *t, dt_client_t *c);
+/* The same, retrying (every few ms) while the connect is refused: a
+ * daemon that is starting, or a stale socket it has not replaced yet. */
+void dt_connect_retry(dt_t *t, dt_client_t *c);
+/* dt_connect_retry + initialize, starting over when the connection is
+ * closed before the answer: a daemon killed while spawning a tool leaves
+ * its listening socket alive in the child until that child's exec, so a
+ * connect can land in a backlog that is about to vanish. */
+void dt_connect_ready(dt_t *t, dt_client_t *c);
 /* Writes raw bytes (copied). */
 void dt_write(dt_client_t *c, const char *p, size_t n);
 /* Writes a line (the text plus '\n'). */

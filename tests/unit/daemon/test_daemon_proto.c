@@ -685,3 +685,326 @@ HELPER_IMPL(daemon_peer_probe) {
   close(fd);
   return total == 0 ? 0 : 3;
 }
+
+/* The socket path: $AGENTLOOP_SOCKET wins, then $XDG_RUNTIME_DIR, then
+ * /tmp/agentloop-$UID; the directory must be ours, 0700, not a symlink
+ * (F8, G1); a path past sun_path is refused, never truncated (G8). */
+TEST_IMPL(rpc_socket_path_rules) {
+  char root[] = "/tmp/al-sp-XXXXXX";
+  char buf[256];
+  char d[300];
+  char l[300];
+  char why[256];
+  char longp[300];
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  setenv("AGENTLOOP_SOCKET", "", 1);
+  setenv("XDG_RUNTIME_DIR", root, 1);
+  ASSERT_EQ(al__rpc_socket_path(buf, sizeof(buf), true, why, sizeof(why)), 0);
+  snprintf(d, sizeof(d), "%s/agentloop/agentloopd.sock", root);
+  ASSERT_STR_EQ(buf, d);
+  /* Relative XDG_RUNTIME_DIR is ignored: the /tmp fallback. */
+  setenv("XDG_RUNTIME_DIR", "relative", 1);
+  al__rpc_socket_path(buf, sizeof(buf), false, why, sizeof(why));
+  snprintf(d, sizeof(d), "/tmp/agentloop-%lu/", (unsigned long)geteuid());
+  ASSERT_EQ(strncmp(buf, d, strlen(d)), 0);
+  /* An explicit socket wins. */
+  snprintf(d, sizeof(d), "%s/agentloop/x.sock", root);
+  setenv("AGENTLOOP_SOCKET", d, 1);
+  ASSERT_EQ(al__rpc_socket_path(buf, sizeof(buf), false, why, sizeof(why)), 0);
+  ASSERT_STR_EQ(buf, d);
+  unsetenv("AGENTLOOP_SOCKET");
+  /* Directory rules. */
+  snprintf(d, sizeof(d), "%s/open", root);
+  ASSERT_EQ(mkdir(d, 0755), 0);
+  ASSERT_EQ(chmod(d, 0755), 0);
+  ASSERT_EQ(al__rpc_dir_check(d, false, why, sizeof(why)), UV_EPERM);
+  ASSERT_NOT_NULL(strstr(why, "other users"));
+  snprintf(l, sizeof(l), "%s/link", root);
+  ASSERT_EQ(chmod(d, 0700), 0);
+  ASSERT_EQ(symlink(d, l), 0);
+  ASSERT_EQ(al__rpc_dir_check(l, true, why, sizeof(why)), UV_EPERM);
+  ASSERT_NOT_NULL(strstr(why, "symlink"));
+  ASSERT_EQ(al__rpc_dir_check(d, false, why, sizeof(why)), 0);
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(d, 65534, 65534), 0);
+    ASSERT_EQ(al__rpc_dir_check(d, false, why, sizeof(why)), UV_EPERM);
+    ASSERT_NOT_NULL(strstr(why, "another user"));
+  }
+  /* Too long for sun_path. */
+  memset(longp, 'a', sizeof(longp));
+  longp[0] = '/';
+  longp[150] = '\0';
+  ASSERT_EQ(al__rpc_socket_path_check(longp, why, sizeof(why)),
+            UV_ENAMETOOLONG);
+  dt_rmtree(root);
+  return 0;
+}
+
+/* The framer: lines split anywhere, CRLF, a line over the limit reported
+ * once and skipped without being held. */
+typedef struct {
+  int lines;
+  int too_long;
+  char last[64];
+} fr_t;
+
+static bool fr_cb(al_rpc_framer_t *f, const char *line, size_t len,
+                  bool too_long, void *data) {
+  fr_t *r = data;
+
+  if (too_long) {
+    r->too_long++;
+  } else {
+    r->lines++;
+    snprintf(r->last, sizeof(r->last), "%.*s", (int)len, line);
+  }
+  return true;
+}
+
+TEST_IMPL(rpc_framer_splits_and_limits) {
+  static const char in[] = "one\r\ntwo\n\nthree-is-longer-than-ten\nfour\n";
+  size_t cut;
+
+  for (cut = 0; cut <= sizeof(in) - 1; cut++) {
+    al_rpc_framer_t f;
+    fr_t r;
+
+    memset(&r, 0, sizeof(r));
+    al_rpc_framer_init(&f, 10);
+    ASSERT_EQ(al_rpc_framer_feed(&f, in, cut, fr_cb, &r), 0);
+    ASSERT_EQ(al_rpc_framer_feed(&f, in + cut, sizeof(in) - 1 - cut, fr_cb,
+                                 &r),
+              0);
+    ASSERT_EQ(r.lines, 4); /* one, two, "", four */
+    ASSERT_EQ(r.too_long, 1);
+    ASSERT_STR_EQ(r.last, "four");
+    ASSERT_LE(al_rpc_framer_pending(&f), 10);
+    al_rpc_framer_free(&f);
+  }
+  return 0;
+}
+
+/* --idle-exit: no client and no run for the idle time -> the daemon shuts
+ * itself down. */
+TEST_IMPL(daemon_idle_exit) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+
+  dt_init(&t, NULL);
+  t.o.idle_exit_ms = 30;
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  dt_close(&c);
+  while (!t.exited) {
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* A watcher that disconnects while the daemon floods it (G7): the daemon
+ * survives the EPIPE, the run completes, other clients are served. */
+TEST_IMPL(daemon_client_vanishes_during_flood) {
+  dt_t t;
+  dt_client_t ctl, w;
+  dt_client_t *cl[] = {&ctl, &w};
+  char sid[64];
+  char p[256];
+  json_t *r;
+  int id = 100;
+
+  dt_init(&t,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - repeat_text: {count: 20000, text: \"0123456789abcdef"
+          "0123456789abcdef0123456789abcdef0123456789abcdef\"}\n");
+  dt_start(&t);
+  dt_connect(&t, &ctl);
+  dt_connect(&t, &w);
+  dt_init_client(&ctl);
+  dt_init_client(&w);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&ctl, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&w, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"flood\"}", sid);
+  dt_call(&ctl, 4, "turn/send", p);
+  dt_wait_event(&w, "text_delta", 0);
+  dt_close(&w);
+  wait_idle(&ctl, &id);
+  r = dt_call(&ctl, 5, "session/usage", p);
+  ASSERT_EQ(json_integer_value(json_object_get(
+                json_object_get(json_object_get(r, "result"), "session"),
+                "runs")),
+            1);
+  dt_finish(&t, cl, 2);
+  return 0;
+}
+
+/* 200 clients at once (G6 in small): every one is accepted and answered,
+ * and a client over max_clients is closed at accept. */
+TEST_IMPL(daemon_many_clients) {
+  dt_t t;
+  enum { N = 200 };
+  dt_client_t *c = calloc(N + 1, sizeof(*c));
+  dt_client_t *cl[N + 1];
+  size_t i;
+  al_daemon_stats_t st;
+
+  dt_init(&t, NULL);
+  t.o.max_clients = N;
+  dt_start(&t);
+  for (i = 0; i < N; i++) {
+    dt_connect(&t, &c[i]);
+    cl[i] = &c[i];
+    dt_line(&c[i], "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}");
+  }
+  for (i = 0; i < N; i++) {
+    dt_wait_id(&c[i], 1);
+  }
+  al__daemon_stats(t.d, &st);
+  ASSERT_EQ(st.clients, N);
+  dt_connect(&t, &c[N]);
+  cl[N] = &c[N];
+  dt_wait_eof(&c[N]);
+  ASSERT_EQ(json_array_size(c[N].msgs), 0);
+  for (i = 0; i < N; i++) {
+    json_t *r = dt_call(&c[i], 2, "session/list", NULL);
+
+    ASSERT_EQ(dt_err(r), 0);
+  }
+  dt_finish(&t, cl, N + 1);
+  free(c);
+  return 0;
+}
+
+/* A second turn/send while a run is active is -32004 with the run; a
+ * turn/cancel naming another run does nothing; a plain one cancels: the
+ * interrupted event comes before the response, and the session takes a
+ * new turn afterwards. */
+TEST_IMPL(daemon_run_active_and_cancel) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char sid[64];
+  char p[256];
+  json_t *r;
+  size_t i, k;
+
+  dt_init(&t, "responses:\n"
+              "  - first_byte_delay_ms: 3000\n"
+              "    reply:\n"
+              "      content:\n"
+              "        - text: \"slow\"\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"fast\"\n");
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"one\"}", sid);
+  r = dt_call(&c, 4, "turn/send", p);
+  ASSERT_EQ(dt_err(r), 0);
+  r = dt_call(&c, 5, "turn/send", p);
+  ASSERT_EQ(dt_err(r), AL_RPC_RUN_ACTIVE);
+  ASSERT_EQ(json_integer_value(json_object_get(
+                json_object_get(json_object_get(r, "error"), "data"), "run")),
+            1);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"run\":7}", sid);
+  r = dt_call(&c, 6, "turn/cancel", p);
+  ASSERT(json_is_false(json_object_get(json_object_get(r, "result"),
+                                       "cancelled")));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"run\":1}", sid);
+  r = dt_call(&c, 7, "turn/cancel", p);
+  ASSERT(json_is_true(json_object_get(json_object_get(r, "result"),
+                                      "cancelled")));
+  i = dt_wait_event(&c, "interrupted", 0);
+  for (k = 0; k < json_array_size(c.msgs); k++) {
+    if (json_array_get(c.msgs, k) == r) {
+      break;
+    }
+  }
+  ASSERT(i < k);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"two\"}", sid);
+  r = dt_call(&c, 8, "turn/send", p);
+  ASSERT_EQ(json_integer_value(
+                json_object_get(json_object_get(r, "result"), "run")),
+            2);
+  i = dt_wait_event(&c, "final", i);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(json_array_get(c.msgs, i), "params"),
+                    "text")),
+                "fast");
+  dt_assert_valid(&t);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* The builders' lines parse back as what they are, on the client side
+ * too: a request, a notification, a result, an error with the id and an
+ * error with id null (the answer to an unreadable line). */
+TEST_IMPL(rpc_messages_roundtrip) {
+  json_t *id = json_integer(7);
+  json_t *msgs[5];
+  al_rpc_msg_kind_t kinds[5] = {AL_RPC_MSG_REQUEST, AL_RPC_MSG_NOTIFICATION,
+                                AL_RPC_MSG_RESPONSE, AL_RPC_MSG_RESPONSE,
+                                AL_RPC_MSG_RESPONSE};
+  size_t i;
+
+  msgs[0] = al_rpc_request_new(id, "turn/send", json_pack("{s:s}", "a", "b"));
+  msgs[1] = al_rpc_notification_new("lagged", json_object());
+  msgs[2] = al_rpc_result_new(id, json_pack("{s:b}", "ok", 1));
+  msgs[3] = al_rpc_error_new(id, AL_RPC_UNKNOWN_SESSION, "unknown session",
+                             json_pack("{s:s}", "session", "x"));
+  msgs[4] = al_rpc_error_new(NULL, AL_RPC_PARSE_ERROR, "parse error", NULL);
+  for (i = 0; i < 5; i++) {
+    size_t len;
+    char *line = al_rpc_dump_line_alloc(msgs[i], &len);
+    al_rpc_msg_t m;
+    json_t *bad = NULL;
+    char why[128];
+
+    ASSERT_NOT_NULL(line);
+    ASSERT_EQ(line[len - 1], '\n');
+    ASSERT_NULL(memchr(line, '\n', len - 1));
+    if (al_rpc_parse(line, len - 1, &m, &bad, why, sizeof(why)) != 0) {
+      AL_TEST_FAIL("%s: %s", line, why);
+    }
+    ASSERT_EQ(m.kind, kinds[i]);
+    if (i == 4) {
+      ASSERT(json_is_null(m.id));
+      ASSERT_EQ(json_integer_value(json_object_get(m.error, "code")),
+                AL_RPC_PARSE_ERROR);
+    }
+    al_rpc_msg_free(&m);
+    al_free(line);
+    json_decref(msgs[i]);
+  }
+  /* The event notification prefix/suffix match the builder's output. */
+  {
+    json_t *ev = json_pack("{s:s, s:i}", "type", "text_delta", "seq", 3);
+    json_t *n = al_rpc_notification_new("event", json_incref(ev));
+    size_t len;
+    char *line = al_rpc_dump_line_alloc(n, &len);
+    char *evs = json_dumps(ev, JSON_COMPACT);
+    char want[256];
+
+    snprintf(want, sizeof(want), "%s%s%s", AL_RPC_EVENT_PREFIX, evs,
+             AL_RPC_EVENT_SUFFIX);
+    ASSERT_STR_EQ(line, want);
+    free(evs);
+    al_free(line);
+    json_decref(n);
+    json_decref(ev);
+  }
+  json_decref(id);
+  return 0;
+}

@@ -2,6 +2,7 @@
  * bad and torn lines, the writer's modes, and a daemon killed with
  * SIGKILL in the middle of a tool call whose session resumes and sends a
  * request the mock's validator accepts. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -216,6 +217,20 @@ static void on_child(uv_process_t *p, int64_t status, int sig) {
   uv_close((uv_handle_t *)p, NULL);
 }
 
+/* The environment of a spawned agentloopd: the mock, a key, a model. */
+static void daemon_env(dt_t *t, char envs[4][256], char *env[5]) {
+  size_t i;
+
+  snprintf(envs[0], 256, "AGENTLOOP_BASE_URL=%s", t->url);
+  snprintf(envs[1], 256, "ANTHROPIC_API_KEY=test-key");
+  snprintf(envs[2], 256, "AGENTLOOP_MODEL=mock-model");
+  snprintf(envs[3], 256, "PATH=/usr/bin:/bin");
+  for (i = 0; i < 4; i++) {
+    env[i] = envs[i];
+  }
+  env[4] = NULL;
+}
+
 static void spawn_daemon(dt_t *t, uv_process_t *p, char **env) {
   char exe[600];
   char *args[9];
@@ -236,6 +251,17 @@ static void spawn_daemon(dt_t *t, uv_process_t *p, char **env) {
   po.args = args;
   po.env = env;
   po.exit_cb = on_child;
+  /* The daemon's log lines go to the test's stderr. */
+  {
+    static uv_stdio_container_t io[3];
+
+    io[0].flags = UV_IGNORE;
+    io[1].flags = UV_IGNORE;
+    io[2].flags = UV_INHERIT_FD;
+    io[2].data.fd = 2;
+    po.stdio = io;
+    po.stdio_count = 3;
+  }
   child_exit = child_sig = -1;
   ASSERT_EQ(uv_spawn(&t->loop, p, &po), 0);
 }
@@ -311,14 +337,7 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
               "  - reply:\n"
               "      content:\n"
               "        - text: \"recovered\"\n");
-  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t.url);
-  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
-  snprintf(envs[2], sizeof(envs[2]), "AGENTLOOP_MODEL=mock-model");
-  snprintf(envs[3], sizeof(envs[3]), "PATH=/usr/bin:/bin");
-  for (i = 0; i < 4; i++) {
-    env[i] = envs[i];
-  }
-  env[4] = NULL;
+  daemon_env(&t, envs, env);
   spawn_daemon(&t, &proc, env);
   run_until(&t, sock_exists, t.sock);
   dt_connect(&t, &c);
@@ -339,13 +358,11 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
   run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_sig, SIGKILL);
   dt_wait_eof(&c);
-  /* A new daemon replaces the stale socket, finds the session, resumes
-   * it with the interrupted call closed. */
-  unlink(t.sock);
+  /* A new daemon replaces the stale socket (G9), finds the session,
+   * resumes it with the interrupted call closed. */
+  ASSERT(sock_exists(t.sock));
   spawn_daemon(&t, &proc2, env);
-  run_until(&t, sock_exists, t.sock);
-  dt_connect(&t, &c2);
-  dt_init_client(&c2);
+  dt_connect_ready(&t, &c2);
   r = dt_call(&c2, 5, "session/list", NULL);
   ASSERT_STR_EQ(json_string_value(json_object_get(
                     json_array_get(json_object_get(json_object_get(r, "result"),
@@ -387,6 +404,23 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
       }
     }
   }
+  /* The replay ends the killed run as a cancel would: the killed call
+   * completes with the synthetic error, then interrupted. */
+  {
+    size_t tc = dt_wait_event(&c2, "tool_use_completed", 0);
+    size_t in = dt_wait_event(&c2, "interrupted", 0);
+    json_t *ev = json_object_get(json_array_get(c2.msgs, tc), "params");
+
+    ASSERT(tc < in);
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "call_id")),
+                  "toolu_k1");
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "name")), "bash");
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "reason")),
+                  "daemon_restart");
+    ASSERT(json_is_true(json_object_get(ev, "is_error")));
+    ev = json_object_get(json_array_get(c2.msgs, in), "params");
+    ASSERT_EQ(json_integer_value(json_object_get(ev, "run")), 1);
+  }
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"and now?\"}", sid);
   n = json_array_size(c2.msgs);
   dt_call(&c2, 8, "turn/send", p);
@@ -401,6 +435,7 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
     json_t *ev = json_object_get(json_array_get(c2.msgs, k), "params");
 
     ASSERT_GE(json_integer_value(json_object_get(ev, "seq")), 5);
+    ASSERT_EQ(json_integer_value(json_object_get(ev, "run")), 2);
   }
   /* o3: both requests passed the validator; the second carries the
    * synthetic result for the killed call. */
@@ -417,5 +452,465 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
   ASSERT_EQ(child_exit, 0);
   dt_wait_eof(&c2);
   dt_finish(&t, cl, 2);
+  return 0;
+}
+
+/* SIGTERM mid-tool: the run is cancelled (interrupted reaches the client
+ * and the transcript), the client gets session/closed then EOF, the
+ * socket is removed and the process exits 0. */
+TEST_IMPL(daemon_sigterm_exits_clean) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  char p[512];
+  char sid[64];
+  char envs[4][256];
+  char *env[5];
+  char txp[400];
+  char *tx;
+  size_t n;
+  struct stat st;
+
+  dt_init(&t, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: toolu_t1, name: bash, input: "
+              "{command: \"sleep 3\"}}\n");
+  daemon_env(&t, envs, env);
+  spawn_daemon(&t, &proc, env);
+  run_until(&t, sock_exists, t.sock);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"wait\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  dt_wait_event(&c, "tool_use_started", 0);
+  ASSERT_EQ(uv_process_kill(&proc, SIGTERM), 0);
+  dt_wait_event(&c, "interrupted", 0);
+  dt_wait_notification(&c, "session/closed", 0);
+  dt_wait_eof(&c);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  ASSERT_EQ(child_sig, 0);
+  ASSERT_NE(lstat(t.sock, &st), 0);
+  snprintf(txp, sizeof(txp), "%s/sessions/%s.jsonl", t.state, sid);
+  tx = al_test_read_file(txp, &n);
+  ASSERT_NOT_NULL(tx);
+  ASSERT_NOT_NULL(strstr(tx, "\"type\":\"interrupted\""));
+  ASSERT_NOT_NULL(strstr(tx, "{\"rec\":\"tool_results\""));
+  ASSERT_EQ(tx[n - 1], '\n');
+  free(tx);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* ---- the writer --------------------------------------------------------- */
+
+static int tx_closed_count;
+
+static void on_tx_closed(al_tx_t *tx, void *data) {
+  (void)tx;
+  (void)data;
+  tx_closed_count++;
+}
+
+/* Records reach the file whole and in order through many writev batches;
+ * the file is 0600; close runs its callback later, never inside. */
+TEST_IMPL(transcript_writer_order) {
+  uv_loop_t loop;
+  al_tx_t *tx;
+  char dir[] = "/tmp/al-txw-XXXXXX";
+  char path[128];
+  al_buf_t want;
+  char *got;
+  size_t n;
+  int i;
+  struct stat st;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/s.jsonl", dir);
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  ASSERT_EQ(al__tx_open(&loop, path, 1 << 24, &tx), 0);
+  al_buf_init(&want, 1 << 24);
+  for (i = 0; i < 1000; i++) {
+    char line[64];
+    int len = snprintf(line, sizeof(line), "{\"n\":%d,\"pad\":\"%.*s\"}\n", i,
+                       i % 40, "0123456789012345678901234567890123456789");
+    al_blob_t *b = al__blob_new(line, (size_t)len);
+
+    ASSERT_EQ(al__tx_append(tx, b, i % 100 == 0), 0);
+    al__blob_unref(b);
+    ASSERT_EQ(al_buf_append(&want, line, (size_t)len), 0);
+    if (i % 300 == 0) {
+      uv_run(&loop, UV_RUN_NOWAIT);
+    }
+  }
+  tx_closed_count = 0;
+  al__tx_close(tx, on_tx_closed, NULL);
+  ASSERT_EQ(tx_closed_count, 0);
+  ASSERT_LOOP_CLOSES(&loop);
+  ASSERT_EQ(tx_closed_count, 1);
+  got = al_test_read_file(path, &n);
+  ASSERT_MEM_EQ(got, n, want.data, want.len);
+  ASSERT_EQ(stat(path, &st), 0);
+  ASSERT_EQ(st.st_mode & 0777, 0600);
+  free(got);
+  al_buf_free(&want);
+  dt_rmtree(dir);
+  return 0;
+}
+
+/* F4: a write that fails (ENOSPC on /dev/full) is an error, never a
+ * success: the writer is degraded, later appends fail, close completes. */
+TEST_IMPL(transcript_writer_enospc) {
+  uv_loop_t loop;
+  al_tx_t *tx;
+  al_blob_t *b = al__blob_new("{\"a\":1}\n", 8);
+  int rc;
+
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  ASSERT_EQ(al__tx_open(&loop, "/dev/full", 1 << 20, &tx), 0);
+  ASSERT_EQ(al__tx_append(tx, b, true), 0);
+  while (al__tx_error(tx) == 0) {
+    ASSERT(uv_run(&loop, UV_RUN_ONCE) != 0 || al__tx_error(tx) != 0);
+  }
+  ASSERT_EQ(al__tx_error(tx), UV_ENOSPC);
+  rc = al__tx_append(tx, b, false);
+  ASSERT_EQ(rc, UV_ENOSPC);
+  tx_closed_count = 0;
+  al__tx_close(tx, on_tx_closed, NULL);
+  ASSERT_LOOP_CLOSES(&loop);
+  ASSERT_EQ(tx_closed_count, 1);
+  al__blob_unref(b);
+  return 0;
+}
+
+/* Inputs found by fuzz/fuzz_transcript: whatever a damaged transcript
+ * holds, the loaded history is closed and sendable. */
+TEST_IMPL(transcript_fuzz_regressions) {
+  static const char *const files[] = {"transcripts/fuzz-bad-text-block.jsonl"};
+  size_t i;
+
+  for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    size_t n;
+    char *buf = al_test_read_file(al_test_data_path(files[i]), &n);
+    al_tx_loaded_t l;
+    char why[256];
+
+    ASSERT_NOT_NULL(buf);
+    ASSERT_EQ(al__tx_load_buf(buf, n, 4096, &l, NULL), 0);
+    ASSERT(!al__history_turn_open(&l.history));
+    if (al__history_count(&l.history) > 0 &&
+        al__history_validate(&l.history, why, sizeof(why)) != 0) {
+      AL_TEST_FAIL("%s: %s", files[i], why);
+    }
+    ASSERT_GE(l.bad_lines, 1);
+    al__tx_loaded_free(&l);
+    free(buf);
+  }
+  return 0;
+}
+
+/* F3 in small: SIGKILL at many points of a run with a tool (after the
+ * client saw 1, 3, 5, ... events), each time a fresh daemon resumes the
+ * session, the transcript loads without a bad line, and the next run ends
+ * in final with every request valid. */
+TEST_IMPL(daemon_sigkill_at_many_points) {
+  dt_t t;
+  char envs[4][256];
+  char *env[5];
+  size_t k;
+  size_t points = 0;
+
+  dt_init(&t, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"step one\"\n"
+              "          chunks: 4\n"
+              "        - tool_use: {id: toolu_m1, name: bash, input: "
+              "{command: \"echo hi\"}, pieces: 3}\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"step two\"\n"
+              "          chunks: 4\n");
+  daemon_env(&t, envs, env);
+  for (k = 1; k <= 25; k += 3) {
+    dt_client_t c, c2;
+    uv_process_t p1, p2;
+    char p[512];
+    char sid[64];
+    json_t *r;
+    json_t *rec;
+    size_t i, n;
+
+    al_mockllm_rewind(t.mock);
+    spawn_daemon(&t, &p1, env);
+    dt_connect_ready(&t, &c);
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+    dt_create(&c, p, sid, sizeof(sid));
+    snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+    dt_call(&c, 3, "session/subscribe", p);
+    snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+    n = json_array_size(c.msgs);
+    dt_call(&c, 4, "turn/send", p);
+    while (json_array_size(c.msgs) < n + k && !c.eof) {
+      uv_run(&t.loop, UV_RUN_ONCE);
+    }
+    ASSERT_EQ(uv_process_kill(&p1, SIGKILL), 0);
+    run_until(&t, child_gone, NULL);
+    dt_wait_eof(&c);
+    spawn_daemon(&t, &p2, env);
+    dt_connect_ready(&t, &c2);
+    snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+    r = dt_call(&c2, 6, "session/resume", p);
+    rec = json_object_get(json_object_get(r, "result"), "recovered");
+    if (rec == NULL) {
+      AL_TEST_FAIL("point %zu: resume failed: %s", k, json_dumps(r, 0));
+    }
+    ASSERT_EQ(json_integer_value(json_object_get(rec, "bad_lines")), 0);
+    dt_call(&c2, 7, "session/subscribe", p);
+    snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"again\"}", sid);
+    n = json_array_size(c2.msgs);
+    r = dt_call(&c2, 8, "turn/send", p);
+    ASSERT_EQ(dt_err(r), 0);
+    i = dt_wait_event(&c2, "final", n);
+    (void)i;
+    dt_assert_valid(&t);
+    dt_call(&c2, 9, "shutdown", NULL);
+    run_until(&t, child_gone, NULL);
+    ASSERT_EQ(child_exit, 0);
+    dt_wait_eof(&c2);
+    dt_close(&c);
+    dt_close(&c2);
+    while (!c.closed || !c2.closed) {
+      uv_run(&t.loop, UV_RUN_ONCE);
+    }
+    json_decref(c.msgs);
+    json_decref(c2.msgs);
+    al_rpc_framer_free(&c.framer);
+    al_rpc_framer_free(&c2.framer);
+    points++;
+  }
+  fprintf(stderr, "killed and resumed at %zu points\n", points);
+  dt_finish(&t, NULL, 0);
+  return 0;
+}
+
+/* The file is streamed in 1 MiB chunks: a 3 MiB record (a big tool
+ * result with multi-byte text) straddles chunks and loads whole; a torn
+ * copy of it is cut back to the line before. */
+TEST_IMPL(transcript_big_record_streamed) {
+  char dir[] = "/tmp/al-txb-XXXXXX";
+  char path[128];
+  al_buf_t f;
+  json_t *rec;
+  char *big;
+  char *line;
+  size_t i, n = 3 * 1024 * 1024, head_len;
+  al_tx_loaded_t l;
+  struct stat st;
+  FILE *fp;
+  static const char head[] =
+      "{\"rec\":\"session\",\"v\":1,\"session\":\"s_big\"}\n"
+      "{\"rec\":\"user\",\"message\":{\"role\":\"user\",\"content\":[{\"type\":"
+      "\"text\",\"text\":\"read it\"}]}}\n"
+      "{\"rec\":\"assistant\",\"message\":{\"role\":\"assistant\",\"content\":"
+      "[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"read_file\","
+      "\"input\":{}}]}}\n";
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/s.jsonl", dir);
+  big = malloc(n + 1);
+  for (i = 0; i + 3 <= n; i += 3) {
+    memcpy(big + i, "\xe2\x9c\x93", 3); /* U+2713 */
+  }
+  big[i] = '\0';
+  rec = json_pack("{s:s, s:{s:s, s:[{s:s, s:s, s:s}]}}", "rec",
+                  "tool_results", "message", "role", "user", "content", "type",
+                  "tool_result", "tool_use_id", "t1", "content", big);
+  ASSERT_NOT_NULL(rec);
+  line = json_dumps(rec, JSON_COMPACT);
+  al_buf_init(&f, 1 << 26);
+  ASSERT_EQ(al_buf_append_str(&f, head), 0);
+  head_len = f.len;
+  ASSERT_EQ(al_buf_append_str(&f, line), 0);
+  ASSERT_EQ(al_buf_append_str(&f, "\n"), 0);
+  fp = fopen(path, "w");
+  ASSERT_EQ(fwrite(f.data, 1, f.len, fp), f.len);
+  fclose(fp);
+  ASSERT_EQ(al__tx_load(path, true, 1 << 20, &l), 0);
+  ASSERT_EQ(l.records, 4);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT(!l.torn_tail);
+  ASSERT_EQ(al__history_count(&l.history), 3);
+  ASSERT_EQ(al__history_validate(&l.history, NULL, 0), 0);
+  al__tx_loaded_free(&l);
+  /* Torn in the middle of a multi-byte character of the big record. */
+  fp = fopen(path, "w");
+  ASSERT_EQ(fwrite(f.data, 1, head_len + 2 * 1024 * 1024 + 1, fp),
+            head_len + 2 * 1024 * 1024 + 1);
+  fclose(fp);
+  ASSERT_EQ(al__tx_load(path, true, 1 << 20, &l), 0);
+  ASSERT(l.torn_tail);
+  ASSERT_EQ(l.records, 3);
+  ASSERT_EQ(l.closed_tool_uses, 1);
+  ASSERT_EQ(al__history_validate(&l.history, NULL, 0), 0);
+  al__tx_loaded_free(&l);
+  ASSERT_EQ(stat(path, &st), 0);
+  ASSERT_EQ((size_t)st.st_size, head_len);
+  json_decref(rec);
+  free(line);
+  free(big);
+  al_buf_free(&f);
+  dt_rmtree(dir);
+  return 0;
+}
+
+/* Every descriptor of a running agentloopd except stdio is close-on-exec
+ * (listener, clients, locks, transcripts, the loop's own), read from
+ * /proc/PID/fdinfo while a session with an open transcript exists. */
+TEST_IMPL(daemon_fds_cloexec) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  char p[300];
+  char sid[64];
+  char envs[4][256];
+  char *env[5];
+  char dir[64];
+  DIR *d;
+  struct dirent *de;
+  size_t checked = 0;
+
+  dt_init(&t, NULL);
+  daemon_env(&t, envs, env);
+  spawn_daemon(&t, &proc, env);
+  dt_connect_ready(&t, &c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"hi\"}", sid);
+  dt_call(&c, 3, "turn/send", p);
+  snprintf(dir, sizeof(dir), "/proc/%d/fdinfo", proc.pid);
+  d = opendir(dir);
+  ASSERT_NOT_NULL(d);
+  while ((de = readdir(d)) != NULL) {
+    char path[384];
+    char *info;
+    const char *flags;
+    unsigned long fl;
+    int fd = atoi(de->d_name);
+
+    if (de->d_name[0] == '.' || fd <= 2) {
+      continue;
+    }
+    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+    info = al_test_read_file(path, NULL);
+    if (info == NULL) {
+      continue; /* closed meanwhile */
+    }
+    flags = strstr(info, "flags:");
+    ASSERT_NOT_NULL(flags);
+    fl = strtoul(flags + 6, NULL, 8);
+    if ((fl & 02000000) == 0) {
+      AL_TEST_FAIL("fd %d of agentloopd is not close-on-exec: %s", fd, info);
+    }
+    checked++;
+    free(info);
+  }
+  closedir(d);
+  ASSERT_GE(checked, 5);
+  dt_call(&c, 9, "shutdown", NULL);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  dt_wait_eof(&c);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+static bool sock_gone(void *data) {
+  struct stat st;
+
+  return stat((const char *)data, &st) != 0;
+}
+
+/* Without --foreground: the command returns 0 once the detached daemon
+ * listens (so a front end can connect at once), the daemon logs to the
+ * state dir, and `shutdown` stops it and removes the socket. */
+TEST_IMPL(daemon_background_mode) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  uv_process_options_t po;
+  char exe[600];
+  char *args[8];
+  char envs[4][256];
+  char *env[5];
+  char logp[300];
+  char *log;
+  json_t *r;
+
+  dt_init(&t, NULL);
+  daemon_env(&t, envs, env);
+  snprintf(exe, sizeof(exe), "%s/agentloopd", AL_BINARY_DIR);
+  args[0] = exe;
+  args[1] = "--socket";
+  args[2] = t.sock;
+  args[3] = "--state-dir";
+  args[4] = t.state;
+  args[5] = "--log-level";
+  args[6] = "info";
+  args[7] = NULL;
+  memset(&po, 0, sizeof(po));
+  po.file = exe;
+  po.args = args;
+  po.env = env;
+  po.exit_cb = on_child;
+  child_exit = child_sig = -1;
+  ASSERT_EQ(uv_spawn(&t.loop, &proc, &po), 0);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  /* Ready means listening: connect at once, no retry. */
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  r = dt_call(&c, 2, "shutdown", NULL);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_wait_eof(&c);
+  run_until(&t, sock_gone, t.sock);
+  snprintf(logp, sizeof(logp), "%s/agentloopd.log", t.state);
+  log = al_test_read_file(logp, NULL);
+  ASSERT_NOT_NULL(log);
+  ASSERT_NOT_NULL(strstr(log, "listening on"));
+  free(log);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* SIGINT does what SIGTERM does: exit 0 with the socket removed, clients
+ * told EOF. */
+TEST_IMPL(daemon_sigint_exits_clean) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  char envs[4][256];
+  char *env[5];
+
+  dt_init(&t, NULL);
+  daemon_env(&t, envs, env);
+  spawn_daemon(&t, &proc, env);
+  dt_connect_ready(&t, &c);
+  ASSERT_EQ(uv_process_kill(&proc, SIGINT), 0);
+  dt_wait_eof(&c);
+  run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  ASSERT_EQ(child_sig, 0);
+  ASSERT(sock_gone(t.sock));
+  dt_finish(&t, cl, 1);
   return 0;
 }

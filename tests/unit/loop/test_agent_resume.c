@@ -146,6 +146,7 @@ TEST_IMPL(agent_load_history_resumes) {
   fx_init(&g, "responses:\n  - reply:\n      content:\n        - text: "
               "\"resumed\"\n");
   g.opts.first_seq = 100;
+  g.opts.first_run = 7;
   g.opts.session_id = "s_resumed";
   fx_start(&g);
   ASSERT_EQ(al_agent_load_history_json(g.agent, hist, strlen(hist)), 0);
@@ -153,6 +154,7 @@ TEST_IMPL(agent_load_history_resumes) {
   ASSERT_STR_EQ(fx_last_type(&g), "final");
   i = fx_find(&g, "run_started", NULL, 0);
   ASSERT_EQ(json_integer_value(json_object_get(fx_event(&g, i), "seq")), 100);
+  ASSERT_EQ(json_integer_value(json_object_get(fx_event(&g, i), "run")), 7);
   ASSERT_EQ(fx_requests(&g), 1);
   fx_assert_valid(&g);
   /* user, assistant(tools), results, assistant, user */
