@@ -1,6 +1,6 @@
 # Locates every dependency from Debian 12 packages. A missing one is a fatal
 # configure error that names the exact package to install.
-set(AL_APT_PACKAGES "cmake pkg-config gcc libuv1-dev libmbedtls-dev libyaml-dev libjansson-dev node-llhttp ca-certificates")
+set(AL_APT_PACKAGES "cmake pkg-config gcc libuv1-dev libmbedtls-dev libyaml-dev libjansson-dev node-llhttp ca-certificates libedit-dev libmd4c-dev libseccomp-dev bubblewrap")
 
 function(al_missing what pkg)
   message(FATAL_ERROR "agentloop: ${what} not found.\n"
