@@ -11,4 +11,12 @@ int al_bench_decode(int argc, char **argv);
  *                          [--raw] */
 int al_bench_dispatch(int argc, char **argv);
 
+/* Server-driven scenarios (bench_stream.c): a separate agentloop-mockllm
+ * process, real agent sessions. */
+int al_bench_throughput(int argc, char **argv);
+int al_bench_latency(int argc, char **argv);
+int al_bench_concurrency(int argc, char **argv);
+int al_bench_tls(int argc, char **argv);
+int al_bench_tools(int argc, char **argv);
+
 #endif

@@ -22,14 +22,37 @@ static const scenario_t scenarios[] = {
      "          and in-process, vs block delivery and reply end\n"
      "          [--iterations N] [--calls-per-run N] [--tail-deltas N]\n"
      "          [--delta-ms MS] [--json] [--raw]"},
+    {"throughput", al_bench_throughput,
+     "one stream of N text_delta events flat out through an agent, from a\n"
+     "          mockllm process: events/s, MB/s, CPU us/event, vs a raw socket\n"
+     "          [--events N (200000)]"},
+    {"latency", al_bench_latency,
+     "server send stamp -> text_delta callback, events paced 1 ms, exact\n"
+     "          percentiles, beside a raw-socket floor reader\n"
+     "          [--events N (5000)] [--delay-ms MS (1)]"},
+    {"concurrency", al_bench_concurrency,
+     "K agents on one loop, one paced stream each: CPU share, latency,\n"
+     "          RSS per stream, errors\n"
+     "          [--streams K (1000)] [--rate R (20)] [--seconds S (5)]\n"
+     "          [--ramp AGENTS_PER_MS (100)] [--own-client]"},
+    {"tls", al_bench_tls,
+     "throughput and latency over loopback TLS vs plaintext\n"
+     "          [--events N (200000)] [--lat-events N (5000)] [--certs DIR]"},
+    {"tools", al_bench_tools,
+     "`dispatch` (its options pass through), then the end-to-end turn time\n"
+     "          of a multi-tool reply, streaming execution vs SDK-style\n"
+     "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
+     "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},
 };
 
 static void usage(FILE *f) {
   size_t i;
 
   fputs("usage: agentloop-bench SCENARIO [options]\nscenarios:\n", f);
+  fputs("(server-driven scenarios also take --server-cpu N, --client-cpu N"
+        " and --json)\n", f);
   for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-    fprintf(f, "  %-8s %s\n", scenarios[i].name, scenarios[i].help);
+    fprintf(f, "  %-11s %s\n", scenarios[i].name, scenarios[i].help);
   }
 }
 
