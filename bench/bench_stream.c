@@ -392,8 +392,10 @@ int al_bench_throughput(int argc, char **argv) {
     tp_json("floor", &fl);
     putchar(',');
     tp_json("agent", &ag);
-    printf(",\"target_cpu_us_per_event\":%.2f,\"target_met\":%s}\n",
-           TARGET_CPU_US, cpu_ev <= TARGET_CPU_US ? "true" : "false");
+    printf(",\"max_rss_kb\":%ld,\"target_cpu_us_per_event\":%.2f,"
+           "\"target_met\":%s}\n",
+           bu_max_rss_kb(), TARGET_CPU_US,
+           cpu_ev <= TARGET_CPU_US ? "true" : "false");
     return 0;
   }
   printf("throughput: one stream of %zu text_delta events flat out, "

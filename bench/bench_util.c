@@ -267,6 +267,12 @@ long bu_rss_kb(void) {
   return res * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+long bu_max_rss_kb(void) {
+  struct rusage ru;
+
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a;
   uint64_t y = *(const uint64_t *)b;

@@ -41,6 +41,8 @@ int bu_pin(pid_t pid, int cpu);
 double bu_cpu_s(void);
 /* This process's resident set in KB (/proc/self/statm). */
 long bu_rss_kb(void);
+/* This process's peak resident set in KB (getrusage ru_maxrss). */
+long bu_max_rss_kb(void);
 
 typedef struct {
   uint64_t *v;
