@@ -363,6 +363,8 @@ static void floor_finish(bu_floor_t *f, int err) {
   uv_close((uv_handle_t *)&f->tcp, floor_closed);
 }
 
+void bu_floor_stop(bu_floor_t *f) { floor_finish(f, 0); }
+
 static void floor_line(bu_floor_t *f, const char *p, size_t n, uint64_t now) {
   if (n > 0 && p[n - 1] == '\r') {
     n--;
@@ -390,10 +392,13 @@ static void floor_line(bu_floor_t *f, const char *p, size_t n, uint64_t now) {
 }
 
 static void floor_alloc(uv_handle_t *h, size_t sug, uv_buf_t *b) {
-  bu_floor_t *f = h->data;
+  /* One buffer for every reader: a read is scanned (and its unfinished
+   * line copied to carry) before the next one starts. */
+  static char rbuf[65536];
 
+  (void)h;
   (void)sug;
-  *b = uv_buf_init(f->rbuf, sizeof(f->rbuf));
+  *b = uv_buf_init(rbuf, sizeof(rbuf));
 }
 
 static void floor_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b) {

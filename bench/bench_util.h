@@ -69,7 +69,7 @@ typedef struct {
   uv_tcp_t tcp;
   uv_connect_t creq;
   uv_write_t wreq;
-  bu_samples_t *samples; /* may be NULL (throughput) */
+  bu_samples_t *samples; /* may be NULL (throughput); may change mid-run */
   char req[512];
   size_t reqlen;
   char carry[256];
@@ -83,10 +83,11 @@ typedef struct {
   bool done;
   bool closed;
   int err;
-  char rbuf[65536];
 } bu_floor_t;
 
 int bu_floor_start(bu_floor_t *f, uv_loop_t *loop, int port,
                    bu_samples_t *samples);
+/* Ends a reader early (closes its socket); no-op once done. */
+void bu_floor_stop(bu_floor_t *f);
 
 #endif

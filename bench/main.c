@@ -34,7 +34,8 @@ static const scenario_t scenarios[] = {
      "K agents on one loop, one paced stream each: CPU share, latency,\n"
      "          RSS per stream, errors\n"
      "          [--streams K (1000)] [--rate R (20)] [--seconds S (5)]\n"
-     "          [--ramp AGENTS_PER_MS (100)] [--own-client]"},
+     "          [--ramp AGENTS_PER_MS (100)] [--own-client]\n"
+     "          [--floor: raw-socket readers instead of agents]"},
     {"tls", al_bench_tls,
      "throughput and latency over loopback TLS vs plaintext\n"
      "          [--events N (200000)] [--lat-events N (5000)] [--certs DIR]"},
