@@ -24,6 +24,9 @@
  * emitting them, and the aggregator pairs them across deltas of the same
  * block; every other lone surrogate becomes U+FFFD. */
 #include <stdlib.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "provider/provider.h"
 
@@ -728,6 +731,25 @@ static const char *scan_string(const char *p, const char *end, raw_str_t *out) {
   for (;;) {
     unsigned char c;
 
+#ifdef __SSE2__
+    /* Sixteen bytes at a time (SSE2 is baseline on x86-64): a signed
+     * compare with 0x20 flags both the control bytes and every byte >=
+     * 0x80; the first flagged byte goes to the byte loop. A text delta's
+     * string is 30-40 bytes: two or three steps instead of five. */
+    while (e - u >= 16) {
+      __m128i v = _mm_loadu_si128((const __m128i *)(const void *)u);
+      int m = _mm_movemask_epi8(
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                    _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                       _mm_cmplt_epi8(v, _mm_set1_epi8(0x20))));
+
+      if (m != 0) {
+        u += __builtin_ctz((unsigned)m);
+        break;
+      }
+      u += 16;
+    }
+#endif
     /* Eight bytes at a time while none is '"', '\\', < 0x20 or >= 0x80
      * (the classic has-zero-byte tests); the byte loop finds which. */
     while (e - u >= 8) {
