@@ -182,6 +182,10 @@ if [ "$conc" = 1 ]; then
   echo "compare.sh: concurrency, $streams streams" >&2
   "$bench" concurrency --streams "$streams" --rate 20 --seconds "$conc_seconds" \
     "${pinflags[@]}" --json >"$out/al-concurrency.json" || true
+  # The same K streams read by bare sockets: what the kernel and libuv
+  # alone cost at this concurrency on this machine.
+  "$bench" concurrency --streams "$streams" --rate 20 --seconds "$conc_seconds" \
+    --floor "${pinflags[@]}" --json >"$out/floor-concurrency.json" || true
 fi
 echo "uptime_after=$(uptime)" >>"$out/meta.txt"
 
