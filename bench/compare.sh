@@ -151,6 +151,7 @@ for r in $(seq 1 "$runs"); do
   d=$out/run$r
   mkdir -p "$d"
   echo "compare.sh: run $r/$runs" >&2
+  echo "load_run$r=$(cut -d' ' -f1 /proc/loadavg)" >>"$out/meta.txt"
   "$bench" throughput --events "$events" "${pinflags[@]}" --json >"$d/al-throughput.json"
   "$bench" latency --events "$lat_events" "${pinflags[@]}" --json >"$d/al-latency.json"
   # The same tail as the peers' tool reply: 50 deltas 2 ms apart.

@@ -76,20 +76,24 @@ def over(vals, floor):
                 for v, f in zip(vals, floor)])
 
 
+nruns = meta.get("runs", "?").split()[0]
 print(f"Measured {meta.get('date', '?')} with `bench/compare.sh` "
-      f"({meta.get('runs', '?').split()[0] if meta.get('runs') else '?'}; "
-      "medians over the runs).")
+      f"({nruns} runs; every figure is the median over the runs).")
 print()
 print(f"- machine: {meta.get('host', '?')}")
 print(f"- load: before `{meta.get('uptime_before', '?').strip()}`; "
       f"after `{meta.get('uptime_after', '?').strip()}`")
+loads = [meta[k] for k in sorted(meta) if k.startswith("load_run")]
+if loads:
+    print(f"- 1-minute load average at the start of each run: {', '.join(loads)} "
+          "(2 cores; other builds share them)")
 print(f"- {meta.get('agentloop', 'agentloop ?')}")
 if "node" in meta:
     print(f"- peers: Node {meta['node']}, @anthropic-ai/sdk "
           f"{meta.get('@anthropic-ai/sdk')}, openai {meta.get('openai')}, "
           f"ai {meta.get('ai')} with @ai-sdk/anthropic "
           f"{meta.get('@ai-sdk/anthropic')}")
-print(f"- {meta.get('runs', '')}")
+print(f"- settings: runs={meta.get('runs', '')}")
 print()
 
 # ---- streaming: CPU, latency, memory ----------------------------------------
