@@ -547,6 +547,11 @@ static void write_cb(uv_write_t *req, int status) {
   if (sent(c, c->inflight)) {
     pump(c);
   }
+  if (c->tls != NULL && !c->closing && !c->writing && c->hs.len > 0) {
+    /* Records made while this write was out (handshake, 100 Continue)
+     * that no response write carried. */
+    (void)tls_write(c, 0);
+  }
 }
 
 static void timer_cb(uv_timer_t *t) {
