@@ -13,15 +13,6 @@ typedef struct {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
-    {"decode", al_bench_decode,
-     "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
-     "a memchr floor\n"
-     "          [--events N] [--reps N] [--chunk BYTES] [--json]"},
-    {"dispatch", al_bench_dispatch,
-     "tool dispatch latency: tool block on the wire -> tool start, spawned\n"
-     "          and in-process, vs block delivery and reply end\n"
-     "          [--iterations N] [--calls-per-run N] [--tail-deltas N]\n"
-     "          [--delta-ms MS] [--json] [--raw]"},
     {"throughput", al_bench_throughput,
      "one stream of N text_delta events flat out through an agent, from a\n"
      "          mockllm process: events/s, MB/s, CPU us/event, vs a raw socket\n"
@@ -44,6 +35,15 @@ static const scenario_t scenarios[] = {
      "          of a multi-tool reply, streaming execution vs SDK-style\n"
      "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
      "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},
+    {"decode", al_bench_decode,
+     "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
+     "a memchr floor\n"
+     "          [--events N] [--reps N] [--chunk BYTES] [--json]"},
+    {"dispatch", al_bench_dispatch,
+     "tool dispatch latency: tool block on the wire -> tool start, spawned\n"
+     "          and in-process, vs block delivery and reply end\n"
+     "          [--iterations N] [--calls-per-run N] [--tail-deltas N]\n"
+     "          [--delta-ms MS] [--json] [--raw]"},
 };
 
 static void usage(FILE *f) {
