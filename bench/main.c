@@ -53,7 +53,20 @@ static void usage(FILE *f) {
   fputs("(server-driven scenarios also take --server-cpu N, --client-cpu N"
         " and --json)\n", f);
   for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-    fprintf(f, "  %-11s %s\n", scenarios[i].name, scenarios[i].help);
+    const char *h = scenarios[i].help;
+    const char *nl;
+
+    /* Help lines continue under a 10-column indent; the names column is
+     * wider, so each continuation is re-indented under the first line. */
+    fprintf(f, "  %-11s ", scenarios[i].name);
+    while ((nl = strchr(h, '\n')) != NULL) {
+      fprintf(f, "%.*s\n%14s", (int)(nl - h), h, "");
+      h = nl + 1;
+      while (*h == ' ') {
+        h++;
+      }
+    }
+    fprintf(f, "%s\n", h);
   }
 }
 
