@@ -38,6 +38,7 @@ struct al__events_bus_s {
   size_t pending_bytes;
   size_t nsubs; /* live ones */
   uint64_t pubno; /* events published so far (accepted ones) */
+  uint64_t last_ts; /* the latest ts_ns stamped */
   al__events_bus_options_t opts;
   bool walking;
   bool freed; /* al__events_bus_free called during a walk */
@@ -389,7 +390,17 @@ int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
   e = *ev;
   e.session = session->id;
   e.seq = session->next_seq;
-  e.ts_ns = bus->opts.clock(bus->opts.clock_data);
+  /* A delta's own time (when the chunk carrying it was received) saves a
+   * clock read per streamed delta; it may predate an event stamped since,
+   * so it is clamped to keep ts_ns monotonic on the bus. */
+  if (ev->ts_ns != 0 && (ev->type == AL_EVENT_TEXT_DELTA ||
+                         ev->type == AL_EVENT_THINKING_DELTA ||
+                         ev->type == AL_EVENT_TOOL_INPUT_DELTA)) {
+    e.ts_ns = ev->ts_ns > bus->last_ts ? ev->ts_ns : bus->last_ts;
+  } else {
+    e.ts_ns = bus->opts.clock(bus->opts.clock_data);
+  }
+  bus->last_ts = e.ts_ns;
   if (bus->walking) {
     if ((rc = enqueue(bus, &e, bus->pubno + 1)) == 0) {
       session->next_seq++;

@@ -15,7 +15,7 @@
  *
  * seq and ts_ns are stamped by the bus at publish time, from the
  * session's counter and the bus's clock (injectable, so golden logs are
- * stable). */
+ * stable); a streamed delta may bring its own (al__events_publish). */
 #ifndef AL_EVENTS_H
 #define AL_EVENTS_H
 
@@ -83,9 +83,13 @@ void al__events_unsubscribe(al__events_bus_t *bus, al__events_sub_t *sub);
 size_t al__events_subscriber_count(const al__events_bus_t *bus);
 
 /* Publishes ev (type, run, turn and payload; session, seq and ts_ns are
- * filled in by the bus on its own copy). Outside a walk it is delivered
- * now; inside one it is copied and queued (AL_ETOOBIG when the queue is
- * full, AL_ENOMEM; the event then takes no seq). Returns AL_ECLOSING if
+ * filled in by the bus on its own copy). The exception: a delta event
+ * (text, thinking, tool input) with a non-zero ts_ns keeps it (when the
+ * chunk carrying it was received: no clock read per delta), raised to the
+ * bus's latest stamp if that is later, so ts_ns never decreases. Outside
+ * a walk it is delivered now; inside one it is copied and queued
+ * (AL_ETOOBIG when the queue is full, AL_ENOMEM; the event then takes no
+ * seq). Returns AL_ECLOSING if
  * a subscriber freed the bus meanwhile: the caller must not touch the bus
  * (or, usually, itself) again. Publishing on a bus that is being freed
  * returns AL_ECLOSING too. */

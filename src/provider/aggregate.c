@@ -203,7 +203,10 @@ int al_pstream_feed(al_pstream_t *s, const char *bytes, size_t len) {
   if (s->error != 0) {
     return s->error;
   }
+  s->in_feed = true;
+  s->feed_ts = 0;
   rc = al_sse_feed(&s->sse, bytes, len);
+  s->in_feed = false;
   if (rc != 0 && s->error == 0) {
     if (rc == AL_ETOOBIG || rc == AL_ENOMEM) {
       al__pstream_fail(s, AL_PERR_DECODE, NULL,
@@ -255,6 +258,13 @@ int al_pstream_finish(al_pstream_t *s) {
 int al__pstream_emit(al_pstream_t *s, al_pevent_t *ev) {
   if (s->opts.on_event == NULL) {
     return 0;
+  }
+  if (s->in_feed) {
+    /* One clock read per chunk, not per event. */
+    if (s->feed_ts == 0) {
+      s->feed_ts = al_now_ns();
+    }
+    ev->ts_ns = s->feed_ts;
   }
   return s->opts.on_event(s->opts.data, ev);
 }
