@@ -42,6 +42,7 @@ struct al__events_bus_s {
   al__events_bus_options_t opts;
   bool walking;
   bool freed; /* al__events_bus_free called during a walk */
+  bool swept; /* no node marked dead since the last sweep */
 };
 
 /* ---- names --------------------------------------------------------------- */
@@ -120,6 +121,7 @@ int al__events_bus_new(al__events_bus_t **out,
   }
   al_list_init(&bus->subs);
   al_list_init(&bus->pending);
+  bus->swept = true;
   *out = bus;
   return 0;
 }
@@ -191,6 +193,8 @@ void al__events_unsubscribe(al__events_bus_t *bus, al__events_sub_t *sub) {
   if (!bus->walking) {
     al_list_remove(&sub->node);
     al_free(sub);
+  } else {
+    bus->swept = false;
   }
 }
 
@@ -201,6 +205,10 @@ size_t al__events_subscriber_count(const al__events_bus_t *bus) {
 static void sweep(al__events_bus_t *bus) {
   al_list_t *pos = bus->subs.next;
 
+  if (bus->swept) {
+    return; /* nothing to free: no walk per publish over the list */
+  }
+  bus->swept = true;
   while (pos != &bus->subs) {
     al__events_sub_t *s = AL_CONTAINER_OF(pos, al__events_sub_t, node);
 
