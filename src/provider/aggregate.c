@@ -544,8 +544,11 @@ int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
   al__pblock_t *b;
   int rc;
 
-  b = resolve(s, index, "content_block_delta", &rc);
-  if (b == NULL) {
+  /* The open block, as resolve() finds it, without the call. */
+  if (s->message != NULL && index >= 0 && index < (int64_t)s->nblocks &&
+      (!s->opts.strict_indexes || index == s->open_block)) {
+    b = &s->blocks[index];
+  } else if ((b = resolve(s, index, "content_block_delta", &rc)) == NULL) {
     return rc;
   }
   if (!kind_matches(kind, b->type)) {
@@ -577,7 +580,12 @@ int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
     len = s->joinbuf.len;
   }
   b->pending_hi = trail_hi;
-  if (len > 0) {
+  if (len > 0 && len < b->buf.cap - b->buf.len) {
+    /* Room for it and the terminator (cap never exceeds max + 1). */
+    memcpy(b->buf.data + b->buf.len, text, len);
+    b->buf.len += len;
+    b->buf.data[b->buf.len] = '\0';
+  } else if (len > 0) {
     if (al_buf_append(&b->buf, text, len) != 0) {
       return fail_decode(s, "content block %lld too large", (long long)index);
     }
