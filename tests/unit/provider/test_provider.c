@@ -223,6 +223,41 @@ TEST_IMPL(provider_fastpath_random) {
   return 0;
 }
 
+/* Canonical deltas whose string puts a byte the scanner must stop at
+ * (quote, backslash, raw control byte, invalid or valid UTF-8) at every
+ * offset of 16-byte steps and of the 5-15 byte tail; raw control bytes and
+ * bad UTF-8 make jansson refuse, and the fast path must then agree or
+ * decline. */
+TEST_IMPL(provider_fastpath_random_bytes) {
+  static const char *const atoms[] = {"a", "bc", "defghijklmn", "\\n",
+                                      "\\\"", "\x01", "\x1f", "\x7f",
+                                      "\xc3\xa9", "\xc3", "\xff", "\\u00e9"};
+  char str[512];
+  char json[1024];
+  int iter;
+
+  for (iter = 0; iter < 20000; iter++) {
+    size_t pad = rnd() % 40;
+    size_t n = rnd() % 4;
+    size_t i;
+
+    memset(str, 'x', pad);
+    str[pad] = '\0';
+    for (i = 0; i < n; i++) {
+      strcat(str, atoms[rnd() % AL_ARRAY_SIZE(atoms)]);
+    }
+    for (i = rnd() % 20; i > 0; i--) {
+      strcat(str, "y");
+    }
+    snprintf(json, sizeof(json),
+             "{\"type\":\"content_block_delta\",\"index\":%u,\"delta\":{"
+             "\"type\":\"text_delta\",\"text\":\"%s\"}}",
+             rnd() % 3, str);
+    fj_compare(json, strlen(json), -1);
+  }
+  return 0;
+}
+
 /* ---- the pipeline -------------------------------------------------------- */
 
 typedef struct {
