@@ -137,6 +137,23 @@ static int on_sse_event(void *data, const al_sse_event_t *ev) {
   return al_pstream_sse_event((al_pstream_t *)data, ev);
 }
 
+/* al_pstream_sse_event for an Anthropic stream, without the provider
+ * switch and its call. */
+static int on_sse_anthropic(void *data, const al_sse_event_t *ev) {
+  al_pstream_t *s = data;
+  int rc;
+
+  if (s->error != 0) {
+    return s->error;
+  }
+  s->events++;
+  rc = al__anthropic_sse_event(s, ev);
+  if (rc != 0 && s->error == 0) {
+    s->error = rc;
+  }
+  return rc;
+}
+
 int al_pstream_init(al_pstream_t *s, const al_provider_t *p,
                     const al_pstream_options_t *o) {
   al_sse_settings_t ss;
@@ -158,7 +175,8 @@ int al_pstream_init(al_pstream_t *s, const al_provider_t *p,
     s->opts.strict_indexes = false;
   }
   al_sse_settings_init(&ss);
-  ss.on_event = on_sse_event;
+  ss.on_event = p->kind == AL_PROVIDER_ANTHROPIC ? on_sse_anthropic
+                                                 : on_sse_event;
   ss.data = s;
   ss.max_event = s->opts.max_event;
   if (ss.max_line < ss.max_event) {
