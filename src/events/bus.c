@@ -92,6 +92,8 @@ int al__events_session_set(al__events_session_t *s, const char *id,
 
 /* ---- bus ----------------------------------------------------------------- */
 
+const al_event_t al__events_blank;
+
 static uint64_t default_clock(void *data) {
   (void)data;
   return al_now_ns();

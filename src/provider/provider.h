@@ -293,6 +293,7 @@ typedef struct al_pstream_s {
   bool failed;      /* an ERROR event was emitted */
   bool in_feed;
   uint64_t feed_ts; /* the current feed's ts_ns, 0 until its first event */
+  al_pevent_t delta_ev; /* emitted for every delta (aggregate.c emit_delta) */
   /* Anthropic-shaped aggregate. */
   json_t *message;  /* snapshot after message_start, NULL before */
   al__pblock_t *blocks;
