@@ -389,45 +389,52 @@ static void deliver(al__events_bus_t *bus, const al_event_t *ev,
   }
 }
 
+
 int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
-                       const al_event_t *ev) {
-  al_event_t e;
+                       al_event_t *ev) {
+  uint64_t given_ts = ev->ts_ns;
   int rc;
 
   if (bus->freed) {
     return AL_ECLOSING;
   }
-  e = *ev;
-  e.session = session->id;
-  e.seq = session->next_seq;
+  /* Stamped in place and delivered from the caller's struct: a copy here
+   * read back the stores the caller had just made in pieces, which do not
+   * forward to wider loads (a stall per event in the profile). For the
+   * same reason only ts_ns, which decides the next publish of this struct,
+   * is put back; seq and session are always overwritten. */
+  ev->session = session->id;
+  ev->seq = session->next_seq;
   /* A delta's own time (when the chunk carrying it was received) saves a
    * clock read per streamed delta; it may predate an event stamped since,
    * so it is clamped to keep ts_ns monotonic on the bus. */
-  if (ev->ts_ns != 0 && (ev->type == AL_EVENT_TEXT_DELTA ||
-                         ev->type == AL_EVENT_THINKING_DELTA ||
-                         ev->type == AL_EVENT_TOOL_INPUT_DELTA)) {
-    e.ts_ns = ev->ts_ns > bus->last_ts ? ev->ts_ns : bus->last_ts;
+  if (given_ts != 0 && (ev->type == AL_EVENT_TEXT_DELTA ||
+                        ev->type == AL_EVENT_THINKING_DELTA ||
+                        ev->type == AL_EVENT_TOOL_INPUT_DELTA)) {
+    ev->ts_ns = given_ts > bus->last_ts ? given_ts : bus->last_ts;
   } else {
-    e.ts_ns = bus->opts.clock(bus->opts.clock_data);
+    ev->ts_ns = bus->opts.clock(bus->opts.clock_data);
   }
-  bus->last_ts = e.ts_ns;
+  bus->last_ts = ev->ts_ns;
   if (bus->walking) {
-    if ((rc = enqueue(bus, &e, bus->pubno + 1)) == 0) {
+    if ((rc = enqueue(bus, ev, bus->pubno + 1)) == 0) {
       session->next_seq++;
       bus->pubno++;
     }
+    ev->ts_ns = given_ts;
     return rc;
   }
   session->next_seq++;
   bus->pubno++;
   if (bus->nsubs == 0) {
+    ev->ts_ns = given_ts;
     return 0;
   }
 
   /* The session must not be touched from here on: a callback may free
    * its owner. */
   bus->walking = true;
-  deliver(bus, &e, bus->pubno);
+  deliver(bus, ev, bus->pubno);
   while (!bus->freed && !al_list_empty(&bus->pending)) {
     pending_t *p = AL_CONTAINER_OF(bus->pending.next, pending_t, node);
 
@@ -438,6 +445,7 @@ int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
     al_free(p);
   }
   bus->walking = false;
+  ev->ts_ns = given_ts;
   if (bus->freed) {
     destroy(bus);
     return AL_ECLOSING;

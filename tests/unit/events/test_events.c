@@ -296,8 +296,14 @@ TEST_IMPL(events_delta_own_ts) {
   ASSERT_EQ(al__events_session_set(&ses, "sess-1", 1), 0);
   ASSERT_EQ(al__events_subscribe(bus, ts_cb, &n, &h), 0);
   ev.ts_ns = 5500;
+  ev.seq = 0;
+  ev.session = NULL;
   ASSERT_EQ(al__events_publish(bus, &ses, &ev), 0);
   ASSERT_EQ(fake_now, 5000); /* no clock read */
+  /* Stamped in place for delivery; ts_ns given back as it was. */
+  ASSERT_EQ(ev.ts_ns, 5500);
+  ASSERT_EQ(ev.seq, 1);
+  ASSERT_STR_EQ(ev.session, "sess-1");
   other = ev;
   other.type = AL_EVENT_TURN_STARTED;
   ASSERT_EQ(al__events_publish(bus, &ses, &other), 0); /* reads 6000 */
