@@ -30,8 +30,9 @@
  *   max_event, fails with AL_ETOOBIG. No event can be dispatched between
  *   the start of that line and the point where either path notices, so the
  *   events seen before the error do not depend on the split.
- * - A block whose fields are one optional `event` and one `data` line,
- *   whole inside the chunk, LF-only, is dispatched by block_fast() without
+ * - A block whose fields are an optional `id`, an optional `event` and one
+ *   `data` line, whole inside the chunk, LF-only, is dispatched by
+ *   block_fast() without
  *   going line by line; the randomized differential tests hold both paths
  *   to the reference interpreter.
  * - Bytes are not decoded. Invalid UTF-8 (and a truncated multi-byte
@@ -427,8 +428,9 @@ static int line_complete(al_sse_parser_t *p, struct slices *c, const char *tail,
 }
 
 /* The block shape of nearly every LLM event, at a block start and whole
- * inside the chunk: an optional `event:` line, one `data:` line and the
- * blank line, all LF-terminated with no CR before the blank line's LF.
+ * inside the chunk: an optional `id:` line, an optional `event:` line, one
+ * `data:` line and the blank line, all LF-terminated with no CR before the
+ * blank line's LF.
  * It is dispatched as the line-by-line path would (same limits, same
  * event), with two memchr and no per-line calls or copies. Returns where
  * parsing continues, or NULL having done nothing: anything else (another
@@ -440,15 +442,28 @@ static const char *block_fast(al_sse_parser_t *p, const char *pos,
   const char *q = pos;
   const char *line;
   const char *lf;
+  const char *id = NULL;
+  size_t id_len = 0;
 
+  if (end - q > 3 && memcmp(q, "id:", 3) == 0) {
+    id = q + 3;
+    id += *id == ' ';
+    lf = memchr(id, '\n', (size_t)(end - id));
+    if (lf == NULL || (size_t)(lf - pos) > p->line.max) {
+      return NULL;
+    }
+    id_len = (size_t)(lf - id);
+    q = lf + 1;
+  }
   ev.type = "message";
   ev.type_len = 7;
   ev.has_type = false;
   if (end - q > 6 && memcmp(q, "event:", 6) == 0) {
+    line = q;
     q += 6;
     q += *q == ' ';
     lf = memchr(q, '\n', (size_t)(end - q));
-    if (lf == NULL || (size_t)(lf - pos) > p->line.max) {
+    if (lf == NULL || (size_t)(lf - line) > p->line.max) {
       return NULL;
     }
     if (lf > q) {
@@ -478,14 +493,22 @@ static const char *block_fast(al_sse_parser_t *p, const char *pos,
   if (*cr < lf) {
     return NULL;
   }
+  ev.has_id = false;
+  if (id != NULL && memchr(id, '\0', id_len) == NULL) {
+    /* field_id's effect (a value with a NUL is ignored, as there). */
+    al_buf_reset(&p->last_id);
+    if ((*rc = al_buf_append(&p->last_id, id, id_len)) != 0) {
+      return lf + 2;
+    }
+    ev.has_id = true;
+  }
   ev.data = q;
   ev.data_len = (size_t)(lf - q);
   ev.has_data = true;
   ev.last_event_id = p->last_id.len > 0 ? p->last_id.data : "";
   ev.last_event_id_len = p->last_id.len;
-  ev.has_id = false;
-  ev.id = "";
-  ev.id_len = 0;
+  ev.id = ev.has_id ? ev.last_event_id : "";
+  ev.id_len = ev.has_id ? ev.last_event_id_len : 0;
   *rc = p->settings.on_event != NULL
             ? p->settings.on_event(p->settings.data, &ev)
             : 0;

@@ -1237,18 +1237,21 @@ TEST_IMPL(sse_random_differential) {
   return 0;
 }
 
-/* Mostly whole `event:`/`data:` blocks, the shape al_sse_feed dispatches
- * on its fast path, with what must make it step aside: a CR, a second
- * data line, an id, a comment, a cut, an empty type or value, limits. */
+/* Mostly whole `id:`/`event:`/`data:` blocks, the shape al_sse_feed
+ * dispatches on its fast path, with what must make it step aside or be
+ * handled as the general path does: a CR, a second data line, fields in
+ * another order, an id with a NUL, a comment, a cut, an empty type or
+ * value, limits. */
 TEST_IMPL(sse_random_differential_blocks) {
   static const char *const tok[] = {
       "event: t\n", "event:\n",  "event:  u\n", "data: {\"a\":1}\n",
       "data:x\n",   "data:\n",   "data: \n",    "\n",
       "\n",         "\n",        "data: v\n\n", "event: t\ndata: w\n\n",
       "\r",         "\r\n",      "id: 1\n",     ": c\n",
-      "event: ",    "data: ",    "x",          "\0"};
-  static const size_t tok_len[] = {9, 7, 10, 14, 7, 6, 7, 1, 1, 1,
-                                   9, 18, 1, 2, 6, 4, 7, 6, 1, 1};
+      "event: ",    "data: ",    "x",          "\0",
+      "id: ",       "id:7\n"};
+  static const size_t tok_len[] = {9, 7, 10, 14, 7, 6, 7, 1, 1, 1, 9,
+                                   18, 1, 2, 6, 4, 7, 6, 1, 1, 4, 5};
   toks_t t = {tok, tok_len, AL_ARRAY_SIZE(tok)};
 
   differential(&t, 0xB10C5B10C5ULL);
