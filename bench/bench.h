@@ -3,6 +3,14 @@
 #ifndef AL_BENCH_H
 #define AL_BENCH_H
 
+/* Server-driven scenarios (bench_stream.c): a separate agentloop-mockllm
+ * process, real agent sessions. */
+int al_bench_throughput(int argc, char **argv);
+int al_bench_latency(int argc, char **argv);
+int al_bench_concurrency(int argc, char **argv);
+int al_bench_tls(int argc, char **argv);
+int al_bench_tools(int argc, char **argv);
+
 /* agentloop-bench decode [--events N] [--reps N] [--chunk BYTES] [--json] */
 int al_bench_decode(int argc, char **argv);
 

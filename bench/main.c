@@ -13,6 +13,28 @@ typedef struct {
 } scenario_t;
 
 static const scenario_t scenarios[] = {
+    {"throughput", al_bench_throughput,
+     "one stream of N text_delta events flat out through an agent, from a\n"
+     "          mockllm process: events/s, MB/s, CPU us/event, vs a raw socket\n"
+     "          [--events N (200000)]"},
+    {"latency", al_bench_latency,
+     "server send stamp -> text_delta callback, events paced 1 ms, exact\n"
+     "          percentiles, beside a raw-socket floor reader\n"
+     "          [--events N (5000)] [--delay-ms MS (1)]"},
+    {"concurrency", al_bench_concurrency,
+     "K agents on one loop, one paced stream each: CPU share, latency,\n"
+     "          RSS per stream, errors\n"
+     "          [--streams K (1000)] [--rate R (20)] [--seconds S (5)]\n"
+     "          [--ramp AGENTS_PER_MS (100)] [--own-client]\n"
+     "          [--floor: raw-socket readers instead of agents]"},
+    {"tls", al_bench_tls,
+     "throughput and latency over loopback TLS vs plaintext\n"
+     "          [--events N (200000)] [--lat-events N (5000)] [--certs DIR]"},
+    {"tools", al_bench_tools,
+     "`dispatch` (its options pass through), then the end-to-end turn time\n"
+     "          of a multi-tool reply, streaming execution vs SDK-style\n"
+     "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
+     "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},
     {"decode", al_bench_decode,
      "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
      "a memchr floor\n"
@@ -29,8 +51,23 @@ static void usage(FILE *f) {
   size_t i;
 
   fputs("usage: agentloop-bench SCENARIO [options]\nscenarios:\n", f);
+  fputs("(server-driven scenarios also take --server-cpu N, --client-cpu N"
+        " and --json)\n", f);
   for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-    fprintf(f, "  %-8s %s\n", scenarios[i].name, scenarios[i].help);
+    const char *h = scenarios[i].help;
+    const char *nl;
+
+    /* Help lines continue under a 10-column indent; the names column is
+     * wider, so each continuation is re-indented under the first line. */
+    fprintf(f, "  %-11s ", scenarios[i].name);
+    while ((nl = strchr(h, '\n')) != NULL) {
+      fprintf(f, "%.*s\n%14s", (int)(nl - h), h, "");
+      h = nl + 1;
+      while (*h == ' ') {
+        h++;
+      }
+    }
+    fprintf(f, "%s\n", h);
   }
 }
 

@@ -38,9 +38,11 @@ struct al__events_bus_s {
   size_t pending_bytes;
   size_t nsubs; /* live ones */
   uint64_t pubno; /* events published so far (accepted ones) */
+  uint64_t last_ts; /* the latest ts_ns stamped */
   al__events_bus_options_t opts;
   bool walking;
   bool freed; /* al__events_bus_free called during a walk */
+  bool swept; /* no node marked dead since the last sweep */
 };
 
 /* ---- names --------------------------------------------------------------- */
@@ -90,6 +92,8 @@ int al__events_session_set(al__events_session_t *s, const char *id,
 
 /* ---- bus ----------------------------------------------------------------- */
 
+const al_event_t al__events_blank;
+
 static uint64_t default_clock(void *data) {
   (void)data;
   return al_now_ns();
@@ -119,6 +123,7 @@ int al__events_bus_new(al__events_bus_t **out,
   }
   al_list_init(&bus->subs);
   al_list_init(&bus->pending);
+  bus->swept = true;
   *out = bus;
   return 0;
 }
@@ -190,6 +195,8 @@ void al__events_unsubscribe(al__events_bus_t *bus, al__events_sub_t *sub) {
   if (!bus->walking) {
     al_list_remove(&sub->node);
     al_free(sub);
+  } else {
+    bus->swept = false;
   }
 }
 
@@ -200,6 +207,10 @@ size_t al__events_subscriber_count(const al__events_bus_t *bus) {
 static void sweep(al__events_bus_t *bus) {
   al_list_t *pos = bus->subs.next;
 
+  if (bus->swept) {
+    return; /* nothing to free: no walk per publish over the list */
+  }
+  bus->swept = true;
   while (pos != &bus->subs) {
     al__events_sub_t *s = AL_CONTAINER_OF(pos, al__events_sub_t, node);
 
@@ -378,35 +389,52 @@ static void deliver(al__events_bus_t *bus, const al_event_t *ev,
   }
 }
 
+
 int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
-                       const al_event_t *ev) {
-  al_event_t e;
+                       al_event_t *ev) {
+  uint64_t given_ts = ev->ts_ns;
   int rc;
 
   if (bus->freed) {
     return AL_ECLOSING;
   }
-  e = *ev;
-  e.session = session->id;
-  e.seq = session->next_seq;
-  e.ts_ns = bus->opts.clock(bus->opts.clock_data);
+  /* Stamped in place and delivered from the caller's struct: a copy here
+   * read back the stores the caller had just made in pieces, which do not
+   * forward to wider loads (a stall per event in the profile). For the
+   * same reason only ts_ns, which decides the next publish of this struct,
+   * is put back; seq and session are always overwritten. */
+  ev->session = session->id;
+  ev->seq = session->next_seq;
+  /* A delta's own time (when the chunk carrying it was received) saves a
+   * clock read per streamed delta; it may predate an event stamped since,
+   * so it is clamped to keep ts_ns monotonic on the bus. */
+  if (given_ts != 0 && (ev->type == AL_EVENT_TEXT_DELTA ||
+                        ev->type == AL_EVENT_THINKING_DELTA ||
+                        ev->type == AL_EVENT_TOOL_INPUT_DELTA)) {
+    ev->ts_ns = given_ts > bus->last_ts ? given_ts : bus->last_ts;
+  } else {
+    ev->ts_ns = bus->opts.clock(bus->opts.clock_data);
+  }
+  bus->last_ts = ev->ts_ns;
   if (bus->walking) {
-    if ((rc = enqueue(bus, &e, bus->pubno + 1)) == 0) {
+    if ((rc = enqueue(bus, ev, bus->pubno + 1)) == 0) {
       session->next_seq++;
       bus->pubno++;
     }
+    ev->ts_ns = given_ts;
     return rc;
   }
   session->next_seq++;
   bus->pubno++;
   if (bus->nsubs == 0) {
+    ev->ts_ns = given_ts;
     return 0;
   }
 
   /* The session must not be touched from here on: a callback may free
    * its owner. */
   bus->walking = true;
-  deliver(bus, &e, bus->pubno);
+  deliver(bus, ev, bus->pubno);
   while (!bus->freed && !al_list_empty(&bus->pending)) {
     pending_t *p = AL_CONTAINER_OF(bus->pending.next, pending_t, node);
 
@@ -417,6 +445,7 @@ int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
     al_free(p);
   }
   bus->walking = false;
+  ev->ts_ns = given_ts;
   if (bus->freed) {
     destroy(bus);
     return AL_ECLOSING;

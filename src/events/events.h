@@ -9,13 +9,14 @@
  * freed when the walk unwinds; nothing is delivered after that).
  *
  * Publishing outside a walk copies nothing and allocates nothing: the
- * text_delta hot path is a struct copy, a clock read and one indirect
- * call per subscriber. Only events published from inside a callback are
+ * text_delta hot path stamps the caller's event in place (no clock read
+ * when the delta brings its chunk's time) and makes one indirect call per
+ * subscriber. Only events published from inside a callback are
  * copied, into one bounded allocation each.
  *
  * seq and ts_ns are stamped by the bus at publish time, from the
  * session's counter and the bus's clock (injectable, so golden logs are
- * stable). */
+ * stable); a streamed delta may bring its own (al__events_publish). */
 #ifndef AL_EVENTS_H
 #define AL_EVENTS_H
 
@@ -82,15 +83,29 @@ int al__events_subscribe(al__events_bus_t *bus, al_event_cb cb, void *data,
 void al__events_unsubscribe(al__events_bus_t *bus, al__events_sub_t *sub);
 size_t al__events_subscriber_count(const al__events_bus_t *bus);
 
+/* All zero, never written: `ev = al__events_blank;` starts an event with
+ * vector copies, where GCC turns a memset of a struct this size into
+ * `rep stos` (slow to start, and its stores do not forward to the loads of
+ * the publish that follows: seen in the per-delta profile). Declared
+ * const but defined apart, so callers cannot fold it back into memset. */
+extern const al_event_t al__events_blank;
+
 /* Publishes ev (type, run, turn and payload; session, seq and ts_ns are
- * filled in by the bus on its own copy). Outside a walk it is delivered
- * now; inside one it is copied and queued (AL_ETOOBIG when the queue is
- * full, AL_ENOMEM; the event then takes no seq). Returns AL_ECLOSING if
- * a subscriber freed the bus meanwhile: the caller must not touch the bus
+ * stamped by the bus into *ev itself, which is what subscribers get, so ev
+ * must stay valid for the whole call: a local, never freed by a
+ * subscriber. On return ts_ns is as the caller gave it; session and seq
+ * hold the stamps). The exception: a
+ * delta event (text, thinking, tool input) with a non-zero ts_ns keeps it
+ * (when the chunk carrying it was received: no clock read per delta),
+ * raised to the bus's latest stamp if that is later, so ts_ns never
+ * decreases. Outside a walk it is delivered now; inside one it is copied
+ * and queued (AL_ETOOBIG when the queue is full, AL_ENOMEM; the event then
+ * takes no seq). Returns AL_ECLOSING if a subscriber freed the bus
+ * meanwhile: the caller must not touch the bus
  * (or, usually, itself) again. Publishing on a bus that is being freed
  * returns AL_ECLOSING too. */
 int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
-                       const al_event_t *ev);
+                       al_event_t *ev);
 
 /* ---- JSON ---------------------------------------------------------------- */
 

@@ -398,7 +398,7 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
   if (ev->progress && a->req != NULL) {
     al_http_request_progress(a->req);
   }
-  memset(&le, 0, sizeof(le));
+  le = al__events_blank; /* not memset: see events.h */
   switch (ev->type) {
   case AL_PEV_MESSAGE_START:
     al_free(a->msg_id);
@@ -422,6 +422,7 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
     le.u.delta.index = ev->index;
     le.u.delta.text.ptr = ev->text != NULL ? ev->text : "";
     le.u.delta.text.len = ev->len;
+    le.ts_ns = ev->ts_ns; /* its chunk's arrival: no clock read per delta */
     if (ev->type == AL_PEV_TOOL_INPUT_DELTA && ev->index >= 0 &&
         (size_t)ev->index < a->nblocks) {
       le.u.delta.call_id = ag_slice(a->blocks[ev->index].call_id);

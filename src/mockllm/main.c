@@ -45,6 +45,8 @@ static void usage(FILE *f) {
       "  --timestamps        put the send time (uv_hrtime ns) on every event\n"
       "                      as an SSE id: line\n"
       "  --port-file FILE    write the bound port there once listening\n"
+      "  --tls-cert FILE     serve HTTPS with this PEM certificate chain\n"
+      "  --tls-key FILE      and this PEM private key (both needed)\n"
       "  --allow-remote      allow a non-loopback --listen address\n"
       "  -q, --quiet         no log lines on stderr\n"
       "  --version           versions of agentloop and its libraries\n"
@@ -152,7 +154,8 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     bool takes = strcmp(a, "--listen") == 0 || strcmp(a, "--scenario") == 0 ||
-                 strcmp(a, "--record") == 0 || strcmp(a, "--port-file") == 0;
+                 strcmp(a, "--record") == 0 || strcmp(a, "--port-file") == 0 ||
+                 strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0;
 
     if (takes && val == NULL) {
       fprintf(stderr, "agentloop-mockllm: %s needs a value\n", a);
@@ -176,6 +179,12 @@ int main(int argc, char **argv) {
       i++;
     } else if (strcmp(a, "--record") == 0) {
       o.record_path = val;
+      i++;
+    } else if (strcmp(a, "--tls-cert") == 0) {
+      o.tls_cert = val;
+      i++;
+    } else if (strcmp(a, "--tls-key") == 0) {
+      o.tls_key = val;
       i++;
     } else if (strcmp(a, "--port-file") == 0) {
       port_file = val;
@@ -226,7 +235,8 @@ int main(int argc, char **argv) {
     uv_run(app.loop, UV_RUN_DEFAULT);
     return 1;
   }
-  printf("listening on http://%s%s%s:%d\n", strchr(host, ':') ? "[" : "", host,
+  printf("listening on %s://%s%s%s:%d\n", o.tls_cert ? "https" : "http",
+         strchr(host, ':') ? "[" : "", host,
          strchr(host, ':') ? "]" : "", al_mockllm_port(app.server));
   fflush(stdout);
 

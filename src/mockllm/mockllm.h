@@ -84,6 +84,12 @@ typedef struct {
   /* Put the server's uv_hrtime() at send time on each event as an SSE
    * `id: <ns>` line. Default off; a scenario may also turn it on. */
   bool timestamps;
+  /* TLS: PEM certificate chain and private key files (both, read with
+   * blocking I/O inside al_mockllm_new). NULL: plaintext HTTP. Over TLS
+   * the same engine plays the same bytes; byte counts of faults
+   * (reset_after_bytes, drip) count plaintext. */
+  const char *tls_cert;
+  const char *tls_key;
   /* Request limits: header block (431 beyond) and body (413 beyond). */
   size_t max_header_bytes;
   size_t max_body_bytes;

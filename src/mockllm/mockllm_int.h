@@ -136,4 +136,32 @@ void al__mockllm_response_free(al__mock_response_t *r);
 /* A fixed reply used when there is no scenario. */
 int al__mockllm_default_scenario(al_mockllm_scenario_t **out);
 
+/* tls.c: the TLS listener's sessions (mbedtls, server side) over memory
+ * buffers. One al__mock_tls_t per server, one al__mock_tls_conn_t per
+ * connection. */
+typedef struct al__mock_tls_s al__mock_tls_t;
+typedef struct al__mock_tls_conn_s al__mock_tls_conn_t;
+/* Receives decrypted bytes; returns false to stop feeding (the connection
+ * is closing: the rest of the ciphertext is dropped). */
+typedef bool (*al__mock_tls_plain_cb)(void *arg, const char *data, size_t len);
+
+/* Loads the certificate chain and key (PEM files, blocking). 0, or AL_EINVAL
+ * / AL_ENOMEM with a reason in err. */
+int al__mock_tls_new(const char *cert, const char *key, al__mock_tls_t **out,
+                     char *err, size_t errlen);
+void al__mock_tls_free(al__mock_tls_t *t);
+al__mock_tls_conn_t *al__mock_tls_conn_new(al__mock_tls_t *t);
+void al__mock_tls_conn_free(al__mock_tls_conn_t *c);
+/* Feeds received ciphertext: advances the handshake (its records are
+ * appended to `records`, to be sent), then hands every decrypted byte to
+ * cb. 0, AL_EOF (the peer closed the session) or AL_ETLS. */
+int al__mock_tls_feed(al__mock_tls_conn_t *c, const char *data, size_t len,
+                      al_buf_t *records, al__mock_tls_plain_cb cb, void *arg);
+/* Encrypts len plaintext bytes into records appended to `records`. AL_ETLS
+ * before the handshake completed or after a failure. */
+int al__mock_tls_encrypt(al__mock_tls_conn_t *c, const char *data, size_t len,
+                         al_buf_t *records);
+/* Appends a close_notify alert (best effort; nothing before the handshake). */
+void al__mock_tls_close_notify(al__mock_tls_conn_t *c, al_buf_t *records);
+
 #endif

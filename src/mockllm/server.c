@@ -98,6 +98,12 @@ typedef struct conn_s {
   size_t inflight;  /* bytes handed to uv_write */
   int64_t body_sent;
   size_t pump_bytes;
+  /* TLS listener only: the session, the records being written (never
+   * touched while c->writing) and records made outside the pump (handshake,
+   * 100 Continue) waiting to go out in front of the next write. */
+  al__mock_tls_conn_t *tls;
+  al_buf_t tout;
+  al_buf_t hs;
 } conn_t;
 
 struct al_mockllm_s {
@@ -105,6 +111,7 @@ struct al_mockllm_s {
   uv_tcp_t listener;
   al_list_t conns;
   al_mockllm_scenario_t *scn;
+  al__mock_tls_t *tls; /* NULL: plaintext listener */
   size_t cursor;
   size_t playing;
   bool validate;
@@ -397,6 +404,59 @@ static bool sent(conn_t *c, size_t n) {
   return true;
 }
 
+/* TLS: writes the pending records (c->hs first, then c->tout), which carry
+ * `plain` plaintext bytes of c->out. The plaintext is accounted (sent())
+ * only once all its records left, so drip and reset_after_bytes keep
+ * counting plaintext. Returns like send_out. */
+static bool tls_write(conn_t *c, size_t plain) {
+  uv_buf_t b[2];
+  size_t total = c->hs.len + c->tout.len;
+  size_t off;
+  int r;
+
+  if (total == 0) {
+    return sent(c, plain);
+  }
+  b[0] = uv_buf_init(c->hs.data, (unsigned int)c->hs.len);
+  b[1] = uv_buf_init(c->tout.data, (unsigned int)c->tout.len);
+  r = c->hs.len == 0 ? uv_try_write((uv_stream_t *)&c->tcp, b + 1, 1)
+      : c->tout.len == 0 ? uv_try_write((uv_stream_t *)&c->tcp, b, 1)
+                         : uv_try_write((uv_stream_t *)&c->tcp, b, 2);
+  if (r == (int)total) {
+    al_buf_reset(&c->hs);
+    al_buf_reset(&c->tout);
+    return sent(c, plain);
+  }
+  if (r < 0 && r != UV_EAGAIN) {
+    conn_close(c, false);
+    return false;
+  }
+  /* Queue the rest as one buffer, c->tout (hs + tout), which nothing else
+   * touches until write_cb. */
+  off = r > 0 ? (size_t)r : 0;
+  if (c->hs.len > 0) {
+    al_buf_t t;
+
+    if (al_buf_append(&c->hs, c->tout.data, c->tout.len) != 0) {
+      conn_close(c, false);
+      return false;
+    }
+    t = c->tout;
+    c->tout = c->hs;
+    c->hs = t;
+    al_buf_reset(&c->hs);
+  }
+  b[0] = uv_buf_init(c->tout.data + off, (unsigned int)(c->tout.len - off));
+  r = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, b, 1, write_cb);
+  if (r != 0) {
+    conn_close(c, false);
+    return false;
+  }
+  c->writing = true;
+  c->inflight = plain;
+  return false;
+}
+
 /* Sends what is buffered. Returns true if all of it went out synchronously
  * and the pump may continue. */
 static bool send_out(conn_t *c) {
@@ -426,6 +486,14 @@ static bool send_out(conn_t *c) {
   }
   if (n == 0) {
     return sent(c, 0);
+  }
+  if (c->tls != NULL) {
+    if (al__mock_tls_encrypt(c->tls, c->out.data + c->out_off, n,
+                             &c->tout) != 0) {
+      conn_close(c, false);
+      return false;
+    }
+    return tls_write(c, n);
   }
   b = uv_buf_init(c->out.data + c->out_off, (unsigned int)n);
   r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
@@ -472,9 +540,17 @@ static void write_cb(uv_write_t *req, int status) {
     conn_close(c, false);
     return;
   }
+  if (c->tls != NULL) {
+    al_buf_reset(&c->tout);
+  }
   c->pump_bytes = 0;
   if (sent(c, c->inflight)) {
     pump(c);
+  }
+  if (c->tls != NULL && !c->closing && !c->writing && c->hs.len > 0) {
+    /* Records made while this write was out (handshake, 100 Continue)
+     * that no response write carried. */
+    (void)tls_write(c, 0);
   }
 }
 
@@ -1166,8 +1242,13 @@ static int on_headers_complete(llhttp_t *p) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
 
-    /* Nothing else is being written while a request is read. */
-    (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    /* Nothing else is being written while a request is read. With TLS
+     * the record goes out after this read's plaintext is handled. */
+    if (c->tls != NULL) {
+      (void)al__mock_tls_encrypt(c->tls, cont, sizeof(cont) - 1, &c->hs);
+    } else {
+      (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
   }
   return 0;
 }
@@ -1285,11 +1366,47 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init(c->srv->rbuf, sizeof(c->srv->rbuf));
 }
 
-static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  conn_t *c = s->data;
-
+/* Request bytes (plaintext, decrypted when TLS): parsed now when no
+ * response is playing, else kept for later (pipelining). Returns false
+ * once the connection is closing. */
+static bool on_plain(void *arg, const char *data, size_t len) {
+  conn_t *c = arg;
   size_t used;
   parse_t st;
+
+  if (c->closing || c->phase == P_DRAIN) {
+    return !c->closing;
+  }
+  if (c->phase != P_READ || c->in.len > 0) {
+    if (al_buf_append(&c->in, data, len) != 0) {
+      /* Too much pipelined input: the bytes cannot be kept, so this
+       * connection ends after the current response. */
+      uv_read_stop((uv_stream_t *)&c->tcp);
+      c->reading = false;
+      c->in_overflow = true;
+      return false;
+    }
+    if (c->phase == P_READ && c->why == T_NONE) {
+      feed_in(c);
+    }
+    return !c->closing;
+  }
+  st = parse(c, data, len, &used);
+  if (st == PARSE_COMPLETE) {
+    if (used < len && al_buf_append(&c->in, data + used, len - used) != 0) {
+      uv_read_stop((uv_stream_t *)&c->tcp);
+      c->reading = false;
+      c->in_overflow = true;
+    }
+    dispatch(c);
+  } else if (st == PARSE_ERROR) {
+    bad_request(c);
+  }
+  return !c->closing;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  conn_t *c = s->data;
 
   if (c->closing) {
     return;
@@ -1303,31 +1420,18 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0 || c->phase == P_DRAIN) {
     return;
   }
-  if (c->phase != P_READ || c->in.len > 0) {
-    if (al_buf_append(&c->in, buf->base, (size_t)nread) != 0) {
-      /* Too much pipelined input: the bytes cannot be kept, so this
-       * connection ends after the current response. */
-      uv_read_stop(s);
-      c->reading = false;
-      c->in_overflow = true;
-      return;
-    }
-    if (c->phase == P_READ && c->why == T_NONE) {
-      feed_in(c);
-    }
+  if (c->tls == NULL) {
+    (void)on_plain(c, buf->base, (size_t)nread);
     return;
   }
-  st = parse(c, buf->base, (size_t)nread, &used);
-  if (st == PARSE_COMPLETE) {
-    if (used < (size_t)nread &&
-        al_buf_append(&c->in, buf->base + used, (size_t)nread - used) != 0) {
-      uv_read_stop(s);
-      c->reading = false;
-      c->in_overflow = true;
-    }
-    dispatch(c);
-  } else if (st == PARSE_ERROR) {
-    bad_request(c);
+  if (al__mock_tls_feed(c->tls, buf->base, (size_t)nread, &c->hs, on_plain,
+                        c) != 0) {
+    /* A failed handshake's alert, if any, is lost with the connection. */
+    conn_close(c, false);
+    return;
+  }
+  if (!c->closing && !c->writing && c->hs.len > 0) {
+    (void)tls_write(c, 0); /* handshake records */
   }
 }
 
@@ -1344,6 +1448,9 @@ static void conn_free(conn_t *c) {
   al_buf_free(&c->body);
   al_buf_free(&c->in);
   al_buf_free(&c->out);
+  al_buf_free(&c->tout);
+  al_buf_free(&c->hs);
+  al__mock_tls_conn_free(c->tls);
   al_free(c);
   if (m->closing) {
     srv_maybe_done(m);
@@ -1391,6 +1498,15 @@ static void conn_end(conn_t *c) {
     return;
   }
   c->phase = P_DRAIN;
+  if (c->tls != NULL && !c->writing) {
+    /* The session ends before the TCP stream does; the write is queued
+     * ahead of the shutdown. */
+    al__mock_tls_close_notify(c->tls, &c->hs);
+    (void)tls_write(c, 0);
+    if (c->closing) {
+      return;
+    }
+  }
   c->sreq.data = c;
   if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, shutdown_cb) != 0) {
     conn_close(c, false);
@@ -1427,6 +1543,12 @@ static void on_connection(uv_stream_t *server, int status) {
   al_buf_init(&c->body, m->max_body);
   al_buf_init(&c->in, m->max_hdr + AL__MOCK_RBUF);
   al_buf_init(&c->out, (size_t)1 << 30);
+  al_buf_init(&c->tout, (size_t)1 << 30);
+  al_buf_init(&c->hs, (size_t)1 << 30);
+  if (m->tls != NULL && (c->tls = al__mock_tls_conn_new(m->tls)) == NULL) {
+    conn_close(c, false);
+    return;
+  }
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
     conn_close(c, false);
     return;
@@ -1485,6 +1607,7 @@ static void errf(const al_mockllm_options_t *o, const char *fmt, ...) {
 static void early_close_cb(uv_handle_t *h) {
   al_mockllm_t *m = h->data;
 
+  al__mock_tls_free(m->tls);
   al_mockllm_scenario_free(m->scn);
   al_free(m);
 }
@@ -1497,6 +1620,7 @@ int al_mockllm_new(uv_loop_t *loop, const al_mockllm_options_t *o,
   int namelen = sizeof(bound);
   const char *host = o->host ? o->host : "127.0.0.1";
   al_mockllm_scenario_t *scn = NULL;
+  al__mock_tls_t *tls = NULL;
   int given = (o->scenario != NULL) + (o->scenario_yaml != NULL) +
               (o->scenario_path != NULL);
   int err;
@@ -1522,6 +1646,16 @@ int al_mockllm_new(uv_loop_t *loop, const al_mockllm_options_t *o,
     errf(o, "%s is not a loopback address (allow_remote to override)", host);
     return AL_EINVAL;
   }
+  if ((o->tls_cert == NULL) != (o->tls_key == NULL)) {
+    errf(o, "TLS needs both tls_cert and tls_key");
+    return AL_EINVAL;
+  }
+  if (o->tls_cert != NULL) {
+    err = al__mock_tls_new(o->tls_cert, o->tls_key, &tls, o->err, o->err_len);
+    if (err != 0) {
+      return err;
+    }
+  }
   if (o->scenario_yaml != NULL) {
     err = al_mockllm_load_scenario_string(o->scenario_yaml,
                                           strlen(o->scenario_yaml),
@@ -1536,6 +1670,7 @@ int al_mockllm_new(uv_loop_t *loop, const al_mockllm_options_t *o,
     err = 0;
   }
   if (err != 0) {
+    al__mock_tls_free(tls);
     return err;
   }
   m = al_calloc(1, sizeof(*m));
@@ -1543,9 +1678,11 @@ int al_mockllm_new(uv_loop_t *loop, const al_mockllm_options_t *o,
     if (scn != NULL) {
       al_mockllm_scenario_free(scn);
     }
+    al__mock_tls_free(tls);
     return AL_ENOMEM;
   }
   m->loop = loop;
+  m->tls = tls;
   al_list_init(&m->conns);
   m->scn = scn;
   m->validate = o->validate;
@@ -1608,6 +1745,7 @@ static void srv_free(al_mockllm_t *m) {
   al_free(m->last_error);
   al_buf_free(&m->fq);
   al_buf_free(&m->fw);
+  al__mock_tls_free(m->tls);
   al_mockllm_scenario_free(m->scn);
   al_free(m);
 }

@@ -125,6 +125,27 @@ int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
   if (s->failed) {
     return s->error != 0 ? s->error : AL_EPROTO;
   }
+  /* Nearly every event: tried before the other names (which cannot match
+   * it), with the same outcome as on the path below. */
+  if (s->opts.fast_path && ev->data_len != 0 &&
+      al__provider_eq(ev->type, ev->type_len, "content_block_delta")) {
+    al_fj_delta_t d;
+
+    rc = al__fj_parse_delta(ev->data, ev->data_len, &s->scratch, &d);
+    if (rc == 1) {
+      s->fast_hits++;
+      if (s->message_stopped) {
+        return 0; /* the message is final at message_stop */
+      }
+      return al__agg_delta(s, d.index, d.kind, d.text, d.len, d.lead_lo,
+                           d.trail_hi);
+    }
+    if (rc < 0) {
+      return al__pstream_fail(s, AL_PERR_DECODE, NULL, "event too large",
+                              NULL);
+    }
+    goto slow;
+  }
   if (!ev->has_type) {
     return 0; /* SDK-faithful: unnamed events are skipped */
   }
@@ -159,24 +180,7 @@ int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
   if (ev->data_len == 0) {
     return 0;
   }
-  if (s->opts.fast_path &&
-      al__provider_eq(ev->type, ev->type_len, "content_block_delta")) {
-    al_fj_delta_t d;
-
-    rc = al__fj_parse_delta(ev->data, ev->data_len, &s->scratch, &d);
-    if (rc == 1) {
-      s->fast_hits++;
-      if (s->message_stopped) {
-        return 0; /* the message is final at message_stop */
-      }
-      return al__agg_delta(s, d.index, d.kind, d.text, d.len, d.lead_lo,
-                           d.trail_hi);
-    }
-    if (rc < 0) {
-      return al__pstream_fail(s, AL_PERR_DECODE, NULL, "event too large",
-                              NULL);
-    }
-  }
+slow:
   s->slow_hits++;
   root = al__provider_json_load2(ev->data, ev->data_len, &jerr, &lead, &trail);
   if (root == NULL) {

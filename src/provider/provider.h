@@ -136,6 +136,11 @@ typedef struct al_pevent_s {
   /* ERROR */
   al_perr_kind_t error_kind;
   const char *error_type; /* provider error type ("overloaded_error") */
+  /* Events decoded inside al_pstream_feed(): when the chunk that carried
+   * them was decoded (al_now_ns, read once per feed call, at its first
+   * event; the events of one chunk arrived together). 0 for events emitted
+   * outside a feed. */
+  uint64_t ts_ns;
 } al_pevent_t;
 
 /* Return 0 to continue; non-zero stops decoding and is returned by feed. */
@@ -287,6 +292,8 @@ typedef struct al_pstream_s {
   int error;        /* sticky: first error returned */
   bool failed;      /* an ERROR event was emitted */
   bool in_feed;
+  uint64_t feed_ts; /* the current feed's ts_ns, 0 until its first event */
+  al_pevent_t delta_ev; /* emitted for every delta (aggregate.c emit_delta) */
   /* Anthropic-shaped aggregate. */
   json_t *message;  /* snapshot after message_start, NULL before */
   al__pblock_t *blocks;

@@ -2,6 +2,7 @@
 TEST_ENTRY(events_names_round_trip)
 TEST_ENTRY(events_seq_per_session)
 TEST_ENTRY(events_injected_clock)
+TEST_ENTRY(events_delta_own_ts)
 TEST_ENTRY(events_subscribers_in_order)
 TEST_ENTRY(events_unsubscribe_during_walk)
 TEST_ENTRY(events_publish_during_walk_deferred)

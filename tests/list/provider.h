@@ -1,9 +1,11 @@
 /* provider tests: TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */
 TEST_ENTRY(provider_fastpath_escapes)
 TEST_ENTRY(provider_fastpath_random)
+TEST_ENTRY(provider_fastpath_random_bytes)
 TEST_ENTRY(provider_surrogate_split)
 TEST_ENTRY(provider_strict_indexes)
 TEST_ENTRY(provider_progress_events)
+TEST_ENTRY(provider_feed_ts)
 TEST_ENTRY(provider_hot_path_no_alloc)
 TEST_ENTRY(provider_openai_normalized)
 TEST_ENTRY(provider_request_anthropic)

@@ -256,8 +256,9 @@ TEST_IMPL(events_injected_clock) {
   bus = new_bus(0);
   ASSERT_EQ(al__events_session_set(&ses, "sess-1", 1), 0);
   ASSERT_EQ(al__events_subscribe(bus, ts_cb, &n, &h), 0);
-  /* The caller's ts_ns/seq/session are ignored: the bus stamps them. */
-  ev.ts_ns = 99;
+  /* The caller's seq/session are ignored: the bus stamps them (ts_ns as
+   * well, unless a delta brings its own: events_delta_own_ts). */
+  ev.ts_ns = 0;
   ev.seq = 99;
   ev.session = "other";
   ASSERT_EQ(al__events_publish(bus, &ses, &ev), 0);
@@ -275,6 +276,46 @@ TEST_IMPL(events_injected_clock) {
   after = uv_hrtime();
   ASSERT_EQ(n, 3);
   ASSERT(seen_ts[2] >= before && seen_ts[2] <= after);
+  al__events_bus_free(bus);
+  return 0;
+}
+
+/* A delta's own ts_ns (the time its chunk was received) replaces the clock
+ * read, but never takes ts_ns below an earlier stamp; other types ignore
+ * a caller's ts_ns. */
+TEST_IMPL(events_delta_own_ts) {
+  al__events_bus_t *bus;
+  al__events_sub_t *h;
+  al__events_session_t ses;
+  al_event_t ev = text_event("t");
+  al_event_t other;
+  int n = 0;
+
+  fake_now = 5000;
+  bus = new_bus(0);
+  ASSERT_EQ(al__events_session_set(&ses, "sess-1", 1), 0);
+  ASSERT_EQ(al__events_subscribe(bus, ts_cb, &n, &h), 0);
+  ev.ts_ns = 5500;
+  ev.seq = 0;
+  ev.session = NULL;
+  ASSERT_EQ(al__events_publish(bus, &ses, &ev), 0);
+  ASSERT_EQ(fake_now, 5000); /* no clock read */
+  /* Stamped in place for delivery; ts_ns given back as it was. */
+  ASSERT_EQ(ev.ts_ns, 5500);
+  ASSERT_EQ(ev.seq, 1);
+  ASSERT_STR_EQ(ev.session, "sess-1");
+  other = ev;
+  other.type = AL_EVENT_TURN_STARTED;
+  ASSERT_EQ(al__events_publish(bus, &ses, &other), 0); /* reads 6000 */
+  ASSERT_EQ(al__events_publish(bus, &ses, &ev), 0); /* 5500 < 6000 */
+  ev.type = AL_EVENT_TOOL_INPUT_DELTA;
+  ev.ts_ns = 9000;
+  ASSERT_EQ(al__events_publish(bus, &ses, &ev), 0);
+  ASSERT_EQ(n, 4);
+  ASSERT_EQ(seen_ts[0], 5500);
+  ASSERT_EQ(seen_ts[1], 6000);
+  ASSERT_EQ(seen_ts[2], 6000);
+  ASSERT_EQ(seen_ts[3], 9000);
   al__events_bus_free(bus);
   return 0;
 }

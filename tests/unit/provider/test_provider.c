@@ -223,6 +223,41 @@ TEST_IMPL(provider_fastpath_random) {
   return 0;
 }
 
+/* Canonical deltas whose string puts a byte the scanner must stop at
+ * (quote, backslash, raw control byte, invalid or valid UTF-8) at every
+ * offset of 16-byte steps and of the 5-15 byte tail; raw control bytes and
+ * bad UTF-8 make jansson refuse, and the fast path must then agree or
+ * decline. */
+TEST_IMPL(provider_fastpath_random_bytes) {
+  static const char *const atoms[] = {"a", "bc", "defghijklmn", "\\n",
+                                      "\\\"", "\x01", "\x1f", "\x7f",
+                                      "\xc3\xa9", "\xc3", "\xff", "\\u00e9"};
+  char str[512];
+  char json[1024];
+  int iter;
+
+  for (iter = 0; iter < 20000; iter++) {
+    size_t pad = rnd() % 40;
+    size_t n = rnd() % 4;
+    size_t i;
+
+    memset(str, 'x', pad);
+    str[pad] = '\0';
+    for (i = 0; i < n; i++) {
+      strcat(str, atoms[rnd() % AL_ARRAY_SIZE(atoms)]);
+    }
+    for (i = rnd() % 20; i > 0; i--) {
+      strcat(str, "y");
+    }
+    snprintf(json, sizeof(json),
+             "{\"type\":\"content_block_delta\",\"index\":%u,\"delta\":{"
+             "\"type\":\"text_delta\",\"text\":\"%s\"}}",
+             rnd() % 3, str);
+    fj_compare(json, strlen(json), -1);
+  }
+  return 0;
+}
+
 /* ---- the pipeline -------------------------------------------------------- */
 
 typedef struct {
@@ -410,6 +445,48 @@ TEST_IMPL(provider_progress_events) {
   ASSERT_EQ(c.stops, 1);
   al_pstream_free(&s);
   al_buf_free(&c.text);
+  return 0;
+}
+
+/* Every event of one feed carries the same ts_ns (one clock read per chunk,
+ * at its first event); a later feed's is not earlier. */
+static uint64_t ts_seen[8];
+static int ts_n;
+
+static int ts_cb(void *data, const al_pevent_t *ev) {
+  (void)data;
+  if (ts_n < (int)AL_ARRAY_SIZE(ts_seen)) {
+    ts_seen[ts_n++] = ev->ts_ns;
+  }
+  return 0;
+}
+
+TEST_IMPL(provider_feed_ts) {
+  al_pstream_t s;
+  al_pstream_options_t o;
+  char d1[256];
+  char d2[256];
+  char chunk[1024];
+  uint64_t before;
+
+  al_pstream_options_init(&o);
+  o.on_event = ts_cb;
+  ts_n = 0;
+  ASSERT_EQ(al_pstream_init(&s, &al_provider_anthropic, &o), 0);
+  before = al_now_ns();
+  feed_str(&s, ms, 0);
+  feed_str(&s, block0, 0);
+  delta_event(d1, sizeof(d1), 0, "a");
+  delta_event(d2, sizeof(d2), 0, "b");
+  snprintf(chunk, sizeof(chunk), "%s%s", d1, d2);
+  feed_str(&s, chunk, 0);
+  ASSERT_EQ(ts_n, 4); /* message_start, block start, two deltas */
+  ASSERT(ts_seen[0] >= before);
+  ASSERT(ts_seen[1] >= ts_seen[0]);
+  ASSERT(ts_seen[2] >= ts_seen[1]);
+  ASSERT_EQ(ts_seen[3], ts_seen[2]);
+  ASSERT(ts_seen[3] <= al_now_ns());
+  al_pstream_free(&s);
   return 0;
 }
 
