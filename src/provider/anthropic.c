@@ -113,7 +113,13 @@ static int fail_json(al_pstream_t *s, const al_sse_event_t *ev,
   return al__pstream_fail(s, AL_PERR_DECODE, NULL, msg, NULL);
 }
 
-int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
+/* Every event but a delta taken by the fast path (al__anthropic_sse_event);
+ * fast_declined: a content_block_delta with data the fast path declined,
+ * which goes straight to the JSON load. Apart, so the delta path does not
+ * pay this function's frame. */
+static __attribute__((noinline)) int event_general(al_pstream_t *s,
+                                                   const al_sse_event_t *ev,
+                                                   bool fast_declined) {
   json_t *root;
   json_t *t;
   json_error_t jerr;
@@ -122,28 +128,7 @@ int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
   uint32_t trail = 0;
   int rc;
 
-  if (s->failed) {
-    return s->error != 0 ? s->error : AL_EPROTO;
-  }
-  /* Nearly every event: tried before the other names (which cannot match
-   * it), with the same outcome as on the path below. */
-  if (s->opts.fast_path && ev->data_len != 0 &&
-      al__provider_eq(ev->type, ev->type_len, "content_block_delta")) {
-    al_fj_delta_t d;
-
-    rc = al__fj_parse_delta(ev->data, ev->data_len, &s->scratch, &d);
-    if (rc == 1) {
-      s->fast_hits++;
-      if (s->message_stopped) {
-        return 0; /* the message is final at message_stop */
-      }
-      return al__agg_delta(s, d.index, d.kind, d.text, d.len, d.lead_lo,
-                           d.trail_hi);
-    }
-    if (rc < 0) {
-      return al__pstream_fail(s, AL_PERR_DECODE, NULL, "event too large",
-                              NULL);
-    }
+  if (fast_declined) {
     goto slow;
   }
   if (!ev->has_type) {
@@ -235,6 +220,34 @@ slow:
   }
   json_decref(root);
   return rc;
+}
+
+int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
+  al_fj_delta_t d;
+  int rc;
+
+  if (s->failed) {
+    return s->error != 0 ? s->error : AL_EPROTO;
+  }
+  /* Nearly every event: tried before the other names (which cannot match
+   * it), with the same outcome as on the general path. */
+  if (!s->opts.fast_path || ev->data_len == 0 ||
+      !al__provider_eq(ev->type, ev->type_len, "content_block_delta")) {
+    return event_general(s, ev, false);
+  }
+  rc = al__fj_parse_delta(ev->data, ev->data_len, &s->scratch, &d);
+  if (rc == 1) {
+    s->fast_hits++;
+    if (s->message_stopped) {
+      return 0; /* the message is final at message_stop */
+    }
+    return al__agg_delta(s, d.index, d.kind, d.text, d.len, d.lead_lo,
+                         d.trail_hi);
+  }
+  if (rc < 0) {
+    return al__pstream_fail(s, AL_PERR_DECODE, NULL, "event too large", NULL);
+  }
+  return event_general(s, ev, true);
 }
 
 /* ---- request builder ---------------------------------------------------- */
