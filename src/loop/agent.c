@@ -395,7 +395,9 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
   ag_block_t *b;
   const json_t *id;
 
-  if (ev->progress && a->req != NULL) {
+  if (ev->progress && a->req != NULL &&
+      (ev->ts_ns == 0 || ev->ts_ns != a->progress_ts)) {
+    a->progress_ts = ev->ts_ns;
     al_http_request_progress(a->req);
   }
   le = al__events_blank; /* not memset: see events.h */

@@ -121,6 +121,9 @@ struct al_agent_s {
   /* The run. */
   ag_state_t state;
   uint64_t gen; /* bumped whenever a run ends: stale work bails out */
+  /* ts_ns of the chunk that last marked progress: the deltas of one chunk
+   * share it, and one mark per chunk is all the stall timer needs. */
+  uint64_t progress_ts;
   uint64_t run_id;
   uint32_t turn;
   al_retry_state_t retry;
