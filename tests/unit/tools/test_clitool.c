@@ -885,3 +885,63 @@ TEST_IMPL(tools_cmd_lists_tools_and_errors) {
   ASSERT_EQ(system(cmd), 0);
   return 0;
 }
+
+/* Runs `agentloop tools ARGS` in dir with its own config home; returns
+ * stdout (static) and asserts exit 0. */
+static const char *tools_cmd_out(const char *dir, const char *cfg,
+                                 const char *args) {
+  static char out[65536];
+  char cmd[1400];
+  size_t n;
+  FILE *p;
+
+  snprintf(cmd, sizeof(cmd),
+           "cd '%s' && XDG_CONFIG_HOME='%s' '%s/agentloop' tools %s", dir,
+           cfg, AL_BINARY_DIR, args);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  ASSERT_EQ(pclose(p), 0);
+  return out;
+}
+
+/* A project tools.d skipped for want of trust is said in both forms, and
+ * after --trust-project its tools are listed. */
+TEST_IMPL(tools_cmd_says_untrusted_project) {
+  char dir[] = "/tmp/al_toolsprj_XXXXXX";
+  char cfg[] = "/tmp/al_toolscfg_XXXXXX";
+  char sub[256];
+  char cmd[600];
+  const char *out;
+  json_t *o;
+  json_t *pt;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  ASSERT_NOT_NULL(mkdtemp(cfg));
+  snprintf(sub, sizeof(sub), "%s/tools.d", dir);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  write_at(sub, "p.yaml", "name: project_tool\ndescription: d\ncmd: echo\n");
+  out = tools_cmd_out(dir, cfg, "");
+  ASSERT_NULL(strstr(out, "project_tool"));
+  ASSERT_NOT_NULL(strstr(out, "was not loaded"));
+  ASSERT_NOT_NULL(strstr(out, "--trust-project"));
+  o = json_loads(tools_cmd_out(dir, cfg, "--json"), 0, NULL);
+  ASSERT_NOT_NULL(o);
+  pt = json_object_get(o, "project_tools_d");
+  ASSERT_STR_EQ(json_string_value(json_object_get(pt, "path")), sub);
+  ASSERT(json_is_false(json_object_get(pt, "trusted")));
+  json_decref(o);
+  out = tools_cmd_out(dir, cfg, "--trust-project");
+  ASSERT_NOT_NULL(strstr(out, "project_tool"));
+  ASSERT_NULL(strstr(out, "was not loaded"));
+  /* The decision is recorded: a later listing loads it too. */
+  o = json_loads(tools_cmd_out(dir, cfg, "--json"), 0, NULL);
+  ASSERT_NOT_NULL(o);
+  ASSERT(json_is_true(json_object_get(json_object_get(o, "project_tools_d"),
+                                      "trusted")));
+  json_decref(o);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, cfg);
+  ASSERT_EQ(system(cmd), 0);
+  return 0;
+}
