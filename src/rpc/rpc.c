@@ -20,11 +20,12 @@ static void say(char *why, size_t why_len, const char *fmt, const char *a) {
 
 /* ---- socket path ---------------------------------------------------------- */
 
-static bool open_mode_allowed(void) {
-  const char *v = getenv("AGENTLOOP_TEST_OPEN_SOCKET");
+/* Test seam (RELIABILITY G2), set only by the test binary: no binary
+ * reads it from the environment, so a stray variable cannot loosen the
+ * directory rule of a real daemon or client. */
+bool al__rpc_test_open_mode = false;
 
-  return v != NULL && strcmp(v, "1") == 0;
-}
+static bool open_mode_allowed(void) { return al__rpc_test_open_mode; }
 
 int al__rpc_dir_check(const char *dir, bool create, char *why,
                       size_t why_len) {

@@ -61,11 +61,12 @@ int al__rpc_socket_path_check(const char *path, char *why, size_t why_len);
 /* The directory checks: lstat says a directory (not a symlink), owned by
  * our uid, and no group/other bits (mode & 077 == 0). With create, a
  * missing directory is made 0700 first (umask does not loosen it).
- * 0, UV_EPERM (why filled), UV_E* from the syscalls. When the environment
- * variable AGENTLOOP_TEST_OPEN_SOCKET is "1" and the daemon was built with
- * tests, the mode rule is relaxed to allow 0711 (RELIABILITY G2: only
- * SO_PEERCRED then stands between another uid and the socket). */
+ * 0, UV_EPERM (why filled), UV_E* from the syscalls. When the test binary
+ * sets al__rpc_test_open_mode, the mode rule is relaxed to allow 0711
+ * (RELIABILITY G2: only SO_PEERCRED then stands between another uid and
+ * the socket). */
 int al__rpc_dir_check(const char *dir, bool create, char *why, size_t why_len);
+extern bool al__rpc_test_open_mode;
 
 /* ---- line framing --------------------------------------------------------- */
 

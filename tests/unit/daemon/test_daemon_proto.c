@@ -623,7 +623,7 @@ TEST_IMPL(daemon_other_uid_refused) {
     fprintf(stderr, "skipped: needs root to switch uid\n");
     return 0;
   }
-  setenv("AGENTLOOP_TEST_OPEN_SOCKET", "1", 1);
+  al__rpc_test_open_mode = true;
   dt_init(&t, NULL);
   snprintf(run, sizeof(run), "%s/run", t.root);
   ASSERT_EQ(chmod(t.root, 0711), 0);
