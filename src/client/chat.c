@@ -594,7 +594,21 @@ static void on_subscribed(al__conn_t *conn, json_t *result, json_t *error,
     quit(c, 1);
     return;
   }
-  c->replay_until = json_integer_value(json_object_get(result, "next_seq"));
+  {
+    bool wanted = c->replay_until == INT64_MAX;
+    json_int_t next = json_integer_value(json_object_get(result, "next_seq"));
+    json_t *from = json_object_get(result, "replay_from");
+
+    /* The daemon drops an idle session's replay memory: say why the
+     * earlier turns are not redrawn (the model still has them). */
+    if (wanted && next > 1 &&
+        (!json_is_integer(from) || json_integer_value(from) > 1)) {
+      say(c, AL_SGR_DIM, "(earlier events are no longer in the daemon's "
+                         "memory; the conversation goes on from its "
+                         "history)");
+    }
+    c->replay_until = next;
+  }
   c->replay_run_active = false;
   /* With a replay, the prompt comes back after its last event. */
   if (c->state == ST_CONNECTING &&

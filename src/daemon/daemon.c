@@ -41,6 +41,7 @@
 #define DEFAULT_MAX_QUEUE (2u * 1024 * 1024)
 #define DEFAULT_SOFT_MS 10000
 #define DEFAULT_REPLAY (16u * 1024 * 1024)
+#define DEFAULT_REPLAY_IDLE_MS (10u * 60 * 1000)
 #define TX_MAX_QUEUE (256u * 1024 * 1024)
 #define READ_BUF (64 * 1024)
 #define TITLE_MAX 80
@@ -90,6 +91,7 @@ struct session_s {
   json_t *ask_tools; /* names whose calls wait for approval, or NULL */
   uint64_t created_ms;
   uint64_t updated_ms;
+  uint64_t last_active; /* loop ms of the last event or unsubscribe */
   /* Loaded state. */
   bool loaded;
   bool loading;
@@ -151,6 +153,7 @@ struct al_daemon_s {
   uv_signal_t sigint;
   uv_timer_t idle;
   uv_timer_t grace;
+  uv_timer_t sweep; /* drops idle sessions' replay rings */
   al_client_t *http;
   al_list_t sessions;
   al_list_t clients;
@@ -333,6 +336,7 @@ static void reply_err(client_t *c, const json_t *id, int code,
 /* ---- subscriptions ---------------------------------------------------------- */
 
 static void sub_free(sub_t *sub) {
+  sub->s->last_active = uv_now(sub->s->d->loop);
   al_list_remove(&sub->snode);
   al_list_remove(&sub->cnode);
   al_free(sub);
@@ -472,6 +476,27 @@ static void ring_free(session_t *s) {
   s->ring_bytes = 0;
 }
 
+/* Drops the replay rings of loaded sessions that have had no run, no
+ * watcher and no event for replay_idle_ms. Nothing refers into a ring
+ * without a subscriber, so freeing it is safe; the session keeps its seq
+ * numbering and its ring grows again with its next event. */
+static void on_sweep(uv_timer_t *t) {
+  al_daemon_t *d = t->data;
+  uint64_t now = uv_now(d->loop);
+  al_list_t *pos;
+
+  al_list_foreach(pos, &d->sessions) {
+    session_t *s = AL_CONTAINER_OF(pos, session_t, node);
+
+    if (s->ring_n > 0 && !s->running && !s->closing &&
+        al_list_empty(&s->subs) &&
+        now - s->last_active >= d->o.replay_idle_ms) {
+      ring_free(s);
+      d->stats.rings_dropped++;
+    }
+  }
+}
+
 /* Sends ring entries to a catching-up subscriber while its queue is
  * below the bound; it is live once it reaches the newest event. */
 static void sub_pump(sub_t *sub) {
@@ -539,6 +564,7 @@ static void on_agent_event(const al_event_t *ev, void *data) {
   }
   s->next_seq = ev->seq + 1;
   s->updated_ms = wall_ms();
+  s->last_active = uv_now(s->d->loop);
   if (line == NULL || json_dumpb(j, line->data, n, JSON_COMPACT) != n) {
     al_log(AL_LOG_ERROR, "session %s: cannot encode event seq %llu", s->id,
            (unsigned long long)ev->seq);
@@ -752,6 +778,7 @@ static int session_start(session_t *s, uint64_t first_seq,
   }
   s->next_seq = first_seq > 0 ? first_seq : 1;
   s->loaded = true;
+  s->last_active = uv_now(d->loop); /* a fresh load is not idle yet */
   d->nloaded++;
   return 0;
 }
@@ -1585,6 +1612,7 @@ static void load_done(uv_work_t *w, int status) {
     for (i = 0; i < l->nevents; i++) {
       ring_push(s, l->events[i].seq, l->events[i].line);
     }
+    s->last_active = uv_now(s->d->loop);
     s->next_seq = l->last_seq + 1;
     if (nsynth > 0) {
       synth_run_end(s, l);
@@ -1993,7 +2021,8 @@ static void maybe_exit(al_daemon_t *d) {
     al_client_close(d->http, NULL);
     d->http = NULL;
   }
-  d->final = 4;
+  d->final = 5;
+  uv_close((uv_handle_t *)&d->sweep, on_final_closed);
   uv_close((uv_handle_t *)&d->sigterm, on_final_closed);
   uv_close((uv_handle_t *)&d->sigint, on_final_closed);
   uv_close((uv_handle_t *)&d->idle, on_final_closed);
@@ -2025,6 +2054,7 @@ void al__daemon_shutdown(al_daemon_t *d) {
   d->shutting_down = true;
   al_log(AL_LOG_INFO, "shutting down");
   uv_timer_stop(&d->idle);
+  uv_timer_stop(&d->sweep);
   uv_signal_stop(&d->sigterm);
   uv_signal_stop(&d->sigint);
   d->pending++;
@@ -2269,6 +2299,9 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   if (d->o.replay_bytes == 0) {
     d->o.replay_bytes = DEFAULT_REPLAY;
   }
+  if (d->o.replay_idle_ms == 0) {
+    d->o.replay_idle_ms = DEFAULT_REPLAY_IDLE_MS;
+  }
   if (d->o.max_sessions == 0) {
     d->o.max_sessions = 1024;
   }
@@ -2382,7 +2415,15 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   uv_unref((uv_handle_t *)&d->sigint);
   uv_timer_init(loop, &d->idle);
   uv_timer_init(loop, &d->grace);
-  d->idle.data = d->grace.data = d;
+  uv_timer_init(loop, &d->sweep);
+  d->idle.data = d->grace.data = d->sweep.data = d;
+  if (d->o.replay_idle_ms != UINT64_MAX) {
+    /* Checked at half the idle time: a ring lives at most 1.5 x it. */
+    uint64_t every = d->o.replay_idle_ms / 2 > 0 ? d->o.replay_idle_ms / 2 : 1;
+
+    uv_timer_start(&d->sweep, on_sweep, every, every);
+    uv_unref((uv_handle_t *)&d->sweep);
+  }
   idle_check(d);
   *out = d;
   return 0;
@@ -2397,7 +2438,14 @@ fail:
 }
 
 void al__daemon_stats(const al_daemon_t *d, al_daemon_stats_t *out) {
+  const al_list_t *pos;
+
   *out = d->stats;
+  out->replay_bytes = 0;
+  al_list_foreach(pos, &d->sessions) {
+    out->replay_bytes +=
+        AL_CONTAINER_OF(pos, const session_t, node)->ring_bytes;
+  }
   out->clients = d->nclients;
   out->sessions_loaded = d->nloaded;
   out->sessions_known = d->nknown;

@@ -47,6 +47,11 @@ typedef struct {
   size_t max_queue;
   uint64_t soft_ms;
   size_t replay_bytes;     /* per-session event ring; 0: 16 MiB */
+  /* A loaded session with no run and no watcher for this long drops its
+   * ring (a later subscribe sees the gap and redraws from the history),
+   * so a long-lived daemon's memory follows its active sessions, not all
+   * it ever loaded. 0: 10 min; UINT64_MAX: never. */
+  uint64_t replay_idle_ms;
   size_t max_sessions;     /* loaded sessions; 0: 1024 */
   size_t max_clients;      /* 0: 1024 */
   uint64_t idle_exit_ms;   /* 0: never */
@@ -80,6 +85,8 @@ typedef struct {
   uint64_t refused_peers;
   uint64_t requests;
   uint64_t errors;
+  size_t replay_bytes;   /* all sessions' rings */
+  uint64_t rings_dropped; /* by the idle sweep */
 } al_daemon_stats_t;
 void al__daemon_stats(const al_daemon_t *d, al_daemon_stats_t *out);
 

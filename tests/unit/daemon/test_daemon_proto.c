@@ -579,6 +579,98 @@ TEST_IMPL(daemon_client_vanishes_mid_turn) {
   return 0;
 }
 
+/* A session with no run and no watcher drops its replay ring after
+ * replay_idle_ms (a long-lived daemon's memory follows its active
+ * sessions); a later subscribe sees the gap, and the session goes on with
+ * its seq numbering. */
+TEST_IMPL(daemon_idle_session_drops_replay) {
+  dt_t t;
+  dt_client_t a;
+  dt_client_t *cl[] = {&a};
+  al_daemon_stats_t st;
+  char sid[64];
+  char p[256];
+  json_t *r;
+  json_t *res;
+  uint64_t next;
+  uint64_t start;
+  size_t i;
+
+  dt_init(&t, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"first answer\"\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - text: \"second answer\"\n");
+  t.o.replay_idle_ms = 20;
+  dt_start(&t);
+  dt_connect(&t, &a);
+  dt_init_client(&a);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&a, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&a, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  dt_call(&a, 4, "turn/send", p);
+  dt_wait_event(&a, "final", 0);
+  al__daemon_stats(t.d, &st);
+  ASSERT(st.replay_bytes > 0);
+  /* Watched: the ring stays however long it is idle. */
+  start = uv_now(&t.loop);
+  while (uv_now(&t.loop) - start < 100) {
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  al__daemon_stats(t.d, &st);
+  ASSERT_EQ(st.rings_dropped, 0);
+  ASSERT(st.replay_bytes > 0);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&a, 5, "session/unsubscribe", p);
+  start = uv_now(&t.loop);
+  do {
+    uv_run(&t.loop, UV_RUN_ONCE);
+    al__daemon_stats(t.d, &st);
+  } while (st.rings_dropped == 0 && uv_now(&t.loop) - start < 5000);
+  ASSERT_EQ(st.rings_dropped, 1);
+  ASSERT_EQ(st.replay_bytes, 0);
+  ASSERT_EQ(st.sessions_loaded, 1);
+  /* The gap is visible: nothing to replay, the numbering goes on. */
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"since_seq\":0}", sid);
+  r = dt_call(&a, 6, "session/subscribe", p);
+  res = json_object_get(r, "result");
+  ASSERT(json_is_null(json_object_get(res, "replay_from")));
+  next = (uint64_t)json_integer_value(json_object_get(res, "next_seq"));
+  ASSERT(next > 1);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"again\"}",
+           sid);
+  {
+    size_t before = json_array_size(a.msgs);
+
+    dt_call(&a, 7, "turn/send", p);
+    i = dt_wait_event(&a, "final", before);
+    ASSERT_STR_EQ(json_string_value(json_object_get(
+                      json_object_get(json_array_get(a.msgs, i), "params"),
+                      "text")),
+                  "second answer");
+    for (i = before; i < json_array_size(a.msgs); i++) {
+      json_t *m = json_array_get(a.msgs, i);
+
+      if (json_is_string(json_object_get(m, "method")) &&
+          strcmp(json_string_value(json_object_get(m, "method")),
+                 "event") == 0) {
+        ASSERT_EQ(json_integer_value(json_object_get(
+                      json_object_get(m, "params"), "seq")),
+                  next);
+        break;
+      }
+    }
+  }
+  al__daemon_stats(t.d, &st);
+  ASSERT(st.replay_bytes > 0);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
 /* A second daemon on the same state dir (or socket) is refused (F5, G9). */
 TEST_IMPL(daemon_state_lock) {
   dt_t t;
