@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -113,8 +112,6 @@ int al_cli_tools(int argc, char **argv) {
   size_t ndirs = 0;
   const char *cwd = ".";
   char real[PATH_MAX];
-  char pdir[PATH_MAX + 16];
-  struct stat st;
   bool json = false;
   bool trust = false;
   al_sandbox_policy_t sandbox = AL_SANDBOX_AUTO;
@@ -192,31 +189,13 @@ int al_cli_tools(int argc, char **argv) {
     fprintf(stderr, "agentloop tools: %s\n", al_strerror(rc));
     return 2;
   }
-  obj = json_loads(text, 0, NULL);
-  if (obj == NULL) {
-    fprintf(stderr, "agentloop tools: bad tool listing\n");
-    al_free(text);
-    return 2;
-  }
-  /* A project tools.d that was skipped for want of trust is said, or a
-   * user would wonder where its tools went. */
-  snprintf(pdir, sizeof(pdir), "%s/tools.d", cwd);
-  if (stat(pdir, &st) == 0 && S_ISDIR(st.st_mode)) {
-    bool trusted = trust || al__tools_project_trusted(cwd);
-
-    json_object_set_new(obj, "project_tools_d",
-                        json_pack("{s:s, s:b}", "path", pdir, "trusted",
-                                  trusted));
-  }
   if (json) {
-    char *out = json_dumps(obj, JSON_COMPACT);
-
-    printf("%s\n", out != NULL ? out : text);
-    free(out);
+    printf("%s\n", text);
   } else {
+    obj = json_loads(text, 0, NULL);
     print_text(obj);
+    json_decref(obj);
   }
-  json_decref(obj);
   al_free(text);
   return 0;
 }

@@ -168,6 +168,10 @@ struct al_agent_s {
   al_sandbox_info_t sandbox_info;
   bool sandbox_refuse; /* mode none under AUTO: spawning/write tools refused */
   void *cli_set;       /* al_cli_set_t: the tools.d definitions and errors */
+  /* The workspace's tools.d when it is a directory (NULL otherwise), and
+   * whether it loaded: listed so a skipped untrusted one is visible. */
+  char *project_tools_d;
+  bool project_trusted;
   /* Durable sessions: history commit hook (al_agent_options_t). */
   al_commit_cb on_commit;
   void *commit_data;

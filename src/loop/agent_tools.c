@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <ctype.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "loop/agent_priv.h"
 #include "sandbox/sandbox.h"
@@ -814,12 +815,14 @@ int al__agent_tools_init(al_agent_t *a) {
 
 /* ---- sandbox and tools.d ------------------------------------------------------- */
 
-static void free_cli_set(al_agent_t *a) {
+static void free_tools_d(al_agent_t *a) {
   if (a->cli_set != NULL) {
     al__cli_set_free(a->cli_set);
     al_free(a->cli_set);
     a->cli_set = NULL;
   }
+  al_free(a->project_tools_d);
+  a->project_tools_d = NULL;
 }
 
 int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
@@ -893,9 +896,19 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   if (o->tools_d) {
     /* Project tools.d first (SPEC §8), only when trusted: its files are
      * code from the repository. */
-    if (o->trust_project || al__tools_project_trusted(a->workspace)) {
-      snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
-      rc = al__cli_load_dir(set, buf, true);
+    struct stat st;
+
+    snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
+    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) {
+      a->project_tools_d = al_strdup(buf);
+      if (a->project_tools_d == NULL) {
+        return AL_ENOMEM;
+      }
+      a->project_trusted =
+          o->trust_project || al__tools_project_trusted(a->workspace);
+      if (a->project_trusted) {
+        rc = al__cli_load_dir(set, buf, true);
+      }
     }
     cfgdir = al__tools_config_dir(buf, sizeof(buf));
     if (rc == 0 && cfgdir != NULL) {
@@ -1002,6 +1015,11 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
   json_object_set_new(o, "sandbox", sb);
   json_object_set_new(o, "tools", tools);
   json_object_set_new(o, "errors", errs);
+  if (a->project_tools_d != NULL) {
+    json_object_set_new(o, "project_tools_d",
+                        json_pack("{s:s, s:b}", "path", a->project_tools_d,
+                                  "trusted", a->project_trusted));
+  }
   s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   if (s == NULL) {
@@ -1034,7 +1052,7 @@ void al__agent_tools_free(al_agent_t *a) {
     al_free(r);
   }
   /* The tools are gone, so no child uses them any more. */
-  free_cli_set(a);
+  free_tools_d(a);
   al__sandbox_free(a->sandbox);
   a->sandbox = NULL;
 }
