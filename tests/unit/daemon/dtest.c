@@ -146,6 +146,7 @@ static void on_retry_closed(uv_handle_t *h) {
   c->closed = true;
 }
 
+/* A 5 ms ticker keeps UV_RUN_ONCE from blocking on an idle loop. */
 static void on_retry_tick(uv_timer_t *tm) { (void)tm; }
 
 static bool tm_done;
@@ -179,6 +180,22 @@ void dt_connect_retry(dt_t *t, dt_client_t *c) {
   c->closed = false;
   c->msgs = json_array();
   al_rpc_framer_init(&c->framer, 64 * 1024 * 1024);
+  tm.data = &tm_done;
+  tm_done = false;
+  uv_close((uv_handle_t *)&tm, on_tm_closed);
+  while (!tm_done) {
+    uv_run(&t->loop, UV_RUN_ONCE);
+  }
+}
+
+void dt_run_until(dt_t *t, bool (*cond)(void *), void *data) {
+  uv_timer_t tm;
+
+  uv_timer_init(&t->loop, &tm);
+  uv_timer_start(&tm, on_retry_tick, 5, 5);
+  while (!cond(data)) {
+    uv_run(&t->loop, UV_RUN_ONCE);
+  }
   tm.data = &tm_done;
   tm_done = false;
   uv_close((uv_handle_t *)&tm, on_tm_closed);

@@ -78,6 +78,8 @@ size_t dt_wait_notification(dt_client_t *c, const char *method, size_t from);
 /* Stops / resumes reading (a slow client). */
 void dt_pause(dt_client_t *c);
 void dt_resume(dt_client_t *c);
+/* Runs the loop (with a 5 ms ticker) until cond(data) holds. */
+void dt_run_until(dt_t *t, bool (*cond)(void *), void *data);
 /* Runs the loop until the daemon closed c (EOF). */
 void dt_wait_eof(dt_client_t *c);
 void dt_close(dt_client_t *c);

@@ -579,6 +579,25 @@ TEST_IMPL(daemon_client_vanishes_mid_turn) {
   return 0;
 }
 
+typedef struct {
+  dt_t *t;
+  uint64_t until; /* loop ms */
+} idle_wait_t;
+
+static bool loop_time_reached(void *data) {
+  idle_wait_t *w = data;
+
+  return uv_now(&w->t->loop) >= w->until;
+}
+
+static bool ring_dropped(void *data) {
+  idle_wait_t *w = data;
+  al_daemon_stats_t st;
+
+  al__daemon_stats(w->t->d, &st);
+  return st.rings_dropped > 0;
+}
+
 /* A session with no run and no watcher drops its replay ring after
  * replay_idle_ms (a long-lived daemon's memory follows its active
  * sessions); a later subscribe sees the gap, and the session goes on with
@@ -593,7 +612,7 @@ TEST_IMPL(daemon_idle_session_drops_replay) {
   json_t *r;
   json_t *res;
   uint64_t next;
-  uint64_t start;
+  idle_wait_t w;
   size_t i;
 
   dt_init(&t, "responses:\n"
@@ -616,21 +635,17 @@ TEST_IMPL(daemon_idle_session_drops_replay) {
   dt_wait_event(&a, "final", 0);
   al__daemon_stats(t.d, &st);
   ASSERT(st.replay_bytes > 0);
-  /* Watched: the ring stays however long it is idle. */
-  start = uv_now(&t.loop);
-  while (uv_now(&t.loop) - start < 100) {
-    uv_run(&t.loop, UV_RUN_ONCE);
-  }
+  /* Watched: the ring stays however long it is idle (5 x idle time). */
+  w.t = &t;
+  w.until = uv_now(&t.loop) + 100;
+  dt_run_until(&t, loop_time_reached, &w);
   al__daemon_stats(t.d, &st);
   ASSERT_EQ(st.rings_dropped, 0);
   ASSERT(st.replay_bytes > 0);
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
   dt_call(&a, 5, "session/unsubscribe", p);
-  start = uv_now(&t.loop);
-  do {
-    uv_run(&t.loop, UV_RUN_ONCE);
-    al__daemon_stats(t.d, &st);
-  } while (st.rings_dropped == 0 && uv_now(&t.loop) - start < 5000);
+  dt_run_until(&t, ring_dropped, &w);
+  al__daemon_stats(t.d, &st);
   ASSERT_EQ(st.rings_dropped, 1);
   ASSERT_EQ(st.replay_bytes, 0);
   ASSERT_EQ(st.sessions_loaded, 1);

@@ -266,31 +266,6 @@ static void spawn_daemon(dt_t *t, uv_process_t *p, char **env) {
   ASSERT_EQ(uv_spawn(&t->loop, p, &po), 0);
 }
 
-static void tick(uv_timer_t *tm) { (void)tm; }
-
-/* Runs the loop (with a 5 ms ticker) until cond(data) holds. */
-static bool tm_closed;
-
-static void on_tm_closed(uv_handle_t *h) {
-  (void)h;
-  tm_closed = true;
-}
-
-static void run_until(dt_t *t, bool (*cond)(void *), void *data) {
-  uv_timer_t tm;
-
-  uv_timer_init(&t->loop, &tm);
-  uv_timer_start(&tm, tick, 5, 5);
-  while (!cond(data)) {
-    uv_run(&t->loop, UV_RUN_ONCE);
-  }
-  tm_closed = false;
-  uv_close((uv_handle_t *)&tm, on_tm_closed);
-  while (!tm_closed) {
-    uv_run(&t->loop, UV_RUN_ONCE);
-  }
-}
-
 static bool sock_exists(void *data) {
   struct stat st;
 
@@ -339,7 +314,7 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
               "        - text: \"recovered\"\n");
   daemon_env(&t, envs, env);
   spawn_daemon(&t, &proc, env);
-  run_until(&t, sock_exists, t.sock);
+  dt_run_until(&t, sock_exists, t.sock);
   dt_connect(&t, &c);
   dt_init_client(&c);
   snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
@@ -352,10 +327,10 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
   dt_wait_event(&c, "tool_use_started", 0);
   snprintf(txp, sizeof(txp), "%s/sessions/%s.jsonl", t.state, sid);
   g_tx_path = txp;
-  run_until(&t, tx_has_assistant, NULL);
+  dt_run_until(&t, tx_has_assistant, NULL);
   /* The tool is running and its tool_use is on disk: kill -9. */
   ASSERT_EQ(uv_process_kill(&proc, SIGKILL), 0);
-  run_until(&t, child_gone, NULL);
+  dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_sig, SIGKILL);
   dt_wait_eof(&c);
   /* A new daemon replaces the stale socket (G9), finds the session,
@@ -448,7 +423,7 @@ TEST_IMPL(daemon_sigkill_mid_tool_resume) {
     free(body);
   }
   r = dt_call(&c2, 9, "shutdown", NULL);
-  run_until(&t, child_gone, NULL);
+  dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_exit, 0);
   dt_wait_eof(&c2);
   dt_finish(&t, cl, 2);
@@ -479,7 +454,7 @@ TEST_IMPL(daemon_sigterm_exits_clean) {
               "{command: \"sleep 3\"}}\n");
   daemon_env(&t, envs, env);
   spawn_daemon(&t, &proc, env);
-  run_until(&t, sock_exists, t.sock);
+  dt_run_until(&t, sock_exists, t.sock);
   dt_connect(&t, &c);
   dt_init_client(&c);
   snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
@@ -493,7 +468,7 @@ TEST_IMPL(daemon_sigterm_exits_clean) {
   dt_wait_event(&c, "interrupted", 0);
   dt_wait_notification(&c, "session/closed", 0);
   dt_wait_eof(&c);
-  run_until(&t, child_gone, NULL);
+  dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_exit, 0);
   ASSERT_EQ(child_sig, 0);
   ASSERT_NE(lstat(t.sock, &st), 0);
@@ -661,7 +636,7 @@ TEST_IMPL(daemon_sigkill_at_many_points) {
       uv_run(&t.loop, UV_RUN_ONCE);
     }
     ASSERT_EQ(uv_process_kill(&p1, SIGKILL), 0);
-    run_until(&t, child_gone, NULL);
+    dt_run_until(&t, child_gone, NULL);
     dt_wait_eof(&c);
     spawn_daemon(&t, &p2, env);
     dt_connect_ready(&t, &c2);
@@ -681,7 +656,7 @@ TEST_IMPL(daemon_sigkill_at_many_points) {
     (void)i;
     dt_assert_valid(&t);
     dt_call(&c2, 9, "shutdown", NULL);
-    run_until(&t, child_gone, NULL);
+    dt_run_until(&t, child_gone, NULL);
     ASSERT_EQ(child_exit, 0);
     dt_wait_eof(&c2);
     dt_close(&c);
@@ -825,7 +800,7 @@ TEST_IMPL(daemon_fds_cloexec) {
   closedir(d);
   ASSERT_GE(checked, 5);
   dt_call(&c, 9, "shutdown", NULL);
-  run_until(&t, child_gone, NULL);
+  dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_exit, 0);
   dt_wait_eof(&c);
   dt_finish(&t, cl, 1);
@@ -873,7 +848,7 @@ TEST_IMPL(daemon_background_mode) {
   po.exit_cb = on_child;
   child_exit = child_sig = -1;
   ASSERT_EQ(uv_spawn(&t.loop, &proc, &po), 0);
-  run_until(&t, child_gone, NULL);
+  dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_exit, 0);
   /* Ready means listening: connect at once, no retry. */
   dt_connect(&t, &c);
@@ -881,7 +856,7 @@ TEST_IMPL(daemon_background_mode) {
   r = dt_call(&c, 2, "shutdown", NULL);
   ASSERT_EQ(dt_err(r), 0);
   dt_wait_eof(&c);
-  run_until(&t, sock_gone, t.sock);
+  dt_run_until(&t, sock_gone, t.sock);
   snprintf(logp, sizeof(logp), "%s/agentloopd.log", t.state);
   log = al_test_read_file(logp, NULL);
   ASSERT_NOT_NULL(log);
@@ -907,7 +882,7 @@ TEST_IMPL(daemon_sigint_exits_clean) {
   dt_connect_ready(&t, &c);
   ASSERT_EQ(uv_process_kill(&proc, SIGINT), 0);
   dt_wait_eof(&c);
-  run_until(&t, child_gone, NULL);
+  dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_exit, 0);
   ASSERT_EQ(child_sig, 0);
   ASSERT(sock_gone(t.sock));
