@@ -36,6 +36,7 @@
 #include "common/common.h"
 #include "events/events.h"
 #include "rpc/rpc.h"
+#include "sandbox/sandbox.h"
 #include "session/session.h"
 
 #define DEFAULT_MAX_QUEUE (2u * 1024 * 1024)
@@ -2351,6 +2352,14 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
     }
   }
   scan_sessions(d);
+  {
+    /* Sessions' agents use the default probe options: probe now, before
+     * the loop runs, not inside the first session/create on the loop. */
+    al_sandbox_probe_options_t po;
+
+    al_sandbox_probe_options_init(&po);
+    al__sandbox_warm(&po);
+  }
   al_client_options_init(&co);
   co.ca_file = o->ca_file;
   if ((rc = al_client_new(loop, &co, &d->http)) != 0) {

@@ -639,23 +639,42 @@ static struct {
 static size_t g_probe_n;
 static pthread_mutex_t g_probe_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Copies the cached answer for these options into *out (when not NULL);
+ * false when there is none. */
+static bool probe_lookup(const al_sandbox_probe_options_t *o,
+                         al_sandbox_info_t *out) {
+  const char *bw = o->bwrap != NULL ? o->bwrap : "";
+  const char *he = o->helper != NULL ? o->helper : "";
+  bool found = false;
+  size_t i;
+
+  pthread_mutex_lock(&g_probe_lock);
+  for (i = 0; i < g_probe_n && !found; i++) {
+    if (strcmp(g_probe_cache[i].bwrap, bw) == 0 &&
+        strcmp(g_probe_cache[i].helper, he) == 0 &&
+        g_probe_cache[i].no_landlock == o->no_landlock) {
+      if (out != NULL) {
+        *out = g_probe_cache[i].info;
+      }
+      found = true;
+    }
+  }
+  pthread_mutex_unlock(&g_probe_lock);
+  return found;
+}
+
+bool al__sandbox_probe_cached(const al_sandbox_probe_options_t *opts) {
+  return probe_lookup(opts, NULL);
+}
+
 static void probe_cached(const al_sandbox_probe_options_t *o,
                          al_sandbox_info_t *out) {
   const char *bw = o->bwrap != NULL ? o->bwrap : "";
   const char *he = o->helper != NULL ? o->helper : "";
-  size_t i;
 
-  pthread_mutex_lock(&g_probe_lock);
-  for (i = 0; i < g_probe_n; i++) {
-    if (strcmp(g_probe_cache[i].bwrap, bw) == 0 &&
-        strcmp(g_probe_cache[i].helper, he) == 0 &&
-        g_probe_cache[i].no_landlock == o->no_landlock) {
-      *out = g_probe_cache[i].info;
-      pthread_mutex_unlock(&g_probe_lock);
-      return;
-    }
+  if (probe_lookup(o, out)) {
+    return;
   }
-  pthread_mutex_unlock(&g_probe_lock);
   al_sandbox_probe(o, out);
   if (strlen(bw) >= sizeof(g_probe_cache[0].bwrap) ||
       strlen(he) >= sizeof(g_probe_cache[0].helper)) {
@@ -672,6 +691,12 @@ static void probe_cached(const al_sandbox_probe_options_t *o,
     g_probe_n++;
   }
   pthread_mutex_unlock(&g_probe_lock);
+}
+
+void al__sandbox_warm(const al_sandbox_probe_options_t *opts) {
+  al_sandbox_info_t info;
+
+  probe_cached(opts, &info);
 }
 
 int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,

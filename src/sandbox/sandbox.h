@@ -67,6 +67,14 @@ typedef struct al_sandbox_config_s {
 
 void al__sandbox_config_init(al_sandbox_config_t *c);
 
+/* Runs the probe for these options now, unless it ran already, so the
+ * agents created later (al__sandbox_new with the same options) find it
+ * cached. Blocking (it spawns the probe children): for start-up, before
+ * a loop runs. */
+void al__sandbox_warm(const al_sandbox_probe_options_t *opts);
+/* Whether the probe for these options has run in this process (tests). */
+bool al__sandbox_probe_cached(const al_sandbox_probe_options_t *opts);
+
 /* Probes (unless the policy is OFF; the answer is cached per process and
  * set of seams) and records the plan. AL_EINVAL for a
  * root that is not an existing directory; AL_ENOTSUP when the policy is

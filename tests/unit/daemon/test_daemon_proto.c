@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "dtest.h"
+#include "sandbox/sandbox.h"
 
 static const char tool_yaml[] =
     "responses:\n"
@@ -683,6 +684,21 @@ TEST_IMPL(daemon_idle_session_drops_replay) {
   al__daemon_stats(t.d, &st);
   ASSERT(st.replay_bytes > 0);
   dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* The sandbox probe (it spawns children and waits) runs while the daemon
+ * starts, before its loop runs, not inside the first session/create. */
+TEST_IMPL(daemon_start_probes_sandbox) {
+  dt_t t;
+  al_sandbox_probe_options_t po;
+
+  al_sandbox_probe_options_init(&po);
+  dt_init(&t, NULL);
+  ASSERT(!al__sandbox_probe_cached(&po));
+  dt_start(&t);
+  ASSERT(al__sandbox_probe_cached(&po));
+  dt_finish(&t, NULL, 0);
   return 0;
 }
 
