@@ -103,6 +103,8 @@ typedef enum {
 /* Messages above the level are dropped. Default: AL_LOG_WARN, or the value
  * of AGENTLOOP_LOG (error|warn|info|debug) read once by al_log_init(). */
 void al_log_init(void);
+/* "error", "warn", "info" or "debug" to its level; false otherwise. */
+bool al_log_level_parse(const char *name, al_log_level_t *out);
 void al_log_set_level(al_log_level_t level);
 al_log_level_t al_log_get_level(void);
 void al_log(al_log_level_t level, const char *fmt, ...)

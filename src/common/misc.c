@@ -15,20 +15,27 @@ uint64_t al_now_ns(void) { return uv_hrtime(); }
 
 static al_log_level_t al__log_level = AL_LOG_WARN;
 
-void al_log_init(void) {
-  const char *v = getenv("AGENTLOOP_LOG");
+/* Indexed by al_log_level_t. */
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
-  if (v == NULL) {
-    return;
+bool al_log_level_parse(const char *name, al_log_level_t *out) {
+  size_t i;
+
+  for (i = 0; name != NULL && i < sizeof(level_names) / sizeof(*level_names);
+       i++) {
+    if (strcmp(name, level_names[i]) == 0) {
+      *out = (al_log_level_t)i;
+      return true;
+    }
   }
-  if (strcmp(v, "error") == 0) {
-    al__log_level = AL_LOG_ERROR;
-  } else if (strcmp(v, "warn") == 0) {
-    al__log_level = AL_LOG_WARN;
-  } else if (strcmp(v, "info") == 0) {
-    al__log_level = AL_LOG_INFO;
-  } else if (strcmp(v, "debug") == 0) {
-    al__log_level = AL_LOG_DEBUG;
+  return false;
+}
+
+void al_log_init(void) {
+  al_log_level_t level;
+
+  if (al_log_level_parse(getenv("AGENTLOOP_LOG"), &level)) {
+    al__log_level = level;
   }
 }
 
@@ -36,13 +43,12 @@ void al_log_set_level(al_log_level_t level) { al__log_level = level; }
 al_log_level_t al_log_get_level(void) { return al__log_level; }
 
 void al_log(al_log_level_t level, const char *fmt, ...) {
-  static const char *const names[] = {"error", "warn", "info", "debug"};
   va_list ap;
 
   if (level > al__log_level) {
     return;
   }
-  fprintf(stderr, "agentloop: %s: ", names[level]);
+  fprintf(stderr, "agentloop: %s: ", level_names[level]);
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);

@@ -147,16 +147,13 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--base-url") == 0) {
       o.base_url = next;
     } else if (strcmp(a, "--log-level") == 0) {
-      static const char *const lv[] = {"error", "warn", "info", "debug"};
-      size_t k;
+      al_log_level_t lv;
 
-      for (k = 0; k < 4 && strcmp(next, lv[k]) != 0; k++) {
-      }
-      if (k == 4) {
+      if (!al_log_level_parse(next, &lv)) {
         fprintf(stderr, "agentloopd: bad --log-level %s\n", next);
         return 2;
       }
-      al_log_set_level((al_log_level_t)k);
+      al_log_set_level(lv);
     } else if (strcmp(a, "--idle-exit") == 0 && parse_size(next, &v)) {
       o.idle_exit_ms = v * 1000;
     } else if (strcmp(a, "--max-line") == 0 && parse_size(next, &v) &&

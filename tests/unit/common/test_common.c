@@ -201,4 +201,24 @@ TEST_IMPL(runner_hang_probe) {
   return 0;
 }
 
+/* One name table serves AGENTLOOP_LOG and agentloopd --log-level. */
+TEST_IMPL(common_log_level_parse) {
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  al_log_level_t lv;
+  size_t i;
+
+  for (i = 0; i < 4; i++) {
+    lv = (al_log_level_t)99;
+    ASSERT(al_log_level_parse(names[i], &lv));
+    ASSERT_EQ(lv, i);
+  }
+  lv = AL_LOG_INFO;
+  ASSERT(!al_log_level_parse("verbose", &lv));
+  ASSERT(!al_log_level_parse("WARN", &lv));
+  ASSERT(!al_log_level_parse("", &lv));
+  ASSERT(!al_log_level_parse(NULL, &lv));
+  ASSERT_EQ(lv, AL_LOG_INFO);
+  return 0;
+}
+
 HELPER_IMPL(exit_code) { return argc > 0 ? atoi(argv[0]) : 0; }
