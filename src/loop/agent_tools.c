@@ -722,7 +722,9 @@ static const char bash_schema[] =
     "command is killed (default 120).\"}},\"required\":[\"command\"]}";
 static const char read_desc[] =
     "Read a text file in the workspace. Optional offset (1-based first line) "
-    "and limit (number of lines) select a part of a long file.";
+    "and limit (number of lines) select a part of a long file; with either, "
+    "each line is shown after its line number and a tab (the number and "
+    "tab are not part of the file).";
 static const char read_schema[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"path\":{\"type\":\"string\",\"description\":\"File path, relative to "
@@ -738,6 +740,24 @@ static const char write_schema[] =
     "\"path\":{\"type\":\"string\",\"description\":\"File path.\"},"
     "\"content\":{\"type\":\"string\",\"description\":\"The new content.\"}},"
     "\"required\":[\"path\",\"content\"]}";
+static const char edit_desc[] =
+    "Edit a file in the workspace by exact string replacement: old_string "
+    "must match the file's text exactly (whitespace included) and occur "
+    "exactly once, unless replace_all is true. Include enough surrounding "
+    "lines to make it unique. An empty old_string creates a new file with "
+    "new_string as its content. The result shows the change as a unified "
+    "diff. Read the file first; prefer this to write_file for changes to "
+    "existing files.";
+static const char edit_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"path\":{\"type\":\"string\",\"description\":\"File path.\"},"
+    "\"old_string\":{\"type\":\"string\",\"description\":\"The exact text "
+    "to replace (empty: create a new file).\"},"
+    "\"new_string\":{\"type\":\"string\",\"description\":\"The text to put "
+    "in its place.\"},"
+    "\"replace_all\":{\"type\":\"boolean\",\"description\":\"Replace every "
+    "occurrence (default false).\"}},"
+    "\"required\":[\"path\",\"old_string\",\"new_string\"]}";
 static const char list_desc[] =
     "List a directory of the workspace: one entry per line, '/' after "
     "directories, '@' after symbolic links.";
@@ -798,6 +818,11 @@ int al__agent_tools_init(al_agent_t *a) {
   if ((rc = al__write_file_new(&fo, &impl)) != 0 ||
       (rc = add_entry(a, "write_file", impl, al__fstool_free, write_desc,
                       write_schema, AL_TOOL_WRITE, NULL)) != 0) {
+    return rc;
+  }
+  if ((rc = al__edit_file_new(&fo, &impl)) != 0 ||
+      (rc = add_entry(a, "edit_file", impl, al__fstool_free, edit_desc,
+                      edit_schema, AL_TOOL_WRITE, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__list_directory_new(&fo, &impl)) != 0 ||

@@ -28,6 +28,7 @@
 typedef enum {
   KIND_READ = 0,
   KIND_WRITE,
+  KIND_EDIT,
   KIND_LIST,
   KIND_DONE
 } kind_t;
@@ -40,6 +41,9 @@ typedef struct fstool_s {
   size_t output_max;
   size_t display_max;
   size_t list_max;
+  size_t scan_max;        /* read_file: bytes counted past what is kept */
+  size_t edit_max;        /* edit_file: largest file it reads */
+  uint64_t time_limit_ms; /* per call; 0: none */
 } fstool_t;
 
 typedef struct job_s {
@@ -52,6 +56,9 @@ typedef struct job_s {
   char *path;
   char *content;
   size_t content_len;
+  char *old; /* edit_file: old_string (content is new_string) */
+  size_t old_len;
+  bool replace_all;
   long offset; /* 1-based */
   long limit;  /* 0: to the end */
   /* Result. */
@@ -59,6 +66,10 @@ typedef struct job_s {
   al_buf_t raw;        /* what the tool produced, raw bytes */
   size_t extra_chars;  /* counted, not kept (past output_max) */
   al_buf_t out;        /* final content */
+  bool numbered;       /* read_file with offset/limit: "%6d\t" per line */
+  bool inexact;        /* read_file stopped counting (scan or time bound) */
+  uint64_t file_size;
+  uint64_t t0;         /* uv_hrtime() when the work began */
 } job_t;
 
 void al__fstools_options_init(al_fstools_options_t *opts) {
@@ -66,6 +77,8 @@ void al__fstools_options_init(al_fstools_options_t *opts) {
   opts->output_max = AL_FSTOOLS_DEFAULT_OUTPUT_MAX;
   opts->display_max = AL_FSTOOLS_DEFAULT_DISPLAY_MAX;
   opts->list_max = AL_FSTOOLS_DEFAULT_LIST_MAX;
+  opts->scan_max = AL_FSTOOLS_DEFAULT_SCAN_MAX;
+  opts->time_limit_ms = AL_FSTOOLS_DEFAULT_TIME_LIMIT_MS;
 }
 
 /* ---- helpers (any thread) ------------------------------------------------ */
@@ -130,7 +143,15 @@ static void finalize(job_t *job) {
   cut = al__tool_display_cut(clean.len ? clean.data : "", clean.len,
                              job->extra_chars, limit, &shown, &total);
   rc = al_buf_append(&job->out, clean.len ? clean.data : "", cut);
-  if (rc == 0 && shown < total) {
+  if (rc == 0 && job->inexact) {
+    /* The count stopped early: say what is known instead of a total. */
+    rc = al_buf_printf(&job->out,
+                       "\n[OUTPUT TRUNCATED: showing %zu of more than %zu "
+                       "characters from %s; the file has %llu bytes: read "
+                       "further parts with offset and limit]",
+                       shown, total, job->tool->impl.name,
+                       (unsigned long long)job->file_size);
+  } else if (rc == 0 && shown < total) {
     rc = al_buf_append_str(&job->out, "\n");
     if (rc == 0) {
       rc = al__tool_truncation_notice(&job->out, shown, total,
@@ -147,6 +168,39 @@ static void finalize(job_t *job) {
 
 /* ---- read_file ----------------------------------------------------------- */
 
+static bool over_time(job_t *job) {
+  return job->tool->time_limit_ms > 0 &&
+         uv_hrtime() - job->t0 > job->tool->time_limit_ms * 1000000ull;
+}
+
+static void fail_time(job_t *job, const char *what) {
+  char num[32];
+
+  snprintf(num, sizeof(num), "%.3g", job->tool->time_limit_ms / 1000.0);
+  job->is_error = true;
+  al_buf_reset(&job->raw);
+  job->extra_chars = 0;
+  al_buf_printf(&job->raw, "%s: stopped after %s s ", job->tool->impl.name,
+                num);
+  al_buf_printf(&job->raw, "%s", what);
+  al_buf_printf(&job->raw, " '%s' (the time limit of file tools)",
+                job->path);
+}
+
+/* Appends one byte of the selection, with the line number first when the
+ * reply is numbered; past output_max it is only counted. */
+static int keep_byte(job_t *job, char c, long line, bool at_line_start) {
+  if (job->raw.len >= job->tool->output_max) {
+    job->extra_chars += ((unsigned char)c & 0xC0) != 0x80;
+    return 0;
+  }
+  if (at_line_start && job->numbered &&
+      al_buf_printf(&job->raw, "%6ld\t", line) != 0) {
+    return AL_ENOMEM;
+  }
+  return al_buf_append(&job->raw, &c, 1);
+}
+
 static void do_read(job_t *job) {
   al_buf_t err;
   al_path_t rp;
@@ -158,9 +212,10 @@ static void do_read(job_t *job) {
   long end_line; /* first line not selected; 0: none */
   bool reached = false;
   bool stop = false;
+  bool at_start = true;
   char last = '\n';
   bool any = false;
-  size_t cap = job->tool->output_max;
+  uint64_t scanned = 0; /* bytes read past what is kept */
 
   al_buf_init(&err, 4096);
   rc = al__pathpolicy_resolve(&job->tool->policy, job->path,
@@ -192,6 +247,7 @@ static void do_read(job_t *job) {
     fail(job, "read_file: '%s' is not a regular file", job->path);
     goto out_close;
   }
+  job->file_size = (uint64_t)st.st_size;
   chunk = al_malloc(CHUNK);
   if (chunk == NULL) {
     fail(job, "%s", "read_file: out of memory");
@@ -206,6 +262,22 @@ static void do_read(job_t *job) {
       fail(job, "%s", "read_file: cancelled");
       goto out_close;
     }
+    if (job->raw.len >= job->tool->output_max) {
+      /* Past what is kept only a bounded scan counts the rest, so a huge
+       * file costs what is shown plus scan_max, not its size. */
+      if (scanned >= job->tool->scan_max) {
+        job->inexact = true;
+        break;
+      }
+    }
+    if (over_time(job)) {
+      if (!reached) {
+        fail_time(job, "before reaching the requested lines of");
+        goto out_close;
+      }
+      job->inexact = true;
+      break;
+    }
     n = read(fd, chunk, CHUNK);
     if (n < 0) {
       if (errno == EINTR) {
@@ -218,21 +290,21 @@ static void do_read(job_t *job) {
       break;
     }
     any = true;
+    if (job->raw.len >= job->tool->output_max) {
+      scanned += (uint64_t)n;
+    }
     for (i = 0; i < n; i++) {
       char c = chunk[i];
 
       if (line >= job->offset) {
         reached = true;
-        if (job->raw.len < cap) {
-          if (al_buf_append(&job->raw, &c, 1) != 0) {
-            fail(job, "%s", "read_file: out of memory");
-            goto out_close;
-          }
-        } else {
-          job->extra_chars += ((unsigned char)c & 0xC0) != 0x80;
+        if (keep_byte(job, c, line, at_start) != 0) {
+          fail(job, "%s", "read_file: out of memory");
+          goto out_close;
         }
       }
       last = c;
+      at_start = c == '\n';
       if (c == '\n') {
         line++;
         if (end_line != 0 && line >= end_line) {
@@ -342,6 +414,364 @@ out_close:
   }
 }
 
+/* ---- edit_file ----------------------------------------------------------- */
+
+/* Reads the whole of fd (at most max bytes) into b. 0, AL_ETOOBIG, or a
+ * negative errno; cancel and the time limit are checked per chunk. */
+static int read_all(job_t *job, int fd, al_buf_t *b, size_t max) {
+  for (;;) {
+    ssize_t n;
+
+    if (is_cancelled(job)) {
+      return AL_ECANCELED;
+    }
+    if (over_time(job)) {
+      return UV_ETIMEDOUT;
+    }
+    if (b->len >= max) {
+      return AL_ETOOBIG;
+    }
+    if (al_buf_reserve(b, AL_MIN((size_t)CHUNK, max - b->len)) != 0) {
+      return AL_ENOMEM;
+    }
+    n = read(fd, b->data + b->len, AL_MIN((size_t)CHUNK, max - b->len));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) {
+        continue;
+      }
+      return -errno;
+    }
+    if (n == 0) {
+      return 0;
+    }
+    b->len += (size_t)n;
+  }
+}
+
+/* Non-overlapping occurrences of needle in hay. */
+static size_t count_matches(const char *hay, size_t hlen, const char *needle,
+                            size_t nlen) {
+  size_t n = 0;
+  const char *p = hay;
+  const char *end = hay + hlen;
+
+  while ((size_t)(end - p) >= nlen) {
+    const char *m = memmem(p, (size_t)(end - p), needle, nlen);
+
+    if (m == NULL) {
+      break;
+    }
+    n++;
+    p = m + nlen;
+  }
+  return n;
+}
+
+static size_t count_lines(const char *s, size_t len) {
+  size_t n = 0;
+  size_t i;
+
+  for (i = 0; i < len; i++) {
+    n += s[i] == '\n';
+  }
+  return n + (len > 0 && s[len - 1] != '\n');
+}
+
+/* Start of line k (0-based) of s; len when there are fewer lines. */
+static size_t line_start(const char *s, size_t len, size_t k) {
+  size_t i = 0;
+
+  while (k > 0 && i < len) {
+    const char *nl = memchr(s + i, '\n', len - i);
+
+    if (nl == NULL) {
+      return len;
+    }
+    i = (size_t)(nl - s) + 1;
+    k--;
+  }
+  return i;
+}
+
+/* Appends lines [from, to) of s, each after `mark`. */
+static void diff_lines(al_buf_t *d, char mark, const char *s, size_t len,
+                       size_t from, size_t to, size_t *budget) {
+  size_t i = line_start(s, len, from);
+  size_t k;
+
+  for (k = from; k < to && i < len; k++) {
+    const char *nl = memchr(s + i, '\n', len - i);
+    size_t e = nl != NULL ? (size_t)(nl - s) : len;
+
+    if (*budget == 0) {
+      al_buf_printf(d, "... (%zu more lines)\n", to - k);
+      return;
+    }
+    (*budget)--;
+    al_buf_append(d, &mark, 1);
+    al_buf_append(d, s + i, e - i);
+    al_buf_append_str(d, "\n");
+    if (nl == NULL) {
+      al_buf_append_str(d, "\\ No newline at end of file\n");
+    }
+    i = e + 1;
+  }
+}
+
+/* One unified-diff hunk covering everything between the common leading
+ * and trailing lines of a and b, with 3 lines of context, at most 200
+ * lines shown: a summary for the model and the user, not a patch. */
+static void unified_diff(al_buf_t *d, const char *path, const char *a,
+                         size_t alen, const char *b, size_t blen) {
+  size_t la = count_lines(a, alen);
+  size_t lb = count_lines(b, blen);
+  size_t pre = 0;
+  size_t suf = 0;
+  size_t ia = 0;
+  size_t ib = 0;
+  size_t ctx0;
+  size_t ea;
+  size_t eb;
+  size_t budget = 200;
+
+  /* Common leading lines (compared as whole lines, newline included). */
+  while (pre < la && pre < lb) {
+    const char *na = memchr(a + ia, '\n', alen - ia);
+    const char *nb = memchr(b + ib, '\n', blen - ib);
+    size_t ea1 = na != NULL ? (size_t)(na - a) + 1 : alen;
+    size_t eb1 = nb != NULL ? (size_t)(nb - b) + 1 : blen;
+
+    if (ea1 - ia != eb1 - ib || memcmp(a + ia, b + ib, ea1 - ia) != 0) {
+      break;
+    }
+    ia = ea1;
+    ib = eb1;
+    pre++;
+  }
+  /* Common trailing lines, not overlapping the prefix. */
+  ea = alen;
+  eb = blen;
+  while (suf < la - pre && suf < lb - pre) {
+    size_t sa = ea;
+    size_t sb = eb;
+
+    /* Step back over one line (ending at ea / eb). */
+    if (sa > 0 && a[sa - 1] == '\n') {
+      sa--;
+    }
+    while (sa > 0 && a[sa - 1] != '\n') {
+      sa--;
+    }
+    if (sb > 0 && b[sb - 1] == '\n') {
+      sb--;
+    }
+    while (sb > 0 && b[sb - 1] != '\n') {
+      sb--;
+    }
+    if (ea - sa != eb - sb || memcmp(a + sa, b + sb, ea - sa) != 0) {
+      break;
+    }
+    ea = sa;
+    eb = sb;
+    suf++;
+  }
+  ctx0 = pre > 3 ? pre - 3 : 0;
+  {
+    size_t tail = AL_MIN(suf, (size_t)3);
+    size_t na = la - pre - suf;
+    size_t nb = lb - pre - suf;
+    size_t hunk_a = (pre - ctx0) + na + tail;
+    size_t hunk_b = (pre - ctx0) + nb + tail;
+
+    al_buf_printf(d, "--- a/%s\n+++ b/%s\n", path, path);
+    al_buf_printf(d, "@@ -%zu,%zu +%zu,%zu @@\n",
+                  hunk_a ? ctx0 + 1 : ctx0, hunk_a, hunk_b ? ctx0 + 1 : ctx0,
+                  hunk_b);
+    diff_lines(d, ' ', a, alen, ctx0, pre, &budget);
+    diff_lines(d, '-', a, alen, pre, pre + na, &budget);
+    diff_lines(d, '+', b, blen, pre, pre + nb, &budget);
+    diff_lines(d, ' ', b, blen, pre + nb, pre + nb + tail, &budget);
+  }
+}
+
+static void do_edit(job_t *job) {
+  al_buf_t err;
+  al_buf_t old;
+  al_buf_t neu;
+  al_path_t rp;
+  struct stat st;
+  size_t matches;
+  size_t done = 0;
+  int fd;
+  int rc;
+
+  al_buf_init(&old, job->tool->edit_max + 1);
+  al_buf_init(&neu, SIZE_MAX / 4);
+  al_buf_init(&err, 4096);
+  rc = al__pathpolicy_resolve(&job->tool->policy, job->path, AL_PATH_CREATE,
+                              &rp, &err);
+  if (rc != 0) {
+    fail_buf(job, &err);
+    goto out_free;
+  }
+  /* O_CREAT only to make a new file: an existing one is opened as is, so
+   * the read, the match and the write all use this one descriptor. */
+  fd = al__pathpolicy_open(&job->tool->policy, rp.real,
+                           O_RDWR | O_NONBLOCK |
+                               (job->old_len == 0 ? O_CREAT : 0),
+                           0644, &err);
+  al_free(rp.real);
+  if (fd < 0) {
+    if (fd == UV_ENOENT) {
+      fail(job,
+           "edit_file: '%s' does not exist (an empty old_string creates a "
+           "new file)",
+           job->path);
+    } else if (fd == UV_ELOOP) {
+      fail(job,
+           "edit_file: '%s' is a symlink; edit_file does not follow "
+           "symlinks",
+           job->path);
+    } else if (fd == UV_EISDIR) {
+      fail(job, "edit_file: '%s' is a directory", job->path);
+    } else {
+      fail_open(job, fd, &err);
+    }
+    goto out_free;
+  }
+  if (fstat(fd, &st) != 0) {
+    fail_errno(job, "cannot stat", -errno);
+    goto out_close;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fail(job, "edit_file: '%s' is not a regular file", job->path);
+    goto out_close;
+  }
+  if (st.st_nlink > 1) {
+    fail(job,
+         "edit_file: '%s' has more than one hard link; edit_file does "
+         "not write through hard links",
+         job->path);
+    goto out_close;
+  }
+  rc = read_all(job, fd, &old, job->tool->edit_max);
+  if (rc == AL_ETOOBIG) {
+    char num[32];
+
+    snprintf(num, sizeof(num), "%zu", job->tool->edit_max);
+    fail(job, "edit_file: '%s' is larger than %s bytes", job->path);
+    al_buf_printf(&job->raw, " (edit_max: %s); use write_file", num);
+    goto out_close;
+  }
+  if (rc == UV_ETIMEDOUT) {
+    fail_time(job, "reading");
+    goto out_close;
+  }
+  if (rc != 0) {
+    fail_errno(job, "cannot read", rc);
+    goto out_close;
+  }
+  if (job->old_len == 0) {
+    if (old.len > 0) {
+      fail(job,
+           "edit_file: '%s' already exists and is not empty: old_string "
+           "must name the text to replace",
+           job->path);
+      goto out_close;
+    }
+    matches = 1;
+    rc = al_buf_append(&neu, job->content, job->content_len);
+  } else {
+    const char *p = old.data != NULL ? old.data : "";
+    const char *end = p + old.len;
+
+    matches = count_matches(p, old.len, job->old, job->old_len);
+    if (matches == 0) {
+      fail(job,
+           "edit_file: old_string was not found in '%s' (it must match the "
+           "file's text exactly, whitespace included)",
+           job->path);
+      goto out_close;
+    }
+    if (matches > 1 && !job->replace_all) {
+      char num[32];
+
+      snprintf(num, sizeof(num), "%zu", matches);
+      fail(job, "edit_file: old_string matches %s times", num);
+      al_buf_printf(&job->raw,
+                    " in '%s'; add surrounding lines to make it unique, or "
+                    "set replace_all to replace every one",
+                    job->path);
+      goto out_close;
+    }
+    rc = 0;
+    while (rc == 0 && p < end) {
+      const char *m = (size_t)(end - p) >= job->old_len
+                          ? memmem(p, (size_t)(end - p), job->old,
+                                   job->old_len)
+                          : NULL;
+
+      if (m == NULL) {
+        rc = al_buf_append(&neu, p, (size_t)(end - p));
+        break;
+      }
+      rc = al_buf_append(&neu, p, (size_t)(m - p));
+      if (rc == 0) {
+        rc = al_buf_append(&neu, job->content, job->content_len);
+      }
+      p = m + job->old_len;
+    }
+  }
+  if (rc != 0) {
+    fail(job, "%s", "edit_file: out of memory");
+    goto out_close;
+  }
+  if (is_cancelled(job)) {
+    fail(job, "%s", "edit_file: cancelled");
+    goto out_close;
+  }
+  /* Rewritten in place through the same descriptor (the inode, its mode
+   * and its other names stay; hard links were refused above). */
+  if (ftruncate(fd, 0) != 0) {
+    fail_errno(job, "cannot truncate", -errno);
+    goto out_close;
+  }
+  while (done < neu.len) {
+    ssize_t n = pwrite(fd, neu.data + done,
+                       AL_MIN(neu.len - done, (size_t)CHUNK), (off_t)done);
+
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) {
+        continue;
+      }
+      fail_errno(job, "cannot write", -errno);
+      goto out_close;
+    }
+    done += (size_t)n;
+  }
+  if (job->old_len == 0) {
+    al_buf_printf(&job->raw, "Created %s", job->path);
+  } else {
+    al_buf_printf(&job->raw, "Edited %s", job->path);
+  }
+  al_buf_printf(&job->raw, ": %zu replacement%s\n", matches,
+                matches == 1 ? "" : "s");
+  unified_diff(&job->raw, job->path, old.data != NULL ? old.data : "",
+               old.len, neu.data != NULL ? neu.data : "", neu.len);
+  if (job->raw.len > 0 && job->raw.data[job->raw.len - 1] == '\n') {
+    job->raw.data[--job->raw.len] = '\0';
+  }
+
+out_close:
+  if (close(fd) != 0 && !job->is_error) {
+    fail_errno(job, "cannot close", -errno);
+  }
+out_free:
+  al_buf_free(&err);
+  al_buf_free(&old);
+  al_buf_free(&neu);
+}
+
 /* ---- list_directory ------------------------------------------------------ */
 
 static int cmp_names(const void *a, const void *b) {
@@ -398,6 +828,10 @@ static void do_list(job_t *job) {
       continue;
     }
     total++;
+    if (over_time(job)) {
+      fail_time(job, "listing");
+      goto out_free;
+    }
     if (n >= LIST_HARD_MAX || is_cancelled(job)) {
       continue;
     }
@@ -469,6 +903,7 @@ out_free:
 static void job_work(uv_work_t *req) {
   job_t *job = AL_CONTAINER_OF(req, job_t, req);
 
+  job->t0 = uv_hrtime();
   if (!job->preset && !is_cancelled(job)) {
     switch (job->tool->kind) {
     case KIND_READ:
@@ -476,6 +911,9 @@ static void job_work(uv_work_t *req) {
       break;
     case KIND_WRITE:
       do_write(job);
+      break;
+    case KIND_EDIT:
+      do_edit(job);
       break;
     case KIND_LIST:
       do_list(job);
@@ -492,6 +930,7 @@ static void job_free(job_t *job) {
   al_buf_free(&job->out);
   al_free(job->path);
   al_free(job->content);
+  al_free(job->old);
   al_free(job);
 }
 
@@ -581,10 +1020,30 @@ static void parse_args(job_t *job, const json_t *in) {
         get_count(job, in, "offset", &job->offset)) {
       get_count(job, in, "limit", &job->limit);
     }
+    job->numbered = json_object_get(in, "offset") != NULL ||
+                    json_object_get(in, "limit") != NULL;
     break;
   case KIND_WRITE:
     if (get_string(job, in, "path", true, &job->path, NULL)) {
       get_string(job, in, "content", true, &job->content, &job->content_len);
+    }
+    break;
+  case KIND_EDIT:
+    if (get_string(job, in, "path", true, &job->path, NULL) &&
+        get_string(job, in, "old_string", true, &job->old, &job->old_len) &&
+        get_string(job, in, "new_string", true, &job->content,
+                   &job->content_len)) {
+      const json_t *ra = json_object_get(in, "replace_all");
+
+      if (ra != NULL && !json_is_null(ra) && !json_is_boolean(ra)) {
+        preset(job, "'%s' must be a boolean", "replace_all");
+      } else if (json_is_true(ra)) {
+        job->replace_all = true;
+      }
+      if (!job->preset && job->old_len == job->content_len &&
+          memcmp(job->old, job->content, job->old_len) == 0) {
+        preset(job, "%s", "old_string and new_string are the same");
+      }
     }
     break;
   case KIND_LIST:
@@ -672,6 +1131,9 @@ static int fstool_new(kind_t kind, const char *name,
   t->display_max =
       opts->display_max ? opts->display_max : AL_FSTOOLS_DEFAULT_DISPLAY_MAX;
   t->list_max = opts->list_max ? opts->list_max : AL_FSTOOLS_DEFAULT_LIST_MAX;
+  t->scan_max = opts->scan_max ? opts->scan_max : AL_FSTOOLS_DEFAULT_SCAN_MAX;
+  t->time_limit_ms = opts->time_limit_ms;
+  t->edit_max = opts->edit_max ? opts->edit_max : AL_FSTOOLS_DEFAULT_EDIT_MAX;
   al__pathpolicy_init(&t->policy);
   rc = al__pathpolicy_set(&t->policy, opts->workspace, opts->allowed_paths,
                           opts->n_allowed_paths, opts->denied_paths,
@@ -697,6 +1159,11 @@ int al__read_file_new(const al_fstools_options_t *opts, al_tool_impl_t **out) {
 int al__write_file_new(const al_fstools_options_t *opts,
                        al_tool_impl_t **out) {
   return fstool_new(KIND_WRITE, "write_file", opts, out);
+}
+
+int al__edit_file_new(const al_fstools_options_t *opts,
+                      al_tool_impl_t **out) {
+  return fstool_new(KIND_EDIT, "edit_file", opts, out);
 }
 
 int al__list_directory_new(const al_fstools_options_t *opts,

@@ -258,6 +258,7 @@ int al__pathpolicy_open(const al_pathpolicy_t *p, const char *real,
   ssize_t n;
   size_t i;
   int fd;
+  bool writing;
 
   for (i = 0; i < p->n_allowed; i++) {
     size_t l = strlen(p->allowed[i]);
@@ -272,7 +273,11 @@ int al__pathpolicy_open(const al_pathpolicy_t *p, const char *real,
     al_buf_printf(err, "'%s' is outside the allowed paths", real);
     return UV_EACCES;
   }
-  if ((flags & O_CREAT) && al__pathpolicy_is_protected(p, real)) {
+  /* Any open for writing (edit_file opens O_RDWR without O_CREAT) gets
+   * the writer's rules: protected paths refused, last component never
+   * followed. */
+  writing = (flags & O_CREAT) || (flags & O_ACCMODE) != O_RDONLY;
+  if (writing && al__pathpolicy_is_protected(p, real)) {
     al_buf_printf(err,
                   "'%s' is a protected path (tools.d, .agentloop, "
                   ".git/hooks, .git/config and shell rc files cannot be "
@@ -325,6 +330,8 @@ int al__pathpolicy_open(const al_pathpolicy_t *p, const char *real,
       close(dfd);
       *s = '/';
     }
+  }
+  if (writing) {
     flags |= O_NOFOLLOW;
   }
   fd = beneath(p->root_fds[best], rel, flags, mode);
@@ -334,7 +341,7 @@ int al__pathpolicy_open(const al_pathpolicy_t *p, const char *real,
                     "'%s' resolves outside its allowed root (a symlink or "
                     "'..' that leaves it)",
                     real);
-      return fd == -ELOOP && (flags & O_CREAT) ? UV_ELOOP : UV_EACCES;
+      return fd == -ELOOP && writing ? UV_ELOOP : UV_EACCES;
     }
     al_buf_printf(err, "cannot open '%s': %s", real, strerror(-fd));
     return fd;

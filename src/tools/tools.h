@@ -11,10 +11,15 @@
  *
  * Decisions:
  *  - read_file {path, offset?, limit?}: offset is the 1-based first line
- *    (default 1), limit the number of lines (default: to the end). An
- *    offset past the last line is an error result. At most output_max bytes
- *    of the selection are kept; the characters past that are still counted.
- *    Invalid UTF-8 becomes U+FFFD.
+ *    (default 1), limit the number of lines (default: to the end). With
+ *    offset or limit each line starts with its number ("%6d\t", as cat -n)
+ *    so a model reading a slice knows where it is; a whole-file read is
+ *    the bare text (what edit_file's old_string must match). An offset
+ *    past the last line is an error result. At most output_max bytes of
+ *    the selection are kept; then at most scan_max more bytes are read
+ *    only to count characters (beyond that the notice gives the file's
+ *    size), so a read costs what it shows, not the file's size. Invalid
+ *    UTF-8 becomes U+FFFD.
  *  - Every tool's content is capped at display_max characters (Unicode code
  *    points) followed by "\n[OUTPUT TRUNCATED: showing X of Y characters
  *    from TOOL]".
@@ -22,6 +27,15 @@
  *    the policy); never follows a final symlink (O_NOFOLLOW); refuses a file
  *    with more than one hard link, and any non-regular file; truncates only
  *    after those checks.
+ *  - edit_file {path, old_string, new_string, replace_all?}: exact-byte
+ *    replacement; old_string must occur exactly once (error naming the
+ *    count otherwise) unless replace_all; an empty old_string creates a
+ *    new file (or fills an empty one). Same resolution, protected paths,
+ *    symlink and hard-link refusals as write_file; the file is read,
+ *    matched and rewritten through one descriptor (no check-then-use gap);
+ *    files above edit_max are refused. The result is "Edited PATH: N
+ *    replacement(s)" and a one-hunk unified diff (3 lines of context, 200
+ *    lines at most).
  *  - list_directory {path?}: path defaults to the workspace root; entries
  *    sorted bytewise, "/" after directories, "@" after symlinks; at most
  *    list_max shown, then "[LIST TRUNCATED: showing X of Y entries]".
@@ -51,6 +65,9 @@
 #define AL_FSTOOLS_DEFAULT_OUTPUT_MAX (200 * 1024)
 #define AL_FSTOOLS_DEFAULT_DISPLAY_MAX 40000
 #define AL_FSTOOLS_DEFAULT_LIST_MAX 1000
+#define AL_FSTOOLS_DEFAULT_SCAN_MAX (8 * 1024 * 1024)
+#define AL_FSTOOLS_DEFAULT_TIME_LIMIT_MS 20000
+#define AL_FSTOOLS_DEFAULT_EDIT_MAX (16 * 1024 * 1024)
 
 /* ---- path policy --------------------------------------------------------- */
 
@@ -136,6 +153,15 @@ typedef struct al_fstools_options_s {
   size_t output_max;  /* bytes kept; default 200 KB */
   size_t display_max; /* characters the model sees; default 40,000 */
   size_t list_max;    /* list_directory entries shown; default 1000 */
+  /* read_file reads what it keeps (output_max) plus at most scan_max bytes
+   * to count the rest; past that the notice gives the file's size
+   * instead of a total. Default 8 MiB. */
+  size_t scan_max;
+  /* Every file tool call stops after this long (checked between 64 KiB
+   * chunks and directory entries) with an error naming the limit, so no
+   * call holds a threadpool thread for long. Default 20 s; 0: none. */
+  uint64_t time_limit_ms;
+  size_t edit_max; /* edit_file refuses larger files; default 16 MiB */
 } al_fstools_options_t;
 
 /* Defaults; loop and workspace NULL. */
@@ -147,6 +173,8 @@ void al__fstools_options_init(al_fstools_options_t *opts);
 int al__read_file_new(const al_fstools_options_t *opts, al_tool_impl_t **out);
 int al__write_file_new(const al_fstools_options_t *opts,
                        al_tool_impl_t **out);
+int al__edit_file_new(const al_fstools_options_t *opts,
+                      al_tool_impl_t **out);
 int al__list_directory_new(const al_fstools_options_t *opts,
                            al_tool_impl_t **out);
 int al__done_tool_new(const al_fstools_options_t *opts, al_tool_impl_t **out);
