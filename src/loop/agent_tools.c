@@ -758,6 +758,35 @@ static const char edit_schema[] =
     "\"replace_all\":{\"type\":\"boolean\",\"description\":\"Replace every "
     "occurrence (default false).\"}},"
     "\"required\":[\"path\",\"old_string\",\"new_string\"]}";
+static const char grep_desc[] =
+    "Search file contents with a POSIX extended regular expression, per "
+    "line, under a directory of the workspace (or in one file). Skips .git, "
+    "what .gitignore files ignore, and binary files. output_mode: "
+    "\"content\" (default: path:line:text), \"files_with_matches\" or "
+    "\"count\". Read-only; prefer it to bash grep.";
+static const char grep_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pattern\":{\"type\":\"string\",\"description\":\"Extended regular "
+    "expression.\"},"
+    "\"path\":{\"type\":\"string\",\"description\":\"Directory or file "
+    "(default: the workspace root).\"},"
+    "\"glob\":{\"type\":\"string\",\"description\":\"Only files matching "
+    "this glob, e.g. *.c or src/**/*.h.\"},"
+    "\"ignore_case\":{\"type\":\"boolean\"},"
+    "\"output_mode\":{\"type\":\"string\",\"enum\":[\"content\","
+    "\"files_with_matches\",\"count\"]}},"
+    "\"required\":[\"pattern\"]}";
+static const char glob_desc[] =
+    "Find files by name pattern under a directory of the workspace: \"*\" "
+    "and \"?\" within a path component, \"**\" across directories "
+    "(src/**/*.c); a pattern without \"/\" matches file names at any depth. "
+    "Skips .git and what .gitignore files ignore. Read-only.";
+static const char glob_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"pattern\":{\"type\":\"string\",\"description\":\"Glob pattern.\"},"
+    "\"path\":{\"type\":\"string\",\"description\":\"Directory to search "
+    "(default: the workspace root).\"}},"
+    "\"required\":[\"pattern\"]}";
 static const char list_desc[] =
     "List a directory of the workspace: one entry per line, '/' after "
     "directories, '@' after symbolic links.";
@@ -828,6 +857,16 @@ int al__agent_tools_init(al_agent_t *a) {
   if ((rc = al__list_directory_new(&fo, &impl)) != 0 ||
       (rc = add_entry(a, "list_directory", impl, al__fstool_free, list_desc,
                       list_schema, AL_TOOL_READ, NULL)) != 0) {
+    return rc;
+  }
+  if ((rc = al__grep_tool_new(&fo, &impl)) != 0 ||
+      (rc = add_entry(a, "grep", impl, al__search_tool_free, grep_desc,
+                      grep_schema, AL_TOOL_READ, NULL)) != 0) {
+    return rc;
+  }
+  if ((rc = al__glob_tool_new(&fo, &impl)) != 0 ||
+      (rc = add_entry(a, "glob", impl, al__search_tool_free, glob_desc,
+                      glob_schema, AL_TOOL_READ, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__done_tool_new(&fo, &impl)) != 0 ||

@@ -181,6 +181,13 @@ int al__done_tool_new(const al_fstools_options_t *opts, al_tool_impl_t **out);
 /* Only once no call of the tool is in flight. NULL is fine. */
 void al__fstool_free(al_tool_impl_t *impl);
 
+/* Read-only search tools (search.c, which describes them): grep and glob,
+ * with the file tools' options (path policy, caps, time limit). Free with
+ * al__search_tool_free once no call is in flight. */
+int al__grep_tool_new(const al_fstools_options_t *opts, al_tool_impl_t **out);
+int al__glob_tool_new(const al_fstools_options_t *opts, al_tool_impl_t **out);
+void al__search_tool_free(al_tool_impl_t *impl);
+
 /* ---- the model's view of tool output (output.c) ---------------------------- */
 
 /* For sanitized UTF-8 s: the byte offset where the first `limit`
