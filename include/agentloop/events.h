@@ -49,7 +49,8 @@ extern "C" {
   XX(MAX_TURNS_REACHED, "max_turns_reached")                    \
   XX(INTERRUPTED, "interrupted")                                \
   XX(ERROR, "error")                                            \
-  XX(FINAL, "final")
+  XX(FINAL, "final")                                            \
+  XX(USER_MESSAGE, "user_message")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -204,6 +205,15 @@ typedef struct {
   al_slice_t text;
 } al_event_final_t;
 
+/* user_message: the user's side of the conversation, posted when it enters
+ * the history: the prompt a run starts with (text), and the tool results
+ * the next turn sends back (tool_results: a JSON array of {tool_use_id,
+ * is_error, chars}, "[]" when none; text is then empty). */
+typedef struct {
+  al_slice_t text;
+  al_slice_t tool_results;
+} al_event_user_message_t;
+
 typedef struct al_event_s {
   al_event_type_t type;
   uint32_t turn;
@@ -230,6 +240,7 @@ typedef struct al_event_s {
     al_event_interrupted_t interrupted;
     al_event_error_t error;
     al_event_final_t final;
+    al_event_user_message_t user_message;
   } u;
 } al_event_t;
 

@@ -404,6 +404,14 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
             ev->turn == 1 ? "" : "s");
     end_line(v);
     break;
+  case AL_EVENT_USER_MESSAGE:
+    if (ev->u.user_message.text.len > 0) {
+      stamp(v, ev);
+      fputs("user: ", v->f);
+      excerpt(v, ev->u.user_message.text, 200);
+      end_line(v);
+    }
+    break;
   case AL_EVENT_TOOL_USE_QUEUED:
   case AL_EVENT_TOOL_INPUT_DELTA:
   case AL_EVENT_TOOL_PROGRESS:

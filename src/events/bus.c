@@ -304,6 +304,10 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
   case AL_EVENT_FINAL:
     SL(final.text);
     break;
+  case AL_EVENT_USER_MESSAGE:
+    SL(user_message.text);
+    SL(user_message.tool_results);
+    break;
   default:
     break;
   }

@@ -206,6 +206,10 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
   case AL_EVENT_FINAL:
     put_str(e, "text", ev->u.final.text);
     break;
+  case AL_EVENT_USER_MESSAGE:
+    put_str(e, "text", ev->u.user_message.text);
+    put_json_text(e, "tool_results", ev->u.user_message.tool_results);
+    break;
   default:
     break;
   }

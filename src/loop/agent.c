@@ -735,6 +735,51 @@ static void commit_notify_results(al_agent_t *a) {
   }
 }
 
+/* user_message for the tool results the last history message carries
+ * (a summary: the results themselves are in tool_use_completed). True
+ * when the agent went away in a callback. */
+static bool post_tool_results(al_agent_t *a) {
+  const json_t *h = al__history_to_json(&a->history);
+  const json_t *m =
+      h != NULL ? json_array_get(h, json_array_size(h) - 1) : NULL;
+  json_t *sum = json_array();
+  const json_t *blk;
+  size_t i;
+  char *txt;
+  al_event_t ev;
+  bool gone;
+
+  json_array_foreach(json_object_get(m, "content"), i, blk) {
+    const json_t *c = json_object_get(blk, "content");
+    size_t chars = json_is_string(c) ? json_string_length(c) : 0;
+
+    if (json_is_array(c)) {
+      const json_t *part;
+      size_t k;
+
+      json_array_foreach(c, k, part) {
+        const json_t *t = json_object_get(part, "text");
+
+        chars += json_is_string(t) ? json_string_length(t) : 0;
+      }
+    }
+    json_array_append_new(
+        sum, json_pack("{s:O?, s:b, s:I}", "tool_use_id",
+                       json_object_get(blk, "tool_use_id"), "is_error",
+                       json_is_true(json_object_get(blk, "is_error")),
+                       "chars", (json_int_t)chars));
+  }
+  txt = sum != NULL ? json_dumps(sum, JSON_COMPACT) : NULL;
+  json_decref(sum);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_USER_MESSAGE;
+  ev.u.user_message.text = ag_slice("");
+  ev.u.user_message.tool_results = ag_slice(txt != NULL ? txt : "[]");
+  gone = al__agent_post(a, &ev);
+  al_free(txt);
+  return gone;
+}
+
 static void end_error(al_agent_t *a, int code, const char *message) {
   al_event_t ev;
   char msg[512];
@@ -1077,6 +1122,9 @@ static void tools_done(al_agent_t *a) {
   commit_notify_results(a);
   if (box != NULL) {
     exec_close(box);
+  }
+  if (post_tool_results(a)) {
+    return;
   }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_TURN_COMPLETED;
@@ -1424,6 +1472,14 @@ int al_agent_run(al_agent_t *a, const char *text) {
     return 0;
   }
   al_free(tools);
+  /* The user's side, after run_started so a watcher sees it in its run. */
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_USER_MESSAGE;
+  ev.u.user_message.text = ag_slice(text);
+  ev.u.user_message.tool_results = ag_slice("[]");
+  if (al__agent_post(a, &ev)) {
+    return 0;
+  }
   start_turn(a);
   return 0;
 }

@@ -163,7 +163,7 @@ TEST_IMPL(events_names_round_trip) {
   int k;
 
   ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 28);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 28);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 29);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -672,6 +672,10 @@ static void golden_events(al_event_t *evs) {
   e->u.error.code = AL_ESTALL;
   e->u.error.message = S("stream stalled");
   evs[AL_EVENT_FINAL].u.final.text = S("Done.");
+  e = &evs[AL_EVENT_USER_MESSAGE];
+  e->u.user_message.text = S("");
+  e->u.user_message.tool_results =
+      S("[{\"tool_use_id\":\"toolu_01\",\"is_error\":false,\"chars\":12}]");
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
@@ -744,7 +748,7 @@ TEST_IMPL(events_golden_json) {
     check_line(p, (size_t)(nl - p), ++seq);
     off = (size_t)(nl - out.data) + 1;
   }
-  ASSERT_EQ(seq, 28);
+  ASSERT_EQ(seq, 29);
   ASSERT_MEM_EQ(out.data, out.len, golden, glen);
   free(golden);
   al_buf_free(&out);

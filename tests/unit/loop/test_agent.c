@@ -12,17 +12,21 @@
 /* S5.1: no tools -> the text is the final answer after one request. */
 TEST_IMPL(agent_s5_1_text_only) {
   fx_t f;
-  const char *order[] = {"run_started", "turn_started", "stream_request_start",
-                         "text_delta"};
+  const char *order[] = {"run_started", "user_message", "turn_started",
+                         "stream_request_start", "text_delta"};
   size_t i;
 
   fx_init(&f, "responses:\n"
               "  - reply: {content: [{text: 'Hello there.', chunks: 3}]}\n");
   fx_start(&f);
   fx_run(&f, "hi");
-  for (i = 0; i < 4; i++) {
+  for (i = 0; i < 5; i++) {
     ASSERT_STR_EQ(jstr(fx_event(&f, (long)i), "type"), order[i]);
   }
+  /* The user's side is an event (issue 12): a watcher can show it. */
+  ASSERT_STR_EQ(jstr(fx_event(&f, 1), "text"), "hi");
+  ASSERT(json_array_size(json_object_get(fx_event(&f, 1), "tool_results")) ==
+         0);
   ASSERT_EQ(fx_count(&f, "text_delta"), 3);
   ASSERT_EQ(fx_count(&f, "turn_completed"), 1);
   ASSERT_STR_EQ(fx_last_type(&f), "final");
