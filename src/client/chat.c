@@ -58,6 +58,7 @@ typedef struct {
 } approval_t;
 
 #define MAX_APPROVALS 16
+#define MAX_QUEUED 16
 
 typedef struct chat_s {
   uv_loop_t *loop;
@@ -102,6 +103,15 @@ typedef struct chat_s {
   al__tui_view_t view;
   bool view_ready;
   int exit_code;
+  /* Our own sends whose user_message has not come back yet: the prompt
+   * already shows those lines, so the event is not drawn again. */
+  int own_pending;
+  /* Typed while a run streams: the line being typed (not echoed), and the
+   * finished lines, sent one per run as each run ends. */
+  char typeahead[4096];
+  size_t typeahead_len;
+  char *queued[MAX_QUEUED];
+  int nqueued;
 } chat_t;
 
 static chat_t *g_chat; /* the libedit line handler has no user pointer */
@@ -109,6 +119,7 @@ static chat_t *g_chat; /* the libedit line handler has no user pointer */
 static void quit(chat_t *c, int code);
 static void approval_prompt(chat_t *c);
 static void to_idle(chat_t *c);
+static void send_queued(chat_t *c);
 static void to_busy(chat_t *c);
 static void on_tick(uv_timer_t *t);
 
@@ -434,10 +445,25 @@ static void on_event(chat_t *c, json_t *ev) {
     c->napprovals = 0;
   }
   if (!replay && strcmp(type, "run_started") == 0 && c->state == ST_IDLE) {
-    /* A run started by another client of this session. */
+    /* A run started by another client of this session: the empty prompt
+     * line goes, the run (its user_message first) is drawn in its place. */
+    if (c->handler_installed) {
+      fputs("\r\x1b[K", stderr);
+    }
     to_busy(c);
   }
-  if (strcmp(type, "approval_required") == 0) {
+  if (strcmp(type, "user_message") == 0) {
+    json_t *t = json_object_get(ev, "text");
+    size_t tl = json_string_length(t);
+
+    /* Replayed, or typed in another chat of this session: shown. Our own
+     * live send: the prompt line already shows it. */
+    if (tl > 0 && !replay && c->own_pending > 0) {
+      c->own_pending--;
+    } else if (tl > 0) {
+      al__tui_view_user(&c->view, json_string_value(t), tl, NULL);
+    }
+  } else if (strcmp(type, "approval_required") == 0) {
     approval_required(c, ev, !replay);
   } else if (strcmp(type, "approval_response") == 0) {
     if (replay) {
@@ -462,7 +488,14 @@ static void on_event(chat_t *c, json_t *ev) {
       c->replay_run_active = false;
     } else if (ended && (c->state == ST_BUSY || c->state == ST_APPROVAL)) {
       c->napprovals = 0;
-      to_idle(c);
+      if (c->nqueued > 0) {
+        /* Straight on to the message typed during the run. */
+        c->cancel_sent = false;
+        c->last_sigint_ms = 0;
+        send_queued(c);
+      } else {
+        to_idle(c);
+      }
     }
   }
   if (replay && c->state == ST_CONNECTING && seq + 1 >= c->replay_until) {
@@ -564,6 +597,9 @@ static void on_sent(al__conn_t *conn, json_t *result, json_t *error,
 
   (void)data;
   if (error != NULL) {
+    if (c->own_pending > 0) {
+      c->own_pending--;
+    }
     al__tui_view_notice(&c->view, AL_SGR_RED, "%s", err_message(error));
     if (c->state == ST_BUSY) {
       to_idle(c);
@@ -575,6 +611,7 @@ static void on_sent(al__conn_t *conn, json_t *result, json_t *error,
 
 static void send_input(chat_t *c, const char *text) {
   to_busy(c);
+  c->own_pending++;
   if (al__conn_call(&c->conn, "turn/send",
                     json_pack("{s:s,s:s}", "session", c->session, "input",
                               text),
@@ -582,6 +619,66 @@ static void send_input(chat_t *c, const char *text) {
     al__tui_view_notice(&c->view, AL_SGR_RED, "cannot send to agentloopd");
     to_idle(c);
   }
+}
+
+/* The next message typed during a run, once the run is over. */
+static void send_queued(chat_t *c) {
+  char *text;
+
+  if (c->nqueued == 0) {
+    return;
+  }
+  text = c->queued[0];
+  memmove(c->queued, c->queued + 1, (size_t)(c->nqueued - 1) * sizeof(char *));
+  c->nqueued--;
+  /* Shown again where its run begins, so the screen reads in order. */
+  al__tui_view_user(&c->view, text, strlen(text), NULL);
+  send_input(c, text);
+  al_free(text);
+}
+
+/* A key typed while a run streams (not an approval's answer): kept, not
+ * echoed; Enter queues the line as the next message and shows it. */
+static void typeahead_key(chat_t *c, unsigned char ch) {
+  if (ch == '\r' || ch == '\n') {
+    char *t;
+
+    if (c->typeahead_len == 0) {
+      return;
+    }
+    if (c->nqueued == MAX_QUEUED) {
+      al__tui_view_notice(&c->view, AL_SGR_YELLOW,
+                          "(%d messages are queued already; this one is "
+                          "dropped)",
+                          MAX_QUEUED);
+      c->typeahead_len = 0;
+      return;
+    }
+    t = al_strndup(c->typeahead, c->typeahead_len);
+    c->typeahead_len = 0;
+    if (t == NULL) {
+      return;
+    }
+    c->queued[c->nqueued++] = t;
+    al__tui_view_user(&c->view, t, strlen(t),
+                      "(queued: sent when this run ends)");
+    return;
+  }
+  if (ch == 0x7f || ch == 0x08) {
+    /* One character back (UTF-8 continuation bytes with it). */
+    while (c->typeahead_len > 0 &&
+           ((unsigned char)c->typeahead[--c->typeahead_len] & 0xC0) == 0x80) {
+    }
+    return;
+  }
+  if (ch == 0x15) { /* Ctrl-U */
+    c->typeahead_len = 0;
+    return;
+  }
+  if (ch < 0x20 || c->typeahead_len + 1 >= sizeof(c->typeahead)) {
+    return; /* other control keys and escape sequences' ESC */
+  }
+  c->typeahead[c->typeahead_len++] = (char)ch;
 }
 
 static void on_subscribed(al__conn_t *conn, json_t *result, json_t *error,
@@ -1057,13 +1154,25 @@ static void on_stdin(uv_poll_t *h, int status, int events) {
     feed_editor(c);
     return;
   }
-  /* BUSY: keys are read and dropped, except an approval's answer. */
+  /* BUSY: keys are typed ahead into the next message; in an approval,
+   * the last key is its answer. */
   n = read(STDIN_FILENO, buf, sizeof(buf));
   if (n == 0) {
     quit(c, 0);
     return;
   }
-  if (n < 0 || c->state != ST_APPROVAL || c->napprovals == 0) {
+  if (n < 0) {
+    return;
+  }
+  if (c->state == ST_BUSY) {
+    ssize_t i;
+
+    for (i = 0; i < n; i++) {
+      typeahead_key(c, (unsigned char)buf[i]);
+    }
+    return;
+  }
+  if (c->state != ST_APPROVAL || c->napprovals == 0) {
     return;
   }
   switch (buf[n - 1]) {
@@ -1306,6 +1415,9 @@ static int chat_main(chat_t *c) {
   uv_run(&loop, UV_RUN_DEFAULT);
   free(c->pending_line);
   al_buf_free(&c->multi);
+  while (c->nqueued > 0) {
+    al_free(c->queued[--c->nqueued]);
+  }
   al__tui_view_free(&c->view);
   uv_loop_close(&loop);
   g_chat = NULL;

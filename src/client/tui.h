@@ -213,6 +213,11 @@ void al__tui_view_resize(al__tui_view_t *v, int cols, int rows);
 /* Shows one event; `now_ms` is the loop's clock (for elapsed times).
  * Returns true when the event ends a run (final, interrupted, error). */
 bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms);
+/* Shows a user message as the prompt did ("> " first line, ". " the
+ * others, bold), e.g. from a replayed user_message event, with an
+ * optional dim tag after the first line ("(queued)"). */
+void al__tui_view_user(al__tui_view_t *v, const char *text, size_t len,
+                       const char *tag);
 /* Redraws the live area (spinner frame, elapsed times). */
 void al__tui_view_tick(al__tui_view_t *v, uint64_t now_ms);
 /* Removes the live area and ends any open line, before the caller prints

@@ -502,6 +502,44 @@ void al__tui_view_notice(al__tui_view_t *v, const char *code, const char *fmt,
   fflush(v->err);
 }
 
+void al__tui_view_user(al__tui_view_t *v, const char *text, size_t len,
+                       const char *tag) {
+  size_t i = 0;
+  bool first = true;
+
+  fflush(v->out);
+  live_erase(v);
+  if (!v->out_at_bol) {
+    text_end(v);
+  }
+  thinking_end(v);
+  /* Line by line, as the prompt showed it: "> " then ". " (a continued
+   * message), each line sanitized (no escape sequences from a transcript). */
+  while (i < len || first) {
+    const char *nl = memchr(text + i, '\n', len - i);
+    size_t e = nl != NULL ? (size_t)(nl - text) : len;
+
+    al_buf_reset(&v->scratch);
+    al__tui_sanitize(&v->scratch, text + i, e - i, true);
+    sgr(v, v->err, AL_SGR_BOLD);
+    fputs(first ? "> " : ". ", v->err);
+    fputs(v->scratch.data != NULL ? v->scratch.data : "", v->err);
+    sgr(v, v->err, AL_SGR_RESET);
+    if (first && tag != NULL) {
+      sgr(v, v->err, AL_SGR_DIM);
+      fprintf(v->err, "  %s", tag);
+      sgr(v, v->err, AL_SGR_RESET);
+    }
+    fputc('\n', v->err);
+    first = false;
+    if (nl == NULL) {
+      break;
+    }
+    i = e + 1;
+  }
+  fflush(v->err);
+}
+
 static void fmt_tokens(uint64_t n, char *buf, size_t len) {
   if (n < 1000) {
     snprintf(buf, len, "%" PRIu64, n);

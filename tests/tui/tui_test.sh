@@ -6,7 +6,7 @@
 #   tests/tui/tui_test.sh CASE BIN_DIR
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
-#       unreachable | doctor | daemon_gone | two_clients
+#       unreachable | doctor | daemon_gone | two_clients | history | queue
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -505,6 +505,93 @@ EOF
   # The watcher has its prompt back too.
   [ "$("${TM[@]}" capture-pane -p -J -t al2 | sed 's/[[:space:]]*$//' |
       grep -v '^$' | tail -n 1)" = ">" ] || fail "no prompt in the watcher"
+}
+
+case_history() {
+  # The user's side is an event (user_message): `agentloop resume` and a
+  # second watcher show what was asked, not only the answers.
+  start_mock "$(scenario <<'EOF'
+on_exhausted: repeat_last
+responses:
+  - reply:
+      content:
+        - text: "Seven is the number."
+  - reply:
+      content:
+        - text: "Seen from two chats."
+EOF
+)"
+  local id deadline
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  id=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "tell me a number"
+  wait_for "Seven is the number."
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  run_pane "$BIN/agentloop" resume "$id"
+  wait_for "resumed session $id"
+  wait_for "Seven is the number."
+  # The question is replayed before its answer, drawn as the prompt drew it.
+  screen | grep -qxF "> tell me a number" || fail "the question was not replayed"
+  [ "$(screen | grep -F -e "> tell me a number" -e "Seven is the number." |
+      head -n 1)" = "> tell me a number" ] ||
+    fail "the question is not before its answer"
+  wait_prompt
+  # A second chat on the session sees what the first one types.
+  "${TM[@]}" new-session -d -s al2 -x 110 -y 40 \
+    "cd $W/work && $BIN/agentloop resume $id; echo \"[exited \$?]\"; exec sleep 3600"
+  deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "resumed session $id"; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the second chat did not attach"
+    sleep 0.05
+  done
+  type_line "a question both see"
+  wait_for "Seen from two chats."
+  deadline=$((SECONDS + TIMEOUT))
+  until "${TM[@]}" capture-pane -p -J -t al2 | grep -qF "Seen from two chats."; do
+    [ "$SECONDS" -ge "$deadline" ] && fail "the watcher did not see the answer"
+    sleep 0.05
+  done
+  "${TM[@]}" capture-pane -p -J -t al2 | grep -qxF "> a question both see" || { "${TM[@]}" capture-pane -p -J -t al2 | sed "/^ *$/d"; false; } ||
+    fail "the watcher did not see the question"
+  # The chat that typed it shows it once (its prompt line), not twice.
+  [ "$(screen | grep -cxF "> a question both see")" = 1 ] ||
+    fail "the sender shows its own question twice"
+}
+
+case_queue() {
+  # A line typed while a reply streams is queued, shown as queued, and sent
+  # as the next message when the run ends.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - delay_ms: 250
+    reply:
+      content:
+        - text: "Streaming slowly, piece by piece, for a few seconds. Done with one."
+          chunk_size: 6
+  - reply:
+      content:
+        - text: "Answer to the queued one."
+EOF
+)"
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "first question"
+  wait_for "Streaming"
+  screen | grep -qF "Done with one." && fail "the reply was not streaming any more"
+  type_line "queued question"
+  wait_for "> queued question  (queued: sent when this run ends)"
+  wait_for "Done with one."
+  wait_for "Answer to the queued one."
+  wait_prompt
+  # Sent as the second request's last user message.
+  [ "$(grep -c . "$W/requests.ndjson")" -ge 2 ] || fail "no second request"
+  sed -n 2p "$W/requests.ndjson" | grep -qF "queued question" ||
+    fail "the queued line was not sent"
 }
 
 case_unreachable() {
