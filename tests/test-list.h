@@ -19,3 +19,4 @@
 #include "list/daemon.h"
 #include "list/resume.h"
 #include "list/edit.h"
+#include "list/firstminute.h"

@@ -550,6 +550,53 @@ static void report_tool_errors(const al_agent_t *agent,
   json_decref(o);
 }
 
+/* --allow-tool / --deny-tool must name tools the agent has (built-in,
+ * tools.d, in-process): a typo would otherwise be silently ignored. False
+ * (and a usage line listing the known names) for the first unknown one. */
+static bool check_tool_names(const al_agent_t *agent,
+                             const char *const *allow,
+                             const char *const *deny) {
+  const char *const *lists[2] = {allow, deny};
+  char *text = NULL;
+  json_t *o;
+  json_t *t;
+  size_t i;
+  int k;
+  bool ok = true;
+
+  if (al_agent_tools_json(agent, &text) != 0) {
+    return true; /* out of memory: the run's own checks still apply */
+  }
+  o = json_loads(text, 0, NULL);
+  al_free(text);
+  for (k = 0; k < 2 && ok; k++) {
+    const char *const *l = lists[k];
+
+    for (; l != NULL && *l != NULL && ok; l++) {
+      bool found = false;
+
+      json_array_foreach(json_object_get(o, "tools"), i, t) {
+        if (strcmp(json_string_value(json_object_get(t, "name")), *l) == 0) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        ok = false;
+        fprintf(stderr, "agentloop: --%s-tool %s: no tool has that name; "
+                        "known:", k == 0 ? "allow" : "deny", *l);
+        json_array_foreach(json_object_get(o, "tools"), i, t) {
+          fprintf(stderr, "%s%s", i ? ", " : " ",
+                  json_string_value(json_object_get(t, "name")));
+        }
+        fputc('\n', stderr);
+      }
+    }
+  }
+  json_decref(o);
+  return ok;
+}
+
 static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
   int err;
 
@@ -571,6 +618,11 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     return err == AL_EINVAL ? EXIT_USAGE : EXIT_FAIL;
   }
   report_tool_errors(r->agent, o->sandbox);
+  if (!check_tool_names(r->agent, o->allow_tools, o->deny_tools)) {
+    al_agent_close(r->agent, on_agent_closed);
+    uv_run(&r->loop, UV_RUN_DEFAULT);
+    return EXIT_USAGE;
+  }
   err = al_agent_subscribe(r->agent, on_event, r, &r->sub);
   if (err == 0) {
     uv_signal_init(&r->loop, &r->sigint);

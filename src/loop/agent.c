@@ -590,6 +590,7 @@ static int attempt_start(al_agent_t *a) {
   al_http_header_t *hdrs = NULL;
   const al_history_t *h = a->summary ? &a->summary_hist : &a->history;
   json_t *tool_choice = NULL;
+  json_t *offered = al__agent_offered_tools(a);
   al_event_t ev;
   al_buf_t url;
   size_t i;
@@ -601,8 +602,8 @@ static int attempt_start(al_agent_t *a) {
   po.max_tokens = a->cur_max_tokens;
   po.system = al__history_system(h);
   po.api_key = a->api_key;
-  if (json_array_size(a->tool_defs) > 0) {
-    po.tools = a->tool_defs;
+  if (json_array_size(offered) > 0) {
+    po.tools = offered;
     if (a->summary) {
       tool_choice = json_pack("{s:s}", "type", "none");
       po.tool_choice = tool_choice;
@@ -615,6 +616,7 @@ static int attempt_start(al_agent_t *a) {
   rc = al_provider_build_request(a->provider, al__history_to_json(h), &po,
                                  &preq);
   json_decref(tool_choice);
+  json_decref(offered);
   if (rc != 0) {
     return rc;
   }
@@ -1337,7 +1339,17 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
     goto fail;
   }
   if (o->workspace != NULL) {
-    a->workspace = al_strdup(o->workspace);
+    /* Relative ("ws", "./ws", ".") is taken against the process's cwd
+     * now, once: the tools, the sandbox and the path policy need the
+     * absolute real path. */
+    char *real = realpath(o->workspace, NULL);
+
+    if (real == NULL) {
+      rc = AL_EINVAL;
+      goto fail;
+    }
+    a->workspace = al_strdup(real);
+    free(real);
   } else if (getcwd(cwd, sizeof(cwd)) != NULL) {
     a->workspace = al_strdup(cwd);
   } else {
@@ -1482,9 +1494,14 @@ int al_agent_run(al_agent_t *a, const char *text) {
   json_object_clear(a->stamps);
   set_state(a, AG_STREAMING);
   names = json_array();
-  for (i = 0; i < json_array_size(a->tool_defs); i++) {
-    json_array_append(names, json_object_get(json_array_get(a->tool_defs, i),
-                                             "name"));
+  {
+    json_t *offered = al__agent_offered_tools(a);
+
+    for (i = 0; i < json_array_size(offered); i++) {
+      json_array_append(names, json_object_get(json_array_get(offered, i),
+                                               "name"));
+    }
+    json_decref(offered);
   }
   tools = json_dumps(names, JSON_COMPACT);
   json_decref(names);

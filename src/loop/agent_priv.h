@@ -207,6 +207,9 @@ void al__gate_bind(ag_tool_t *t);
 /* Cancels every waiting approval's call (used by cancel). */
 void al__agent_approvals_drop(al_agent_t *a);
 const char *al__tool_category_name(al_tool_category_t c);
+/* The tool definitions sent to the model: every tool but the denied ones
+ * (a new reference). */
+json_t *al__agent_offered_tools(al_agent_t *a);
 /* Posts a tool event for call with input as text. Same return as
  * al__agent_post. */
 bool al__agent_post_tool(al_agent_t *a, al_event_type_t type,

@@ -146,6 +146,26 @@ static bool listed(char *const *list, const char *name) {
   return false;
 }
 
+json_t *al__agent_offered_tools(al_agent_t *a) {
+  json_t *out;
+  json_t *def;
+  size_t i;
+
+  if (a->deny_tools == NULL || a->deny_tools[0] == NULL) {
+    return json_incref(a->tool_defs);
+  }
+  /* A denied tool is not offered: the model does not plan around a tool
+   * whose every call would fail (a call to it anyway is still denied). */
+  out = json_array();
+  json_array_foreach(a->tool_defs, i, def) {
+    if (!listed(a->deny_tools,
+                json_string_value(json_object_get(def, "name")))) {
+      json_array_append(out, def);
+    }
+  }
+  return out;
+}
+
 const char *al__tool_category_name(al_tool_category_t c) {
   switch (c) {
   case AL_TOOL_READ: return "read";

@@ -42,6 +42,8 @@ static void usage(FILE *f) {
       "  --record FILE       append every request as one NDJSON line\n"
       "  --no-validate       skip the API's request rules (a body that is\n"
       "                      not JSON is still a 400)\n"
+      "  --require-api-key   answer requests without a key with the API's\n"
+      "                      401 (default: a local server needs no key)\n"
       "  --timestamps        put the send time (uv_hrtime ns) on every event\n"
       "                      as an SSE id: line\n"
       "  --port-file FILE    write the bound port there once listening\n"
@@ -191,6 +193,8 @@ int main(int argc, char **argv) {
       i++;
     } else if (strcmp(a, "--no-validate") == 0) {
       o.validate = false;
+    } else if (strcmp(a, "--require-api-key") == 0) {
+      o.require_api_key = true;
     } else if (strcmp(a, "--timestamps") == 0) {
       o.timestamps = true;
     } else if (strcmp(a, "--allow-remote") == 0) {

@@ -81,6 +81,11 @@ typedef struct {
   const char *record_path;
   /* Validate requests like the real API. Default on. */
   bool validate;
+  /* Answer a request without an API key (x-api-key or Bearer) with the
+   * API's 401. Default off: like any local server, the mock serves
+   * clients that send no key (agentloop sends none to a non-public URL
+   * when none is set). */
+  bool require_api_key;
   /* Put the server's uv_hrtime() at send time on each event as an SSE
    * `id: <ns>` line. Default off; a scenario may also turn it on. */
   bool timestamps;
@@ -177,5 +182,12 @@ bool al_mockllm_validate_anthropic(const json_t *body, const json_t *headers,
                                    al_mockllm_verdict_t *v);
 bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
                                 al_mockllm_verdict_t *v);
+/* The same, with the key check optional (require_key false: a request with
+ * no key passes; a Bearer or x-api-key header is still not required). */
+bool al_mockllm_validate_anthropic_ex(const json_t *body,
+                                      const json_t *headers, bool require_key,
+                                      al_mockllm_verdict_t *v);
+bool al_mockllm_validate_openai_ex(const json_t *body, const json_t *headers,
+                                   bool require_key, al_mockllm_verdict_t *v);
 
 #endif

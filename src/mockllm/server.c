@@ -115,6 +115,7 @@ struct al_mockllm_s {
   size_t cursor;
   size_t playing;
   bool validate;
+  bool require_api_key;
   bool record;
   bool timestamps;
   size_t max_hdr;
@@ -1103,8 +1104,10 @@ static void dispatch(conn_t *c) {
     valid = false;
   } else if (m->validate) {
     valid = c->proto == AL_MOCKLLM_PROTO_OPENAI
-                ? al_mockllm_validate_openai(body, headers, &v)
-                : al_mockllm_validate_anthropic(body, headers, &v);
+                ? al_mockllm_validate_openai_ex(body, headers,
+                                                m->require_api_key, &v)
+                : al_mockllm_validate_anthropic_ex(body, headers,
+                                                   m->require_api_key, &v);
   }
   if (!valid) {
     m->stats.validation_failures++;
@@ -1686,6 +1689,7 @@ int al_mockllm_new(uv_loop_t *loop, const al_mockllm_options_t *o,
   al_list_init(&m->conns);
   m->scn = scn;
   m->validate = o->validate;
+  m->require_api_key = o->require_api_key;
   m->record = o->record;
   m->max_hdr = o->max_header_bytes ? o->max_header_bytes
                                    : AL__MOCK_MAX_HEADER_BYTES;

@@ -297,6 +297,17 @@ static bool ant_results(al_mockllm_verdict_t *v, const json_t *msgs, size_t n,
 
 bool al_mockllm_validate_anthropic(const json_t *body, const json_t *headers,
                                    al_mockllm_verdict_t *v) {
+  return al_mockllm_validate_anthropic_ex(body, headers, true, v);
+}
+
+bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
+                                al_mockllm_verdict_t *v) {
+  return al_mockllm_validate_openai_ex(body, headers, true, v);
+}
+
+bool al_mockllm_validate_anthropic_ex(const json_t *body,
+                                      const json_t *headers, bool require_key,
+                                      al_mockllm_verdict_t *v) {
   const json_t *msgs, *mt, *tools, *model;
   json_t *seen = NULL; /* tool_use ids seen so far: object id -> true */
   json_t *prev_ids = NULL;
@@ -305,7 +316,8 @@ bool al_mockllm_validate_anthropic(const json_t *body, const json_t *headers,
 
   vok(v);
   if (headers != NULL) {
-    if (hdr(headers, "x-api-key") == NULL && !has_bearer(headers)) {
+    if (require_key && hdr(headers, "x-api-key") == NULL &&
+        !has_bearer(headers)) {
       return vfail(v, 401, "authentication_error", NULL,
                    "x-api-key header is required");
     }
@@ -538,8 +550,8 @@ static bool oai_missing_results(al_mockllm_verdict_t *v, const json_t *pending,
                   ids);
 }
 
-bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
-                                al_mockllm_verdict_t *v) {
+bool al_mockllm_validate_openai_ex(const json_t *body, const json_t *headers,
+                                   bool require_key, al_mockllm_verdict_t *v) {
   const json_t *msgs, *model, *tools;
   json_t *pending = NULL; /* tool_call_id -> answered? (insertion order) */
   size_t n, nmsgs, last_asst = 0;
@@ -547,7 +559,7 @@ bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
   bool ok = false;
 
   vok(v);
-  if (headers != NULL && !has_bearer(headers)) {
+  if (headers != NULL && require_key && !has_bearer(headers)) {
     return vfail(v, 401, "invalid_request_error", NULL,
                  "You didn't provide an API key. You need to provide your API "
                  "key in an Authorization header using Bearer auth (i.e. "

@@ -27,6 +27,7 @@ typedef struct {
   uv_timer_t kill_timer;
   const char *stdin_text; /* piped to the child when not NULL */
   int kill_signal;        /* sent once the server has a request */
+  const char *child_cwd;  /* the child's working directory (NULL: ours) */
   char obuf[262144];
   size_t olen;
   char ebuf[65536];
@@ -119,6 +120,8 @@ static void finish(cli_t *c) {
   ASSERT_LOOP_CLOSES(&c->loop);
 }
 
+static bool mock_require_key; /* the mock's --require-api-key */
+
 static void start_mock(cli_t *c, const char *yaml) {
   al_mockllm_options_t mo;
   char err[256];
@@ -129,6 +132,7 @@ static void start_mock(cli_t *c, const char *yaml) {
   al_mockllm_options_init(&mo);
   mo.scenario_yaml = yaml;
   mo.record = true;
+  mo.require_api_key = mock_require_key;
   mo.err = err;
   mo.err_len = sizeof(err);
   ASSERT_EQ(al_mockllm_new(&c->loop, &mo, &c->mock), 0);
@@ -180,6 +184,7 @@ static void run_cli(cli_t *c, const char *const *args, char **env) {
   po.file = bin;
   po.args = argv;
   po.env = env;
+  po.cwd = c->child_cwd;
   po.stdio = stdio;
   po.stdio_count = 3;
   po.exit_cb = on_exit_cb;
@@ -691,7 +696,10 @@ TEST_IMPL(cli_run_api_error_exit_1) {
   json_decref(lines[0]);
   finish(&c);
 
+  /* A server that wants a key (as the API does) and gets none. */
+  mock_require_key = true;
   start_mock(&c, text_yaml);
+  mock_require_key = false;
   run_cli(&c, nokey, nokey_env);
   ASSERT_EQ(c.exit_status, 1);
   ASSERT_EQ(c.olen, 0);
@@ -1052,5 +1060,147 @@ TEST_IMPL(cli_run_models_file) {
   unlink(path);
   rmdir(sub);
   rmdir(w.dir);
+  return 0;
+}
+
+/* ---- first-minute failures (issue 12) ------------------------------------- */
+
+/* A relative --cwd (ws, ./ws, .) is the workspace, resolved against the
+ * process's directory (it was "cannot create the agent: invalid argument").
+ * The tool runs in it: read_file finds the file there. */
+TEST_IMPL(cli_run_relative_cwd) {
+  static const char *const rels[] = {"ws", "./ws", "."};
+  ws_t w;
+  char sub[128];
+  size_t k;
+
+  ws_make(&w);
+  snprintf(sub, sizeof(sub), "%s/ws", w.dir);
+  ASSERT_EQ(mkdir(sub, 0755), 0);
+  {
+    char p[160];
+    FILE *f;
+
+    snprintf(p, sizeof(p), "%s/a.txt", sub);
+    f = fopen(p, "w");
+    ASSERT_NOT_NULL(f);
+    fputs("inside ws\n", f);
+    ASSERT_EQ(fclose(f), 0);
+  }
+  ws_file(&w, "a.txt", "at the top\n");
+  for (k = 0; k < 3; k++) {
+    cli_t c;
+    const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                          "--cwd", rels[k], "--sandbox", "none", "-p", "go",
+                          NULL};
+    const al_mockllm_record_t *rec;
+    json_t *tr;
+    char buf[256];
+
+    start_mock(&c, "responses:\n"
+                   "  - reply:\n"
+                   "      content:\n"
+                   "        - tool_use: {id: t1, name: read_file, input: "
+                   "{path: a.txt}}\n"
+                   "  - reply: {content: [{text: read}]}\n");
+    c.child_cwd = k < 2 ? w.dir : sub;
+    run_cli(&c, args, clean_env);
+    if (c.exit_status != 0) {
+      AL_TEST_FAIL("--cwd %s: exit %d: %s", rels[k], (int)c.exit_status,
+                   c.ebuf);
+    }
+    rec = al_mockllm_record_get(c.mock, 1);
+    ASSERT_NOT_NULL(rec);
+    tr = find_tool_result(rec->body, "t1");
+    ASSERT_NOT_NULL(tr);
+    ASSERT_STR_EQ(content_text(json_object_get(tr, "content"), buf,
+                               sizeof(buf)),
+                  "inside ws\n");
+    finish(&c);
+  }
+  {
+    char p[160];
+
+    snprintf(p, sizeof(p), "%s/a.txt", sub);
+    ASSERT_EQ(unlink(p), 0);
+    ASSERT_EQ(rmdir(sub), 0);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
+/* README's offline example: a loopback base URL and no key set works (it
+ * was a 401); no key header is sent. */
+TEST_IMPL(cli_run_local_url_needs_no_key) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "-p", "hi", NULL};
+  const al_mockllm_record_t *rec;
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, nokey_env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_NOT_NULL(rec);
+  ASSERT(rec->valid);
+  ASSERT_NULL(json_object_get(rec->headers, "x-api-key"));
+  finish(&c);
+  return 0;
+}
+
+/* --allow-tool / --deny-tool naming no tool: exit 2 with the known names;
+ * nothing is sent. */
+TEST_IMPL(cli_run_unknown_tool_name_is_usage_error) {
+  cli_t c;
+  const char *deny[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--deny-tool", "bsh", "-p", "hi", NULL};
+  const char *allow[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                         "--deny-tool", "bash", "--allow-tool", "red_file",
+                         "-p", "hi", NULL};
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, deny, clean_env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "--deny-tool bsh: no tool has that name"));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "known: bash, read_file, write_file, "
+                                 "edit_file"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+  start_mock(&c, text_yaml);
+  run_cli(&c, allow, clean_env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "--allow-tool red_file: no tool has"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+  return 0;
+}
+
+/* A denied tool is not offered to the model. */
+TEST_IMPL(cli_run_denied_tool_not_offered) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--deny-tool", "bash", "--deny-tool", "write_file",
+                        "-p", "hi", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *t;
+  size_t i;
+  bool has_read = false;
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_NOT_NULL(rec);
+  json_array_foreach(json_object_get(rec->body, "tools"), i, t) {
+    const char *n = json_string_value(json_object_get(t, "name"));
+
+    ASSERT(strcmp(n, "bash") != 0);
+    ASSERT(strcmp(n, "write_file") != 0);
+    has_read = has_read || strcmp(n, "read_file") == 0;
+  }
+  ASSERT(has_read);
+  finish(&c);
   return 0;
 }

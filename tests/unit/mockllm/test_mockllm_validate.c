@@ -351,6 +351,7 @@ TEST_IMPL(mockllm_validate_over_http_and_record) {
   ASSERT_EQ(uv_loop_init(&loop), 0);
   al_mockllm_options_init(&o);
   o.record = true;
+  o.require_api_key = true; /* the 401 below */
   o.record_path = path;
   o.scenario_yaml = "responses:\n  - reply: {content: [{text: fine}]}\n";
   o.err = err;
