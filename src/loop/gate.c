@@ -248,6 +248,11 @@ static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
   int rc;
 
   call->impl = t->inner;
+  if (!in_gate) {
+    /* The tool starts now: the wait for the user's answer is not part of
+     * its duration (tool_use_completed.duration_ms). */
+    call->started_ns = al_now_ns();
+  }
   rc = t->inner->start(call);
   if (rc != 0) {
     if (in_gate) {

@@ -1093,6 +1093,7 @@ typedef struct {
   int answered;
   char req[4][64];
   int rc[4];
+  uint64_t delay_ms; /* how long the user takes to answer (default 0) */
 } approver_t;
 
 static void approver_fire(uv_timer_t *t) {
@@ -1119,7 +1120,7 @@ static void approver_on_event(approver_t *ap, const al_event_t *ev,
   ASSERT(ap->asked < 4);
   snprintf(ap->req[ap->asked], sizeof(ap->req[0]), "%s", jstr(j, "request"));
   ap->asked++;
-  uv_timer_start(&ap->timer, approver_fire, 0, 0);
+  uv_timer_start(&ap->timer, approver_fire, ap->delay_ms, 0);
 }
 
 static void approver_hook(fx_t *f, const al_event_t *ev, const json_t *j) {
@@ -1984,5 +1985,46 @@ TEST_IMPL(agent_exec_matrix_cancel_in_every_event) {
     fx_finish(&f);
     ASSERT_EQ(tt.completes, tt.runs);
   }
+  return 0;
+}
+
+/* The time the user takes to answer an approval is not the tool's
+ * duration (issue 12): the answer comes 300 ms after the question, the
+ * tool itself takes 1 ms. */
+TEST_IMPL(agent_exec_approval_wait_not_in_duration) {
+  fx_t f;
+  tt_t tt;
+  approver_t ap;
+  const json_t *done;
+  const json_t *asked;
+  const json_t *answered;
+  json_int_t waited_ms;
+
+  fx_init(&f, deploy_twice);
+  f.opts.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  fx_start(&f);
+  tt_init(&tt, &f);
+  tt_add(&f, "deploy", false, AL_TOOL_ADMIN, &tt);
+  approver_init(&ap, &f);
+  ap.delay_ms = 300;
+  ap.decisions[0] = AL_APPROVE_ALLOW;
+  ap.decisions[1] = AL_APPROVE_ALLOW;
+  fx_run(&f, "deploy twice");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  asked = fx_event(&f, fx_find(&f, "approval_required", "d1", 0));
+  answered = fx_event(&f, fx_find(&f, "approval_response", "d1", 0));
+  done = fx_event(&f, fx_find(&f, "tool_use_completed", "d1", 0));
+  ASSERT_NOT_NULL(asked);
+  ASSERT_NOT_NULL(answered);
+  ASSERT_NOT_NULL(done);
+  waited_ms = (json_integer_value(json_object_get(answered, "ts_ns")) -
+               json_integer_value(json_object_get(asked, "ts_ns"))) /
+              1000000;
+  ASSERT(waited_ms >= 300);
+  /* Counted from the answer: far less than the wait. */
+  ASSERT(json_integer_value(json_object_get(done, "duration_ms")) <
+         waited_ms);
+  uv_close((uv_handle_t *)&ap.timer, NULL);
+  fx_finish(&f);
   return 0;
 }
