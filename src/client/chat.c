@@ -74,6 +74,7 @@ typedef struct chat_s {
   state_t state;
   bool tty;
   bool json;               /* sessions --json */
+  char here[PATH_MAX];     /* sessions --here: this directory ("" = all) */
   bool show_thinking;      /* --no-thinking hides it */
   json_t *ask_tools;       /* --ask-tool NAME...: calls that ask first */
   bool color;
@@ -243,13 +244,70 @@ static void fmt_age(uint64_t ms_then, char *buf, size_t n) {
   }
 }
 
+/* sessions --here: drops the sessions of other directories. */
+static void sessions_filter(chat_t *c, json_t *result) {
+  json_t *list = json_object_get(result, "sessions");
+  size_t i = 0;
+
+  if (c->here[0] == '\0') {
+    return;
+  }
+  while (i < json_array_size(list)) {
+    const char *cwd =
+        json_string_value(json_object_get(json_array_get(list, i), "cwd"));
+
+    if (cwd == NULL || strcmp(cwd, c->here) != 0) {
+      json_array_remove(list, i);
+    } else {
+      i++;
+    }
+  }
+}
+
+/* A directory for a column: "~" for $HOME, cut from the left to n-1 bytes
+ * ("…" then the end, which names the project). */
+static void fmt_dir(char *buf, size_t n, const char *dir) {
+  const char *home = getenv("HOME");
+  char tmp[PATH_MAX + 2];
+  size_t hl = home != NULL ? strlen(home) : 0;
+  size_t l;
+
+  if (dir == NULL) {
+    snprintf(buf, n, "?");
+    return;
+  }
+  if (hl > 1 && strncmp(dir, home, hl) == 0 &&
+      (dir[hl] == '/' || dir[hl] == '\0')) {
+    snprintf(tmp, sizeof(tmp), "~%s", dir + hl);
+  } else {
+    snprintf(tmp, sizeof(tmp), "%s", dir);
+  }
+  l = strlen(tmp);
+  if (l < n) {
+    clean_line(buf, n, tmp);
+    return;
+  }
+  /* Keep the tail; start on a character boundary. */
+  {
+    const char *t = tmp + l - (n - 4);
+
+    while (((unsigned char)*t & 0xC0) == 0x80) {
+      t++;
+    }
+    snprintf(tmp, sizeof(tmp), "\xe2\x80\xa6%s", t); /* … */
+  }
+  clean_line(buf, n, tmp);
+}
+
 static void print_sessions(chat_t *c, json_t *result) {
   json_t *list = json_object_get(result, "sessions");
   size_t i;
   json_t *s;
 
+  sessions_filter(c, result);
   if (json_array_size(list) == 0) {
-    say(c, AL_SGR_DIM, "no sessions yet");
+    say(c, AL_SGR_DIM, c->here[0] != '\0' ? "no sessions in this directory"
+                                          : "no sessions yet");
     return;
   }
   json_array_foreach(list, i, s) {
@@ -257,6 +315,7 @@ static void print_sessions(chat_t *c, json_t *result) {
     char title[64];
     char idc[64];
     char age[32];
+    char dir[40];
     bool current = id != NULL && strcmp(id, c->session) == 0;
     bool running = json_is_true(json_object_get(s, "running"));
 
@@ -265,12 +324,13 @@ static void print_sessions(chat_t *c, json_t *result) {
     clean_line(idc, sizeof(idc), id);
     fmt_age((uint64_t)json_integer_value(json_object_get(s, "updated_ms")),
             age, sizeof(age));
+    fmt_dir(dir, 32, json_string_value(json_object_get(s, "cwd")));
     if (c->mode == MODE_SESSIONS) {
-      printf("%-20s %-8s %s%s\n", idc, age, title[0] ? title : "(empty)",
-             running ? "  [running]" : "");
+      printf("%-20s %-8s %-31s %s%s\n", idc, age, dir,
+             title[0] ? title : "(empty)", running ? "  [running]" : "");
     } else {
-      say(c, NULL, "%s %-20s %-8s %s%s", current ? "*" : " ", idc, age,
-          title[0] ? title : "(empty)", running ? "  [running]" : "");
+      say(c, NULL, "%s %-20s %-8s %-31s %s%s", current ? "*" : " ", idc, age,
+          dir, title[0] ? title : "(empty)", running ? "  [running]" : "");
     }
   }
 }
@@ -862,7 +922,10 @@ static void on_list(al__conn_t *conn, json_t *result, json_t *error,
   if (error != NULL) {
     say(c, AL_SGR_RED, "sessions: %s", err_message(error));
   } else if (c->mode == MODE_SESSIONS && c->json) {
-    char *s = json_dumps(result, JSON_COMPACT);
+    char *s;
+
+    sessions_filter(c, result);
+    s = json_dumps(result, JSON_COMPACT);
 
     if (s != NULL) {
       puts(s);
@@ -1470,6 +1533,11 @@ static int parse_common(chat_t *c, int argc, char **argv, int first,
       json_array_append_new(c->ask_tools, json_string(argv[++i]));
     } else if (strcmp(argv[i], "--json") == 0 && c->mode == MODE_SESSIONS) {
       c->json = true;
+    } else if (strcmp(argv[i], "--here") == 0 && c->mode == MODE_SESSIONS) {
+      if (realpath(".", c->here) == NULL) {
+        fprintf(stderr, "agentloop: --here: %s\n", strerror(errno));
+        return 1;
+      }
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       chat_usage(stdout);
       return 0;

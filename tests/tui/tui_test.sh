@@ -560,6 +560,19 @@ EOF
   # The chat that typed it shows it once (its prompt line), not twice.
   [ "$(screen | grep -cxF "> a question both see")" = 1 ] ||
     fail "the sender shows its own question twice"
+  # `agentloop sessions` has a directory column; --here keeps this
+  # directory's sessions only (text and --json).
+  (cd "$W/work" && "$BIN/agentloop" sessions) | grep -F "$id" | grep -qF "$W/work" ||
+    fail "sessions shows no directory"
+  (cd "$W/work" && "$BIN/agentloop" sessions --here) | grep -qF "$id" ||
+    fail "sessions --here lacks this directory's session"
+  (cd "$W/work" && "$BIN/agentloop" sessions --here --json) | grep -qF "\"$id\"" ||
+    fail "sessions --here --json lacks it"
+  (cd "$W/home" && "$BIN/agentloop" sessions --here) | grep -qF "$id" &&
+    fail "sessions --here shows another directory's session"
+  (cd "$W/home" && "$BIN/agentloop" sessions --here --json) | grep -qF "\"$id\"" &&
+    fail "sessions --here --json shows another directory's session"
+  return 0
 }
 
 case_queue() {
