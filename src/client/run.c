@@ -34,6 +34,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -87,6 +88,9 @@ typedef struct run_s {
   char *result;
   char *session;
   al_agent_stats_t stats;
+  /* The transcript (NULL: not kept, e.g. no state directory). */
+  al__run_session_t *sess;
+  al_tx_header_t hdr;
 } run_t;
 
 static void usage(FILE *f) {
@@ -131,6 +135,11 @@ static void usage(FILE *f) {
       "      --idle-timeout-ms N   a stream silent this long is a stall\n"
       "                            (retried; default 30000)\n"
       "      --timeout SECS        whole run; on expiry cancel, exit 124\n"
+      "\n"
+      "sessions (kept in $XDG_STATE_HOME/agentloop/sessions, as the chat's):\n"
+      "      --continue            continue the latest session of this\n"
+      "                            workspace\n"
+      "      --resume ID           continue session ID\n"
       "\n"
       "tools:\n"
       "      --cwd DIR             workspace of the tools (default: .)\n"
@@ -392,6 +401,10 @@ static void end_run(run_t *r) {
     uv_close((uv_handle_t *)&r->timer, NULL);
   }
   al_agent_close(r->agent, on_agent_closed);
+  if (r->sess != NULL) {
+    /* The loop runs until the transcript is written and closed. */
+    al__run_session_close(r->sess);
+  }
 }
 
 static void set_result(run_t *r, al_slice_t s) {
@@ -404,6 +417,9 @@ static void on_event(const al_event_t *ev, void *data) {
 
   if (r->ended) {
     return;
+  }
+  if (r->sess != NULL) {
+    al__run_session_event(r->sess, ev);
   }
   if (r->format == FMT_NDJSON) {
     write_ndjson(r, ev);
@@ -623,6 +639,19 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     uv_run(&r->loop, UV_RUN_DEFAULT);
     return EXIT_USAGE;
   }
+  if (r->sess != NULL) {
+    char why[PATH_MAX + 256];
+
+    err = al__run_session_attach(r->sess, &r->loop, r->agent, &r->hdr, why,
+                                 sizeof(why));
+    if (err != 0) {
+      fail_usage("%s", why);
+      al__run_session_close(r->sess);
+      al_agent_close(r->agent, on_agent_closed);
+      uv_run(&r->loop, UV_RUN_DEFAULT);
+      return EXIT_FAIL;
+    }
+  }
   err = al_agent_subscribe(r->agent, on_event, r, &r->sub);
   if (err == 0) {
     uv_signal_init(&r->loop, &r->sigint);
@@ -648,6 +677,9 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
       uv_close((uv_handle_t *)&r->timer, NULL);
     }
     al_agent_close(r->agent, on_agent_closed);
+    if (r->sess != NULL) {
+      al__run_session_close(r->sess);
+    }
     uv_run(&r->loop, UV_RUN_DEFAULT);
     fail_usage("cannot start the run: %s", al_strerror(err));
     return EXIT_FAIL;
@@ -686,7 +718,7 @@ int al_cli_run(int argc, char **argv) {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_CONTINUE, O_RESUME
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -711,6 +743,8 @@ int al_cli_run(int argc, char **argv) {
       {"trust-project", no_argument, NULL, O_TRUST},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
+      {"continue", no_argument, NULL, O_CONTINUE},
+      {"resume", required_argument, NULL, O_RESUME},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
       {"verbose", no_argument, NULL, 'v'},
@@ -728,6 +762,12 @@ int al_cli_run(int argc, char **argv) {
   const char *system_text = NULL;
   const char *format = "text";
   const char *cwd = NULL;
+  const char *resume_id = NULL;
+  bool cont = false;
+  al__run_session_t sess;
+  bool sess_on = false;
+  char ws_real[PATH_MAX];
+  char sess_err[PATH_MAX + 256];
   const char *tools_dirs[MAX_TOOL_FLAGS + 1];
   size_t ntools_dirs = 0;
   al_sandbox_policy_t sandbox = AL_SANDBOX_AUTO;
@@ -782,6 +822,8 @@ int al_cli_run(int argc, char **argv) {
       tools_dirs[ntools_dirs++] = optarg;
       break;
     case O_TRUST: trust = true; break;
+    case O_CONTINUE: cont = true; break;
+    case O_RESUME: resume_id = optarg; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
         fail_usage("--sandbox: auto, required or none, not '%s'", optarg);
@@ -932,6 +974,36 @@ int al_cli_run(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
+  if (cont && resume_id != NULL) {
+    fail_usage("--continue and --resume ID: give one of them");
+    return EXIT_USAGE;
+  }
+  /* The session: kept in the state directory when there is one; resumed
+   * when asked (then it must exist). */
+  if (realpath(cwd != NULL ? cwd : ".", ws_real) == NULL) {
+    fail_usage("--cwd %s: %s", cwd != NULL ? cwd : ".", strerror(errno));
+    return EXIT_USAGE;
+  }
+  err = al__run_session_prepare(&sess, resume_id, cont, ws_real, sess_err,
+                                sizeof(sess_err));
+  if (err != 0 && (resume_id != NULL || cont)) {
+    al__run_session_free(&sess);
+    fail_usage("%s", sess_err);
+    return EXIT_USAGE;
+  }
+  sess_on = err == 0;
+  if (!sess_on) {
+    al__run_session_free(&sess);
+  }
+  if (sess_on && sess.resumed) {
+    /* The session's own settings, unless given again. */
+    if (model == NULL) {
+      model = al__run_session_model(&sess);
+    }
+    if (system_file == NULL && system_text == NULL) {
+      system_text = al__run_session_system(&sess);
+    }
+  }
 
   /* Inputs: read before the loop runs. */
   al_buf_init(&sysbuf, INPUT_MAX);
@@ -1034,9 +1106,22 @@ int al_cli_run(int argc, char **argv) {
 
   o.models = models;
   o.context_window = (int64_t)context_window;
+  if (sess_on) {
+    r->sess = &sess;
+    al__run_session_options(&sess, &o);
+    r->hdr.cwd = ws_real;
+    r->hdr.model = (char *)model;
+    r->hdr.provider = (char *)provider;
+    r->hdr.base_url = (char *)base_url;
+    r->hdr.system = (char *)system_text;
+    r->hdr.created_ms = (uint64_t)time(NULL) * 1000u;
+  }
 
   code = drive(r, &o, text.data);
   al_models_free(models);
+  if (sess_on) {
+    al__run_session_free(&sess);
+  }
 
   al_buf_free(&text);
   al_buf_free(&sysbuf);

@@ -42,4 +42,44 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev);
 /* Ends an open text line (before the caller writes to the same stream). */
 void al__cli_view_flush(al__cli_view_t *v);
 
+/* ---- headless sessions (run_session.c) ------------------------------------ */
+
+#include <limits.h>
+
+#include "agentloop/agent.h"
+#include "session/session.h"
+
+typedef struct al__run_session_s {
+  char id[64];
+  char path[PATH_MAX];
+  al_tx_t *tx;
+  al_tx_loaded_t loaded; /* a resumed session's transcript */
+  bool have_loaded;
+  bool resumed;
+  bool closing;
+  int err; /* the first write error (reported once) */
+} al__run_session_t;
+
+/* Before the loop: a new session, or (resume_id / cont) an existing one,
+ * loaded. 0, or an error with a one-line reason in err. */
+int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
+                            bool cont, const char *workspace, char *err,
+                            size_t errlen);
+/* A resumed session's model and system prompt (NULL: none / new). */
+const char *al__run_session_model(const al__run_session_t *rs);
+const char *al__run_session_system(const al__run_session_t *rs);
+/* Session id, numbering and commit hook into the agent's options. */
+void al__run_session_options(al__run_session_t *rs, al_agent_options_t *o);
+/* After al_agent_new: opens the writer, writes a new session's header
+ * (h), gives a resumed one's history to the agent. */
+int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
+                           al_agent_t *agent, const al_tx_header_t *h,
+                           char *err, size_t errlen);
+void al__run_session_event(al__run_session_t *rs, const al_event_t *ev);
+void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
+                            const char *message, size_t len, void *data);
+/* Flushes and closes the writer (asynchronously: run the loop). */
+void al__run_session_close(al__run_session_t *rs);
+void al__run_session_free(al__run_session_t *rs);
+
 #endif

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "session/session.h"
 #include "mockllm/mockllm.h"
 #include "test.h"
 
@@ -1202,5 +1203,156 @@ TEST_IMPL(cli_run_denied_tool_not_offered) {
   }
   ASSERT(has_read);
   finish(&c);
+  return 0;
+}
+
+/* ---- headless sessions (issue 12) ------------------------------------------ */
+
+/* The result line's session_id (json / stream-json output). */
+static void result_session(cli_t *c, char *id, size_t n) {
+  json_t *lines[64];
+  size_t k = json_lines(c, lines, 64);
+  size_t i;
+
+  ASSERT(k >= 1);
+  ASSERT_STR_EQ(jstr(lines[k - 1], "type"), "result");
+  snprintf(id, n, "%s", jstr(lines[k - 1], "session_id"));
+  for (i = 0; i < k; i++) {
+    json_decref(lines[i]);
+  }
+}
+
+/* The user texts of the messages of request i, joined with '|'. */
+static void request_user_texts(cli_t *c, size_t i, char *buf, size_t n) {
+  const al_mockllm_record_t *rec = al_mockllm_record_get(c->mock, i);
+  json_t *m;
+  size_t k;
+
+  ASSERT_NOT_NULL(rec);
+  buf[0] = '\0';
+  json_array_foreach(json_object_get(rec->body, "messages"), k, m) {
+    char t[256];
+
+    if (strcmp(jstr(m, "role"), "user") != 0) {
+      continue;
+    }
+    content_text(json_object_get(m, "content"), t, sizeof(t));
+    snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? "|" : "",
+             t);
+  }
+}
+
+TEST_IMPL(cli_run_session_resume_and_continue) {
+  ws_t w;
+  cli_t c;
+  char state[128];
+  char envs[3][200];
+  char *env[6];
+  char id[64];
+  char id2[64];
+  char texts[1024];
+  char path[512];
+  al_tx_loaded_t l;
+  const char *yaml = "on_exhausted: repeat_last\n"
+                     "responses:\n"
+                     "  - reply: {content: [{text: 'Seven.'}]}\n";
+  const char *first[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                         "--cwd", NULL, "--output-format", "json", "-p",
+                         "remember seven", NULL};
+  const char *resume[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                          "--cwd", NULL, "--output-format", "json",
+                          "--resume", NULL, "-p", "which number", NULL};
+  const char *cont[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "json",
+                        "--continue", "-p", "and again", NULL};
+
+  ws_make(&w);
+  snprintf(state, sizeof(state), "%s/state", w.dir);
+  snprintf(envs[0], sizeof(envs[0]), "XDG_STATE_HOME=%s", state);
+  snprintf(envs[1], sizeof(envs[1]), "HOME=%s", w.dir);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = envs[0];
+  env[3] = envs[1];
+  env[4] = NULL;
+  first[4] = resume[4] = cont[4] = w.dir;
+
+  /* --continue with no session yet: exit 2 naming the workspace. */
+  start_mock(&c, yaml);
+  run_cli(&c, cont, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "--continue: no session in"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+
+  start_mock(&c, yaml);
+  run_cli(&c, first, env);
+  ASSERT_EQ(c.exit_status, 0);
+  result_session(&c, id, sizeof(id));
+  ASSERT(strncmp(id, "s_", 2) == 0);
+  finish(&c);
+
+  /* --resume ID: the earlier exchange is sent again, same session id. */
+  resume[8] = id;
+  start_mock(&c, yaml);
+  run_cli(&c, resume, env);
+  ASSERT_EQ(c.exit_status, 0);
+  result_session(&c, id2, sizeof(id2));
+  ASSERT_STR_EQ(id2, id);
+  request_user_texts(&c, 0, texts, sizeof(texts));
+  ASSERT_STR_EQ(texts, "remember seven|which number");
+  finish(&c);
+
+  /* --continue: the latest session of this workspace. */
+  start_mock(&c, yaml);
+  run_cli(&c, cont, env);
+  ASSERT_EQ(c.exit_status, 0);
+  result_session(&c, id2, sizeof(id2));
+  ASSERT_STR_EQ(id2, id);
+  request_user_texts(&c, 0, texts, sizeof(texts));
+  ASSERT_STR_EQ(texts, "remember seven|which number|and again");
+  finish(&c);
+
+  /* An unknown id, a malformed one, and both flags: usage errors. */
+  resume[8] = "s_0000000000000000";
+  start_mock(&c, yaml);
+  run_cli(&c, resume, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "--resume: no session s_0000000000000000"));
+  finish(&c);
+  resume[8] = "../x";
+  start_mock(&c, yaml);
+  run_cli(&c, resume, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "is not a session id"));
+  finish(&c);
+
+  /* The transcript is the daemon's format: it loads with the same code,
+   * three runs, their user messages as events. */
+  snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT(l.has_header);
+  ASSERT_STR_EQ(l.header.cwd, w.dir);
+  ASSERT_EQ(l.last_run, 3);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(json_array_size(al__history_to_json(&l.history)), 6);
+  {
+    size_t i;
+    int users = 0;
+
+    for (i = 0; i < l.nevents; i++) {
+      users += strstr(l.events[i].line->data, "\"type\":\"user_message\"") !=
+               NULL;
+    }
+    ASSERT_EQ(users, 3);
+  }
+  al__tx_loaded_free(&l);
+  {
+    char cmd[600];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", state);
+    ASSERT_EQ(system(cmd), 0);
+  }
+  ws_remove(&w);
   return 0;
 }

@@ -1,0 +1,344 @@
+/* Headless sessions: `agentloop run` keeps its conversation in a
+ * transcript of the daemon's format (session/session.h), in the daemon's
+ * directory ($XDG_STATE_HOME/agentloop/sessions/ID.jsonl), so `run
+ * --resume ID`, `run --continue`, `agentloop resume ID` and the daemon's
+ * listings all see it.
+ *
+ * Before the loop runs (blocking I/O is fine there): the session is picked
+ * (a new id; --resume ID; --continue: the most recently written transcript
+ * whose header names this workspace) and, when resumed, loaded and
+ * replayed into a history. After the agent exists: the writer opens
+ * (uv_fs, off the loop thread), a new session's header is its first
+ * record, the history is handed to the agent, then every LoopEvent and
+ * history commit is appended as the daemon appends them. At the end the
+ * writer flushes and closes (the loop keeps running until it has). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "client/run_int.h"
+#include "client/tui.h"
+#include "events/events.h"
+#include "session/session.h"
+
+#define HEAD_BYTES (64 * 1024)
+#define TX_QUEUE_MAX (256u * 1024 * 1024)
+#define REPLAY_KEEP (1u) /* events are not replayed here: keep none */
+
+static bool valid_id(const char *id) {
+  size_t i;
+  size_t n = strlen(id);
+
+  if (n == 0 || n > 63) {
+    return false;
+  }
+  for (i = 0; i < n; i++) {
+    char ch = id[i];
+
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool sessions_dir(char *buf, size_t n) {
+  char dir[PATH_MAX];
+  int w;
+
+  if (!al__tui_state_dir(dir, sizeof(dir))) {
+    return false;
+  }
+  w = snprintf(buf, n, "%s/sessions", dir);
+  return w > 0 && (size_t)w < n;
+}
+
+/* The header of the transcript at path (its first HEAD_BYTES). */
+static bool read_head(const char *path, al_tx_header_t *h) {
+  char *buf = al_malloc(HEAD_BYTES);
+  int fd;
+  ssize_t n;
+  bool ok = false;
+  char *first = NULL;
+
+  if (buf == NULL) {
+    return false;
+  }
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    n = read(fd, buf, HEAD_BYTES);
+    if (n > 0) {
+      ok = al__tx_scan_head(buf, (size_t)n, h, &first);
+    }
+    close(fd);
+  }
+  al_free(first);
+  al_free(buf);
+  return ok;
+}
+
+/* --continue: the newest transcript (by modification time) whose header
+ * names workspace. */
+static bool find_latest(const char *dir, const char *workspace, char *id,
+                        size_t idlen) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  struct timespec best = {0, 0};
+  bool found = false;
+
+  if (d == NULL) {
+    return false;
+  }
+  while ((de = readdir(d)) != NULL) {
+    size_t nl = strlen(de->d_name);
+    char path[PATH_MAX];
+    struct stat st;
+    al_tx_header_t h;
+
+    if (nl < 7 || strcmp(de->d_name + nl - 6, ".jsonl") != 0 ||
+        nl - 6 >= idlen) {
+      continue;
+    }
+    if (snprintf(path, sizeof(path), "%.3800s/%.255s", dir, de->d_name) >=
+        (int)sizeof(path)) {
+      continue;
+    }
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+      continue;
+    }
+    if (found && (st.st_mtim.tv_sec < best.tv_sec ||
+                  (st.st_mtim.tv_sec == best.tv_sec &&
+                   st.st_mtim.tv_nsec <= best.tv_nsec))) {
+      continue;
+    }
+    memset(&h, 0, sizeof(h));
+    if (read_head(path, &h) && h.cwd != NULL &&
+        strcmp(h.cwd, workspace) == 0) {
+      memcpy(id, de->d_name, nl - 6);
+      id[nl - 6] = '\0';
+      best = st.st_mtim;
+      found = true;
+    }
+    al__tx_header_free(&h);
+  }
+  closedir(d);
+  return found;
+}
+
+static bool new_id(char *out, size_t len) {
+  unsigned char r[8];
+  size_t i;
+
+  if (uv_random(NULL, NULL, r, sizeof(r), 0, NULL) != 0 || len < 19) {
+    return false;
+  }
+  snprintf(out, len, "s_");
+  for (i = 0; i < sizeof(r); i++) {
+    snprintf(out + 2 + 2 * i, len - 2 - 2 * i, "%02x", r[i]);
+  }
+  return true;
+}
+
+int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
+                            bool cont, const char *workspace, char *err,
+                            size_t errlen) {
+  char dir[PATH_MAX];
+  int rc;
+
+  memset(rs, 0, sizeof(*rs));
+  if (!sessions_dir(dir, sizeof(dir))) {
+    snprintf(err, errlen, "no state directory (set HOME or XDG_STATE_HOME)");
+    return AL_EINVAL;
+  }
+  rc = al__tui_mkdirs(dir);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot create %s: %s", dir, al_strerror(rc));
+    return rc;
+  }
+  if (resume_id != NULL) {
+    if (!valid_id(resume_id)) {
+      snprintf(err, errlen, "--resume: '%s' is not a session id", resume_id);
+      return AL_EINVAL;
+    }
+    snprintf(rs->id, sizeof(rs->id), "%s", resume_id);
+  } else if (cont) {
+    if (!find_latest(dir, workspace, rs->id, sizeof(rs->id))) {
+      snprintf(err, errlen,
+               "--continue: no session in %s yet (start one without "
+               "--continue)",
+               workspace);
+      return AL_ENOTFOUND;
+    }
+  } else if (!new_id(rs->id, sizeof(rs->id))) {
+    snprintf(err, errlen, "cannot make a session id");
+    return UV_EIO;
+  }
+  if (snprintf(rs->path, sizeof(rs->path), "%.3900s/%.63s.jsonl", dir,
+               rs->id) >= (int)sizeof(rs->path)) {
+    snprintf(err, errlen, "the state directory's path is too long");
+    return AL_EINVAL;
+  }
+  if (resume_id == NULL && !cont) {
+    return 0;
+  }
+  rc = al__tx_load(rs->path, true, REPLAY_KEEP, &rs->loaded);
+  rs->have_loaded = true;
+  if (rc == UV_ENOENT) {
+    snprintf(err, errlen, "--resume: no session %s (%s)", rs->id, rs->path);
+    return AL_ENOTFOUND;
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot load %s: %s", rs->path, al_strerror(rc));
+    return rc;
+  }
+  if (!rs->loaded.has_header) {
+    snprintf(err, errlen, "%s has no session header", rs->path);
+    return AL_EINVAL;
+  }
+  rs->resumed = true;
+  return 0;
+}
+
+const char *al__run_session_model(const al__run_session_t *rs) {
+  return rs->resumed ? rs->loaded.header.model : NULL;
+}
+
+const char *al__run_session_system(const al__run_session_t *rs) {
+  return rs->resumed ? rs->loaded.header.system : NULL;
+}
+
+void al__run_session_options(al__run_session_t *rs, al_agent_options_t *o) {
+  o->session_id = rs->id;
+  o->on_commit = al__run_session_commit;
+  o->commit_data = rs;
+  if (rs->resumed) {
+    /* The numbering goes on where the transcript stopped. */
+    o->first_seq = rs->loaded.last_seq + 1;
+    o->first_run = rs->loaded.last_run + 1;
+  }
+}
+
+static void put(al__run_session_t *rs, al_blob_t *b, bool sync) {
+  int rc;
+
+  if (rs->tx == NULL || b == NULL) {
+    return;
+  }
+  rc = al__tx_append(rs->tx, b, sync);
+  if (rc != 0 && rs->err == 0) {
+    rs->err = rc;
+    fprintf(stderr, "agentloop: the session transcript %s cannot be "
+                    "written: %s\n", rs->path, al_strerror(rc));
+  }
+}
+
+int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
+                           al_agent_t *agent, const al_tx_header_t *h,
+                           char *err, size_t errlen) {
+  int rc = al__tx_open(loop, rs->path, TX_QUEUE_MAX, &rs->tx);
+
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot open %s: %s", rs->path, al_strerror(rc));
+    return rc;
+  }
+  if (!rs->resumed) {
+    al_blob_t *b = al__tx_header_record(rs->id, h);
+
+    put(rs, b, true);
+    if (b != NULL) {
+      al__blob_unref(b);
+    }
+    return 0;
+  }
+  {
+    const json_t *msgs = al__history_to_json(&rs->loaded.history);
+    json_t *hist = json_pack("{s:O}", "messages",
+                             msgs != NULL ? (json_t *)msgs : json_array());
+    char *txt = hist != NULL ? json_dumps(hist, JSON_COMPACT) : NULL;
+
+    json_decref(hist);
+    rc = txt != NULL ? al_agent_load_history_json(agent, txt, strlen(txt))
+                     : AL_ENOMEM;
+    free(txt);
+    if (rc != 0) {
+      snprintf(err, errlen, "the history of %s is not valid: %s", rs->path,
+               al_strerror(rc));
+      return rc;
+    }
+  }
+  if (rs->loaded.synthetic != NULL) {
+    /* A tool turn the last process left open was closed on load: the
+     * transcript records the results that closed it. */
+    json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",
+                            rs->loaded.synthetic);
+    al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+
+    json_decref(rec);
+    put(rs, b, true);
+    if (b != NULL) {
+      al__blob_unref(b);
+    }
+  }
+  return 0;
+}
+
+void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
+  al_buf_t line;
+  al_blob_t *b;
+
+  if (rs->tx == NULL) {
+    return;
+  }
+  al_buf_init(&line, 64u * 1024 * 1024);
+  if (al__events_encode_line(ev, &line) == 0) {
+    b = al__blob_new(line.data, line.len);
+    put(rs, b, false);
+    if (b != NULL) {
+      al__blob_unref(b);
+    }
+  }
+  al_buf_free(&line);
+}
+
+void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
+                            const char *message, size_t len, void *data) {
+  static const char *const kinds[] = {"user", "assistant", "tool_results"};
+  al__run_session_t *rs = data;
+  al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
+
+  (void)agent;
+  put(rs, b, true);
+  if (b != NULL) {
+    al__blob_unref(b);
+  }
+}
+
+static void on_tx_closed(al_tx_t *tx, void *data) {
+  al__run_session_t *rs = data;
+
+  (void)tx;
+  rs->tx = NULL;
+}
+
+void al__run_session_close(al__run_session_t *rs) {
+  if (rs->tx != NULL && !rs->closing) {
+    rs->closing = true;
+    al__tx_close(rs->tx, on_tx_closed, rs);
+  }
+}
+
+void al__run_session_free(al__run_session_t *rs) {
+  if (rs->have_loaded) {
+    al__tx_loaded_free(&rs->loaded);
+    rs->have_loaded = false;
+  }
+}
