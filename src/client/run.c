@@ -56,7 +56,7 @@ enum {
   EXIT_SIGTERM = 143
 };
 
-typedef enum { FMT_TEXT, FMT_JSON, FMT_NDJSON } run_format_t;
+typedef enum { FMT_TEXT, FMT_JSON, FMT_NDJSON, FMT_STREAM } run_format_t;
 
 /* Piped stdin and --system FILE are capped (the API's own body limit). */
 #define INPUT_MAX (32u << 20)
@@ -91,6 +91,10 @@ typedef struct run_s {
   /* The transcript (NULL: not kept, e.g. no state directory). */
   al__run_session_t *sess;
   al_tx_header_t hdr;
+  al__stream_json_t sj; /* FMT_STREAM */
+  /* The run's cost from the catalogue's prices (has_cost: known). */
+  bool has_cost;
+  double cost_usd;
 } run_t;
 
 static void usage(FILE *f) {
@@ -98,13 +102,18 @@ static void usage(FILE *f) {
       "usage: agentloop run -p PROMPT [options]\n"
       "\n"
       "Runs the agent once, headless: the model may call the builtin tools\n"
-      "(bash, read_file, write_file, list_directory, done) in --cwd until it\n"
+      "(bash, read_file, edit_file, write_file, grep, glob, list_directory,\n"
+      "done) in --cwd until it\n"
       "answers. Piped stdin is appended to the prompt after a blank line.\n"
       "\n"
       "  -p, --prompt TEXT         the user message\n"
       "      --output-format F     text (default: the final answer), json\n"
-      "                            (one result object) or ndjson (every\n"
-      "                            event, then the result)\n"
+      "                            (one result object), ndjson (every\n"
+      "                            event, then the result) or stream-json\n"
+      "                            (Claude Code's lines: system, assistant,\n"
+      "                            user, result)\n"
+      "      --include-partial-messages  stream-json: stream_event lines\n"
+      "                            with the deltas too\n"
       "  -v, --verbose             live log on stderr: turns, streamed text,\n"
       "                            tools, retries (default in text mode when\n"
       "                            stderr is a terminal)\n"
@@ -352,6 +361,9 @@ static void print_result(const run_t *r) {
       u, "cache_creation_input_tokens",
       json_integer((json_int_t)r->stats.cache_creation_input_tokens));
   json_object_set_new(o, "usage", u);
+  if (r->has_cost) {
+    json_object_set_new(o, "total_cost_usd", json_real(r->cost_usd));
+  }
   s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   if (s != NULL) {
     fputs(s, stdout);
@@ -388,6 +400,20 @@ static void end_run(run_t *r) {
 
   r->ended = true;
   al_agent_stats(r->agent, &r->stats);
+  {
+    /* USD from the models catalogue's prices (per million tokens). */
+    al_model_info_t mi;
+
+    al_agent_model_info(r->agent, &mi);
+    r->has_cost = mi.has_prices;
+    r->cost_usd =
+        ((double)r->stats.input_tokens * mi.prices.input +
+         (double)r->stats.output_tokens * mi.prices.output +
+         (double)r->stats.cache_read_input_tokens * mi.prices.cache_read +
+         (double)r->stats.cache_creation_input_tokens *
+             mi.prices.cache_write) /
+        1e6;
+  }
   sid = al_agent_session(r->agent);
   r->session = sid != NULL ? al_strdup(sid) : NULL;
   if (r->sub != NULL) {
@@ -423,6 +449,8 @@ static void on_event(const al_event_t *ev, void *data) {
   }
   if (r->format == FMT_NDJSON) {
     write_ndjson(r, ev);
+  } else if (r->format == FMT_STREAM) {
+    al__stream_json_event(&r->sj, ev);
   }
   if (r->verbose) {
     al__cli_view_event(&r->view, ev);
@@ -700,6 +728,7 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     break;
   case FMT_JSON:
   case FMT_NDJSON:
+  case FMT_STREAM:
     print_result(r);
     break;
   }
@@ -718,7 +747,8 @@ int al_cli_run(int argc, char **argv) {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_CONTINUE, O_RESUME
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_CONTINUE, O_RESUME,
+    O_PARTIAL
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -744,6 +774,7 @@ int al_cli_run(int argc, char **argv) {
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
       {"continue", no_argument, NULL, O_CONTINUE},
+      {"include-partial-messages", no_argument, NULL, O_PARTIAL},
       {"resume", required_argument, NULL, O_RESUME},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
@@ -764,6 +795,7 @@ int al_cli_run(int argc, char **argv) {
   const char *cwd = NULL;
   const char *resume_id = NULL;
   bool cont = false;
+  bool partial = false;
   al__run_session_t sess;
   bool sess_on = false;
   char ws_real[PATH_MAX];
@@ -823,6 +855,7 @@ int al_cli_run(int argc, char **argv) {
       break;
     case O_TRUST: trust = true; break;
     case O_CONTINUE: cont = true; break;
+    case O_PARTIAL: partial = true; break;
     case O_RESUME: resume_id = optarg; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
@@ -928,8 +961,14 @@ int al_cli_run(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0 &&
-      strcmp(format, "ndjson") != 0) {
-    fail_usage("--output-format: text, json or ndjson, not '%s'", format);
+      strcmp(format, "ndjson") != 0 && strcmp(format, "stream-json") != 0) {
+    fail_usage("--output-format: text, json, ndjson or stream-json, not '%s'",
+               format);
+    return EXIT_USAGE;
+  }
+  if (partial && strcmp(format, "stream-json") != 0) {
+    fail_usage("--include-partial-messages needs --output-format "
+               "stream-json");
     return EXIT_USAGE;
   }
   if (strcmp(color, "auto") != 0 && strcmp(color, "always") != 0 &&
@@ -1065,9 +1104,11 @@ int al_cli_run(int argc, char **argv) {
     al_buf_free(&sysbuf);
     return EXIT_FAIL;
   }
-  r->format = strcmp(format, "json") == 0     ? FMT_JSON
-              : strcmp(format, "ndjson") == 0 ? FMT_NDJSON
-                                              : FMT_TEXT;
+  r->format = strcmp(format, "json") == 0          ? FMT_JSON
+              : strcmp(format, "ndjson") == 0      ? FMT_NDJSON
+              : strcmp(format, "stream-json") == 0 ? FMT_STREAM
+                                                   : FMT_TEXT;
+  al__stream_json_init(&r->sj, stdout, partial);
   r->verbose = verbose == 1 ||
                (verbose == -1 && r->format == FMT_TEXT &&
                 isatty(STDERR_FILENO));
@@ -1128,6 +1169,7 @@ int al_cli_run(int argc, char **argv) {
   al_buf_free(&r->line);
   al_free(r->result);
   al_free(r->session);
+  al__stream_json_free(&r->sj);
   uv_loop_close(&r->loop);
   al_free(r);
   return code;

@@ -42,6 +42,23 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev);
 /* Ends an open text line (before the caller writes to the same stream). */
 void al__cli_view_flush(al__cli_view_t *v);
 
+/* ---- --output-format stream-json (run_stream.c) ---------------------------- */
+
+#include <jansson.h>
+
+typedef struct al__stream_json_s {
+  FILE *out;
+  bool partial;     /* --include-partial-messages: stream_event lines */
+  char *model;      /* of the run, for assistant lines */
+  json_t *results;  /* call_id -> {content}: results of the open turn */
+  json_t *started;  /* block index -> true: content_block_start sent */
+} al__stream_json_t;
+
+void al__stream_json_init(al__stream_json_t *sj, FILE *out, bool partial);
+/* Writes the lines (if any) that ev makes. */
+void al__stream_json_event(al__stream_json_t *sj, const al_event_t *ev);
+void al__stream_json_free(al__stream_json_t *sj);
+
 /* ---- headless sessions (run_session.c) ------------------------------------ */
 
 #include <limits.h>

@@ -8,6 +8,7 @@
  * Nothing sleeps: signals are sent from a short repeating timer once the
  * server's stats show the request arrived; --timeout runs against a stream
  * that stalls after its headers. */
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1352,6 +1353,120 @@ TEST_IMPL(cli_run_session_resume_and_continue) {
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", state);
     ASSERT_EQ(system(cmd), 0);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
+/* --output-format stream-json: Claude Code's line shapes, with
+ * --include-partial-messages the stream_event lines too; the result has
+ * the cost from the catalogue's prices. */
+TEST_IMPL(cli_run_stream_json) {
+  ws_t w;
+  int partial;
+  const char *yaml =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - text: 'Let me look.'\n"
+      "        - tool_use: {id: t1, name: read_file, input: {path: a.txt},"
+      " pieces: 2}\n"
+      "  - reply:\n"
+      "      content: [{text: 'It says hi.', chunk_size: 4}]\n"
+      "      usage: {input_tokens: 1000, output_tokens: 100}\n";
+
+  ws_make(&w);
+  ws_file(&w, "a.txt", "hi\n");
+  for (partial = 0; partial < 2; partial++) {
+    cli_t c;
+    const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                          "--model", "claude-sonnet-4-5", "--cwd", w.dir,
+                          "--sandbox", "none", "--output-format",
+                          "stream-json", "-p", "read a",
+                          partial ? "--include-partial-messages" : NULL,
+                          NULL};
+    json_t *lines[128];
+    size_t n;
+    size_t i;
+    int assistants = 0;
+    int users = 0;
+    int streams = 0;
+    char deltas[256] = "";
+    json_t *res;
+    json_t *u;
+    double want;
+
+    start_mock(&c, yaml);
+    run_cli(&c, args, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    n = json_lines(&c, lines, 128);
+    ASSERT(n >= 5);
+    ASSERT_STR_EQ(jstr(lines[0], "type"), "system");
+    ASSERT_STR_EQ(jstr(lines[0], "subtype"), "init");
+    ASSERT_STR_EQ(jstr(lines[0], "model"), "claude-sonnet-4-5");
+    ASSERT_STR_EQ(jstr(lines[0], "cwd"), w.dir);
+    ASSERT(json_array_size(json_object_get(lines[0], "tools")) >= 8);
+    for (i = 0; i < n; i++) {
+      const char *t = jstr(lines[i], "type");
+      json_t *m = json_object_get(lines[i], "message");
+
+      ASSERT_NOT_NULL(t);
+      ASSERT_STR_EQ(jstr(lines[i], "session_id"), jstr(lines[0], "session_id"));
+      if (strcmp(t, "assistant") == 0) {
+        json_t *b = json_array_get(json_object_get(m, "content"), 0);
+
+        ASSERT_STR_EQ(jstr(m, "role"), "assistant");
+        if (assistants == 1) {
+          ASSERT_STR_EQ(jstr(b, "type"), "tool_use");
+          ASSERT_STR_EQ(jstr(b, "name"), "read_file");
+          ASSERT_STR_EQ(jstr(json_object_get(b, "input"), "path"), "a.txt");
+        }
+        assistants++;
+      } else if (strcmp(t, "user") == 0) {
+        json_t *b = json_array_get(json_object_get(m, "content"), 0);
+
+        ASSERT_STR_EQ(jstr(b, "type"), "tool_result");
+        ASSERT_STR_EQ(jstr(b, "tool_use_id"), "t1");
+        ASSERT_STR_EQ(jstr(b, "content"), "hi\n");
+        ASSERT(json_is_false(json_object_get(b, "is_error")));
+        users++;
+      } else if (strcmp(t, "stream_event") == 0) {
+        json_t *e = json_object_get(lines[i], "event");
+        json_t *d = json_object_get(e, "delta");
+
+        streams++;
+        if (d != NULL && strcmp(jstr(d, "type"), "text_delta") == 0) {
+          snprintf(deltas + strlen(deltas), sizeof(deltas) - strlen(deltas),
+                   "%s", jstr(d, "text"));
+        }
+      }
+    }
+    ASSERT_EQ(assistants, 3);
+    ASSERT_EQ(users, 1);
+    if (partial) {
+      ASSERT(streams > 6);
+      ASSERT_STR_EQ(deltas, "Let me look.It says hi.");
+    } else {
+      ASSERT_EQ(streams, 0);
+    }
+    res = lines[n - 1];
+    ASSERT_STR_EQ(jstr(res, "type"), "result");
+    ASSERT_STR_EQ(jstr(res, "subtype"), "success");
+    ASSERT_STR_EQ(jstr(res, "result"), "It says hi.");
+    ASSERT_EQ(jint(res, "num_turns"), 2);
+    ASSERT_NOT_NULL(json_object_get(res, "duration_ms"));
+    u = json_object_get(res, "usage");
+    /* claude-sonnet-4-5: $3 in, $15 out per million tokens. */
+    want = ((double)jint(u, "input_tokens") * 3 +
+            (double)jint(u, "output_tokens") * 15) / 1e6;
+    ASSERT(jint(u, "input_tokens") >= 1000);
+    ASSERT(json_is_real(json_object_get(res, "total_cost_usd")));
+    ASSERT(fabs(json_real_value(json_object_get(res, "total_cost_usd")) -
+                want) < 1e-9);
+    for (i = 0; i < n; i++) {
+      json_decref(lines[i]);
+    }
+    finish(&c);
   }
   ws_remove(&w);
   return 0;
