@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "loop/agent_priv.h"
+#include "loop/permrule.h"
 #include "sandbox/sandbox.h"
 #include "tools/bash.h"
 #include "tools/clitool.h"
@@ -155,17 +156,6 @@ static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) 
 
 /* ---- permissions ------------------------------------------------------------- */
 
-static bool listed(char *const *list, const char *name) {
-  size_t i;
-
-  for (i = 0; list != NULL && list[i] != NULL; i++) {
-    if (strcmp(list[i], name) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
 static const char *category_name(al_tool_category_t c) {
   switch (c) {
   case AL_TOOL_READ: return "read";
@@ -180,7 +170,8 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   al_permission_t p;
   char *input;
 
-  if (listed(a->deny_tools, t->name)) {
+  /* Rules may carry argument patterns: bash(git status*) (permrule.h). */
+  if (al__perm_rules_match(a->deny_tools, t->name, call->input, false)) {
     *why = "it is on the deny list";
     return AL_PERMISSION_DENY;
   }
@@ -196,7 +187,8 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
       return AL_PERMISSION_DENY;
     }
   }
-  if (t->always || listed(a->allow_tools, t->name)) {
+  if (t->always ||
+      al__perm_rules_match(a->allow_tools, t->name, call->input, true)) {
     return AL_PERMISSION_ALLOW;
   }
   if (a->permission != NULL) {
