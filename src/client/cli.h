@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "agentloop/sandbox.h"
+#include "common/common.h"
 
 #include "provider/provider.h"
 
@@ -32,5 +33,12 @@ int al_cli_config(int argc, char **argv);
 struct al_config_s;
 int al__cli_config_load(struct al_config_s *cfg, const char *cwd, bool trust,
                         const char *who);
+
+/* The system prompt of a session started here (prompt_cli.c,
+ * config/sysprompt.h): notices about cut files go to stderr as "who: ...".
+ * 0 or AL_ENOMEM. */
+int al__cli_system_prompt(const struct al_config_s *cfg, const char *cwd,
+                          al_sandbox_policy_t policy, const char *extra,
+                          al_buf_t *out, const char *who);
 
 #endif

@@ -143,6 +143,9 @@ static void usage(FILE *f) {
       "                            user's $XDG_CONFIG_HOME/agentloop/tools.d\n"
       "                            always loads; the project's tools.d only\n"
       "                            when trusted\n"
+      "      --print-system-prompt print the assembled system prompt (base,\n"
+      "                            AGENTS.md/CLAUDE.md, configured text,\n"
+      "                            --system) and exit; nothing is sent\n"
       "      --trust-project       load the workspace's tools.d (code from\n"
       "                            the repository) for this run\n"
       "      --sandbox MODE        auto (default): bwrap, else degraded,\n"
@@ -730,7 +733,7 @@ int al_cli_run(int argc, char **argv) {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -753,6 +756,7 @@ int al_cli_run(int argc, char **argv) {
       {"tools-dir", required_argument, NULL, O_TOOLS_DIR},
       {"sandbox", required_argument, NULL, O_SANDBOX},
       {"trust-project", no_argument, NULL, O_TRUST},
+      {"print-system-prompt", no_argument, NULL, O_PRINT_PROMPT},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
       {"color", required_argument, NULL, O_COLOR},
@@ -777,6 +781,8 @@ int al_cli_run(int argc, char **argv) {
   size_t ntools_dirs = 0;
   al_sandbox_policy_t sandbox = AL_SANDBOX_AUTO;
   bool sandbox_set = false;
+  bool print_prompt = false;
+  al_buf_t sysprompt;
   al_config_t cfg;
   const char **all_allow = NULL;
   const char **all_deny = NULL;
@@ -834,6 +840,7 @@ int al_cli_run(int argc, char **argv) {
       tools_dirs[ntools_dirs++] = optarg;
       break;
     case O_TRUST: trust = true; break;
+    case O_PRINT_PROMPT: print_prompt = true; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
         fail_usage("--sandbox: auto, required or none, not '%s'", optarg);
@@ -930,6 +937,7 @@ int al_cli_run(int argc, char **argv) {
   allow[nallow] = NULL;
   deny[ndeny] = NULL;
 
+  al_buf_init(&sysprompt, 4 * INPUT_MAX);
   /* Configuration (docs/config.md), checked before anything is read or
    * sent: the files and the environment, then the flags over them. */
   if ((code = run_config(&cfg, cwd, trust, provider, model, base_url,
@@ -986,7 +994,7 @@ int al_cli_run(int argc, char **argv) {
     api_key = al_config_api_key(&cfg, env_get, &key_var);
   }
   public_url = is_public_endpoint(base_url);
-  if (api_key == NULL && public_url) {
+  if (api_key == NULL && public_url && !print_prompt) {
     fail_usage("no API key for %s: set %s or pass --api-key",
                base_url != NULL ? base_url : "the public endpoint", key_var);
     code = EXIT_USAGE;
@@ -1018,6 +1026,22 @@ int al_cli_run(int argc, char **argv) {
       goto done;
     }
     system_text = sysbuf.data != NULL ? sysbuf.data : "";
+  }
+  /* The system prompt (docs/config.md): base, instruction files, the
+   * configured text, then --system / --system-text. */
+  if (al__cli_system_prompt(&cfg, cwd, sandbox, system_text, &sysprompt,
+                            "agentloop") != 0) {
+    fail_usage("out of memory building the system prompt");
+    al_buf_free(&sysbuf);
+    code = EXIT_FAIL;
+    goto done;
+  }
+  system_text = sysprompt.data;
+  if (print_prompt) {
+    fputs(sysprompt.data, stdout);
+    al_buf_free(&sysbuf);
+    code = EXIT_OK;
+    goto done;
   }
   al_buf_init(&piped, INPUT_MAX);
   err = read_piped_stdin(&piped);
@@ -1150,6 +1174,7 @@ int al_cli_run(int argc, char **argv) {
   uv_loop_close(&r->loop);
   al_free(r);
 done:
+  al_buf_free(&sysprompt);
   al_free(cfg_tools);
   al_free(cfg_denied);
   al_free(cfg_writable);

@@ -931,7 +931,7 @@ TEST_IMPL(cli_run_stdin_system_tools_dir) {
   json_t *msgs;
   json_t *sys;
   char buf[1024];
-  char sbuf[1024];
+  char sbuf[16384]; /* our base prompt comes first */
 
   ws_make(&w);
   args[4] = ws_file(&w, "system.txt", "You are terse.\n");
@@ -1163,5 +1163,50 @@ TEST_IMPL(config_show_origin_cli) {
   unlink(path);
   rmdir(dir);
   rmdir(root);
+  return 0;
+}
+
+/* The workspace's AGENTS.md reaches the model in the system prompt, after
+ * our base prompt and before --system-text; --print-system-prompt shows
+ * the same text and sends nothing (no key needed). */
+TEST_IMPL(sysprompt_run_agents_md) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--system-text", "FLAG-SYSTEM",
+                        "-p", "hi", NULL};
+  const char *show[] = {"run", "--cwd", NULL, "--print-system-prompt",
+                        NULL};
+  const al_mockllm_record_t *rec;
+  const char *sys;
+  char sbuf[16384];
+  const char *a;
+
+  ws_make(&w);
+  ws_file(&w, "AGENTS.md", "Always answer in French.\n");
+  args[4] = w.dir;
+  show[2] = w.dir;
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_NOT_NULL(rec);
+  sys = content_text(json_object_get(rec->body, "system"), sbuf,
+                     sizeof(sbuf));
+  ASSERT_NOT_NULL(strstr(sys, "You are agentloop"));
+  ASSERT_NOT_NULL(strstr(sys, "- Working directory: "));
+  a = strstr(sys, "Always answer in French.");
+  ASSERT_NOT_NULL(a);
+  ASSERT_NOT_NULL(strstr(a, "FLAG-SYSTEM"));
+  finish(&c);
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, show, nokey_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT(strncmp(c.obuf, "You are agentloop", 17) == 0);
+  ASSERT_NOT_NULL(strstr(c.obuf, "Always answer in French."));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+  ws_remove(&w);
   return 0;
 }
