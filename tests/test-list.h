@@ -20,3 +20,4 @@
 #include "list/resume.h"
 #include "list/edit.h"
 #include "list/firstminute.h"
+#include "list/config.h"

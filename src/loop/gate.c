@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "loop/agent_priv.h"
+#include "loop/permrule.h"
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
@@ -135,31 +136,28 @@ static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) 
 
 /* ---- permissions ------------------------------------------------------------- */
 
-static bool listed(char *const *list, const char *name) {
-  size_t i;
-
-  for (i = 0; list != NULL && list[i] != NULL; i++) {
-    if (strcmp(list[i], name) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
 json_t *al__agent_offered_tools(al_agent_t *a) {
   json_t *out;
   json_t *def;
   size_t i;
+  size_t k;
 
   if (a->deny_tools == NULL || a->deny_tools[0] == NULL) {
     return json_incref(a->tool_defs);
   }
-  /* A denied tool is not offered: the model does not plan around a tool
-   * whose every call would fail (a call to it anyway is still denied). */
+  /* A tool a rule denies whole (no argument pattern) is not offered: the
+   * model does not plan around a tool whose every call would fail (a call
+   * to it anyway is still denied). bash(rm *) leaves bash offered. */
   out = json_array();
   json_array_foreach(a->tool_defs, i, def) {
-    if (!listed(a->deny_tools,
-                json_string_value(json_object_get(def, "name")))) {
+    const char *name = json_string_value(json_object_get(def, "name"));
+    bool whole = false;
+
+    for (k = 0; a->deny_tools[k] != NULL && !whole; k++) {
+      whole = strchr(a->deny_tools[k], '(') == NULL &&
+              al__perm_rule_match(a->deny_tools[k], name, NULL, false);
+    }
+    if (!whole) {
       json_array_append(out, def);
     }
   }
@@ -180,7 +178,8 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   al_permission_t p;
   char *input;
 
-  if (listed(a->deny_tools, t->name)) {
+  /* Rules may carry argument patterns: bash(git status*) (permrule.h). */
+  if (al__perm_rules_match(a->deny_tools, t->name, call->input, false)) {
     *why = "it is on the deny list";
     return AL_PERMISSION_DENY;
   }
@@ -196,7 +195,8 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
       return AL_PERMISSION_DENY;
     }
   }
-  if (t->always || listed(a->allow_tools, t->name)) {
+  if (t->always ||
+      al__perm_rules_match(a->allow_tools, t->name, call->input, true)) {
     return AL_PERMISSION_ALLOW;
   }
   if (a->permission != NULL) {
