@@ -97,6 +97,13 @@ typedef struct run_s {
   /* --allow-tool / --deny-tool as given (checked against the tools). */
   const char *const *flag_allow;
   const char *const *flag_deny;
+  /* --input-format stream-json: messages from stdin, one run each. */
+  bool stream_in;
+  al__line_reader_t lr;
+  bool printed;     /* the last run's result line is out */
+  bool run_active;  /* a run is going (not waiting for stdin) */
+  int runs;         /* runs started */
+  int line_no;
   /* The run's cost from the catalogue's prices (has_cost: known). */
   bool has_cost;
   double cost_usd;
@@ -119,6 +126,10 @@ static void usage(FILE *f) {
       "                            user, result)\n"
       "      --include-partial-messages  stream-json: stream_event lines\n"
       "                            with the deltas too\n"
+      "      --input-format F      text (default) or stream-json: user\n"
+      "                            messages as JSON lines on stdin\n"
+      "                            ({\"type\":\"user\",\"message\":{...}}), one\n"
+      "                            run each, in one session, until EOF\n"
       "  -v, --verbose             live log on stderr: turns, streamed text,\n"
       "                            tools, retries (default in text mode when\n"
       "                            stderr is a terminal)\n"
@@ -407,6 +418,9 @@ static void end_run(run_t *r) {
   const char *sid;
 
   r->ended = true;
+  if (r->stream_in) {
+    al__line_reader_close(&r->lr);
+  }
   al_agent_stats(r->agent, &r->stats);
   {
     /* USD from the models catalogue's prices (per million tokens). */
@@ -446,6 +460,8 @@ static void set_result(run_t *r, al_slice_t s) {
   r->result = s.ptr != NULL ? al_strndup(s.ptr, s.len) : NULL;
 }
 
+static void run_result_now(run_t *r);
+
 static void on_event(const al_event_t *ev, void *data) {
   run_t *r = data;
 
@@ -471,6 +487,14 @@ static void on_event(const al_event_t *ev, void *data) {
     r->end_type = ev->type;
     r->exit_code = r->max_turns ? EXIT_MAX_TURNS : EXIT_OK;
     set_result(r, ev->u.final.text);
+    if (r->stream_in) {
+      /* This message's result, then the next message (read later). */
+      run_result_now(r);
+      r->run_active = false;
+      r->max_turns = false;
+      al__line_reader_next(&r->lr);
+      break;
+    }
     end_run(r);
     break;
   case AL_EVENT_ERROR: {
@@ -516,10 +540,111 @@ static void on_event(const al_event_t *ev, void *data) {
   }
 }
 
+/* --input-format stream-json: one run's result line while the session
+ * goes on (the totals of that run). */
+static void run_result_now(run_t *r) {
+  al_model_info_t mi;
+
+  al_agent_stats(r->agent, &r->stats);
+  al_agent_model_info(r->agent, &mi);
+  r->has_cost = mi.has_prices;
+  r->cost_usd =
+      ((double)r->stats.input_tokens * mi.prices.input +
+       (double)r->stats.output_tokens * mi.prices.output +
+       (double)r->stats.cache_read_input_tokens * mi.prices.cache_read +
+       (double)r->stats.cache_creation_input_tokens * mi.prices.cache_write) /
+      1e6;
+  al_free(r->session);
+  r->session = al_agent_session(r->agent) != NULL
+                   ? al_strdup(al_agent_session(r->agent))
+                   : NULL;
+  if (r->format == FMT_TEXT) {
+    if (r->result != NULL) {
+      size_t n = strlen(r->result);
+
+      fputs(r->result, stdout);
+      if (n == 0 || r->result[n - 1] != '\n') {
+        fputc('\n', stdout);
+      }
+    }
+  } else {
+    print_result(r);
+  }
+  fflush(stdout);
+  r->printed = true;
+}
+
+static void on_input_line(al__line_reader_t *lr, const char *line,
+                          size_t len) {
+  run_t *r = lr->data;
+  al_buf_t text;
+  char why[256];
+  int err;
+
+  r->line_no++;
+  if (r->ended) {
+    return;
+  }
+  if (strspn(line, " \t\r") == len) {
+    al__line_reader_next(lr); /* blank line */
+    return;
+  }
+  al_buf_init(&text, INPUT_MAX);
+  err = al__stream_json_user_text(line, len, &text, why, sizeof(why));
+  if (err == 0) {
+    err = al_agent_run(r->agent, text.data);
+    if (err != 0) {
+      snprintf(why, sizeof(why), "cannot start the run: %s",
+               al_strerror(err));
+    }
+  }
+  al_buf_free(&text);
+  if (err != 0) {
+    char msg[320];
+
+    snprintf(msg, sizeof(msg), "stdin line %d: %s", r->line_no, why);
+    al_free(r->result);
+    r->result = al_strdup(msg);
+    r->end_type = AL_EVENT_ERROR;
+    r->exit_code = EXIT_USAGE;
+    r->printed = false;
+    end_run(r);
+    return;
+  }
+  r->runs++;
+  r->run_active = true;
+  r->printed = false;
+}
+
+static void on_input_end(al__line_reader_t *lr, int err) {
+  run_t *r = lr->data;
+
+  if (r->ended) {
+    return;
+  }
+  if (err != 0 || r->runs == 0) {
+    al_free(r->result);
+    r->result = al_strdup(err != 0 ? "reading stdin failed"
+                                   : "no user message on stdin");
+    r->end_type = AL_EVENT_ERROR;
+    r->exit_code = EXIT_USAGE;
+    r->printed = false;
+  }
+  end_run(r);
+}
+
 /* SIGINT, SIGTERM, --timeout: cancel the run. The agent posts
  * `interrupted` inside al_agent_cancel, so `cause` is set first. */
 static void cancel_run(run_t *r, int cause) {
   if (r->ended || r->cause != 0) {
+    return;
+  }
+  if (r->stream_in && !r->run_active) {
+    /* Waiting for the next message: the session ends here (the process
+     * exits once the pending read of stdin returns). */
+    r->exit_code = cause;
+    r->printed = true;
+    end_run(r);
     return;
   }
   r->cause = cause;
@@ -709,7 +834,16 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     if (r->timeout_ms > 0) {
       uv_timer_start(&r->timer, on_timeout, r->timeout_ms, 0);
     }
-    err = al_agent_run(r->agent, text);
+    if (r->stream_in) {
+      al__line_reader_init(&r->lr, &r->loop);
+      r->lr.on_line = on_input_line;
+      r->lr.on_end = on_input_end;
+      r->lr.data = r;
+      al__line_reader_next(&r->lr);
+      err = 0;
+    } else {
+      err = al_agent_run(r->agent, text);
+    }
   }
   if (err != 0) {
     /* Refused: no terminal event will come. */
@@ -733,7 +867,7 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
   }
   switch (r->format) {
   case FMT_TEXT:
-    if (r->end_type == AL_EVENT_FINAL && r->result != NULL) {
+    if (r->end_type == AL_EVENT_FINAL && r->result != NULL && !r->printed) {
       size_t n = strlen(r->result);
       fputs(r->result, stdout);
       if (n == 0 || r->result[n - 1] != '\n') {
@@ -744,7 +878,9 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
   case FMT_JSON:
   case FMT_NDJSON:
   case FMT_STREAM:
-    print_result(r);
+    if (!r->printed) {
+      print_result(r);
+    }
     break;
   }
   fflush(stdout);
@@ -858,7 +994,7 @@ int al_cli_run(int argc, char **argv) {
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
     O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_CONTINUE,
-    O_RESUME, O_PARTIAL
+    O_RESUME, O_PARTIAL, O_INPUT_FORMAT
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -886,6 +1022,7 @@ int al_cli_run(int argc, char **argv) {
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
       {"continue", no_argument, NULL, O_CONTINUE},
       {"include-partial-messages", no_argument, NULL, O_PARTIAL},
+      {"input-format", required_argument, NULL, O_INPUT_FORMAT},
       {"resume", required_argument, NULL, O_RESUME},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
@@ -908,6 +1045,8 @@ int al_cli_run(int argc, char **argv) {
   const char *resume_id = NULL;
   bool cont = false;
   bool partial = false;
+  const char *input_format = "text";
+  bool stream_in = false;
   al__run_session_t sess;
   bool sess_on = false;
   char ws_real[PATH_MAX];
@@ -978,6 +1117,7 @@ int al_cli_run(int argc, char **argv) {
     case O_PRINT_PROMPT: print_prompt = true; break;
     case O_CONTINUE: cont = true; break;
     case O_PARTIAL: partial = true; break;
+    case O_INPUT_FORMAT: input_format = optarg; break;
     case O_RESUME: resume_id = optarg; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
@@ -1118,6 +1258,20 @@ int al_cli_run(int argc, char **argv) {
     code = EXIT_USAGE;
     goto done;
   }
+  if (strcmp(input_format, "text") != 0 &&
+      strcmp(input_format, "stream-json") != 0) {
+    fail_usage("--input-format: text or stream-json, not '%s'",
+               input_format);
+    code = EXIT_USAGE;
+    goto done;
+  }
+  stream_in = strcmp(input_format, "stream-json") == 0;
+  if (stream_in && prompt != NULL) {
+    fail_usage("--input-format stream-json reads the messages from stdin "
+               "(one JSON line each); -p is not used with it");
+    code = EXIT_USAGE;
+    goto done;
+  }
   if (partial && strcmp(format, "stream-json") != 0) {
     fail_usage("--include-partial-messages needs --output-format "
                "stream-json");
@@ -1218,7 +1372,7 @@ int al_cli_run(int argc, char **argv) {
     goto done;
   }
   al_buf_init(&piped, INPUT_MAX);
-  err = read_piped_stdin(&piped);
+  err = stream_in ? 0 : read_piped_stdin(&piped);
   if (err != 0) {
     fail_usage("reading stdin: %s",
                err == AL_ETOOBIG ? "larger than 32 MiB" : al_strerror(err));
@@ -1238,7 +1392,7 @@ int al_cli_run(int argc, char **argv) {
     al_buf_append(&text, piped.data, piped.len);
   }
   al_buf_free(&piped);
-  if (text.len == 0) {
+  if (text.len == 0 && !stream_in) {
     fail_usage("run: -p PROMPT is required (or pipe the prompt on stdin)");
     al_buf_free(&text);
     al_buf_free(&sysbuf);
@@ -1273,6 +1427,7 @@ int al_cli_run(int argc, char **argv) {
               : strcmp(format, "stream-json") == 0 ? FMT_STREAM
                                                    : FMT_TEXT;
   al__stream_json_init(&r->sj, stdout, partial);
+  r->stream_in = stream_in;
   r->verbose = verbose == 1 ||
                (verbose == -1 && r->format == FMT_TEXT &&
                 isatty(STDERR_FILENO));

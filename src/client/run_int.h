@@ -45,10 +45,14 @@ void al__cli_view_flush(al__cli_view_t *v);
 /* ---- --output-format stream-json (run_stream.c) ---------------------------- */
 
 #include <jansson.h>
+#include <uv.h>
+
+#include "common/common.h"
 
 typedef struct al__stream_json_s {
   FILE *out;
   bool partial;     /* --include-partial-messages: stream_event lines */
+  bool init_sent;   /* the system init line is out */
   char *model;      /* of the run, for assistant lines */
   json_t *results;  /* call_id -> {content}: results of the open turn */
   json_t *started;  /* block index -> true: content_block_start sent */
@@ -58,6 +62,34 @@ void al__stream_json_init(al__stream_json_t *sj, FILE *out, bool partial);
 /* Writes the lines (if any) that ev makes. */
 void al__stream_json_event(al__stream_json_t *sj, const al_event_t *ev);
 void al__stream_json_free(al__stream_json_t *sj);
+
+/* --input-format stream-json: stdin read one line at a time, on the
+ * threadpool, only when the next message is wanted. next() delivers
+ * exactly one on_line (a line without its '\n') or on_end (EOF, or an
+ * error code) on a later iteration. */
+typedef struct al__line_reader_s al__line_reader_t;
+struct al__line_reader_s {
+  uv_loop_t *loop;
+  uv_fs_t req;
+  uv_timer_t defer;
+  char chunk[65536];
+  al_buf_t acc;
+  bool eof;
+  bool reading;
+  bool closed;
+  int err;
+  void (*on_line)(al__line_reader_t *lr, const char *line, size_t len);
+  void (*on_end)(al__line_reader_t *lr, int err);
+  void *data;
+};
+void al__line_reader_init(al__line_reader_t *lr, uv_loop_t *loop);
+void al__line_reader_next(al__line_reader_t *lr);
+void al__line_reader_close(al__line_reader_t *lr);
+/* A stdin line {"type":"user","message":{"content": "..." | [{"type":
+ * "text","text":...}]}} -> its text appended to text. 0, or AL_EINVAL /
+ * AL_ETOOBIG with the reason in why. */
+int al__stream_json_user_text(const char *line, size_t len, al_buf_t *text,
+                              char *why, size_t whylen);
 
 /* ---- headless sessions (run_session.c) ------------------------------------ */
 

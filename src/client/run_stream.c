@@ -181,6 +181,15 @@ void al__stream_json_event(al__stream_json_t *sj, const al_event_t *ev) {
   switch (ev->type) {
   case AL_EVENT_RUN_STARTED:
     al_free(sj->model);
+    if (sj->init_sent) {
+      /* One init line per session (several runs with stream-json input). */
+      sj->model = al_strndup(ev->u.run_started.model.ptr != NULL
+                                 ? ev->u.run_started.model.ptr
+                                 : "",
+                             ev->u.run_started.model.len);
+      break;
+    }
+    sj->init_sent = true;
     sj->model = al_strndup(ev->u.run_started.model.ptr != NULL
                                ? ev->u.run_started.model.ptr
                                : "",
@@ -245,4 +254,173 @@ void al__stream_json_event(al__stream_json_t *sj, const al_event_t *ev) {
   default:
     break;
   }
+}
+
+/* ---- --input-format stream-json: user messages read from stdin ------------ */
+
+#define LINE_MAX_INPUT (32u << 20)
+
+static void lr_deliver(uv_timer_t *t) {
+  al__line_reader_t *lr = t->data;
+  char *nl;
+
+  if (lr->closed) {
+    return;
+  }
+  nl = lr->acc.len > 0 ? memchr(lr->acc.data, '\n', lr->acc.len) : NULL;
+  if (nl != NULL) {
+    size_t n = (size_t)(nl - lr->acc.data);
+    char *line = al_strndup(lr->acc.data, n);
+
+    al_buf_consume(&lr->acc, n + 1);
+    lr->on_line(lr, line != NULL ? line : "", line != NULL ? n : 0);
+    al_free(line);
+    return;
+  }
+  if (lr->eof && lr->acc.len > 0) {
+    /* The last line, without its newline. */
+    char *line = al_strndup(lr->acc.data, lr->acc.len);
+    size_t n = lr->acc.len;
+
+    al_buf_reset(&lr->acc);
+    lr->on_line(lr, line != NULL ? line : "", line != NULL ? n : 0);
+    al_free(line);
+    return;
+  }
+  lr->on_end(lr, lr->err);
+}
+
+static void lr_read(al__line_reader_t *lr);
+
+static void lr_on_read(uv_fs_t *req) {
+  al__line_reader_t *lr = req->data;
+  ssize_t n = req->result;
+
+  uv_fs_req_cleanup(req);
+  lr->reading = false;
+  if (lr->closed) {
+    return;
+  }
+  if (n > 0) {
+    if (al_buf_append(&lr->acc, lr->chunk, (size_t)n) != 0) {
+      lr->err = AL_ETOOBIG;
+      lr->eof = true;
+      al_buf_reset(&lr->acc);
+    } else if (memchr(lr->chunk, '\n', (size_t)n) == NULL) {
+      lr_read(lr);
+      return;
+    }
+  } else {
+    lr->eof = true;
+    lr->err = n < 0 ? (int)n : 0;
+  }
+  uv_timer_start(&lr->defer, lr_deliver, 0, 0);
+}
+
+static void lr_read(al__line_reader_t *lr) {
+  uv_buf_t b = uv_buf_init(lr->chunk, sizeof(lr->chunk));
+
+  lr->reading = true;
+  lr->req.data = lr;
+  /* On the threadpool (any kind of stdin: pipe, file, terminal), and only
+   * when the next message is wanted. */
+  if (uv_fs_read(lr->loop, &lr->req, STDIN_FILENO, &b, 1, -1, lr_on_read) !=
+      0) {
+    lr->reading = false;
+    lr->eof = true;
+    lr->err = UV_EIO;
+    uv_timer_start(&lr->defer, lr_deliver, 0, 0);
+  }
+}
+
+void al__line_reader_init(al__line_reader_t *lr, uv_loop_t *loop) {
+  memset(lr, 0, sizeof(*lr));
+  lr->loop = loop;
+  al_buf_init(&lr->acc, LINE_MAX_INPUT);
+  uv_timer_init(loop, &lr->defer);
+  lr->defer.data = lr;
+}
+
+void al__line_reader_next(al__line_reader_t *lr) {
+  if (lr->closed || lr->reading) {
+    return;
+  }
+  if ((lr->acc.len > 0 && memchr(lr->acc.data, '\n', lr->acc.len) != NULL) ||
+      lr->eof) {
+    uv_timer_start(&lr->defer, lr_deliver, 0, 0);
+    return;
+  }
+  lr_read(lr);
+}
+
+void al__line_reader_close(al__line_reader_t *lr) {
+  if (lr->closed) {
+    return;
+  }
+  lr->closed = true;
+  if (lr->reading) {
+    uv_cancel((uv_req_t *)&lr->req);
+  }
+  uv_close((uv_handle_t *)&lr->defer, NULL);
+  al_buf_free(&lr->acc);
+}
+
+int al__stream_json_user_text(const char *line, size_t len, al_buf_t *text,
+                              char *why, size_t whylen) {
+  json_error_t jerr;
+  json_t *o = json_loadb(line, len, 0, &jerr);
+  json_t *m;
+  json_t *c;
+  int rc = 0;
+
+  if (!json_is_object(o)) {
+    snprintf(why, whylen, "not a JSON object (%s)", jerr.text);
+    json_decref(o);
+    return AL_EINVAL;
+  }
+  if (json_string_value(json_object_get(o, "type")) == NULL ||
+      strcmp(json_string_value(json_object_get(o, "type")), "user") != 0) {
+    snprintf(why, whylen, "\"type\" must be \"user\"");
+    json_decref(o);
+    return AL_EINVAL;
+  }
+  m = json_object_get(o, "message");
+  c = json_object_get(m, "content");
+  if (json_is_string(c)) {
+    rc = al_buf_append(text, json_string_value(c), json_string_length(c));
+  } else if (json_is_array(c)) {
+    json_t *b;
+    size_t i;
+
+    json_array_foreach(c, i, b) {
+      json_t *t = json_object_get(b, "text");
+
+      if (!json_is_string(t) ||
+          strcmp(json_string_value(json_object_get(b, "type")), "text") != 0) {
+        snprintf(why, whylen, "message.content[%zu]: only text blocks are "
+                              "supported", i);
+        json_decref(o);
+        return AL_EINVAL;
+      }
+      if (text->len > 0) {
+        rc |= al_buf_append_str(text, "\n");
+      }
+      rc |= al_buf_append(text, json_string_value(t), json_string_length(t));
+    }
+  } else {
+    snprintf(why, whylen, "message.content must be a string or an array of "
+                          "text blocks");
+    json_decref(o);
+    return AL_EINVAL;
+  }
+  json_decref(o);
+  if (rc != 0) {
+    snprintf(why, whylen, "the message is too large");
+    return AL_ETOOBIG;
+  }
+  if (text->len == 0) {
+    snprintf(why, whylen, "the message is empty");
+    return AL_EINVAL;
+  }
+  return 0;
 }

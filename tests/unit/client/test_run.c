@@ -1627,3 +1627,71 @@ TEST_IMPL(cli_run_stream_json) {
   ws_remove(&w);
   return 0;
 }
+
+/* --input-format stream-json: user messages as JSON lines on stdin, one
+ * run each in one session, a result line per run; a bad line is exit 2
+ * naming the line. */
+TEST_IMPL(cli_run_stream_json_input) {
+  cli_t c;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--input-format", "stream-json", "--output-format",
+                        "stream-json", NULL};
+  const char *with_p[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                          "--input-format", "stream-json", "-p", "x", NULL};
+  json_t *lines[32];
+  size_t n;
+  size_t i;
+  int results = 0;
+  int inits = 0;
+  char texts[512];
+
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{text: One.}]}\n"
+                 "  - reply: {content: [{text: Two.}]}\n");
+  c.stdin_text = "{\"type\":\"user\",\"message\":{\"role\":\"user\","
+                 "\"content\":\"first\"}}\n"
+                 "\n"
+                 "{\"type\":\"user\",\"message\":{\"role\":\"user\","
+                 "\"content\":[{\"type\":\"text\",\"text\":\"second\"}]}}\n";
+  run_cli(&c, args, clean_env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  n = json_lines(&c, lines, 32);
+  for (i = 0; i < n; i++) {
+    const char *t = jstr(lines[i], "type");
+
+    if (strcmp(t, "result") == 0) {
+      ASSERT_STR_EQ(jstr(lines[i], "result"), results == 0 ? "One." : "Two.");
+      ASSERT_STR_EQ(jstr(lines[i], "session_id"), jstr(lines[0], "session_id"));
+      results++;
+    }
+    inits += strcmp(t, "system") == 0;
+  }
+  for (i = 0; i < n; i++) {
+    json_decref(lines[i]);
+  }
+  ASSERT_EQ(results, 2);
+  ASSERT_EQ(inits, 1);
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  /* One conversation: the second request carries the first exchange. */
+  request_user_texts(&c, 1, texts, sizeof(texts));
+  ASSERT_STR_EQ(texts, "first|second");
+  finish(&c);
+
+  start_mock(&c, "responses:\n  - reply: {content: [{text: One.}]}\n");
+  c.stdin_text = "{\"type\":\"user\",\"message\":{\"content\":\"ok\"}}\n"
+                 "{\"type\":\"assistant\"}\n";
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "stdin line 2: \"type\" must be \"user\""));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  finish(&c);
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, with_p, clean_env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "-p is not used with it"));
+  finish(&c);
+  return 0;
+}
