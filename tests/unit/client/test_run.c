@@ -1360,6 +1360,25 @@ TEST_IMPL(cli_run_denied_tool_not_offered) {
   }
   ASSERT(has_read);
   finish(&c);
+  /* A rule with an argument pattern denies some calls, not the tool. */
+  {
+    const char *pat[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                         "--deny-tool", "bash(rm *)", "-p", "hi", NULL};
+    bool has_bash = false;
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, pat, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    rec = al_mockllm_record_get(c.mock, 0);
+    ASSERT_NOT_NULL(rec);
+    json_array_foreach(json_object_get(rec->body, "tools"), i, t) {
+      has_bash = has_bash ||
+                 strcmp(json_string_value(json_object_get(t, "name")),
+                        "bash") == 0;
+    }
+    ASSERT(has_bash);
+    finish(&c);
+  }
   return 0;
 }
 
