@@ -67,6 +67,9 @@ struct session_s {
   /* Loaded state. */
   bool loaded;
   bool loading;
+  /* Not in the startup scan: named by a session/resume (a transcript a
+   * headless `agentloop run` wrote since); dropped if its load fails. */
+  bool discovered;
   bool closing;
   al_agent_t *agent;
   al_tx_t *tx;

@@ -617,10 +617,24 @@ void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id) {
   al__daemon_reply(c, id, info);
 }
 static void m_session_resume(const call_t *k) {
-  session_t *s = need_session(k, false);
+  al_daemon_t *d = client_daemon(k->c);
+  session_t *s;
   pending_resume_t *p;
   const char *v;
+  const char *id = NULL;
 
+  /* A transcript written after the startup scan (a headless run's) is
+   * found by its id: the load (on the threadpool) tells whether it
+   * exists; a failed load drops the entry again. */
+  if (popt_str(k, "session", &id) && id != NULL &&
+      al__valid_session_id(id) && al__session_find(d, id) == NULL) {
+    s = al__session_alloc(d, id);
+    if (s != NULL) {
+      s->discovered = true;
+      s->updated_ms = 0;
+    }
+  }
+  s = need_session(k, false);
   if (s == NULL) {
     return;
   }

@@ -766,6 +766,10 @@ void al__session_load_done(uv_work_t *w, int status) {
     if (p->c != NULL && !p->c->closing) {
       if (rc == 0 && s->loaded) {
         al__daemon_resume_reply(s, p->c, p->id);
+      } else if (s->discovered && rc == UV_ENOENT) {
+        al__daemon_reply_err(p->c, p->id, AL_RPC_UNKNOWN_SESSION,
+                             "unknown session",
+                             json_pack("{s:s}", "session", s->id));
       } else {
         al__daemon_reply_err(p->c, p->id, AL_RPC_INTERNAL_ERROR, why, NULL);
       }
@@ -777,6 +781,8 @@ void al__session_load_done(uv_work_t *w, int status) {
   d->pending--;
   if (s->closing) {
     al__session_maybe_free(s);
+  } else if (s->discovered && !s->loaded && al_list_empty(&s->subs)) {
+    al__session_free(s); /* no such transcript (or unreadable) */
   }
   al__daemon_maybe_exit(d);
 }

@@ -6,7 +6,8 @@
 #   tests/tui/tui_test.sh CASE BIN_DIR
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
-#       unreachable | doctor | daemon_gone | two_clients | history | queue
+#       unreachable | doctor | daemon_gone | two_clients | history | queue |
+#       headless
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -605,6 +606,77 @@ EOF
   [ "$(grep -c . "$W/requests.ndjson")" -ge 2 ] || fail "no second request"
   sed -n 2p "$W/requests.ndjson" | grep -qF "queued question" ||
     fail "the queued line was not sent"
+}
+
+case_headless() {
+  # One conversation across the chat and headless runs: a chat session is
+  # continued headless (--resume) and then in the chat with all of its
+  # history; a headless session written while the daemon runs is opened
+  # in the chat with its question.
+  start_mock "$(scenario <<'EOF'
+on_exhausted: repeat_last
+responses:
+  - reply:
+      content:
+        - text: "Chat answer."
+  - reply:
+      content:
+        - text: "Headless answer."
+  - reply:
+      content:
+        - text: "Another answer."
+EOF
+)"
+  local id hid out pids i
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  id=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "asked in the chat"
+  wait_for "Chat answer."
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # "Close everything": the daemon stops (it keeps a session it has loaded
+  # in memory, and one transcript has one writer at a time).
+  pids=$(daemon_pids)
+  [ -n "$pids" ] && kill $pids
+  for i in $(seq $((100 * MULT))); do
+    [ -z "$(daemon_pids)" ] && break
+    sleep 0.05
+  done
+  [ -z "$(daemon_pids)" ] || fail "the daemon did not stop"
+  # The chat's session, continued headless: its history is sent again.
+  out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id" -p "asked headless" \
+        --output-format json) || fail "run --resume failed: $out"
+  echo "$out" | grep -qF "\"session_id\":\"$id\"" || fail "not the same session: $out"
+  tail -n 1 "$W/requests.ndjson" | grep -qF "asked in the chat" ||
+    fail "the chat's message was not sent again"
+  # Back in the chat: both sides of both turns are on screen.
+  run_pane "$BIN/agentloop" resume "$id"
+  wait_for "resumed session $id"
+  wait_for "Headless answer."
+  screen | grep -qxF "> asked in the chat" || fail "the chat question is missing"
+  screen | grep -qxF "> asked headless" || fail "the headless question is missing"
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # A new headless session while the daemon runs (it has not scanned this
+  # transcript): `agentloop resume ID` finds it.
+  out=$(cd "$W/work" && "$BIN/agentloop" run -p "a headless question" \
+        --output-format json) || fail "run failed: $out"
+  hid=$(echo "$out" | grep -o '"session_id":"s_[0-9a-f]*"' | cut -d'"' -f4)
+  [ -n "$hid" ] || fail "no session id in: $out"
+  [ -n "$(daemon_pids)" ] || fail "the daemon is not running"
+  run_pane "$BIN/agentloop" resume "$hid"
+  wait_for "resumed session $hid"
+  wait_for "Another answer."
+  screen | grep -qxF "> a headless question" || fail "the headless question is not shown"
+  wait_prompt
+  # An id with no transcript is still an unknown session.
+  run_pane "$BIN/agentloop" resume s_00000000deadbeef
+  wait_for "[exited"
+  screen | grep -qF "unknown session" || fail "no 'unknown session' for a missing id"
 }
 
 case_unreachable() {
