@@ -437,6 +437,7 @@ static void end_run(run_t *r) {
         1e6;
   }
   sid = al_agent_session(r->agent);
+  al_free(r->session);
   r->session = sid != NULL ? al_strdup(sid) : NULL;
   if (r->sub != NULL) {
     al_agent_unsubscribe(r->agent, r->sub);
@@ -1410,7 +1411,8 @@ int al_cli_run(int argc, char **argv) {
     al_free(models_err);
     al_buf_free(&text);
     al_buf_free(&sysbuf);
-    return EXIT_USAGE;
+    code = EXIT_USAGE; /* through done: the configuration is freed too */
+    goto done;
   }
 
   r = al_calloc(1, sizeof(*r));

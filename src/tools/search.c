@@ -429,6 +429,13 @@ static void grep_file(sjob_t *job, int fd, const char *rel) {
     }
   }
   job->scanned += data.len;
+  /* NUL-terminated: REG_STARTEND bounds the match, but some regexec
+   * implementations (and sanitizer interceptors) still read to a NUL. */
+  if (data.len == 0 || al_buf_reserve(&data, 1) != 0) {
+    al_buf_free(&data);
+    return;
+  }
+  data.data[data.len] = '\0';
   al_buf_init(&name, 8192);
   shown_path(job, rel, &name);
   for (i = 0; i < data.len;) {
