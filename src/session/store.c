@@ -632,8 +632,9 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
     const char *kind = json_string_value(rec);
 
     if (strcmp(kind, "session") == 0) {
-      if (!l->has_header) {
-        l->has_header = al__tx_header_parse(o, &l->header);
+      /* A later header (settings changed by session/configure) wins. */
+      if (al__tx_header_parse(o, &l->header)) {
+        l->has_header = true;
       }
     } else if (!replay(l, kind, json_object_get(o, "message"))) {
       note_bad(l, lineno, "history record does not fit the history");
