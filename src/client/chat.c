@@ -729,11 +729,19 @@ static void create_session(chat_t *c) {
   if (getcwd(cwd, sizeof(cwd)) != NULL) {
     json_object_set_new(p, "cwd", json_string(cwd));
   }
-  if (c->ask_tools != NULL) {
-    json_object_set(p, "ask_tools", c->ask_tools);
-  }
   if (c->settings != NULL) {
     json_object_update(p, c->settings);
+  }
+  if (c->ask_tools != NULL) {
+    /* --ask-tool adds to the configured ask rules. */
+    json_t *ask = json_deep_copy(json_object_get(p, "ask_tools"));
+
+    if (!json_is_array(ask)) {
+      json_decref(ask);
+      ask = json_array();
+    }
+    json_array_extend(ask, c->ask_tools);
+    json_object_set_new(p, "ask_tools", ask);
   }
   al__conn_call(&c->conn, "session/create", p, on_created, NULL);
 }
@@ -745,7 +753,11 @@ static void resume_session(chat_t *c, const char *id) {
    * system prompt. */
   if (c->settings != NULL && p != NULL) {
     json_object_update(p, c->settings);
+    /* The session keeps its own prompt and rules. */
     json_object_del(p, "system");
+    json_object_del(p, "allow_tools");
+    json_object_del(p, "deny_tools");
+    json_object_del(p, "ask_tools");
   }
   al__conn_call(&c->conn, "session/resume", p, on_resumed, NULL);
 }

@@ -50,6 +50,27 @@ int al__chat_settings(const char *provider, const char *model,
   o = json_pack("{s:s, s:s?, s:s?, s:s?}", "provider",
                 al_config_provider(&cfg), "model", cfg.model, "base_url",
                 cfg.base_url, "api_key", key);
+  if (o != NULL) {
+    /* The permission rules, for the daemon's gate (docs/config.md). */
+    static const char *const names[] = {"allow_tools", "deny_tools",
+                                        "ask_tools"};
+    char **const lists[] = {cfg.permissions.allow, cfg.permissions.deny,
+                            cfg.permissions.ask};
+
+    for (i = 0; i < AL_ARRAY_SIZE(names); i++) {
+      json_t *a;
+      size_t j;
+
+      if (lists[i] == NULL) {
+        continue;
+      }
+      a = json_array();
+      for (j = 0; lists[i][j] != NULL; j++) {
+        json_array_append_new(a, json_string(lists[i][j]));
+      }
+      json_object_set_new(o, names[i], a);
+    }
+  }
   if (o != NULL && with_prompt) {
     al_buf_t p;
 

@@ -146,17 +146,24 @@ static void m_session_create(const call_t *k) {
     return;
   }
   {
-    json_t *ask = json_object_get(k->params, "ask_tools");
-    size_t i;
+    static const char *const lists[] = {"ask_tools", "allow_tools",
+                                        "deny_tools"};
+    size_t i, j;
     json_t *v;
 
-    if (ask != NULL && !json_is_null(ask)) {
+    for (j = 0; j < AL_ARRAY_SIZE(lists); j++) {
+      json_t *ask = json_object_get(k->params, lists[j]);
       bool ok = json_is_array(ask);
+      char msg[96];
 
+      if (ask == NULL || json_is_null(ask)) {
+        continue;
+      }
       json_array_foreach(ask, i, v) { ok = ok && json_is_string(v); }
       if (!ok) {
-        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
-                  "ask_tools must be an array of tool names", NULL);
+        snprintf(msg, sizeof(msg), "%s must be an array of tool names or "
+                                   "rules", lists[j]);
+        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
         return;
       }
     }
@@ -194,6 +201,10 @@ static void m_session_create(const call_t *k) {
     json_t *ask = json_object_get(k->params, "ask_tools");
 
     s->h.ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+    ask = json_object_get(k->params, "allow_tools");
+    s->h.allow_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+    ask = json_object_get(k->params, "deny_tools");
+    s->h.deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';

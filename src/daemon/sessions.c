@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loop/permrule.h"
 #include "sandbox/sandbox.h"
 
 static char *dup_or_null(const char *s) {
@@ -431,22 +432,58 @@ static al_permission_t on_permission(al_agent_t *agent, const char *tool,
   session_t *s = data;
   size_t i;
   json_t *v;
+  json_t *in = NULL;
+  bool ask = false;
 
   json_array_foreach(s->h.ask_tools, i, v) {
-    if (json_is_string(v) && strcmp(json_string_value(v), tool) == 0) {
-      return AL_PERMISSION_ASK;
+    const char *rule = json_string_value(v);
+
+    if (rule == NULL) {
+      continue;
+    }
+    if (strchr(rule, '(') != NULL && in == NULL) {
+      in = json_loads(input, 0, NULL); /* only a pattern needs it */
+    }
+    if (al__perm_rule_match(rule, tool, in, false)) {
+      ask = true;
+      break;
     }
   }
-  return AL_PERMISSION_DEFAULT;
+  json_decref(in);
+  return ask ? AL_PERMISSION_ASK : AL_PERMISSION_DEFAULT;
 }
 
 /* Creates the session's agent (and transcript writer) from its settings.
  * first_seq continues a resumed transcript's numbering. */
+/* A JSON array of strings as a NULL-terminated array of borrowed strings
+ * (al_free it); NULL for none. */
+static int rule_list(const json_t *a, const char ***out) {
+  size_t i, n = 0;
+  json_t *v;
+
+  *out = NULL;
+  if (!json_is_array(a) || json_array_size(a) == 0) {
+    return 0;
+  }
+  *out = al_calloc(json_array_size(a) + 1, sizeof(**out));
+  if (*out == NULL) {
+    return AL_ENOMEM;
+  }
+  json_array_foreach(a, i, v) {
+    if (json_is_string(v)) {
+      (*out)[n++] = json_string_value(v);
+    }
+  }
+  return 0;
+}
+
 /* The session's agent from its settings, subscribed. */
 static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
                         al_agent_t **out, char *why, size_t why_len) {
   al_daemon_t *d = s->d;
   al_agent_options_t ao;
+  const char **allow = NULL;
+  const char **deny = NULL;
   int rc;
 
   al_agent_options_init(&ao);
@@ -468,6 +505,14 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
    * in the best sandbox available (AUTO). */
   ao.tools_d = true;
   ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  if ((rc = rule_list(s->h.allow_tools, &allow)) != 0 ||
+      (rc = rule_list(s->h.deny_tools, &deny)) != 0) {
+    al_free(allow);
+    snprintf(why, why_len, "out of memory");
+    return rc;
+  }
+  ao.allow_tools = allow;
+  ao.deny_tools = deny;
   ao.permission = on_permission;
   ao.permission_data = s;
   ao.session_id = s->id;
@@ -479,7 +524,9 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.data = s;
-  rc = al_agent_new(d->loop, &ao, out);
+  rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
+  al_free(allow);
+  al_free(deny);
   if (rc != 0) {
     snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
                            "base_url or cwd?)", al_strerror(rc));

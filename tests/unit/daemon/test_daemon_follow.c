@@ -116,3 +116,72 @@ TEST_IMPL(daemon_follows_client_settings) {
   dt_finish(&t, cs, 1);
   return 0;
 }
+
+/* The configuration's permission rules reach the daemon's gate: a deny
+ * pattern refuses `rm -rf`, an ask pattern makes `git status` wait for a
+ * watcher. */
+static const char *rules_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: t1, name: bash, input: {command: \"rm -rf "
+    "zz\"}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: t2, name: bash, input: {command: \"git "
+    "status\"}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: done\n";
+
+TEST_IMPL(daemon_permission_rules_from_client) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char sid[64];
+  size_t i;
+  const char *content;
+
+  dt_init(&t, rules_yaml);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"deny_tools\":[\"bash(rm *)\"],"
+           "\"ask_tools\":[\"bash(git *)\"]}",
+           t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  i = dt_wait_event(&c, "tool_use_completed", 0);
+  content = json_string_value(json_object_get(
+      json_object_get(json_array_get(c.msgs, i), "params"), "content"));
+  ASSERT_NOT_NULL(content);
+  ASSERT_NOT_NULL(strstr(content, "deny list"));
+  /* The git call waits for a watcher. */
+  i = dt_wait_event(&c, "approval_required", i);
+  {
+    const char *req = json_string_value(json_object_get(
+        json_object_get(json_array_get(c.msgs, i), "params"), "request"));
+    char reqbuf[64];
+
+    ASSERT_NOT_NULL(req);
+    snprintf(reqbuf, sizeof(reqbuf), "%s", req);
+    snprintf(p, sizeof(p),
+             "{\"session\":\"%s\",\"request\":\"%s\",\"decision\":"
+             "\"deny\"}",
+             sid, reqbuf);
+    dt_call(&c, 5, "approval/respond", p);
+  }
+  dt_wait_event(&c, "final", i);
+  /* Bad rule lists are refused. */
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"allow_tools\":\"bash\"}",
+           t.work);
+  ASSERT_EQ(dt_err(dt_call(&c, 6, "session/create", p)),
+            AL_RPC_INVALID_PARAMS);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
