@@ -49,7 +49,8 @@ extern "C" {
   XX(MAX_TURNS_REACHED, "max_turns_reached")                    \
   XX(INTERRUPTED, "interrupted")                                \
   XX(ERROR, "error")                                            \
-  XX(FINAL, "final")
+  XX(FINAL, "final")                                            \
+  XX(CONTEXT_WARNING, "context_warning")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -122,12 +123,24 @@ typedef struct {
   al_slice_t reason;
 } al_event_approval_t;
 
-/* usage: token counts of one model response (Anthropic names). */
+/* usage: token counts of one model response (Anthropic names; for
+ * OpenAI-compatible servers input_tokens is the uncached part of the
+ * prompt and cache_read_input_tokens the cached part). context_tokens is
+ * the size of the request that produced the response (input + cache read
+ * + cache creation), context_window the model's window and context_pct
+ * the whole percent used; context_estimated when the response reported
+ * no input counts and context_tokens is agentloop's estimate.
+ * context_warning (the first time a request reaches 80% of the window in
+ * the session) carries the same context_* fields. */
 typedef struct {
   uint64_t input_tokens;
   uint64_t output_tokens;
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
+  uint64_t context_tokens;
+  uint64_t context_window;
+  uint32_t context_pct;
+  bool context_estimated;
 } al_event_usage_t;
 
 /* retry: attempt `attempt` of `max` starts after delay_ms. kind is the

@@ -147,6 +147,15 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
             ev->u.usage.cache_read_input_tokens);
     put_u64(e, "cache_creation_input_tokens",
             ev->u.usage.cache_creation_input_tokens);
+    put_u64(e, "context_tokens", ev->u.usage.context_tokens);
+    put_u64(e, "context_window", ev->u.usage.context_window);
+    put_u64(e, "context_pct", ev->u.usage.context_pct);
+    put_bool(e, "context_estimated", ev->u.usage.context_estimated);
+    break;
+  case AL_EVENT_CONTEXT_WARNING:
+    put_u64(e, "context_tokens", ev->u.usage.context_tokens);
+    put_u64(e, "context_window", ev->u.usage.context_window);
+    put_u64(e, "context_pct", ev->u.usage.context_pct);
     break;
   case AL_EVENT_RETRY:
     put_u64(e, "attempt", ev->u.retry.attempt);

@@ -70,6 +70,7 @@ static void model_info_refresh(al_agent_t *a) {
   if (a->window_override > 0) {
     a->model_info.context_window = a->window_override;
   }
+  a->budget.window = a->model_info.context_window;
 }
 
 static void free_list(char **l) {
@@ -582,20 +583,14 @@ static void on_complete(al_http_request_t *r, int status,
   al__agent_attempt_failed(a, &e, err->http_status, msg);
 }
 
-static int attempt_start(al_agent_t *a) {
+/* The request for history h as it would be sent now (preq zeroed first;
+ * al_provider_request_free it). */
+static int build_request(al_agent_t *a, const al_history_t *h,
+                         al_provider_request_t *preq) {
   al_provider_options_t po;
-  al_provider_request_t preq;
-  al_pstream_options_t so;
-  al_http_request_options_t ro;
-  al_http_header_t *hdrs = NULL;
-  const al_history_t *h = a->summary ? &a->summary_hist : &a->history;
   json_t *tool_choice = NULL;
-  al_event_t ev;
-  al_buf_t url;
-  size_t i;
   int rc;
 
-  attempt_clear(a);
   al_provider_options_init(&po);
   po.model = a->model;
   po.max_tokens = a->cur_max_tokens;
@@ -611,13 +606,48 @@ static int attempt_start(al_agent_t *a) {
   if (a->base_has_v1) {
     po.path_prefix = "";
   }
-  memset(&preq, 0, sizeof(preq));
+  memset(preq, 0, sizeof(*preq));
   rc = al_provider_build_request(a->provider, al__history_to_json(h), &po,
-                                 &preq);
+                                 preq);
   json_decref(tool_choice);
+  return rc;
+}
+
+static int64_t request_raw(const al_history_t *h,
+                           const al_provider_request_t *preq) {
+  return al__budget_raw(preq->body_len,
+                        json_array_size(al__history_to_json(h)));
+}
+
+int64_t al__agent_projected(al_agent_t *a) {
+  al_provider_request_t preq;
+  int64_t p;
+
+  if (build_request(a, &a->history, &preq) != 0) {
+    return -1;
+  }
+  p = al__budget_project(&a->budget, a->model, request_raw(&a->history, &preq));
+  al_provider_request_free(&preq);
+  return p;
+}
+
+static int attempt_start(al_agent_t *a) {
+  al_provider_request_t preq;
+  al_pstream_options_t so;
+  al_http_request_options_t ro;
+  al_http_header_t *hdrs = NULL;
+  const al_history_t *h = a->summary ? &a->summary_hist : &a->history;
+  al_event_t ev;
+  al_buf_t url;
+  size_t i;
+  int rc;
+
+  attempt_clear(a);
+  rc = build_request(a, h, &preq);
   if (rc != 0) {
     return rc;
   }
+  al__budget_sent(&a->budget, request_raw(h, &preq));
   al_buf_init(&url, 16 * 1024);
   if (al_buf_printf(&url, "%s%s", a->base_url, preq.path) != 0) {
     al_provider_request_free(&preq);
@@ -921,6 +951,7 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
 
 static bool post_usage(al_agent_t *a, const json_t *usage) {
   al_event_t ev;
+  int64_t ctx;
 
   if (!json_is_object(usage)) {
     return false;
@@ -935,6 +966,23 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   AG_U(cache_read_input_tokens)
   AG_U(cache_creation_input_tokens)
 #undef AG_U
+  ctx = al__budget_observed(&a->budget, a->model, usage);
+  if (ctx <= 0) {
+    ctx = al__budget_project(&a->budget, a->model, a->budget.last_raw);
+    ev.u.usage.context_estimated = true;
+  }
+  ev.u.usage.context_tokens = (uint64_t)ctx;
+  ev.u.usage.context_window = (uint64_t)a->budget.window;
+  ev.u.usage.context_pct = al__budget_pct(&a->budget, ctx);
+  if (al__agent_post(a, &ev)) {
+    return true;
+  }
+  if (ev.u.usage.context_pct < AL_BUDGET_WARN_PCT || a->budget.warned) {
+    return false;
+  }
+  /* Once per session: the chat shows it, and an embedder can compact. */
+  a->budget.warned = true;
+  ev.type = AL_EVENT_CONTEXT_WARNING;
   return al__agent_post(a, &ev);
 }
 
@@ -1167,6 +1215,7 @@ static void agent_free_fields(al_agent_t *a) {
   al_free(a->msg_id);
   blocks_free(a);
   al_models_free(a->own_models);
+  al__budget_free(&a->budget);
   if (a->bus != NULL) {
     al__events_bus_free(a->bus);
   }
@@ -1219,6 +1268,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al_list_init(&a->execs);
   al__history_init(&a->history);
   al__history_init(&a->summary_hist);
+  al__budget_init(&a->budget);
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
                                                         : "anthropic");

@@ -20,6 +20,10 @@ uint64_t al__agent_last_stamp(const al_agent_t *a);
  * agent waits for these). */
 uint64_t al__agent_tool_holds(const al_agent_t *a);
 
+/* Projected context tokens of the next request of the current history
+ * (the budget's calibrated estimate; -1 when it cannot be built). */
+int64_t al__agent_projected(al_agent_t *a);
+
 /* The summary prompt of the max_turns call and its fixed fallback. */
 #define AL_AGENT_SUMMARY_PROMPT                                            \
   "You have reached the maximum number of turns for this run. Do not call " \

@@ -14,6 +14,7 @@
 #include "common/common.h"
 #include "events/events.h"
 #include "executor/executor.h"
+#include "loop/budget.h"
 #include "loop/history.h"
 #include "loop/retry.h"
 #include "provider/provider.h"
@@ -184,6 +185,7 @@ struct al_agent_s {
   al_models_t *own_models;
   int64_t window_override;
   al_model_info_t model_info;
+  al_budget_t budget;
 };
 
 /* agent.c */

@@ -155,15 +155,16 @@ static const char *const spec_names[] = {
     "approval_response", "usage", "retry", "api_error",
     "stream_stall_detected", "model_fallback", "tombstone",
     "micro_compaction", "compaction_started", "compaction_completed",
-    "turn_completed", "max_turns_reached", "interrupted", "error", "final"};
+    "turn_completed", "max_turns_reached", "interrupted", "error", "final",
+    "context_warning"};
 
 TEST_IMPL(events_names_round_trip) {
   al_event_type_t t;
   size_t i;
   int k;
 
-  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 28);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 28);
+  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 29);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 29);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -631,6 +632,9 @@ static void golden_events(al_event_t *evs) {
   e = &evs[AL_EVENT_USAGE];
   e->u.usage.input_tokens = 1200;
   e->u.usage.output_tokens = 85;
+  e->u.usage.context_tokens = 2200;
+  e->u.usage.context_window = 200000;
+  e->u.usage.context_pct = 1;
   e->u.usage.cache_read_input_tokens = 1000;
   e = &evs[AL_EVENT_RETRY];
   e->u.retry.attempt = 2;
@@ -672,6 +676,10 @@ static void golden_events(al_event_t *evs) {
   e->u.error.code = AL_ESTALL;
   e->u.error.message = S("stream stalled");
   evs[AL_EVENT_FINAL].u.final.text = S("Done.");
+  e = &evs[AL_EVENT_CONTEXT_WARNING];
+  e->u.usage.context_tokens = 161000;
+  e->u.usage.context_window = 200000;
+  e->u.usage.context_pct = 80;
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
@@ -744,7 +752,7 @@ TEST_IMPL(events_golden_json) {
     check_line(p, (size_t)(nl - p), ++seq);
     off = (size_t)(nl - out.data) + 1;
   }
-  ASSERT_EQ(seq, 28);
+  ASSERT_EQ(seq, 29);
   ASSERT_MEM_EQ(out.data, out.len, golden, glen);
   free(golden);
   al_buf_free(&out);

@@ -1,0 +1,12 @@
+/* models catalogue and context management tests: TEST_ENTRY lines only. */
+TEST_ENTRY(models_shipped)
+TEST_ENTRY(models_fallback)
+TEST_ENTRY(models_user_overlay)
+TEST_ENTRY(models_errors)
+TEST_ENTRY(models_load_file)
+TEST_ENTRY(cli_run_models_file)
+TEST_ENTRY(context_model_info)
+TEST_ENTRY(context_usage_and_warning)
+TEST_ENTRY(context_estimate_calibrated)
+TEST_ENTRY(context_usage_openai)
+TEST_ENTRY(context_mock_cache_prefix)
