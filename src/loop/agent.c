@@ -667,10 +667,9 @@ static int attempt_start(al_agent_t *a) {
     hdrs[i].value_len = strlen(preq.headers[i].value);
   }
 
-  al_pstream_options_init(&so);
+  al_pstream_options_runtime(&so);
   so.on_event = on_pevent;
   so.data = a;
-  so.openai_completion = false;
   so.id_seed = al__retry_rng_next(&a->rng);
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
