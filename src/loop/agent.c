@@ -13,6 +13,12 @@
  *   tools_done -> start_turn (-> max_turns summary) | final (done tool)
  *   al_agent_cancel, from any state -> interrupted
  *
+ * States (agent_priv.h, AG_STATE_MAP), each change logged at debug level:
+ *   idle -> streaming <-> backoff, streaming -> tools -> streaming,
+ *   tools -> summary (max_turns) -> idle, any run state -> idle (the end),
+ *   cancel: -> idle -> ending (its last events) -> idle,
+ *   al_agent_close: -> closing (final; handles and tools wind down).
+ *
  * Re-entrancy: subscribers run synchronously and may cancel the run or
  * close the agent from inside any event. Every post goes through
  * al__agent_post(), which says whether the caller must stop (the run's
@@ -52,7 +58,25 @@
 
 #define AG_MAX_TOKENS_CEILING 128000
 
-static void set_state(al_agent_t *a, ag_state_t st) { a->state = st; }
+const char *al__agent_state_name(ag_state_t st) {
+  switch (st) {
+#define AG_STATE_NAME(name, text) \
+  case AG_##name:                 \
+    return text;
+    AG_STATE_MAP(AG_STATE_NAME)
+#undef AG_STATE_NAME
+  }
+  return "?";
+}
+
+/* The one writer of a->state (curl's mstate): every change is traced. */
+static void set_state(al_agent_t *a, ag_state_t st) {
+  if (a->state != st) {
+    al_log(AL_LOG_DEBUG, "agent %s: state %s -> %s", a->session.id,
+           al__agent_state_name(a->state), al__agent_state_name(st));
+  }
+  a->state = st;
+}
 
 static int attempt_start(al_agent_t *a);
 void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
@@ -118,13 +142,13 @@ static uint64_t ms_since(uint64_t t0) {
 bool al__agent_post(al_agent_t *a, al_event_t *ev) {
   uint64_t gen = a->gen;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return true;
   }
   ev->run = a->run_id;
   ev->turn = a->turn;
   al__events_publish(a->bus, &a->session, ev);
-  return a->gen != gen || a->closing;
+  return a->gen != gen || ag_closing(a);
 }
 
 /* ---- executors ----------------------------------------------------------------- */
@@ -370,7 +394,8 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   if (b != NULL) {
     b->stopped = true;
   }
-  if (ev->block_type != AL_BLOCK_TOOL_USE || a->summary || a->cur == NULL) {
+  if (ev->block_type != AL_BLOCK_TOOL_USE || a->state == AG_SUMMARY ||
+      a->cur == NULL) {
     return 0;
   }
   id = json_object_get(ev->json, "id");
@@ -391,7 +416,7 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
     uint64_t gen = a->gen;
 
     al__executor_flush(&a->cur->ex);
-    if (gen != a->gen || a->closing) {
+    if (gen != a->gen || ag_closing(a)) {
       return 1;
     }
   }
@@ -500,7 +525,7 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
     ps_release(a);
     return;
   }
-  if (gen != a->gen || a->closing || rc == 0) {
+  if (gen != a->gen || ag_closing(a) || rc == 0) {
     return;
   }
   /* The stream carried an error event, or cannot be decoded: the request
@@ -535,7 +560,7 @@ static void on_complete(al_http_request_t *r, int status,
         ps_release(a);
         return;
       }
-      if (gen != a->gen || a->closing) {
+      if (gen != a->gen || ag_closing(a)) {
         return;
       }
       if (rc == AL_ETRUNCATED) {
@@ -598,7 +623,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   po.api_key = a->api_key;
   if (json_array_size(a->tool_defs) > 0) {
     po.tools = a->tool_defs;
-    if (a->summary) {
+    if (a->state == AG_SUMMARY) {
       tool_choice = json_pack("{s:s}", "type", "none");
       po.tool_choice = tool_choice;
     }
@@ -636,7 +661,8 @@ static int attempt_start(al_agent_t *a) {
   al_pstream_options_t so;
   al_http_request_options_t ro;
   al_http_header_t *hdrs = NULL;
-  const al_history_t *h = a->summary ? &a->summary_hist : &a->history;
+  const al_history_t *h =
+      a->state == AG_SUMMARY ? &a->summary_hist : &a->history;
   al_event_t ev;
   al_buf_t url;
   size_t i;
@@ -674,7 +700,7 @@ static int attempt_start(al_agent_t *a) {
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
     a->ps_ready = true;
-    if (!a->summary) {
+    if (a->state != AG_SUMMARY) {
       rc = exec_new(a);
     }
   }
@@ -703,7 +729,9 @@ static int attempt_start(al_agent_t *a) {
   }
   a->api_t0 = al_now_ns();
   a->stats.requests++;
-  set_state(a, AG_STREAMING);
+  if (a->state != AG_SUMMARY) {
+    set_state(a, AG_STREAMING);
+  }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_STREAM_REQUEST_START;
   ev.u.stream_request.model = ag_slice(a->model);
@@ -718,10 +746,9 @@ static void run_end_common(al_agent_t *a) {
   attempt_clear(a);
   uv_timer_stop(&a->backoff);
   exec_close_all(a);
-  if (a->summary) {
+  if (a->state == AG_SUMMARY) {
     al__history_free(&a->summary_hist);
     al__history_init(&a->summary_hist);
-    a->summary = false;
   }
   al_free(a->done_text);
   a->done_text = NULL;
@@ -904,7 +931,7 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
   if (discard_reply(a, al__retry_class_name(err->cls))) {
     return;
   }
-  if (a->summary) {
+  if (a->state == AG_SUMMARY) {
     summary_failed(a);
     return;
   }
@@ -999,7 +1026,7 @@ static void reply_done(al_agent_t *a) {
 
   al_buf_init(&text, SIZE_MAX / 2);
   join_text(msg, &text, &single);
-  if (a->summary) {
+  if (a->state == AG_SUMMARY) {
     if (post_usage(a, json_object_get(msg, "usage"))) {
       json_decref(single);
       al_buf_free(&text);
@@ -1169,7 +1196,7 @@ static void start_turn(al_agent_t *a) {
       summary_failed(a);
       return;
     }
-    a->summary = true;
+    set_state(a, AG_SUMMARY);
     al__retry_request_start(&a->retry);
     if (attempt_start(a) != 0) {
       summary_failed(a);
@@ -1424,14 +1451,17 @@ void al_agent_model_info(const al_agent_t *a, al_model_info_t *out) {
   *out = a->model_info;
 }
 const char *al_agent_session(const al_agent_t *a) { return a->session.id; }
-bool al_agent_running(const al_agent_t *a) { return a->state != AG_IDLE && a->state != AG_CLOSED; }
+bool al_agent_running(const al_agent_t *a) {
+  return a->state != AG_IDLE && a->state != AG_ENDING &&
+         a->state != AG_CLOSING;
+}
 
 int al_agent_subscribe(al_agent_t *a, al_event_cb cb, void *data,
                        al_sub_t **out) {
   al__events_sub_t *sub = NULL;
   int rc;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return AL_ECLOSING;
   }
   rc = al__events_subscribe(a->bus, cb, data, &sub);
@@ -1454,11 +1484,11 @@ int al_agent_run(al_agent_t *a, const char *text) {
   json_t *names;
   int rc;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE || a->ending) {
-    return AL_EBUSY;
+  if (a->state != AG_IDLE) {
+    return AL_EBUSY; /* ENDING too: a new run waits until interrupted */
   }
   if (text == NULL || text[0] == '\0') {
     return AL_EINVAL;
@@ -1515,7 +1545,7 @@ int al_agent_cancel(al_agent_t *a) {
   ag_state_t old = a->state;
   size_t i;
 
-  if (old == AG_IDLE || old == AG_CLOSED) {
+  if (!al_agent_running(a)) {
     return AL_ESTATE;
   }
   /* The calls that have no reported result yet: they are reported as
@@ -1549,7 +1579,7 @@ int al_agent_cancel(al_agent_t *a) {
     commit_notify_results(a);
   }
   run_end_common(a); /* closes the request and every executor */
-  a->ending = true;  /* a new run waits until interrupted is out */
+  set_state(a, AG_ENDING); /* a new run waits until interrupted is out */
   if (json_array_size(open) > 0) {
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_TOOL_EXECUTION_ABORTED;
@@ -1576,7 +1606,9 @@ int al_agent_cancel(al_agent_t *a) {
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_INTERRUPTED;
   ev.u.interrupted.reason = ag_slice("user");
-  a->ending = false;
+  if (a->state == AG_ENDING) { /* not when a subscriber closed the agent */
+    set_state(a, AG_IDLE);
+  }
   al__agent_post(a, &ev);
   return 0;
 }
@@ -1611,10 +1643,10 @@ int al_agent_load_history_json(al_agent_t *a, const char *json, size_t len) {
   json_t *copy;
   int rc = AL_EINVAL;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE || a->has_run || a->ending) {
+  if (a->state != AG_IDLE || a->has_run) {
     return AL_EBUSY;
   }
   o = json_loadb(json, len, 0, NULL);
@@ -1674,7 +1706,7 @@ static void on_finish_close(uv_handle_t *h) {
 }
 
 void al__agent_maybe_finish(al_agent_t *a) {
-  if (!a->closing || a->finishing || a->pending > 0 || a->holds > 0 ||
+  if (!ag_closing(a) || a->finishing || a->pending > 0 || a->holds > 0 ||
       a->live_ctx > 0) {
     return;
   }
@@ -1697,17 +1729,16 @@ static void on_client_close(al_http_client_t *c) {
 }
 
 void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
-  if (a->state == AG_CLOSED) {
+  if (a->state == AG_CLOSING) {
     return;
   }
   if (al_agent_running(a)) {
     al_agent_cancel(a);
   }
-  if (a->state == AG_CLOSED) {
+  if (a->state == AG_CLOSING) {
     return; /* a subscriber closed it from inside the cancel */
   }
-  set_state(a, AG_CLOSED);
-  a->closing = true;
+  set_state(a, AG_CLOSING);
   a->close_cb = cb;
   exec_close_all(a);
   uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
