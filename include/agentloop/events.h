@@ -50,7 +50,8 @@ extern "C" {
   XX(INTERRUPTED, "interrupted")                                \
   XX(ERROR, "error")                                            \
   XX(FINAL, "final")                                            \
-  XX(CONTEXT_WARNING, "context_warning")
+  XX(CONTEXT_WARNING, "context_warning")                        \
+  XX(HISTORY_REPAIRED, "history_repaired")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -190,6 +191,14 @@ typedef struct {
   uint32_t cleared;
 } al_event_compaction_t;
 
+/* history_repaired: the validity gate repaired the history before a
+ * request (docs/context.md). repairs is JSON text: an array of
+ * {"rule","message"[,"id"]}; count its length. */
+typedef struct {
+  al_slice_t repairs;
+  uint32_t count;
+} al_event_repaired_t;
+
 /* turn_completed. */
 typedef struct {
   al_slice_t stop_reason;
@@ -238,6 +247,7 @@ typedef struct al_event_s {
     al_event_fallback_t fallback;
     al_event_tombstone_t tombstone;
     al_event_compaction_t compaction;
+    al_event_repaired_t repaired;
     al_event_turn_completed_t turn_completed;
     al_event_max_turns_t max_turns;
     al_event_interrupted_t interrupted;

@@ -292,6 +292,14 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
       end_line(v);
     }
     break;
+  case AL_EVENT_HISTORY_REPAIRED:
+    stamp(v, ev);
+    put(v, C_YELLOW, "history repaired");
+    fprintf(v->f, " before sending (%" PRIu32 " fix%s): ", ev->u.repaired.count,
+            ev->u.repaired.count == 1 ? "" : "es");
+    excerpt(v, ev->u.repaired.repairs, EXCERPT_MAX);
+    end_line(v);
+    break;
   case AL_EVENT_CONTEXT_WARNING:
     stamp(v, ev);
     put(v, C_YELLOW, "context");

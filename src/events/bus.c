@@ -295,6 +295,9 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
   case AL_EVENT_TURN_COMPLETED:
     SL(turn_completed.stop_reason);
     break;
+  case AL_EVENT_HISTORY_REPAIRED:
+    SL(repaired.repairs);
+    break;
   case AL_EVENT_INTERRUPTED:
     SL(interrupted.reason);
     break;

@@ -152,6 +152,10 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     put_u64(e, "context_pct", ev->u.usage.context_pct);
     put_bool(e, "context_estimated", ev->u.usage.context_estimated);
     break;
+  case AL_EVENT_HISTORY_REPAIRED:
+    put_u64(e, "count", ev->u.repaired.count);
+    put_json_text(e, "repairs", ev->u.repaired.repairs);
+    break;
   case AL_EVENT_CONTEXT_WARNING:
     put_u64(e, "context_tokens", ev->u.usage.context_tokens);
     put_u64(e, "context_window", ev->u.usage.context_window);

@@ -55,6 +55,7 @@
 
 #include "loop/agent_int.h"
 #include "loop/agent_priv.h"
+#include "loop/validity.h"
 
 #define AG_MAX_TOKENS_CEILING 128000
 
@@ -83,6 +84,7 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
                               int status, const char *message);
 static void start_turn(al_agent_t *a);
 static void tools_done(al_agent_t *a);
+static void end_error(al_agent_t *a, int code, const char *message);
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -656,13 +658,58 @@ int64_t al__agent_projected(al_agent_t *a) {
   return p;
 }
 
+/* The validity gate before a send (validity.c): the body is checked with
+ * the provider's validator; on a violation the history is repaired where
+ * that is unambiguous (history_repaired) and the body rebuilt, else the
+ * request is refused with AL_EHISTORY naming the rule (why). Returns 0
+ * with preq ready to send, 1 when a subscriber stopped the run, or an
+ * error (preq freed). */
+static int gate(al_agent_t *a, al_history_t *h, al_provider_request_t *preq,
+                char *why, size_t why_len) {
+  al_validate_verdict_t v;
+  json_t *done;
+  char *text;
+  al_event_t ev;
+  size_t n;
+  int rc;
+
+  if (al__validity_check(a->provider, preq->body, preq->body_len, &v)) {
+    return 0;
+  }
+  al_provider_request_free(preq);
+  done = json_array();
+  n = al__validity_repair(h->messages, done);
+  if (n == 0 || (rc = build_request(a, h, preq)) != 0 ||
+      !al__validity_check(a->provider, preq->body, preq->body_len, &v)) {
+    if (n > 0) {
+      al_provider_request_free(preq);
+    }
+    json_decref(done);
+    snprintf(why, why_len, "the request history breaks the rule %s: %s",
+             v.rule, v.message);
+    return AL_EHISTORY;
+  }
+  text = json_dumps(done, JSON_COMPACT);
+  json_decref(done);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_HISTORY_REPAIRED;
+  ev.u.repaired.count = (uint32_t)n;
+  ev.u.repaired.repairs = ag_slice(text);
+  rc = al__agent_post(a, &ev) ? 1 : 0;
+  al_free(text);
+  if (rc != 0) {
+    al_provider_request_free(preq);
+  }
+  return rc;
+}
+
 static int attempt_start(al_agent_t *a) {
   al_provider_request_t preq;
   al_pstream_options_t so;
   al_http_request_options_t ro;
   al_http_header_t *hdrs = NULL;
-  const al_history_t *h =
-      a->state == AG_SUMMARY ? &a->summary_hist : &a->history;
+  al_history_t *h = a->state == AG_SUMMARY ? &a->summary_hist : &a->history;
+  char why[1200];
   al_event_t ev;
   al_buf_t url;
   size_t i;
@@ -670,6 +717,16 @@ static int attempt_start(al_agent_t *a) {
 
   attempt_clear(a);
   rc = build_request(a, h, &preq);
+  if (rc == 0) {
+    rc = gate(a, h, &preq, why, sizeof(why));
+  }
+  if (rc == 1) {
+    return 0; /* a subscriber ended the run or closed the agent */
+  }
+  if (rc == AL_EHISTORY) {
+    end_error(a, rc, why);
+    return 0;
+  }
   if (rc != 0) {
     return rc;
   }
@@ -1688,6 +1745,8 @@ uint64_t al__agent_call_stamp(const al_agent_t *a, const char *call_id) {
 }
 
 uint64_t al__agent_tool_holds(const al_agent_t *a) { return a->holds; }
+
+json_t *al__agent_messages(al_agent_t *a) { return a->history.messages; }
 
 uint64_t al__agent_last_stamp(const al_agent_t *a) { return sse_stamp(a); }
 

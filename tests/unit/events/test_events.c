@@ -156,15 +156,15 @@ static const char *const spec_names[] = {
     "stream_stall_detected", "model_fallback", "tombstone",
     "micro_compaction", "compaction_started", "compaction_completed",
     "turn_completed", "max_turns_reached", "interrupted", "error", "final",
-    "context_warning"};
+    "context_warning", "history_repaired"};
 
 TEST_IMPL(events_names_round_trip) {
   al_event_type_t t;
   size_t i;
   int k;
 
-  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 29);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 29);
+  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 30);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 30);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -680,6 +680,10 @@ static void golden_events(al_event_t *evs) {
   e->u.usage.context_tokens = 161000;
   e->u.usage.context_window = 200000;
   e->u.usage.context_pct = 80;
+  e = &evs[AL_EVENT_HISTORY_REPAIRED];
+  e->u.repaired.count = 1;
+  e->u.repaired.repairs =
+      S("[{\"rule\":\"tool_use_without_result\",\"message\":4,\"id\":\"toolu_01\"}]");
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
@@ -752,7 +756,7 @@ TEST_IMPL(events_golden_json) {
     check_line(p, (size_t)(nl - p), ++seq);
     off = (size_t)(nl - out.data) + 1;
   }
-  ASSERT_EQ(seq, 29);
+  ASSERT_EQ(seq, 30);
   ASSERT_MEM_EQ(out.data, out.len, golden, glen);
   free(golden);
   al_buf_free(&out);
