@@ -223,6 +223,16 @@ typedef struct al_agent_options_s {
    * 0: the catalogue's (or SPEC §9's fallback). */
   const al_models_t *models;
   int64_t context_window;
+  /* Micro-compaction (docs/context.md): before each request, results of
+   * compactable tools older than the 3 most recent are replaced by a
+   * placeholder when that saves at least micro_min_tokens (0: 20,000;
+   * negative: never). compactable_tools: NULL-terminated names (NULL:
+   * read_file, list_directory, bash, read_tool_output). tool_output_dir:
+   * where cleared outputs are saved for read_tool_output (created; NULL:
+   * kept in memory only). */
+  int64_t micro_min_tokens;
+  const char *const *compactable_tools;
+  const char *tool_output_dir;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

@@ -183,12 +183,24 @@ typedef struct {
   al_slice_t reason;
 } al_event_tombstone_t;
 
-/* micro_compaction, compaction_started, compaction_completed. */
+/* micro_compaction, compaction_started, compaction_completed
+ * (docs/context.md). trigger: auto, manual or overflow (micro: auto).
+ * Token counts are the budget's projections of the next request.
+ * micro_compaction: cleared results, their call ids (JSON array text) and
+ * the tokens saved. compaction_completed: messages and tool results
+ * dropped, the summary's size, and fallback when the summary call failed
+ * and a deterministic trim took its place. */
 typedef struct {
   al_slice_t trigger;
   uint64_t tokens_before;
   uint64_t tokens_after;
   uint32_t cleared;
+  al_slice_t call_ids;
+  uint64_t tokens_saved;
+  uint32_t dropped_messages;
+  uint32_t dropped_tool_results;
+  uint64_t summary_tokens;
+  bool fallback;
 } al_event_compaction_t;
 
 /* history_repaired: the validity gate repaired the history before a

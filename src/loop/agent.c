@@ -716,6 +716,9 @@ static int attempt_start(al_agent_t *a) {
   int rc;
 
   attempt_clear(a);
+  if (h == &a->history && al__agent_micro(a)) {
+    return 0; /* a subscriber ended the run or closed the agent */
+  }
   rc = build_request(a, h, &preq);
   if (rc == 0) {
     rc = gate(a, h, &preq, why, sizeof(why));
@@ -1298,6 +1301,7 @@ static void agent_free_fields(al_agent_t *a) {
   al_free(a->msg_id);
   blocks_free(a);
   al_models_free(a->own_models);
+  al__agent_context_free(a);
   al__budget_free(&a->budget);
   if (a->bus != NULL) {
     al__events_bus_free(a->bus);
@@ -1467,7 +1471,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
       (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
-      (rc = al__agent_cli_tools_init(a)) != 0) {
+      (rc = al__agent_cli_tools_init(a)) != 0 ||
+      (rc = al__agent_context_init(a, o)) != 0) {
     goto fail;
   }
   al_http_client_options_init(&co);

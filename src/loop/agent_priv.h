@@ -194,7 +194,23 @@ struct al_agent_s {
   int64_t window_override;
   al_model_info_t model_info;
   al_budget_t budget;
+  /* Micro-compaction and the tool output cache (agent_context.c). */
+  json_t *tool_cache;    /* call id -> original content of a cleared result */
+  char **compactable;    /* tool names, NULL-terminated */
+  int64_t micro_min_tokens; /* < 0: off */
+  char *tool_output_dir; /* NULL: the cache lives in memory only */
+  uint64_t stats_micro_saved;
 };
+
+/* The largest saved output read back (read_tool_output). */
+#define AL_CONTEXT_MAX_OUTPUT ((size_t)64 << 20)
+
+/* agent_context.c */
+int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o);
+void al__agent_context_free(al_agent_t *a);
+/* Micro-compaction before a request of the main history; posts
+ * micro_compaction. True when the caller must stop (as al__agent_post). */
+bool al__agent_micro(al_agent_t *a);
 
 /* agent.c */
 /* Posts ev with the run's numbers. Returns true when the caller must stop:

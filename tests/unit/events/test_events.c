@@ -658,6 +658,8 @@ static void golden_events(al_event_t *evs) {
   e->u.tombstone.reason = S("retry");
   e = &evs[AL_EVENT_MICRO_COMPACTION];
   e->u.compaction.cleared = 3;
+  e->u.compaction.call_ids = S("[\"toolu_01\",\"toolu_02\",\"toolu_03\"]");
+  e->u.compaction.tokens_saved = 30000;
   e->u.compaction.tokens_before = 90000;
   e->u.compaction.tokens_after = 60000;
   e = &evs[AL_EVENT_COMPACTION_STARTED];
@@ -667,6 +669,9 @@ static void golden_events(al_event_t *evs) {
   e->u.compaction.trigger = S("auto");
   e->u.compaction.tokens_before = 150000;
   e->u.compaction.tokens_after = 20000;
+  e->u.compaction.dropped_messages = 40;
+  e->u.compaction.dropped_tool_results = 18;
+  e->u.compaction.summary_tokens = 900;
   e = &evs[AL_EVENT_TURN_COMPLETED];
   e->u.turn_completed.stop_reason = S("tool_use");
   e->u.turn_completed.tool_calls = 1;
