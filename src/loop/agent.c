@@ -55,6 +55,7 @@
 
 #include "loop/agent_int.h"
 #include "loop/agent_priv.h"
+#include "loop/compact.h"
 #include "loop/validity.h"
 
 #define AG_MAX_TOKENS_CEILING 128000
@@ -85,6 +86,11 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
 static void start_turn(al_agent_t *a);
 static void tools_done(al_agent_t *a);
 static void end_error(al_agent_t *a, int code, const char *message);
+static int compact_check(al_agent_t *a, int64_t projected);
+static void compact_start(al_agent_t *a, const char *trigger);
+static void compact_finish(al_agent_t *a, const char *summary, size_t len);
+static bool is_overflow(const char *message);
+static void on_backoff(uv_timer_t *t);
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -397,7 +403,7 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
     b->stopped = true;
   }
   if (ev->block_type != AL_BLOCK_TOOL_USE || a->state == AG_SUMMARY ||
-      a->cur == NULL) {
+      a->state == AG_COMPACTING || a->cur == NULL) {
     return 0;
   }
   id = json_object_get(ev->json, "id");
@@ -625,7 +631,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   po.api_key = a->api_key;
   if (json_array_size(a->tool_defs) > 0) {
     po.tools = a->tool_defs;
-    if (a->state == AG_SUMMARY) {
+    if (a->state == AG_SUMMARY || a->state == AG_COMPACTING) {
       tool_choice = json_pack("{s:s}", "type", "none");
       po.tool_choice = tool_choice;
     }
@@ -708,7 +714,10 @@ static int attempt_start(al_agent_t *a) {
   al_pstream_options_t so;
   al_http_request_options_t ro;
   al_http_header_t *hdrs = NULL;
-  al_history_t *h = a->state == AG_SUMMARY ? &a->summary_hist : &a->history;
+  al_history_t *h = a->state == AG_SUMMARY      ? &a->summary_hist
+                    : a->state == AG_COMPACTING ? &a->compact_hist
+                                                : &a->history;
+  int64_t projected;
   char why[1200];
   al_event_t ev;
   al_buf_t url;
@@ -732,6 +741,15 @@ static int attempt_start(al_agent_t *a) {
   }
   if (rc != 0) {
     return rc;
+  }
+  if (h == &a->history) {
+    projected = al__budget_project(&a->budget, a->model,
+                                   request_raw(h, &preq));
+    rc = compact_check(a, projected);
+    if (rc != 0) {
+      al_provider_request_free(&preq);
+      return 0; /* compacting, or the run ended */
+    }
   }
   al__budget_sent(&a->budget, request_raw(h, &preq));
   al_buf_init(&url, 16 * 1024);
@@ -760,7 +778,7 @@ static int attempt_start(al_agent_t *a) {
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
     a->ps_ready = true;
-    if (a->state != AG_SUMMARY) {
+    if (a->state != AG_SUMMARY && a->state != AG_COMPACTING) {
       rc = exec_new(a);
     }
   }
@@ -789,7 +807,7 @@ static int attempt_start(al_agent_t *a) {
   }
   a->api_t0 = al_now_ns();
   a->stats.requests++;
-  if (a->state != AG_SUMMARY) {
+  if (a->state != AG_SUMMARY && a->state != AG_COMPACTING) {
     set_state(a, AG_STREAMING);
   }
   memset(&ev, 0, sizeof(ev));
@@ -810,6 +828,11 @@ static void run_end_common(al_agent_t *a) {
     al__history_free(&a->summary_hist);
     al__history_init(&a->summary_hist);
   }
+  al__history_free(&a->compact_hist);
+  al__history_init(&a->compact_hist);
+  a->compact_requested = false;
+  a->compacted_this_turn = false;
+  a->overflow_retried = false;
   al_free(a->done_text);
   a->done_text = NULL;
   a->stats.duration_ms = ms_since(a->run_t0);
@@ -995,6 +1018,27 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
     summary_failed(a);
     return;
   }
+  if (a->state == AG_COMPACTING) {
+    /* A request too long for the summarizer is not retried; transient
+     * errors are, then the deterministic trim takes over. */
+    al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
+    if (!d.retry || is_overflow(message)) {
+      compact_finish(a, NULL, 0);
+      return;
+    }
+    if (post_retry(a, d.attempt, d.max_attempts, d.delay_ms, status,
+                   al__retry_class_name(err->cls), message)) {
+      return;
+    }
+    uv_timer_start(&a->backoff, on_backoff, (uint64_t)d.delay_ms, 0);
+    return;
+  }
+  if (is_overflow(message) && !a->overflow_retried) {
+    /* "prompt is too long": compact once, then the same request again. */
+    a->overflow_retried = true;
+    compact_start(a, "overflow");
+    return;
+  }
   al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
   if (!d.retry) {
     char text[700];
@@ -1086,6 +1130,22 @@ static void reply_done(al_agent_t *a) {
 
   al_buf_init(&text, SIZE_MAX / 2);
   join_text(msg, &text, &single);
+  if (a->state == AG_COMPACTING) {
+    if (post_usage(a, json_object_get(msg, "usage"))) {
+      json_decref(single);
+      al_buf_free(&text);
+      return;
+    }
+    if (single != NULL) {
+      compact_finish(a, json_string_value(single), json_string_length(single));
+    } else {
+      compact_finish(a, text.data, text.len);
+    }
+    json_decref(single);
+    al_buf_free(&text);
+    return;
+  }
+  a->overflow_retried = false;
   if (a->state == AG_SUMMARY) {
     if (post_usage(a, json_object_get(msg, "usage"))) {
       json_decref(single);
@@ -1264,6 +1324,7 @@ static void start_turn(al_agent_t *a) {
     return;
   }
   a->turn++;
+  a->compacted_this_turn = false;
   ev.type = AL_EVENT_TURN_STARTED;
   if (al__agent_post(a, &ev)) {
     return;
@@ -1273,6 +1334,208 @@ static void start_turn(al_agent_t *a) {
   if (rc != 0) {
     end_error(a, rc, "could not send the request to the model");
   }
+}
+
+/* ---- summary compaction ----------------------------------------------------------------- */
+
+/* "prompt is too long" (Anthropic), context_length_exceeded / "maximum
+ * context length" (OpenAI-compatible servers). */
+static bool is_overflow(const char *message) {
+  return message != NULL &&
+         (strstr(message, "prompt is too long") != NULL ||
+          strstr(message, "context_length_exceeded") != NULL ||
+          strstr(message, "maximum context length") != NULL ||
+          strstr(message, "context window") != NULL);
+}
+
+static int64_t keep_tokens(const al_agent_t *a) {
+  return AL_MIN((int64_t)AL_COMPACT_KEEP_TOKENS, a->budget.window / 4);
+}
+
+/* Before a request of the run (its turn's results are committed, nothing
+ * streams, no tool runs): a requested or needed compaction starts here.
+ * Returns 1 when the request must not be sent now. */
+static int compact_check(al_agent_t *a, int64_t projected) {
+  int64_t at = al__budget_compact_at(&a->budget, a->cur_max_tokens);
+  char msg[300];
+
+  if (a->compact_requested) {
+    a->compact_requested = false;
+    compact_start(a, "manual");
+    return 1;
+  }
+  if (projected <= at) {
+    return 0;
+  }
+  if (a->auto_compact && !a->compacted_this_turn) {
+    compact_start(a, "auto");
+    return 1;
+  }
+  if (a->compacted_this_turn &&
+      al__budget_pct(&a->budget, projected) > AL_BUDGET_REFUSE_PCT) {
+    snprintf(msg, sizeof(msg),
+             "context_limit_exceeded: the next request needs about %lld "
+             "tokens (%u%% of the %lld-token window) even after compaction",
+             (long long)projected, al__budget_pct(&a->budget, projected),
+             (long long)a->budget.window);
+    end_error(a, AL_ECONTEXT, msg);
+    return 1;
+  }
+  return 0;
+}
+
+static int64_t project_history(al_agent_t *a) {
+  al_provider_request_t preq;
+  int64_t p;
+
+  if (build_request(a, &a->history, &preq) != 0) {
+    return 0;
+  }
+  p = al__budget_project(&a->budget, a->model, request_raw(&a->history, &preq));
+  al_provider_request_free(&preq);
+  return p;
+}
+
+/* After the compaction: the run goes on, or the agent is idle again. */
+static void compact_resume(al_agent_t *a) {
+  int rc;
+
+  if (!a->compact_in_run) {
+    attempt_clear(a); /* the summary request's pipeline */
+    set_state(a, AG_IDLE);
+    return;
+  }
+  set_state(a, AG_STREAMING);
+  a->compacted_this_turn = true;
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+static void compact_start(al_agent_t *a, const char *trigger) {
+  const json_t *msgs = a->history.messages;
+  double ratio = al__budget_ratio(&a->budget, a->model);
+  al_event_t ev;
+  json_t *req;
+  size_t dropped;
+  int rc;
+
+  a->compact_in_run = al_agent_running(a);
+  a->compact_trigger = trigger;
+  a->compact_before = project_history(a);
+  a->compact_cut = json_is_array(msgs) ? al__compact_cut(msgs, keep_tokens(a),
+                                                         ratio)
+                                       : 0;
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_STARTED;
+  ev.u.compaction.trigger = ag_slice(trigger);
+  ev.u.compaction.tokens_before = (uint64_t)a->compact_before;
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  if (a->compact_cut == 0) {
+    compact_finish(a, "", 0); /* nothing older than the kept part */
+    return;
+  }
+  req = al__compact_request(msgs,
+                            a->budget.window * AL_COMPACT_REQUEST_PCT / 100,
+                            ratio, a->compact_instructions, &dropped);
+  al__history_free(&a->compact_hist);
+  al__history_init(&a->compact_hist);
+  if (req == NULL ||
+      al__history_set_system(&a->compact_hist,
+                             al__history_system(&a->history)) != 0) {
+    json_decref(req);
+    compact_finish(a, NULL, 0);
+    return;
+  }
+  a->compact_hist.messages = req;
+  set_state(a, AG_COMPACTING);
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0 && a->state == AG_COMPACTING) {
+    compact_finish(a, NULL, 0);
+  }
+}
+
+/* The summary arrived (summary != NULL, maybe empty when there was
+ * nothing to drop) or the summary call failed (NULL): the new history,
+ * the events, then the run goes on. */
+static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
+  json_t *msgs = a->history.messages;
+  size_t cut = a->compact_cut;
+  char *fallback = NULL;
+  json_t *next = NULL;
+  al_event_t ev;
+  uint32_t dropped = 0;
+  uint32_t results = 0;
+  int64_t after;
+  char msg[300];
+  bool failed = summary == NULL || (cut != 0 && len == 0);
+
+  al__history_free(&a->compact_hist);
+  al__history_init(&a->compact_hist);
+  al_free(a->compact_instructions);
+  a->compact_instructions = NULL;
+  if (cut != 0) {
+    if (failed) {
+      fallback = al__compact_fallback_summary(msgs, cut);
+      summary = fallback != NULL ? fallback : "";
+      len = strlen(summary);
+    }
+    next = al__compact_assemble(msgs, cut, summary, len);
+    if (next != NULL) {
+      al__compact_counts(msgs, cut, &dropped, &results);
+      json_decref(a->history.messages);
+      a->history.messages = next;
+    }
+  }
+  a->compact_failures = failed && cut != 0 ? a->compact_failures + 1 : 0;
+  after = project_history(a);
+  if (a->compact_before > after) {
+    a->stats_compact_saved += (uint64_t)(a->compact_before - after);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_COMPLETED;
+  ev.u.compaction.trigger = ag_slice(a->compact_trigger);
+  ev.u.compaction.tokens_before = (uint64_t)a->compact_before;
+  ev.u.compaction.tokens_after = (uint64_t)after;
+  ev.u.compaction.dropped_messages = dropped;
+  ev.u.compaction.dropped_tool_results = results;
+  ev.u.compaction.summary_tokens = (uint64_t)(len + 3) / 4;
+  ev.u.compaction.fallback = failed && cut != 0;
+  al_free(fallback);
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  if (a->compact_failures >= AL_COMPACT_MAX_FAILURES) {
+    a->compact_failures = 0;
+    end_error(a, AL_ECOMPACT,
+              "compaction_failed: the summary request failed 3 times in a "
+              "row (a deterministic trim was used each time)");
+    return;
+  }
+  if (al__budget_pct(&a->budget, after) > AL_BUDGET_REFUSE_PCT) {
+    snprintf(msg, sizeof(msg),
+             "context_limit_exceeded: about %lld tokens (%u%% of the "
+             "%lld-token window) remain after compaction",
+             (long long)after, al__budget_pct(&a->budget, after),
+             (long long)a->budget.window);
+    if (a->compact_in_run) {
+      end_error(a, AL_ECONTEXT, msg);
+    } else {
+      set_state(a, AG_IDLE);
+      memset(&ev, 0, sizeof(ev));
+      ev.type = AL_EVENT_ERROR;
+      ev.u.error.code = AL_ECONTEXT;
+      ev.u.error.message = ag_slice(msg);
+      al__agent_post(a, &ev);
+    }
+    return;
+  }
+  compact_resume(a);
 }
 
 /* ---- public API ---------------------------------------------------------------------- */
@@ -1295,6 +1558,8 @@ static void agent_free_fields(al_agent_t *a) {
   free_list(a->deny_tools);
   al__history_free(&a->history);
   al__history_free(&a->summary_hist);
+  al__history_free(&a->compact_hist);
+  al_free(a->compact_instructions);
   json_decref(a->tool_defs);
   json_decref(a->stamps);
   al_free(a->done_text);
@@ -1355,7 +1620,9 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al_list_init(&a->execs);
   al__history_init(&a->history);
   al__history_init(&a->summary_hist);
+  al__history_init(&a->compact_hist);
   al__budget_init(&a->budget);
+  a->auto_compact = !o->no_auto_compact;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
                                                         : "anthropic");
@@ -1516,6 +1783,28 @@ const char *al_agent_session(const al_agent_t *a) { return a->session.id; }
 bool al_agent_running(const al_agent_t *a) {
   return a->state != AG_IDLE && a->state != AG_ENDING &&
          a->state != AG_CLOSING;
+}
+
+int al_agent_compact(al_agent_t *a, const char *instructions) {
+  char *copy = NULL;
+
+  if (ag_closing(a)) {
+    return AL_ECLOSING;
+  }
+  if (a->state == AG_COMPACTING || a->state == AG_ENDING) {
+    return AL_EBUSY;
+  }
+  if (instructions != NULL && (copy = al_strdup(instructions)) == NULL) {
+    return AL_ENOMEM;
+  }
+  al_free(a->compact_instructions);
+  a->compact_instructions = copy;
+  if (al_agent_running(a)) {
+    a->compact_requested = true; /* before the run's next request */
+    return 0;
+  }
+  compact_start(a, "manual");
+  return 0;
 }
 
 int al_agent_subscribe(al_agent_t *a, al_event_cb cb, void *data,

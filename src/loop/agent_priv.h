@@ -31,6 +31,7 @@
   XX(BACKOFF, "backoff")       /* waiting to retry that request */         \
   XX(TOOLS, "tools")           /* reply committed, waiting for results */  \
   XX(SUMMARY, "summary")       /* the max_turns summary request */         \
+  XX(COMPACTING, "compacting") /* the summary-compaction request */        \
   XX(ENDING, "ending")         /* cancel is posting the run's last events */ \
   XX(CLOSING, "closing")       /* al_agent_close was called */
 
@@ -200,6 +201,19 @@ struct al_agent_s {
   int64_t micro_min_tokens; /* < 0: off */
   char *tool_output_dir; /* NULL: the cache lives in memory only */
   uint64_t stats_micro_saved;
+  /* Summary compaction (agent.c, compact.c). */
+  bool auto_compact;
+  al_history_t compact_hist;  /* the summary request's history */
+  size_t compact_cut;         /* messages[cut..] are kept */
+  const char *compact_trigger; /* "auto", "manual", "overflow" (static) */
+  char *compact_instructions; /* manual: the user's, or NULL */
+  int64_t compact_before;
+  int compact_failures;       /* in a row */
+  bool compact_in_run;        /* the run continues after it */
+  bool compact_requested;     /* manual, during a run: at the next request */
+  bool compacted_this_turn;   /* one automatic compaction per turn */
+  bool overflow_retried;      /* one "prompt too long" compaction a request */
+  uint64_t stats_compact_saved;
 };
 
 /* The largest saved output read back (read_tool_output). */
