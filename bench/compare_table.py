@@ -119,7 +119,8 @@ def over(vals, floor):
 
 nruns = meta.get("runs", "?").split()[0]
 print(f"Measured {meta.get('date', '?')} with `bench/compare.sh` "
-      f"({nruns} runs; every figure is the median over the runs).")
+      f"({nruns} runs; every figure is the median over the runs, with "
+      "its spread (min – max) where the table shows it).")
 print()
 print(f"- machine: {meta.get('host', '?')}")
 print(f"- load: before `{meta.get('uptime_before', '?').strip()}`; "
