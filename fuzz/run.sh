@@ -40,7 +40,7 @@ args_for() {
     fuzz_sse)         echo "-max_len=4096 -dict=sse.dict" ;;
     fuzz_anthropic|fuzz_openai) echo "-max_len=8192 -dict=json.dict" ;;
     fuzz_fastjson)    echo "-max_len=1024 -dict=json.dict" ;;
-    fuzz_scenario|fuzz_tools_d|fuzz_models) echo "-max_len=8192 -dict=yaml.dict" ;;
+    fuzz_scenario|fuzz_tools_d|fuzz_models|fuzz_config) echo "-max_len=8192 -dict=yaml.dict" ;;
     fuzz_socket_line) echo "-max_len=8192 -dict=json.dict" ;;
     fuzz_transcript)  echo "-max_len=16384 -dict=json.dict" ;;
     *)                echo "-max_len=8192" ;;

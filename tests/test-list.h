@@ -18,4 +18,5 @@
 #include "list/tui.h"
 #include "list/daemon.h"
 #include "list/resume.h"
+#include "list/config.h"
 #include "list/reliability.h"
