@@ -5,7 +5,7 @@
 #include "list/sse.h"
 #include "list/transport.h"
 #include "list/provider.h"
-#include "list/models.h"
+#include "list/context.h"
 #include "list/mockllm.h"
 #include "list/client.h"
 #include "list/loop.h"
@@ -21,3 +21,4 @@
 #include "list/edit.h"
 #include "list/firstminute.h"
 #include "list/config.h"
+#include "list/reliability.h"
