@@ -17,7 +17,8 @@
 #include "loop/micro.h"
 
 static const char *const default_compactable[] = {
-    "read_file", "list_directory", "bash", AL_MICRO_TOOL, NULL};
+    "read_file", "list_directory", "bash", "grep", "glob", AL_MICRO_TOOL,
+    NULL};
 
 static const char read_desc[] =
     "Read back a tool output that agentloop cleared from the conversation "
