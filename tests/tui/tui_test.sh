@@ -442,6 +442,8 @@ EOF
   type_line "/resume $first"
   wait_for "resumed session $first"
   wait_for "Remember the number seven."
+  # /resume replays the user's side too (user_message).
+  screen | grep -qxF "> tell me a number" || fail "/resume did not show the question"
   wait_prompt
   type_line "and another"
   wait_for "A fresh answer."
