@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -189,6 +190,25 @@ int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
   }
   if (resume_id == NULL && !cont) {
     return 0;
+  }
+  {
+    /* One writer per transcript: the daemon (or another run) holds its
+     * lock while the session is open there. Asked now, before anything is
+     * sent; the writer takes the lock itself when it opens. */
+    int fd = open(rs->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+    if (fd >= 0) {
+      if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(fd);
+        snprintf(err, errlen,
+                 "session %s is open in agentloopd or another agentloop run "
+                 "(one writer at a time): close it there, or stop the "
+                 "daemon, then retry",
+                 rs->id);
+        return UV_EBUSY;
+      }
+      close(fd); /* releases the probe's lock */
+    }
   }
   rc = al__tx_load(rs->path, true, REPLAY_KEEP, &rs->loaded);
   rs->have_loaded = true;

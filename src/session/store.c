@@ -13,6 +13,7 @@
 #include "session/session.h"
 
 #include <errno.h>
+#include <sys/file.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -123,6 +124,14 @@ static void tx_on_fs(uv_fs_t *req) {
       tx->closed_fd = true;
     } else {
       tx->fd = (uv_file)res;
+      /* One writer per transcript, across processes (agentloopd and
+       * headless `agentloop run --resume`): an exclusive advisory lock
+       * for as long as the writer is open. Non-blocking: a holder makes
+       * this writer fail (degraded), it never waits. */
+      if (flock(tx->fd, LOCK_EX | LOCK_NB) != 0) {
+        tx_fail(tx, errno == EWOULDBLOCK ? UV_EBUSY : -errno);
+        tx_drop_queue(tx);
+      }
     }
     break;
   case UV_FS_WRITE:

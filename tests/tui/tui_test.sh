@@ -639,6 +639,12 @@ EOF
   wait_prompt
   type_line "/quit"
   wait_for "[exited 0]"
+  # While the daemon has the session open, a headless run may not write to
+  # it: exit 2, nothing sent.
+  out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id" -p "too early" 2>&1) &&
+    fail "run --resume succeeded while the daemon had the session: $out"
+  echo "$out" | grep -qF "is open in agentloopd" || fail "no clear refusal: $out"
+  grep -qF "too early" "$W/requests.ndjson" && fail "the refused run sent a request"
   # "Close everything": the daemon stops (it keeps a session it has loaded
   # in memory, and one transcript has one writer at a time).
   pids=$(daemon_pids)

@@ -9,6 +9,8 @@
  * server's stats show the request arrived; --timeout runs against a stream
  * that stalls after its headers. */
 #include <math.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1495,6 +1497,29 @@ TEST_IMPL(cli_run_session_resume_and_continue) {
   request_user_texts(&c, 0, texts, sizeof(texts));
   ASSERT_STR_EQ(texts, "remember seven|which number|and again");
   finish(&c);
+
+  /* While another process holds the transcript (the daemon has the
+   * session open): exit 2, nothing sent, the transcript untouched. */
+  {
+    int lfd;
+    struct stat before;
+    struct stat after;
+
+    snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+    lfd = open(path, O_RDONLY);
+    ASSERT(lfd >= 0);
+    ASSERT_EQ(flock(lfd, LOCK_EX | LOCK_NB), 0);
+    ASSERT_EQ(stat(path, &before), 0);
+    start_mock(&c, yaml);
+    run_cli(&c, cont, env);
+    ASSERT_EQ(c.exit_status, 2);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "is open in agentloopd or another"));
+    ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+    finish(&c);
+    ASSERT_EQ(stat(path, &after), 0);
+    ASSERT_EQ(after.st_size, before.st_size);
+    close(lfd);
+  }
 
   /* An unknown id, a malformed one, and both flags: usage errors. */
   resume[8] = "s_0000000000000000";
