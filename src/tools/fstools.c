@@ -698,10 +698,27 @@ static void do_edit(job_t *job) {
 
     matches = count_matches(p, old.len, job->old, job->old_len);
     if (matches == 0) {
+      size_t k = 0;
+
       fail(job,
            "edit_file: old_string was not found in '%s' (it must match the "
            "file's text exactly, whitespace included)",
            job->path);
+      /* A slice read with offset/limit shows "%6d\t" before each line: a
+       * copied prefix is the usual cause. */
+      while (k < job->old_len && job->old[k] == ' ') {
+        k++;
+      }
+      if (k < job->old_len && job->old[k] >= '0' && job->old[k] <= '9') {
+        while (k < job->old_len && job->old[k] >= '0' && job->old[k] <= '9') {
+          k++;
+        }
+        if (k < job->old_len && job->old[k] == '\t') {
+          al_buf_append_str(&job->raw,
+                            "; leave out the line numbers and tab that "
+                            "read_file shows before each line");
+        }
+      }
       goto out_close;
     }
     if (matches > 1 && !job->replace_all) {

@@ -807,7 +807,12 @@ TEST_IMPL(tools_edit_match_count_and_replace_all) {
   run(&fx, "edit_file", json_pack("{s:s,s:s,s:s}", "path", "f", "old_string",
                                   "zz", "new_string", "c"));
   expect_error_has(&fx, "old_string was not found in 'f'");
+  ASSERT_NULL(strstr(fx.content, "line numbers"));
   ASSERT(file_is(ws_path(&fx, "f"), "a b a b a"));
+  /* A line-number prefix copied from a read_file slice is named. */
+  run(&fx, "edit_file", json_pack("{s:s,s:s,s:s}", "path", "f", "old_string",
+                                  "     1\ta b", "new_string", "c"));
+  expect_error_has(&fx, "leave out the line numbers and tab");
   run(&fx, "edit_file", json_pack("{s:s,s:s,s:s,s:b}", "path", "f",
                                   "old_string", "a", "new_string", "cc",
                                   "replace_all", 1));
