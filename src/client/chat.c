@@ -127,6 +127,7 @@ static void quit(chat_t *c, int code);
 static void approval_prompt(chat_t *c);
 static void to_idle(chat_t *c);
 static void send_queued(chat_t *c);
+static void typeahead_to_prompt(chat_t *c);
 static void to_busy(chat_t *c);
 static void on_tick(uv_timer_t *t);
 
@@ -561,6 +562,7 @@ static void on_event(chat_t *c, json_t *ev) {
         send_queued(c);
       } else {
         to_idle(c);
+        typeahead_to_prompt(c);
       }
     }
   }
@@ -701,6 +703,24 @@ static void send_queued(chat_t *c) {
   al__tui_view_user(&c->view, text, strlen(text), NULL);
   send_input(c, text);
   al_free(text);
+}
+
+static void feed_editor(chat_t *c);
+
+/* A line typed during the run without Enter: back at the prompt, as if
+ * typed there (libedit gets the keys), so nothing typed is lost. */
+static void typeahead_to_prompt(chat_t *c) {
+  size_t n = AL_MIN(c->typeahead_len, sizeof(c->in_buf));
+
+  if (n == 0 || c->state != ST_IDLE || !c->handler_installed) {
+    c->typeahead_len = 0;
+    return;
+  }
+  memcpy(c->in_buf, c->typeahead, n);
+  c->in_pos = 0;
+  c->in_len = n;
+  c->typeahead_len = 0;
+  feed_editor(c);
 }
 
 /* A key typed while a run streams (not an approval's answer): kept, not

@@ -588,9 +588,11 @@ responses:
       content:
         - text: "Streaming slowly, piece by piece, for a few seconds. Done with one."
           chunk_size: 6
-  - reply:
+  - delay_ms: 250
+    reply:
       content:
-        - text: "Answer to the queued one."
+        - text: "Answer to the queued one, streamed slowly too. End two."
+          chunk_size: 6
 EOF
 )"
   run_pane "$BIN/agentloop"
@@ -602,8 +604,12 @@ EOF
   type_line "queued question"
   wait_for "> queued question  (queued: sent when this run ends)"
   wait_for "Done with one."
-  wait_for "Answer to the queued one."
-  wait_prompt
+  wait_for "Answer to the"
+  # Typed during the run without Enter: back at the prompt afterwards.
+  screen | grep -qF "End two." && fail "the second reply was not streaming any more"
+  keys -l -- "half a thought"
+  wait_for "End two."
+  wait_last_line "> half a thought"
   # Sent as the second request's last user message.
   [ "$(grep -c . "$W/requests.ndjson")" -ge 2 ] || fail "no second request"
   sed -n 2p "$W/requests.ndjson" | grep -qF "queued question" ||
