@@ -363,6 +363,9 @@ static void approval_draw(chat_t *c) {
  * was on screen must not answer it: the input queue is flushed. */
 static void approval_prompt(chat_t *c) {
   al__tui_view_settle(&c->view);
+  /* The unfinished typed-ahead line goes with the flushed input: a key
+   * typed before the question must neither answer it nor come back. */
+  c->typeahead_len = 0;
   if (c->tty) {
     tcflush(STDIN_FILENO, TCIFLUSH);
   }
