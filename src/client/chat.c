@@ -758,6 +758,9 @@ static void resume_session(chat_t *c, const char *id) {
     json_object_del(p, "allow_tools");
     json_object_del(p, "deny_tools");
     json_object_del(p, "ask_tools");
+    json_object_del(p, "sandbox");
+    json_object_del(p, "max_tokens");
+    json_object_del(p, "max_turns");
   }
   al__conn_call(&c->conn, "session/resume", p, on_resumed, NULL);
 }

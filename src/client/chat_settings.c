@@ -50,6 +50,15 @@ int al__chat_settings(const char *provider, const char *model,
   o = json_pack("{s:s, s:s?, s:s?, s:s?}", "provider",
                 al_config_provider(&cfg), "model", cfg.model, "base_url",
                 cfg.base_url, "api_key", key);
+  if (o != NULL && cfg.sandbox.mode != NULL) {
+    json_object_set_new(o, "sandbox", json_string(cfg.sandbox.mode));
+  }
+  if (o != NULL && cfg.max_tokens > 0) {
+    json_object_set_new(o, "max_tokens", json_integer(cfg.max_tokens));
+  }
+  if (o != NULL && cfg.max_turns > 0) {
+    json_object_set_new(o, "max_turns", json_integer(cfg.max_turns));
+  }
   if (o != NULL) {
     /* The permission rules, for the daemon's gate (docs/config.md). */
     static const char *const names[] = {"allow_tools", "deny_tools",
@@ -75,8 +84,13 @@ int al__chat_settings(const char *provider, const char *model,
     al_buf_t p;
 
     al_buf_init(&p, 64u << 20);
-    /* The daemon's sessions run in its AUTO sandbox: describe that. */
-    if (al__cli_system_prompt(&cfg, NULL, AL_SANDBOX_AUTO, NULL, &p,
+    al_sandbox_policy_t pol = AL_SANDBOX_AUTO;
+
+    /* The sandbox the session will ask the daemon for. */
+    if (cfg.sandbox.mode != NULL) {
+      (void)al__cli_sandbox_policy(cfg.sandbox.mode, &pol);
+    }
+    if (al__cli_system_prompt(&cfg, NULL, pol, NULL, &p,
                               "agentloop") == 0 &&
         p.data != NULL) {
       json_object_set_new(o, "system", json_string(p.data));

@@ -131,7 +131,7 @@ static bool new_session_id(char *out, size_t len) {
 
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
-  const char *cwd, *model, *provider, *base_url, *system, *key;
+  const char *cwd, *model, *provider, *base_url, *system, *key, *sandbox;
   char id[40];
   char cwdbuf[4096];
   char why[256];
@@ -141,6 +141,7 @@ static void m_session_create(const call_t *k) {
 
   if (!popt_str(k, "cwd", &cwd) || !popt_str(k, "model", &model) ||
       !popt_str(k, "provider", &provider) || !popt_str(k, "api_key", &key) ||
+      !popt_str(k, "sandbox", &sandbox) ||
       !popt_str(k, "base_url", &base_url) ||
       !popt_str(k, "system", &system) || !check_provider(k, provider)) {
     return;
@@ -166,6 +167,27 @@ static void m_session_create(const call_t *k) {
         al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
         return;
       }
+    }
+  }
+  {
+    /* Limits and the sandbox from the client's configuration. */
+    json_t *mt = json_object_get(k->params, "max_tokens");
+    json_t *mr = json_object_get(k->params, "max_turns");
+
+    if ((mt != NULL && (!json_is_integer(mt) || json_integer_value(mt) < 1 ||
+                        json_integer_value(mt) > INT32_MAX)) ||
+        (mr != NULL && (!json_is_integer(mr) || json_integer_value(mr) < 1 ||
+                        json_integer_value(mr) > UINT32_MAX))) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                           "max_tokens and max_turns must be positive "
+                           "integers", NULL);
+      return;
+    }
+    if (sandbox != NULL && strcmp(sandbox, "auto") != 0 &&
+        strcmp(sandbox, "required") != 0 && strcmp(sandbox, "none") != 0) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                           "sandbox must be auto, required or none", NULL);
+      return;
     }
   }
   if (cwd == NULL) {
@@ -197,6 +219,11 @@ static void m_session_create(const call_t *k) {
   s->h.base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
   s->h.system = dup_or_null(system);
   s->api_key = dup_or_null(key); /* memory only */
+  s->h.sandbox = dup_or_null(sandbox);
+  s->h.max_tokens = json_integer_value(json_object_get(k->params,
+                                                       "max_tokens"));
+  s->h.max_turns = json_integer_value(json_object_get(k->params,
+                                                      "max_turns"));
   {
     json_t *ask = json_object_get(k->params, "ask_tools");
 

@@ -504,6 +504,13 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
    * trusted (`agentloop tools --trust-project` records that); tools run
    * in the best sandbox available (AUTO). */
   ao.tools_d = true;
+  /* The client's sandbox mode; AUTO when it said nothing. */
+  ao.sandbox = s->h.sandbox == NULL ? AL_SANDBOX_AUTO
+               : strcmp(s->h.sandbox, "required") == 0 ? AL_SANDBOX_REQUIRED
+               : strcmp(s->h.sandbox, "none") == 0     ? AL_SANDBOX_OFF
+                                                       : AL_SANDBOX_AUTO;
+  ao.max_tokens = s->h.max_tokens;
+  ao.max_turns = (uint32_t)s->h.max_turns;
   ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
   if ((rc = rule_list(s->h.allow_tools, &allow)) != 0 ||
       (rc = rule_list(s->h.deny_tools, &deny)) != 0) {

@@ -100,6 +100,9 @@ typedef struct {
   json_t *ask_tools; /* array of tool rules (docs/config.md), or NULL */
   json_t *allow_tools; /* the same, run without asking */
   json_t *deny_tools;  /* the same, refused */
+  char *sandbox;       /* "auto" | "required" | "none"; NULL: auto */
+  int64_t max_tokens;  /* 0: the agent's default */
+  int64_t max_turns;
   uint64_t created_ms;
 } al_tx_header_t;
 

@@ -408,8 +408,18 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
       "provider", h->provider, "base_url", h->base_url, "system", h->system,
       "ask_tools", h->ask_tools, "allow_tools", h->allow_tools, "deny_tools",
       h->deny_tools);
-  al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+  al_blob_t *b;
 
+  if (rec != NULL && h->sandbox != NULL) {
+    json_object_set_new(rec, "sandbox", json_string(h->sandbox));
+  }
+  if (rec != NULL && h->max_tokens > 0) {
+    json_object_set_new(rec, "max_tokens", json_integer(h->max_tokens));
+  }
+  if (rec != NULL && h->max_turns > 0) {
+    json_object_set_new(rec, "max_turns", json_integer(h->max_turns));
+  }
+  b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
   return b;
 }
@@ -443,6 +453,9 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
   h->created_ms = (uint64_t)json_integer_value(
       json_object_get(rec, "created_ms"));
+  h->sandbox = str_field(rec, "sandbox");
+  h->max_tokens = json_integer_value(json_object_get(rec, "max_tokens"));
+  h->max_turns = json_integer_value(json_object_get(rec, "max_turns"));
   return true;
 }
 
@@ -455,6 +468,7 @@ void al__tx_header_free(al_tx_header_t *h) {
   json_decref(h->ask_tools);
   json_decref(h->allow_tools);
   json_decref(h->deny_tools);
+  al_free(h->sandbox);
   memset(h, 0, sizeof(*h));
 }
 

@@ -45,7 +45,8 @@ TEST_IMPL(daemon_follows_client_settings) {
    * this client's shell says otherwise. */
   snprintf(p, sizeof(p),
            "{\"cwd\":\"%s\",\"model\":\"m-shell\",\"base_url\":\"%s\","
-           "\"api_key\":\"k-from-the-shell-0123\"}",
+           "\"api_key\":\"k-from-the-shell-0123\",\"max_tokens\":321,"
+           "\"sandbox\":\"auto\"}",
            t.work, t.url);
   dt_create(&c, p, sid, sizeof(sid));
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
@@ -57,6 +58,18 @@ TEST_IMPL(daemon_follows_client_settings) {
   rec = al_mockllm_record_get(t.mock, 0);
   ASSERT_STR_EQ(json_string_value(json_object_get(rec->headers, "x-api-key")),
                 "k-from-the-shell-0123");
+  ASSERT_EQ(json_integer_value(json_object_get(rec->body, "max_tokens")), 321);
+  {
+    char q[512];
+
+    snprintf(q, sizeof(q), "{\"cwd\":\"%s\",\"sandbox\":\"loose\"}",
+             t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, 40, "session/create", q)),
+              AL_RPC_INVALID_PARAMS);
+    snprintf(q, sizeof(q), "{\"cwd\":\"%s\",\"max_turns\":0}", t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, 41, "session/create", q)),
+              AL_RPC_INVALID_PARAMS);
+  }
 
   /* /model: the next run uses the new model, with the history. */
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"model\":\"m-next\"}", sid);
