@@ -1187,8 +1187,6 @@ int al_config_show(const al_config_t *cfg, bool with_origin,
 
       if (strcmp(layer, "default") == 0) {
         rc |= al_buf_printf(out, "    (default)");
-      } else if (strcmp(layer, "flag") == 0 || strcmp(layer, "env") == 0) {
-        rc |= al_buf_printf(out, "    (%s %s)", layer, where);
       } else {
         rc |= al_buf_printf(out, "    (%s %s)", layer, where);
       }
