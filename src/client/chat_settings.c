@@ -31,7 +31,8 @@ int al__chat_settings(const char *provider, const char *model,
   const char *key;
   json_t *o;
   size_t i;
-  int code = al__cli_config_load(&cfg, NULL, false, "agentloop");
+  int code = al__cli_config_load_for(&cfg, NULL, false, provider,
+                                     "agentloop");
 
   *out = NULL;
   for (i = 0; code == 0 && i < AL_ARRAY_SIZE(keys); i++) {

@@ -35,6 +35,10 @@ int al_cli_config(int argc, char **argv);
 struct al_config_s;
 int al__cli_config_load(struct al_config_s *cfg, const char *cwd, bool trust,
                         const char *who);
+/* The same when a --provider flag (or NULL) will be applied after. */
+int al__cli_config_load_for(struct al_config_s *cfg, const char *cwd,
+                            bool trust, const char *provider_flag,
+                            const char *who);
 
 /* The system prompt of a session started here (prompt_cli.c,
  * config/sysprompt.h): notices about cut files go to stderr as "who: ...".

@@ -645,7 +645,7 @@ static int run_config(al_config_t *cfg, const char *cwd, bool trust,
   const char *vals[] = {provider, model, base_url, fallback};
   char why[700];
   size_t i;
-  int code = al__cli_config_load(cfg, cwd, trust, "agentloop");
+  int code = al__cli_config_load_for(cfg, cwd, trust, provider, "agentloop");
 
   if (code != 0) {
     return EXIT_USAGE;

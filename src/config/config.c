@@ -944,7 +944,9 @@ void al_config_apply_env(al_config_t *cfg, al_cfg_getenv_fn ge) {
   /* The provider's own variable, as its SDKs read it, when no
    * AGENTLOOP_BASE_URL was given. */
   if (origin_layer(cfg, "base_url") != AL_CFG_ENV) {
-    const char *var = strcmp(al_config_provider(cfg), "openai") == 0
+    const char *prov = cfg->provider_hint != NULL ? cfg->provider_hint
+                                                  : al_config_provider(cfg);
+    const char *var = strcmp(prov, "openai") == 0
                           ? "OPENAI_BASE_URL"
                           : "ANTHROPIC_BASE_URL";
     const char *v = ge(var);

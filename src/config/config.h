@@ -52,6 +52,10 @@ typedef struct al_config_s {
   char *fallback_model;
   char *base_url;
   char *api_key_env;    /* the NAME of the variable holding the key */
+  /* Set by the caller before loading when a --provider flag will follow:
+   * the environment's provider-specific base URL variable
+   * (ANTHROPIC_BASE_URL / OPENAI_BASE_URL) is then that provider's. */
+  const char *provider_hint;
   int64_t max_tokens;   /* 0: unset */
   int64_t max_turns;
   struct {

@@ -195,6 +195,26 @@ TEST_IMPL(config_origins) {
   ASSERT_NULL(strstr(out.data, "0123456789abcdef"));
   al_buf_free(&out);
   al_config_free(&cfg);
+
+  /* The provider's own base URL variable follows the provider in force,
+   * a --provider flag to come included (provider_hint). */
+  {
+    static const char *const env2[] = {"OPENAI_BASE_URL=http://127.0.0.1:7",
+                                       "ANTHROPIC_BASE_URL=http://127.0.0.1:8",
+                                       NULL};
+
+    fake_env = env2;
+    al_config_init(&cfg);
+    al_config_apply_env(&cfg, env_fn);
+    ASSERT_STR_EQ(cfg.base_url, "http://127.0.0.1:8");
+    al_config_free(&cfg);
+    al_config_init(&cfg);
+    cfg.provider_hint = "openai";
+    al_config_apply_env(&cfg, env_fn);
+    ASSERT_STR_EQ(cfg.base_url, "http://127.0.0.1:7");
+    ASSERT_STR_EQ(origin(&cfg, "base_url", "where"), "OPENAI_BASE_URL");
+    al_config_free(&cfg);
+  }
   fake_env = NULL;
   return 0;
 }
