@@ -926,7 +926,10 @@ static void on_compacted(al__conn_t *conn, json_t *result, json_t *error,
   if (error != NULL) {
     say(c, AL_SGR_YELLOW, "compact: %s", err_message(error));
   } else {
-    say(c, AL_SGR_DIM, "history compacted");
+    say(c, AL_SGR_DIM,
+        json_is_true(json_object_get(result, "deferred"))
+            ? "compaction queued: it runs before the next request of this run"
+            : "compacting the history...");
   }
 }
 
@@ -1009,8 +1012,10 @@ static void handle_line(chat_t *c, char *line) {
     break;
   case AL_SLASH_COMPACT:
     al__conn_call(&c->conn, "session/compact",
-                  json_pack("{s:s}", "session", c->session), on_compacted,
-                  NULL);
+                  json_pack("{s:s, s:s?}", "session", c->session,
+                            "instructions",
+                            cmd.arg[0] != '\0' ? cmd.arg : NULL),
+                  on_compacted, NULL);
     break;
   case AL_SLASH_USAGE:
     al__conn_call(&c->conn, "session/usage",

@@ -103,7 +103,7 @@ static void m_initialize(const call_t *k) {
                   "protocol_version", AL_RPC_PROTOCOL_VERSION, "server",
                   "name", "agentloopd", "version", AL_VERSION_STRING,
                   "pid", (json_int_t)getpid(), "client_id", c->id,
-                  "capabilities", "compact", 0, "replay", 1));
+                  "capabilities", "compact", 1, "replay", 1));
 }
 
 static bool check_provider(const call_t *k, const char *p) {
@@ -529,13 +529,35 @@ static void m_approval_respond(const call_t *k) {
   }
 }
 
+/* Compaction (docs/context.md): at once on an idle session, before the
+ * next request during a run; compaction_started / compaction_completed
+ * follow as events. */
 static void m_session_compact(const call_t *k) {
-  if (need_session(k, false) == NULL) {
+  session_t *s = need_session(k, true);
+  const char *instructions = NULL;
+  bool deferred;
+  int rc;
+
+  if (s == NULL || !popt_str(k, "instructions", &instructions)) {
     return;
   }
-  al__daemon_reply_err(k->c, k->id, AL_RPC_NOT_SUPPORTED,
-            "not yet supported: context management is not in the agent yet",
-            NULL);
+  deferred = al_agent_running(s->agent);
+  rc = al_agent_compact(s->agent, instructions);
+  if (rc == AL_EBUSY) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE,
+                         "a compaction is already running", NULL);
+    return;
+  }
+  if (rc != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, al_strerror(rc),
+                         NULL);
+    return;
+  }
+  if (!k->c->closing) {
+    al__daemon_reply(k->c, k->id,
+                     json_pack("{s:b, s:b}", "compacting", 1, "deferred",
+                               deferred));
+  }
 }
 
 static json_t *usage_json(const al_event_usage_t *u) {
