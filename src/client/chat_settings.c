@@ -54,6 +54,24 @@ int al__chat_settings(const char *provider, const char *model,
   if (o != NULL && cfg.sandbox.mode != NULL) {
     json_object_set_new(o, "sandbox", json_string(cfg.sandbox.mode));
   }
+  if (o != NULL) {
+    json_t *to = json_object();
+    static const char *const tn[] = {"connect_ms", "idle_ms", "progress_ms",
+                                     "tool_ms"};
+    const int64_t tv[] = {cfg.timeouts.connect_ms, cfg.timeouts.idle_ms,
+                          cfg.timeouts.progress_ms, cfg.timeouts.tool_ms};
+
+    for (i = 0; i < AL_ARRAY_SIZE(tn); i++) {
+      if (tv[i] > 0) {
+        json_object_set_new(to, tn[i], json_integer(tv[i]));
+      }
+    }
+    if (json_object_size(to) > 0) {
+      json_object_set_new(o, "timeouts", to);
+    } else {
+      json_decref(to);
+    }
+  }
   if (o != NULL && cfg.max_tokens > 0) {
     json_object_set_new(o, "max_tokens", json_integer(cfg.max_tokens));
   }

@@ -183,6 +183,26 @@ static void m_session_create(const call_t *k) {
                            "integers", NULL);
       return;
     }
+    {
+      json_t *to = json_object_get(k->params, "timeouts");
+      const char *tk;
+      json_t *tv;
+      bool ok = to == NULL || json_is_object(to);
+
+      json_object_foreach(to, tk, tv) {
+        ok = ok && json_is_integer(tv) && json_integer_value(tv) > 0 &&
+             json_integer_value(tv) <= INT32_MAX &&
+             (strcmp(tk, "connect_ms") == 0 || strcmp(tk, "idle_ms") == 0 ||
+              strcmp(tk, "progress_ms") == 0 || strcmp(tk, "tool_ms") == 0);
+      }
+      if (!ok) {
+        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                             "timeouts: an object of connect_ms, idle_ms, "
+                             "progress_ms, tool_ms (positive integers)",
+                             NULL);
+        return;
+      }
+    }
     if (sandbox != NULL && strcmp(sandbox, "auto") != 0 &&
         strcmp(sandbox, "required") != 0 && strcmp(sandbox, "none") != 0) {
       al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
@@ -224,6 +244,9 @@ static void m_session_create(const call_t *k) {
                                                        "max_tokens"));
   s->h.max_turns = json_integer_value(json_object_get(k->params,
                                                       "max_turns"));
+  if (json_is_object(json_object_get(k->params, "timeouts"))) {
+    s->h.timeouts = json_deep_copy(json_object_get(k->params, "timeouts"));
+  }
   {
     json_t *ask = json_object_get(k->params, "ask_tools");
 

@@ -453,8 +453,6 @@ static al_permission_t on_permission(al_agent_t *agent, const char *tool,
   return ask ? AL_PERMISSION_ASK : AL_PERMISSION_DEFAULT;
 }
 
-/* Creates the session's agent (and transcript writer) from its settings.
- * first_seq continues a resumed transcript's numbering. */
 /* A JSON array of strings as a NULL-terminated array of borrowed strings
  * (al_free it); NULL for none. */
 static int rule_list(const json_t *a, const char ***out) {
@@ -509,6 +507,14 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
                : strcmp(s->h.sandbox, "required") == 0 ? AL_SANDBOX_REQUIRED
                : strcmp(s->h.sandbox, "none") == 0     ? AL_SANDBOX_OFF
                                                        : AL_SANDBOX_AUTO;
+  ao.connect_timeout_ms =
+      json_integer_value(json_object_get(s->h.timeouts, "connect_ms"));
+  ao.idle_timeout_ms =
+      json_integer_value(json_object_get(s->h.timeouts, "idle_ms"));
+  ao.progress_timeout_ms =
+      json_integer_value(json_object_get(s->h.timeouts, "progress_ms"));
+  ao.tool_timeout_ms = (uint64_t)json_integer_value(
+      json_object_get(s->h.timeouts, "tool_ms"));
   ao.max_tokens = s->h.max_tokens;
   ao.max_turns = (uint32_t)s->h.max_turns;
   ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
@@ -548,6 +554,8 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   return rc;
 }
 
+/* Creates the session's agent and transcript writer from its settings.
+ * first_seq continues a resumed transcript's numbering. */
 int al__session_start(session_t *s, uint64_t first_seq,
                          uint64_t first_run, char *why, size_t why_len) {
   al_daemon_t *d = s->d;

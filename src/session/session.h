@@ -103,6 +103,7 @@ typedef struct {
   char *sandbox;       /* "auto" | "required" | "none"; NULL: auto */
   int64_t max_tokens;  /* 0: the agent's default */
   int64_t max_turns;
+  json_t *timeouts;    /* {connect_ms, idle_ms, progress_ms, tool_ms}, or NULL */
   uint64_t created_ms;
 } al_tx_header_t;
 

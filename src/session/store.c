@@ -419,6 +419,9 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   if (rec != NULL && h->max_turns > 0) {
     json_object_set_new(rec, "max_turns", json_integer(h->max_turns));
   }
+  if (rec != NULL && h->timeouts != NULL) {
+    json_object_set(rec, "timeouts", h->timeouts);
+  }
   b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
   return b;
@@ -456,6 +459,8 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->sandbox = str_field(rec, "sandbox");
   h->max_tokens = json_integer_value(json_object_get(rec, "max_tokens"));
   h->max_turns = json_integer_value(json_object_get(rec, "max_turns"));
+  ask = json_object_get(rec, "timeouts");
+  h->timeouts = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   return true;
 }
 
@@ -469,6 +474,7 @@ void al__tx_header_free(al_tx_header_t *h) {
   json_decref(h->allow_tools);
   json_decref(h->deny_tools);
   al_free(h->sandbox);
+  json_decref(h->timeouts);
   memset(h, 0, sizeof(*h));
 }
 

@@ -46,7 +46,7 @@ TEST_IMPL(daemon_follows_client_settings) {
   snprintf(p, sizeof(p),
            "{\"cwd\":\"%s\",\"model\":\"m-shell\",\"base_url\":\"%s\","
            "\"api_key\":\"k-from-the-shell-0123\",\"max_tokens\":321,"
-           "\"sandbox\":\"auto\"}",
+           "\"sandbox\":\"auto\",\"timeouts\":{\"tool_ms\":1234}}",
            t.work, t.url);
   dt_create(&c, p, sid, sizeof(sid));
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
@@ -68,6 +68,10 @@ TEST_IMPL(daemon_follows_client_settings) {
               AL_RPC_INVALID_PARAMS);
     snprintf(q, sizeof(q), "{\"cwd\":\"%s\",\"max_turns\":0}", t.work);
     ASSERT_EQ(dt_err(dt_call(&c, 41, "session/create", q)),
+              AL_RPC_INVALID_PARAMS);
+    snprintf(q, sizeof(q), "{\"cwd\":\"%s\",\"timeouts\":{\"nap_ms\":1}}",
+             t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, 42, "session/create", q)),
               AL_RPC_INVALID_PARAMS);
   }
 
@@ -120,7 +124,9 @@ TEST_IMPL(daemon_follows_client_settings) {
     while (fgets(line, sizeof(line), f) != NULL) {
       key_in_file |= strstr(line, "k-from-the-shell") != NULL;
       new_header |= strstr(line, "\"rec\":\"session\"") != NULL &&
-                    strstr(line, "m-next") != NULL;
+                    strstr(line, "m-next") != NULL &&
+                    strstr(line, "\"tool_ms\":1234") != NULL &&
+                    strstr(line, "\"max_tokens\":321") != NULL;
     }
     ASSERT(new_header);
   }
