@@ -6,7 +6,9 @@
  * session/resume over the peer-checked socket, so a daemon started from
  * another shell serves this one with this one's settings. Start-up work:
  * blocking reads before the chat's loop runs. */
+#include <limits.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "agentloop/sandbox.h"
@@ -70,6 +72,53 @@ int al__chat_settings(const char *provider, const char *model,
       json_object_set_new(o, "timeouts", to);
     } else {
       json_decref(to);
+    }
+  }
+  if (o != NULL) {
+    /* Paths, resolved here (the daemon's cwd is not ours). */
+    static const char *const pk[] = {"denied", "writable", "tools_dirs"};
+    static const char *const ck[] = {"sandbox.denied", "sandbox.writable",
+                                     "tools_d"};
+    char **const pl[] = {cfg.sandbox.denied, cfg.sandbox.writable,
+                         cfg.tools_d};
+    char ws[PATH_MAX];
+    json_t *ps = json_object();
+
+    if (getcwd(ws, sizeof(ws)) == NULL) {
+      snprintf(ws, sizeof(ws), "/");
+    }
+    for (i = 0; i < AL_ARRAY_SIZE(pk); i++) {
+      json_t *a;
+      size_t j;
+
+      if (pl[i] == NULL) {
+        continue;
+      }
+      a = json_array();
+      for (j = 0; pl[i][j] != NULL; j++) {
+        char *r = al_config_path(&cfg, ck[i], pl[i][j], ws);
+
+        /* A relative path from the environment or a flag: from here. */
+        if (r != NULL && r[0] != '/') {
+          char *abs = al_malloc(strlen(ws) + strlen(r) + 2);
+
+          if (abs != NULL) {
+            sprintf(abs, "%s/%s", ws, r);
+          }
+          al_free(r);
+          r = abs;
+        }
+        if (r != NULL) {
+          json_array_append_new(a, json_string(r));
+          al_free(r);
+        }
+      }
+      json_object_set_new(ps, pk[i], a);
+    }
+    if (json_object_size(ps) > 0) {
+      json_object_set_new(o, "paths", ps);
+    } else {
+      json_decref(ps);
     }
   }
   if (o != NULL && cfg.max_tokens > 0) {

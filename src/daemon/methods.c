@@ -203,6 +203,31 @@ static void m_session_create(const call_t *k) {
         return;
       }
     }
+    {
+      /* Absolute paths only: the daemon's cwd means nothing to a client. */
+      json_t *ps = json_object_get(k->params, "paths");
+      const char *pk;
+      json_t *pv;
+      bool ok = ps == NULL || json_is_object(ps);
+
+      json_object_foreach(ps, pk, pv) {
+        size_t pi;
+        json_t *pe;
+
+        ok = ok && json_is_array(pv) &&
+             (strcmp(pk, "denied") == 0 || strcmp(pk, "writable") == 0 ||
+              strcmp(pk, "tools_dirs") == 0);
+        json_array_foreach(pv, pi, pe) {
+          ok = ok && json_is_string(pe) && json_string_value(pe)[0] == '/';
+        }
+      }
+      if (!ok) {
+        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                             "paths: an object of denied, writable, "
+                             "tools_dirs (arrays of absolute paths)", NULL);
+        return;
+      }
+    }
     if (sandbox != NULL && strcmp(sandbox, "auto") != 0 &&
         strcmp(sandbox, "required") != 0 && strcmp(sandbox, "none") != 0) {
       al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
@@ -244,6 +269,9 @@ static void m_session_create(const call_t *k) {
                                                        "max_tokens"));
   s->h.max_turns = json_integer_value(json_object_get(k->params,
                                                       "max_turns"));
+  if (json_is_object(json_object_get(k->params, "paths"))) {
+    s->h.paths = json_deep_copy(json_object_get(k->params, "paths"));
+  }
   if (json_is_object(json_object_get(k->params, "timeouts"))) {
     s->h.timeouts = json_deep_copy(json_object_get(k->params, "timeouts"));
   }

@@ -475,6 +475,29 @@ static int rule_list(const json_t *a, const char ***out) {
   return 0;
 }
 
+/* The workspace, then the writable paths (borrowed; al_free the array);
+ * NULL when there are none (the agent's default: the workspace). */
+static int path_list(const char *cwd, const json_t *a, const char ***out) {
+  size_t i, n = 0;
+  json_t *v;
+
+  *out = NULL;
+  if (!json_is_array(a) || json_array_size(a) == 0 || cwd == NULL) {
+    return 0;
+  }
+  *out = al_calloc(json_array_size(a) + 2, sizeof(**out));
+  if (*out == NULL) {
+    return AL_ENOMEM;
+  }
+  (*out)[n++] = cwd;
+  json_array_foreach(a, i, v) {
+    if (json_is_string(v)) {
+      (*out)[n++] = json_string_value(v);
+    }
+  }
+  return 0;
+}
+
 /* The session's agent from its settings, subscribed. */
 static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
                         al_agent_t **out, char *why, size_t why_len) {
@@ -482,6 +505,7 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   al_agent_options_t ao;
   const char **allow = NULL;
   const char **deny = NULL;
+  const char **denied = NULL, **tdirs = NULL, **writable = NULL;
   int rc;
 
   al_agent_options_init(&ao);
@@ -526,6 +550,24 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   }
   ao.allow_tools = allow;
   ao.deny_tools = deny;
+  /* Paths from the client's configuration: denied, writable beside the
+   * workspace, more tools.d directories. */
+  if ((rc = rule_list(json_object_get(s->h.paths, "denied"), &denied)) !=
+          0 ||
+      (rc = rule_list(json_object_get(s->h.paths, "tools_dirs"), &tdirs)) !=
+          0 ||
+      (rc = path_list(s->h.cwd, json_object_get(s->h.paths, "writable"),
+                      &writable)) != 0) {
+    al_free(allow);
+    al_free(deny);
+    al_free(denied);
+    al_free(tdirs);
+    snprintf(why, why_len, "out of memory");
+    return rc;
+  }
+  ao.denied_paths = denied;
+  ao.tools_dirs = tdirs;
+  ao.allowed_paths = writable;
   ao.permission = on_permission;
   ao.permission_data = s;
   ao.session_id = s->id;
@@ -540,6 +582,9 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
   al_free(allow);
   al_free(deny);
+  al_free(denied);
+  al_free(tdirs);
+  al_free(writable);
   if (rc != 0) {
     snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
                            "base_url or cwd?)", al_strerror(rc));

@@ -104,6 +104,7 @@ typedef struct {
   int64_t max_tokens;  /* 0: the agent's default */
   int64_t max_turns;
   json_t *timeouts;    /* {connect_ms, idle_ms, progress_ms, tool_ms}, or NULL */
+  json_t *paths;       /* {denied, writable, tools_dirs}: absolute paths */
   uint64_t created_ms;
 } al_tx_header_t;
 

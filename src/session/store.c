@@ -422,6 +422,9 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   if (rec != NULL && h->timeouts != NULL) {
     json_object_set(rec, "timeouts", h->timeouts);
   }
+  if (rec != NULL && h->paths != NULL) {
+    json_object_set(rec, "paths", h->paths);
+  }
   b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
   return b;
@@ -461,6 +464,8 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->max_turns = json_integer_value(json_object_get(rec, "max_turns"));
   ask = json_object_get(rec, "timeouts");
   h->timeouts = json_is_object(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "paths");
+  h->paths = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   return true;
 }
 
@@ -475,6 +480,7 @@ void al__tx_header_free(al_tx_header_t *h) {
   json_decref(h->deny_tools);
   al_free(h->sandbox);
   json_decref(h->timeouts);
+  json_decref(h->paths);
   memset(h, 0, sizeof(*h));
 }
 

@@ -204,3 +204,57 @@ TEST_IMPL(daemon_permission_rules_from_client) {
   dt_finish(&t, cs, 1);
   return 0;
 }
+
+/* The configuration's denied paths reach the daemon's file tools. */
+static const char *denied_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: t1, name: read_file, input: {path: "
+    "\"secret.txt\"}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: done\n";
+
+TEST_IMPL(daemon_denied_paths_from_client) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char path[300];
+  char sid[64];
+  size_t i;
+  const char *content;
+  FILE *f;
+
+  dt_init(&t, denied_yaml);
+  snprintf(path, sizeof(path), "%s/secret.txt", t.work);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("the-secret-canary\n", f);
+  fclose(f);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"paths\":{\"denied\":[\"%s\"]}}", t.work, path);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"read\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  i = dt_wait_event(&c, "tool_use_completed", 0);
+  content = json_string_value(json_object_get(
+      json_object_get(json_array_get(c.msgs, i), "params"), "content"));
+  ASSERT_NOT_NULL(content);
+  ASSERT_NULL(strstr(content, "the-secret-canary"));
+  ASSERT(json_is_true(json_object_get(
+      json_object_get(json_array_get(c.msgs, i), "params"), "is_error")));
+  dt_wait_event(&c, "final", i);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"paths\":{\"denied\":[\"rel\"]}}",
+           t.work);
+  ASSERT_EQ(dt_err(dt_call(&c, 5, "session/create", p)),
+            AL_RPC_INVALID_PARAMS);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
