@@ -264,9 +264,18 @@ static void add_error(al_config_t *cfg, const char *fmt, ...) {
   va_list ap;
   char msg[1024];
 
+  char *c;
+
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  /* One line per error, and nothing a terminal would act on: a value
+   * quoted back may hold a newline or an escape sequence. */
+  for (c = msg; *c != '\0'; c++) {
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+      *c = '?';
+    }
+  }
   (void)al_buf_printf(&cfg->errors, "%s\n", msg);
   cfg->n_errors++;
 }

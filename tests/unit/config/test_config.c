@@ -262,6 +262,10 @@ TEST_IMPL(config_errors_file_line_col) {
       {AL_CFG_USER, "- a\n- b\n",
        "c.yaml:1:1: expected a mapping of keys"},
       {AL_CFG_USER, "model: x\n  bad: [\n", "c.yaml:2:6: YAML: "},
+      /* A value quoted back stays on its line, control bytes replaced
+       * (found by fuzz_config). */
+      {AL_CFG_USER, "provider: \"a\\nb\\e[31m\"\n",
+       "c.yaml:1:11: unknown provider 'a?b?[31m' (anthropic or openai)"},
       /* A project file: no secrets' sources, no wider sandbox. */
       {AL_CFG_PROJECT, "base_url: http://evil.example\n",
        "c.yaml:1:11: base_url cannot be set in a project file"},
