@@ -128,7 +128,13 @@ typedef enum {
 typedef enum {
   AL_COMMIT_USER = 0,        /* the run's user text was added */
   AL_COMMIT_ASSISTANT = 1,   /* a model reply was committed */
-  AL_COMMIT_TOOL_RESULTS = 2 /* the results of the reply's tool calls */
+  AL_COMMIT_TOOL_RESULTS = 2, /* the results of the reply's tool calls */
+  /* Context management (docs/context.md): COMPACTION, the whole history
+   * after a summary compaction, {"messages":[...]} (it replaces what came
+   * before); MICRO, the results a micro-compaction cleared,
+   * {"call_ids":[...]} (replayed with the same placeholders). */
+  AL_COMMIT_COMPACTION = 3,
+  AL_COMMIT_MICRO = 4
 } al_commit_kind_t;
 
 /* Called on the loop thread right after the history changed, before the

@@ -320,7 +320,8 @@ void al__session_on_event(const al_event_t *ev, void *data) {
 static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
                       const char *message, size_t len, void *data) {
   session_t *s = data;
-  static const char *const kinds[] = {"user", "assistant", "tool_results"};
+  static const char *const kinds[] = {"user", "assistant", "tool_results",
+                                      "compaction", "micro"};
   al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
 
   if (b == NULL) {

@@ -1490,6 +1490,19 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
       al__compact_counts(msgs, cut, &dropped, &results);
       json_decref(a->history.messages);
       a->history.messages = next;
+      if (a->on_commit != NULL) {
+        /* Durable: the transcript keeps the originals and this record;
+         * a resumed session starts from it. */
+        json_t *rec = json_pack("{s:O}", "messages", next);
+        char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+
+        if (txt != NULL) {
+          a->on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt),
+                       a->commit_data);
+        }
+        al_free(txt);
+        json_decref(rec);
+      }
     }
   }
   a->compact_failures = failed && cut != 0 ? a->compact_failures + 1 : 0;
