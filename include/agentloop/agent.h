@@ -243,6 +243,10 @@ typedef struct al_agent_options_s {
    * next request exceeds window - max(13,000, max_tokens), unless
    * no_auto_compact. A "prompt is too long" answer always triggers one. */
   bool no_auto_compact;
+  /* Anthropic prompt caching (docs/context.md): cache_control breakpoints
+   * on the system prompt, the tool definitions and the moving end of the
+   * conversation (4 at most); no_prompt_cache turns them off. */
+  bool no_prompt_cache;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

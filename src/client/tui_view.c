@@ -531,8 +531,18 @@ void al__tui_usage_line(const al__tui_usage_t *run,
   fmt_tokens(run->output_tokens, out, sizeof(out));
   fmt_tokens(ses_in, sin, sizeof(sin));
   fmt_tokens(session->output_tokens, sout, sizeof(sout));
-  if (run->cache_read > 0) {
+  if (run->cache_read > 0 && run->cache_creation > 0) {
+    char written[32];
+
+    fmt_tokens(run->cache_creation, written, sizeof(written));
+    w = snprintf(buf, n, "%s in (%s cached, %s written) · %s out", in, cached,
+                 written, out);
+  } else if (run->cache_read > 0) {
     w = snprintf(buf, n, "%s in (%s cached) · %s out", in, cached, out);
+  } else if (run->cache_creation > 0) {
+    fmt_tokens(run->cache_creation, cached, sizeof(cached));
+    w = snprintf(buf, n, "%s in (%s written to cache) · %s out", in, cached,
+                 out);
   } else {
     w = snprintf(buf, n, "%s in · %s out", in, out);
   }

@@ -625,6 +625,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   int rc;
 
   al_provider_options_init(&po);
+  po.cache_control = a->prompt_cache;
   po.model = a->model;
   po.max_tokens = a->cur_max_tokens;
   po.system = al__history_system(h);
@@ -1636,6 +1637,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al__history_init(&a->compact_hist);
   al__budget_init(&a->budget);
   a->auto_compact = !o->no_auto_compact;
+  a->prompt_cache = !o->no_prompt_cache;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
                                                         : "anthropic");

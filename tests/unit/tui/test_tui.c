@@ -140,6 +140,17 @@ TEST_IMPL(tui_usage_line_format) {
                       "· 1.1k out");
   al__tui_usage_line(&small, &small, line, sizeof(line));
   ASSERT_STR_EQ(line, "25 in · 9 out · session 25 in · 9 out");
+  {
+    al__tui_usage_t both = {200, 10, 8100, 1500};
+    al__tui_usage_t write = {200, 10, 0, 1500};
+
+    al__tui_usage_line(&both, &both, line, sizeof(line));
+    ASSERT_STR_EQ(line, "9.8k in (8.1k cached, 1.5k written) · 10 out · "
+                        "session 9.8k in · 10 out");
+    al__tui_usage_line(&write, &write, line, sizeof(line));
+    ASSERT_STR_EQ(line, "1.7k in (1.5k written to cache) · 10 out · "
+                        "session 1.7k in · 10 out");
+  }
   return 0;
 }
 
