@@ -247,6 +247,11 @@ typedef struct al_agent_options_s {
    * on the system prompt, the tool definitions and the moving end of the
    * conversation (4 at most); no_prompt_cache turns them off. */
   bool no_prompt_cache;
+  /* Seed 004's message-count trim: before each request, when the history
+   * holds more than max_messages messages (0: no limit; at least 3), the
+   * oldest are dropped at a safe cut, the first user message kept, with a
+   * notice (compaction events, trigger "max_messages"). */
+  uint32_t max_messages;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

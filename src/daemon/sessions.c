@@ -474,7 +474,18 @@ int al__session_start(session_t *s, uint64_t first_seq,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.data = s;
-  rc = al_agent_new(d->loop, &ao, &s->agent);
+  /* Cleared tool outputs live next to the transcript (docs/context.md),
+   * so read_tool_output works after a resume. */
+  {
+    al_buf_t od;
+
+    al_buf_init(&od, 8192);
+    if (al_buf_printf(&od, "%s/%s.tool-output", d->sessions_dir, s->id) == 0) {
+      ao.tool_output_dir = od.data;
+    }
+    rc = al_agent_new(d->loop, &ao, &s->agent);
+    al_buf_free(&od);
+  }
   if (rc != 0) {
     snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
                            "base_url or cwd?)", al_strerror(rc));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "agent_fx.h"
+#include "common/common.h"
 #include "loop/agent_int.h"
 #include "loop/compact.h"
 #include "test.h"
@@ -331,6 +332,44 @@ TEST_IMPL(compact_resumed_over_window) {
   ASSERT(body_has(&f, 1, "resumed"));
   ASSERT(body_has(&f, 1, GOAL));
   ASSERT(body_has(&f, 1, "continue"));
+  fx_finish(&f);
+  return 0;
+}
+
+/* max_messages (seed 004): the request never holds more messages than the
+ * limit; cuts are safe (no repair, nothing refused) and the first user
+ * message stays. */
+TEST_IMPL(compact_max_messages) {
+  fx_t f;
+  size_t i;
+  al_buf_t y;
+  int k;
+
+  al_buf_init(&y, 1 << 16);
+  al_buf_append_str(&y, "responses:\n");
+  for (k = 1; k <= 8; k++) {
+    al_buf_printf(&y, "  - reply: {content: [{tool_use: {id: t%d, name: "
+                      "list_directory, input: {path: .}}}]}\n", k);
+  }
+  al_buf_append_str(&y, "  - reply: {content: [{text: done}]}\n");
+  fx_init(&f, y.data);
+  al_buf_free(&y);
+  f.opts.max_messages = 6;
+  f.opts.micro_min_tokens = -1;
+  fx_start(&f);
+  fx_run(&f, GOAL);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "history_repaired"), 0);
+  ASSERT(fx_count(&f, "compaction_completed") >= 1);
+  ASSERT_STR_EQ(jstr(ev_of(&f, "compaction_completed"), "trigger"),
+                "max_messages");
+  for (i = 0; i < fx_requests(&f); i++) {
+    ASSERT_LE(json_array_size(json_object_get(fx_request(&f, i)->body,
+                                              "messages")),
+              6);
+    ASSERT(body_has(&f, i, GOAL));
+  }
   fx_finish(&f);
   return 0;
 }
