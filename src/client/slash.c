@@ -18,7 +18,7 @@ static const slash_def_t defs[] = {
     {"sessions", AL_SLASH_SESSIONS, 0}, {"resume", AL_SLASH_RESUME, 2},
     {"compact", AL_SLASH_COMPACT, 3}, {"usage", AL_SLASH_USAGE, 0},
     {"cost", AL_SLASH_USAGE, 0},      {"tools", AL_SLASH_TOOLS, 0},
-    {"last", AL_SLASH_LAST, 0},
+    {"last", AL_SLASH_LAST, 0},       {"model", AL_SLASH_MODEL, 1},
     {"quit", AL_SLASH_QUIT, 0},       {"exit", AL_SLASH_QUIT, 0},
 };
 
@@ -108,6 +108,7 @@ const char *al__slash_help(void) {
          "  /usage             tokens used by this session (alias /cost)\n"
          "  /tools             the tools the model may call\n"
          "  /last              the full output of the last tool call\n"
+         "  /model NAME        use model NAME from the next turn on\n"
          "  /quit              leave; the session stays (alias /exit)\n"
          "keys: Enter sends, Ctrl-C cancels a running turn or clears the\n"
          "line, twice (or Ctrl-D on an empty line) quits; Up/Down history.\n"

@@ -151,6 +151,7 @@ typedef struct {
   int status;          /* the HTTP status answered */
   char *error;         /* validation error message, NULL when valid */
   int response_index;  /* scenario response played, -1 if none */
+  uint64_t arrival_ns; /* uv_hrtime() when the whole request was parsed */
 } al_mockllm_record_t;
 
 size_t al_mockllm_record_count(const al_mockllm_t *m);

@@ -368,6 +368,7 @@ static void record(conn_t *c, const char *method, const char *path,
     r->status = status;
     r->error = error ? al_strdup(error) : NULL;
     r->response_index = index;
+    r->arrival_ns = uv_hrtime();
     m->nrecs++;
   }
 }
