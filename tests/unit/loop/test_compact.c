@@ -373,3 +373,38 @@ TEST_IMPL(compact_max_messages) {
   fx_finish(&f);
   return 0;
 }
+
+/* The mock's expect_request step refuses a request that lacks (or holds)
+ * a string, with a clear 400: how the long-session tests make the server
+ * check the goal itself. */
+TEST_IMPL(compact_mock_expect_request) {
+  fx_t f;
+  const json_t *e;
+
+  fx_init(&f, "responses:\n"
+              "  - expect_request: {contains: \"GOAL-ZEBRA\", not_contains: \"forbidden\"}\n"
+              "    reply: {content: [{text: fine}]}\n"
+              "  - expect_request: {contains: \"GOAL-ZEBRA\"}\n"
+              "    reply: {content: [{text: never}]}\n");
+  f.opts.retry_max_attempts = 1;
+  fx_start(&f);
+  fx_run(&f, GOAL);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  /* Reset the conversation: a fresh agent without the goal. */
+  fx_finish(&f);
+  fx_init(&f, "responses:\n"
+              "  - expect_request: {contains: \"GOAL-ZEBRA\"}\n"
+              "    reply: {content: [{text: never}]}\n");
+  f.opts.retry_max_attempts = 1;
+  fx_start(&f);
+  fx_run(&f, "no canary here");
+  ASSERT_STR_EQ(fx_last_type(&f), "error");
+  e = fx_event(&f, fx_find(&f, "api_error", NULL, 0));
+  ASSERT_EQ(json_integer_value(json_object_get(e, "status")), 400);
+  ASSERT_NOT_NULL(strstr(jstr(e, "message"),
+                         "expect_request: the request body does not contain "
+                         "'GOAL-ZEBRA'"));
+  ASSERT(!fx_request(&f, 0)->valid);
+  fx_finish(&f);
+  return 0;
+}

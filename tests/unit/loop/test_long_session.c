@@ -23,8 +23,10 @@ static char *long_yaml(int n) {
   al_buf_append_str(&b, "usage_from_request: {bytes_per_token: 4}\n"
                         "responses:\n");
   for (k = 1; k <= n; k++) {
+    /* The server itself checks the canary in every request. */
     al_buf_printf(&b,
-                  "  - reply:\n"
+                  "  - expect_request: {contains: \"" CANARY "\"}\n"
+                  "    reply:\n"
                   "      content:\n"
                   "        - text: \"## Goal\\nthe canary task\\n## Current step\\n"
                   "step %d\\n## Next step\\nread the next file. "
