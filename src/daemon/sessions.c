@@ -525,6 +525,7 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.data = s;
+  ao.models = d->models;
   /* Cleared tool outputs live next to the transcript (docs/context.md),
    * so read_tool_output works after a resume. */
   {
