@@ -832,7 +832,8 @@ static void run_end_common(al_agent_t *a) {
   }
   al__history_free(&a->compact_hist);
   al__history_init(&a->compact_hist);
-  a->compact_requested = false;
+  /* compact_requested stays: a compaction asked for during a run that
+   * then ended runs before the next run's first request. */
   a->compacted_this_turn = false;
   a->overflow_retried = false;
   al_free(a->done_text);

@@ -408,3 +408,42 @@ TEST_IMPL(compact_mock_expect_request) {
   fx_finish(&f);
   return 0;
 }
+
+static void compact_hook(fx_t *f, const al_event_t *ev, const json_t *j) {
+  (void)j;
+  if (ev->type == AL_EVENT_STREAM_REQUEST_START && ev->run == 1 &&
+      fx_count(f, "stream_request_start") == 3) {
+    ASSERT_EQ(al_agent_compact(f->agent, NULL), 0);
+  }
+}
+
+/* Manual compaction during a run waits for the next request; when the run
+ * ends first, it runs before the next run's first request. */
+TEST_IMPL(compact_manual_deferred) {
+  fx_t f;
+
+  fx_init(&f,
+          "responses:\n"
+          "  - reply: {content: [{tool_use: {id: t1, name: read_file, input: {path: f1}}}]}\n"
+          "  - reply: {content: [{tool_use: {id: t2, name: read_file, input: {path: f2}}}]}\n"
+          "  - reply: {content: [{text: first done}]}\n"
+          "  - reply: {content: [{text: \"## Goal\\ndeferred summary\"}]}\n"
+          "  - reply: {content: [{text: second done}]}\n");
+  f.opts.micro_min_tokens = -1;
+  f.hook = compact_hook;
+  fx_start(&f);
+  write_files(&f, 2, 100);
+  fx_run(&f, GOAL);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "compaction_started"), 0);
+  f.hook = NULL;
+  fx_run(&f, "and then?");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "compaction_completed"), 1);
+  ASSERT_STR_EQ(jstr(ev_of(&f, "compaction_started"), "trigger"), "manual");
+  ASSERT(body_has(&f, 4, "deferred summary"));
+  ASSERT(body_has(&f, 4, "and then?"));
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
