@@ -631,9 +631,37 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
                         str(ev, "to"), str(ev, "reason"));
   } else if (strcmp(type, "compaction_completed") == 0) {
     al__tui_view_notice(
-        v, AL_SGR_DIM, "history compacted: %" PRId64 " -> %" PRId64 " tokens",
+        v, json_is_true(json_object_get(ev, "fallback")) ? AL_SGR_YELLOW
+                                                          : AL_SGR_DIM,
+        "history compacted (%s): %" PRId64 " -> %" PRId64 " tokens, %" PRId64
+        " messages summarized%s",
+        str(ev, "trigger"),
         (int64_t)json_integer_value(json_object_get(ev, "tokens_before")),
-        (int64_t)json_integer_value(json_object_get(ev, "tokens_after")));
+        (int64_t)json_integer_value(json_object_get(ev, "tokens_after")),
+        (int64_t)json_integer_value(json_object_get(ev, "dropped_messages")),
+        json_is_true(json_object_get(ev, "fallback"))
+            ? " (the summary failed: trimmed instead)"
+            : "");
+  } else if (strcmp(type, "micro_compaction") == 0) {
+    al__tui_view_notice(
+        v, AL_SGR_DIM,
+        "cleared %" PRId64 " old tool outputs (%" PRId64 " tokens saved)",
+        (int64_t)json_integer_value(json_object_get(ev, "cleared")),
+        (int64_t)json_integer_value(json_object_get(ev, "tokens_saved")));
+  } else if (strcmp(type, "context_warning") == 0) {
+    al__tui_view_notice(
+        v, AL_SGR_YELLOW,
+        "context %" PRId64 "%% full (%" PRId64 " of %" PRId64
+        " tokens): /compact frees it",
+        (int64_t)json_integer_value(json_object_get(ev, "context_pct")),
+        (int64_t)json_integer_value(json_object_get(ev, "context_tokens")),
+        (int64_t)json_integer_value(json_object_get(ev, "context_window")));
+  } else if (strcmp(type, "history_repaired") == 0) {
+    al__tui_view_notice(v, AL_SGR_YELLOW,
+                        "history repaired before sending (%" PRId64
+                        " fixes)",
+                        (int64_t)json_integer_value(
+                            json_object_get(ev, "count")));
   } else if (strcmp(type, "max_turns_reached") == 0) {
     al__tui_view_notice(v, AL_SGR_YELLOW,
                         "turn limit (%" PRId64 ") reached, summarizing",

@@ -261,6 +261,30 @@ TEST_IMPL(tui_view_run_lines) {
   return 0;
 }
 
+/* Context management events become one notice each. */
+TEST_IMPL(tui_view_context_notices) {
+  vfix_t f;
+
+  utf8_locale();
+  vfix_init(&f, false);
+  vfix_feed(&f, "{\"type\":\"context_warning\",\"context_tokens\":161000,"
+                "\"context_window\":200000,\"context_pct\":80}", 1);
+  vfix_feed(&f, "{\"type\":\"micro_compaction\",\"cleared\":3,"
+                "\"tokens_saved\":30000}", 2);
+  vfix_feed(&f, "{\"type\":\"compaction_completed\",\"trigger\":\"auto\","
+                "\"tokens_before\":150000,\"tokens_after\":20000,"
+                "\"dropped_messages\":40,\"fallback\":true}", 3);
+  vfix_feed(&f, "{\"type\":\"history_repaired\",\"count\":1}", 4);
+  ASSERT_STR_EQ(f.err,
+                "context 80% full (161000 of 200000 tokens): /compact frees it\n"
+                "cleared 3 old tool outputs (30000 tokens saved)\n"
+                "history compacted (auto): 150000 -> 20000 tokens, 40 messages "
+                "summarized (the summary failed: trimmed instead)\n"
+                "history repaired before sending (1 fixes)\n");
+  vfix_free(&f);
+  return 0;
+}
+
 TEST_IMPL(tui_view_live_spinner) {
   vfix_t f;
 
