@@ -447,3 +447,59 @@ TEST_IMPL(compact_manual_deferred) {
   fx_finish(&f);
   return 0;
 }
+
+/* A second compaction replaces the first summary instead of stacking it
+ * (and its cut still lands on a safe point: the server accepts all). */
+TEST_IMPL(compact_twice_replaces_summary) {
+  fx_t f;
+  const json_t *m0;
+  const json_t *b;
+  size_t i;
+  size_t heads = 0;
+  int k;
+
+  fx_init(&f,
+          "responses:\n"
+          "  - reply: {content: [{tool_use: {id: t1, name: read_file, input: {path: f1}}}]}\n"
+          "  - reply: {content: [{tool_use: {id: t2, name: read_file, input: {path: f2}}}]}\n"
+          "  - reply: {content: [{text: first done}]}\n"
+          "  - reply: {content: [{text: \"## Goal\\nSUMMARY-ONE\"}]}\n"
+          "  - reply: {content: [{tool_use: {id: t3, name: read_file, input: {path: f1}}}]}\n"
+          "  - reply: {content: [{tool_use: {id: t4, name: read_file, input: {path: f2}}}]}\n"
+          "  - reply: {content: [{text: second done}]}\n"
+          "  - reply: {content: [{text: \"## Goal\\nSUMMARY-TWO\"}]}\n"
+          "  - reply: {content: [{text: third done}]}\n");
+  f.opts.micro_min_tokens = -1;
+  fx_start(&f);
+  write_files(&f, 2, 100);
+  fx_run(&f, GOAL);
+  for (k = 1; k <= 2; k++) {
+    ASSERT_EQ(al_agent_compact(f.agent, NULL), 0);
+    while (fx_count(&f, "compaction_completed") < (size_t)k) {
+      uv_run(&f.loop, UV_RUN_ONCE);
+    }
+    if (k == 1) {
+      fx_run(&f, "more");
+    }
+  }
+  fx_run(&f, "last");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "history_repaired"), 0);
+  m0 = json_array_get(
+      json_object_get(fx_request(&f, fx_requests(&f) - 1)->body, "messages"),
+      0);
+  json_array_foreach(json_object_get(m0, "content"), i, b) {
+    const char *t = jstr(b, "text");
+
+    if (t != NULL && strncmp(t, "[agentloop compacted", 20) == 0) {
+      heads++;
+      ASSERT_NOT_NULL(strstr(t, "SUMMARY-TWO"));
+    }
+  }
+  ASSERT_EQ(heads, 1);
+  ASSERT_STR_EQ(jstr(json_array_get(json_object_get(m0, "content"), 0), "text"),
+                GOAL);
+  fx_finish(&f);
+  return 0;
+}
