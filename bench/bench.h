@@ -23,4 +23,8 @@ int al_bench_dispatch(int argc, char **argv);
  *                        [--json] (bench_daemon.c) */
 int al_bench_daemon(int argc, char **argv);
 
+/* agentloop-bench context [--turns N] [--runs N] [--window T]
+ *                         [--micro-min T] [--json] (bench_context.c) */
+int al_bench_context(int argc, char **argv);
+
 #endif

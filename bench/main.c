@@ -44,6 +44,11 @@ static const scenario_t scenarios[] = {
      "          and in-process, vs block delivery and reply end\n"
      "          [--iterations N] [--calls-per-run N] [--tail-deltas N]\n"
      "          [--delta-ms MS] [--json] [--raw]"},
+    {"context", al_bench_context,
+     "a long session in a small window: tokens saved by micro vs summary\n"
+     "          compaction, compaction overhead vs request prep, cached-input\n"
+     "          share after micro-compaction [--turns N (70)] [--runs N (3)]\n"
+     "          [--window T (20000)] [--micro-min T (3000)] [--json]"},
     {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 

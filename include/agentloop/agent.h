@@ -128,7 +128,13 @@ typedef enum {
 typedef enum {
   AL_COMMIT_USER = 0,        /* the run's user text was added */
   AL_COMMIT_ASSISTANT = 1,   /* a model reply was committed */
-  AL_COMMIT_TOOL_RESULTS = 2 /* the results of the reply's tool calls */
+  AL_COMMIT_TOOL_RESULTS = 2, /* the results of the reply's tool calls */
+  /* Context management (docs/context.md): COMPACTION, the whole history
+   * after a summary compaction, {"messages":[...]} (it replaces what came
+   * before); MICRO, the results a micro-compaction cleared,
+   * {"call_ids":[...]} (replayed with the same placeholders). */
+  AL_COMMIT_COMPACTION = 3,
+  AL_COMMIT_MICRO = 4
 } al_commit_kind_t;
 
 /* Called on the loop thread right after the history changed, before the
@@ -237,6 +243,15 @@ typedef struct al_agent_options_s {
    * next request exceeds window - max(13,000, max_tokens), unless
    * no_auto_compact. A "prompt is too long" answer always triggers one. */
   bool no_auto_compact;
+  /* Anthropic prompt caching (docs/context.md): cache_control breakpoints
+   * on the system prompt, the tool definitions and the moving end of the
+   * conversation (4 at most); no_prompt_cache turns them off. */
+  bool no_prompt_cache;
+  /* Seed 004's message-count trim: before each request, when the history
+   * holds more than max_messages messages (0: no limit; at least 3), the
+   * oldest are dropped at a safe cut, the first user message kept, with a
+   * notice (compaction events, trigger "max_messages"). */
+  uint32_t max_messages;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

@@ -44,6 +44,7 @@
 #include "client/run_int.h"
 #include "common/common.h"
 #include "config/config.h"
+#include "config/context.h"
 #include "events/events.h"
 
 enum {
@@ -126,6 +127,11 @@ static void usage(FILE *f) {
       "      --max-tokens N        per reply (default 4096)\n"
       "      --context-window N    the model's window in tokens (default:\n"
       "                            the models catalogue, docs/context.md)\n"
+      "      --no-auto-compact     never compact the history on its own\n"
+      "      --no-prompt-cache     no Anthropic cache_control breakpoints\n"
+      "      --max-messages N      keep at most N messages (oldest dropped)\n"
+      "      --micro-min-tokens N  clear old tool outputs when that saves N\n"
+      "                            tokens (default 20000; 'off')\n"
       "      --max-turns N         model replies per run (default 20); at\n"
       "                            the limit a summary is the result, exit 3\n"
       "      --max-retries N       retries per request (default 3)\n"
@@ -732,7 +738,8 @@ int al_cli_run(int argc, char **argv) {
   enum {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
-    O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
+    O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_NO_AUTO_COMPACT,
+    O_NO_PROMPT_CACHE, O_MAX_MESSAGES, O_MICRO_MIN, O_COLOR,
     O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT
   };
   static const struct option longopts[] = {
@@ -759,6 +766,10 @@ int al_cli_run(int argc, char **argv) {
       {"print-system-prompt", no_argument, NULL, O_PRINT_PROMPT},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
+      {"no-auto-compact", no_argument, NULL, O_NO_AUTO_COMPACT},
+      {"no-prompt-cache", no_argument, NULL, O_NO_PROMPT_CACHE},
+      {"max-messages", required_argument, NULL, O_MAX_MESSAGES},
+      {"micro-min-tokens", required_argument, NULL, O_MICRO_MIN},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
       {"verbose", no_argument, NULL, 'v'},
@@ -799,6 +810,11 @@ int al_cli_run(int argc, char **argv) {
   uint64_t max_tokens = 0;
   uint64_t max_turns = 0;
   uint64_t context_window = 0;
+  uint64_t max_messages = 0;
+  uint64_t micro_u = 0;
+  int64_t micro_min = 0;
+  bool no_auto_compact = false;
+  bool no_prompt_cache = false;
   al_models_t *models = NULL;
   char *models_err = NULL;
   uint64_t idle_ms = 0;
@@ -849,6 +865,24 @@ int al_cli_run(int argc, char **argv) {
       sandbox_set = true;
       break;
     case O_FALLBACK: fallback = optarg; break;
+    case O_NO_AUTO_COMPACT: no_auto_compact = true; break;
+    case O_NO_PROMPT_CACHE: no_prompt_cache = true; break;
+    case O_MAX_MESSAGES:
+      if (!parse_u64(optarg, 1000000, &max_messages) || max_messages < 3) {
+        fail_usage("--max-messages: a count of at least 3, not '%s'", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case O_MICRO_MIN:
+      if (strcmp(optarg, "off") == 0) {
+        micro_min = -1;
+      } else if (!parse_u64(optarg, INT64_MAX, &micro_u) || micro_u == 0) {
+        fail_usage("--micro-min-tokens: tokens or 'off', not '%s'", optarg);
+        return EXIT_USAGE;
+      } else {
+        micro_min = (int64_t)micro_u;
+      }
+      break;
     case O_CONTEXT_WINDOW:
       if (!parse_u64(optarg, 1000000000, &context_window) ||
           context_window < 1024) {
@@ -1163,8 +1197,21 @@ int al_cli_run(int argc, char **argv) {
 
   o.models = models;
   o.context_window = (int64_t)context_window;
+  o.no_auto_compact = no_auto_compact;
+  o.no_prompt_cache = no_prompt_cache;
+  o.max_messages = (uint32_t)max_messages;
+  o.micro_min_tokens = micro_min;
+  {
+    char why[600];
 
-  code = drive(r, &o, text.data);
+    /* The configuration's context: section, under the flags. */
+    if (al__config_context_apply(&cfg, &o, why, sizeof(why)) != 0) {
+      fail_usage("%s", why);
+      code = EXIT_USAGE;
+    } else {
+      code = drive(r, &o, text.data);
+    }
+  }
   al_models_free(models);
 
   al_buf_free(&text);

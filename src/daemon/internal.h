@@ -98,6 +98,7 @@ struct session_s {
 struct al_daemon_s {
   uv_loop_t *loop;
   al_daemon_options_t o;
+  al_models_t *models; /* the models catalogue, with the user's overlay */
   char *socket_path;
   char *state_dir;
   char *sessions_dir;

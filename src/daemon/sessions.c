@@ -322,7 +322,8 @@ void al__session_on_event(const al_event_t *ev, void *data) {
 static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
                       const char *message, size_t len, void *data) {
   session_t *s = data;
-  static const char *const kinds[] = {"user", "assistant", "tool_results"};
+  static const char *const kinds[] = {"user", "assistant", "tool_results",
+                                      "compaction", "micro"};
   al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
 
   if (b == NULL) {
@@ -579,7 +580,19 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.data = s;
-  rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
+  ao.models = d->models;
+  /* Cleared tool outputs live next to the transcript (docs/context.md),
+   * so read_tool_output works after a resume. */
+  {
+    al_buf_t od;
+
+    al_buf_init(&od, 8192);
+    if (al_buf_printf(&od, "%s/%s.tool-output", d->sessions_dir, s->id) == 0) {
+      ao.tool_output_dir = od.data;
+    }
+    rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
+    al_buf_free(&od);
+  }
   al_free(allow);
   al_free(deny);
   al_free(denied);

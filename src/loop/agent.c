@@ -90,6 +90,7 @@ static int compact_check(al_agent_t *a, int64_t projected);
 static void compact_start(al_agent_t *a, const char *trigger);
 static void compact_finish(al_agent_t *a, const char *summary, size_t len);
 static bool is_overflow(const char *message);
+static bool trim_messages(al_agent_t *a);
 static void on_backoff(uv_timer_t *t);
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -625,6 +626,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   int rc;
 
   al_provider_options_init(&po);
+  po.cache_control = a->prompt_cache;
   po.model = a->model;
   po.max_tokens = a->cur_max_tokens;
   po.system = al__history_system(h);
@@ -725,7 +727,7 @@ static int attempt_start(al_agent_t *a) {
   int rc;
 
   attempt_clear(a);
-  if (h == &a->history && al__agent_micro(a)) {
+  if (h == &a->history && (al__agent_micro(a) || trim_messages(a))) {
     return 0; /* a subscriber ended the run or closed the agent */
   }
   rc = build_request(a, h, &preq);
@@ -830,7 +832,8 @@ static void run_end_common(al_agent_t *a) {
   }
   al__history_free(&a->compact_hist);
   al__history_init(&a->compact_hist);
-  a->compact_requested = false;
+  /* compact_requested stays: a compaction asked for during a run that
+   * then ended runs before the next run's first request. */
   a->compacted_this_turn = false;
   a->overflow_retried = false;
   al_free(a->done_text);
@@ -1396,6 +1399,61 @@ static int64_t project_history(al_agent_t *a) {
   return p;
 }
 
+/* max_messages (seed 004): the oldest messages go at a safe cut, without
+ * a model call; reported like a compaction (trigger "max_messages") and
+ * recorded the same way. True when the caller must stop. */
+static bool trim_messages(al_agent_t *a) {
+  json_t *msgs = a->history.messages;
+  size_t cut;
+  char notice[160];
+  json_t *next;
+  al_event_t ev;
+  uint32_t dropped;
+  uint32_t results;
+  int64_t before;
+
+  if (a->max_messages == 0 || json_array_size(msgs) <= a->max_messages ||
+      (cut = al__compact_cut_count(msgs, a->max_messages)) == 0) {
+    return false;
+  }
+  before = project_history(a);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_STARTED;
+  ev.u.compaction.trigger = ag_slice("max_messages");
+  ev.u.compaction.tokens_before = (uint64_t)before;
+  if (al__agent_post(a, &ev)) {
+    return true;
+  }
+  snprintf(notice, sizeof(notice),
+           "(The oldest messages were dropped to keep at most %u messages.)",
+           a->max_messages);
+  next = al__compact_assemble(msgs, cut, notice, strlen(notice));
+  if (next == NULL) {
+    return false;
+  }
+  al__compact_counts(msgs, cut, &dropped, &results);
+  json_decref(a->history.messages);
+  a->history.messages = next;
+  if (a->on_commit != NULL) {
+    json_t *rec = json_pack("{s:O}", "messages", next);
+    char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+
+    if (txt != NULL) {
+      a->on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt), a->commit_data);
+    }
+    al_free(txt);
+    json_decref(rec);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_COMPLETED;
+  ev.u.compaction.trigger = ag_slice("max_messages");
+  ev.u.compaction.tokens_before = (uint64_t)before;
+  ev.u.compaction.tokens_after = (uint64_t)project_history(a);
+  ev.u.compaction.dropped_messages = dropped;
+  ev.u.compaction.dropped_tool_results = results;
+  return al__agent_post(a, &ev);
+}
+
 /* After the compaction: the run goes on, or the agent is idle again. */
 static void compact_resume(al_agent_t *a) {
   int rc;
@@ -1490,6 +1548,19 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
       al__compact_counts(msgs, cut, &dropped, &results);
       json_decref(a->history.messages);
       a->history.messages = next;
+      if (a->on_commit != NULL) {
+        /* Durable: the transcript keeps the originals and this record;
+         * a resumed session starts from it. */
+        json_t *rec = json_pack("{s:O}", "messages", next);
+        char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+
+        if (txt != NULL) {
+          a->on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt),
+                       a->commit_data);
+        }
+        al_free(txt);
+        json_decref(rec);
+      }
     }
   }
   a->compact_failures = failed && cut != 0 ? a->compact_failures + 1 : 0;
@@ -1623,6 +1694,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al__history_init(&a->compact_hist);
   al__budget_init(&a->budget);
   a->auto_compact = !o->no_auto_compact;
+  a->max_messages = o->max_messages;
+  a->prompt_cache = !o->no_prompt_cache;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
                                                         : "anthropic");

@@ -203,6 +203,8 @@ struct al_agent_s {
   uint64_t stats_micro_saved;
   /* Summary compaction (agent.c, compact.c). */
   bool auto_compact;
+  uint32_t max_messages;
+  bool prompt_cache;
   al_history_t compact_hist;  /* the summary request's history */
   size_t compact_cut;         /* messages[cut..] are kept */
   const char *compact_trigger; /* "auto", "manual", "overflow" (static) */

@@ -80,6 +80,10 @@ typedef struct {
   uint32_t first_byte_delay_ms;
   al__mock_xfer_t xfer;
   json_t *headers; /* extra response headers: object name -> string */
+  /* expect_request: the request body (compact JSON) must contain / must
+   * not contain these strings, else a 400 (NULL: no check). */
+  char *expect_contains;
+  char *expect_not_contains;
   /* faults */
   int status;       /* 0 = 200 reply */
   int64_t retry_after; /* -1 = none */

@@ -818,6 +818,8 @@ char *al__mockllm_error_body(al_mockllm_proto_t proto, const char *type,
 void al__mockllm_response_free(al__mock_response_t *r) {
   size_t i, k;
 
+  al_free(r->expect_contains);
+  al_free(r->expect_not_contains);
   for (i = 0; i < r->nblocks; i++) {
     al__mock_block_t *b = &r->blocks[i];
 

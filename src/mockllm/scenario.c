@@ -658,6 +658,9 @@ static int parse_fault(ctx_t *c, const yaml_node_t *n, al__mock_response_t *r) {
   return err;
 }
 
+static int parse_expect(ctx_t *c, const yaml_node_t *n,
+                        al__mock_response_t *r);
+
 static int parse_headers(ctx_t *c, const yaml_node_t *n, al__mock_response_t *r) {
   yaml_node_pair_t *p;
   int err = want_mapping(c, n, "headers");
@@ -734,9 +737,12 @@ static int parse_response(ctx_t *c, const yaml_node_t *n,
       err = parse_xfer(c, v, &r->xfer);
     } else if (key_is(k, "headers")) {
       err = parse_headers(c, v, r);
+    } else if (key_is(k, "expect_request")) {
+      err = parse_expect(c, v, r);
     } else {
       err = fail(c, k, "unknown key '%s' in a response (expected reply, "
-                 "fault, delay_ms, first_byte_delay_ms, transfer, headers)",
+                 "fault, delay_ms, first_byte_delay_ms, transfer, headers, "
+                 "expect_request)",
                  scalar(k) ? scalar(k) : "?");
     }
   }
@@ -770,6 +776,30 @@ static int parse_response(ctx_t *c, const yaml_node_t *n,
   }
   return r->model == NULL || r->id == NULL || r->oai_id == NULL ? AL_ENOMEM
                                                                 : 0;
+}
+
+/* expect_request: {contains: "...", not_contains: "..."} */
+static int parse_expect(ctx_t *c, const yaml_node_t *n,
+                        al__mock_response_t *r) {
+  int err = want_mapping(c, n, "expect_request");
+  yaml_node_pair_t *p;
+
+  for (p = n->data.mapping.pairs.start;
+       err == 0 && p < n->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = node(c, p->key);
+    yaml_node_t *v = node(c, p->value);
+
+    if (key_is(k, "contains")) {
+      err = get_str(c, v, "expect_request.contains", &r->expect_contains);
+    } else if (key_is(k, "not_contains")) {
+      err = get_str(c, v, "expect_request.not_contains",
+                    &r->expect_not_contains);
+    } else {
+      err = fail(c, k, "unknown key '%s' in expect_request (expected "
+                 "contains, not_contains)", scalar(k) ? scalar(k) : "?");
+    }
+  }
+  return err;
 }
 
 /* usage_from_request: {bytes_per_token: N, cache: bool} */

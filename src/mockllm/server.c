@@ -1182,6 +1182,33 @@ static void dispatch(conn_t *c) {
     return;
   }
   r = &m->scn->responses[idx];
+  if (r->expect_contains != NULL || r->expect_not_contains != NULL) {
+    char *text = al__mockllm_dumps(body, NULL);
+    char msg[600];
+
+    msg[0] = '\0';
+    if (text != NULL && r->expect_contains != NULL &&
+        strstr(text, r->expect_contains) == NULL) {
+      snprintf(msg, sizeof(msg),
+               "mockllm: expect_request: the request body does not contain "
+               "'%.200s' (response %d)", r->expect_contains, idx);
+    } else if (text != NULL && r->expect_not_contains != NULL &&
+               strstr(text, r->expect_not_contains) != NULL) {
+      snprintf(msg, sizeof(msg),
+               "mockllm: expect_request: the request body contains "
+               "'%.200s' (response %d)", r->expect_not_contains, idx);
+    }
+    al_free(text);
+    if (msg[0] != '\0') {
+      m->stats.validation_failures++;
+      set_last_error(m, msg);
+      record(c, method, path, headers, body, false, 400, msg, idx);
+      respond_error(c, 400, "invalid_request_error", msg, NULL, NULL, NULL);
+      json_decref(headers);
+      json_decref(body);
+      return;
+    }
+  }
   record(c, method, path, headers, body, true,
          r->status != 0 ? r->status : 200, NULL, idx);
   {

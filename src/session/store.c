@@ -10,6 +10,7 @@
  * jansson, skips bad lines with a count, and replays history records
  * through the history's own operations so merging rules are the same as
  * when the agent ran. */
+#include "loop/micro.h"
 #include "session/session.h"
 
 #include <errno.h>
@@ -581,6 +582,35 @@ static int push_event(loader_t *ld, uint64_t seq, const char *p, size_t n) {
   return 0;
 }
 
+/* Context records (docs/context.md): a compaction replaces the history
+ * with the one it recorded (checked first: a damaged record must not make
+ * the conversation unsendable); a micro-compaction clears the same
+ * results again. Both only between turns. */
+static bool replay_context(al_history_t *h, const char *kind,
+                           const json_t *msg) {
+  const json_t *v;
+
+  if (al__history_turn_open(h)) {
+    return false;
+  }
+  if (strcmp(kind, "micro") == 0) {
+    v = json_object_get(msg, "call_ids");
+    if (!json_is_array(v) || h->messages == NULL) {
+      return false;
+    }
+    al__micro_clear_ids(h->messages, v);
+    return true;
+  }
+  v = json_object_get(msg, "messages");
+  if (!json_is_array(v) || json_array_size(v) == 0 ||
+      al__history_validate_json(v, NULL, 0) != 0) {
+    return false;
+  }
+  json_decref(h->messages);
+  h->messages = json_deep_copy(v);
+  return h->messages != NULL;
+}
+
 /* Replays one history record; false when it does not fit the history
  * (counted as a bad line by the caller). */
 static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
@@ -589,6 +619,9 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
   size_t i;
   const json_t *b;
 
+  if (strcmp(kind, "compaction") == 0 || strcmp(kind, "micro") == 0) {
+    return replay_context(h, kind, msg);
+  }
   if (!json_is_array(content)) {
     return false;
   }

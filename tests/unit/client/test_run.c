@@ -1217,3 +1217,61 @@ TEST_IMPL(sysprompt_run_agents_md) {
   ws_remove(&w);
   return 0;
 }
+
+/* The configuration's context: section is checked (FILE:LINE:COL) and
+ * applied; --max-messages bounds every request. */
+TEST_IMPL(cli_run_context_settings) {
+  cli_t c;
+  ws_t w;
+  char xdg[128];
+  char sub[160];
+  char path[200];
+  char *env[5];
+  FILE *f;
+  size_t i;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "-p", "hi", NULL};
+  const char *trim[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--max-messages", "3", "-p", "list twice", NULL};
+
+  ws_make(&w);
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", w.dir);
+  snprintf(sub, sizeof(sub), "%s/agentloop", w.dir);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", sub);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("context:\n  window: 32000\n  max_messages: lots\n", f);
+  fclose(f);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = xdg;
+  env[4] = NULL;
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, ":3:17: context.max_messages must be a count"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+  unlink(path);
+
+  start_mock(&c,
+             "responses:\n"
+             "  - reply: {content: [{tool_use: {id: a, name: list_directory, input: {path: .}}}]}\n"
+             "  - reply: {content: [{tool_use: {id: b, name: list_directory, input: {path: .}}}]}\n"
+             "  - reply: {content: [{text: listed}]}\n");
+  run_cli(&c, trim, env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 3);
+  for (i = 0; i < 3; i++) {
+    const al_mockllm_record_t *r = al_mockllm_record_get(c.mock, i);
+
+    ASSERT(r->valid);
+    ASSERT_LE(json_array_size(json_object_get(r->body, "messages")), 3);
+  }
+  finish(&c);
+  rmdir(sub);
+  rmdir(w.dir);
+  return 0;
+}
