@@ -147,14 +147,28 @@ TEST_IMPL(daemon_protocol_roundtrip) {
   ASSERT_GE(json_array_size(json_object_get(json_object_get(r, "result"),
                                             "tools")),
             4);
-  r = dt_call(&c, 10, "session/compact", p);
-  ASSERT_EQ(dt_err(r), AL_RPC_NOT_SUPPORTED);
   /* Resume of a live session answers at once. */
   r = dt_call(&c, 11, "session/resume", p);
   ASSERT_STR_EQ(result_str(r, "session"), sid);
   ASSERT_EQ(json_integer_value(json_object_get(json_object_get(r, "result"),
                                                "messages")),
             4);
+  /* Compaction of an idle session starts at once; its events follow (the
+   * mock's last reply is the summary). */
+  r = dt_call(&c, 10, "session/compact", p);
+  ASSERT(json_is_true(json_object_get(json_object_get(r, "result"),
+                                      "compacting")));
+  ASSERT(json_is_false(json_object_get(json_object_get(r, "result"),
+                                       "deferred")));
+  {
+    size_t cs = dt_wait_event(&c, "compaction_started", 0);
+    size_t done = dt_wait_event(&c, "compaction_completed", cs);
+    json_t *ev = json_object_get(json_array_get(c.msgs, done), "params");
+
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "trigger")),
+                  "manual");
+    ASSERT_EQ(json_integer_value(json_object_get(ev, "dropped_messages")), 2);
+  }
   r = dt_call(&c, 12, "session/unsubscribe", p);
   ASSERT(json_is_true(json_object_get(json_object_get(r, "result"),
                                       "unsubscribed")));
@@ -264,8 +278,8 @@ TEST_IMPL(daemon_hostile_lines) {
   L(-32007, "{\"jsonrpc\":\"2.0\",\"id\":122,\"method\":\"approval/respond\","
             "\"params\":{\"session\":\"%s\",\"request\":\"nope\","
             "\"decision\":\"allow\"}}", sid);
-  L(-32006, "{\"jsonrpc\":\"2.0\",\"id\":123,\"method\":\"session/compact\","
-            "\"params\":{\"session\":\"%s\"}}", sid);
+  L(-32602, "{\"jsonrpc\":\"2.0\",\"id\":123,\"method\":\"session/compact\","
+            "\"params\":{\"session\":\"%s\",\"instructions\":5}}", sid);
   L(-32003, "{\"jsonrpc\":\"2.0\",\"id\":124,\"method\":\"session/resume\","
             "\"params\":{\"session\":\"../../etc/passwd\"}}");
   L(-32003, "{\"jsonrpc\":\"2.0\",\"id\":125,\"method\":\"session/usage\","
