@@ -49,7 +49,9 @@ extern "C" {
   XX(MAX_TURNS_REACHED, "max_turns_reached")                    \
   XX(INTERRUPTED, "interrupted")                                \
   XX(ERROR, "error")                                            \
-  XX(FINAL, "final")
+  XX(FINAL, "final")                                            \
+  XX(PROVIDER_NOTICE, "provider_notice")                        \
+  XX(CITATION, "citation")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -128,6 +130,7 @@ typedef struct {
   uint64_t output_tokens;
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
+  uint64_t reasoning_tokens; /* a part of output_tokens, where reported */
 } al_event_usage_t;
 
 /* retry: attempt `attempt` of `max` starts after delay_ms. kind is the
@@ -204,6 +207,22 @@ typedef struct {
   al_slice_t text;
 } al_event_final_t;
 
+/* provider_notice: something the runtime decided about a provider's reply
+ * on its behalf. kind: "stop_inferred" (no finish_reason, a clean end),
+ * "pause_turn" (the turn is continued). */
+typedef struct {
+  al_slice_t kind;
+  al_slice_t message;
+} al_event_notice_t;
+
+/* citation: a source for the text of block `index`, the same shape from
+ * every provider (docs/events.md): JSON text of {"type","url","title",
+ * "cited_text",...}. */
+typedef struct {
+  int index;
+  al_slice_t citation;
+} al_event_citation_t;
+
 typedef struct al_event_s {
   al_event_type_t type;
   uint32_t turn;
@@ -230,6 +249,8 @@ typedef struct al_event_s {
     al_event_interrupted_t interrupted;
     al_event_error_t error;
     al_event_final_t final;
+    al_event_notice_t notice;
+    al_event_citation_t citation;
   } u;
 } al_event_t;
 

@@ -389,6 +389,26 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   return 0;
 }
 
+/* A citation from any provider, as one shape (al__provider_citation). */
+static int post_citation(al_agent_t *a, const al_pevent_t *ev) {
+  al_event_t le = al__events_blank;
+  char *text = ev->json != NULL
+                   ? json_dumps(ev->json, JSON_COMPACT | JSON_ENCODE_ANY)
+                   : NULL;
+  bool closed;
+
+  if (text == NULL) {
+    return 0;
+  }
+  le.type = AL_EVENT_CITATION;
+  le.u.citation.index = ev->index;
+  le.u.citation.citation.ptr = text;
+  le.u.citation.citation.len = strlen(text);
+  closed = al__agent_post(a, &le);
+  free(text);
+  return closed ? 1 : 0;
+}
+
 static int on_pevent(void *data, const al_pevent_t *ev) {
   al_agent_t *a = data;
   al_event_t le;
@@ -436,6 +456,14 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
   case AL_PEV_ERROR:
     stream_error(a, ev);
     return 0;
+  case AL_PEV_NOTICE:
+    le.type = AL_EVENT_PROVIDER_NOTICE;
+    le.u.notice.kind = ag_slice(ev->error_type);
+    le.u.notice.message.ptr = ev->text;
+    le.u.notice.message.len = ev->len;
+    return al__agent_post(a, &le) ? 1 : 0;
+  case AL_PEV_CITATION:
+    return post_citation(a, ev);
   default:
     return 0;
   }
@@ -924,6 +952,7 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   AG_U(output_tokens)
   AG_U(cache_read_input_tokens)
   AG_U(cache_creation_input_tokens)
+  AG_U(reasoning_tokens)
 #undef AG_U
   return al__agent_post(a, &ev);
 }

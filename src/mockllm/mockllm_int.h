@@ -93,6 +93,11 @@ typedef struct {
   uint32_t ping_interval_ms;
   uint32_t drip_bytes;
   uint32_t drip_interval_ms;
+  uint64_t drip_seed;  /* != 0: each slice 1..drip_bytes, sizes from it */
+  /* raw: the body played verbatim for every protocol (recorded captures of
+   * real servers), instead of a rendered reply. */
+  char *raw;
+  size_t raw_len;
   /* rendered */
   al__mock_events_t ev[AL__R_COUNT];
   char *body[2]; /* non-streaming JSON bodies (anthropic, openai), lazy */
@@ -112,6 +117,10 @@ struct al_mockllm_scenario_s {
   al__mock_exhausted_t on_exhausted;
   bool timestamps;
   int64_t created; /* OpenAI `created`, fixed at load */
+  /* OpenAI: the field an assistant message with tool_calls must carry
+   * (reasoning_content: DeepSeek's 400; reasoning_details: a non-empty
+   * array), or NULL. */
+  char *require_reasoning;
 };
 
 /* render.c */

@@ -519,6 +519,21 @@ int al__mockllm_render(al_mockllm_scenario_t *s, al__mock_response_t *r,
   if (r->status != 0 && r->status != 200) {
     return 0; /* an HTTP error: nothing streams */
   }
+  if (r->raw != NULL) {
+    size_t k;
+
+    for (k = 0, err = 0; k < AL__R_COUNT && err == 0; k++) {
+      char *b = al_malloc(r->raw_len + 1);
+
+      if (b == NULL) {
+        return AL_ENOMEM;
+      }
+      memcpy(b, r->raw, r->raw_len);
+      b[r->raw_len] = '\0';
+      err = ev_add(&r->ev[k], b, r->raw_len, 0, 0, 1);
+    }
+    return err;
+  }
   err = render_anthropic(r, &r->ev[AL__R_ANTHROPIC]);
   if (err == 0) {
     err = render_openai(s, r, &r->ev[AL__R_OPENAI], false);
@@ -830,6 +845,7 @@ void al__mockllm_response_free(al__mock_response_t *r) {
   al_free(r->error_message);
   al_free(r->error_code);
   al_free(r->error_event_type);
+  al_free(r->raw);
   json_decref(r->headers);
   for (k = 0; k < AL__R_COUNT; k++) {
     for (i = 0; i < r->ev[k].n; i++) {

@@ -97,6 +97,7 @@ typedef struct conn_s {
   size_t hdr_left;  /* header bytes at out_off not yet sent */
   size_t inflight;  /* bytes handed to uv_write */
   int64_t body_sent;
+  uint64_t drip_rng; /* drip.seed: the next slice size */
   size_t pump_bytes;
   /* TLS listener only: the session, the records being written (never
    * touched while c->writing) and records made outside the pump (handshake,
@@ -469,7 +470,14 @@ static bool send_out(conn_t *c) {
       n = AL_MIN(n, c->hdr_left); /* headers are never dripped or cut */
     }
   } else if (c->resp != NULL) {
-    if (c->resp->drip_bytes > 0) {
+    if (c->resp->drip_bytes > 0 && c->resp->drip_seed != 0) {
+      /* Random slice sizes (xorshift64*), the same for the same seed. */
+      c->drip_rng ^= c->drip_rng >> 12;
+      c->drip_rng ^= c->drip_rng << 25;
+      c->drip_rng ^= c->drip_rng >> 27;
+      n = AL_MIN(n, 1 + (size_t)((c->drip_rng * 0x2545F4914F6CDD1DULL) >>
+                                 33) % c->resp->drip_bytes);
+    } else if (c->resp->drip_bytes > 0) {
       n = AL_MIN(n, c->resp->drip_bytes);
     }
     if (c->resp->reset_after_bytes >= 0) {
@@ -712,6 +720,45 @@ static int append_error_event(conn_t *c) {
   return err;
 }
 
+/* DeepSeek's thinking mode: every assistant message that called tools
+ * must carry its reasoning back, or the request is refused with this
+ * 400 (api-docs.deepseek.com/guides/thinking_mode). */
+static bool reasoning_echoed(const json_t *body, const char *field,
+                             al_mockllm_verdict_t *v) {
+  const json_t *msgs = json_object_get(body, "messages");
+  size_t i;
+
+  for (i = 0; i < json_array_size(msgs); i++) {
+    const json_t *msg = json_array_get(msgs, i);
+    const json_t *r = json_object_get(msg, field);
+    const char *role = json_string_value(json_object_get(msg, "role"));
+
+    if (role == NULL || strcmp(role, "assistant") != 0 ||
+        json_array_size(json_object_get(msg, "tool_calls")) == 0) {
+      continue;
+    }
+    if ((json_is_string(r) && json_string_length(r) > 0) ||
+        (json_is_array(r) && json_array_size(r) > 0)) {
+      continue;
+    }
+    memset(v, 0, sizeof(*v));
+    v->status = 400;
+    snprintf(v->type, sizeof(v->type), "invalid_request_error");
+    if (strcmp(field, "reasoning_content") == 0) {
+      snprintf(v->message, sizeof(v->message),
+               "The `reasoning_content` in the thinking mode must be passed "
+               "back to the API.");
+    } else {
+      snprintf(v->message, sizeof(v->message),
+               "messages[%zu]: missing `%s` on an assistant message with "
+               "tool_calls",
+               i, field);
+    }
+    return false;
+  }
+  return true;
+}
+
 typedef enum { PROD_MORE, PROD_WAIT, PROD_END } prod_t;
 
 /* Fills out with one chunk of events. */
@@ -920,6 +967,7 @@ static void play(conn_t *c, al__mock_response_t *r, int idx, bool stream,
   c->error_sent = false;
   c->reset_now = false;
   c->body_sent = 0;
+  c->drip_rng = r->drip_seed;
   m->stats.responses_played++;
   if (r->status != 0 && r->status != 200) {
     const char *type = r->error_type ? r->error_type
@@ -1105,6 +1153,10 @@ static void dispatch(conn_t *c) {
     valid = c->proto == AL_MOCKLLM_PROTO_OPENAI
                 ? al_mockllm_validate_openai(body, headers, &v)
                 : al_mockllm_validate_anthropic(body, headers, &v);
+  }
+  if (valid && c->proto == AL_MOCKLLM_PROTO_OPENAI &&
+      m->scn->require_reasoning != NULL) {
+    valid = reasoning_echoed(body, m->scn->require_reasoning, &v);
   }
   if (!valid) {
     m->stats.validation_failures++;

@@ -85,7 +85,8 @@ al_block_type_t al__provider_block_type(const char *type);
   XX(MESSAGE_STOP, "message_stop")              \
   XX(PING, "ping")                              \
   XX(RAW, "raw_event")                          \
-  XX(ERROR, "api_error")
+  XX(ERROR, "api_error")                        \
+  XX(NOTICE, "notice")
 
 typedef enum {
 #define AL_PEV_GEN(name, str) AL_PEV_##name,
@@ -113,7 +114,9 @@ typedef struct al_pevent_s {
   al_block_type_t block_type;
   const char *block_type_name; /* "text", "tool_use", ... (block events) */
   /* TEXT_DELTA / THINKING_DELTA / TOOL_INPUT_DELTA / SIGNATURE: the UTF-8
-   * piece. RAW: the event name. ERROR: the message. */
+   * piece. RAW: the event name. ERROR: the message. NOTICE: what the
+   * decoder decided on the stream's behalf (error_type holds its kind,
+   * e.g. "stop_inferred"). */
   const char *text;
   size_t len;
   /* Borrowed JSON:
@@ -175,6 +178,12 @@ typedef struct al_provider_options_s {
   const char *anthropic_beta;    /* comma list or NULL */
   const char *path_prefix;  /* default "/v1" */
   json_t *extra_body;       /* borrowed; keys merged into the body */
+  /* OpenAI-compatible round-trips (models catalogue): send each assistant
+   * message's thinking back in `reasoning_field` (default
+   * "reasoning_content") -- DeepSeek's thinking mode refuses a tool round
+   * without it. reasoning_details kept from OpenRouter go back always. */
+  bool echo_reasoning;
+  const char *reasoning_field;
 } al_provider_options_t;
 
 void al_provider_options_init(al_provider_options_t *o);
@@ -289,6 +298,10 @@ typedef struct al_pstream_options_s {
   size_t max_block;  /* largest accumulated text of one block (default 64 MiB) */
   /* Seed for synthesized ids (OpenAI tool calls without id). */
   uint64_t id_seed;
+  /* OpenAI-compatible: the model writes its reasoning inside
+   * <think>...</think> in the content (models catalogue think_tags):
+   * that part becomes thinking. */
+  bool think_tags;
 } al_pstream_options_t;
 
 void al_pstream_options_init(al_pstream_options_t *o);
@@ -343,6 +356,11 @@ typedef struct al_pstream_s {
   size_t oai_ntool;
   char *oai_finish_reason;
   bool oai_marked;      /* the current chunk carries boundary marks */
+  bool oai_in_think;    /* think_tags: inside <think>...</think> */
+  uint8_t oai_tag_match; /* think_tags: bytes of the next tag matched */
+  bool eof_flushed;     /* an unterminated last event was flushed at EOF */
+  size_t oai_ncited;    /* Perplexity citations already delivered */
+  bool in_finish;
   /* Error detail kept after an ERROR event for al_pstream_error_*(). */
   al_perr_kind_t err_kind;
   char *err_message;
@@ -467,6 +485,8 @@ json_t *al__json_string_utf8(const char *s, size_t len);
 int al__utf8_put(al_buf_t *b, uint32_t cp);
 
 /* Internal (pstream.c / aggregate.c and the decoders). */
+/* OpenAI-style usage -> normalized usage (new object), NULL if not one. */
+json_t *al__provider_usage_from_openai(json_t *u);
 int al__pstream_emit(al_pstream_t *s, al_pevent_t *ev);
 int al__pstream_fail(al_pstream_t *s, al_perr_kind_t kind, const char *type,
                      const char *message, json_t *body);

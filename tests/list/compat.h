@@ -1,0 +1,11 @@
+/* compat tests (issue 14): TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */
+TEST_ENTRY(compat_decode_mistral_parts)
+TEST_ENTRY(compat_decode_mistral_tools_noindex)
+TEST_ENTRY(compat_decode_azure_empty_first)
+TEST_ENTRY(compat_decode_openrouter_reasoning)
+TEST_ENTRY(compat_decode_vllm_no_finish)
+TEST_ENTRY(compat_decode_perplexity_citations)
+TEST_ENTRY(compat_decode_openrouter_annotations)
+TEST_ENTRY(compat_decode_deepseek_think_tool)
+TEST_ENTRY(compat_decode_think_tags)
+TEST_ENTRY(compat_decode_truncated)
