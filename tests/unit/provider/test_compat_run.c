@@ -1,0 +1,183 @@
+/* The recorded-shape cases of test_compat.c through the agent loop: the
+ * same bytes, played by agentloop-mockllm over loopback HTTP in random
+ * slices (drip with a seed, several seeds), decoded by `run`'s pipeline.
+ * The committed assistant message must hold the same blocks decode
+ * gives, with the same notices and citations as LoopEvents, the same
+ * normalized stop reason and uncached input tokens; a tool call starts
+ * its tool with its own id and input. */
+#include <unistd.h>
+
+#include "provider/provider.h"
+#include "test.h"
+#include "unit/loop/agent_fx.h"
+#include "unit/provider/compat.h"
+
+/* The scenario: the recorded body as a raw response dripped in random
+ * slices of 1..`slice` bytes, then a plain answer for the next turn. */
+static char *raw_yaml(const char *body, unsigned slice, unsigned seed) {
+  al_buf_t b;
+  const char *p = body;
+
+  al_buf_init(&b, (size_t)1 << 24);
+  al_buf_append_str(&b, "responses:\n  - raw: |+\n"); /* keep: the final blank line */
+  while (*p != '\0') {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
+
+    if (n > 0) {
+      al_buf_append_str(&b, "      ");
+      al_buf_append(&b, p, n);
+    }
+    al_buf_append_str(&b, "\n");
+    p += n + (nl != NULL ? 1 : 0);
+  }
+  al_buf_printf(&b,
+                "    fault:\n      drip: {bytes: %u, seed: %u}\n"
+                "  - reply: {content: [{text: 'All done.'}]}\n",
+                slice, seed);
+  return b.data;
+}
+
+static const json_t *first_assistant(json_t *hist) {
+  size_t i;
+  json_t *m;
+
+  json_array_foreach(json_object_get(hist, "messages"), i, m) {
+    if (strcmp(json_string_value(json_object_get(m, "role")), "assistant") ==
+        0) {
+      return m;
+    }
+  }
+  return NULL;
+}
+
+static void run_case(const char *name, unsigned seed) {
+  const compat_case_t *c = &compat_cases[compat_find(name)];
+  char path[256];
+  char *body;
+  char *yaml;
+  char *h;
+  json_t *hist;
+  json_t *msg;
+  al_buf_t side;
+  fx_t f;
+  size_t i;
+  char *got;
+  const char *exp_stop;
+  const char *exp_in;
+  long tc;
+
+  snprintf(path, sizeof(path), "compat/%s.sse", name);
+  body = al_test_read_file(al_test_data_path(path), NULL);
+  ASSERT_NOT_NULL(body);
+  yaml = raw_yaml(body, 1 + seed % 40, seed);
+  fx_init_proto(&f, yaml, "openai");
+  fx_start(&f);
+  fx_write(&f, "a.txt", "alpha\n");
+  fx_write(&f, "b.txt", "beta\n");
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  al_buf_init(&side, 1 << 20);
+  al_buf_append(&side, "", 0);
+  for (i = 0; i < json_array_size(f.events); i++) {
+    const json_t *e = fx_event(&f, (long)i);
+    const char *t = fx_jstr(e, "type");
+
+    if (strcmp(t, "provider_notice") == 0) {
+      al_buf_printf(&side, "notice:%s;", fx_jstr(e, "kind"));
+    } else if (strcmp(t, "citation") == 0 &&
+               json_integer_value(json_object_get(e, "turn")) == 1) {
+      const json_t *ci = json_object_get(e, "citation");
+
+      al_buf_printf(&side, "cite:%d:%s:%s;",
+                    (int)json_integer_value(json_object_get(e, "index")),
+                    fx_jstr(ci, "url") ? fx_jstr(ci, "url") : "-",
+                    fx_jstr(ci, "title") ? fx_jstr(ci, "title") : "-");
+    }
+  }
+  ASSERT_EQ(al_agent_history_json(f.agent, &h), 0);
+  hist = json_loads(h, 0, NULL);
+  al_free(h);
+  ASSERT_NOT_NULL(hist);
+  msg = json_deep_copy(first_assistant(hist));
+  ASSERT_NOT_NULL(msg);
+  /* Blocks and side events as decode gives them; stop and usage from the
+   * turn's events. */
+  json_object_set_new(msg, "stop_reason", json_null());
+  json_object_set_new(msg, "usage", json_null());
+  got = compat_summary(msg, side.data);
+  {
+    const char *sp = strstr(c->expected, " stop=");
+    const char *gp = strstr(got, " stop=");
+    const char *sside = strchr(strstr(c->expected, "usage="), ' ');
+
+    ASSERT(sp != NULL && gp != NULL && sside != NULL);
+    if ((size_t)(gp - got) != (size_t)(sp - c->expected) ||
+        memcmp(got, c->expected, (size_t)(sp - c->expected)) != 0 ||
+        strcmp(strchr(strstr(got, "usage="), ' '), sside) != 0) {
+      AL_TEST_FAIL("%s (run, seed %u):\n  got:      %s\n  expected: %s", name,
+                   seed, got, c->expected);
+    }
+  }
+  exp_stop = strstr(c->expected, " stop=") + 6;
+  tc = fx_find(&f, "turn_completed", NULL, 0);
+  ASSERT(tc >= 0);
+  ASSERT_EQ(strncmp(fx_jstr(fx_event(&f, tc), "stop_reason"), exp_stop,
+                    strlen(fx_jstr(fx_event(&f, tc), "stop_reason"))),
+            0);
+  exp_in = strstr(c->expected, "\"input_tokens\":");
+  if (exp_in != NULL) {
+    long u = fx_find(&f, "usage", NULL, 0);
+
+    ASSERT(u >= 0);
+    ASSERT_EQ(json_integer_value(json_object_get(fx_event(&f, u),
+                                                 "input_tokens")),
+              strtoll(exp_in + 15, NULL, 10));
+  }
+  /* Every tool_use block started its tool with its id. */
+  {
+    size_t k;
+    json_t *blk;
+
+    json_array_foreach(json_object_get(msg, "content"), k, blk) {
+      const char *id = fx_jstr(blk, "id");
+
+      if (strcmp(fx_jstr(blk, "type"), "tool_use") == 0) {
+        long st = fx_find(&f, "tool_use_started", id, 0);
+        long done = fx_find(&f, "tool_use_completed", id, 0);
+
+        ASSERT(st >= 0);
+        ASSERT(done >= 0);
+        ASSERT_EQ(json_is_true(json_object_get(fx_event(&f, done),
+                                               "is_error")),
+                  0);
+      }
+    }
+  }
+  free(got);
+  json_decref(msg);
+  json_decref(hist);
+  al_buf_free(&side);
+  fx_finish(&f);
+  free(yaml);
+  free(body);
+}
+
+#define COMPAT_RUN_TEST(n)                 \
+  TEST_IMPL(compat_run_##n) {              \
+    unsigned seed;                         \
+    for (seed = 1; seed <= 5; seed++) {    \
+      run_case(#n, seed * 7919u);          \
+    }                                      \
+    return 0;                              \
+  }
+
+COMPAT_RUN_TEST(mistral_parts)
+COMPAT_RUN_TEST(mistral_tools_noindex)
+COMPAT_RUN_TEST(azure_empty_first)
+COMPAT_RUN_TEST(openrouter_reasoning)
+COMPAT_RUN_TEST(vllm_no_finish)
+COMPAT_RUN_TEST(perplexity_citations)
+COMPAT_RUN_TEST(openrouter_annotations)
+COMPAT_RUN_TEST(deepseek_think_tool)
