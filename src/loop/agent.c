@@ -629,6 +629,9 @@ static int attempt_start(al_agent_t *a) {
   po.max_tokens = a->cur_max_tokens;
   po.system = al__history_system(h);
   po.api_key = a->api_key;
+  /* Round-trips the model needs (models catalogue): its reasoning back. */
+  po.echo_reasoning = a->model_info.echo_reasoning;
+  po.reasoning_field = a->model_info.reasoning_field;
   if (json_array_size(a->tool_defs) > 0) {
     po.tools = a->tool_defs;
     if (a->summary) {
@@ -668,6 +671,7 @@ static int attempt_start(al_agent_t *a) {
   al_pstream_options_runtime(&so);
   so.on_event = on_pevent;
   so.data = a;
+  so.think_tags = a->model_info.think_tags;
   so.id_seed = al__retry_rng_next(&a->rng);
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {

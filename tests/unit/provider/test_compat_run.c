@@ -72,6 +72,9 @@ static void run_case(const char *name, unsigned seed) {
   ASSERT_NOT_NULL(body);
   yaml = raw_yaml(body, 1 + seed % 40, seed);
   fx_init_proto(&f, yaml, "openai");
+  if (c->think_tags) {
+    f.opts.model = "qwq-32b"; /* the catalogue says: think tags */
+  }
   fx_start(&f);
   fx_write(&f, "a.txt", "alpha\n");
   fx_write(&f, "b.txt", "beta\n");
@@ -181,3 +184,147 @@ COMPAT_RUN_TEST(vllm_no_finish)
 COMPAT_RUN_TEST(perplexity_citations)
 COMPAT_RUN_TEST(openrouter_annotations)
 COMPAT_RUN_TEST(deepseek_think_tool)
+COMPAT_RUN_TEST(think_tags)
+
+/* Replaces every `from` in s by `to` (malloc'd). */
+static char *replace_all(const char *s, const char *from, const char *to) {
+  al_buf_t b;
+  const char *p;
+
+  al_buf_init(&b, (size_t)1 << 24);
+  while ((p = strstr(s, from)) != NULL) {
+    al_buf_append(&b, s, (size_t)(p - s));
+    al_buf_append_str(&b, to);
+    s = p + strlen(from);
+  }
+  al_buf_append_str(&b, s);
+  return b.data;
+}
+
+static void append_raw(al_buf_t *b, const char *body) {
+  const char *p = body;
+
+  al_buf_append_str(b, "  - raw: |+\n");
+  while (*p != '\0') {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
+
+    if (n > 0) {
+      al_buf_append_str(b, "      ");
+      al_buf_append(b, p, n);
+    }
+    al_buf_append_str(b, "\n");
+    p += n + (nl != NULL ? 1 : 0);
+  }
+  al_buf_append_str(b, "    fault:\n      drip: {bytes: 13, seed: 4242}\n");
+}
+
+/* Two tool rounds with a server that refuses like DeepSeek's thinking
+ * mode when an assistant message with tool_calls lacks its reasoning
+ * (mockllm require_reasoning). `model` picks the catalogue entry. */
+static void two_rounds(fx_t *f, const char *name, const char *field,
+                       const char *model) {
+  al_buf_t y;
+  size_t len;
+  char path[256];
+  char *body;
+  char *body2;
+  char *tmp;
+
+  snprintf(path, sizeof(path), "compat/%s.sse", name);
+  body = al_test_read_file(al_test_data_path(path), &len);
+  ASSERT_NOT_NULL(body);
+  tmp = replace_all(body, "a.txt", "b.txt");
+  body2 = replace_all(tmp, "\"id\":\"call_00_abc\"", "\"id\":\"call_01_def\"");
+  free(tmp);
+  tmp = body2;
+  body2 = replace_all(tmp, "\"id\":\"toolu_01X\"", "\"id\":\"toolu_02Y\"");
+  free(tmp);
+  al_buf_init(&y, (size_t)1 << 24);
+  al_buf_printf(&y, "require_reasoning: %s\nresponses:\n", field);
+  append_raw(&y, body);
+  append_raw(&y, body2);
+  al_buf_append_str(&y, "  - reply: {content: [{text: 'Both read.'}]}\n");
+  fx_init_proto(f, y.data, "openai");
+  f->opts.model = model;
+  fx_start(f);
+  fx_write(f, "a.txt", "alpha\n");
+  fx_write(f, "b.txt", "beta\n");
+  fx_run(f, "read a then b");
+  al_buf_free(&y);
+  free(body);
+  free(body2);
+}
+
+/* The assistant message (with tool_calls) of request `req`, index k. */
+static const json_t *sent_assistant(fx_t *f, size_t req, size_t k) {
+  const json_t *msgs =
+      json_object_get(fx_request(f, req)->body, "messages");
+  size_t i;
+  const json_t *m;
+
+  json_array_foreach(msgs, i, m) {
+    if (strcmp(fx_jstr(m, "role"), "assistant") == 0 && k-- == 0) {
+      return m;
+    }
+  }
+  return NULL;
+}
+
+/* DeepSeek thinking mode: the catalogue's echo_reasoning puts each
+ * assistant message's reasoning back in reasoning_content, so both tool
+ * rounds are accepted; a model without the rule gets the very 400. */
+TEST_IMPL(compat_roundtrip_deepseek) {
+  fx_t f;
+  const json_t *m;
+
+  two_rounds(&f, "deepseek_think_tool", "reasoning_content", "deepseek-chat");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 3);
+  fx_assert_valid(&f);
+  m = sent_assistant(&f, 1, 0);
+  ASSERT_NOT_NULL(m);
+  ASSERT_STR_EQ(fx_jstr(m, "reasoning_content"), "Need the file.");
+  m = sent_assistant(&f, 2, 1);
+  ASSERT_NOT_NULL(m);
+  ASSERT_STR_EQ(fx_jstr(m, "reasoning_content"), "Need the file.");
+  fx_finish(&f);
+
+  /* The control: the same server refuses a client that drops it. */
+  two_rounds(&f, "deepseek_think_tool", "reasoning_content", "plain-model");
+  ASSERT_STR_EQ(fx_last_type(&f), "error");
+  ASSERT(fx_find(&f, "api_error", NULL, 0) >= 0);
+  ASSERT_NOT_NULL(strstr(fx_jstr(fx_event(&f, fx_find(&f, "api_error", NULL, 0)),
+                                 "message"),
+                         "reasoning_content"));
+  fx_finish(&f);
+  return 0;
+}
+
+/* OpenRouter: reasoning_details (a signed text entry and an encrypted
+ * one) go back exactly as merged, whatever the model's catalogue says. */
+TEST_IMPL(compat_roundtrip_openrouter) {
+  fx_t f;
+  const json_t *m;
+  json_t *want;
+
+  two_rounds(&f, "openrouter_reasoning", "reasoning_details",
+             "anthropic/claude-sonnet-4");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 3);
+  m = sent_assistant(&f, 1, 0);
+  ASSERT_NOT_NULL(m);
+  want = json_loads(
+      "[{\"type\":\"reasoning.text\",\"text\":\"I should look it up.\","
+      "\"format\":\"anthropic-claude-v1\",\"index\":0,\"signature\":"
+      "\"EqQBCkYIBxgCKkBsig==\"},{\"type\":\"reasoning.encrypted\",\"data\":"
+      "\"gAAAAABencrypted==\",\"format\":\"anthropic-claude-v1\","
+      "\"index\":1}]",
+      0, NULL);
+  ASSERT_NOT_NULL(want);
+  ASSERT(json_equal(json_object_get(m, "reasoning_details"), want));
+  ASSERT_NULL(json_object_get(m, "reasoning_content"));
+  json_decref(want);
+  fx_finish(&f);
+  return 0;
+}
