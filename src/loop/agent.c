@@ -541,6 +541,8 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
 }
 
 static void reply_done(al_agent_t *a);
+/* pause_turn continuations per turn. */
+#define AG_MAX_PAUSES 5u
 
 static void on_complete(al_http_request_t *r, int status,
                         const al_http_error_t *err) {
@@ -970,6 +972,68 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   return al__agent_post(a, &ev);
 }
 
+/* pause_turn (Anthropic server tools pausing a long turn): the reply is
+ * in the history as it came; sending the conversation back as it stands
+ * lets the model continue the same turn (its next reply extends this
+ * assistant message). Bounded by AG_MAX_PAUSES per turn, said with a
+ * provider_notice. */
+static void continue_paused(al_agent_t *a, al_buf_t *text, json_t *single) {
+  const char *t = single != NULL ? json_string_value(single) : text->data;
+  size_t n = single != NULL ? json_string_length(single) : text->len;
+  size_t old = a->pause_text != NULL ? strlen(a->pause_text) : 0;
+  char *joined = al_realloc(a->pause_text, old + n + 1);
+  al_event_t ev = al__events_blank;
+  char msg[96];
+  int rc;
+
+  if (joined != NULL) {
+    if (n > 0) {
+      memcpy(joined + old, t, n);
+    }
+    joined[old + n] = '\0';
+    a->pause_text = joined;
+  }
+  json_decref(single);
+  al_buf_free(text);
+  a->pauses++;
+  snprintf(msg, sizeof(msg),
+           "the provider paused the turn: continuing (%u of %u)",
+           (unsigned)a->pauses, (unsigned)AG_MAX_PAUSES);
+  ev.type = AL_EVENT_PROVIDER_NOTICE;
+  ev.u.notice.kind = ag_slice("pause_turn");
+  ev.u.notice.message = ag_slice(msg);
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+/* The turn's answer after pauses: the paused replies' text first. */
+static void prepend_pause_text(al_agent_t *a, al_buf_t *text,
+                               json_t **single) {
+  al_buf_t all;
+
+  al_buf_init(&all, SIZE_MAX / 2);
+  al_buf_append_str(&all, a->pause_text);
+  if (*single != NULL) {
+    al_buf_append(&all, json_string_value(*single),
+                  json_string_length(*single));
+    json_decref(*single);
+    *single = NULL;
+  } else {
+    al_buf_append(&all, text->data != NULL ? text->data : "", text->len);
+  }
+  al_buf_free(text);
+  *text = all;
+  al_free(a->pause_text);
+  a->pause_text = NULL;
+  a->pauses = 0;
+}
+
 static void reply_done(al_agent_t *a) {
   json_t *msg = al_pstream_message(&a->ps);
   const json_t *sr = json_object_get(msg, "stop_reason");
@@ -1064,6 +1128,14 @@ static void reply_done(al_agent_t *a) {
   al__retry_continuation_reset(&a->retry);
   a->cur_max_tokens = a->max_tokens;
   attempt_clear(a);
+  if (!al__history_turn_open(&a->history) && stop == AL_STOP_PAUSE_TURN &&
+      a->pauses < AG_MAX_PAUSES) {
+    continue_paused(a, &text, single);
+    return;
+  }
+  if (a->pause_text != NULL) {
+    prepend_pause_text(a, &text, &single);
+  }
   if (!al__history_turn_open(&a->history)) {
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_TURN_COMPLETED;
@@ -1196,6 +1268,7 @@ static void agent_free_fields(al_agent_t *a) {
   json_decref(a->tool_defs);
   json_decref(a->stamps);
   al_free(a->done_text);
+  al_free(a->pause_text);
   al_free(a->msg_id);
   blocks_free(a);
   al_models_free(a->own_models);
@@ -1462,6 +1535,9 @@ int al_agent_run(al_agent_t *a, const char *text) {
   a->run_t0 = al_now_ns();
   a->run_id++;
   a->turn = 0;
+  a->pauses = 0;
+  al_free(a->pause_text);
+  a->pause_text = NULL;
   a->cur_max_tokens = a->max_tokens;
   al__retry_state_init(&a->retry);
   json_object_clear(a->stamps);

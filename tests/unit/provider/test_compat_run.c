@@ -328,3 +328,80 @@ TEST_IMPL(compat_roundtrip_openrouter) {
   fx_finish(&f);
   return 0;
 }
+
+/* Anthropic pause_turn with server-tool blocks: the paused reply goes
+ * back as it came (server_tool_use and its result included) and the model
+ * continues the same turn; a provider_notice says so; the final answer is
+ * the whole turn's text; the citation arrives as a citation event. A
+ * server that pauses forever is continued AG_MAX_PAUSES times, then the
+ * run ends with what it has. */
+TEST_IMPL(compat_run_pause_turn) {
+  al_buf_t y;
+  char *p1 = al_test_read_file(al_test_data_path("compat/anthropic_pause_turn.sse"), NULL);
+  char *p2 = al_test_read_file(al_test_data_path("compat/anthropic_after_pause.sse"), NULL);
+  const json_t *last;
+  const json_t *content;
+  long cit;
+  fx_t f;
+  int i;
+
+  ASSERT_NOT_NULL(p1);
+  ASSERT_NOT_NULL(p2);
+  al_buf_init(&y, (size_t)1 << 24);
+  al_buf_append_str(&y, "responses:\n");
+  append_raw(&y, p1);
+  append_raw(&y, p2);
+  fx_init(&f, y.data);
+  fx_start(&f);
+  fx_run(&f, "weather in paris?");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(fx_jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
+                "Let me search. It is sunny.");
+  ASSERT_EQ(fx_requests(&f), 2);
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "turn_started"), 1);
+  ASSERT(fx_find(&f, "provider_notice", NULL, 0) >= 0);
+  ASSERT_STR_EQ(fx_jstr(fx_event(&f, fx_find(&f, "provider_notice", NULL, 0)),
+                        "kind"),
+                "pause_turn");
+  last = fx_last_message(&f, 1);
+  ASSERT_STR_EQ(fx_jstr(last, "role"), "assistant");
+  content = json_object_get(last, "content");
+  ASSERT_EQ(json_array_size(content), 3);
+  ASSERT_STR_EQ(fx_jstr(json_array_get(content, 1), "type"), "server_tool_use");
+  ASSERT_STR_EQ(fx_jstr(json_array_get(content, 2), "type"),
+                "web_search_tool_result");
+  cit = fx_find(&f, "citation", NULL, 0);
+  ASSERT(cit >= 0);
+  ASSERT_STR_EQ(fx_jstr(json_object_get(fx_event(&f, cit), "citation"), "url"),
+                "https://w.example/paris");
+  fx_finish(&f);
+  al_buf_free(&y);
+
+  /* Paused forever: bounded. */
+  al_buf_init(&y, (size_t)1 << 24);
+  al_buf_append_str(&y, "responses:\n");
+  for (i = 0; i < 8; i++) {
+    char *pi = replace_all(p1, "srvtoolu_01", i == 0 ? "srvtoolu_01"
+                                              : i == 1 ? "srvtoolu_02"
+                                              : i == 2 ? "srvtoolu_03"
+                                              : i == 3 ? "srvtoolu_04"
+                                              : i == 4 ? "srvtoolu_05"
+                                              : i == 5 ? "srvtoolu_06"
+                                              : i == 6 ? "srvtoolu_07"
+                                                       : "srvtoolu_08");
+    append_raw(&y, pi);
+    free(pi);
+  }
+  fx_init(&f, y.data);
+  fx_start(&f);
+  fx_run(&f, "weather in paris?");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 6);
+  ASSERT_EQ(fx_count(&f, "provider_notice"), 5);
+  fx_finish(&f);
+  al_buf_free(&y);
+  free(p1);
+  free(p2);
+  return 0;
+}
