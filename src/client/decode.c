@@ -76,13 +76,7 @@ static int read_stream(int fd, chunk_fn fn, void *data) {
 /* Compact, objects in insertion order, reals spelled as JSON.stringify
  * spells them (shortest round-trip, 1.0 -> 1, -1.5e3 -> -1500). */
 static void print_json(FILE *f, json_t *j) {
-  char *s = al__json_dumps_js(j);
-
-  if (s != NULL) {
-    fputs(s, f);
-    fputc('\n', f);
-    al_free(s);
-  }
+  al__json_write_js(f, j);
 }
 
 static void print_decode_error(const char *message) {

@@ -1463,3 +1463,165 @@ out_nomem:
   al_buf_free(&b);
   return NULL;
 }
+
+/* ---- streaming writer for `agentloop decode` ------------------------------ */
+
+typedef struct {
+  FILE *f;
+  al_buf_t b;
+  int err;
+} jw_t;
+
+#define JW_FLUSH_AT ((size_t)64 << 10)
+
+static void jw_flush(jw_t *w) {
+  if (w->b.len > 0 && fwrite(w->b.data, 1, w->b.len, w->f) != w->b.len) {
+    w->err = -EIO;
+  }
+  al_buf_reset(&w->b);
+}
+
+static void jw_put(jw_t *w, const char *s, size_t n) {
+  if (w->b.len + n > JW_FLUSH_AT) {
+    jw_flush(w);
+  }
+  if (n >= JW_FLUSH_AT) {
+    if (fwrite(s, 1, n, w->f) != n) {
+      w->err = -EIO;
+    }
+    return;
+  }
+  if (al_buf_append(&w->b, s, n) != 0) {
+    w->err = AL_ENOMEM;
+  }
+}
+
+/* jansson's escaping: '"', '\\' and controls (short forms where JSON has
+ * them, else \u00XX); everything else, U+2028/9 included, as is. */
+static void jw_string(jw_t *w, const char *s, size_t n) {
+  size_t run = 0;
+  size_t i;
+
+  jw_put(w, "\"", 1);
+  for (i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char esc[8];
+    const char *e = NULL;
+
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      continue;
+    }
+    switch (c) {
+    case '"':
+      e = "\\\"";
+      break;
+    case '\\':
+      e = "\\\\";
+      break;
+    case '\b':
+      e = "\\b";
+      break;
+    case '\f':
+      e = "\\f";
+      break;
+    case '\n':
+      e = "\\n";
+      break;
+    case '\r':
+      e = "\\r";
+      break;
+    case '\t':
+      e = "\\t";
+      break;
+    default:
+      snprintf(esc, sizeof(esc), "\\u%04X", c);
+      e = esc;
+      break;
+    }
+    jw_put(w, s + run, i - run);
+    jw_put(w, e, strlen(e));
+    run = i + 1;
+  }
+  jw_put(w, s + run, n - run);
+  jw_put(w, "\"", 1);
+}
+
+static void jw_value(jw_t *w, const json_t *j) {
+  char num[64];
+  size_t i;
+
+  switch (json_typeof(j)) {
+  case JSON_OBJECT: {
+    const char *k;
+    json_t *v;
+    bool first = true;
+
+    jw_put(w, "{", 1);
+    json_object_foreach((json_t *)j, k, v) {
+      if (!first) {
+        jw_put(w, ",", 1);
+      }
+      first = false;
+      jw_string(w, k, strlen(k));
+      jw_put(w, ":", 1);
+      jw_value(w, v);
+    }
+    jw_put(w, "}", 1);
+    break;
+  }
+  case JSON_ARRAY:
+    jw_put(w, "[", 1);
+    for (i = 0; i < json_array_size(j); i++) {
+      if (i > 0) {
+        jw_put(w, ",", 1);
+      }
+      jw_value(w, json_array_get(j, i));
+    }
+    jw_put(w, "]", 1);
+    break;
+  case JSON_STRING:
+    jw_string(w, json_string_value(j), json_string_length(j));
+    break;
+  case JSON_INTEGER:
+    snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+    jw_put(w, num, strlen(num));
+    break;
+  case JSON_REAL: {
+    double d = json_real_value(j);
+    al_buf_t b;
+
+    al_buf_init(&b, 64);
+    if ((d < 0 && al_buf_append(&b, "-", 1) != 0) ||
+        (d == 0 ? al_buf_append(&b, "0", 1) : js_number(&b, d < 0 ? -d : d)) !=
+            0) {
+      w->err = AL_ENOMEM;
+    } else {
+      jw_put(w, b.data, b.len);
+    }
+    al_buf_free(&b);
+    break;
+  }
+  case JSON_TRUE:
+    jw_put(w, "true", 4);
+    break;
+  case JSON_FALSE:
+    jw_put(w, "false", 5);
+    break;
+  default:
+    jw_put(w, "null", 4);
+    break;
+  }
+}
+
+int al__json_write_js(FILE *f, const json_t *j) {
+  jw_t w;
+
+  w.f = f;
+  w.err = 0;
+  al_buf_init(&w.b, JW_FLUSH_AT + 16);
+  jw_value(&w, j);
+  jw_put(&w, "\n", 1);
+  jw_flush(&w);
+  al_buf_free(&w.b);
+  return w.err;
+}

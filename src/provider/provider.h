@@ -25,6 +25,7 @@
 #define AL_PROVIDER_H
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -474,6 +475,10 @@ int al__marks_clear(json_t *v, json_t *const *keep, size_t nkeep);
  * `agentloop decode` output only (the runtime's history keeps jansson's
  * spelling). al_malloc'd, NULL when out of memory. */
 char *al__json_dumps_js(const json_t *j);
+/* The same text as al__json_dumps_js(j) plus "\n", written to f as it is
+ * produced (no copy of the whole document): `agentloop decode`'s output.
+ * 0, -EIO or AL_ENOMEM. */
+int al__json_write_js(FILE *f, const json_t *j);
 /* Extracts a hot delta from a parsed event (1), or 0 if not that shape. */
 int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out);
 /* Appends s to b with invalid UTF-8 sequences replaced by U+FFFD. */
