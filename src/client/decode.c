@@ -1,4 +1,4 @@
-/* `agentloop decode --provider sse|anthropic|openai [--events]`
+/* `agentloop decode --provider sse|anthropic|openai|openai-responses [--events]`
  * (SPEC §12, docs/decode.md).
  *
  * Reads a captured response body on stdin (plain blocking reads: there is
@@ -37,7 +37,7 @@
 #define DECODE_MAX_EVENT ((size_t)1 << 30)
 
 static const char usage_text[] =
-    "usage: agentloop decode --provider sse|anthropic|openai [--events]\n"
+    "usage: agentloop decode --provider sse|anthropic|openai|openai-responses [--events]\n"
     "                        [--sdk-helpers|--no-sdk-helpers]\n"
     "Reads a captured response body on stdin and prints compact JSON.\n";
 
@@ -360,7 +360,7 @@ int al_cli_decode(int argc, char **argv) {
   }
   if (provider == NULL ||
       (strcmp(provider, "sse") != 0 && al_provider_by_name(provider) == NULL)) {
-    fprintf(stderr, "agentloop decode: --provider sse|anthropic|openai "
+    fprintf(stderr, "agentloop decode: --provider sse|anthropic|openai|openai-responses "
                     "is required\n%s",
             usage_text);
     return 2;

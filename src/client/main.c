@@ -18,7 +18,7 @@ static void usage(FILE *f) {
         "  sessions [--json] the daemon's sessions, newest first\n"
         "  doctor            check CA bundle, keys, proxy, socket, daemon\n"
         "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
-        "  decode --provider sse|anthropic|openai [--events]\n"
+        "  decode --provider sse|anthropic|openai|openai-responses [--events]\n"
         "                    decode a captured response body read from stdin\n"
         "  tools [--json]    the tools a run offers, tools.d load errors and\n"
         "                    the sandbox mode (see tools --help)\n"

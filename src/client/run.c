@@ -829,8 +829,10 @@ int al_cli_run(int argc, char **argv) {
   if (provider == NULL) {
     provider = "anthropic";
   }
-  if (strcmp(provider, "anthropic") != 0 && strcmp(provider, "openai") != 0) {
-    fail_usage("unknown provider '%s' (anthropic or openai)", provider);
+  if (strcmp(provider, "anthropic") != 0 && strcmp(provider, "openai") != 0 &&
+      strcmp(provider, "openai-responses") != 0) {
+    fail_usage("unknown provider '%s' (anthropic, openai or openai-responses)",
+               provider);
     return EXIT_USAGE;
   }
   if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0 &&
@@ -854,19 +856,19 @@ int al_cli_run(int argc, char **argv) {
     base_url = env_get("AGENTLOOP_BASE_URL");
   }
   if (base_url == NULL) {
-    base_url = env_get(strcmp(provider, "openai") == 0 ? "OPENAI_BASE_URL"
-                                                       : "ANTHROPIC_BASE_URL");
+    base_url = env_get(strcmp(provider, "anthropic") != 0 ? "OPENAI_BASE_URL"
+                                                          : "ANTHROPIC_BASE_URL");
   }
   if (api_key == NULL) {
-    api_key = env_get(strcmp(provider, "openai") == 0 ? "OPENAI_API_KEY"
-                                                      : "ANTHROPIC_API_KEY");
+    api_key = env_get(strcmp(provider, "anthropic") != 0 ? "OPENAI_API_KEY"
+                                                         : "ANTHROPIC_API_KEY");
   }
   public_url = is_public_endpoint(base_url);
   if (api_key == NULL && public_url) {
     fail_usage("no API key for %s: set %s or pass --api-key",
                base_url != NULL ? base_url : "the public endpoint",
-               strcmp(provider, "openai") == 0 ? "OPENAI_API_KEY"
-                                               : "ANTHROPIC_API_KEY");
+               strcmp(provider, "anthropic") != 0 ? "OPENAI_API_KEY"
+                                                  : "ANTHROPIC_API_KEY");
     return EXIT_USAGE;
   }
   if (cwd != NULL) {

@@ -1281,8 +1281,9 @@ static int set_base_url(al_agent_t *a, const char *url) {
   size_t n;
 
   if (url == NULL) {
-    url = a->provider->kind == AL_PROVIDER_OPENAI ? "https://api.openai.com/v1"
-                                                  : "https://api.anthropic.com";
+    url = a->provider->kind != AL_PROVIDER_ANTHROPIC
+              ? "https://api.openai.com/v1"
+              : "https://api.anthropic.com";
   }
   if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
     return AL_EINVAL;
@@ -1337,8 +1338,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   a->api_key = dup_or_null(o->api_key);
   a->model_main = al_strdup(
       o->model != NULL ? o->model
-      : a->provider->kind == AL_PROVIDER_OPENAI ? "gpt-4o-mini"
-                                                : "claude-sonnet-4-5");
+      : a->provider->kind != AL_PROVIDER_ANTHROPIC ? "gpt-4o-mini"
+                                                   : "claude-sonnet-4-5");
   a->model = dup_or_null(a->model_main);
   a->fallback_model = dup_or_null(o->fallback_model);
   if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||

@@ -175,6 +175,12 @@ typedef struct {
  * otherwise false with the verdict filled. */
 bool al_mockllm_validate_anthropic(const json_t *body, const json_t *headers,
                                    al_mockllm_verdict_t *v);
+/* POST /v1/responses: model, a non-empty input array of known items, every
+ * function_call_output answering an earlier function_call's call_id (once),
+ * reasoning items sent back whole (id, encrypted_content, summary) with
+ * store: false and include reasoning.encrypted_content, stream: true. */
+bool al_mockllm_validate_responses(const json_t *body, const json_t *headers,
+                                   al_mockllm_verdict_t *v);
 bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
                                 al_mockllm_verdict_t *v);
 

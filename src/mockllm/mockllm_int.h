@@ -60,7 +60,8 @@ typedef enum {
   AL__R_ANTHROPIC = 0,
   AL__R_OPENAI = 1,       /* no usage */
   AL__R_OPENAI_USAGE = 2, /* stream_options.include_usage */
-  AL__R_COUNT = 3
+  AL__R_RESPONSES = 3,    /* OpenAI Responses API (/v1/responses) */
+  AL__R_COUNT = 4
 } al__mock_variant_t;
 
 typedef enum { AL__XFER_DEFAULT = 0, AL__XFER_CHUNKED, AL__XFER_CLOSE } al__mock_xfer_t;

@@ -83,6 +83,7 @@ typedef struct conn_s {
   uint64_t content_events; /* events sent, pings excluded */
   bool playing;   /* counted in srv->playing */
   bool stream;
+  bool responses; /* POST /v1/responses (proto OPENAI for error shapes) */
   bool chunked;
   bool keep_alive;
   bool delay_done;
@@ -1037,7 +1038,8 @@ static void play(conn_t *c, al__mock_response_t *r, int idx, bool stream,
     c->stream = false;
     c->phase = (r->stall_after_headers || r->pings_only) ? P_STALL : P_DONE;
   } else {
-    c->evs = &r->ev[c->proto == AL_MOCKLLM_PROTO_OPENAI
+    c->evs = &r->ev[c->responses ? AL__R_RESPONSES
+                    : c->proto == AL_MOCKLLM_PROTO_OPENAI
                         ? (include_usage ? AL__R_OPENAI_USAGE : AL__R_OPENAI)
                         : AL__R_ANTHROPIC];
     err = put_head(c, 200, "text/event-stream; charset=utf-8", -1, r);
@@ -1094,10 +1096,14 @@ static void dispatch(conn_t *c) {
     *q = '\0';
   }
   c->proto = AL_MOCKLLM_PROTO_NONE;
+  c->responses = false;
   if (strcmp(path, "/v1/messages") == 0) {
     c->proto = AL_MOCKLLM_PROTO_ANTHROPIC;
   } else if (strcmp(path, "/v1/chat/completions") == 0) {
     c->proto = AL_MOCKLLM_PROTO_OPENAI;
+  } else if (strcmp(path, "/v1/responses") == 0) {
+    c->proto = AL_MOCKLLM_PROTO_OPENAI;
+    c->responses = true;
   }
   c->phase = P_DONE; /* until a response starts */
 
@@ -1150,11 +1156,12 @@ static void dispatch(conn_t *c) {
     }
     valid = false;
   } else if (m->validate) {
-    valid = c->proto == AL_MOCKLLM_PROTO_OPENAI
+    valid = c->responses ? al_mockllm_validate_responses(body, headers, &v)
+            : c->proto == AL_MOCKLLM_PROTO_OPENAI
                 ? al_mockllm_validate_openai(body, headers, &v)
                 : al_mockllm_validate_anthropic(body, headers, &v);
   }
-  if (valid && c->proto == AL_MOCKLLM_PROTO_OPENAI &&
+  if (valid && c->proto == AL_MOCKLLM_PROTO_OPENAI && !c->responses &&
       m->scn->require_reasoning != NULL) {
     valid = reasoning_echoed(body, m->scn->require_reasoning, &v);
   }

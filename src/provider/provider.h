@@ -154,7 +154,8 @@ typedef int (*al_pstream_event_cb)(void *data, const al_pevent_t *ev);
 
 typedef enum {
   AL_PROVIDER_ANTHROPIC = 1,
-  AL_PROVIDER_OPENAI = 2
+  AL_PROVIDER_OPENAI = 2,
+  AL_PROVIDER_OPENAI_RESPONSES = 3
 } al_provider_kind_t;
 
 typedef enum {
@@ -268,7 +269,8 @@ typedef struct al_provider_s {
 
 extern const al_provider_t al_provider_anthropic;
 extern const al_provider_t al_provider_openai;
-/* "anthropic" / "openai" -> vtable, or NULL. */
+extern const al_provider_t al_provider_openai_responses;
+/* "anthropic" / "openai" / "openai-responses" -> vtable, or NULL. */
 const al_provider_t *al_provider_by_name(const char *name);
 
 int al_provider_build_request(const al_provider_t *p, const json_t *history,
@@ -361,6 +363,11 @@ typedef struct al_pstream_s {
   uint8_t oai_tag_match; /* think_tags: bytes of the next tag matched */
   bool eof_flushed;     /* an unterminated last event was flushed at EOF */
   size_t oai_ncited;    /* Perplexity citations already delivered */
+  /* OpenAI Responses state (responses.c). */
+  int *rsp_block;       /* output_index -> normalized block index, or -1 */
+  size_t rsp_nblock;
+  json_t *rsp_final;    /* the response of response.completed/incomplete */
+  bool rsp_calls;       /* a function_call item was seen */
   bool in_finish;
   /* Error detail kept after an ERROR event for al_pstream_error_*(). */
   al_perr_kind_t err_kind;

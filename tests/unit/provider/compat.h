@@ -10,6 +10,7 @@ typedef struct {
   const char *name;   /* tests/data/compat/NAME.sse */
   bool think_tags;    /* decoded as for a catalogue entry with think_tags */
   const char *expected; /* compat_summary() of the final message */
+  const char *provider; /* NULL: openai (Chat Completions) */
 } compat_case_t;
 
 extern const compat_case_t compat_cases[];

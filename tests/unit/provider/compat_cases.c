@@ -24,5 +24,11 @@ const compat_case_t compat_cases[] = {
      "thinking[Need the file.]tool[call_00_abc read_file {\"path\":\"a.txt\"}] stop=tool_use usage={\"cache_read_input_tokens\":256,\"input_tokens\":44,\"output_tokens\":40,\"reasoning_tokens\":25} "},
     {"think_tags", true,
      "thinking[a < b, so]text[b is <bigger> <] stop=end_turn usage={\"input_tokens\":0,\"output_tokens\":0} "},
+    {"responses_tool", false,
+     "thinking[**Reading** the file first.]tool[call_Ab12 read_file {\"path\":\"a.txt\"}] stop=tool_use usage={\"cache_read_input_tokens\":512,\"input_tokens\":388,\"output_tokens\":70,\"reasoning_tokens\":48} ",
+     "openai-responses"},
+    {"responses_text", false,
+     "text[It says alpha.] stop=end_turn usage={\"cache_read_input_tokens\":900,\"input_tokens\":100,\"output_tokens\":5,\"reasoning_tokens\":0} cite:0:https://example.com/alpha:Alpha;",
+     "openai-responses"},
 };
 const size_t compat_ncases = sizeof(compat_cases) / sizeof(compat_cases[0]);

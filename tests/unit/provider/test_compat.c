@@ -79,6 +79,8 @@ char *compat_summary(json_t *msg, const char *side) {
 }
 
 /* The loop's options; cut == len: whole; step > 0: step bytes at a time. */
+static const al_provider_t *cur_provider = &al_provider_openai;
+
 static char *decode_runtime(const char *body, size_t len, size_t step,
                             size_t cut, bool think_tags) {
   al_pstream_t s;
@@ -94,7 +96,7 @@ static char *decode_runtime(const char *body, size_t len, size_t step,
   o.on_event = col_cb;
   o.data = &c;
   o.think_tags = think_tags;
-  ASSERT_EQ(al_pstream_init(&s, &al_provider_openai, &o), 0);
+  ASSERT_EQ(al_pstream_init(&s, cur_provider, &o), 0);
   if (step > 0) {
     while (off < len && rc == 0) {
       size_t n = AL_MIN(step, len - off);
@@ -166,6 +168,8 @@ void compat_check_pipeline(size_t i) {
   size_t len;
   char *body = compat_body(c->name, &len);
 
+  cur_provider = al_provider_by_name(c->provider != NULL ? c->provider
+                                                         : "openai");
   check_runtime(body, len, c->name, c->think_tags, c->expected);
   free(body);
 }
@@ -187,10 +191,6 @@ static void check_cli_events(size_t i) {
     return; /* the catalogue decides that in the loop; decode has no model */
   }
   snprintf(opath, sizeof(opath), "/tmp/al_compat_%d.out", (int)getpid());
-  snprintf(cmd, sizeof(cmd),
-           "'%s/agentloop' decode --provider openai --events < '%s' > %s",
-           AL_BINARY_DIR, al_test_data_path("compat/x"), opath);
-  /* al_test_data_path's buffer: rebuild the input path with the name. */
   {
     char in[512];
     char *slash;
@@ -200,8 +200,9 @@ static void check_cli_events(size_t i) {
     snprintf(slash + 1, sizeof(in) - (size_t)(slash + 1 - in), "%s.sse",
              c->name);
     snprintf(cmd, sizeof(cmd),
-             "'%s/agentloop' decode --provider openai --events < '%s' > %s",
-             AL_BINARY_DIR, in, opath);
+             "'%s/agentloop' decode --provider %s --events < '%s' > %s",
+             AL_BINARY_DIR, c->provider != NULL ? c->provider : "openai", in,
+             opath);
   }
   st = system(cmd);
   ASSERT(WIFEXITED(st));
@@ -286,6 +287,8 @@ COMPAT_DECODE_TEST(perplexity_citations)
 COMPAT_DECODE_TEST(openrouter_annotations)
 COMPAT_DECODE_TEST(deepseek_think_tool)
 COMPAT_DECODE_TEST(think_tags)
+COMPAT_DECODE_TEST(responses_tool)
+COMPAT_DECODE_TEST(responses_text)
 
 /* A missing finish_reason is a normal end only after a clean end with a
  * complete message: a body cut inside an event, one whose last event was

@@ -71,7 +71,7 @@ static void run_case(const char *name, unsigned seed) {
   body = al_test_read_file(al_test_data_path(path), NULL);
   ASSERT_NOT_NULL(body);
   yaml = raw_yaml(body, 1 + seed % 40, seed);
-  fx_init_proto(&f, yaml, "openai");
+  fx_init_proto(&f, yaml, c->provider != NULL ? c->provider : "openai");
   if (c->think_tags) {
     f.opts.model = "qwq-32b"; /* the catalogue says: think tags */
   }
@@ -185,6 +185,8 @@ COMPAT_RUN_TEST(perplexity_citations)
 COMPAT_RUN_TEST(openrouter_annotations)
 COMPAT_RUN_TEST(deepseek_think_tool)
 COMPAT_RUN_TEST(think_tags)
+COMPAT_RUN_TEST(responses_tool)
+COMPAT_RUN_TEST(responses_text)
 
 /* Replaces every `from` in s by `to` (malloc'd). */
 static char *replace_all(const char *s, const char *from, const char *to) {
@@ -403,5 +405,74 @@ TEST_IMPL(compat_run_pause_turn) {
   al_buf_free(&y);
   free(p1);
   free(p2);
+  return 0;
+}
+
+/* The Responses API end to end against agentloop-mockllm speaking it
+ * (scripted replies rendered as Responses events): the reasoning item
+ * goes back unchanged (encrypted_content) with store: false, the
+ * function_call and its function_call_output pair by call_id (the
+ * server's validator checks both), the tool starts at its own
+ * output_item.done -- before the response completed -- and the run
+ * ends with the second reply's text. */
+TEST_IMPL(compat_responses_roundtrip) {
+  static const char yaml[] =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - thinking: \"Plan: read a.\"\n"
+      "          signature: \"unused\"\n"
+      "        - tool_use: {id: call_r1, name: read_file, input: {path: a.txt}}\n"
+      "        - text: \"Reading.\"\n"
+      "  - reply: {content: [{text: 'It says alpha.'}]}\n";
+  const json_t *input;
+  const json_t *it;
+  const json_t *body;
+  bool reasoning = false;
+  bool call = false;
+  bool output = false;
+  long started;
+  long usage;
+  size_t i;
+  fx_t f;
+
+  fx_init_proto(&f, yaml, "openai-responses");
+  fx_start(&f);
+  fx_write(&f, "a.txt", "alpha\n");
+  fx_run(&f, "what does a.txt say?");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(fx_jstr(fx_event(&f, fx_find(&f, "final", NULL, 0)), "text"),
+                "It says alpha.");
+  ASSERT_EQ(fx_requests(&f), 2);
+  fx_assert_valid(&f);
+  ASSERT_STR_EQ(fx_request(&f, 1)->path, "/v1/responses");
+  body = fx_request(&f, 1)->body;
+  ASSERT(json_is_false(json_object_get(body, "store")));
+  input = json_object_get(body, "input");
+  json_array_foreach(input, i, it) {
+    const char *t = fx_jstr(it, "type");
+
+    if (strcmp(t, "reasoning") == 0) {
+      reasoning = true;
+      ASSERT_STR_EQ(fx_jstr(it, "encrypted_content"), "enc:chatcmpl-mock_0001:0");
+      ASSERT_STR_EQ(fx_jstr(it, "id"), "rs_chatcmpl-mock_0001_0");
+    } else if (strcmp(t, "function_call") == 0) {
+      call = true;
+      ASSERT_STR_EQ(fx_jstr(it, "call_id"), "call_r1");
+      ASSERT(!output && reasoning);
+    } else if (strcmp(t, "function_call_output") == 0) {
+      output = true;
+      ASSERT_STR_EQ(fx_jstr(it, "call_id"), "call_r1");
+      ASSERT_NOT_NULL(strstr(fx_jstr(it, "output"), "alpha"));
+    }
+  }
+  ASSERT(reasoning && call && output);
+  /* Started while the reply still streamed: before its text block and
+   * before the response's usage. */
+  started = fx_find(&f, "tool_use_started", "call_r1", 0);
+  usage = fx_find(&f, "usage", NULL, 0);
+  ASSERT(started >= 0 && usage > started);
+  ASSERT(fx_find(&f, "content_block_completed", NULL, 2) > started);
+  fx_finish(&f);
   return 0;
 }
