@@ -411,8 +411,10 @@ static void rsp_decode_free(al_pstream_t *s) {
 }
 
 /* `agentloop decode`: the final Response as the server completed it (the
- * SDK's finalResponse()), with the SDK's output_text helper (the text of
- * every output_text part joined) unless helpers == 0. */
+ * SDK's finalResponse()). With the SDK's helpers (unless helpers == 0),
+ * as its parser adds them: `parsed: null` on every output_text part,
+ * `parsed_arguments: null` on every function_call, then `output_text`
+ * (the output_text parts joined) and `output_parsed: null`. */
 static json_t *rsp_decode_final(al_pstream_t *s, int helpers,
                                 const char **err) {
   json_t *out;
@@ -431,26 +433,32 @@ static json_t *rsp_decode_final(al_pstream_t *s, int helpers,
   }
   al_buf_init(&b, (size_t)1 << 30);
   json_array_foreach(json_object_get(out, "output"), i, item) {
+    const char *t = json_string_value(json_object_get(item, "type"));
     json_t *c;
     size_t k;
 
-    if (!json_is_string(json_object_get(item, "type")) ||
-        strcmp(json_string_value(json_object_get(item, "type")), "message") !=
-            0) {
+    if (t != NULL && strcmp(t, "function_call") == 0) {
+      json_object_set_new(item, "parsed_arguments", json_null());
+    }
+    if (t == NULL || strcmp(t, "message") != 0) {
       continue;
     }
     json_array_foreach(json_object_get(item, "content"), k, c) {
-      json_t *t = json_object_get(c, "text");
+      json_t *txt = json_object_get(c, "text");
+      const char *ct = json_string_value(json_object_get(c, "type"));
 
-      if (json_is_string(t) &&
-          strcmp(json_string_value(json_object_get(c, "type")),
-                 "output_text") == 0) {
-        al_buf_append(&b, json_string_value(t), json_string_length(t));
+      if (ct == NULL || strcmp(ct, "output_text") != 0) {
+        continue;
+      }
+      json_object_set_new(c, "parsed", json_null());
+      if (json_is_string(txt)) {
+        al_buf_append(&b, json_string_value(txt), json_string_length(txt));
       }
     }
   }
   json_object_set_new(out, "output_text",
                       json_stringn(b.data != NULL ? b.data : "", b.len));
+  json_object_set_new(out, "output_parsed", json_null());
   al_buf_free(&b);
   return out;
 }

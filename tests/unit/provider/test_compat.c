@@ -329,3 +329,41 @@ TEST_IMPL(compat_decode_truncated) {
   }
   return 0;
 }
+
+/* `agentloop decode --provider openai-responses` prints exactly what the
+ * official openai SDK's finalResponse() gave for the same capture
+ * (NAME.sdk.expected, written by tests/diff/responses_diff.sh's
+ * responses_sdk.mjs with the SDK pinned in bench/peers). */
+TEST_IMPL(compat_decode_responses_sdk) {
+  static const char *const names[] = {"responses_tool", "responses_text"};
+  size_t i;
+
+  for (i = 0; i < AL_ARRAY_SIZE(names); i++) {
+    char in[512];
+    char exp[512];
+    char cmd[2048];
+    char opath[64];
+    char *out;
+    char *want;
+    int st;
+
+    snprintf(in, sizeof(in), "%s/compat/%s.sse", AL_TEST_DATA_DIR, names[i]);
+    snprintf(exp, sizeof(exp), "%s/compat/%s.sdk.expected", AL_TEST_DATA_DIR,
+             names[i]);
+    snprintf(opath, sizeof(opath), "/tmp/al_compat_sdk_%d.out", (int)getpid());
+    snprintf(cmd, sizeof(cmd),
+             "'%s/agentloop' decode --provider openai-responses < '%s' > %s",
+             AL_BINARY_DIR, in, opath);
+    st = system(cmd);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    out = al_test_read_file(opath, NULL);
+    unlink(opath);
+    want = al_test_read_file(exp, NULL);
+    ASSERT_NOT_NULL(out);
+    ASSERT_NOT_NULL(want);
+    ASSERT_STR_EQ(out, want);
+    free(out);
+    free(want);
+  }
+  return 0;
+}
