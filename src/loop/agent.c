@@ -413,7 +413,7 @@ static int post_citation(al_agent_t *a, const al_pevent_t *ev) {
   le.u.citation.citation.ptr = text;
   le.u.citation.citation.len = strlen(text);
   closed = al__agent_post(a, &le);
-  free(text);
+  al_free(text); /* jansson allocates through al_malloc */
   return closed ? 1 : 0;
 }
 

@@ -517,7 +517,7 @@ static void add_assistant(json_t *input, json_t *content) {
                        "call_id", json_object_get(blk, "id"), "name",
                        json_object_get(blk, "name"), "arguments",
                        args != NULL ? args : "{}");
-      free(args);
+      al_free(args); /* jansson allocates through al_malloc */
     } else if (strcmp(t, "thinking") == 0 &&
                json_is_object(json_object_get(blk, "responses_item"))) {
       /* The reasoning item exactly as it came (encrypted_content). */
