@@ -8,6 +8,7 @@
  * What is compared is a summary of the final normalized message (blocks,
  * stop reason, usage) plus the notices and citations delivered, so a
  * wrong split, a lost part or a double-counted token shows. */
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -368,5 +369,89 @@ TEST_IMPL(compat_decode_responses_sdk) {
     free(out);
     free(want);
   }
+  return 0;
+}
+
+/* `agentloop decode` streams its input: with stdin still open, the
+ * events of what has arrived are already on stdout (a decoder that read
+ * all of stdin first would print nothing until the writer closed it). */
+TEST_IMPL(decode_streams_stdin) {
+  static const char part1[] =
+      "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"
+      "{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":"
+      "\"x\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
+      "\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n"
+      "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+      "\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+      "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+      "\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"early\"}}\n\n";
+  static const char part2[] =
+      "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+      "\"index\":0}\n\n"
+      "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+      "{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":"
+      "{\"output_tokens\":2}}\n\n"
+      "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+  int in[2];
+  int out[2];
+  char exe[512];
+  char buf[65536] = "";
+  size_t got = 0;
+  pid_t pid;
+  int st;
+  int waited_ms = 0;
+  int limit_ms = 3000 * al_test_timeout_multiplier(); /* under the runner's 5 s */
+
+  ASSERT_EQ(pipe(in), 0);
+  ASSERT_EQ(pipe(out), 0);
+  snprintf(exe, sizeof(exe), "%s/agentloop", AL_BINARY_DIR);
+  pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[1]);
+    close(out[0]);
+    execl(exe, exe, "decode", "--provider", "anthropic", "--events",
+          (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  ASSERT_EQ(write(in[1], part1, sizeof(part1) - 1), (ssize_t)sizeof(part1) - 1);
+  /* stdin stays open: the delta must come out now. */
+  while (strstr(buf, "\"text\":\"early\"") == NULL || got == 0) {
+    struct pollfd pfd = {out[0], POLLIN, 0};
+    ssize_t n;
+
+    buf[got] = '\0';
+    if (strstr(buf, "\"text\":\"early\"") != NULL) {
+      break;
+    }
+    ASSERT(waited_ms < limit_ms);
+    if (poll(&pfd, 1, 100) == 0) {
+      waited_ms += 100;
+      continue;
+    }
+    n = read(out[0], buf + got, sizeof(buf) - 1 - got);
+    ASSERT(n > 0);
+    got += (size_t)n;
+    buf[got] = '\0';
+  }
+  ASSERT_EQ(write(in[1], part2, sizeof(part2) - 1), (ssize_t)sizeof(part2) - 1);
+  close(in[1]);
+  for (;;) {
+    ssize_t n = read(out[0], buf + got, sizeof(buf) - 1 - got);
+
+    if (n <= 0) {
+      break;
+    }
+    got += (size_t)n;
+  }
+  buf[got] = '\0';
+  close(out[0]);
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ASSERT_NOT_NULL(strstr(buf, "\"type\":\"message_stop\""));
   return 0;
 }
