@@ -38,7 +38,7 @@
 
 static const char usage_text[] =
     "usage: agentloop decode --provider sse|anthropic|openai|openai-responses [--events]\n"
-    "                        [--sdk-helpers|--no-sdk-helpers]\n"
+    "                        [--sdk-helpers|--no-sdk-helpers] [--think-tags]\n"
     "Reads a captured response body on stdin and prints compact JSON.\n";
 
 typedef int (*chunk_fn)(void *data, const char *p, size_t n);
@@ -288,7 +288,7 @@ static int pstream_chunk(void *data, const char *p, size_t n) {
 }
 
 static int decode_provider(const al_provider_t *p, int fd, bool events,
-                           int helpers) {
+                           int helpers, bool think_tags) {
   al_pstream_t s;
   al_pstream_options_t o;
   int rc;
@@ -303,6 +303,8 @@ static int decode_provider(const al_provider_t *p, int fd, bool events,
     o.strict_indexes = false;
   }
   o.max_event = DECODE_MAX_EVENT;
+  /* What the catalogue's think_tags does in the loop (decode has no model). */
+  o.think_tags = think_tags;
   al_pstream_init(&s, p, &o);
   rc = read_stream(fd, pstream_chunk, &s);
   if (rc == 0) {
@@ -334,6 +336,7 @@ static int decode_provider(const al_provider_t *p, int fd, bool events,
 int al_cli_decode(int argc, char **argv) {
   const char *provider = NULL;
   bool events = false;
+  bool think_tags = false;
   int helpers = -1; /* provider default: see docs/decode.md */
   int rc;
   int i;
@@ -347,6 +350,8 @@ int al_cli_decode(int argc, char **argv) {
       events = true;
     } else if (strcmp(argv[i], "--sdk-helpers") == 0) {
       helpers = 1;
+    } else if (strcmp(argv[i], "--think-tags") == 0) {
+      think_tags = true;
     } else if (strcmp(argv[i], "--no-sdk-helpers") == 0) {
       helpers = 0;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -369,7 +374,8 @@ int al_cli_decode(int argc, char **argv) {
   if (strcmp(provider, "sse") == 0) {
     rc = decode_sse(0);
   } else {
-    rc = decode_provider(al_provider_by_name(provider), 0, events, helpers);
+    rc = decode_provider(al_provider_by_name(provider), 0, events, helpers,
+                         think_tags);
   }
   fflush(stdout);
   return rc;

@@ -191,9 +191,6 @@ static void check_cli_events(size_t i) {
   json_t *final = NULL;
   int st;
 
-  if (c->think_tags) {
-    return; /* the catalogue decides that in the loop; decode has no model */
-  }
   snprintf(opath, sizeof(opath), "/tmp/al_compat_%d.out", (int)getpid());
   {
     char in[512];
@@ -204,9 +201,9 @@ static void check_cli_events(size_t i) {
     snprintf(slash + 1, sizeof(in) - (size_t)(slash + 1 - in), "%s.sse",
              c->name);
     snprintf(cmd, sizeof(cmd),
-             "'%s/agentloop' decode --provider %s --events < '%s' > %s",
-             AL_BINARY_DIR, c->provider != NULL ? c->provider : "openai", in,
-             opath);
+             "'%s/agentloop' decode --provider %s --events%s < '%s' > %s",
+             AL_BINARY_DIR, c->provider != NULL ? c->provider : "openai",
+             c->think_tags ? " --think-tags" : "", in, opath);
   }
   st = system(cmd);
   ASSERT(WIFEXITED(st));
