@@ -13,6 +13,7 @@ int al_bench_tools(int argc, char **argv);
 
 /* agentloop-bench decode [--events N] [--reps N] [--chunk BYTES] [--json] */
 int al_bench_decode(int argc, char **argv);
+int al_bench_decode_cli(int argc, char **argv);
 
 /* agentloop-bench dispatch [--iterations N] [--calls-per-run N]
  *                          [--tail-deltas N] [--delta-ms MS] [--json]

@@ -39,6 +39,9 @@ static const scenario_t scenarios[] = {
      "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
      "a memchr floor\n"
      "          [--events N] [--reps N] [--chunk BYTES] [--json]"},
+    {"decode-cli", al_bench_decode_cli,
+     "`agentloop decode` on a capture vs the in-process pipeline, CPU per\n"
+     "          event and peak RSS, in one run [--events N (400000)] [--reps N]"},
     {"dispatch", al_bench_dispatch,
      "tool dispatch latency: tool block on the wire -> tool start, spawned\n"
      "          and in-process, vs block delivery and reply end\n"

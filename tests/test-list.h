@@ -18,5 +18,6 @@
 #include "list/tui.h"
 #include "list/daemon.h"
 #include "list/resume.h"
+#include "list/compat.h"
 #include "list/config.h"
 #include "list/reliability.h"

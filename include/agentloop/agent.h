@@ -320,6 +320,7 @@ typedef struct al_agent_stats_s {
   uint64_t output_tokens;
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
+  uint64_t reasoning_tokens; /* a part of output_tokens */
 } al_agent_stats_t;
 void al_agent_stats(const al_agent_t *agent, al_agent_stats_t *out);
 

@@ -51,7 +51,9 @@ extern "C" {
   XX(ERROR, "error")                                            \
   XX(FINAL, "final")                                            \
   XX(CONTEXT_WARNING, "context_warning")                        \
-  XX(HISTORY_REPAIRED, "history_repaired")
+  XX(HISTORY_REPAIRED, "history_repaired")                      \
+  XX(PROVIDER_NOTICE, "provider_notice")                        \
+  XX(CITATION, "citation")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -138,6 +140,7 @@ typedef struct {
   uint64_t output_tokens;
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
+  uint64_t reasoning_tokens; /* a part of output_tokens, where reported */
   uint64_t context_tokens;
   uint64_t context_window;
   uint32_t context_pct;
@@ -238,6 +241,22 @@ typedef struct {
   al_slice_t text;
 } al_event_final_t;
 
+/* provider_notice: something the runtime decided about a provider's reply
+ * on its behalf. kind: "stop_inferred" (no finish_reason, a clean end),
+ * "pause_turn" (the turn is continued). */
+typedef struct {
+  al_slice_t kind;
+  al_slice_t message;
+} al_event_notice_t;
+
+/* citation: a source for the text of block `index`, the same shape from
+ * every provider (docs/events.md): JSON text of {"type","url","title",
+ * "cited_text",...}. */
+typedef struct {
+  int index;
+  al_slice_t citation;
+} al_event_citation_t;
+
 typedef struct al_event_s {
   al_event_type_t type;
   uint32_t turn;
@@ -265,6 +284,8 @@ typedef struct al_event_s {
     al_event_interrupted_t interrupted;
     al_event_error_t error;
     al_event_final_t final;
+    al_event_notice_t notice;
+    al_event_citation_t citation;
   } u;
 } al_event_t;
 

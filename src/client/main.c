@@ -23,7 +23,7 @@ static void usage(FILE *f) {
         "                    the effective configuration and where each\n"
         "                    value came from (see config --help)\n"
         "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
-        "  decode --provider sse|anthropic|openai [--events]\n"
+        "  decode --provider sse|anthropic|openai|openai-responses [--events]\n"
         "                    decode a captured response body read from stdin\n"
         "  tools [--json]    the tools a run offers, tools.d load errors and\n"
         "                    the sandbox mode (see tools --help)\n"

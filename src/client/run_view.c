@@ -427,6 +427,19 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
             ev->turn == 1 ? "" : "s");
     end_line(v);
     break;
+  case AL_EVENT_PROVIDER_NOTICE:
+    stamp(v, ev);
+    fputs("note: ", v->f);
+    excerpt(v, ev->u.notice.message, EXCERPT_MAX);
+    end_line(v);
+    break;
+  case AL_EVENT_CITATION:
+    /* The citation's JSON as sent (url, title, cited_text). */
+    stamp(v, ev);
+    fputs("source: ", v->f);
+    excerpt(v, ev->u.citation.citation, EXCERPT_MAX);
+    end_line(v);
+    break;
   case AL_EVENT_TOOL_USE_QUEUED:
   case AL_EVENT_TOOL_INPUT_DELTA:
   case AL_EVENT_TOOL_PROGRESS:

@@ -66,10 +66,12 @@ static const char *const layer_names[] = {"default", "user", "project",
 /* ---- value checks ------------------------------------------------------------ */
 
 static bool check_provider(const char *v, char *why, size_t len) {
-  if (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0) {
+  if (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0 ||
+      strcmp(v, "openai-responses") == 0) {
     return true;
   }
-  snprintf(why, len, "unknown provider '%s' (anthropic or openai)", v);
+  snprintf(why, len,
+           "unknown provider '%s' (anthropic, openai or openai-responses)", v);
   return false;
 }
 
@@ -955,7 +957,7 @@ void al_config_apply_env(al_config_t *cfg, al_cfg_getenv_fn ge) {
   if (origin_layer(cfg, "base_url") != AL_CFG_ENV) {
     const char *prov = cfg->provider_hint != NULL ? cfg->provider_hint
                                                   : al_config_provider(cfg);
-    const char *var = strcmp(prov, "openai") == 0
+    const char *var = strcmp(prov, "anthropic") != 0
                           ? "OPENAI_BASE_URL"
                           : "ANTHROPIC_BASE_URL";
     const char *v = ge(var);
@@ -1024,7 +1026,7 @@ const char *al_config_api_key(const al_config_t *cfg, al_cfg_getenv_fn ge,
     ge = std_getenv;
   }
   if (name == NULL) {
-    name = strcmp(al_config_provider(cfg), "openai") == 0
+    name = strcmp(al_config_provider(cfg), "anthropic") != 0
                ? "OPENAI_API_KEY"
                : "ANTHROPIC_API_KEY";
   }

@@ -169,8 +169,10 @@ int main(int argc, char **argv) {
     }
   }
   if (o.provider != NULL && strcmp(o.provider, "anthropic") != 0 &&
-      strcmp(o.provider, "openai") != 0) {
-    fprintf(stderr, "agentloopd: provider must be anthropic or openai\n");
+      strcmp(o.provider, "openai") != 0 &&
+      strcmp(o.provider, "openai-responses") != 0) {
+    fprintf(stderr, "agentloopd: provider must be anthropic, openai or "
+                    "openai-responses\n");
     return 2;
   }
   why[0] = '\0';

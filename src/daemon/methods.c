@@ -107,9 +107,10 @@ static void m_initialize(const call_t *k) {
 }
 
 static bool check_provider(const call_t *k, const char *p) {
-  if (p != NULL && strcmp(p, "anthropic") != 0 && strcmp(p, "openai") != 0) {
+  if (p != NULL && strcmp(p, "anthropic") != 0 && strcmp(p, "openai") != 0 &&
+      strcmp(p, "openai-responses") != 0) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
-              "provider must be anthropic or openai", NULL);
+              "provider must be anthropic, openai or openai-responses", NULL);
     return false;
   }
   return true;

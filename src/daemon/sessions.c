@@ -517,7 +517,7 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.base_url = s->h.base_url != NULL ? s->h.base_url : d->o.base_url;
   ao.system = s->h.system;
   ao.api_key = s->api_key != NULL ? s->api_key
-               : ao.provider != NULL && strcmp(ao.provider, "openai") == 0
+               : ao.provider != NULL && strcmp(ao.provider, "anthropic") != 0
                    ? d->o.openai_key
                    : d->o.anthropic_key;
   ao.client = d->http;
@@ -749,7 +749,8 @@ static void resume_apply_params(session_t *s, json_t *params) {
     al__set_str(&s->h.model, v);
   }
   if ((v = json_string_value(json_object_get(params, "provider"))) != NULL &&
-      (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0)) {
+      (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0 ||
+       strcmp(v, "openai-responses") == 0)) {
     al__set_str(&s->h.provider, v);
   }
   if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL) {

@@ -308,6 +308,13 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
   case AL_EVENT_FINAL:
     SL(final.text);
     break;
+  case AL_EVENT_PROVIDER_NOTICE:
+    SL(notice.kind);
+    SL(notice.message);
+    break;
+  case AL_EVENT_CITATION:
+    SL(citation.citation);
+    break;
   default:
     break;
   }

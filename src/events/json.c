@@ -147,6 +147,7 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
             ev->u.usage.cache_read_input_tokens);
     put_u64(e, "cache_creation_input_tokens",
             ev->u.usage.cache_creation_input_tokens);
+    put_u64(e, "reasoning_tokens", ev->u.usage.reasoning_tokens);
     put_u64(e, "context_tokens", ev->u.usage.context_tokens);
     put_u64(e, "context_window", ev->u.usage.context_window);
     put_u64(e, "context_pct", ev->u.usage.context_pct);
@@ -224,6 +225,14 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     break;
   case AL_EVENT_FINAL:
     put_str(e, "text", ev->u.final.text);
+    break;
+  case AL_EVENT_PROVIDER_NOTICE:
+    put_str(e, "kind", ev->u.notice.kind);
+    put_str(e, "message", ev->u.notice.message);
+    break;
+  case AL_EVENT_CITATION:
+    put_int(e, "index", ev->u.citation.index);
+    put_json_text(e, "citation", ev->u.citation.citation);
     break;
   default:
     break;

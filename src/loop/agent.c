@@ -432,6 +432,26 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   return 0;
 }
 
+/* A citation from any provider, as one shape (al__provider_citation). */
+static int post_citation(al_agent_t *a, const al_pevent_t *ev) {
+  al_event_t le = al__events_blank;
+  char *text = ev->json != NULL
+                   ? json_dumps(ev->json, JSON_COMPACT | JSON_ENCODE_ANY)
+                   : NULL;
+  bool closed;
+
+  if (text == NULL) {
+    return 0;
+  }
+  le.type = AL_EVENT_CITATION;
+  le.u.citation.index = ev->index;
+  le.u.citation.citation.ptr = text;
+  le.u.citation.citation.len = strlen(text);
+  closed = al__agent_post(a, &le);
+  al_free(text); /* jansson allocates through al_malloc */
+  return closed ? 1 : 0;
+}
+
 static int on_pevent(void *data, const al_pevent_t *ev) {
   al_agent_t *a = data;
   al_event_t le;
@@ -479,6 +499,14 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
   case AL_PEV_ERROR:
     stream_error(a, ev);
     return 0;
+  case AL_PEV_NOTICE:
+    le.type = AL_EVENT_PROVIDER_NOTICE;
+    le.u.notice.kind = ag_slice(ev->error_type);
+    le.u.notice.message.ptr = ev->text;
+    le.u.notice.message.len = ev->len;
+    return al__agent_post(a, &le) ? 1 : 0;
+  case AL_PEV_CITATION:
+    return post_citation(a, ev);
   default:
     return 0;
   }
@@ -548,6 +576,8 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
 }
 
 static void reply_done(al_agent_t *a);
+/* pause_turn continuations per turn. */
+#define AG_MAX_PAUSES 5u
 
 static void on_complete(al_http_request_t *r, int status,
                         const al_http_error_t *err) {
@@ -631,6 +661,9 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   po.max_tokens = a->cur_max_tokens;
   po.system = al__history_system(h);
   po.api_key = a->api_key;
+  /* Round-trips the model needs (models catalogue): its reasoning back. */
+  po.echo_reasoning = a->model_info.echo_reasoning;
+  po.reasoning_field = a->model_info.reasoning_field;
   if (json_array_size(a->tool_defs) > 0) {
     po.tools = a->tool_defs;
     if (a->state == AG_SUMMARY || a->state == AG_COMPACTING) {
@@ -776,6 +809,7 @@ static int attempt_start(al_agent_t *a) {
   al_pstream_options_runtime(&so);
   so.on_event = on_pevent;
   so.data = a;
+  so.think_tags = a->model_info.think_tags;
   so.id_seed = al__retry_rng_next(&a->rng);
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
@@ -1098,6 +1132,7 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   AG_U(output_tokens)
   AG_U(cache_read_input_tokens)
   AG_U(cache_creation_input_tokens)
+  AG_U(reasoning_tokens)
 #undef AG_U
   ctx = al__budget_observed(&a->budget, a->model, usage);
   if (ctx <= 0) {
@@ -1117,6 +1152,68 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   a->budget.warned = true;
   ev.type = AL_EVENT_CONTEXT_WARNING;
   return al__agent_post(a, &ev);
+}
+
+/* pause_turn (Anthropic server tools pausing a long turn): the reply is
+ * in the history as it came; sending the conversation back as it stands
+ * lets the model continue the same turn (its next reply extends this
+ * assistant message). Bounded by AG_MAX_PAUSES per turn, said with a
+ * provider_notice. */
+static void continue_paused(al_agent_t *a, al_buf_t *text, json_t *single) {
+  const char *t = single != NULL ? json_string_value(single) : text->data;
+  size_t n = single != NULL ? json_string_length(single) : text->len;
+  size_t old = a->pause_text != NULL ? strlen(a->pause_text) : 0;
+  char *joined = al_realloc(a->pause_text, old + n + 1);
+  al_event_t ev = al__events_blank;
+  char msg[96];
+  int rc;
+
+  if (joined != NULL) {
+    if (n > 0) {
+      memcpy(joined + old, t, n);
+    }
+    joined[old + n] = '\0';
+    a->pause_text = joined;
+  }
+  json_decref(single);
+  al_buf_free(text);
+  a->pauses++;
+  snprintf(msg, sizeof(msg),
+           "the provider paused the turn: continuing (%u of %u)",
+           (unsigned)a->pauses, (unsigned)AG_MAX_PAUSES);
+  ev.type = AL_EVENT_PROVIDER_NOTICE;
+  ev.u.notice.kind = ag_slice("pause_turn");
+  ev.u.notice.message = ag_slice(msg);
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+/* The turn's answer after pauses: the paused replies' text first. */
+static void prepend_pause_text(al_agent_t *a, al_buf_t *text,
+                               json_t **single) {
+  al_buf_t all;
+
+  al_buf_init(&all, SIZE_MAX / 2);
+  al_buf_append_str(&all, a->pause_text);
+  if (*single != NULL) {
+    al_buf_append(&all, json_string_value(*single),
+                  json_string_length(*single));
+    json_decref(*single);
+    *single = NULL;
+  } else {
+    al_buf_append(&all, text->data != NULL ? text->data : "", text->len);
+  }
+  al_buf_free(text);
+  *text = all;
+  al_free(a->pause_text);
+  a->pause_text = NULL;
+  a->pauses = 0;
 }
 
 static void reply_done(al_agent_t *a) {
@@ -1229,6 +1326,14 @@ static void reply_done(al_agent_t *a) {
   al__retry_continuation_reset(&a->retry);
   a->cur_max_tokens = a->max_tokens;
   attempt_clear(a);
+  if (!al__history_turn_open(&a->history) && stop == AL_STOP_PAUSE_TURN &&
+      a->pauses < AG_MAX_PAUSES) {
+    continue_paused(a, &text, single);
+    return;
+  }
+  if (a->pause_text != NULL) {
+    prepend_pause_text(a, &text, &single);
+  }
   if (!al__history_turn_open(&a->history)) {
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_TURN_COMPLETED;
@@ -1634,6 +1739,7 @@ static void agent_free_fields(al_agent_t *a) {
   json_decref(a->tool_defs);
   json_decref(a->stamps);
   al_free(a->done_text);
+  al_free(a->pause_text);
   al_free(a->msg_id);
   blocks_free(a);
   al_models_free(a->own_models);
@@ -1648,8 +1754,9 @@ static int set_base_url(al_agent_t *a, const char *url) {
   size_t n;
 
   if (url == NULL) {
-    url = a->provider->kind == AL_PROVIDER_OPENAI ? "https://api.openai.com/v1"
-                                                  : "https://api.anthropic.com";
+    url = a->provider->kind != AL_PROVIDER_ANTHROPIC
+              ? "https://api.openai.com/v1"
+              : "https://api.anthropic.com";
   }
   if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
     return AL_EINVAL;
@@ -1709,8 +1816,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   a->api_key = dup_or_null(o->api_key);
   a->model_main = al_strdup(
       o->model != NULL ? o->model
-      : a->provider->kind == AL_PROVIDER_OPENAI ? "gpt-4o-mini"
-                                                : "claude-sonnet-4-5");
+      : a->provider->kind != AL_PROVIDER_ANTHROPIC ? "gpt-4o-mini"
+                                                   : "claude-sonnet-4-5");
   a->model = dup_or_null(a->model_main);
   a->fallback_model = dup_or_null(o->fallback_model);
   if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||
@@ -1933,6 +2040,9 @@ int al_agent_run(al_agent_t *a, const char *text) {
   a->run_t0 = al_now_ns();
   a->run_id++;
   a->turn = 0;
+  a->pauses = 0;
+  al_free(a->pause_text);
+  a->pause_text = NULL;
   a->cur_max_tokens = a->max_tokens;
   al__retry_state_init(&a->retry);
   json_object_clear(a->stamps);

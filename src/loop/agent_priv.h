@@ -146,6 +146,10 @@ struct al_agent_s {
   uint64_t run_t0;
   uint64_t api_t0;
   char *done_text; /* the done tool's message */
+  /* pause_turn: continuations of this turn so far, and the text of the
+   * paused replies (the final answer is the whole turn's text). */
+  uint32_t pauses;
+  char *pause_text;
 
   /* The current attempt. */
   al_http_request_t *req;

@@ -182,5 +182,11 @@ static inline bool al_mockllm_validate_openai(const json_t *body,
                                               al_mockllm_verdict_t *v) {
   return al__validate_openai(body, headers, v);
 }
+/* POST /v1/responses (al__validate_responses). */
+static inline bool al_mockllm_validate_responses(const json_t *body,
+                                                 const json_t *headers,
+                                                 al_mockllm_verdict_t *v) {
+  return al__validate_responses(body, headers, v);
+}
 
 #endif

@@ -56,6 +56,9 @@ static int on_sse_event(void *data, const al_sse_event_t *ev) {
     return s->error;
   }
   s->events++;
+  if (s->in_finish) {
+    s->eof_flushed = true; /* the body ended inside this event */
+  }
   rc = s->decode_event(s, ev);
   if (rc != 0 && s->error == 0) {
     s->error = rc;
@@ -137,7 +140,9 @@ int al_pstream_finish(al_pstream_t *s) {
   if (s->error != 0) {
     return s->error;
   }
+  s->in_finish = true;
   rc = al_sse_finish(&s->sse);
+  s->in_finish = false;
   if (rc != 0) {
     if (s->error == 0) {
       s->error = rc;

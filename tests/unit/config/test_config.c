@@ -239,7 +239,7 @@ TEST_IMPL(config_errors_file_line_col) {
       {AL_CFG_USER, "max_turns: \"5\"\n",
        "c.yaml:1:12: max_turns must be a number, not a quoted string"},
       {AL_CFG_USER, "provider: gemini\n",
-       "c.yaml:1:11: unknown provider 'gemini' (anthropic or openai)"},
+       "c.yaml:1:11: unknown provider 'gemini' (anthropic, openai or openai-responses)"},
       {AL_CFG_USER, "base_url: ftp://x\n",
        "c.yaml:1:11: base_url must be an http:// or https:// URL"},
       {AL_CFG_USER, "api_key_env: sk-ant-abc\n",

@@ -164,7 +164,7 @@ TEST_IMPL(events_names_round_trip) {
   int k;
 
   ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 30);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 30);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 32);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -636,6 +636,7 @@ static void golden_events(al_event_t *evs) {
   e->u.usage.context_window = 200000;
   e->u.usage.context_pct = 1;
   e->u.usage.cache_read_input_tokens = 1000;
+  e->u.usage.reasoning_tokens = 40;
   e = &evs[AL_EVENT_RETRY];
   e->u.retry.attempt = 2;
   e->u.retry.max = 4;
@@ -689,6 +690,15 @@ static void golden_events(al_event_t *evs) {
   e->u.repaired.count = 1;
   e->u.repaired.repairs =
       S("[{\"rule\":\"tool_use_without_result\",\"message\":4,\"id\":\"toolu_01\"}]");
+  e = &evs[AL_EVENT_PROVIDER_NOTICE];
+  e->u.notice.kind = S("stop_inferred");
+  e->u.notice.message = S("the stream ended without a finish_reason: taken "
+                          "as stop");
+  e = &evs[AL_EVENT_CITATION];
+  e->u.citation.index = 0;
+  e->u.citation.citation =
+      S("{\"type\":\"url_citation\",\"url\":\"https://example.com/a\","
+        "\"title\":\"A\",\"cited_text\":null}");
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
@@ -761,7 +771,7 @@ TEST_IMPL(events_golden_json) {
     check_line(p, (size_t)(nl - p), ++seq);
     off = (size_t)(nl - out.data) + 1;
   }
-  ASSERT_EQ(seq, 30);
+  ASSERT_EQ(seq, AL_EVENT_TYPE_COUNT);
   ASSERT_MEM_EQ(out.data, out.len, golden, glen);
   free(golden);
   al_buf_free(&out);

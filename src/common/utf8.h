@@ -1,0 +1,60 @@
+/* UTF-8 helpers shared by the decoders, the loop and the tools: validation
+ * as jansson does it (no overlongs, no encoded surrogates, nothing above
+ * U+10FFFF), WHATWG replacement of ill-formed input, and encoding. */
+#ifndef AL_COMMON_UTF8_H
+#define AL_COMMON_UTF8_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid
+ * (overlong, surrogate, > U+10FFFF, truncated). p[0] >= 0x80. */
+static inline size_t al__utf8_seq(const unsigned char *p, const unsigned char *end) {
+  unsigned char c = p[0];
+  size_t avail = (size_t)(end - p);
+
+  if (c >= 0xC2 && c <= 0xDF) {
+    return (avail >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+  }
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (avail < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) {
+      return 0;
+    }
+    if (c == 0xE0 && p[1] < 0xA0) {
+      return 0; /* overlong */
+    }
+    if (c == 0xED && p[1] >= 0xA0) {
+      return 0; /* UTF-8-encoded surrogate */
+    }
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (avail < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 ||
+        (p[3] & 0xC0) != 0x80) {
+      return 0;
+    }
+    if (c == 0xF0 && p[1] < 0x90) {
+      return 0;
+    }
+    if (c == 0xF4 && p[1] >= 0x90) {
+      return 0;
+    }
+    return 4;
+  }
+  return 0;
+}
+
+/* Appends s to b with invalid UTF-8 sequences replaced by U+FFFD (one per
+ * maximal subpart, as TextDecoder does). */
+int al__utf8_sanitize_append(al_buf_t *b, const char *s, size_t len);
+bool al__utf8_valid(const char *s, size_t len);
+/* json_stringn after sanitizing (never NULL unless out of memory). */
+json_t *al__json_string_utf8(const char *s, size_t len);
+/* Appends the UTF-8 encoding of cp. */
+int al__utf8_put(al_buf_t *b, uint32_t cp);
+
+#endif
