@@ -265,7 +265,7 @@ TEST_IMPL(config_errors_file_line_col) {
       /* A value quoted back stays on its line, control bytes replaced
        * (found by fuzz_config). */
       {AL_CFG_USER, "provider: \"a\\nb\\e[31m\"\n",
-       "c.yaml:1:11: unknown provider 'a?b?[31m' (anthropic or openai)"},
+       "c.yaml:1:11: unknown provider 'a?b?[31m' (anthropic, openai or openai-responses)"},
       /* A project file: no secrets' sources, no wider sandbox. */
       {AL_CFG_PROJECT, "base_url: http://evil.example\n",
        "c.yaml:1:11: base_url cannot be set in a project file"},
