@@ -90,6 +90,7 @@ struct session_s {
   char *system;
   char *title;
   json_t *ask_tools; /* names whose calls wait for approval, or NULL */
+  json_t *limits;    /* agentloop/limits.h by name, or NULL */
   uint64_t created_ms;
   uint64_t updated_ms;
   uint64_t last_active; /* loop ms of the last event or unsubscribe */
@@ -662,6 +663,7 @@ static void session_free(session_t *s) {
   ring_free(s);
   json_decref(s->recovered);
   json_decref(s->ask_tools);
+  json_decref(s->limits);
   al_free(s->cwd);
   al_free(s->model);
   al_free(s->provider);
@@ -756,6 +758,7 @@ static int session_start(session_t *s, uint64_t first_seq,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.data = s;
+  (void)al_limits_from_json(&ao.limits, s->limits, why, why_len);
   rc = al_agent_new(d->loop, &ao, &s->agent);
   if (rc != 0) {
     snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
@@ -785,11 +788,12 @@ static int session_start(session_t *s, uint64_t first_seq,
 }
 
 static json_t *session_header(const session_t *s) {
-  return json_pack("{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?}",
-                   "rec", "session", "v", 1, "session", s->id, "created_ms",
-                   (json_int_t)s->created_ms, "cwd", s->cwd, "model",
-                   s->model, "provider", s->provider, "base_url", s->base_url,
-                   "system", s->system, "ask_tools", s->ask_tools);
+  return json_pack(
+      "{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?, s:O?}",
+      "rec", "session", "v", 1, "session", s->id, "created_ms",
+      (json_int_t)s->created_ms, "cwd", s->cwd, "model", s->model,
+      "provider", s->provider, "base_url", s->base_url, "system", s->system,
+      "ask_tools", s->ask_tools, "limits", s->limits);
 }
 
 static json_t *session_info(const session_t *s) {
@@ -981,6 +985,33 @@ static bool new_session_id(char *out, size_t len) {
   return true;
 }
 
+/* A malformed base URL is refused here, naming it, not found later as a
+ * failed request. */
+static bool check_base_url(const call_t *k, const char *url) {
+  char why[160];
+  char msg[600];
+
+  if (url == NULL || al_agent_check_base_url(url, why, sizeof(why)) == 0) {
+    return true;
+  }
+  snprintf(msg, sizeof(msg), "base_url '%.400s': %s", url, why);
+  reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
+  return false;
+}
+
+static bool check_limits(const call_t *k) {
+  al_limits_t l;
+  char why[160];
+
+  memset(&l, 0, sizeof(l));
+  if (al_limits_from_json(&l, json_object_get(k->params, "limits"), why,
+                          sizeof(why)) == 0) {
+    return true;
+  }
+  reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+  return false;
+}
+
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = k->c->d;
   const char *cwd, *model, *provider, *base_url, *system;
@@ -995,7 +1026,8 @@ static void m_session_create(const call_t *k) {
   if (!popt_str(k, "cwd", &cwd) || !popt_str(k, "model", &model) ||
       !popt_str(k, "provider", &provider) ||
       !popt_str(k, "base_url", &base_url) ||
-      !popt_str(k, "system", &system) || !check_provider(k, provider)) {
+      !popt_str(k, "system", &system) || !check_provider(k, provider) ||
+      !check_base_url(k, base_url) || !check_limits(k)) {
     return;
   }
   {
@@ -1046,6 +1078,9 @@ static void m_session_create(const call_t *k) {
     json_t *ask = json_object_get(k->params, "ask_tools");
 
     s->ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+  }
+  if (json_is_object(json_object_get(k->params, "limits"))) {
+    s->limits = json_deep_copy(json_object_get(k->params, "limits"));
   }
   s->created_ms = s->updated_ms = wall_ms();
   why[0] = '\0';
@@ -1572,6 +1607,9 @@ static void load_done(uv_work_t *w, int status) {
         json_is_array(json_object_get(h, "ask_tools"))) {
       s->ask_tools = json_deep_copy(json_object_get(h, "ask_tools"));
     }
+    if (s->limits == NULL && json_is_object(json_object_get(h, "limits"))) {
+      s->limits = json_deep_copy(json_object_get(h, "limits"));
+    }
   }
   if (!al_list_empty(&s->resumes)) {
     first = AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
@@ -1680,8 +1718,8 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (!popt_str(k, "model", &v) || !popt_str(k, "base_url", &v) ||
-      !popt_str(k, "system", &v) || !popt_str(k, "provider", &v) ||
-      !check_provider(k, v)) {
+      !check_base_url(k, v) || !popt_str(k, "system", &v) ||
+      !popt_str(k, "provider", &v) || !check_provider(k, v)) {
     return;
   }
   if (s->loaded) {
@@ -2170,6 +2208,9 @@ static void scan_sessions(al_daemon_t *d) {
               (uint64_t)json_integer_value(json_object_get(o, "created_ms"));
           if (json_is_array(json_object_get(o, "ask_tools"))) {
             s->ask_tools = json_deep_copy(json_object_get(o, "ask_tools"));
+          }
+          if (json_is_object(json_object_get(o, "limits"))) {
+            s->limits = json_deep_copy(json_object_get(o, "limits"));
           }
         } else if (rec != NULL && strcmp(rec, "user") == 0 &&
                    s->title == NULL) {

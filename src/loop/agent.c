@@ -634,6 +634,7 @@ static int attempt_start(al_agent_t *a) {
   so.data = a;
   so.openai_completion = false;
   so.id_seed = al__retry_rng_next(&a->rng);
+  al__agent_limits_pstream(&a->limits, &so);
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
     a->ps_ready = true;
@@ -652,6 +653,8 @@ static int attempt_start(al_agent_t *a) {
     /* Per request: a shared client's defaults are not this agent's. */
     ro.idle_timeout_ms = a->idle_timeout_ms;
     ro.progress_timeout_ms = a->progress_timeout_ms;
+    al__agent_limits_request(&a->limits, &ro);
+    ro.expect_event_stream = true;
     ro.on_data = on_data;
     ro.on_complete = on_complete;
     ro.data = a;
@@ -1162,14 +1165,26 @@ static void agent_free_fields(al_agent_t *a) {
   }
 }
 
+int al_agent_check_base_url(const char *url, char *why, size_t why_len) {
+  char tmp[8];
+
+  if (why == NULL || why_len == 0) {
+    why = tmp;
+    why_len = sizeof(tmp);
+  }
+  why[0] = '\0';
+  return url == NULL ? 0 : al_http_url_check(url, why, why_len);
+}
+
 static int set_base_url(al_agent_t *a, const char *url) {
+  char why[160];
   size_t n;
 
   if (url == NULL) {
     url = a->provider->kind == AL_PROVIDER_OPENAI ? "https://api.openai.com/v1"
                                                   : "https://api.anthropic.com";
   }
-  if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+  if (al_agent_check_base_url(url, why, sizeof(why)) != 0) {
     return AL_EINVAL;
   }
   a->base_url = al_strdup(url);
@@ -1325,6 +1340,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->idle_timeout_ms = co.idle_timeout_ms;
   a->progress_timeout_ms = co.progress_timeout_ms;
+  a->limits = o->limits;
   if (o->client != NULL) {
     a->client = o->client;
   } else if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {

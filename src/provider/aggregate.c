@@ -130,6 +130,8 @@ void al_pstream_options_init(al_pstream_options_t *o) {
   o->openai_completion = true;
   o->max_event = 8u << 20;
   o->max_block = 64u << 20;
+  o->max_reply = 64u << 20;
+  o->max_tool_input = 32u << 20;
   o->id_seed = 0;
 }
 
@@ -219,6 +221,17 @@ int al_pstream_feed(al_pstream_t *s, const char *bytes, size_t len) {
   int rc;
 
   if (s->error != 0) {
+    return s->error;
+  }
+  s->reply_bytes += len;
+  if (s->opts.max_reply > 0 && s->reply_bytes > s->opts.max_reply) {
+    char msg[128];
+
+    /* Checked before parsing: memory follows the bound, not the input. */
+    snprintf(msg, sizeof(msg), "the reply exceeds the limit of %zu bytes",
+             s->opts.max_reply);
+    al__pstream_fail(s, AL_PERR_DECODE, "reply_too_large", msg, NULL);
+    s->error = AL_ETOOBIG;
     return s->error;
   }
   s->in_feed = true;
@@ -578,6 +591,19 @@ int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
     return 0; /* the SDK ignores a delta of the wrong type */
   }
   b->input_delta = b->input_delta || kind == AL_FJ_INPUT;
+  if (kind == AL_FJ_INPUT) {
+    s->tool_input_bytes += len;
+    if (s->opts.max_tool_input > 0 &&
+        s->tool_input_bytes > s->opts.max_tool_input) {
+      char msg[128];
+
+      snprintf(msg, sizeof(msg),
+               "tool input in the reply exceeds the limit of %zu bytes",
+               s->opts.max_tool_input);
+      return al__pstream_fail(s, AL_PERR_DECODE, "tool_input_too_large", msg,
+                              NULL);
+    }
+  }
   if (b->pending_hi != 0 && lead_lo == 0 && len == 0 && trail_hi == 0) {
     /* An empty delta: the pending high half keeps waiting. */
     return emit_delta(s, b, (int)index, kind, "", 0);

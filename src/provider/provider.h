@@ -264,6 +264,12 @@ typedef struct al_pstream_options_s {
   /* Limits. */
   size_t max_event;  /* largest SSE event payload (default 8 MiB) */
   size_t max_block;  /* largest accumulated text of one block (default 64 MiB) */
+  /* Whole reply: body bytes fed (default 64 MiB), and the tool input of all
+   * tool calls together (default 32 MiB); 0 disables. Past either the
+   * stream fails with error_type "reply_too_large" / "tool_input_too_large"
+   * (not retryable: the same endpoint would send the same). */
+  size_t max_reply;
+  size_t max_tool_input;
   /* Seed for synthesized ids (OpenAI tool calls without id). */
   uint64_t id_seed;
 } al_pstream_options_t;
@@ -298,6 +304,8 @@ typedef struct al_pstream_s {
   json_t *message;  /* snapshot after message_start, NULL before */
   al__pblock_t *blocks;
   size_t nblocks;
+  uint64_t reply_bytes;      /* body bytes fed (max_reply) */
+  uint64_t tool_input_bytes; /* input deltas of all tool calls */
   size_t cap_blocks;
   bool message_stopped;
   bool seen_any;    /* any decodable event seen */

@@ -994,3 +994,61 @@ TEST_IMPL(cli_version_lists_libraries) {
   finish(&c);
   return 0;
 }
+
+/* Issue 15: a malformed base URL is configuration (exit 2, naming the URL
+ * and why), and --limit bounds a reply. */
+TEST_IMPL(cli_run_bad_base_url_exit_2) {
+  cli_t c;
+  size_t i;
+  static const struct {
+    const char *url;
+    const char *why;
+  } cases[] = {
+      {"http://[::1", "closing ']'"},
+      {"http://127.0.0.1:99999", "port must be a number 1..65535"},
+      {"http://a b/", "a space"},
+      {"http://", "no host"},
+      {"http://:8080/v1", "no host"},
+  };
+
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const char *args[] = {"run", "--base-url", cases[i].url, "-p", "x", NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, args, clean_env);
+    if (c.exit_status != 2 || strstr(c.ebuf, cases[i].url) == NULL ||
+        strstr(c.ebuf, cases[i].why) == NULL) {
+      AL_TEST_FAIL("%s: exit %d, stderr: %s", cases[i].url,
+                   (int)c.exit_status, c.ebuf);
+    }
+    finish(&c);
+  }
+  {
+    const char *args[] = {"run", "--limit", "reply_bytez=1", "-p", "x", NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, args, clean_env);
+    ASSERT_EQ(c.exit_status, 2);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "unknown limit"));
+    finish(&c);
+  }
+  return 0;
+}
+
+TEST_IMPL(cli_run_limit_reply_bytes) {
+  cli_t c;
+  static const char *big =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - repeat_text: {count: 20000, text: \"0123456789abcdef\"}\n";
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--limit", "reply_bytes=64K", "-p", "x", NULL};
+
+  start_mock(&c, big);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "exceeds the limit of 65536 bytes"));
+  finish(&c);
+  return 0;
+}
