@@ -667,7 +667,7 @@ static void conn_fail(conn_t *conn, int status, al_http_error_kind_t kind,
                       const char *fmt, ...) {
   al_http_request_t *r = conn->req;
   const char *detail = NULL;
-  char msg[256];
+  char msg[400];
   char det[256];
   va_list ap;
 
@@ -1058,6 +1058,14 @@ static void tls_step(conn_t *conn) {
   int ret = al__transport_tls_handshake(conn->tls);
   int err = conn_flush_tls(conn);
 
+  if (ret == AL_ECERT) {
+    /* Say it was verification, and why: the fix (a CA file, the right
+     * host name, a renewed certificate) depends on it. */
+    conn_fail(conn, ret, AL_HTTP_ERR_TLS,
+              "certificate verification failed for %s: %s", conn->host,
+              al__transport_tls_detail(conn->tls));
+    return;
+  }
   if (ret < 0) {
     conn_fail(conn, ret, AL_HTTP_ERR_TLS, "TLS handshake with %s failed",
               conn->host);
