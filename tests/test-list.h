@@ -18,3 +18,4 @@
 #include "list/daemon.h"
 #include "list/resume.h"
 #include "list/limits.h"
+#include "list/binary.h"

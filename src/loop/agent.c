@@ -1055,7 +1055,7 @@ static void tools_done(al_agent_t *a) {
   json_t *js;
 
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    js = al__json_string_utf8(call->content != NULL ? call->content : "",
+    js = al__json_string_text(call->content != NULL ? call->content : "",
                               call->content_len);
     if (js != NULL) {
       al__history_add_tool_result(&a->history, call->id, js, call->is_error);
@@ -1466,7 +1466,7 @@ int al_agent_cancel(al_agent_t *a) {
     while ((call = al__executor_results(&box->ex, call)) != NULL) {
       if (call->state == AL_TOOL_CALL_YIELDED) {
         if (old == AG_TOOLS && box == a->cur) {
-          json_t *js = al__json_string_utf8(call->content, call->content_len);
+          json_t *js = al__json_string_text(call->content, call->content_len);
 
           if (js != NULL) {
             al__history_add_tool_result(&a->history, call->id, js,

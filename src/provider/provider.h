@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/utf8.h"
 #include "sse/sse.h"
 
 /* ---- normalized stop reasons -------------------------------------------- */
@@ -437,13 +438,8 @@ int al__marks_clear(json_t *v, json_t *const *keep, size_t nkeep);
 char *al__json_dumps_js(const json_t *j);
 /* Extracts a hot delta from a parsed event (1), or 0 if not that shape. */
 int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out);
-/* Appends s to b with invalid UTF-8 sequences replaced by U+FFFD. */
-int al__utf8_sanitize_append(al_buf_t *b, const char *s, size_t len);
-bool al__utf8_valid(const char *s, size_t len);
-/* json_stringn after sanitizing (never NULL unless out of memory). */
-json_t *al__json_string_utf8(const char *s, size_t len);
-/* Appends the UTF-8 encoding of cp. */
-int al__utf8_put(al_buf_t *b, uint32_t cp);
+/* The UTF-8 helpers (al__utf8_*, al__json_string_utf8) are in
+ * common/utf8.h. */
 
 /* Internal (anthropic.c / openai.c / aggregate.c). */
 int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev);
