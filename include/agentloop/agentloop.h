@@ -14,6 +14,7 @@
 #include "agentloop/errno.h"
 #include "agentloop/events.h"
 #include "agentloop/limits.h"
+#include "agentloop/models.h"
 #include "agentloop/sandbox.h"
 #include "agentloop/version.h"
 
