@@ -20,3 +20,4 @@
 #include "list/resume.h"
 #include "list/limits.h"
 #include "list/binary.h"
+#include "list/durable.h"

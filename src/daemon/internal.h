@@ -89,6 +89,12 @@ struct session_s {
   json_t *recovered;
   bool agent_closed;
   bool tx_closed;
+  /* Durability (issue 15): a run's last event (final, error, interrupted)
+   * and anything after it wait in `held` until the transcript is synced;
+   * if it cannot be, watchers get session/persist_error first. */
+  al_list_t held;   /* held_event_t */
+  bool holding;     /* a flush for a held last event is in flight */
+  int persist_err;  /* the writer's current failure, 0 when writing */
 };
 
 struct al_daemon_s {

@@ -79,7 +79,26 @@ struct al_tx_s {
   void *flush_data;
   bool flush_synced; /* the waiter's data is synced */
   uv_buf_t iov[TX_MAX_IOV];
+  /* Failing writes (issue 15): the queue is kept and the operation tried
+   * again from a timer, with backoff, until it succeeds; err holds the
+   * current failure meanwhile. lost is sticky: records were dropped. */
+  char *path;          /* for a retried open */
+  uv_timer_t retry;
+  bool retry_init;
+  bool waiting;        /* the retry timer is armed */
+  uint64_t retry_ms;
+  bool lost;
+  bool failed_sync;    /* the failure was an fdatasync: sync again */
+  int inject_err;      /* test seam: this op's result (0: the real one) */
+  al_tx_state_cb on_state;
+  void *state_data;
 };
+
+/* Test seam (session.h): when set, a write about to be issued fails with
+ * the error it returns instead (no LD_PRELOAD needed). */
+int (*al__tx_write_fault)(const char *path) = NULL;
+uint64_t al__tx_retry_min_ms = 1000;
+uint64_t al__tx_retry_max_ms = 30000;
 
 static void tx_kick(al_tx_t *tx);
 static void tx_close_deferred(uv_fs_t *req);
@@ -89,11 +108,67 @@ static void entry_free(tx_entry_t *e) {
   al_free(e);
 }
 
+static void tx_retry_cb(uv_timer_t *t);
+
+static void tx_notify(al_tx_t *tx) {
+  if (tx->on_state != NULL) {
+    tx->on_state(tx, tx->err, tx->lost, tx->state_data);
+  }
+}
+
+/* A write, open or sync failed: keep everything queued and try again
+ * later (the disk may get space back); the owner is told. */
 static void tx_fail(al_tx_t *tx, int err) {
+  bool first = tx->err == 0;
+
+  tx->err = err;
+  if (first) {
+    al_log(AL_LOG_ERROR, "transcript %s: write failed: %s; %zu bytes kept "
+                         "in memory, retrying", tx->path != NULL ? tx->path
+                                                                 : "?",
+           uv_strerror(err), tx->queued);
+    tx->retry_ms = al__tx_retry_min_ms;
+    tx_notify(tx);
+  } else {
+    tx->retry_ms = AL_MIN(tx->retry_ms * 2, al__tx_retry_max_ms);
+  }
+  if (tx->lost || tx->closing) {
+    return;
+  }
+  if (!tx->retry_init) {
+    if (uv_timer_init(tx->loop, &tx->retry) != 0) {
+      return;
+    }
+    tx->retry_init = true;
+  }
+  tx->waiting = true;
+  uv_timer_start(&tx->retry, tx_retry_cb, tx->retry_ms, 0);
+}
+
+/* Records are gone for good (the queue bound, or a close while failing):
+ * sticky, and said once. */
+static void tx_lose(al_tx_t *tx, int err, const char *why) {
+  if (tx->lost) {
+    return;
+  }
+  al_log(AL_LOG_ERROR, "transcript %s: %zu bytes not written (%s): a "
+                       "restart will not see them",
+         tx->path != NULL ? tx->path : "?", tx->queued, why);
+  tx->lost = true;
   if (tx->err == 0) {
     tx->err = err;
-    al_log(AL_LOG_ERROR, "transcript write failed: %s (the session goes on "
-                         "without it)", uv_strerror(err));
+  }
+  tx_notify(tx);
+}
+
+/* A write or sync went through after failures. */
+static void tx_recovered(al_tx_t *tx) {
+  if (tx->err != 0 && !tx->lost) {
+    al_log(AL_LOG_INFO, "transcript %s: writing again",
+           tx->path != NULL ? tx->path : "?");
+    tx->err = 0;
+    tx->retry_ms = 0;
+    tx_notify(tx);
   }
 }
 
@@ -115,21 +190,34 @@ static void tx_on_fs(uv_fs_t *req) {
 
   uv_fs_req_cleanup(req);
   tx->busy = false;
+  if (tx->inject_err != 0) {
+    /* The seam stood in for a write: report its error as the write's. */
+    type = UV_FS_WRITE;
+    res = tx->inject_err;
+    tx->inject_err = 0;
+  }
   switch (type) {
   case UV_FS_OPEN:
     if (res < 0) {
-      tx_fail(tx, (int)res);
-      tx_drop_queue(tx);
-      tx->closed_fd = true;
+      if (tx->closing) {
+        tx_lose(tx, (int)res, "the transcript cannot be opened");
+        tx_drop_queue(tx);
+        tx->closed_fd = true;
+      } else {
+        tx_fail(tx, (int)res);
+      }
     } else {
       tx->fd = (uv_file)res;
+      tx_recovered(tx);
     }
     break;
   case UV_FS_WRITE:
     if (res < 0) {
       tx_fail(tx, (int)res);
-      tx_drop_queue(tx);
       break;
+    }
+    if (res > 0) {
+      tx_recovered(tx);
     }
     /* Drop what was written; a partial write leaves head_off inside the
      * first unwritten entry and the next writev resumes there. */
@@ -158,8 +246,15 @@ static void tx_on_fs(uv_fs_t *req) {
     break;
   case UV_FS_FDATASYNC:
     if (res < 0) {
-      /* A failed fsync is never taken as success (RELIABILITY F4). */
+      /* A failed fsync is never taken as success (RELIABILITY F4); it is
+       * tried again like a write. */
+      tx->failed_sync = true;
       tx_fail(tx, (int)res);
+    } else {
+      tx->failed_sync = false;
+      if (al_list_empty(&tx->queue)) {
+        tx_recovered(tx);
+      }
     }
     break;
   case UV_FS_CLOSE:
@@ -172,17 +267,75 @@ static void tx_on_fs(uv_fs_t *req) {
   tx_kick(tx);
 }
 
+static void tx_retry_cb(uv_timer_t *t) {
+  al_tx_t *tx = AL_CONTAINER_OF(t, al_tx_t, retry);
+
+  tx->waiting = false;
+  tx_kick(tx);
+}
+
+static void tx_free(al_tx_t *tx) {
+  al_tx_close_cb cb = tx->close_cb;
+  void *data = tx->close_data;
+
+  tx_drop_queue(tx);
+  al_free(tx->path);
+  al_free(tx);
+  if (cb != NULL) {
+    cb(tx, data);
+  }
+}
+
+static void tx_retry_closed(uv_handle_t *h) {
+  tx_free(AL_CONTAINER_OF(h, al_tx_t, retry));
+}
+
 static void tx_kick(al_tx_t *tx) {
   int rc;
 
   if (tx->busy) {
     return;
   }
-  if (tx->fd >= 0 && tx->err == 0 && !al_list_empty(&tx->queue)) {
+  if (tx->closing && tx->err != 0) {
+    /* Nobody will wait for the disk any longer: what could not be
+     * written is lost, and said so. */
+    if (tx->waiting) {
+      uv_timer_stop(&tx->retry);
+      tx->waiting = false;
+    }
+    if (!al_list_empty(&tx->queue)) {
+      tx_lose(tx, tx->err, "closed while writes were failing");
+      tx_drop_queue(tx);
+    }
+    tx->sync_due = false;
+    tx->failed_sync = false;
+  }
+  if (tx->fd < 0 && !tx->closed_fd && !tx->waiting && !tx->closing &&
+      tx->path != NULL && tx->err != 0) {
+    /* The open failed: try it again. */
+    rc = uv_fs_open(tx->loop, &tx->req, tx->path,
+                    O_WRONLY | O_APPEND | O_CREAT, 0600, tx_on_fs);
+    if (rc == 0) {
+      tx->busy = true;
+      return;
+    }
+    tx_fail(tx, rc);
+  }
+  if (tx->fd >= 0 && !tx->waiting && !al_list_empty(&tx->queue)) {
     al_list_t *pos;
     unsigned n = 0;
     size_t off = tx->head_off;
+    int fault = al__tx_write_fault != NULL ? al__tx_write_fault(tx->path) : 0;
 
+    if (fault != 0) {
+      /* The seam: a threadpool round trip that reports fault. */
+      rc = uv_fs_stat(tx->loop, &tx->req, "/", tx_on_fs);
+      if (rc == 0) {
+        tx->inject_err = fault;
+        tx->busy = true;
+        return;
+      }
+    }
     al_list_foreach(pos, &tx->queue) {
       tx_entry_t *e = AL_CONTAINER_OF(pos, tx_entry_t, node);
 
@@ -200,12 +353,12 @@ static void tx_kick(al_tx_t *tx) {
       return;
     }
     tx_fail(tx, rc);
-    tx_drop_queue(tx);
   }
-  if (tx->fd >= 0 && tx->sync_due && tx->err == 0) {
+  if (tx->fd >= 0 && !tx->waiting && al_list_empty(&tx->queue) &&
+      (tx->sync_due || tx->failed_sync)) {
     tx->sync_due = false;
     if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
-      tx->flush_synced = tx->flush_cb != NULL && al_list_empty(&tx->queue);
+      tx->flush_synced = tx->flush_cb != NULL;
       tx->busy = true;
       return;
     }
@@ -223,7 +376,8 @@ static void tx_kick(al_tx_t *tx) {
     tx_kick(tx);
     return;
   }
-  if (tx->flush_cb != NULL && tx->fd >= 0 && al_list_empty(&tx->queue)) {
+  if (tx->flush_cb != NULL && tx->fd >= 0 && !tx->waiting &&
+      al_list_empty(&tx->queue)) {
     /* Nothing left to write: one fdatasync makes it durable. */
     if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
       tx->flush_synced = true;
@@ -241,14 +395,12 @@ static void tx_kick(al_tx_t *tx) {
       tx->closed_fd = true;
     }
     if (tx->closed_fd || tx->fd < 0) {
-      al_tx_close_cb cb = tx->close_cb;
-      void *data = tx->close_data;
-
-      tx_drop_queue(tx);
-      al_free(tx);
-      if (cb != NULL) {
-        cb(tx, data);
+      if (tx->retry_init) {
+        tx->retry_init = false;
+        uv_close((uv_handle_t *)&tx->retry, tx_retry_closed);
+        return;
       }
+      tx_free(tx);
     }
   }
 }
@@ -265,10 +417,16 @@ int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
   tx->fd = -1;
   tx->max_queue = max_queue;
   al_list_init(&tx->queue);
+  tx->path = al_strdup(path);
+  if (tx->path == NULL) {
+    al_free(tx);
+    return AL_ENOMEM;
+  }
   /* libuv adds O_CLOEXEC to every open. */
   rc = uv_fs_open(loop, &tx->req, path, O_WRONLY | O_APPEND | O_CREAT, 0600,
                   tx_on_fs);
   if (rc != 0) {
+    al_free(tx->path);
     al_free(tx);
     return rc;
   }
@@ -277,14 +435,23 @@ int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
   return 0;
 }
 
+void al__tx_set_state_cb(al_tx_t *tx, al_tx_state_cb cb, void *data) {
+  tx->on_state = cb;
+  tx->state_data = data;
+}
+
+bool al__tx_lost(const al_tx_t *tx) { return tx->lost; }
+
 int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync) {
   tx_entry_t *e;
 
-  if (tx->err != 0) {
+  if (tx->lost) {
     return tx->err;
   }
   if (tx->queued + blob->len > tx->max_queue) {
-    tx_fail(tx, AL_ETOOBIG);
+    /* Failing for so long that the bound is reached: stop here rather
+     * than write a transcript with a hole in it. */
+    tx_lose(tx, AL_ETOOBIG, "the in-memory queue bound was reached");
     tx_drop_queue(tx);
     return AL_ETOOBIG;
   }

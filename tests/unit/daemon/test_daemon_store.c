@@ -540,27 +540,142 @@ TEST_IMPL(transcript_writer_order) {
 }
 
 /* F4: a write that fails (ENOSPC on /dev/full) is an error, never a
- * success: the writer is degraded, later appends fail, close completes. */
+ * success: the writer keeps the record and retries; closing it while it
+ * still fails loses the record, and says so (issue 15). */
+static int enospc_states;
+static bool enospc_lost;
+
+static void on_enospc_state(al_tx_t *tx, int err, bool lost, void *data) {
+  (void)tx;
+  (void)data;
+  (void)err;
+  enospc_states++;
+  enospc_lost = enospc_lost || lost;
+}
+
 TEST_IMPL(transcript_writer_enospc) {
   uv_loop_t loop;
   al_tx_t *tx;
   al_blob_t *b = al__blob_new("{\"a\":1}\n", 8);
   int rc;
 
+  al__tx_retry_min_ms = 2;
   ASSERT_EQ(uv_loop_init(&loop), 0);
   ASSERT_EQ(al__tx_open(&loop, "/dev/full", 1 << 20, &tx), 0);
+  al__tx_set_state_cb(tx, on_enospc_state, NULL);
   ASSERT_EQ(al__tx_append(tx, b, true), 0);
   while (al__tx_error(tx) == 0) {
     ASSERT(uv_run(&loop, UV_RUN_ONCE) != 0 || al__tx_error(tx) != 0);
   }
   ASSERT_EQ(al__tx_error(tx), UV_ENOSPC);
+  ASSERT_EQ(enospc_states, 1);
+  /* Still failing, still queued: appends are kept, not refused. */
   rc = al__tx_append(tx, b, false);
-  ASSERT_EQ(rc, UV_ENOSPC);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(al__tx_pending(tx), 16);
+  ASSERT(!al__tx_lost(tx));
   tx_closed_count = 0;
   al__tx_close(tx, on_tx_closed, NULL);
   ASSERT_LOOP_CLOSES(&loop);
   ASSERT_EQ(tx_closed_count, 1);
+  ASSERT(enospc_lost); /* closed while failing: lost, and told */
   al__blob_unref(b);
+  return 0;
+}
+
+/* Issue 15: a disk that fills and frees again loses nothing: the writer
+ * holds the records while writes fail (the seam makes them fail with
+ * ENOSPC, as a full filesystem would), retries, and once writes go
+ * through the file holds every record in order. */
+static int fault_on;
+
+static int fault_hook(const char *path) {
+  (void)path;
+  return fault_on ? UV_ENOSPC : 0;
+}
+
+static int retry_errs[8];
+static int retry_nstates;
+
+static void on_retry_state(al_tx_t *tx, int err, bool lost, void *data) {
+  (void)tx;
+  (void)data;
+  ASSERT(!lost);
+  if (retry_nstates < 8) {
+    retry_errs[retry_nstates] = err;
+  }
+  retry_nstates++;
+}
+
+static int flush_err = 1;
+
+static void on_retry_flush(al_tx_t *tx, void *data) {
+  (void)data;
+  flush_err = al__tx_error(tx);
+}
+
+TEST_IMPL(transcript_writer_retries_after_enospc) {
+  uv_loop_t loop;
+  al_tx_t *tx;
+  char dir[] = "/tmp/al-txr-XXXXXX";
+  char path[128];
+  al_buf_t want;
+  char *got;
+  size_t n;
+  int i;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/s.jsonl", dir);
+  al__tx_retry_min_ms = 2;
+  al__tx_retry_max_ms = 8;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  ASSERT_EQ(al__tx_open(&loop, path, 1 << 20, &tx), 0);
+  al__tx_set_state_cb(tx, on_retry_state, NULL);
+  al_buf_init(&want, 1 << 20);
+  al__tx_write_fault = fault_hook;
+  fault_on = 1;
+  for (i = 0; i < 50; i++) {
+    char line[64];
+    int len = snprintf(line, sizeof(line), "{\"n\":%d}\n", i);
+    al_blob_t *b = al__blob_new(line, (size_t)len);
+
+    ASSERT_EQ(al__tx_append(tx, b, i % 5 == 0), 0);
+    al__blob_unref(b);
+    ASSERT_EQ(al_buf_append(&want, line, (size_t)len), 0);
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  /* A flush while failing answers at once with the failure. */
+  ASSERT_EQ(al__tx_flush(tx, on_retry_flush, NULL), 0);
+  while (flush_err == 1) {
+    uv_run(&loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(flush_err, UV_ENOSPC);
+  got = al_test_read_file(path, &n);
+  ASSERT_EQ(n, 0);
+  free(got);
+  ASSERT_EQ(retry_nstates, 1);
+  ASSERT_EQ(retry_errs[0], UV_ENOSPC);
+  /* Space comes back: the retry writes everything, the owner is told. */
+  fault_on = 0;
+  while (retry_nstates < 2) {
+    uv_run(&loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(retry_errs[1], 0);
+  flush_err = 1;
+  ASSERT_EQ(al__tx_flush(tx, on_retry_flush, NULL), 0);
+  while (flush_err == 1) {
+    uv_run(&loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(flush_err, 0);
+  tx_closed_count = 0;
+  al__tx_close(tx, on_tx_closed, NULL);
+  ASSERT_LOOP_CLOSES(&loop);
+  al__tx_write_fault = NULL;
+  got = al_test_read_file(path, &n);
+  ASSERT_MEM_EQ(got, n, want.data, want.len);
+  free(got);
+  al_buf_free(&want);
+  dt_rmtree(dir);
   return 0;
 }
 

@@ -1,0 +1,1 @@
+TEST_ENTRY(daemon_enospc_tells_and_catches_up)
