@@ -236,7 +236,7 @@ static void m_session_create(const call_t *k) {
   }
   b = al__tx_header_record(s->id, &s->h);
   if (b != NULL) {
-    al__session_tx_put(s, b, true);
+    al__session_tx_put_rec(s, b);
     al__blob_unref(b);
   }
   /* Answer once the header is on disk: a session whose id a client holds

@@ -256,6 +256,13 @@ void al__session_tx_put(session_t *s, al_blob_t *b, bool sync) {
   }
 }
 
+/* A "rec" record (header, history): hash-chained and synced. */
+void al__session_tx_put_rec(session_t *s, al_blob_t *b) {
+  if (s->tx != NULL) {
+    al__tx_append_chained(s->tx, b, true);
+  }
+}
+
 /* ---- durability: what a client is told is final is on disk --------------- */
 
 typedef struct {
@@ -465,7 +472,7 @@ static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
     return;
   }
   /* History commits are the durable part: fdatasync after them. */
-  al__session_tx_put(s, b, true);
+  al__session_tx_put_rec(s, b);
   al__blob_unref(b);
   if (kind == AL_COMMIT_USER && s->title == NULL) {
     json_t *m = json_loadb(message, len, 0, NULL);
@@ -856,6 +863,10 @@ void al__session_load_done(uv_work_t *w, int status) {
                  : 0;
     rc = al__session_start(s, l->last_seq + 1 + nsynth, l->last_run + 1, why,
                        sizeof(why));
+    if (rc == 0 && s->tx != NULL) {
+      al__tx_set_chain(s->tx, l->chain); /* new records follow the last
+                                            good one */
+    }
   }
   if (rc == 0 && !s->closing) {
     /* The system prompt comes from the session settings (options). */
@@ -890,7 +901,7 @@ void al__session_load_done(uv_work_t *w, int status) {
 
       json_decref(rec);
       if (b != NULL) {
-        al__session_tx_put(s, b, true);
+        al__session_tx_put_rec(s, b);
         al__blob_unref(b);
       }
       al_log(AL_LOG_WARN, "session %s: closed %zu interrupted tool call(s) "
@@ -901,10 +912,11 @@ void al__session_load_done(uv_work_t *w, int status) {
       s->title = al__make_title(l->first_user_text);
     }
     json_decref(s->recovered);
-    s->recovered = json_pack("{s:b, s:I, s:I}", "torn_tail", l->torn_tail,
-                             "bad_lines", (json_int_t)l->bad_lines,
-                             "closed_tool_uses",
-                             (json_int_t)l->closed_tool_uses);
+    s->recovered = json_pack(
+        "{s:b, s:I, s:I, s:I, s:O?}", "torn_tail", l->torn_tail, "bad_lines",
+        (json_int_t)l->bad_lines, "closed_tool_uses",
+        (json_int_t)l->closed_tool_uses, "chain_breaks",
+        (json_int_t)l->chain_breaks, "skipped", l->skipped);
   } else if (s->closing) {
     snprintf(why, sizeof(why), "the daemon is shutting down");
     rc = AL_ECLOSING;

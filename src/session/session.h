@@ -99,6 +99,20 @@ void al__tx_close(al_tx_t *tx, al_tx_close_cb cb, void *data);
 
 /* ---- records ---------------------------------------------------------------- */
 
+/* The hash chain (issue 15): al__tx_append_chained appends a record line
+ * ("{...}\n") with ,"h":"<sha256 hex>" added before its closing brace,
+ * where the hash covers the previous chained record's hash and the record
+ * as given. The loader checks it, so an edited, forged or spliced record
+ * is found and skipped. Events are not chained (they rebuild nothing). */
+#define AL_TX_HASH_HEX 64
+int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync);
+/* The chained line of rec after prev ("" first); h gets its hash. NULL on
+ * OOM or when rec is not "{...}\n". */
+al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
+                               char h[AL_TX_HASH_HEX + 1]);
+/* Continues a loaded transcript's chain (al_tx_loaded_t.chain). */
+void al__tx_set_chain(al_tx_t *tx, const char *hash);
+
 /* A record line (compact JSON + '\n') as a blob; NULL on OOM. */
 al_blob_t *al__tx_record(const json_t *rec);
 /* {"rec":kind,"message":<message text>}; kind "user", "assistant",
@@ -161,6 +175,10 @@ typedef struct {
   size_t closed_tool_uses;
   int err;                /* 0, or the open/read error */
   char why[256];          /* first bad line's reason (for the log) */
+  json_t *skipped;        /* [{line, reason}] of skipped lines (first 64),
+                           * or NULL */
+  size_t chain_breaks;    /* records that failed the hash chain */
+  char chain[AL_TX_HASH_HEX + 1]; /* the last good chained hash, or "" */
 } al_tx_loaded_t;
 
 #define AL_TX_SYNTHETIC_TEXT \

@@ -19,6 +19,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <mbedtls/sha256.h>
+
 #include "provider/provider.h"
 
 /* ---- blobs ------------------------------------------------------------------ */
@@ -92,6 +94,7 @@ struct al_tx_s {
   int inject_err;      /* test seam: this op's result (0: the real one) */
   al_tx_state_cb on_state;
   void *state_data;
+  char chain[AL_TX_HASH_HEX + 1]; /* the last chained record's hash */
 };
 
 /* Test seam (session.h): when set, a write about to be issued fails with
@@ -548,7 +551,7 @@ al_blob_t *al__tx_record(const json_t *rec) {
 
 al_blob_t *al__tx_commit_record(const char *kind, const char *message,
                                 size_t len) {
-  json_t *m = json_loadb(message, len, 0, NULL);
+  json_t *m = json_loadb(message, len, JSON_ALLOW_NUL, NULL);
   json_t *rec;
   al_blob_t *b;
 
@@ -562,6 +565,106 @@ al_blob_t *al__tx_commit_record(const char *kind, const char *message,
   b = al__tx_record(rec);
   json_decref(rec);
   return b;
+}
+
+/* ---- the hash chain ----------------------------------------------------------- */
+
+/* sha256(prev || rec) in hex: prev is the previous chained record's hash
+ * ("" for the first), rec the record's compact JSON without "h". */
+static void chain_hash(const char *prev, const char *a, size_t an,
+                       const char *b, size_t bn, char out[AL_TX_HASH_HEX + 1]) {
+  static const char hex[] = "0123456789abcdef";
+  mbedtls_sha256_context c;
+  unsigned char d[32];
+  size_t i;
+
+  mbedtls_sha256_init(&c);
+  mbedtls_sha256_starts_ret(&c, 0);
+  mbedtls_sha256_update_ret(&c, (const unsigned char *)prev, strlen(prev));
+  mbedtls_sha256_update_ret(&c, (const unsigned char *)a, an);
+  mbedtls_sha256_update_ret(&c, (const unsigned char *)b, bn);
+  mbedtls_sha256_finish_ret(&c, d);
+  mbedtls_sha256_free(&c);
+  for (i = 0; i < 32; i++) {
+    out[2 * i] = hex[d[i] >> 4];
+    out[2 * i + 1] = hex[d[i] & 15];
+  }
+  out[AL_TX_HASH_HEX] = '\0';
+}
+
+#define CHAIN_SUFFIX_LEN (sizeof(",\"h\":\"\"}") - 1 + AL_TX_HASH_HEX)
+
+al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
+                               char h[AL_TX_HASH_HEX + 1]) {
+  al_blob_t *b;
+  size_t n;
+
+  /* rec is "{...}\n": R is everything before the '\n'. */
+  if (rec->len < 3 || rec->data[rec->len - 1] != '\n' ||
+      rec->data[rec->len - 2] != '}') {
+    return NULL;
+  }
+  n = rec->len - 1;
+  chain_hash(prev, rec->data, n, "", 0, h);
+  b = al__blob_alloc(n - 1 + CHAIN_SUFFIX_LEN + 1);
+  if (b == NULL) {
+    return NULL;
+  }
+  memcpy(b->data, rec->data, n - 1);
+  snprintf(b->data + n - 1, CHAIN_SUFFIX_LEN + 2, ",\"h\":\"%s\"}\n", h);
+  return b;
+}
+
+int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync) {
+  char h[AL_TX_HASH_HEX + 1];
+  al_blob_t *b = al__tx_chain_record(tx->chain, rec, h);
+  int rc;
+
+  if (b == NULL) {
+    return AL_ENOMEM;
+  }
+  rc = al__tx_append(tx, b, sync);
+  al__blob_unref(b);
+  if (rc == 0) {
+    memcpy(tx->chain, h, sizeof(h));
+  }
+  return rc;
+}
+
+void al__tx_set_chain(al_tx_t *tx, const char *hash) {
+  snprintf(tx->chain, sizeof(tx->chain), "%s", hash != NULL ? hash : "");
+}
+
+/* Checks a chained line p[0..n) against prev (and, failing that, alt);
+ * fills h with its hash. 1 verified, 0 no "h" suffix, -1 mismatch. */
+static int chain_check(const char *p, size_t n, const char *prev,
+                       const char *alt, char h[AL_TX_HASH_HEX + 1]) {
+  const char *suf;
+  char want[AL_TX_HASH_HEX + 1];
+  size_t rn;
+
+  if (n < CHAIN_SUFFIX_LEN + 2) {
+    return 0;
+  }
+  suf = p + n - CHAIN_SUFFIX_LEN;
+  if (memcmp(suf, ",\"h\":\"", 6) != 0 || p[n - 2] != '"' ||
+      p[n - 1] != '}') {
+    return 0;
+  }
+  memcpy(h, suf + 6, AL_TX_HASH_HEX);
+  h[AL_TX_HASH_HEX] = '\0';
+  rn = (size_t)(suf - p);
+  chain_hash(prev, p, rn, "}", 1, want);
+  if (memcmp(want, h, AL_TX_HASH_HEX) == 0) {
+    return 1;
+  }
+  if (alt != NULL && alt[0] != '\0') {
+    chain_hash(alt, p, rn, "}", 1, want);
+    if (memcmp(want, h, AL_TX_HASH_HEX) == 0) {
+      return 1;
+    }
+  }
+  return -1;
 }
 
 /* ---- the header ------------------------------------------------------------ */
@@ -665,10 +768,22 @@ typedef struct {
   size_t cap;
   size_t head; /* events[head..nevents) are live (a queue in an array) */
   size_t lineno;
+  bool chained;                       /* a chained record was seen */
+  char skipped_h[AL_TX_HASH_HEX + 1]; /* claimed hash of the last record
+                                         that failed the chain */
 } loader_t;
 
 static void note_bad(al_tx_loaded_t *l, size_t lineno, const char *what) {
   l->bad_lines++;
+  /* Exactly what was skipped: line and reason, for the first 64. */
+  if (l->skipped == NULL) {
+    l->skipped = json_array();
+  }
+  if (l->skipped != NULL && json_array_size(l->skipped) < 64) {
+    json_array_append_new(l->skipped,
+                          json_pack("{s:I, s:s}", "line", (json_int_t)lineno,
+                                    "reason", what));
+  }
   if (l->why[0] == '\0') {
     snprintf(l->why, sizeof(l->why), "line %zu: %s", lineno, what);
   }
@@ -786,7 +901,7 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
 static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   al_tx_loaded_t *l = ld->out;
   json_error_t err;
-  json_t *o = json_loadb(p, n, 0, &err);
+  json_t *o = json_loadb(p, n, JSON_ALLOW_NUL, &err);
   const json_t *rec;
   const json_t *seq;
   int rc = 0;
@@ -800,7 +915,33 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   seq = json_object_get(o, "seq");
   if (json_is_string(rec)) {
     const char *kind = json_string_value(rec);
+    char h[AL_TX_HASH_HEX + 1];
+    int ck = chain_check(p, n, l->chain, ld->skipped_h, h);
 
+    /* Records carry a hash chain (each hash covers the previous one): a
+     * record that fails it was edited, forged or spliced in, and is
+     * skipped; records after it that chain to the last good one (or to
+     * the skipped one's own hash: an edit in place) are kept. */
+    if (ck < 0) {
+      memcpy(ld->skipped_h, h, sizeof(h));
+      l->chain_breaks++;
+      note_bad(l, lineno, "record fails the hash chain (edited, forged or "
+                          "spliced)");
+      json_decref(o);
+      return 0;
+    }
+    if (ck == 0 && ld->chained) {
+      l->chain_breaks++;
+      note_bad(l, lineno, "record without its chain hash after chained "
+                          "records");
+      json_decref(o);
+      return 0;
+    }
+    if (ck > 0) {
+      memcpy(l->chain, h, sizeof(h));
+      ld->chained = true;
+      ld->skipped_h[0] = '\0';
+    }
     if (strcmp(kind, "session") == 0) {
       if (!l->has_header) {
         l->has_header = al__tx_header_parse(o, &l->header);
@@ -1021,6 +1162,7 @@ void al__tx_loaded_free(al_tx_loaded_t *l) {
   al__tx_header_free(&l->header);
   json_decref(l->synthetic);
   json_decref(l->closed_calls);
+  json_decref(l->skipped);
   al__history_free(&l->history);
   al_free(l->first_user_text);
   for (i = 0; i < l->nevents; i++) {
