@@ -1112,3 +1112,46 @@ TEST_IMPL(cli_run_limit_reply_bytes) {
   finish(&c);
   return 0;
 }
+
+/* Binary-safe history through `agentloop run` (issue 15): a binary file
+ * and random bytes from bash reach the model as notices and clean text;
+ * the run ends 0 and every request passed the mock's validator. */
+#include "../loop/binfx.h"
+
+TEST_IMPL(cli_run_binary_tool_output) {
+  cli_t c;
+  ws_t w;
+  size_t i;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "json", "-p",
+                        "look", NULL};
+  char *body;
+
+  ws_make(&w);
+  args[4] = w.dir;
+  bin_write_file(w.dir, "rand.bin", 4096);
+  {
+    char tmp[sizeof(w.files[0])];
+
+    snprintf(tmp, sizeof(tmp), "%s/rand.bin", w.dir);
+    memcpy(w.files[w.nfiles++], tmp, sizeof(tmp));
+  }
+  ws_file(&w, "text.txt", "caf\xc3\xa9 ok\nbad \xff byte\n");
+  start_mock(&c, bin_scenario);
+  run_cli(&c, args, clean_env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  for (i = 0; i < al_mockllm_record_count(c.mock); i++) {
+    ASSERT(al_mockllm_record_get(c.mock, i)->valid);
+  }
+  body = json_dumps(al_mockllm_record_get(c.mock, 1)->body, JSON_COMPACT);
+  ASSERT_NOT_NULL(strstr(body, "[binary output: 4096 bytes"));
+  ASSERT_NOT_NULL(strstr(body, "looks like a binary file"));
+  ASSERT_NULL(strstr(body, "\\u0000"));
+  free(body);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dtest.h"
+#include "../loop/binfx.h"
 #include "session/session.h"
 
 static bool seam_full;
@@ -207,6 +208,78 @@ TEST_IMPL(daemon_enospc_tells_and_catches_up) {
     t.d = NULL;
     ASSERT_EQ(umount2(t.state, MNT_DETACH), 0);
   }
+  dt_finish(&t, cl, 2);
+  return 0;
+}
+
+/* Binary-safe history through the daemon (issue 15): a real binary file
+ * and a command printing random bytes; the turn is final, the transcript
+ * reloads after a restart with every tool result (none "interrupted"), and
+ * the next request is valid. */
+TEST_IMPL(daemon_binary_tool_output_resumes) {
+  dt_t t;
+  dt_client_t c, c2;
+  dt_client_t *cl[] = {&c, &c2};
+  char p[512];
+  char sid[64];
+  json_t *r;
+  const json_t *rec;
+  char *dump;
+  const al_mockllm_record_t *last;
+
+  dt_init(&t, bin_scenario);
+  bin_write_file(t.work, "rand.bin", 4096);
+  {
+    char path[300];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/text.txt", t.work);
+    f = fopen(path, "w");
+    ASSERT_NOT_NULL(f);
+    fputs("caf\xc3\xa9 ok\nbad \xff byte\n", f);
+    fclose(f);
+  }
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"look\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  dt_wait_event(&c, "final", 0);
+  dt_assert_valid(&t);
+
+  al__daemon_shutdown(t.d);
+  while (!t.exited) {
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  t.exited = false;
+  dt_start(&t);
+  dt_connect(&t, &c2);
+  dt_init_client(&c2);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(&c2, 6, "session/resume", p);
+  ASSERT_EQ(dt_err(r), 0);
+  rec = json_object_get(json_object_get(r, "result"), "recovered");
+  ASSERT_EQ(json_integer_value(json_object_get(rec, "closed_tool_uses")), 0);
+  ASSERT_EQ(json_integer_value(json_object_get(rec, "bad_lines")), 0);
+  ASSERT_EQ(json_integer_value(json_object_get(json_object_get(r, "result"),
+                                               "messages")),
+            4);
+  dt_call(&c2, 7, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"again\"}", sid);
+  dt_call(&c2, 8, "turn/send", p);
+  dt_wait_event(&c2, "final", 0);
+  dt_assert_valid(&t);
+  last = al_mockllm_record_get(t.mock, al_mockllm_record_count(t.mock) - 1);
+  dump = json_dumps(last->body, JSON_COMPACT);
+  ASSERT_NOT_NULL(strstr(dump, "[binary output: 4096 bytes"));
+  ASSERT_NOT_NULL(strstr(dump, "looks like a binary file"));
+  ASSERT_NULL(strstr(dump, "interrupted"));
+  ASSERT_NULL(strstr(dump, "\\u0000"));
+  free(dump);
   dt_finish(&t, cl, 2);
   return 0;
 }

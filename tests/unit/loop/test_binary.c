@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agent_fx.h"
+#include "binfx.h"
 #include "test.h"
 
 /* Deterministic "random" bytes (xorshift64*), every byte value present. */
