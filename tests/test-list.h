@@ -21,3 +21,4 @@
 #include "list/limits.h"
 #include "list/binary.h"
 #include "list/durable.h"
+#include "list/config.h"

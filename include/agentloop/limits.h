@@ -31,6 +31,9 @@ typedef struct al_limits_s {
 int al_limits_set(al_limits_t *l, const char *name, const char *value);
 /* "NAME=VALUE" (the run flag). */
 int al_limits_set_kv(al_limits_t *l, const char *kv);
+/* Every field of src set (non-zero) replaces dst's: flags over the
+ * configuration file. */
+void al_limits_overlay(al_limits_t *dst, const al_limits_t *src);
 /* The names, NULL-terminated (for help texts and error messages). */
 extern const char *const al_limits_names[];
 

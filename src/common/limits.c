@@ -81,6 +81,18 @@ int al_limits_set(al_limits_t *l, const char *name, const char *value) {
   return 0;
 }
 
+void al_limits_overlay(al_limits_t *dst, const al_limits_t *src) {
+  size_t i;
+
+  for (i = 0; i < AL_ARRAY_SIZE(fields); i++) {
+    int64_t v = *(const int64_t *)((const char *)src + fields[i].off);
+
+    if (v != 0) {
+      *(int64_t *)((char *)dst + fields[i].off) = v;
+    }
+  }
+}
+
 int al_limits_set_kv(al_limits_t *l, const char *kv) {
   const char *eq = strchr(kv, '=');
   char name[64];
