@@ -44,6 +44,7 @@ for t in $targets; do
     fuzz_tools_d)   seeds="$src/tools.d"; maxlen=8192; dict=yaml.dict ;;
     fuzz_socket_line) seeds="$data/events"; maxlen=8192; dict=json.dict ;;
     fuzz_transcript) seeds="$data/transcripts"; maxlen=16384; dict=json.dict ;;
+    fuzz_limits)    seeds="$here/corpus/fuzz_limits"; maxlen=256; dict=json.dict ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
   echo "== $t: ${secs}s, -max_len=$maxlen"
