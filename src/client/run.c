@@ -1119,7 +1119,8 @@ int al_cli_run(int argc, char **argv) {
     al_free(models_err);
     al_buf_free(&text);
     al_buf_free(&sysbuf);
-    return EXIT_USAGE;
+    code = EXIT_USAGE; /* through done: the prompt and config are freed */
+    goto done;
   }
 
   r = al_calloc(1, sizeof(*r));
