@@ -1339,3 +1339,25 @@ TEST_IMPL(sysprompt_run_agents_md) {
   ws_remove(&w);
   return 0;
 }
+
+/* Slowloris through `agentloop run` (issue 15): a reply dripped a byte at
+ * a time keeps the idle timer happy; --limit min_rate_bytes ends it. */
+TEST_IMPL(cli_run_slowloris_min_rate) {
+  cli_t c;
+  char window[64];
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--max-retries", "0", "--limit",
+                        "min_rate_bytes=64K", "--limit", window, "-p", "x",
+                        NULL};
+
+  snprintf(window, sizeof(window), "min_rate_window_ms=%d",
+           100 * al_test_timeout_multiplier());
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{text: 'slow and steady'}]}\n"
+                 "    fault: {drip: {bytes: 1, interval_ms: 4}}\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "below the minimum of 65536"));
+  finish(&c);
+  return 0;
+}

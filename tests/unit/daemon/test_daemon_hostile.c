@@ -79,3 +79,43 @@ TEST_IMPL(daemon_session_limits) {
   dt_finish(&t, cs, 1);
   return 0;
 }
+
+/* A server that drips its reply (one byte every few ms keeps the idle
+ * timer happy) is cut by the session's minimum rate; the run ends with an
+ * error naming it, and the daemon stays responsive. */
+TEST_IMPL(daemon_session_slowloris) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[512];
+  char sid[64];
+  size_t i;
+  const json_t *ev;
+  json_t *r;
+  int m = al_test_timeout_multiplier();
+
+  dt_init(&t, "responses:\n"
+              "  - reply: {content: [{text: 'slow and steady'}]}\n"
+              "    fault: {drip: {bytes: 1, interval_ms: 4}}\n");
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"limits\":{\"min_rate_bytes\":\"64K\","
+           "\"min_rate_window_ms\":%d}}",
+           t.work, 100 * m);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"hi\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  i = dt_wait_event(&c, "api_error", 0);
+  ev = json_object_get(json_array_get(c.msgs, i), "params");
+  ASSERT_STR_EQ(json_string_value(json_object_get(ev, "kind")), "too_slow");
+  ASSERT_NOT_NULL(strstr(json_string_value(json_object_get(ev, "message")),
+                         "below the minimum of 65536"));
+  r = dt_call(&c, 5, "session/list", NULL);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
