@@ -1134,7 +1134,7 @@ int al__session_reconfigure(session_t *s, const json_t *params,
   s->agent = agent;
   b = al__tx_header_record(s->id, &s->h);
   if (b != NULL) {
-    al__session_tx_put(s, b, true);
+    al__session_tx_put_rec(s, b); /* in the hash chain like every rec */
     al__blob_unref(b);
   }
   return 0;
