@@ -19,5 +19,8 @@
 #include "list/daemon.h"
 #include "list/resume.h"
 #include "list/compat.h"
+#include "list/limits.h"
+#include "list/binary.h"
+#include "list/durable.h"
 #include "list/config.h"
 #include "list/reliability.h"

@@ -27,6 +27,7 @@
 
 #include "agentloop/client.h"
 #include "agentloop/events.h"
+#include "agentloop/limits.h"
 #include "agentloop/models.h"
 #include "agentloop/sandbox.h"
 
@@ -172,6 +173,9 @@ typedef struct al_agent_options_s {
   int64_t connect_timeout_ms;
   int64_t idle_timeout_ms;
   int64_t progress_timeout_ms;
+  /* Bounds on a reply and its exchange (agentloop/limits.h); zeroes take
+   * the defaults. */
+  al_limits_t limits;
   const char *ca_file;        /* NULL: system bundle / $SSL_CERT_FILE */
   /* A shared client (agentloop/client.h), borrowed: it must outlive the
    * agent. NULL: the agent makes its own from ca_file and
@@ -255,6 +259,12 @@ typedef struct al_agent_options_s {
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);
+
+/* Checks a base URL the way al_agent_new does (scheme http/https, a host,
+ * a port 1..65535, no space or control byte, no query). 0, or AL_EINVAL
+ * with the reason in why (e.g. "no host"). NULL (the public endpoint) is
+ * fine. */
+int al_agent_check_base_url(const char *url, char *why, size_t why_len);
 
 /* Creates an agent on `loop`. Options are copied. Errors: AL_EINVAL (bad
  * provider, base URL, workspace that is not a directory), AL_ENOMEM. The

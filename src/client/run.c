@@ -138,6 +138,12 @@ static void usage(FILE *f) {
       "      --idle-timeout-ms N   a stream silent this long is a stall\n"
       "                            (retried; default 30000)\n"
       "      --timeout SECS        whole run; on expiry cancel, exit 124\n"
+      "      --limit NAME=VALUE    a bound on replies (repeatable):\n"
+      "                            reply_bytes (64M), tool_input_bytes (32M),\n"
+      "                            header_bytes (64K), header_count (256),\n"
+      "                            total_time_ms (1800000), min_rate_bytes\n"
+      "                            (128) per min_rate_window_ms (60000);\n"
+      "                            none disables one (docs/run.md)\n"
       "\n"
       "tools:\n"
       "      --cwd DIR             workspace of the tools (default: .)\n"
@@ -740,7 +746,7 @@ int al_cli_run(int argc, char **argv) {
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_NO_AUTO_COMPACT,
     O_NO_PROMPT_CACHE, O_MAX_MESSAGES, O_MICRO_MIN, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_LIMIT
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -755,6 +761,7 @@ int al_cli_run(int argc, char **argv) {
       {"max-retries", required_argument, NULL, O_RETRIES},
       {"output-format", required_argument, NULL, O_FORMAT},
       {"idle-timeout-ms", required_argument, NULL, O_IDLE_TIMEOUT},
+      {"limit", required_argument, NULL, O_LIMIT},
       {"timeout-ms", required_argument, NULL, O_IDLE_TIMEOUT}, /* old name */
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"cwd", required_argument, NULL, O_CWD},
@@ -818,6 +825,7 @@ int al_cli_run(int argc, char **argv) {
   al_models_t *models = NULL;
   char *models_err = NULL;
   uint64_t idle_ms = 0;
+  al_limits_t limits;
   uint64_t retries = UINT64_MAX;
   double timeout_s = 0;
   int verbose = -1; /* -1: auto */
@@ -834,6 +842,7 @@ int al_cli_run(int argc, char **argv) {
   (void)al_sandbox_harden_process();
   optind = 1;
   opterr = 0;
+  memset(&limits, 0, sizeof(limits));
   while ((c = getopt_long(argc, argv, ":p:hvq", longopts, NULL)) != -1) {
     switch (c) {
     case 'p': prompt = optarg; break;
@@ -913,6 +922,23 @@ int al_cli_run(int argc, char **argv) {
         return EXIT_USAGE;
       }
       break;
+    case O_LIMIT: {
+      int lrc = al_limits_set_kv(&limits, optarg);
+
+      if (lrc == AL_ENOTFOUND) {
+        fail_usage("--limit %s: unknown limit (reply_bytes, "
+                   "tool_input_bytes, header_bytes, header_count, "
+                   "total_time_ms, min_rate_bytes, min_rate_window_ms)",
+                   optarg);
+        return EXIT_USAGE;
+      }
+      if (lrc != 0) {
+        fail_usage("--limit %s: NAME=VALUE with a positive integer (K/M/G "
+                   "for sizes) or none", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    }
     case O_IDLE_TIMEOUT:
       if (!parse_u64(optarg, INT64_MAX, &idle_ms) || idle_ms == 0) {
         fail_usage("--idle-timeout-ms: a positive integer, not '%s'",
@@ -1027,6 +1053,17 @@ int al_cli_run(int argc, char **argv) {
   if (api_key == NULL) {
     api_key = al_config_api_key(&cfg, env_get, &key_var);
   }
+  {
+    char why[160];
+
+    /* A malformed URL is configuration, not a network failure: name it
+     * and the reason, exit 2 before any request. */
+    if (al_agent_check_base_url(base_url, why, sizeof(why)) != 0) {
+      fail_usage("base URL '%s': %s", base_url, why);
+      code = EXIT_USAGE;
+      goto done;
+    }
+  }
   public_url = is_public_endpoint(base_url);
   if (api_key == NULL && public_url && !print_prompt) {
     fail_usage("no API key for %s: set %s or pass --api-key",
@@ -1116,7 +1153,7 @@ int al_cli_run(int argc, char **argv) {
     al_free(models_err);
     al_buf_free(&text);
     al_buf_free(&sysbuf);
-    code = EXIT_USAGE;
+    code = EXIT_USAGE; /* through done: the prompt and config are freed */
     goto done;
   }
 
@@ -1156,6 +1193,17 @@ int al_cli_run(int argc, char **argv) {
     o.retry_max_attempts = (int)retries + 1;
   }
   o.idle_timeout_ms = (int64_t)idle_ms;
+  {
+    al_limits_t from_file;
+    char lwhy[160];
+
+    /* The config file's limits: (checked when it loaded), then --limit. */
+    memset(&from_file, 0, sizeof(from_file));
+    (void)al_limits_from_json(&from_file, al_config_section(&cfg, "limits"),
+                              lwhy, sizeof(lwhy));
+    al_limits_overlay(&from_file, &limits);
+    o.limits = from_file;
+  }
   o.connect_timeout_ms = cfg.timeouts.connect_ms;
   o.progress_timeout_ms = cfg.timeouts.progress_ms;
   o.tool_timeout_ms = (uint64_t)cfg.timeouts.tool_ms;

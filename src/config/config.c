@@ -84,14 +84,14 @@ static bool check_nonempty(const char *v, char *why, size_t len) {
 }
 
 static bool check_url(const char *v, char *why, size_t len) {
-  al__transport_url_t u;
+  char reason[160];
 
-  if (al__transport_url_parse(v, false, &u) != 0) {
+  /* The same check as the agent's, with its reason (issue 15). */
+  if (al_http_url_check(v, reason, sizeof(reason)) != 0) {
     snprintf(why, len, "base_url must be an http:// or https:// URL, not "
-                       "'%s'", v);
+                       "'%s': %s", v, reason);
     return false;
   }
-  al__transport_url_free(&u);
   return true;
 }
 
@@ -214,7 +214,7 @@ static const field_t keys[] = {
     {"mcp_servers", F_SECTION, 0, 0, 0, 0, NULL, NULL,
      al__config_section_keep},
     {"hooks", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_section_keep},
-    {"limits", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_section_keep},
+    {"limits", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_limits_section},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL}};
 
 /* ---- basics ------------------------------------------------------------------ */

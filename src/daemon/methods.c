@@ -130,6 +130,33 @@ static bool new_session_id(char *out, size_t len) {
   return true;
 }
 
+/* A malformed base URL is refused here, naming it, not found later as a
+ * failed request (issue 15). */
+static bool check_base_url(const call_t *k, const char *url) {
+  char why[160];
+  char msg[600];
+
+  if (url == NULL || al_agent_check_base_url(url, why, sizeof(why)) == 0) {
+    return true;
+  }
+  snprintf(msg, sizeof(msg), "base_url '%.400s': %s", url, why);
+  al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
+  return false;
+}
+
+static bool check_limits(const call_t *k) {
+  al_limits_t l;
+  char why[160];
+
+  memset(&l, 0, sizeof(l));
+  if (al_limits_from_json(&l, json_object_get(k->params, "limits"), why,
+                          sizeof(why)) == 0) {
+    return true;
+  }
+  al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+  return false;
+}
+
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
   const char *cwd, *model, *provider, *base_url, *system, *key, *sandbox;
@@ -144,7 +171,8 @@ static void m_session_create(const call_t *k) {
       !popt_str(k, "provider", &provider) || !popt_str(k, "api_key", &key) ||
       !popt_str(k, "sandbox", &sandbox) ||
       !popt_str(k, "base_url", &base_url) ||
-      !popt_str(k, "system", &system) || !check_provider(k, provider)) {
+      !popt_str(k, "system", &system) || !check_provider(k, provider) ||
+      !check_base_url(k, base_url) || !check_limits(k)) {
     return;
   }
   {
@@ -284,6 +312,8 @@ static void m_session_create(const call_t *k) {
     s->h.allow_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
     ask = json_object_get(k->params, "deny_tools");
     s->h.deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+    ask = json_object_get(k->params, "limits");
+    s->h.limits = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';
@@ -297,7 +327,7 @@ static void m_session_create(const call_t *k) {
   }
   b = al__tx_header_record(s->id, &s->h);
   if (b != NULL) {
-    al__session_tx_put(s, b, true);
+    al__session_tx_put_rec(s, b);
     al__blob_unref(b);
   }
   /* Answer once the header is on disk: a session whose id a client holds
@@ -738,7 +768,8 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (!popt_str(k, "model", &v) || !popt_str(k, "base_url", &v) ||
-      !popt_str(k, "system", &v) || !popt_str(k, "api_key", &v) ||
+      !check_base_url(k, v) || !popt_str(k, "system", &v) ||
+      !popt_str(k, "api_key", &v) ||
       !popt_str(k, "provider", &v) || !check_provider(k, v)) {
     return;
   }
@@ -795,8 +826,9 @@ static void m_session_configure(const call_t *k) {
   int rc;
 
   if (s == NULL || !popt_str(k, "model", &v) ||
-      !popt_str(k, "base_url", &v) || !popt_str(k, "api_key", &v) ||
-      !popt_str(k, "provider", &v) || !check_provider(k, v)) {
+      !popt_str(k, "base_url", &v) || !check_base_url(k, v) ||
+      !popt_str(k, "api_key", &v) || !popt_str(k, "provider", &v) ||
+      !check_provider(k, v)) {
     return;
   }
   rc = al__session_reconfigure(s, k->params, &changed, why, sizeof(why));

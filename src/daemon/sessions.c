@@ -257,13 +257,151 @@ void al__session_tx_put(session_t *s, al_blob_t *b, bool sync) {
   }
 }
 
+/* A "rec" record (header, history): hash-chained and synced. */
+void al__session_tx_put_rec(session_t *s, al_blob_t *b) {
+  if (s->tx != NULL) {
+    al__tx_append_chained(s->tx, b, true);
+  }
+}
+
+/* ---- durability: what a client is told is final is on disk --------------- */
+
+typedef struct {
+  al_list_t node;
+  uint64_t seq;
+  al_blob_t *line;
+  bool last; /* final */
+} held_event_t;
+
+static void deliver(session_t *s, uint64_t seq, al_blob_t *line) {
+  al_list_t *pos;
+  al_list_t *next;
+
+  al__ring_push(s, seq, line);
+  for (pos = s->subs.next; pos != &s->subs; pos = next) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    next = pos->next;
+    if (sub->catching) {
+      al__sub_pump(sub); /* the event is in the ring */
+    } else {
+      sub_send(sub, line, seq);
+    }
+  }
+}
+
+/* session/persist_error / session/persist_ok to every watcher. */
+static void persist_notify(session_t *s, int err, bool lost) {
+  al_list_t *pos;
+  char msg[300];
+
+  if (err == 0) {
+    snprintf(msg, sizeof(msg), "the transcript is written again; every "
+                               "turn so far is on disk");
+  } else if (lost) {
+    snprintf(msg, sizeof(msg),
+             "transcript records were lost (%s): a restart will not have "
+             "this session's later turns; the session goes on in memory",
+             al_strerror(err));
+  } else {
+    snprintf(msg, sizeof(msg),
+             "the transcript cannot be written (%s): the session goes on "
+             "in memory and the write is retried; until it succeeds a "
+             "restart would lose the turns since",
+             al_strerror(err));
+  }
+  al_list_foreach(pos, &s->subs) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    al__dclient_send(
+        sub->c,
+        al_rpc_notification_new(
+            err == 0 ? "session/persist_ok" : "session/persist_error",
+            err == 0 ? json_pack("{s:s, s:s}", "session", s->id, "message",
+                                 msg)
+                     : json_pack("{s:s, s:s, s:s, s:b, s:I, s:s}", "session",
+                                 s->id, "error", al_err_name(err), "code",
+                                 al_strerror(err), "lost", lost,
+                                 "pending_bytes",
+                                 (json_int_t)(s->tx != NULL
+                                                  ? al__tx_pending(s->tx)
+                                                  : 0),
+                                 "message", msg)));
+  }
+}
+
+static void on_tx_state(al_tx_t *tx, int err, bool lost, void *data) {
+  session_t *s = data;
+
+  (void)tx;
+  al_log(err == 0 ? AL_LOG_INFO : AL_LOG_ERROR, "session %s: %s%s", s->id,
+         err == 0 ? "transcript written again" : "transcript failing: ",
+         err == 0 ? "" : al_strerror(err));
+  s->persist_err = err;
+  persist_notify(s, err, lost);
+}
+
+static void on_last_flushed(al_tx_t *tx, void *data);
+
+static bool hold_flush(session_t *s) {
+  if (s->tx == NULL || al__tx_flush(s->tx, on_last_flushed, s) != 0) {
+    return false;
+  }
+  s->holding = true;
+  return true;
+}
+
+/* Releases held events up to the next last event whose flush is needed;
+ * a later last event starts its own flush. */
+static void release_held(session_t *s, bool first_is_flushed) {
+  bool flushed = first_is_flushed;
+
+  while (!al_list_empty(&s->held)) {
+    held_event_t *h = AL_CONTAINER_OF(s->held.next, held_event_t, node);
+
+    if (h->last && !flushed) {
+      if (hold_flush(s)) {
+        return;
+      }
+    }
+    if (h->last) {
+      flushed = false;
+    }
+    al_list_remove(&h->node);
+    deliver(s, h->seq, h->line);
+    al__blob_unref(h->line);
+    al_free(h);
+  }
+}
+
+static void on_last_flushed(al_tx_t *tx, void *data) {
+  session_t *s = data;
+  int err = al__tx_error(tx);
+
+  s->holding = false;
+  if (err != 0) {
+    /* The run's history is not durable: say so before its last event. */
+    persist_notify(s, err, al__tx_lost(tx));
+  }
+  release_held(s, true);
+}
+
+static void held_free(session_t *s) {
+  while (!al_list_empty(&s->held)) {
+    held_event_t *h = AL_CONTAINER_OF(s->held.next, held_event_t, node);
+
+    al_list_remove(&h->node);
+    al__blob_unref(h->line);
+    al_free(h);
+  }
+}
+
 void al__session_on_event(const al_event_t *ev, void *data) {
   session_t *s = data;
   json_t *j = al__events_to_json(ev);
   size_t n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
   al_blob_t *line = n > 0 ? al__blob_alloc(n + 1) : NULL;
-  al_list_t *pos;
-  al_list_t *next;
+  bool last;
 
   switch (ev->type) {
   case AL_EVENT_RUN_STARTED:
@@ -299,21 +437,27 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   }
   json_decref(j);
   line->data[n] = '\n';
-  al__ring_push(s, ev->seq, line);
-  for (pos = s->subs.next; pos != &s->subs; pos = next) {
-    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+  al__session_tx_put(s, line, false);
+  /* Only `final` says "done": error and interrupted keep their place
+   * before turn/cancel's answer (al_agent_cancel's contract). */
+  last = ev->type == AL_EVENT_FINAL;
+  if (s->holding || (last && hold_flush(s))) {
+    /* The run's last event waits for its history to be synced (a few
+     * ms); events after it keep their order behind it. */
+    held_event_t *h = al_malloc(sizeof(*h));
 
-    next = pos->next;
-    if (sub->catching) {
-      al__sub_pump(sub); /* the event is in the ring */
-    } else {
-      sub_send(sub, line, ev->seq);
+    if (h != NULL) {
+      h->seq = ev->seq;
+      h->line = line; /* the ref moves */
+      h->last = last;
+      al_list_insert_tail(&s->held, &h->node);
+      line = NULL;
     }
   }
-  /* The transcript append after the sockets: handing work to the
-   * threadpool wakes a thread, which the watchers need not wait for. */
-  al__session_tx_put(s, line, false);
-  al__blob_unref(line);
+  if (line != NULL) {
+    deliver(s, ev->seq, line);
+    al__blob_unref(line);
+  }
   if (!s->running) {
     al__daemon_idle_check(s->d);
   }
@@ -331,7 +475,7 @@ static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
     return;
   }
   /* History commits are the durable part: fdatasync after them. */
-  al__session_tx_put(s, b, true);
+  al__session_tx_put_rec(s, b);
   al__blob_unref(b);
   if (kind == AL_COMMIT_USER && s->title == NULL) {
     json_t *m = json_loadb(message, len, 0, NULL);
@@ -372,6 +516,7 @@ session_t *al__session_alloc(al_daemon_t *d, const char *id) {
   s->d = d;
   snprintf(s->id, sizeof(s->id), "%s", id);
   al_list_init(&s->subs);
+  al_list_init(&s->held);
   al_list_init(&s->resumes);
   s->next_seq = 1;
   al_list_insert_tail(&d->sessions, &s->node);
@@ -384,6 +529,7 @@ void al__session_free(session_t *s) {
 
   al_list_remove(&s->node);
   d->nknown--;
+  held_free(s);
   ring_free(s);
   json_decref(s->recovered);
   al__tx_header_free(&s->h);
@@ -580,6 +726,10 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.data = s;
+  /* Checked at session/create; a hand-edited header falls back to the
+   * defaults for what it cannot parse. */
+  (void)al_limits_from_json(&ao.limits, s->h.limits, why, why_len);
+  why[0] = '\0';
   ao.models = d->models;
   /* Cleared tool outputs live next to the transcript (docs/context.md),
    * so read_tool_output works after a resume. */
@@ -629,6 +779,9 @@ int al__session_start(session_t *s, uint64_t first_seq,
   rc = path != NULL ? al__tx_open(d->loop, path, TX_MAX_QUEUE, &s->tx)
                     : AL_ENOMEM;
   al_free(path);
+  if (rc == 0) {
+    al__tx_set_state_cb(s->tx, on_tx_state, s);
+  }
   if (rc != 0) {
     snprintf(why, why_len, "cannot open the transcript: %s",
              al_strerror(rc));
@@ -706,6 +859,15 @@ void al__session_close(session_t *s) {
    * the transcript before they are told the session closed. */
   if (s->agent != NULL && al_agent_running(s->agent)) {
     al_agent_cancel(s->agent);
+  }
+  if (!al_list_empty(&s->held)) {
+    /* Closing: the watchers are leaving; what they were to see goes out
+     * now, after a failure notice when the writer is failing (the close
+     * flushes what it can and logs what it could not). */
+    if (s->tx != NULL && al__tx_error(s->tx) != 0) {
+      persist_notify(s, al__tx_error(s->tx), al__tx_lost(s->tx));
+    }
+    release_held(s, true);
   }
   al__session_unsubscribe_all(s, "shutdown");
   if (s->agent != NULL) {
@@ -850,6 +1012,10 @@ void al__session_load_done(uv_work_t *w, int status) {
                  : 0;
     rc = al__session_start(s, l->last_seq + 1 + nsynth, l->last_run + 1, why,
                        sizeof(why));
+    if (rc == 0 && s->tx != NULL) {
+      al__tx_set_chain(s->tx, l->chain); /* new records follow the last
+                                            good one */
+    }
   }
   if (rc == 0 && !s->closing) {
     /* The system prompt comes from the session settings (options). */
@@ -884,7 +1050,7 @@ void al__session_load_done(uv_work_t *w, int status) {
 
       json_decref(rec);
       if (b != NULL) {
-        al__session_tx_put(s, b, true);
+        al__session_tx_put_rec(s, b);
         al__blob_unref(b);
       }
       al_log(AL_LOG_WARN, "session %s: closed %zu interrupted tool call(s) "
@@ -895,10 +1061,11 @@ void al__session_load_done(uv_work_t *w, int status) {
       s->title = al__make_title(l->first_user_text);
     }
     json_decref(s->recovered);
-    s->recovered = json_pack("{s:b, s:I, s:I}", "torn_tail", l->torn_tail,
-                             "bad_lines", (json_int_t)l->bad_lines,
-                             "closed_tool_uses",
-                             (json_int_t)l->closed_tool_uses);
+    s->recovered = json_pack(
+        "{s:b, s:I, s:I, s:I, s:O?}", "torn_tail", l->torn_tail, "bad_lines",
+        (json_int_t)l->bad_lines, "closed_tool_uses",
+        (json_int_t)l->closed_tool_uses, "chain_breaks",
+        (json_int_t)l->chain_breaks, "skipped", l->skipped);
   } else if (s->closing) {
     snprintf(why, sizeof(why), "the daemon is shutting down");
     rc = AL_ECLOSING;
@@ -1041,7 +1208,7 @@ int al__session_reconfigure(session_t *s, const json_t *params,
   s->agent = agent;
   b = al__tx_header_record(s->id, &s->h);
   if (b != NULL) {
-    al__session_tx_put(s, b, true);
+    al__session_tx_put_rec(s, b); /* in the hash chain like every rec */
     al__blob_unref(b);
   }
   return 0;

@@ -811,6 +811,7 @@ static int attempt_start(al_agent_t *a) {
   so.data = a;
   so.think_tags = a->model_info.think_tags;
   so.id_seed = al__retry_rng_next(&a->rng);
+  al__agent_limits_pstream(&a->limits, &so);
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
     a->ps_ready = true;
@@ -829,6 +830,8 @@ static int attempt_start(al_agent_t *a) {
     /* Per request: a shared client's defaults are not this agent's. */
     ro.idle_timeout_ms = a->idle_timeout_ms;
     ro.progress_timeout_ms = a->progress_timeout_ms;
+    al__agent_limits_request(&a->limits, &ro);
+    ro.expect_event_stream = true;
     ro.on_data = on_data;
     ro.on_complete = on_complete;
     ro.data = a;
@@ -1363,7 +1366,7 @@ static void tools_done(al_agent_t *a) {
   json_t *js;
 
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    js = al__json_string_utf8(call->content != NULL ? call->content : "",
+    js = al__json_string_text(call->content != NULL ? call->content : "",
                               call->content_len);
     if (js != NULL) {
       al__history_add_tool_result(&a->history, call->id, js, call->is_error);
@@ -1750,7 +1753,19 @@ static void agent_free_fields(al_agent_t *a) {
   }
 }
 
+int al_agent_check_base_url(const char *url, char *why, size_t why_len) {
+  char tmp[8];
+
+  if (why == NULL || why_len == 0) {
+    why = tmp;
+    why_len = sizeof(tmp);
+  }
+  why[0] = '\0';
+  return url == NULL ? 0 : al_http_url_check(url, why, why_len);
+}
+
 static int set_base_url(al_agent_t *a, const char *url) {
+  char why[160];
   size_t n;
 
   if (url == NULL) {
@@ -1758,7 +1773,7 @@ static int set_base_url(al_agent_t *a, const char *url) {
               ? "https://api.openai.com/v1"
               : "https://api.anthropic.com";
   }
-  if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+  if (al_agent_check_base_url(url, why, sizeof(why)) != 0) {
     return AL_EINVAL;
   }
   a->base_url = al_strdup(url);
@@ -1935,6 +1950,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->idle_timeout_ms = co.idle_timeout_ms;
   a->progress_timeout_ms = co.progress_timeout_ms;
+  a->limits = o->limits;
   if (o->client != NULL) {
     a->client = o->client;
   } else if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {
@@ -2092,7 +2108,7 @@ int al_agent_cancel(al_agent_t *a) {
     while ((call = al__executor_results(&box->ex, call)) != NULL) {
       if (call->state == AL_TOOL_CALL_YIELDED) {
         if (old == AG_TOOLS && box == a->cur) {
-          json_t *js = al__json_string_utf8(call->content, call->content_len);
+          json_t *js = al__json_string_text(call->content, call->content_len);
 
           if (js != NULL) {
             al__history_add_tool_result(&a->history, call->id, js,

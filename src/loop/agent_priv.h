@@ -119,6 +119,7 @@ struct al_agent_s {
   void *permission_data;
   int64_t idle_timeout_ms;
   int64_t progress_timeout_ms;
+  al_limits_t limits;
 
   al_http_client_t *client;
   bool own_client; /* made here (else borrowed from the options) */
@@ -237,6 +238,10 @@ bool al__agent_micro(al_agent_t *a);
  * a subscriber ended the run (gen changed) or closed the agent. */
 bool al__agent_post(al_agent_t *a, al_event_t *ev);
 void al__agent_maybe_finish(al_agent_t *a);
+/* agent_limits.c: the agent's limits onto one attempt's options. */
+void al__agent_limits_request(const al_limits_t *l,
+                              al_http_request_options_t *ro);
+void al__agent_limits_pstream(const al_limits_t *l, al_pstream_options_t *so);
 
 /* agent_tools.c */
 /* Sandbox probe and tools.d loading (before al__agent_tools_init). */

@@ -1,5 +1,5 @@
 /* JSON fast path for the hot delta events, plus the jansson-loading
- * helpers the decoders share.
+ * helpers the decoders share (the UTF-8 helpers are in common/utf8.c).
  *
  * A jansson DOM per small event costs ~1.7 us, more than the whole budget
  * of the streaming pipeline, so the three hot shapes
@@ -29,6 +29,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "common/utf8.h"
 #include "provider/provider.h"
 
 /* ---- lone-surrogate rewriting before jansson ----------------------------- */

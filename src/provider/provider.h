@@ -300,6 +300,12 @@ typedef struct al_pstream_options_s {
   /* Limits. */
   size_t max_event;  /* largest SSE event payload (default 8 MiB) */
   size_t max_block;  /* largest accumulated text of one block (default 64 MiB) */
+  /* Whole reply: body bytes fed (default 64 MiB), and the tool input of all
+   * tool calls together (default 32 MiB); 0 disables. Past either the
+   * stream fails with error_type "reply_too_large" / "tool_input_too_large"
+   * (not retryable: the same endpoint would send the same). */
+  size_t max_reply;
+  size_t max_tool_input;
   /* Seed for synthesized ids (OpenAI tool calls without id). */
   uint64_t id_seed;
   /* OpenAI-compatible: the model writes its reasoning inside
@@ -342,6 +348,8 @@ typedef struct al_pstream_s {
   json_t *message;  /* snapshot after message_start, NULL before */
   al__pblock_t *blocks;
   size_t nblocks;
+  uint64_t reply_bytes;      /* body bytes fed (max_reply) */
+  uint64_t tool_input_bytes; /* input deltas of all tool calls */
   size_t cap_blocks;
   bool message_stopped;
   bool seen_any;    /* any decodable event seen */
@@ -489,6 +497,8 @@ char *al__json_dumps_js(const json_t *j);
 int al__json_write_js(FILE *f, const json_t *j);
 /* Extracts a hot delta from a parsed event (1), or 0 if not that shape. */
 int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out);
+/* The UTF-8 helpers (al__utf8_*, al__json_string_utf8) are in
+ * common/utf8.h. */
 
 /* Internal (pstream.c / aggregate.c and the decoders). */
 /* OpenAI-style usage -> normalized usage (new object), NULL if not one. */

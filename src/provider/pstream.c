@@ -35,6 +35,8 @@ void al_pstream_options_init(al_pstream_options_t *o) {
   o->openai_completion = true;
   o->max_event = 8u << 20;
   o->max_block = 64u << 20;
+  o->max_reply = 64u << 20;
+  o->max_tool_input = 32u << 20;
   o->id_seed = 0;
 }
 
@@ -117,6 +119,17 @@ int al_pstream_feed(al_pstream_t *s, const char *bytes, size_t len) {
   int rc;
 
   if (s->error != 0) {
+    return s->error;
+  }
+  s->reply_bytes += len;
+  if (s->opts.max_reply > 0 && s->reply_bytes > s->opts.max_reply) {
+    char msg[128];
+
+    /* Checked before parsing: memory follows the bound, not the input. */
+    snprintf(msg, sizeof(msg), "the reply exceeds the limit of %zu bytes",
+             s->opts.max_reply);
+    al__pstream_fail(s, AL_PERR_DECODE, "reply_too_large", msg, NULL);
+    s->error = AL_ETOOBIG;
     return s->error;
   }
   s->in_feed = true;

@@ -1062,6 +1062,135 @@ TEST_IMPL(cli_run_models_file) {
   return 0;
 }
 
+/* Issue 15: a malformed base URL is configuration (exit 2, naming the URL
+ * and why), and --limit bounds a reply. */
+TEST_IMPL(cli_run_bad_base_url_exit_2) {
+  cli_t c;
+  size_t i;
+  static const struct {
+    const char *url;
+    const char *why;
+  } cases[] = {
+      {"http://[::1", "closing ']'"},
+      {"http://127.0.0.1:99999", "port must be a number 1..65535"},
+      {"http://a b/", "a space"},
+      {"http://", "no host"},
+      {"http://:8080/v1", "no host"},
+  };
+
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const char *args[] = {"run", "--base-url", cases[i].url, "-p", "x", NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, args, clean_env);
+    if (c.exit_status != 2 || strstr(c.ebuf, cases[i].url) == NULL ||
+        strstr(c.ebuf, cases[i].why) == NULL) {
+      AL_TEST_FAIL("%s: exit %d, stderr: %s", cases[i].url,
+                   (int)c.exit_status, c.ebuf);
+    }
+    finish(&c);
+  }
+  {
+    const char *args[] = {"run", "--limit", "reply_bytez=1", "-p", "x", NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, args, clean_env);
+    ASSERT_EQ(c.exit_status, 2);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "unknown limit"));
+    finish(&c);
+  }
+  return 0;
+}
+
+TEST_IMPL(cli_run_limit_reply_bytes) {
+  cli_t c;
+  static const char *big =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - repeat_text: {count: 20000, text: \"0123456789abcdef\"}\n";
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--limit", "reply_bytes=64K", "-p", "x", NULL};
+
+  start_mock(&c, big);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "exceeds the limit of 65536 bytes"));
+  finish(&c);
+  /* The same bound from the configuration file's limits: section. */
+  {
+    char root[] = "/tmp/al-cli-lim-XXXXXX";
+    char dir[128], path[160], xdg[160];
+    char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "ANTHROPIC_API_KEY=k",
+                   xdg, NULL};
+    const char *args2[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                           "-p", "x", NULL};
+    FILE *f;
+
+    ASSERT_NOT_NULL(mkdtemp(root));
+    snprintf(dir, sizeof(dir), "%s/agentloop", root);
+    ASSERT_EQ(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof(path), "%s/config.yaml", dir);
+    f = fopen(path, "w");
+    ASSERT_NOT_NULL(f);
+    fputs("limits:\n  reply_bytes: 32K\n", f);
+    fclose(f);
+    snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", root);
+    start_mock(&c, big);
+    run_cli(&c, args2, env);
+    ASSERT_EQ(c.exit_status, 1);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "exceeds the limit of 32768 bytes"));
+    finish(&c);
+    unlink(path);
+    rmdir(dir);
+    rmdir(root);
+  }
+  return 0;
+}
+
+/* Binary-safe history through `agentloop run` (issue 15): a binary file
+ * and random bytes from bash reach the model as notices and clean text;
+ * the run ends 0 and every request passed the mock's validator. */
+#include "../loop/binfx.h"
+
+TEST_IMPL(cli_run_binary_tool_output) {
+  cli_t c;
+  ws_t w;
+  size_t i;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "json", "-p",
+                        "look", NULL};
+  char *body;
+
+  ws_make(&w);
+  args[4] = w.dir;
+  bin_write_file(w.dir, "rand.bin", 4096);
+  {
+    char tmp[sizeof(w.files[0])];
+
+    snprintf(tmp, sizeof(tmp), "%s/rand.bin", w.dir);
+    memcpy(w.files[w.nfiles++], tmp, sizeof(tmp));
+  }
+  ws_file(&w, "text.txt", "caf\xc3\xa9 ok\nbad \xff byte\n");
+  start_mock(&c, bin_scenario);
+  run_cli(&c, args, clean_env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  for (i = 0; i < al_mockllm_record_count(c.mock); i++) {
+    ASSERT(al_mockllm_record_get(c.mock, i)->valid);
+  }
+  body = json_dumps(al_mockllm_record_get(c.mock, 1)->body, JSON_COMPACT);
+  ASSERT_NOT_NULL(strstr(body, "[binary output: 4096 bytes"));
+  ASSERT_NOT_NULL(strstr(body, "looks like a binary file"));
+  ASSERT_NULL(strstr(body, "\\u0000"));
+  free(body);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
 /* ---- the configuration file (docs/config.md) --------------------------------- */
 
 /* The user's config.yaml gives provider settings, the model, max_tokens and
@@ -1273,5 +1402,27 @@ TEST_IMPL(cli_run_context_settings) {
   finish(&c);
   rmdir(sub);
   rmdir(w.dir);
+  return 0;
+}
+
+/* Slowloris through `agentloop run` (issue 15): a reply dripped a byte at
+ * a time keeps the idle timer happy; --limit min_rate_bytes ends it. */
+TEST_IMPL(cli_run_slowloris_min_rate) {
+  cli_t c;
+  char window[64];
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--max-retries", "0", "--limit",
+                        "min_rate_bytes=64K", "--limit", window, "-p", "x",
+                        NULL};
+
+  snprintf(window, sizeof(window), "min_rate_window_ms=%d",
+           100 * al_test_timeout_multiplier());
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{text: 'slow and steady'}]}\n"
+                 "    fault: {drip: {bytes: 1, interval_ms: 4}}\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "below the minimum of 65536"));
+  finish(&c);
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "dtest.h"
+#include "session/session.h"
 
 static const char *two_replies =
     "responses:\n"
@@ -132,6 +133,16 @@ TEST_IMPL(daemon_follows_client_settings) {
   }
   fclose(f);
   ASSERT(!key_in_file);
+  /* A reload takes the later header: it is in the hash chain too. */
+  {
+    al_tx_loaded_t l;
+
+    ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+    ASSERT_EQ(l.chain_breaks, 0);
+    ASSERT_EQ(l.bad_lines, 0);
+    ASSERT_STR_EQ(l.header.model, "m-next");
+    al__tx_loaded_free(&l);
+  }
   dt_finish(&t, cs, 1);
   return 0;
 }
