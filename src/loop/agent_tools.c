@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "loop/agent_priv.h"
+#include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
 #include "tools/bash.h"
 #include "tools/clitool.h"
@@ -869,6 +870,11 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   }
   a->sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
                       a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
+  /* bwrap mode: the first sandboxes are built now, on the threadpool. */
+  rc = al__pool_start(a->loop, a->sandbox, (size_t)a->concurrency, 0);
+  if (rc != 0) {
+    return rc;
+  }
   if (al__sandbox_helper_in_roots(a->sandbox, buf, sizeof(buf))) {
     /* The file tools run outside the sandbox: they must not replace the
      * helper either. */

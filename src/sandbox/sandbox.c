@@ -54,6 +54,12 @@ struct al_sandbox_s {
   /* Degraded mode: a private temporary directory (TMPDIR of every tool,
    * writable to it); removed with its content by al__sandbox_free. */
   char *tmpdir;
+  /* The warm pool builds argv lists on the threadpool: the placeholder
+   * list and `active` are shared with the loop thread. */
+  pthread_mutex_t lock;
+  size_t refs; /* the owner's, plus one per warm build in flight */
+  void *pool;
+  void (*pool_close)(void *pool);
 };
 
 static int strv_push(strv_t *s, const char *str) {
@@ -461,10 +467,51 @@ static int rm_entry(const char *path, const struct stat *st, int flag,
   return 0;
 }
 
+void al__sandbox_set_pool(al_sandbox_t *sb, void *pool,
+                          void (*close_fn)(void *pool)) {
+  sb->pool = pool;
+  sb->pool_close = close_fn;
+}
+
+void *al__sandbox_pool(const al_sandbox_t *sb) {
+  return sb != NULL ? sb->pool : NULL;
+}
+
+void al__sandbox_ref(al_sandbox_t *sb) {
+  pthread_mutex_lock(&sb->lock);
+  sb->refs++;
+  pthread_mutex_unlock(&sb->lock);
+}
+
+static void sandbox_destroy(al_sandbox_t *sb);
+
+void al__sandbox_unref(al_sandbox_t *sb) {
+  size_t left;
+
+  pthread_mutex_lock(&sb->lock);
+  left = --sb->refs;
+  pthread_mutex_unlock(&sb->lock);
+  if (left == 0) {
+    sandbox_destroy(sb);
+  }
+}
+
 void al__sandbox_free(al_sandbox_t *sb) {
   if (sb == NULL) {
     return;
   }
+  if (sb->pool != NULL) {
+    /* Kills and reaps the idle warm sandboxes (releasing them); a build
+     * still on the threadpool holds its own reference. */
+    void *pool = sb->pool;
+
+    sb->pool = NULL;
+    sb->pool_close(pool);
+  }
+  al__sandbox_unref(sb);
+}
+
+static void sandbox_destroy(al_sandbox_t *sb) {
   if (sb->tmpdir != NULL) {
     /* What the tools left there; FTW_PHYS: links are removed, never
      * followed. */
@@ -478,6 +525,7 @@ void al__sandbox_free(al_sandbox_t *sb) {
   strv_free(&sb->protect);
   strv_free(&sb->placeholders);
   al_free(sb->protect_file);
+  pthread_mutex_destroy(&sb->lock);
   al_free(sb);
 }
 
@@ -709,6 +757,8 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
   if (sb == NULL) {
     return AL_ENOMEM;
   }
+  pthread_mutex_init(&sb->lock, NULL);
+  sb->refs = 1;
   sb->nproc = cfg->nproc ? cfg->nproc : AL_SANDBOX_DEFAULT_NPROC;
   sb->nofile = cfg->nofile ? cfg->nofile : AL_SANDBOX_DEFAULT_NOFILE;
   sb->as_bytes = cfg->as_bytes ? cfg->as_bytes : AL_SANDBOX_DEFAULT_AS;
@@ -876,7 +926,7 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
 }
 
 static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
-                       bool supervise) {
+                       bool supervise, bool warm) {
   size_t i;
   int rc = strv_push(a, sb->helper);
 
@@ -928,13 +978,14 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
     rc = strv_push(a, "--no-network");
   }
   if (rc == 0) {
-    rc = strv_push(a, "--");
+    /* Warm: the command comes later, on its stdin (see pool.h). */
+    rc = strv_push(a, warm ? "--warm" : "--");
   }
   return rc;
 }
 
-int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
-                     const char *const *argv, char ***out) {
+static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
+                     const char *const *argv, bool warm, char ***out) {
   strv_t a;
   size_t i;
   int rc = 0;
@@ -960,8 +1011,24 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
         rc = push_hide(&a, sb->hidden.v[i]);
       }
     }
-    for (i = 0; rc == 0 && i < sb->protect.n; i++) {
-      rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+    if (warm) {
+      /* The protected paths are mounted by the helper itself when its
+       * command arrives (al__sandbox_protect_ops): as they are then, and
+       * with placeholders that last only as long as that command. It
+       * keeps these two capabilities (in the sandbox's user namespace)
+       * until then and drops them, bounding set included, before exec. */
+      static const char *const caps[] = {"--cap-add", "CAP_SYS_ADMIN",
+                                         "--cap-add", "CAP_SETPCAP", NULL};
+
+      for (i = 0; rc == 0 && caps[i] != NULL; i++) {
+        rc = strv_push(&a, caps[i]);
+      }
+    } else {
+      pthread_mutex_lock(&sb->lock);
+      for (i = 0; rc == 0 && i < sb->protect.n; i++) {
+        rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+      }
+      pthread_mutex_unlock(&sb->lock);
     }
     /* Last, so neither the private /tmp, a hidden path nor a writable
      * root covers it: the helper, read-only. */
@@ -976,12 +1043,14 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
       rc = strv_push(&a, "--");
     }
     if (rc == 0) {
-      rc = push_helper(sb, &a, network, false);
+      rc = push_helper(sb, &a, network, false, warm);
     }
   } else if (mode == AL_SANDBOX_MODE_DEGRADED) {
-    rc = push_helper(sb, &a, network, true);
+    rc = push_helper(sb, &a, network, true, warm);
+  } else if (warm) {
+    rc = AL_EINVAL; /* nothing to warm without a sandbox */
   }
-  for (i = 0; rc == 0 && argv[i] != NULL; i++) {
+  for (i = 0; rc == 0 && argv != NULL && argv[i] != NULL; i++) {
     rc = strv_push(&a, argv[i]);
   }
   if (rc == 0 && a.v == NULL) {
@@ -991,11 +1060,89 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
     strv_free(&a);
     return rc;
   }
-  if (sb != NULL) {
+  if (sb != NULL && !warm) {
+    pthread_mutex_lock(&sb->lock);
     sb->active++;
+    pthread_mutex_unlock(&sb->lock);
   }
   *out = a.v;
   return 0;
+}
+
+int al__sandbox_protect_ops(al_sandbox_t *sb, char ***out) {
+  strv_t a;
+  size_t i;
+  int rc = 0;
+
+  *out = NULL;
+  memset(&a, 0, sizeof(a));
+  pthread_mutex_lock(&sb->lock);
+  for (i = 0; rc == 0 && i < sb->protect.n; i++) {
+    rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+  }
+  if (rc == 0 && a.v == NULL) {
+    rc = strv_push(&a, "--"); /* nothing to protect: a non-empty list */
+  }
+  if (rc == 0) {
+    sb->active++;
+  }
+  pthread_mutex_unlock(&sb->lock);
+  if (rc != 0) {
+    strv_free(&a);
+    return rc;
+  }
+  *out = a.v;
+  return 0;
+}
+
+int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
+                     const char *const *argv, char ***out) {
+  return wrap_impl(sb, cwd, network, argv, false, out);
+}
+
+int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out) {
+  return wrap_impl(sb, NULL, network, NULL, true, out);
+}
+
+/* FNV-1a over what the mount plan read from the file system: for each
+ * hidden and protected path, whether it exists, which inode it is and its
+ * mtime. */
+static uint64_t fp_mix(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+uint64_t al__sandbox_fingerprint(const al_sandbox_t *sb) {
+  uint64_t h = 14695981039346656037ULL;
+  const strv_t *lists[1];
+  size_t l, i;
+
+  /* The protected paths are mounted as they are at each hand-off. */
+  lists[0] = &sb->hidden;
+  for (l = 0; l < 1; l++) {
+    for (i = 0; i < lists[l]->n; i++) {
+      struct stat st;
+      uint64_t rec[5] = {0, 0, 0, 0, 0};
+
+      if (lstat(lists[l]->v[i], &st) == 0) {
+        rec[0] = 1 + (uint64_t)(st.st_mode & S_IFMT);
+        rec[1] = (uint64_t)st.st_dev;
+        rec[2] = (uint64_t)st.st_ino;
+        /* A directory's content (a file put into a placeholder on the
+         * host) shows in its mtime. */
+        rec[3] = (uint64_t)st.st_mtim.tv_sec;
+        rec[4] = (uint64_t)st.st_mtim.tv_nsec;
+      }
+      h = fp_mix(h, rec, sizeof(rec));
+    }
+  }
+  return h;
 }
 
 bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
@@ -1013,7 +1160,12 @@ bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
 void al__sandbox_release(al_sandbox_t *sb) {
   size_t i;
 
-  if (sb == NULL || sb->active == 0 || --sb->active > 0) {
+  if (sb == NULL) {
+    return;
+  }
+  pthread_mutex_lock(&sb->lock);
+  if (sb->active == 0 || --sb->active > 0) {
+    pthread_mutex_unlock(&sb->lock);
     return;
   }
   /* No sandbox is running: the placeholders bwrap created as mount points
@@ -1033,4 +1185,5 @@ void al__sandbox_release(al_sandbox_t *sb) {
     }
   }
   strv_free(&sb->placeholders);
+  pthread_mutex_unlock(&sb->lock);
 }

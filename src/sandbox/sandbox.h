@@ -102,6 +102,33 @@ al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out);
 void al__sandbox_release(al_sandbox_t *sb);
+
+/* The warm pool (pool.h) builds on the threadpool: these are safe from
+ * any thread. The argv of a sandbox waiting for its command on stdin
+ * ("--warm"): bwrap and the helper with every mount but the protected
+ * paths', every limit, no --chdir, no command. AL_EINVAL in modes other
+ * than bwrap and degraded. */
+int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out);
+/* The mounts for the protected paths as they are now, as bwrap options
+ * ("--ro-bind SRC DST", "--tmpfs DST", "--remount-ro DST"; a lone "--"
+ * when there is nothing), for a warm sandbox's helper to apply when its
+ * command arrives. Counts as one wrapped child (al__sandbox_release once
+ * it is gone): placeholders are removed as for a cold start. A few lstat
+ * calls. AL_ENOMEM. */
+int al__sandbox_protect_ops(al_sandbox_t *sb, char ***out);
+/* A hash of what the static mount plan reads from the file system
+ * (existence, inode and mtime of every hidden path): a warm sandbox built
+ * under another value would hide the wrong things. */
+uint64_t al__sandbox_fingerprint(const al_sandbox_t *sb);
+/* One reference per warm build in flight keeps the plan alive after
+ * al__sandbox_free; the last unref frees it. */
+void al__sandbox_ref(al_sandbox_t *sb);
+void al__sandbox_unref(al_sandbox_t *sb);
+/* The warm pool attached to this sandbox (al__sandbox_free calls
+ * close_fn on it first). */
+void al__sandbox_set_pool(al_sandbox_t *sb, void *pool,
+                          void (*close_fn)(void *pool));
+void *al__sandbox_pool(const al_sandbox_t *sb);
 void al__sandbox_argv_free(char **argv);
 
 /* The helper path the probe would use (static buffer); NULL if none. */

@@ -71,6 +71,9 @@ void sbx_init(sbx_t *x, sbx_mode_t mode);
 /* Runs one call of tool `name` with the JSON input to its completion;
  * x->content / x->is_error hold the result. */
 void sbx_call(sbx_t *x, const char *name, const char *input);
+/* bwrap mode: runs the loop until a warm sandbox that matches the
+ * workspace as it is now is ready. */
+void sbx_wait_warm(sbx_t *x);
 /* ${WS} ${OUT} ${HOME} ${PID} ${PORT} ${SOCK} ${MARK} expanded (static
  * buffer, overwritten by the next call). */
 const char *sbx_expand(const sbx_t *x, const char *s, const char *mark);
