@@ -13,6 +13,7 @@
 #include "list/tools.h"
 #include "list/bash.h"
 #include "list/sandbox.h"
+#include "list/pool.h"
 #include "list/agent.h"
 #include "list/tui.h"
 #include "list/daemon.h"

@@ -198,6 +198,7 @@ static void pool_maybe_free(al_pool_t *p) {
 }
 
 static void fill(al_pool_t *p);
+static void on_idle(uv_timer_t *t);
 
 static void build_done(uv_work_t *req, int status) {
   build_t *b = req->data;
@@ -205,24 +206,26 @@ static void build_done(uv_work_t *req, int status) {
   int k = b->network ? 1 : 0;
 
   p->building[k]--;
-  if (b->rc == 0 && status == 0 && !p->closing) {
+  if (b->rc == 0 && status == 0 && !p->closing &&
+      p->n_idle[k] < p->target[k]) {
     b->e->next = p->idle[k];
     p->idle[k] = b->e;
     p->n_idle[k]++;
     p->fails_in_row = 0;
+    /* Idle time counts from the pool's last activity. */
+    uv_timer_start(&p->timer, on_idle, p->idle_ms, 0);
+  } else if (b->rc == 0 && status == 0) {
+    /* Closing, or the target dropped while it was built (idle). */
+    entry_destroy(b->e);
+    p->retired++;
   } else {
     if (b->e != NULL) {
       entry_destroy(b->e);
-      if (p->closing) {
-        p->retired++;
-      }
     }
-    if (b->rc != 0 || status != 0) {
-      p->failed++;
-      p->fails_in_row++;
-      al_log(AL_LOG_WARN, "sandbox: a warm sandbox could not be built (%s)",
-             uv_strerror(b->rc != 0 ? b->rc : status));
-    }
+    p->failed++;
+    p->fails_in_row++;
+    al_log(AL_LOG_WARN, "sandbox: a warm sandbox could not be built (%s)",
+           uv_strerror(b->rc != 0 ? b->rc : status));
   }
   al__sandbox_unref(b->sb);
   al_free(b);

@@ -15,6 +15,8 @@
 #include "sandbox/pool.h"
 #include "unit/sandbox/sbx.h"
 
+uint64_t sbx_pool_idle_ms;
+
 #include "tools/bash.h"
 
 /* The CLI tools every escape test may call. */
@@ -318,7 +320,7 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   if (mode == SBX_BWRAP) {
     /* Every bwrap-mode attempt goes through a warm sandbox (sbx_call
      * checks that it did), as agents run them. */
-    ASSERT_EQ(al__pool_start(&x->loop, x->sb, 4, 0), 0);
+    ASSERT_EQ(al__pool_start(&x->loop, x->sb, 4, sbx_pool_idle_ms), 0);
     ASSERT(al__pool_stats(x->sb, &(al_pool_stats_t){0}));
   }
   al__executor_options_init(&eo);

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <uv.h>
 
@@ -64,6 +65,9 @@ typedef struct sbx_s {
   bool is_error;
   char *content;
 } sbx_t;
+
+/* The warm pool's idle time for the next sbx_init (0: the default). */
+extern uint64_t sbx_pool_idle_ms;
 
 /* Builds everything; the sandbox mode must come out as asked (a failing
  * probe fails the test: nothing is skipped). */
