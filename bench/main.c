@@ -35,6 +35,10 @@ static const scenario_t scenarios[] = {
      "          of a multi-tool reply, streaming execution vs SDK-style\n"
      "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
      "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},
+    {"toolstart", al_bench_toolstart,
+     "content_block_stop on the wire -> the sandboxed command's first\n"
+     "          instruction: bwrap warm pool / cold, degraded, none\n"
+     "          [--calls N (300 per mode)] [--calls-per-run N (20)] [--json]"},
     {"decode", al_bench_decode,
      "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
      "a memchr floor\n"

@@ -605,12 +605,19 @@ static void apply_ops(char **ops) {
       }
     } else if (strcmp(op, "--tmpfs") == 0 && ops[i + 1] != NULL) {
       const char *dst = ops[++i];
+      unsigned long f = MS_NOSUID | MS_NODEV;
 
+      /* "--tmpfs D --remount-ro D": one read-only mount. */
+      if (ops[i + 1] != NULL && ops[i + 2] != NULL &&
+          strcmp(ops[i + 1], "--remount-ro") == 0 &&
+          strcmp(ops[i + 2], dst) == 0) {
+        f |= MS_RDONLY;
+        i += 2;
+      }
       if (mkdir(dst, 0755) != 0 && errno != EEXIST) {
         mount_fail("mkdir", dst);
       }
-      if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") !=
-          0) {
+      if (mount("tmpfs", dst, "tmpfs", f, "mode=0755") != 0) {
         mount_fail("tmpfs", dst);
       }
     } else if (strcmp(op, "--remount-ro") == 0 && ops[i + 1] != NULL) {

@@ -907,6 +907,9 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
   if (!under_any_root(sb, buf)) {
     return 0;
   }
+  if (strv_has(a, buf)) {
+    return 0; /* .git/hooks and .git/config share the placeholder .git */
+  }
   if (!strv_has(&sb->placeholders, buf) &&
       (rc = strv_push(&sb->placeholders, buf)) != 0) {
     return rc;
