@@ -14,6 +14,7 @@
 #include "list/bash.h"
 #include "list/sandbox.h"
 #include "list/pool.h"
+#include "list/toolmem.h"
 #include "list/agent.h"
 #include "list/tui.h"
 #include "list/daemon.h"

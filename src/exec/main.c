@@ -8,7 +8,8 @@
  * NO_NEW_PRIVS next, the seccomp filter last (it forbids what the earlier
  * steps use).
  *
- *   --cpu S --as BYTES --fsize BYTES --nofile N --nproc N   rlimits
+ *   --cpu S --as BYTES --data BYTES --fsize BYTES --nofile N --nproc N
+ *                       rlimits
  *                       (CORE is always 0)
  *   --write PATH        a Landlock writable root (repeatable); with none,
  *                       Landlock is not used
@@ -82,7 +83,7 @@ struct ll_ruleset_attr {
 };
 
 typedef struct opts_s {
-  rlim_t cpu, as, fsize, nofile, nproc;
+  rlim_t cpu, as, data, fsize, nofile, nproc;
   const char *write[MAX_WRITE];
   int n_write;
   int abi_cap;
@@ -744,6 +745,8 @@ int main(int argc, char **argv) {
       o.cpu = num(argv[++i]);
     } else if (strcmp(a, "--as") == 0) {
       o.as = num(argv[++i]);
+    } else if (strcmp(a, "--data") == 0) {
+      o.data = num(argv[++i]);
     } else if (strcmp(a, "--fsize") == 0) {
       o.fsize = num(argv[++i]);
     } else if (strcmp(a, "--nofile") == 0) {
@@ -781,6 +784,7 @@ int main(int argc, char **argv) {
   }
   set_limit(RLIMIT_CPU, o.cpu);
   set_limit(RLIMIT_AS, o.as);
+  set_limit(RLIMIT_DATA, o.data);
   set_limit(RLIMIT_FSIZE, o.fsize);
   set_limit(RLIMIT_NOFILE, o.nofile);
   set_limit(RLIMIT_NPROC, o.nproc);

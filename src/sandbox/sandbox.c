@@ -50,7 +50,7 @@ struct al_sandbox_s {
   bool *protect_file;
   strv_t placeholders; /* created by bwrap, removed on the last release */
   size_t active;
-  uint64_t nproc, nofile, as_bytes, fsize_bytes, cpu_secs;
+  uint64_t nproc, nofile, as_bytes, data_bytes, fsize_bytes, cpu_secs;
   /* Degraded mode: a private temporary directory (TMPDIR of every tool,
    * writable to it); removed with its content by al__sandbox_free. */
   char *tmpdir;
@@ -147,6 +147,124 @@ static bool path_under(const char *path, const char *root) {
     return true;
   }
   return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* ---- tool memory ----------------------------------------------------------- */
+
+static uint64_t read_u64_file(const char *path) {
+  char buf[64];
+  FILE *f = fopen(path, "re");
+  unsigned long long v;
+
+  if (f == NULL) {
+    return UINT64_MAX;
+  }
+  if (fgets(buf, sizeof(buf), f) == NULL ||
+      sscanf(buf, "%llu", &v) != 1) { /* "max" too */
+    v = ULLONG_MAX;
+  }
+  fclose(f);
+  return (uint64_t)v;
+}
+
+/* The lowest limit in `file` of cgroup `path` (under `root`) and its
+ * ancestors. */
+static uint64_t cgroup_min(const char *root, const char *path,
+                           const char *file) {
+  char p[PATH_MAX + 128];
+  char cur[PATH_MAX];
+  uint64_t best = UINT64_MAX;
+  char *slash;
+
+  snprintf(cur, sizeof(cur), "%s", path);
+  for (;;) {
+    uint64_t v;
+
+    snprintf(p, sizeof(p), "%s%s/%s", root, strcmp(cur, "/") == 0 ? "" : cur,
+             file);
+    v = read_u64_file(p);
+    if (v < best) {
+      best = v;
+    }
+    slash = strrchr(cur, '/');
+    if (slash == NULL || strcmp(cur, "/") == 0) {
+      break;
+    }
+    if (slash == cur) {
+      snprintf(cur, sizeof(cur), "/");
+    } else {
+      *slash = '\0';
+    }
+  }
+  return best;
+}
+
+uint64_t al__sandbox_memory_base(char *from, size_t from_size) {
+  char line[PATH_MAX + 64];
+  uint64_t total = 0;
+  uint64_t cg = UINT64_MAX;
+  const char *cg_what = NULL;
+  unsigned long long kb;
+  FILE *f;
+
+  f = fopen("/proc/meminfo", "re");
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
+      total = (uint64_t)kb * 1024;
+      break;
+    }
+  }
+  if (f != NULL) {
+    fclose(f);
+  }
+  f = fopen("/proc/self/cgroup", "re");
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    char *nl = strchr(line, '\n');
+    char *path;
+    uint64_t v = UINT64_MAX;
+    const char *what = NULL;
+
+    if (nl != NULL) {
+      *nl = '\0';
+    }
+    if (strncmp(line, "0::", 3) == 0) {
+      path = line + 3;
+      v = cgroup_min("/sys/fs/cgroup", path, "memory.max");
+      what = "the cgroup memory.max";
+    } else if ((path = strstr(line, ":memory:")) != NULL) {
+      path += 8;
+      v = cgroup_min("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
+      what = "the cgroup memory.limit_in_bytes";
+    }
+    if (v < cg) {
+      cg = v;
+      cg_what = what;
+    }
+  }
+  if (f != NULL) {
+    fclose(f);
+  }
+  if (cg_what != NULL && cg > 0 && (total == 0 || cg < total)) {
+    if (from != NULL) {
+      snprintf(from, from_size, "%s (%llu MiB)", cg_what,
+               (unsigned long long)(cg >> 20));
+    }
+    return cg;
+  }
+  if (total == 0) {
+    total = (uint64_t)8 << 30; /* no /proc: a modest machine */
+  }
+  if (from != NULL) {
+    snprintf(from, from_size, "MemTotal (%llu MiB)",
+             (unsigned long long)(total >> 20));
+  }
+  return total;
+}
+
+uint64_t al__sandbox_default_data(uint64_t base) {
+  uint64_t v = base / 100 * AL_SANDBOX_MEMORY_SHARE_PCT;
+
+  return v < ((uint64_t)64 << 20) ? (uint64_t)64 << 20 : v;
 }
 
 /* ---- helper discovery ----------------------------------------------------- */
@@ -765,6 +883,16 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
   sb->fsize_bytes = cfg->fsize_bytes ? cfg->fsize_bytes
                                      : AL_SANDBOX_DEFAULT_FSIZE;
   sb->cpu_secs = cfg->cpu_secs;
+  sb->data_bytes = cfg->data_bytes;
+  if (sb->data_bytes == 0) {
+    char from[128];
+    uint64_t base = al__sandbox_memory_base(from, sizeof(from));
+
+    sb->data_bytes = al__sandbox_default_data(base);
+    al_log(AL_LOG_DEBUG, "sandbox: tool memory (RLIMIT_DATA) %llu MiB: %d%% "
+           "of %s", (unsigned long long)(sb->data_bytes >> 20),
+           AL_SANDBOX_MEMORY_SHARE_PCT, from);
+  }
   if (cfg->policy == AL_SANDBOX_OFF) {
     sb->info.mode = AL_SANDBOX_MODE_NONE;
     snprintf(sb->info.missing, sizeof(sb->info.missing), "all");
@@ -947,6 +1075,10 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   if (rc == 0 && sb->as_bytes != UINT64_MAX &&
       (rc = strv_push(a, "--as")) == 0) {
     rc = strv_pushf(a, "%llu", (unsigned long long)sb->as_bytes);
+  }
+  if (rc == 0 && sb->data_bytes != UINT64_MAX &&
+      (rc = strv_push(a, "--data")) == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)sb->data_bytes);
   }
   if (rc == 0 && (rc = strv_push(a, "--fsize")) == 0) {
     rc = strv_pushf(a, "%llu", (unsigned long long)sb->fsize_bytes);

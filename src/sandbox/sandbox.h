@@ -34,6 +34,11 @@
 #define AL_SANDBOX_DEFAULT_NOFILE 1024
 #define AL_SANDBOX_DEFAULT_AS ((uint64_t)32 << 30)
 #define AL_SANDBOX_DEFAULT_FSIZE ((uint64_t)1 << 30)
+/* RLIMIT_DATA (the memory a process can write to: heap, private writable
+ * mappings; PROT_NONE reservations such as a JIT's cage do not count) is
+ * this share of the machine's memory by default: physical memory, or the
+ * cgroup limit of this process when that is lower. */
+#define AL_SANDBOX_MEMORY_SHARE_PCT 50
 
 typedef struct al_sandbox_s al_sandbox_t;
 
@@ -61,6 +66,9 @@ typedef struct al_sandbox_config_s {
   uint64_t nproc;
   uint64_t nofile;
   uint64_t as_bytes;
+  /* RLIMIT_DATA per process; 0: AL_SANDBOX_MEMORY_SHARE_PCT of
+   * al__sandbox_memory_base(); UINT64_MAX: none. */
+  uint64_t data_bytes;
   uint64_t fsize_bytes;
   uint64_t cpu_secs;
 } al_sandbox_config_t;
@@ -130,6 +138,14 @@ void al__sandbox_set_pool(al_sandbox_t *sb, void *pool,
                           void (*close_fn)(void *pool));
 void *al__sandbox_pool(const al_sandbox_t *sb);
 void al__sandbox_argv_free(char **argv);
+
+/* The memory a tool's share is taken from: MemTotal, or the lowest
+ * memory limit of this process's cgroup and its ancestors (v2
+ * memory.max, v1 memory.limit_in_bytes) when lower. `from` (when not
+ * NULL) names the source. Blocking (reads /proc and /sys). */
+uint64_t al__sandbox_memory_base(char *from, size_t from_size);
+/* The default RLIMIT_DATA for that base (the share, at least 64 MiB). */
+uint64_t al__sandbox_default_data(uint64_t base);
 
 /* The helper path the probe would use (static buffer); NULL if none. */
 const char *al__sandbox_find_helper(const char *explicit_path);

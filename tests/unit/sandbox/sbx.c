@@ -16,6 +16,7 @@
 #include "unit/sandbox/sbx.h"
 
 uint64_t sbx_pool_idle_ms;
+uint64_t sbx_data_bytes;
 
 #include "tools/bash.h"
 
@@ -307,6 +308,7 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   cfg.nproc = 64;
   cfg.nofile = 256;
   cfg.as_bytes = (uint64_t)1 << 30;
+  cfg.data_bytes = sbx_data_bytes;
   cfg.fsize_bytes = (uint64_t)16 << 20;
   ASSERT_EQ(al__sandbox_new(&cfg, &x->sb, &info), 0);
   if (info.mode != (mode == SBX_BWRAP ? AL_SANDBOX_MODE_BWRAP

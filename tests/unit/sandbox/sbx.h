@@ -68,6 +68,9 @@ typedef struct sbx_s {
 
 /* The warm pool's idle time for the next sbx_init (0: the default). */
 extern uint64_t sbx_pool_idle_ms;
+/* RLIMIT_DATA of the tools for the next sbx_init (0: the default share of
+ * the machine). */
+extern uint64_t sbx_data_bytes;
 
 /* Builds everything; the sandbox mode must come out as asked (a failing
  * probe fails the test: nothing is skipped). */
