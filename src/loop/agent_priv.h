@@ -1,6 +1,6 @@
 /* The agent's private structure, shared by agent.c (the run/turn state
- * machine) and agent_tools.c (tool registry, permission gate, approvals,
- * in-process tool contexts). */
+ * machine), agent_tools.c (tool registry, in-process tool contexts) and
+ * gate.c (input check, permission policy, approvals). */
 #ifndef AL_LOOP_AGENT_PRIV_H
 #define AL_LOOP_AGENT_PRIV_H
 
@@ -176,6 +176,14 @@ struct al_agent_s {
   al_commit_cb on_commit;
   void *commit_data;
   bool has_run; /* al_agent_run was called once (load refuses after) */
+
+  /* Context (SPEC §9): the catalogue (own_models when the options gave
+   * none), the window override and what the catalogue says about a->model
+   * (refreshed when the model changes). */
+  const al_models_t *models;
+  al_models_t *own_models;
+  int64_t window_override;
+  al_model_info_t model_info;
 };
 
 /* agent.c */
@@ -192,8 +200,22 @@ int al__agent_tools_init(al_agent_t *a);
 int al__agent_cli_tools_init(al_agent_t *a);
 void al__agent_tools_free(al_agent_t *a);
 const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name);
+
+/* gate.c */
+/* Points t->gate at the gate (input check, policy, approvals). */
+void al__gate_bind(ag_tool_t *t);
 /* Cancels every waiting approval's call (used by cancel). */
 void al__agent_approvals_drop(al_agent_t *a);
+const char *al__tool_category_name(al_tool_category_t c);
+/* Posts a tool event for call with input as text. Same return as
+ * al__agent_post. */
+bool al__agent_post_tool(al_agent_t *a, al_event_type_t type,
+                         const al_tool_call_t *call, const char *input);
+/* The input as compact JSON (al_free), NULL when out of memory. */
+char *al__tool_input_text(const json_t *input);
+/* Completes call with an error result printf'd from fmt (two %s). */
+void al__call_complete_fmt(al_tool_call_t *call, const char *fmt,
+                           const char *a1, const char *a2);
 int al__agent_add_tool_impl(al_agent_t *a, al_tool_impl_t *inner,
                             void (*free_inner)(al_tool_impl_t *),
                             const char *description, const char *schema,

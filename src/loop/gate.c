@@ -1,0 +1,410 @@
+/* The gate every tool call passes (SPEC §6, §8): the input check against
+ * the tool's schema, the permission policy, and approvals.
+ *
+ * The executor is given `gate` for every tool. gate.start runs when the
+ * executor lets the call start; it checks the input, asks the policy, and
+ * either completes the call with an error result, waits for an approval, or
+ * hands the call over to the real implementation by pointing call->impl at
+ * it and calling its start. From then on the executor's cancel reaches the
+ * real tool directly. Security code: kept apart from the registry so a
+ * change to what is allowed is reviewed here alone. */
+#include <assert.h>
+#include <string.h>
+
+#include "loop/agent_priv.h"
+
+static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
+
+/* ---- events -------------------------------------------------------------- */
+
+bool al__agent_post_tool(al_agent_t *a, al_event_type_t type,
+                      const al_tool_call_t *call, const char *input) {
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = type;
+  ev.u.tool.call_id = ag_slice(call->id);
+  ev.u.tool.name = ag_slice(call->name);
+  ev.u.tool.input = ag_slice(input);
+  return al__agent_post(a, &ev);
+}
+
+char *al__tool_input_text(const json_t *input) {
+  char *s = json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY);
+
+  return s;
+}
+
+/* ---- hold accounting ------------------------------------------------------- */
+
+static void on_release(al_tool_call_t *call, void *data) {
+  al_agent_t *a = data;
+
+  (void)call;
+  assert(a->holds > 0);
+  a->holds--;
+  al__agent_maybe_finish(a);
+}
+
+static void complete_text(al_tool_call_t *call, bool is_error,
+                          const char *text) {
+  al__executor_call_complete(call, is_error, text, strlen(text));
+}
+
+void al__call_complete_fmt(al_tool_call_t *call, const char *fmt,
+                         const char *a1, const char *a2) {
+  al_buf_t b;
+
+  al_buf_init(&b, 64 * 1024);
+  if (al_buf_printf(&b, fmt, a1, a2 != NULL ? a2 : "") != 0) {
+    al_buf_free(&b);
+    complete_text(call, true, "Error: out of memory");
+    return;
+  }
+  al__executor_call_complete(call, true, b.data, b.len);
+  al_buf_free(&b);
+}
+
+/* ---- input check ----------------------------------------------------------- */
+
+static bool type_ok(const char *type, const json_t *v) {
+  if (strcmp(type, "string") == 0) {
+    return json_is_string(v);
+  }
+  if (strcmp(type, "integer") == 0) {
+    return json_is_integer(v) ||
+           (json_is_real(v) &&
+            json_real_value(v) == (double)(json_int_t)json_real_value(v));
+  }
+  if (strcmp(type, "number") == 0) {
+    return json_is_number(v);
+  }
+  if (strcmp(type, "boolean") == 0) {
+    return json_is_boolean(v);
+  }
+  if (strcmp(type, "array") == 0) {
+    return json_is_array(v);
+  }
+  if (strcmp(type, "object") == 0) {
+    return json_is_object(v);
+  }
+  if (strcmp(type, "null") == 0) {
+    return json_is_null(v);
+  }
+  return true; /* a type we do not check */
+}
+
+/* The checks the model most often gets wrong: not JSON, not an object, a
+ * required property missing, a property of the wrong primitive type. The
+ * tool itself still validates what it uses. */
+static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) {
+  const json_t *props = json_object_get(t->schema, "properties");
+  const json_t *req = json_object_get(t->schema, "required");
+  const char *key;
+  json_t *v;
+  size_t i;
+
+  if (!json_is_object(input)) {
+    al_buf_printf(why, "the input must be a JSON object");
+    return false;
+  }
+  if (json_object_size(input) == 1 && json_is_string(json_object_get(input, "_raw")) &&
+      json_object_get(props, "_raw") == NULL) {
+    al_buf_printf(why, "the input is not valid JSON: %.200s",
+                  json_string_value(json_object_get(input, "_raw")));
+    return false;
+  }
+  json_array_foreach(req, i, v) {
+    if (json_is_string(v) && json_object_get(input, json_string_value(v)) == NULL) {
+      al_buf_printf(why, "missing required property '%s'", json_string_value(v));
+      return false;
+    }
+  }
+  json_object_foreach((json_t *)input, key, v) {
+    const json_t *ps = json_object_get(props, key);
+    const json_t *ty = json_object_get(ps, "type");
+
+    if (json_is_string(ty) && !type_ok(json_string_value(ty), v)) {
+      al_buf_printf(why, "property '%s' must be of type %s", key,
+                    json_string_value(ty));
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- permissions ------------------------------------------------------------- */
+
+static bool listed(char *const *list, const char *name) {
+  size_t i;
+
+  for (i = 0; list != NULL && list[i] != NULL; i++) {
+    if (strcmp(list[i], name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+const char *al__tool_category_name(al_tool_category_t c) {
+  switch (c) {
+  case AL_TOOL_READ: return "read";
+  case AL_TOOL_WRITE: return "write";
+  case AL_TOOL_ADMIN: return "admin";
+  }
+  return "admin";
+}
+
+static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
+                              const al_tool_call_t *call, const char **why) {
+  al_permission_t p;
+  char *input;
+
+  if (listed(a->deny_tools, t->name)) {
+    *why = "it is on the deny list";
+    return AL_PERMISSION_DENY;
+  }
+  if (a->sandbox_refuse && !t->inproc &&
+      (t->spawns || t->category != AL_TOOL_READ)) {
+    /* No sandbox works here and nobody opted out of it. */
+    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE && !t->always) {
+      return AL_PERMISSION_ASK;
+    }
+    if (a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+      *why = "no sandbox works on this machine (see `agentloop doctor`); "
+             "run with --sandbox=none to allow it unconfined";
+      return AL_PERMISSION_DENY;
+    }
+  }
+  if (t->always || listed(a->allow_tools, t->name)) {
+    return AL_PERMISSION_ALLOW;
+  }
+  if (a->permission != NULL) {
+    /* Only the hook needs the input as text. */
+    input = al__tool_input_text(call->input);
+    p = a->permission(a, t->name, input != NULL ? input : "{}", t->category,
+                      a->permission_data);
+    al_free(input);
+    if (p == AL_PERMISSION_ASK && a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+      *why = "it needs an approval and this run cannot ask";
+      return AL_PERMISSION_DENY;
+    }
+    if (p == AL_PERMISSION_DENY) {
+      *why = "the permission policy refused it";
+      return p;
+    }
+    if (p == AL_PERMISSION_ALLOW || p == AL_PERMISSION_ASK) {
+      return p;
+    }
+  }
+  switch (t->category) {
+  case AL_TOOL_READ:
+    return AL_PERMISSION_ALLOW;
+  case AL_TOOL_WRITE:
+    if (a->mode == AL_PERMISSION_MODE_JOB) {
+      *why = "write tools must be listed in a job's allowed tools";
+      return AL_PERMISSION_DENY;
+    }
+    return AL_PERMISSION_ALLOW;
+  case AL_TOOL_ADMIN:
+    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE) {
+      return AL_PERMISSION_ASK;
+    }
+    *why = "admin tools must be allowed explicitly (--allow-tool)";
+    return AL_PERMISSION_DENY;
+  }
+  *why = "unknown category";
+  return AL_PERMISSION_DENY;
+}
+
+/* ---- handing a call to its tool --------------------------------------------- */
+
+/* Points the call at the real tool and starts it. in_gate: called from
+ * gate.start (a refusal is returned to the executor), else from an
+ * approval (a refusal becomes an error result). */
+static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
+  al_agent_t *a = t->agent;
+  char *input;
+  int rc;
+
+  call->impl = t->inner;
+  rc = t->inner->start(call);
+  if (rc != 0) {
+    if (in_gate) {
+      call->impl = &t->gate;
+      a->holds--; /* the executor takes no hold on a refused start */
+      call->on_release = NULL;
+      return rc;
+    }
+    al__call_complete_fmt(call, "Error: tool '%s' failed to start: %s", t->name,
+                 al_strerror(rc));
+    return 0;
+  }
+  if (!t->inproc) {
+    /* The work has begun (process spawned, file job queued). */
+    input = al__tool_input_text(call->input);
+    al__agent_post_tool(a, AL_EVENT_TOOL_USE_STARTED, call, input);
+    al_free(input);
+  }
+  return 0;
+}
+
+static ag_approval_t *approval_find_call(al_agent_t *a,
+                                         const al_tool_call_t *call) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &a->approvals) {
+    ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
+
+    if (r->call == call) {
+      return r;
+    }
+  }
+  return NULL;
+}
+
+static ag_approval_t *approval_find(al_agent_t *a, const char *id) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &a->approvals) {
+    ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
+
+    if (strcmp(r->id, id) == 0) {
+      return r;
+    }
+  }
+  return NULL;
+}
+
+static bool gate_safe(const al_tool_impl_t *impl, const json_t *input) {
+  const ag_tool_t *t = impl->data;
+
+  return t->inner->is_concurrency_safe != NULL &&
+         t->inner->is_concurrency_safe(t->inner, input);
+}
+
+static int gate_start(al_tool_call_t *call) {
+  ag_tool_t *t = call->impl->data;
+  al_agent_t *a = t->agent;
+  ag_approval_t *rec;
+  al_buf_t why;
+  al_event_t ev;
+  const char *reason = NULL;
+  char *input;
+  al_permission_t p;
+
+  call->on_release = on_release;
+  call->release_data = a;
+  a->holds++;
+  al_buf_init(&why, 4096);
+  if (!check_input(t, call->input, &why)) {
+    al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
+                 why.data != NULL ? why.data : "out of memory");
+    al_buf_free(&why);
+    return 0;
+  }
+  al_buf_free(&why);
+  p = decide(a, t, call, &reason);
+  if (p == AL_PERMISSION_DENY) {
+    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
+                 reason);
+    return 0;
+  }
+  if (p == AL_PERMISSION_ALLOW) {
+    return start_inner(call, t, true);
+  }
+  rec = al_calloc(1, sizeof(*rec));
+  if (rec == NULL) {
+    complete_text(call, true, "Error: out of memory");
+    return 0;
+  }
+  input = al__tool_input_text(call->input);
+  snprintf(rec->id, sizeof(rec->id), "apr_%llu",
+           (unsigned long long)++a->next_approval);
+  rec->call = call;
+  rec->tool = t;
+  al_list_insert_tail(&a->approvals, &rec->node);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_APPROVAL_REQUIRED;
+  ev.u.approval.request = ag_slice(rec->id);
+  ev.u.approval.call_id = ag_slice(call->id);
+  ev.u.approval.name = ag_slice(t->name);
+  ev.u.approval.input = ag_slice(input);
+  ev.u.approval.category = ag_slice(al__tool_category_name(t->category));
+  al__agent_post(a, &ev);
+  al_free(input);
+  return 0;
+}
+
+/* Reached only while the call waits for an approval (afterwards call->impl
+ * is the real tool). */
+static void gate_cancel(al_tool_call_t *call) {
+  ag_tool_t *t = call->impl->data;
+  ag_approval_t *rec = approval_find_call(t->agent, call);
+
+  if (rec != NULL) {
+    al_list_remove(&rec->node);
+    al_free(rec);
+    complete_text(call, true, cancelled_text);
+  }
+}
+
+void al__agent_approvals_drop(al_agent_t *a) {
+  /* The executor's cancel reaches gate_cancel for each; nothing to do
+   * beyond what close does. Kept for symmetry with the daemon, which may
+   * drop approvals of a vanished client. */
+  (void)a;
+}
+
+int al_agent_approve(al_agent_t *a, const char *request,
+                     al_approval_t decision) {
+  ag_approval_t *rec;
+  al_tool_call_t *call;
+  ag_tool_t *t;
+  al_event_t ev;
+  static const char *const names[] = {"allow", "deny", "always"};
+
+  if (request == NULL || (unsigned)decision > AL_APPROVE_ALWAYS) {
+    return AL_EINVAL;
+  }
+  rec = approval_find(a, request);
+  if (rec == NULL) {
+    return AL_ENOTFOUND;
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_APPROVAL_RESPONSE;
+  ev.u.approval.request = ag_slice(rec->id);
+  ev.u.approval.call_id = ag_slice(rec->call->id);
+  ev.u.approval.name = ag_slice(rec->tool->name);
+  ev.u.approval.category = ag_slice(al__tool_category_name(rec->tool->category));
+  ev.u.approval.decision = ag_slice(names[decision]);
+  if (al__agent_post(a, &ev)) {
+    return 0; /* the run ended meanwhile; the call was cancelled */
+  }
+  rec = approval_find(a, request);
+  if (rec == NULL) {
+    return 0;
+  }
+  call = rec->call;
+  t = rec->tool;
+  al_list_remove(&rec->node);
+  al_free(rec);
+  if (decision == AL_APPROVE_DENY) {
+    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
+                 "the user refused it");
+    return 0;
+  }
+  if (decision == AL_APPROVE_ALWAYS) {
+    t->always = true;
+  }
+  start_inner(call, t, false);
+  return 0;
+}
+
+void al__gate_bind(ag_tool_t *t) {
+  t->gate.name = t->name;
+  t->gate.is_concurrency_safe = gate_safe;
+  t->gate.start = gate_start;
+  t->gate.cancel = gate_cancel;
+  t->gate.data = t;
+}
