@@ -16,6 +16,7 @@
 #include "list/sandbox.h"
 #include "list/pool.h"
 #include "list/toolmem.h"
+#include "list/notrace.h"
 #include "list/agent.h"
 #include "list/tui.h"
 #include "list/daemon.h"

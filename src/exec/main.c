@@ -24,6 +24,12 @@
  *                       and SIGKILL every remaining descendant once COMMAND
  *                       exits (the degraded mode has no PID namespace)
  *   --probe             print "landlock=N seccomp=0|1" and exit 0
+ *   --janitor           (alone) read "+PATH" / "-PATH" lines on stdin:
+ *                       the placeholders agentloop has made in a
+ *                       workspace and removed again. At EOF, once the
+ *                       parent has exited, remove those still there (an
+ *                       empty directory or empty file only): a SIGKILLed
+ *                       agentloop leaves the workspace as its tools did.
  *   --warm              (instead of "-- COMMAND") confine as above, then
  *                       wait for the command on stdin: a 4-byte
  *                       little-endian length, then NUL-terminated strings:
@@ -37,6 +43,7 @@
  * stderr, prefixed "agentloop-exec:"), 127 when COMMAND was not found. */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/landlock.h>
@@ -686,6 +693,85 @@ static int run_warm(const opts_t *o) {
   return errno == ENOENT ? 127 : 126;
 }
 
+/* ---- janitor --------------------------------------------------------------- */
+
+typedef struct jpath_s {
+  struct jpath_s *next;
+  long count;
+  char path[];
+} jpath_t;
+
+static int run_janitor(void) {
+  jpath_t *list = NULL, *j;
+  char line[8192];
+  bool pending = false;
+  int ppfd;
+  FILE *in;
+
+  /* Its own session already (the spawner): no terminal signal reaches it,
+   * and the ones a shell may send its group go elsewhere. */
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  if (chdir("/") != 0) {
+    return 125;
+  }
+  ppfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+  in = fdopen(0, "r");
+  if (in == NULL) {
+    return 125;
+  }
+  while (fgets(line, sizeof(line), in) != NULL) {
+    size_t n = strlen(line);
+    char op = line[0];
+
+    if (n < 3 || line[n - 1] != '\n' || (op != '+' && op != '-')) {
+      continue;
+    }
+    line[n - 1] = '\0';
+    for (j = list; j != NULL && strcmp(j->path, line + 1) != 0; j = j->next) {
+    }
+    if (j == NULL) {
+      j = calloc(1, sizeof(*j) + n);
+      if (j == NULL) {
+        continue;
+      }
+      memcpy(j->path, line + 1, n - 1);
+      j->next = list;
+      list = j;
+    }
+    j->count += op == '+' ? 1 : -1;
+  }
+  for (j = list; j != NULL; j = j->next) {
+    pending = pending || j->count > 0;
+  }
+  if (!pending) {
+    return 0;
+  }
+  /* EOF with placeholders left: our parent is dying. Its sandboxes die
+   * with it (--die-with-parent); wait until it is gone entirely. */
+  if (ppfd >= 0) {
+    struct pollfd p = {ppfd, POLLIN, 0};
+
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+  }
+  for (j = list; j != NULL; j = j->next) {
+    struct stat st;
+
+    if (j->count <= 0 || lstat(j->path, &st) != 0) {
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      (void)rmdir(j->path); /* only if empty: anything else stays */
+    } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
+      (void)unlink(j->path);
+    }
+  }
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static rlim_t num(const char *s) {
@@ -717,6 +803,9 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--") == 0) {
       i++;
       break;
+    }
+    if (strcmp(a, "--janitor") == 0) {
+      return run_janitor();
     }
     if (strcmp(a, "--probe") == 0) {
       o.probe = true;

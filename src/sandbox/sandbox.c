@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -147,6 +148,58 @@ static bool path_under(const char *path, const char *root) {
     return true;
   }
   return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* ---- the janitor ------------------------------------------------------------ */
+
+/* One per process (agentloop-exec --janitor, its own session): told of
+ * every placeholder made and removed, it removes the ones left when we
+ * die without doing it (SIGKILL, a crash). */
+static int g_janitor = -1;
+static pthread_mutex_t g_janitor_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void janitor_start(const char *helper) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  char *const argv[] = {(char *)helper, "--janitor", NULL};
+  char *const envp[] = {NULL};
+  int sv[2];
+  pid_t pid;
+
+  pthread_mutex_lock(&g_janitor_lock);
+  if (g_janitor >= 0 || helper == NULL || helper[0] == '\0' ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    pthread_mutex_unlock(&g_janitor_lock);
+    return;
+  }
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  if (posix_spawn(&pid, helper, &fa, &attr, argv, envp) == 0) {
+    g_janitor = sv[0];
+  } else {
+    close(sv[0]);
+  }
+  close(sv[1]);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  pthread_mutex_unlock(&g_janitor_lock);
+}
+
+static void janitor_note(char op, const char *path) {
+  char line[PATH_MAX + 4];
+  int n = snprintf(line, sizeof(line), "%c%s\n", op, path);
+
+  pthread_mutex_lock(&g_janitor_lock);
+  if (g_janitor >= 0 && n > 0 && (size_t)n < sizeof(line) &&
+      send(g_janitor, line, (size_t)n, MSG_NOSIGNAL) != n) {
+    close(g_janitor); /* gone: nothing more to tell it */
+    g_janitor = -1;
+  }
+  pthread_mutex_unlock(&g_janitor_lock);
 }
 
 /* ---- tool memory ----------------------------------------------------------- */
@@ -916,6 +969,9 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
     return AL_ENOMEM;
   }
   rc = build_plan(sb, cfg);
+  if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_BWRAP) {
+    janitor_start(sb->helper); /* once per process */
+  }
   if (rc == 0 && sb->helper[0] != '\0') {
     /* A helper a tool could overwrite (agentloop run from its own build
      * tree inside the workspace) would hand the next tool an unconfined
@@ -1038,9 +1094,12 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
   if (strv_has(a, buf)) {
     return 0; /* .git/hooks and .git/config share the placeholder .git */
   }
-  if (!strv_has(&sb->placeholders, buf) &&
-      (rc = strv_push(&sb->placeholders, buf)) != 0) {
-    return rc;
+  if (!strv_has(&sb->placeholders, buf)) {
+    if ((rc = strv_push(&sb->placeholders, buf)) != 0) {
+      return rc;
+    }
+    /* Before bwrap (or the warm helper) makes it. */
+    janitor_note('+', buf);
   }
   if (is_file) {
     if ((rc = strv_push(a, "--ro-bind")) != 0 ||
@@ -1310,14 +1369,14 @@ void al__sandbox_release(al_sandbox_t *sb) {
     const char *p = sb->placeholders.v[i];
     struct stat st;
 
-    if (lstat(p, &st) != 0) {
-      continue;
+    if (lstat(p, &st) == 0) {
+      if (S_ISDIR(st.st_mode)) {
+        (void)rmdir(p);
+      } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
+        (void)unlink(p);
+      }
     }
-    if (S_ISDIR(st.st_mode)) {
-      (void)rmdir(p);
-    } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
-      (void)unlink(p);
-    }
+    janitor_note('-', p);
   }
   strv_free(&sb->placeholders);
   pthread_mutex_unlock(&sb->lock);

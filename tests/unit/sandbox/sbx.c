@@ -1,5 +1,7 @@
 /* Sandbox test fixture: see sbx.h. */
 #include <dirent.h>
+#include <poll.h>
+#include <sys/pidfd.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -565,3 +567,94 @@ void sbx_finish(sbx_t *x) {
            x->base, x->base);
   ASSERT_EQ(system(cmd), 0);
 }
+
+/* ---- process trees --------------------------------------------------------- */
+
+static int ppid_of(int pid) {
+  char path[64];
+  char buf[1024];
+  FILE *f;
+  size_t n;
+  char *rp;
+  int ppid = -1;
+
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  f = fopen(path, "re");
+  if (f == NULL) {
+    return -1;
+  }
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  rp = strrchr(buf, ')');
+  if (rp == NULL || sscanf(rp + 1, " %*c %d", &ppid) != 1) {
+    return -1;
+  }
+  return ppid;
+}
+
+/* `root` and every process below it; a pidfd for each (readable once it
+ * has exited, whoever its parent). */
+size_t sbx_tree_pidfds(int root, int *fds, size_t max) {
+  int pids[SBX_MAX_TREE];
+  size_t n = 0, i, k;
+  bool grew = true;
+
+  pids[n++] = root;
+  while (grew && n < SBX_MAX_TREE) {
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+
+    ASSERT_NOT_NULL(d);
+    grew = false;
+    while ((de = readdir(d)) != NULL && n < SBX_MAX_TREE) {
+      int pid = atoi(de->d_name);
+      int pp;
+      bool known = false;
+
+      if (pid <= 0) {
+        continue;
+      }
+      for (k = 0; k < n; k++) {
+        known = known || pids[k] == pid;
+      }
+      pp = known ? -1 : ppid_of(pid);
+      for (k = 0; k < n && pp > 0; k++) {
+        if (pids[k] == pp) {
+          pids[n++] = pid;
+          grew = true;
+          break;
+        }
+      }
+    }
+    closedir(d);
+  }
+  for (i = 0, k = 0; i < n && k < max; i++) {
+    int fd = (int)pidfd_open(pids[i], 0);
+
+    if (fd >= 0) {
+      fds[k++] = fd;
+    }
+  }
+  return k;
+}
+
+/* True when every process exits within the (scaled) limit. */
+bool sbx_all_exit(int *fds, size_t n) {
+  int limit_ms = 10000 * al_test_timeout_multiplier();
+  size_t i;
+  bool ok = true;
+
+  for (i = 0; i < n; i++) {
+    struct pollfd p = {fds[i], POLLIN, 0};
+    int r;
+
+    do {
+      r = poll(&p, 1, limit_ms);
+    } while (r < 0 && errno == EINTR);
+    ok = ok && r == 1;
+    close(fds[i]);
+  }
+  return ok;
+}
+

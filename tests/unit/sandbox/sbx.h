@@ -81,6 +81,12 @@ void sbx_call(sbx_t *x, const char *name, const char *input);
 /* bwrap mode: runs the loop until a warm sandbox that matches the
  * workspace as it is now is ready. */
 void sbx_wait_warm(sbx_t *x);
+#define SBX_MAX_TREE 256
+/* `root` and every process below it now: a pidfd for each (readable once
+ * it has exited, whoever its parent); returns how many. */
+size_t sbx_tree_pidfds(int root, int *fds, size_t max);
+/* True when every one exits within the (scaled) limit; closes them. */
+bool sbx_all_exit(int *fds, size_t n);
 /* ${WS} ${OUT} ${HOME} ${PID} ${PORT} ${SOCK} ${MARK} expanded (static
  * buffer, overwritten by the next call). */
 const char *sbx_expand(const sbx_t *x, const char *s, const char *mark);

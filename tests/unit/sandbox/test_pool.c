@@ -82,98 +82,6 @@ static bool exists(const char *p) {
   return lstat(p, &st) == 0;
 }
 
-/* ---- process trees --------------------------------------------------------- */
-
-#define MAX_TREE 256
-
-static int ppid_of(int pid) {
-  char path[64];
-  char buf[1024];
-  FILE *f;
-  size_t n;
-  char *rp;
-  int ppid = -1;
-
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  f = fopen(path, "re");
-  if (f == NULL) {
-    return -1;
-  }
-  n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  rp = strrchr(buf, ')');
-  if (rp == NULL || sscanf(rp + 1, " %*c %d", &ppid) != 1) {
-    return -1;
-  }
-  return ppid;
-}
-
-/* `root` and every process below it; a pidfd for each (readable once it
- * has exited, whoever its parent). */
-static size_t tree_pidfds(int root, int *fds, size_t max) {
-  int pids[MAX_TREE];
-  size_t n = 0, i, k;
-  bool grew = true;
-
-  pids[n++] = root;
-  while (grew && n < MAX_TREE) {
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-
-    ASSERT_NOT_NULL(d);
-    grew = false;
-    while ((de = readdir(d)) != NULL && n < MAX_TREE) {
-      int pid = atoi(de->d_name);
-      int pp;
-      bool known = false;
-
-      if (pid <= 0) {
-        continue;
-      }
-      for (k = 0; k < n; k++) {
-        known = known || pids[k] == pid;
-      }
-      pp = known ? -1 : ppid_of(pid);
-      for (k = 0; k < n && pp > 0; k++) {
-        if (pids[k] == pp) {
-          pids[n++] = pid;
-          grew = true;
-          break;
-        }
-      }
-    }
-    closedir(d);
-  }
-  for (i = 0, k = 0; i < n && k < max; i++) {
-    int fd = (int)pidfd_open(pids[i], 0);
-
-    if (fd >= 0) {
-      fds[k++] = fd;
-    }
-  }
-  return k;
-}
-
-/* True when every process exits within the (scaled) limit. */
-static bool all_exit(int *fds, size_t n) {
-  int limit_ms = 10000 * al_test_timeout_multiplier();
-  size_t i;
-  bool ok = true;
-
-  for (i = 0; i < n; i++) {
-    struct pollfd p = {fds[i], POLLIN, 0};
-    int r;
-
-    do {
-      r = poll(&p, 1, limit_ms);
-    } while (r < 0 && errno == EINTR);
-    ok = ok && r == 1;
-    close(fds[i]);
-  }
-  return ok;
-}
-
 /* ---- tests ----------------------------------------------------------------- */
 
 /* Each command gets a sandbox of its own: the one that was waiting, never
@@ -288,7 +196,7 @@ TEST_IMPL(pool_timeout_during_handoff_leaves_nothing) {
 TEST_IMPL(pool_closed_with_its_sandbox) {
   sbx_t x;
   al_pool_stats_t st;
-  int fds[MAX_TREE];
+  int fds[SBX_MAX_TREE];
   size_t n = 0, i;
 
   sbx_init(&x, SBX_BWRAP);
@@ -296,11 +204,11 @@ TEST_IMPL(pool_closed_with_its_sandbox) {
   st = stats(&x);
   ASSERT_GE(st.idle, 1);
   for (i = 0; i < st.idle; i++) {
-    n += tree_pidfds(st.idle_pids[i], fds + n, MAX_TREE - n);
+    n += sbx_tree_pidfds(st.idle_pids[i], fds + n, SBX_MAX_TREE - n);
   }
   ASSERT_GE(n, 3); /* bwrap, its init, the helper */
   sbx_finish(&x);
-  ASSERT(all_exit(fds, n));
+  ASSERT(sbx_all_exit(fds, n));
   return 0;
 }
 
@@ -311,7 +219,7 @@ TEST_IMPL(pool_idle_time_retires_warm) {
   sbx_t x;
   uv_timer_t tick;
   al_pool_stats_t st;
-  int fds[MAX_TREE];
+  int fds[SBX_MAX_TREE];
   size_t n;
 
   sbx_pool_idle_ms = 30 * (uint64_t)al_test_timeout_multiplier();
@@ -319,7 +227,7 @@ TEST_IMPL(pool_idle_time_retires_warm) {
   sbx_pool_idle_ms = 0;
   sbx_wait_warm(&x);
   st = stats(&x);
-  n = tree_pidfds(st.idle_pids[0], fds, MAX_TREE);
+  n = sbx_tree_pidfds(st.idle_pids[0], fds, SBX_MAX_TREE);
   ASSERT_GE(n, 3);
   /* The pool's timer does not hold a loop open by itself: something
    * else (here a tick) must, as the agent's handles do. */
@@ -332,7 +240,7 @@ TEST_IMPL(pool_idle_time_retires_warm) {
   uv_close((uv_handle_t *)&tick, NULL);
   ASSERT_EQ(st.target[0], 0);
   ASSERT_GE(st.retired, 1);
-  ASSERT(all_exit(fds, n));
+  ASSERT(sbx_all_exit(fds, n));
   sbx_finish(&x);
   return 0;
 }
@@ -394,7 +302,7 @@ TEST_IMPL(pool_parent_sigkill_leaves_no_process) {
   pid_t child;
   char buf[600];
   char mark[64];
-  int fds[MAX_TREE];
+  int fds[SBX_MAX_TREE];
   size_t n;
   ssize_t got = 0;
   struct pollfd pl;
@@ -438,13 +346,13 @@ TEST_IMPL(pool_parent_sigkill_leaves_no_process) {
   }
   buf[got - 1] = '\0';
   close(pfd[0]);
-  n = tree_pidfds(child, fds, MAX_TREE);
+  n = sbx_tree_pidfds(child, fds, SBX_MAX_TREE);
   /* the child; bwrap, its init and the helper or command: twice */
   ASSERT_GE(n, 7);
   ASSERT(sbx_process_with(mark));
   ASSERT_EQ(kill(child, SIGKILL), 0);
   ASSERT_EQ(waitpid(child, NULL, 0), child);
-  ASSERT(all_exit(fds, n));
+  ASSERT(sbx_all_exit(fds, n));
   ASSERT(!sbx_process_with(mark));
   snprintf(cmd, sizeof(cmd), "chmod -R u+rwX '%s' 2>/dev/null; rm -rf '%s'",
            buf, buf);
