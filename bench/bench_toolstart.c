@@ -40,6 +40,7 @@
 #include "common/common.h"
 #include "loop/agent_int.h" /* al__agent_call_stamp */
 #include "mockllm/mockllm.h"
+#include "sandbox/pool.h"
 
 #define TARGET_P50_US 1000.0
 #define TARGET_P99_US 3000.0
@@ -60,6 +61,8 @@ typedef struct {
   double rss_kb_sum;
   size_t mem_samples;
   size_t errors;
+  uint64_t served; /* warm pool: commands started warm */
+  uint64_t misses;
 } series_t;
 
 typedef struct {
@@ -240,6 +243,12 @@ static void on_event(const al_event_t *ev, void *data) {
     if (b->mode == M_WARM) {
       double pss, rss;
       size_t warm = below_us(&pss, &rss);
+      al_pool_stats_t st;
+
+      if (al__pool_stats(al__agent_sandbox(b->agent), &st)) {
+        s->served += st.served;
+        s->misses += st.misses;
+      }
 
       if (warm > 0) {
         s->pss_kb_sum += pss / (double)warm;
@@ -388,7 +397,10 @@ static void report(tb_t *b, bool json) {
              m ? "," : "", mode_names[m], b->s[m].n, b->s[m].errors, p50[m],
              p99[m], mn[m], mx[m], rmin[m], rmed[m], rmax[m], d50[m]);
     }
-    printf("},\"warm_sandbox_kb\":{\"pss\":%.0f,\"rss\":%.0f}}\n",
+    printf("},\"warm_served\":%llu,\"warm_misses\":%llu,"
+           "\"warm_sandbox_kb\":{\"pss\":%.0f,\"rss\":%.0f}}\n",
+           (unsigned long long)b->s[M_WARM].served,
+           (unsigned long long)b->s[M_WARM].misses,
            b->s[M_WARM].mem_samples
                ? b->s[M_WARM].pss_kb_sum / (double)b->s[M_WARM].mem_samples
                : 0,
@@ -416,6 +428,10 @@ static void report(tb_t *b, bool json) {
   printf("  bwrap warm vs cold: p50 %.2fx faster; warm - none: p50 %+.1f us\n",
          p50[M_WARM] > 0 ? p50[M_COLD] / p50[M_WARM] : 0,
          p50[M_WARM] - p50[M_NONE]);
+  printf("  bwrap warm: %llu calls started in a warm sandbox, %llu found none "
+         "ready (started cold)\n",
+         (unsigned long long)b->s[M_WARM].served,
+         (unsigned long long)b->s[M_WARM].misses);
   if (b->s[M_WARM].mem_samples) {
     printf("  one idle warm sandbox (bwrap, its init, agentloop-exec): "
            "PSS %.0f kB, RSS %.0f kB\n",

@@ -31,7 +31,8 @@ static const scenario_t scenarios[] = {
      "throughput and latency over loopback TLS vs plaintext\n"
      "          [--events N (200000)] [--lat-events N (5000)] [--certs DIR]"},
     {"tools", al_bench_tools,
-     "`dispatch` (its options pass through), then the end-to-end turn time\n"
+     "`toolstart` (the sandboxed tool start, 300 calls per mode), `dispatch`\n"
+     "          (its options pass through), then the end-to-end turn time\n"
      "          of a multi-tool reply, streaming execution vs SDK-style\n"
      "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
      "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},

@@ -20,6 +20,10 @@ uint64_t al__agent_last_stamp(const al_agent_t *a);
  * agent waits for these). */
 uint64_t al__agent_tool_holds(const al_agent_t *a);
 
+/* The agent's al_sandbox_t (sandbox/sandbox.h), NULL when it has none
+ * (bench: the warm pool's counters). */
+void *al__agent_sandbox(const al_agent_t *a);
+
 /* The summary prompt of the max_turns call and its fixed fallback. */
 #define AL_AGENT_SUMMARY_PROMPT                                            \
   "You have reached the maximum number of turns for this run. Do not call " \

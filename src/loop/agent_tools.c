@@ -665,3 +665,5 @@ void al__agent_tools_free(al_agent_t *a) {
   al__sandbox_free(a->sandbox);
   a->sandbox = NULL;
 }
+
+void *al__agent_sandbox(const al_agent_t *a) { return a->sandbox; }
