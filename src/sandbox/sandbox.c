@@ -1336,6 +1336,18 @@ uint64_t al__sandbox_fingerprint(const al_sandbox_t *sb) {
       h = fp_mix(h, rec, sizeof(rec));
     }
   }
+  /* A writable root replaced by another directory: its bind shows the
+   * old one (inode only: its content changes all the time). */
+  for (i = 0; i < sb->roots.n; i++) {
+    struct stat st;
+    uint64_t rec[2] = {0, 0};
+
+    if (stat(sb->roots.v[i], &st) == 0) {
+      rec[0] = (uint64_t)st.st_dev;
+      rec[1] = (uint64_t)st.st_ino;
+    }
+    h = fp_mix(h, rec, sizeof(rec));
+  }
   return h;
 }
 
