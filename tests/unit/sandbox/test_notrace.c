@@ -163,3 +163,32 @@ TEST_IMPL(sandbox_sigkill_mid_tool_leaves_tree) {
   ASSERT_EQ(system(p), 0);
   return 0;
 }
+
+/* An empty tools.d (what a running tool's placeholder looks like) holds no
+ * tools: `agentloop tools` has nothing to say about it. */
+TEST_IMPL(tools_cmd_quiet_on_empty_tools_d) {
+  char dir[] = "/var/tmp/al_emptytd_XXXXXX";
+  char cmd[1200];
+  char out[8192];
+  size_t n;
+  FILE *p;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(cmd, sizeof(cmd), "%s/tools.d", dir);
+  ASSERT_EQ(mkdir(cmd, 0755), 0);
+  snprintf(cmd, sizeof(cmd),
+           "cd '%s' && XDG_CONFIG_HOME='%s/cfg' '%s/agentloop' tools --json",
+           dir, dir, AL_BINARY_DIR);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  ASSERT_EQ(pclose(p), 0);
+  ASSERT_NOT_NULL(strstr(out, "\"sandbox\""));
+  if (strstr(out, "project_tools_d") != NULL) {
+    AL_TEST_FAIL("an empty tools.d was reported: %s", out);
+  }
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  ASSERT_EQ(system(cmd), 0);
+  return 0;
+}
