@@ -1363,20 +1363,36 @@ bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
   return true;
 }
 
-void al__sandbox_release(al_sandbox_t *sb) {
-  size_t i;
+bool al__sandbox_release_deferred(al_sandbox_t *sb) {
+  bool need;
 
   if (sb == NULL) {
-    return;
+    return false;
   }
   pthread_mutex_lock(&sb->lock);
-  if (sb->active == 0 || --sb->active > 0) {
+  if (sb->active == 0) {
+    pthread_mutex_unlock(&sb->lock);
+    return false;
+  }
+  need = --sb->active == 0 && sb->placeholders.n > 0;
+  pthread_mutex_unlock(&sb->lock);
+  return need;
+}
+
+void al__sandbox_cleanup(al_sandbox_t *sb) {
+  size_t i;
+
+  pthread_mutex_lock(&sb->lock);
+  if (sb->active > 0) {
+    /* A new child started meanwhile: its plan may use them. The last
+     * one to end removes them. */
     pthread_mutex_unlock(&sb->lock);
     return;
   }
-  /* No sandbox is running: the placeholders bwrap created as mount points
-   * go (rmdir/unlink of an empty one only; anything else was made by
-   * someone outside and stays). Blocking, but local and tiny. */
+  /* No sandbox is running: the placeholders made as mount points go
+   * (rmdir/unlink of an empty one only; anything else was made by
+   * someone outside and stays). Under the lock, so no plan is built
+   * from a placeholder about to vanish. */
   for (i = 0; i < sb->placeholders.n; i++) {
     const char *p = sb->placeholders.v[i];
     struct stat st;
@@ -1392,4 +1408,10 @@ void al__sandbox_release(al_sandbox_t *sb) {
   }
   strv_free(&sb->placeholders);
   pthread_mutex_unlock(&sb->lock);
+}
+
+void al__sandbox_release(al_sandbox_t *sb) {
+  if (al__sandbox_release_deferred(sb)) {
+    al__sandbox_cleanup(sb);
+  }
 }

@@ -110,6 +110,12 @@ al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out);
 void al__sandbox_release(al_sandbox_t *sb);
+/* al__sandbox_release in two halves, so the file-system work can run on
+ * the threadpool: the first (loop thread) drops the count and says
+ * whether placeholders now wait for removal; the second (any thread,
+ * hold a reference) removes them unless a new child started meanwhile. */
+bool al__sandbox_release_deferred(al_sandbox_t *sb);
+void al__sandbox_cleanup(al_sandbox_t *sb);
 
 /* The warm pool (pool.h) builds on the threadpool: these are safe from
  * any thread. The argv of a sandbox waiting for its command on stdin

@@ -122,14 +122,10 @@ static void kill_group(al_spawn_t *sp, int sig) {
   }
 }
 
-static void on_close(uv_handle_t *h) {
-  al_spawn_t *sp = h->data;
+static void finish_free(al_spawn_t *sp) {
   al_spawn_result_t res;
   int i;
 
-  if (--sp->pending_closes > 0) {
-    return;
-  }
   if (!sp->refused) {
     memset(&res, 0, sizeof(res));
     res.status = sp->status;
@@ -151,8 +147,43 @@ static void on_close(uv_handle_t *h) {
   if (sp->pidfd >= 0) {
     close(sp->pidfd);
   }
-  al__sandbox_release(sp->sandbox);
   al_free(sp);
+}
+
+static void cleanup_work(uv_work_t *req) {
+  al_spawn_t *sp = req->data;
+
+  al__sandbox_cleanup(sp->sandbox);
+}
+
+static void cleanup_done(uv_work_t *req, int status) {
+  al_spawn_t *sp = req->data;
+
+  (void)status;
+  al__sandbox_unref(sp->sandbox);
+  finish_free(sp);
+}
+
+static void on_close(uv_handle_t *h) {
+  al_spawn_t *sp = h->data;
+
+  if (--sp->pending_closes > 0) {
+    return;
+  }
+  if (al__sandbox_release_deferred(sp->sandbox)) {
+    /* The last sandboxed child of this plan is gone: its placeholders
+     * are removed on the threadpool, and the result is delivered after
+     * that, so whoever reads it sees the workspace as the tool left it. */
+    sp->cleanup.data = sp;
+    al__sandbox_ref(sp->sandbox);
+    if (uv_queue_work(sp->loop, &sp->cleanup, cleanup_work, cleanup_done) ==
+        0) {
+      return;
+    }
+    al__sandbox_cleanup(sp->sandbox);
+    al__sandbox_unref(sp->sandbox);
+  }
+  finish_free(sp);
 }
 
 static void close_all(al_spawn_t *sp) {
