@@ -21,3 +21,4 @@
 #include "list/tui.h"
 #include "list/daemon.h"
 #include "list/resume.h"
+#include "list/config.h"
