@@ -20,6 +20,8 @@
 #include "sandbox/pool.h"
 #include "test.h"
 #include "tools/spawn.h"
+#include "loop/agent_int.h"
+#include "unit/loop/agent_fx.h"
 #include "unit/sandbox/sbx.h"
 
 typedef struct run_s {
@@ -357,5 +359,43 @@ TEST_IMPL(pool_parent_sigkill_leaves_no_process) {
   snprintf(cmd, sizeof(cmd), "chmod -R u+rwX '%s' 2>/dev/null; rm -rf '%s'",
            buf, buf);
   ASSERT_EQ(system(cmd), 0);
+  return 0;
+}
+
+/* Through an agent: its first tool run, the pool refilled, then the agent
+ * (a session) closes: every warm sandbox and its processes go with it. */
+TEST_IMPL(pool_agent_close_retires_warm) {
+  static const char yaml[] =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - tool_use: {id: b1, name: bash, input: {command: 'echo hi'}}\n"
+      "  - reply: {content: [{text: 'done'}]}\n";
+  fx_t f;
+  al_pool_stats_t st;
+  int fds[SBX_MAX_TREE];
+  size_t n = 0, i;
+
+  fx_init(&f, yaml);
+  f.opts.sandbox = AL_SANDBOX_REQUIRED;
+  fx_start(&f);
+  ASSERT(al__pool_stats(al__agent_sandbox(f.agent), &st));
+  fx_run(&f, "go");
+  ASSERT_EQ(fx_count(&f, "tool_use_completed"), 1);
+  for (;;) {
+    ASSERT(al__pool_stats(al__agent_sandbox(f.agent), &st));
+    ASSERT_EQ(st.failed, 0);
+    if (st.idle_k[0] > 0 && st.building == 0) {
+      break;
+    }
+    uv_run(&f.loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(st.served + st.misses, 1);
+  for (i = 0; i < st.idle; i++) {
+    n += sbx_tree_pidfds(st.idle_pids[i], fds + n, SBX_MAX_TREE - n);
+  }
+  ASSERT_GE(n, 3);
+  fx_finish(&f);
+  ASSERT(sbx_all_exit(fds, n));
   return 0;
 }
