@@ -5,7 +5,7 @@
 #include "list/sse.h"
 #include "list/transport.h"
 #include "list/provider.h"
-#include "list/models.h"
+#include "list/context.h"
 #include "list/mockllm.h"
 #include "list/client.h"
 #include "list/loop.h"
@@ -22,3 +22,4 @@
 #include "list/daemon.h"
 #include "list/resume.h"
 #include "list/config.h"
+#include "list/reliability.h"

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "agentloop/agent.h"
 
 /* The send stamp (the SSE `id:` agentloop-mockllm writes with timestamps
@@ -23,6 +25,14 @@ uint64_t al__agent_tool_holds(const al_agent_t *a);
 /* The agent's al_sandbox_t (sandbox/sandbox.h), NULL when it has none
  * (bench: the warm pool's counters). */
 void *al__agent_sandbox(const al_agent_t *a);
+
+/* Projected context tokens of the next request of the current history
+ * (the budget's calibrated estimate; -1 when it cannot be built). */
+int64_t al__agent_projected(al_agent_t *a);
+
+/* The agent's history messages (borrowed; tests corrupt it to check the
+ * validity gate, as a bug elsewhere would). */
+json_t *al__agent_messages(al_agent_t *a);
 
 /* The summary prompt of the max_turns call and its fixed fallback. */
 #define AL_AGENT_SUMMARY_PROMPT                                            \

@@ -155,15 +155,16 @@ static const char *const spec_names[] = {
     "approval_response", "usage", "retry", "api_error",
     "stream_stall_detected", "model_fallback", "tombstone",
     "micro_compaction", "compaction_started", "compaction_completed",
-    "turn_completed", "max_turns_reached", "interrupted", "error", "final"};
+    "turn_completed", "max_turns_reached", "interrupted", "error", "final",
+    "context_warning", "history_repaired"};
 
 TEST_IMPL(events_names_round_trip) {
   al_event_type_t t;
   size_t i;
   int k;
 
-  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 28);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 28);
+  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 30);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 30);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -631,6 +632,9 @@ static void golden_events(al_event_t *evs) {
   e = &evs[AL_EVENT_USAGE];
   e->u.usage.input_tokens = 1200;
   e->u.usage.output_tokens = 85;
+  e->u.usage.context_tokens = 2200;
+  e->u.usage.context_window = 200000;
+  e->u.usage.context_pct = 1;
   e->u.usage.cache_read_input_tokens = 1000;
   e = &evs[AL_EVENT_RETRY];
   e->u.retry.attempt = 2;
@@ -654,6 +658,8 @@ static void golden_events(al_event_t *evs) {
   e->u.tombstone.reason = S("retry");
   e = &evs[AL_EVENT_MICRO_COMPACTION];
   e->u.compaction.cleared = 3;
+  e->u.compaction.call_ids = S("[\"toolu_01\",\"toolu_02\",\"toolu_03\"]");
+  e->u.compaction.tokens_saved = 30000;
   e->u.compaction.tokens_before = 90000;
   e->u.compaction.tokens_after = 60000;
   e = &evs[AL_EVENT_COMPACTION_STARTED];
@@ -663,6 +669,9 @@ static void golden_events(al_event_t *evs) {
   e->u.compaction.trigger = S("auto");
   e->u.compaction.tokens_before = 150000;
   e->u.compaction.tokens_after = 20000;
+  e->u.compaction.dropped_messages = 40;
+  e->u.compaction.dropped_tool_results = 18;
+  e->u.compaction.summary_tokens = 900;
   e = &evs[AL_EVENT_TURN_COMPLETED];
   e->u.turn_completed.stop_reason = S("tool_use");
   e->u.turn_completed.tool_calls = 1;
@@ -672,6 +681,14 @@ static void golden_events(al_event_t *evs) {
   e->u.error.code = AL_ESTALL;
   e->u.error.message = S("stream stalled");
   evs[AL_EVENT_FINAL].u.final.text = S("Done.");
+  e = &evs[AL_EVENT_CONTEXT_WARNING];
+  e->u.usage.context_tokens = 161000;
+  e->u.usage.context_window = 200000;
+  e->u.usage.context_pct = 80;
+  e = &evs[AL_EVENT_HISTORY_REPAIRED];
+  e->u.repaired.count = 1;
+  e->u.repaired.repairs =
+      S("[{\"rule\":\"tool_use_without_result\",\"message\":4,\"id\":\"toolu_01\"}]");
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
@@ -744,7 +761,7 @@ TEST_IMPL(events_golden_json) {
     check_line(p, (size_t)(nl - p), ++seq);
     off = (size_t)(nl - out.data) + 1;
   }
-  ASSERT_EQ(seq, 28);
+  ASSERT_EQ(seq, 30);
   ASSERT_MEM_EQ(out.data, out.len, golden, glen);
   free(golden);
   al_buf_free(&out);
