@@ -10,6 +10,7 @@ int al_bench_latency(int argc, char **argv);
 int al_bench_concurrency(int argc, char **argv);
 int al_bench_tls(int argc, char **argv);
 int al_bench_tools(int argc, char **argv);
+int al_bench_toolstart(int argc, char **argv);
 
 /* agentloop-bench decode [--events N] [--reps N] [--chunk BYTES] [--json] */
 int al_bench_decode(int argc, char **argv);

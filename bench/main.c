@@ -31,10 +31,15 @@ static const scenario_t scenarios[] = {
      "throughput and latency over loopback TLS vs plaintext\n"
      "          [--events N (200000)] [--lat-events N (5000)] [--certs DIR]"},
     {"tools", al_bench_tools,
-     "`dispatch` (its options pass through), then the end-to-end turn time\n"
+     "`toolstart` (the sandboxed tool start, 300 calls per mode), `dispatch`\n"
+     "          (its options pass through), then the end-to-end turn time\n"
      "          of a multi-tool reply, streaming execution vs SDK-style\n"
      "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
      "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},
+    {"toolstart", al_bench_toolstart,
+     "content_block_stop on the wire -> the sandboxed command's first\n"
+     "          instruction: bwrap warm pool / cold, degraded, none\n"
+     "          [--calls N (300 per mode)] [--calls-per-run N (20)] [--json]"},
     {"decode", al_bench_decode,
      "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
      "a memchr floor\n"

@@ -1,11 +1,13 @@
 /* The agent's tools: the registry, in-process tool contexts, and the
  * sandbox and tools.d set-up (SPEC §6, §8). Every registered tool is
  * wrapped in the permission gate (gate.c), which the executor sees. */
+#include <dirent.h>
 #include <ctype.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "loop/agent_priv.h"
+#include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
 #include "tools/bash.h"
 #include "tools/clitool.h"
@@ -428,6 +430,20 @@ static void free_tools_d(al_agent_t *a) {
   a->project_tools_d = NULL;
 }
 
+static bool dir_has_entry(const char *path) {
+  DIR *d = opendir(path);
+  struct dirent *de;
+  bool any = false;
+
+  while (d != NULL && !any && (de = readdir(d)) != NULL) {
+    any = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+  }
+  if (d != NULL) {
+    closedir(d);
+  }
+  return any || d == NULL; /* unreadable: say so as before */
+}
+
 int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   al_sandbox_config_t cfg;
   al_cli_set_t *set;
@@ -472,6 +488,11 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   }
   a->sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
                       a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
+  /* bwrap mode: the first sandboxes are built now, on the threadpool. */
+  rc = al__pool_start(a->loop, a->sandbox, (size_t)a->concurrency, 0);
+  if (rc != 0) {
+    return rc;
+  }
   if (al__sandbox_helper_in_roots(a->sandbox, buf, sizeof(buf))) {
     /* The file tools run outside the sandbox: they must not replace the
      * helper either. */
@@ -502,7 +523,9 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
     struct stat st;
 
     snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
-    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) {
+    /* An empty one holds no tools to skip (and may be the read-only
+     * placeholder a running sandboxed tool has in the workspace). */
+    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) && dir_has_entry(buf)) {
       a->project_tools_d = al_strdup(buf);
       if (a->project_tools_d == NULL) {
         return AL_ENOMEM;
@@ -659,3 +682,5 @@ void al__agent_tools_free(al_agent_t *a) {
   al__sandbox_free(a->sandbox);
   a->sandbox = NULL;
 }
+
+void *al__agent_sandbox(const al_agent_t *a) { return a->sandbox; }

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sandbox/pool.h"
 #include "tools/spawn.h"
 
 enum { T_TIMEOUT = 0, T_KILL = 1, T_DRAIN = 2 };
@@ -121,14 +122,10 @@ static void kill_group(al_spawn_t *sp, int sig) {
   }
 }
 
-static void on_close(uv_handle_t *h) {
-  al_spawn_t *sp = h->data;
+static void finish_free(al_spawn_t *sp) {
   al_spawn_result_t res;
   int i;
 
-  if (--sp->pending_closes > 0) {
-    return;
-  }
   if (!sp->refused) {
     memset(&res, 0, sizeof(res));
     res.status = sp->status;
@@ -150,8 +147,43 @@ static void on_close(uv_handle_t *h) {
   if (sp->pidfd >= 0) {
     close(sp->pidfd);
   }
-  al__sandbox_release(sp->sandbox);
   al_free(sp);
+}
+
+static void cleanup_work(uv_work_t *req) {
+  al_spawn_t *sp = req->data;
+
+  al__sandbox_cleanup(sp->sandbox);
+}
+
+static void cleanup_done(uv_work_t *req, int status) {
+  al_spawn_t *sp = req->data;
+
+  (void)status;
+  al__sandbox_unref(sp->sandbox);
+  finish_free(sp);
+}
+
+static void on_close(uv_handle_t *h) {
+  al_spawn_t *sp = h->data;
+
+  if (--sp->pending_closes > 0) {
+    return;
+  }
+  if (al__sandbox_release_deferred(sp->sandbox)) {
+    /* The last sandboxed child of this plan is gone: its placeholders
+     * are removed on the threadpool, and the result is delivered after
+     * that, so whoever reads it sees the workspace as the tool left it. */
+    sp->cleanup.data = sp;
+    al__sandbox_ref(sp->sandbox);
+    if (uv_queue_work(sp->loop, &sp->cleanup, cleanup_work, cleanup_done) ==
+        0) {
+      return;
+    }
+    al__sandbox_cleanup(sp->sandbox);
+    al__sandbox_unref(sp->sandbox);
+  }
+  finish_free(sp);
 }
 
 static void close_all(al_spawn_t *sp) {
@@ -404,6 +436,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   al_spawn_t *sp;
   char **env = NULL;
   char **wrapped = NULL;
+  al_warm_t warm = {0, -1, -1, -1};
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
   int rc;
@@ -423,7 +456,12 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     al__spawn_env_free(env);
     return AL_ENOMEM;
   }
-  if (opts->sandbox != NULL) {
+  if (opts->sandbox != NULL &&
+      al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
+                       opts->argv, &warm) == 0) {
+    sp->sandbox = opts->sandbox; /* the warm one was counted when built */
+  } else if (opts->sandbox != NULL) {
+    warm.pid = 0;
     rc = al__sandbox_wrap(opts->sandbox, opts->cwd, opts->network,
                           opts->argv, &wrapped);
     if (rc != 0) {
@@ -473,7 +511,26 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   po.stdio = stdio;
 
   sp->pidfd = -1;
-  rc = fast_spawn(sp, (const char *const *)po.args, opts->cwd, env);
+  if (warm.pid > 0) {
+    /* Already running, waiting for nothing but the exec. */
+    rc = 0;
+    sp->pid = warm.pid;
+    sp->pidfd = warm.pidfd;
+    sp->fast = true;
+    uv_poll_init(loop, &sp->pidpoll, sp->pidfd);
+    sp->pidpoll.data = sp;
+    uv_poll_start(&sp->pidpoll, UV_READABLE, on_pidfd);
+    if (uv_pipe_open(&sp->pipes[0], warm.out) != 0) {
+      close(warm.out);
+      sp->eof[0] = true;
+    }
+    if (uv_pipe_open(&sp->pipes[1], warm.err) != 0) {
+      close(warm.err);
+      sp->eof[1] = true;
+    }
+  } else {
+    rc = fast_spawn(sp, (const char *const *)po.args, opts->cwd, env);
+  }
   if (rc != 0) {
     /* Not possible here, or it failed: uv_spawn reports the failure the
      * usual way (and initializes the handle close_all closes). */

@@ -126,6 +126,7 @@ struct al_spawn_s {
   bool finished;
   bool refused; /* uv_spawn failed: free silently after the closes */
   al_sandbox_t *sandbox; /* released when the run is freed */
+  uv_work_t cleanup;     /* its placeholders removed off the loop */
   char readbuf[65536];
 };
 
