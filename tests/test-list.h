@@ -17,3 +17,4 @@
 #include "list/tui.h"
 #include "list/daemon.h"
 #include "list/resume.h"
+#include "list/mcp.h"

@@ -216,6 +216,13 @@ typedef struct al_agent_options_s {
   /* The number of the agent's first run (a resumed session continues its
    * numbering); 0: 1. */
   uint64_t first_run;
+  /* MCP servers (docs/mcp.md): JSON text in the .mcp.json shape,
+   * {"mcpServers": {NAME: {command, args, env, ...}}, "startup_wait_ms"}.
+   * They start in al_agent_new and run until al_agent_close; a bad
+   * configuration fails al_agent_new with AL_EINVAL. NULL: none.
+   * mcp_restart_base_ms: first restart backoff (0: 1000; a test seam). */
+  const char *mcp_config;
+  uint64_t mcp_restart_base_ms;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

@@ -49,7 +49,11 @@ extern "C" {
   XX(MAX_TURNS_REACHED, "max_turns_reached")                    \
   XX(INTERRUPTED, "interrupted")                                \
   XX(ERROR, "error")                                            \
-  XX(FINAL, "final")
+  XX(FINAL, "final")                                            \
+  XX(MCP_SERVER_STATE, "mcp_server_state")                      \
+  XX(MCP_TOOLS_CHANGED, "mcp_tools_changed")                    \
+  XX(MCP_WARNING, "mcp_warning")                                \
+  XX(HOOK_EXECUTED, "hook_executed")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -204,6 +208,39 @@ typedef struct {
   al_slice_t text;
 } al_event_final_t;
 
+/* mcp_server_state: server went to state (starting, ready, failed,
+ * restarting, closed) with `tools` tools, ms from spawn to ready/failure,
+ * error (failed/restarting: exit status and stderr tail).
+ * mcp_tools_changed: a new list of server's tools took effect at a turn
+ * boundary (added/removed counts).
+ * mcp_warning: error is the message (a tool-name collision, a dropped
+ * tool). */
+typedef struct {
+  al_slice_t server;
+  al_slice_t state;
+  al_slice_t error;
+  uint32_t tools;
+  uint32_t added;
+  uint32_t removed;
+  uint64_t ms;
+} al_event_mcp_t;
+
+/* hook_executed: one hook ran for `event` (pre_tool_use, ...) and decided
+ * `decision` (allow, deny, ask, rewrite, context, continue, none) in ms;
+ * outcome: ok, exit (non-zero exit), timeout, crash, bad_output; reason is
+ * the hook's text. call_id/name for tool events. */
+typedef struct {
+  al_slice_t hook;
+  al_slice_t event;
+  al_slice_t decision;
+  al_slice_t outcome;
+  al_slice_t reason;
+  al_slice_t call_id;
+  al_slice_t name;
+  int exit_status;
+  uint64_t ms;
+} al_event_hook_t;
+
 typedef struct al_event_s {
   al_event_type_t type;
   uint32_t turn;
@@ -230,6 +267,8 @@ typedef struct al_event_s {
     al_event_interrupted_t interrupted;
     al_event_error_t error;
     al_event_final_t final;
+    al_event_mcp_t mcp;
+    al_event_hook_t hook;
   } u;
 } al_event_t;
 

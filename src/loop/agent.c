@@ -55,6 +55,7 @@
 static void set_state(al_agent_t *a, ag_state_t st) { a->state = st; }
 
 static int attempt_start(al_agent_t *a);
+static void on_mcp_wait(uv_timer_t *t);
 void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
                               int status, const char *message);
 static void start_turn(al_agent_t *a);
@@ -680,6 +681,7 @@ static int attempt_start(al_agent_t *a) {
 static void run_end_common(al_agent_t *a) {
   attempt_clear(a);
   uv_timer_stop(&a->backoff);
+  a->mcp_waiting = false;
   exec_close_all(a);
   if (a->summary) {
     al__history_free(&a->summary_hist);
@@ -810,6 +812,19 @@ static void summary_failed(al_agent_t *a) {
 }
 
 /* ---- failures and retries ------------------------------------------------------------- */
+
+static void on_mcp_wait(uv_timer_t *t) {
+  al__agent_mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, backoff));
+}
+
+void al__agent_mcp_wait_over(al_agent_t *a) {
+  if (!a->mcp_waiting) {
+    return;
+  }
+  a->mcp_waiting = false;
+  uv_timer_stop(&a->backoff);
+  start_turn(a);
+}
 
 static void on_backoff(uv_timer_t *t) {
   al_agent_t *a = AL_CONTAINER_OF(t, al_agent_t, backoff);
@@ -1120,6 +1135,10 @@ static void start_turn(al_agent_t *a) {
     }
     return;
   }
+  /* A turn boundary: late MCP servers join, changed tool lists apply. */
+  if (al__agent_mcp_sync(a)) {
+    return;
+  }
   a->turn++;
   ev.type = AL_EVENT_TURN_STARTED;
   if (al__agent_post(a, &ev)) {
@@ -1309,7 +1328,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
       (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
-      (rc = al__agent_cli_tools_init(a)) != 0) {
+      (rc = al__agent_cli_tools_init(a)) != 0 ||
+      (rc = al__agent_mcp_check(o)) != 0) {
     goto fail;
   }
   al_http_client_options_init(&co);
@@ -1335,6 +1355,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   uv_timer_init(loop, &a->backoff);
   uv_idle_init(loop, &a->finish);
   a->pending = 2; /* the backoff timer and the client */
+  /* Last: from here on nothing fails, and the servers start at once. */
+  al__agent_mcp_init(a, o);
   *out = a;
   return 0;
 fail:
@@ -1424,6 +1446,18 @@ int al_agent_run(al_agent_t *a, const char *text) {
     return 0;
   }
   al_free(tools);
+  {
+    uint64_t wait_ms;
+
+    if (al__agent_mcp_should_wait(a, &wait_ms)) {
+      /* MCP servers still starting: wait for them, but never longer than
+       * what is left of the startup wait (the first token must not wait
+       * for a slow server). The backoff timer is idle before a turn. */
+      a->mcp_waiting = true;
+      uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
+      return 0;
+    }
+  }
   start_turn(a);
   return 0;
 }
@@ -1632,6 +1666,7 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   a->closing = true;
   a->close_cb = cb;
   exec_close_all(a);
+  al__agent_mcp_close(a);
   uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
   if (a->own_client) {
     al_http_client_set_data(a->client, a);

@@ -50,6 +50,15 @@ typedef struct ag_tool_s {
   al_tool_def_t def; /* run, cancel, data, timeout_ms, concurrency_safe */
   bool spawns;        /* runs a child process (bash, tools.d) */
   const char *source; /* "builtin", "in-process" or a tools.d file */
+  /* MCP tools (agent_mcp.c): the server and the server's name for it. A
+   * tool the server no longer lists is `removed` at a turn boundary: it
+   * stays allocated (a retired call may still point at its gate) but is
+   * neither found nor offered. */
+  struct al_mcp_server_s *mcp;
+  char *mcp_tool;
+  bool mcp_safe;
+  bool removed;
+  al_tool_impl_t mcp_impl;
 } ag_tool_t;
 
 /* An approval the run waits for. */
@@ -172,6 +181,12 @@ struct al_agent_s {
    * whether it loaded: listed so a skipped untrusted one is visible. */
   char *project_tools_d;
   bool project_trusted;
+  /* MCP servers (agent_mcp.c; NULL: none configured). mcp_gens[i]: the
+   * tool-list generation of server i that the registry holds. */
+  struct al_mcp_s *mcp;
+  uint64_t *mcp_gens;
+  uint64_t mcp_t0;   /* when the servers started (ns) */
+  bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
   /* Durable sessions: history commit hook (al_agent_options_t). */
   al_commit_cb on_commit;
   void *commit_data;
@@ -212,6 +227,33 @@ int al__agent_add_tool_impl(al_agent_t *a, al_tool_impl_t *inner,
                             void (*free_inner)(al_tool_impl_t *),
                             const char *description, const char *schema,
                             al_tool_category_t category);
+
+/* agent_tools.c: registry entries (also used by agent_mcp.c). */
+int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
+                        void (*free_inner)(al_tool_impl_t *),
+                        const char *description, const char *schema,
+                        al_tool_category_t category, ag_tool_t **out);
+ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name);
+
+/* agent_mcp.c */
+/* Checks o->mcp_config (AL_EINVAL with the reason logged). */
+int al__agent_mcp_check(const al_agent_options_t *o);
+/* Starts the servers of o->mcp_config (nothing blocks). Out of memory
+ * leaves the agent without MCP servers (logged). */
+void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o);
+/* [{name, state, tools, ms, error, pid, protocol}] of the servers. */
+json_t *al__agent_mcp_json(const al_agent_t *a);
+/* At a turn boundary: registers the tools of servers that became ready
+ * and applies changed lists. true when the run ended meanwhile (a
+ * subscriber cancelled it). */
+bool al__agent_mcp_sync(al_agent_t *a);
+/* Whether the run should wait for servers still starting, and how long
+ * (ms). */
+bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
+/* Closes the servers; a->pending covers it. */
+void al__agent_mcp_close(al_agent_t *a);
+/* Called by agent.c when the startup wait ends (all settled or timeout). */
+void al__agent_mcp_wait_over(al_agent_t *a);
 
 static inline al_slice_t ag_slice(const char *s) {
   al_slice_t sl;
