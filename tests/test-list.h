@@ -5,6 +5,7 @@
 #include "list/sse.h"
 #include "list/transport.h"
 #include "list/provider.h"
+#include "list/models.h"
 #include "list/mockllm.h"
 #include "list/client.h"
 #include "list/loop.h"

@@ -27,6 +27,7 @@
 
 #include "agentloop/client.h"
 #include "agentloop/events.h"
+#include "agentloop/models.h"
 #include "agentloop/sandbox.h"
 
 #ifdef __cplusplus
@@ -216,6 +217,12 @@ typedef struct al_agent_options_s {
   /* The number of the agent's first run (a resumed session continues its
    * numbering); 0: 1. */
   uint64_t first_run;
+  /* Context (SPEC §9, docs/context.md). models: the models catalogue
+   * (agentloop/models.h), borrowed, it must outlive the agent; NULL: the
+   * shipped catalogue. context_window: tokens, overrides the catalogue;
+   * 0: the catalogue's (or SPEC §9's fallback). */
+  const al_models_t *models;
+  int64_t context_window;
   /* MCP servers (docs/mcp.md): JSON text in the .mcp.json shape,
    * {"mcpServers": {NAME: {command, args, env, ...}}, "startup_wait_ms"}.
    * They start in al_agent_new and run until al_agent_close; a bad
@@ -235,6 +242,10 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *opts,
                  al_agent_t **out);
 
 void *al_agent_get_data(const al_agent_t *agent);
+
+/* What the models catalogue says about the model in use (the fallback
+ * model once switched), with the context_window option applied. */
+void al_agent_model_info(const al_agent_t *agent, al_model_info_t *out);
 /* The session id (NUL-terminated, owned by the agent). */
 const char *al_agent_session(const al_agent_t *agent);
 

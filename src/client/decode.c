@@ -300,31 +300,11 @@ static int decode_provider(const al_provider_t *p, const char *buf,
       exit_code = report_failure(&s);
     }
   } else if (!events) {
-    json_t *out;
+    const char *err = NULL;
+    json_t *out = al_pstream_final_json(&s, helpers, &err);
 
-    if (p->kind == AL_PROVIDER_ANTHROPIC) {
-      out = json_incref(al_pstream_message(&s));
-      /* parsed_output is an SDK helper, not part of the API's Message. */
-      if (helpers == 1) {
-        out = json_deep_copy(out);
-        json_decref(al_pstream_message(&s));
-        json_object_set_new(out, "parsed_output", json_null());
-      }
-    } else {
-      const char *err;
-
-      out = al_pstream_openai_completion(&s, &err);
-      if (out != NULL && helpers == 0) {
-        size_t i;
-        json_t *ch;
-
-        json_array_foreach(json_object_get(out, "choices"), i, ch) {
-          json_object_del(json_object_get(ch, "message"), "parsed");
-        }
-      }
-    }
     if (out == NULL) {
-      print_decode_error("no final message");
+      print_decode_error(err != NULL ? err : "no final message");
       exit_code = 1;
     } else {
       print_json(stdout, out);
@@ -380,12 +360,8 @@ int al_cli_decode(int argc, char **argv) {
   if (strcmp(provider, "sse") == 0) {
     rc = decode_sse(buf, len);
   } else {
-    const al_provider_t *p = al_provider_by_name(provider);
-
-    if (helpers < 0) {
-      helpers = p->kind == AL_PROVIDER_OPENAI ? 1 : 0;
-    }
-    rc = decode_provider(p, buf, len, events, helpers);
+    rc = decode_provider(al_provider_by_name(provider), buf, len, events,
+                         helpers);
   }
   al_free(buf);
   fflush(stdout);

@@ -123,6 +123,8 @@ static void usage(FILE *f) {
       "      --system FILE         system prompt read from FILE\n"
       "      --system-text TEXT    system prompt given inline\n"
       "      --max-tokens N        per reply (default 4096)\n"
+      "      --context-window N    the model's window in tokens (default:\n"
+      "                            the models catalogue, docs/context.md)\n"
       "      --max-turns N         model replies per run (default 20); at\n"
       "                            the limit a summary is the result, exit 3\n"
       "      --max-retries N       retries per request (default 3)\n"
@@ -631,7 +633,7 @@ int al_cli_run(int argc, char **argv) {
   enum {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
-    O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_COLOR,
+    O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
     O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST
   };
   static const struct option longopts[] = {
@@ -656,6 +658,7 @@ int al_cli_run(int argc, char **argv) {
       {"sandbox", required_argument, NULL, O_SANDBOX},
       {"trust-project", no_argument, NULL, O_TRUST},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
+      {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
       {"verbose", no_argument, NULL, 'v'},
@@ -685,6 +688,9 @@ int al_cli_run(int argc, char **argv) {
   size_t ndeny = 0;
   uint64_t max_tokens = 0;
   uint64_t max_turns = 0;
+  uint64_t context_window = 0;
+  al_models_t *models = NULL;
+  char *models_err = NULL;
   uint64_t idle_ms = 0;
   uint64_t retries = UINT64_MAX;
   double timeout_s = 0;
@@ -731,6 +737,14 @@ int al_cli_run(int argc, char **argv) {
       }
       break;
     case O_FALLBACK: fallback = optarg; break;
+    case O_CONTEXT_WINDOW:
+      if (!parse_u64(optarg, 1000000000, &context_window) ||
+          context_window < 1024) {
+        fail_usage("--context-window: tokens, 1024..1000000000, not '%s'",
+                   optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case O_COLOR: color = optarg; break;
     case O_NO_COLOR: color = "never"; break;
     case 'v': verbose = 1; break;
@@ -908,9 +922,20 @@ int al_cli_run(int argc, char **argv) {
 
   signal(SIGPIPE, SIG_IGN);
   json_object_seed(0); /* not mid-loop: jansson reads /dev/urandom once */
+  /* The models catalogue with the user's overlay: read before the loop
+   * runs; a bad file is a configuration error, never half-applied. */
+  err = al_models_load(&models, NULL, &models_err);
+  if (err != 0) {
+    fail_usage("%s", models_err != NULL ? models_err : al_strerror(err));
+    al_free(models_err);
+    al_buf_free(&text);
+    al_buf_free(&sysbuf);
+    return EXIT_USAGE;
+  }
 
   r = al_calloc(1, sizeof(*r));
   if (r == NULL) {
+    al_models_free(models);
     fail_usage("out of memory");
     al_buf_free(&text);
     al_buf_free(&sysbuf);
@@ -955,7 +980,11 @@ int al_cli_run(int argc, char **argv) {
   o.trust_project = trust;
   o.tools_dirs = tools_dirs;
 
+  o.models = models;
+  o.context_window = (int64_t)context_window;
+
   code = drive(r, &o, text.data);
+  al_models_free(models);
 
   al_buf_free(&text);
   al_buf_free(&sysbuf);

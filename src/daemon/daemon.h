@@ -14,7 +14,8 @@
  * flushes transcripts, says session/closed to subscribers, removes the
  * socket, and calls on_exit once every handle is closed; the daemon is
  * freed after on_exit returns. main.c is a thin CLI around this so tests
- * can run the daemon in-process or in a helper child. */
+ * can run the daemon in-process or in a helper child. internal.h says
+ * which file holds which job (set-up, methods, sessions, client I/O). */
 #ifndef AL_DAEMON_H
 #define AL_DAEMON_H
 

@@ -65,6 +65,14 @@ static void tools_done(al_agent_t *a);
 
 static char *dup_or_null(const char *s) { return s != NULL ? al_strdup(s) : NULL; }
 
+/* a->model_info for a->model, with the window override applied. */
+static void model_info_refresh(al_agent_t *a) {
+  al_models_lookup(a->models, a->model, a->provider->name, &a->model_info);
+  if (a->window_override > 0) {
+    a->model_info.context_window = a->window_override;
+  }
+}
+
 static void free_list(char **l) {
   size_t i;
 
@@ -630,10 +638,9 @@ static int attempt_start(al_agent_t *a) {
     hdrs[i].value_len = strlen(preq.headers[i].value);
   }
 
-  al_pstream_options_init(&so);
+  al_pstream_options_runtime(&so);
   so.on_event = on_pevent;
   so.data = a;
-  so.openai_completion = false;
   so.id_seed = al__retry_rng_next(&a->rng);
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
@@ -904,6 +911,7 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
       end_error(a, AL_ENOMEM, "out of memory");
       return;
     }
+    model_info_refresh(a);
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_MODEL_FALLBACK;
     ev.u.fallback.from = ag_slice(from);
@@ -1176,6 +1184,7 @@ static void agent_free_fields(al_agent_t *a) {
   al_free(a->done_text);
   al_free(a->msg_id);
   blocks_free(a);
+  al_models_free(a->own_models);
   if (a->bus != NULL) {
     al__events_bus_free(a->bus);
   }
@@ -1249,6 +1258,21 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
       (o->fallback_model != NULL && a->fallback_model == NULL)) {
     goto fail;
   }
+  if (o->context_window < 0) {
+    rc = AL_EINVAL;
+    goto fail;
+  }
+  a->models = o->models;
+  if (a->models == NULL) {
+    /* The shipped catalogue: compiled in, parsed here (no I/O). */
+    if ((rc = al_models_parse(&a->own_models, NULL, 0, NULL, NULL)) != 0) {
+      goto fail;
+    }
+    a->models = a->own_models;
+    rc = AL_ENOMEM;
+  }
+  a->window_override = o->context_window;
+  model_info_refresh(a);
   a->max_tokens = o->max_tokens > 0 ? o->max_tokens : 4096;
   a->cur_max_tokens = a->max_tokens;
   a->max_turns = o->max_turns > 0 ? o->max_turns : 20;
@@ -1367,6 +1391,10 @@ fail:
 }
 
 void *al_agent_get_data(const al_agent_t *a) { return a->data; }
+
+void al_agent_model_info(const al_agent_t *a, al_model_info_t *out) {
+  *out = a->model_info;
+}
 const char *al_agent_session(const al_agent_t *a) { return a->session.id; }
 bool al_agent_running(const al_agent_t *a) { return a->state != AG_IDLE && a->state != AG_CLOSED; }
 

@@ -191,6 +191,14 @@ struct al_agent_s {
   al_commit_cb on_commit;
   void *commit_data;
   bool has_run; /* al_agent_run was called once (load refuses after) */
+
+  /* Context (SPEC §9): the catalogue (own_models when the options gave
+   * none), the window override and what the catalogue says about a->model
+   * (refreshed when the model changes). */
+  const al_models_t *models;
+  al_models_t *own_models;
+  int64_t window_override;
+  al_model_info_t model_info;
 };
 
 /* agent.c */

@@ -113,7 +113,7 @@ static int fail_json(al_pstream_t *s, const al_sse_event_t *ev,
   return al__pstream_fail(s, AL_PERR_DECODE, NULL, msg, NULL);
 }
 
-/* Every event but a delta taken by the fast path (al__anthropic_sse_event);
+/* Every event but a delta taken by the fast path (anthropic_decode_event);
  * fast_declined: a content_block_delta with data the fast path declined,
  * which goes straight to the JSON load. Apart, so the delta path does not
  * pay this function's frame. */
@@ -222,7 +222,7 @@ slow:
   return rc;
 }
 
-int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
+static int anthropic_decode_event(al_pstream_t *s, const al_sse_event_t *ev) {
   al_fj_delta_t d;
   int rc;
 
@@ -248,6 +248,46 @@ int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
     return al__pstream_fail(s, AL_PERR_DECODE, NULL, "event too large", NULL);
   }
   return event_general(s, ev, true);
+}
+
+/* End of body: the SDK's rules (no message_start, or no message_stop, is
+ * a truncated stream). */
+static int anthropic_decode_finish(al_pstream_t *s) {
+  if (s->message == NULL) {
+    al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                     "request ended without sending any chunks", NULL);
+    return AL_ETRUNCATED;
+  }
+  if (!s->message_stopped) {
+    al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                     "stream ended without producing a Message with "
+                     "role=assistant",
+                     NULL);
+    return AL_ETRUNCATED;
+  }
+  return al__agg_materialize(s);
+}
+
+/* The SDK's final Message; parsed_output is an SDK helper, not part of
+ * the API's Message, so only with helpers == 1. */
+static json_t *anthropic_decode_final(al_pstream_t *s, int helpers,
+                                      const char **err) {
+  json_t *m = al_pstream_message(s);
+  json_t *out;
+
+  *err = NULL;
+  if (m == NULL) {
+    *err = "no final message";
+    return NULL;
+  }
+  if (helpers != 1) {
+    return json_incref(m);
+  }
+  out = json_deep_copy(m);
+  if (out != NULL) {
+    json_object_set_new(out, "parsed_output", json_null());
+  }
+  return out;
 }
 
 /* ---- request builder ---------------------------------------------------- */
@@ -362,4 +402,13 @@ out_free_body:
 }
 
 const al_provider_t al_provider_anthropic = {
-    AL_PROVIDER_ANTHROPIC, "anthropic", anthropic_build, al__provider_http_error};
+    .kind = AL_PROVIDER_ANTHROPIC,
+    .name = "anthropic",
+    .build_request = anthropic_build,
+    .http_error = al__provider_http_error,
+    .decode_flags = 0,
+    .decode_event = anthropic_decode_event,
+    .decode_finish = anthropic_decode_finish,
+    .decode_free = NULL,
+    .decode_final = anthropic_decode_final,
+};

@@ -17,7 +17,7 @@
  * SSE layer (OpenAI TS SDK): stop at the first data exactly "[DONE]";
  * any other data must be JSON (an event-only block has data "" and fails);
  * {"error": ...} data or `event: error` fails the stream; an unterminated
- * last event is flushed at EOF (al_sse settings, see aggregate.c).
+ * last event is flushed at EOF (AL_PDEC_SSE_FLUSH_EOF, pstream.c).
  * Content and arguments are appended into bounded buffers, so a delta
  * costs no allocation once they have grown. */
 #include <stdio.h>
@@ -800,7 +800,7 @@ static int keep_marks(al_pstream_t *s, json_t *root) {
   return rc;
 }
 
-int al__openai_sse_event(al_pstream_t *s, const al_sse_event_t *ev) {
+static int openai_decode_event(al_pstream_t *s, const al_sse_event_t *ev) {
   json_t *root;
   json_t *err;
   json_error_t jerr;
@@ -1158,7 +1158,7 @@ json_t *al_pstream_openai_completion(al_pstream_t *s, const char **err) {
   return out;
 }
 
-int al__openai_finish(al_pstream_t *s) {
+static int openai_decode_finish(al_pstream_t *s) {
   al__oai_choice_t *c;
   int rc;
 
@@ -1203,7 +1203,7 @@ int al__openai_finish(al_pstream_t *s) {
   return 0;
 }
 
-void al__openai_free(al_pstream_t *s) {
+static void openai_decode_free(al_pstream_t *s) {
   size_t i;
   size_t k;
 
@@ -1471,5 +1471,30 @@ out_free_request:
   return err;
 }
 
+/* `agentloop decode`: the chat.completion as the SDK finalizes it; the
+ * SDK's `parsed` helper field unless helpers == 0. */
+static json_t *openai_decode_final(al_pstream_t *s, int helpers,
+                                   const char **err) {
+  json_t *out = al_pstream_openai_completion(s, err);
+  json_t *ch;
+  size_t i;
+
+  if (out != NULL && helpers == 0) {
+    json_array_foreach(json_object_get(out, "choices"), i, ch) {
+      json_object_del(json_object_get(ch, "message"), "parsed");
+    }
+  }
+  return out;
+}
+
 const al_provider_t al_provider_openai = {
-    AL_PROVIDER_OPENAI, "openai", openai_build, al__provider_http_error};
+    .kind = AL_PROVIDER_OPENAI,
+    .name = "openai",
+    .build_request = openai_build,
+    .http_error = al__provider_http_error,
+    .decode_flags = AL_PDEC_OWN_INDEXES | AL_PDEC_SSE_FLUSH_EOF,
+    .decode_event = openai_decode_event,
+    .decode_finish = openai_decode_finish,
+    .decode_free = openai_decode_free,
+    .decode_final = openai_decode_final,
+};

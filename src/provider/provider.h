@@ -222,6 +222,14 @@ typedef struct al_provider_error_s {
 
 void al_provider_error_free(al_provider_error_t *e);
 
+struct al_pstream_s;
+
+/* decode_flags: how the pipeline sets itself up for a wire format. */
+#define AL_PDEC_OWN_INDEXES 1u  /* the decoder numbers blocks itself and may
+                                   interleave them: strict_indexes off */
+#define AL_PDEC_SSE_FLUSH_EOF 2u /* SSE: flush an unterminated last event
+                                    and dispatch event-only blocks */
+
 typedef struct al_provider_s {
   al_provider_kind_t kind;
   const char *name; /* "anthropic", "openai" */
@@ -231,6 +239,21 @@ typedef struct al_provider_s {
   /* Classifies a non-2xx body. Never fails except AL_ENOMEM. */
   int (*http_error)(int status, const char *body, size_t len,
                     al_provider_error_t *out);
+  /* ---- decode hooks (pstream.c calls them; nothing else switches on the
+   * wire format) ---- */
+  unsigned decode_flags;
+  /* One dispatched SSE event: decode it and drive the aggregator. */
+  int (*decode_event)(struct al_pstream_s *s, const al_sse_event_t *ev);
+  /* End of body: the validity rules of the format (truncation). */
+  int (*decode_finish)(struct al_pstream_s *s);
+  /* Frees the format's own state (may be NULL). */
+  void (*decode_free)(struct al_pstream_s *s);
+  /* `agentloop decode` output: the final object as the official SDK builds
+   * it (new ref), or NULL with *err. helpers: 1 add the SDK's helper
+   * fields, 0 leave them out, -1 the format's default. NULL: the
+   * normalized message. */
+  json_t *(*decode_final)(struct al_pstream_s *s, int helpers,
+                          const char **err);
 } al_provider_t;
 
 extern const al_provider_t al_provider_anthropic;
@@ -269,6 +292,9 @@ typedef struct al_pstream_options_s {
 } al_pstream_options_t;
 
 void al_pstream_options_init(al_pstream_options_t *o);
+/* The options the agent loop runs with (and `agentloop decode --events`,
+ * so that what decode shows is what the loop does). */
+void al_pstream_options_runtime(al_pstream_options_t *o);
 
 /* Per-block accumulation state (aggregate.c). */
 typedef struct al__pblock_s {
@@ -287,6 +313,7 @@ typedef struct al__oai_choice_s al__oai_choice_t;
 
 typedef struct al_pstream_s {
   const al_provider_t *provider;
+  int (*decode_event)(struct al_pstream_s *s, const al_sse_event_t *ev);
   al_pstream_options_t opts;
   al_sse_parser_t sse;
   int error;        /* sticky: first error returned */
@@ -344,6 +371,8 @@ json_t *al_pstream_message(al_pstream_t *s);
 /* OpenAI: the finalized chat.completion as the SDK builds it (new ref),
  * or NULL with *err set to a message (static or owned by s). */
 json_t *al_pstream_openai_completion(al_pstream_t *s, const char **err);
+/* `agentloop decode`'s final object (provider decode_final; see there). */
+json_t *al_pstream_final_json(al_pstream_t *s, int helpers, const char **err);
 /* The error detail after a failure (NULL when none). */
 const char *al_pstream_error_message(const al_pstream_t *s);
 json_t *al_pstream_error_body(const al_pstream_t *s);
@@ -437,11 +466,7 @@ json_t *al__json_string_utf8(const char *s, size_t len);
 /* Appends the UTF-8 encoding of cp. */
 int al__utf8_put(al_buf_t *b, uint32_t cp);
 
-/* Internal (anthropic.c / openai.c / aggregate.c). */
-int al__anthropic_sse_event(al_pstream_t *s, const al_sse_event_t *ev);
-int al__openai_sse_event(al_pstream_t *s, const al_sse_event_t *ev);
-int al__openai_finish(al_pstream_t *s);
-void al__openai_free(al_pstream_t *s);
+/* Internal (pstream.c / aggregate.c and the decoders). */
 int al__pstream_emit(al_pstream_t *s, al_pevent_t *ev);
 int al__pstream_fail(al_pstream_t *s, al_perr_kind_t kind, const char *type,
                      const char *message, json_t *body);

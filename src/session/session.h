@@ -87,6 +87,32 @@ al_blob_t *al__tx_record(const json_t *rec);
 al_blob_t *al__tx_commit_record(const char *kind, const char *message,
                                 size_t len);
 
+/* ---- the header ------------------------------------------------------------ */
+
+/* A session's settings, as its first record keeps them. This file alone
+ * knows the record's fields; strings are al_malloc'd (NULL: unset). */
+typedef struct {
+  char *cwd;
+  char *model;
+  char *provider;
+  char *base_url;
+  char *system;
+  json_t *ask_tools; /* array of tool names, or NULL */
+  uint64_t created_ms;
+} al_tx_header_t;
+
+/* The header record of session id; NULL on OOM. */
+al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h);
+/* Fills h from a parsed record when it is a header; false otherwise. The
+ * fields of h are replaced (al__tx_header_free'd first). */
+bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h);
+void al__tx_header_free(al_tx_header_t *h);
+/* Reads the header and the first user text from the first n bytes of a
+ * transcript (whole lines only), for listings that must not load the
+ * whole file. true when a header was found. */
+bool al__tx_scan_head(const char *p, size_t n, al_tx_header_t *h,
+                      char **first_user_text);
+
 /* ---- loading ---------------------------------------------------------------- */
 
 typedef struct {
@@ -95,7 +121,8 @@ typedef struct {
 } al_tx_event_t;
 
 typedef struct {
-  json_t *header;         /* the session record, or NULL */
+  al_tx_header_t header;  /* the session record's settings ... */
+  bool has_header;        /* ... if there was one */
   al_history_t history;   /* replayed; an open tool turn is closed */
   json_t *synthetic;      /* the tool_results message that closed it, or
                            * NULL: the caller appends it as a record */

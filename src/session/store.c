@@ -397,6 +397,95 @@ al_blob_t *al__tx_commit_record(const char *kind, const char *message,
   return b;
 }
 
+/* ---- the header ------------------------------------------------------------ */
+
+al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
+  json_t *rec = json_pack(
+      "{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?}", "rec",
+      "session", "v", 1, "session", id, "created_ms",
+      (json_int_t)h->created_ms, "cwd", h->cwd, "model", h->model,
+      "provider", h->provider, "base_url", h->base_url, "system", h->system,
+      "ask_tools", h->ask_tools);
+  al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+
+  json_decref(rec);
+  return b;
+}
+
+static char *str_field(const json_t *o, const char *key) {
+  const char *v = json_string_value(json_object_get(o, key));
+
+  return v != NULL ? al_strdup(v) : NULL;
+}
+
+bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
+  const json_t *ask;
+
+  if (!json_is_object(rec) ||
+      !json_is_string(json_object_get(rec, "rec")) ||
+      strcmp(json_string_value(json_object_get(rec, "rec")), "session") !=
+          0) {
+    return false;
+  }
+  al__tx_header_free(h);
+  h->cwd = str_field(rec, "cwd");
+  h->model = str_field(rec, "model");
+  h->provider = str_field(rec, "provider");
+  h->base_url = str_field(rec, "base_url");
+  h->system = str_field(rec, "system");
+  ask = json_object_get(rec, "ask_tools");
+  h->ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+  h->created_ms = (uint64_t)json_integer_value(
+      json_object_get(rec, "created_ms"));
+  return true;
+}
+
+void al__tx_header_free(al_tx_header_t *h) {
+  al_free(h->cwd);
+  al_free(h->model);
+  al_free(h->provider);
+  al_free(h->base_url);
+  al_free(h->system);
+  json_decref(h->ask_tools);
+  memset(h, 0, sizeof(*h));
+}
+
+bool al__tx_scan_head(const char *p, size_t n, al_tx_header_t *h,
+                      char **first_user_text) {
+  const char *line = p;
+  bool found = false;
+
+  *first_user_text = NULL;
+  while (line < p + n) {
+    const char *e = memchr(line, '\n', (size_t)(p + n - line));
+    json_t *o;
+    const char *rec;
+
+    if (e == NULL) {
+      break;
+    }
+    o = json_loadb(line, (size_t)(e - line), 0, NULL);
+    rec = json_string_value(json_object_get(o, "rec"));
+    if (!found && rec != NULL && strcmp(rec, "session") == 0) {
+      found = al__tx_header_parse(o, h);
+    } else if (rec != NULL && strcmp(rec, "user") == 0 &&
+               *first_user_text == NULL) {
+      const char *t = json_string_value(json_object_get(
+          json_array_get(
+              json_object_get(json_object_get(o, "message"), "content"), 0),
+          "text"));
+
+      *first_user_text = t != NULL ? al_strdup(t) : NULL;
+    }
+    json_decref(o);
+    if (found && h->cwd != NULL && *first_user_text != NULL) {
+      break;
+    }
+    line = e + 1;
+  }
+  return found;
+}
+
 /* ---- loading ---------------------------------------------------------------- */
 
 typedef struct {
@@ -543,8 +632,8 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
     const char *kind = json_string_value(rec);
 
     if (strcmp(kind, "session") == 0) {
-      if (l->header == NULL) {
-        l->header = json_incref(o);
+      if (!l->has_header) {
+        l->has_header = al__tx_header_parse(o, &l->header);
       }
     } else if (!replay(l, kind, json_object_get(o, "message"))) {
       note_bad(l, lineno, "history record does not fit the history");
@@ -759,7 +848,7 @@ int al__tx_load(const char *path, bool truncate, size_t max_event_bytes,
 void al__tx_loaded_free(al_tx_loaded_t *l) {
   size_t i;
 
-  json_decref(l->header);
+  al__tx_header_free(&l->header);
   json_decref(l->synthetic);
   json_decref(l->closed_calls);
   al__history_free(&l->history);

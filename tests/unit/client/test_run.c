@@ -994,3 +994,63 @@ TEST_IMPL(cli_version_lists_libraries) {
   finish(&c);
   return 0;
 }
+
+/* The models catalogue: a bad $XDG_CONFIG_HOME/agentloop/models.yaml stops
+ * the run before anything is sent, naming FILE:LINE:COL (exit 2); a good
+ * one is used. --context-window must be a sane number of tokens. */
+TEST_IMPL(cli_run_models_file) {
+  cli_t c;
+  ws_t w;
+  char xdg[128];
+  char sub[160];
+  char path[200];
+  char *env[5];
+  FILE *f;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "-p", "hi", NULL};
+  const char *bad_window[] = {"run", "--context-window", "100", "-p", "hi",
+                              NULL};
+
+  ws_make(&w);
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", w.dir);
+  snprintf(sub, sizeof(sub), "%s/agentloop", w.dir);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(path, sizeof(path), "%s/models.yaml", sub);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("models:\n  - match: \"*\"\n    context_window: big\n", f);
+  fclose(f);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = xdg;
+  env[4] = NULL;
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, path));
+  ASSERT_NOT_NULL(
+      strstr(c.ebuf, ":3:21: 'context_window' must be a number, not 'big'"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("models:\n  - match: \"*\"\n    context_window: 32000\n", f);
+  fclose(f);
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, env);
+  ASSERT_EQ(c.exit_status, 0);
+  finish(&c);
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, bad_window, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "--context-window"));
+  finish(&c);
+  unlink(path);
+  rmdir(sub);
+  rmdir(w.dir);
+  return 0;
+}

@@ -46,11 +46,9 @@ static char *result_line(al_pstream_t *s, int rc) {
       o = json_pack("{s:{s:s,s:s}}", "error", "kind", "decode_error",
                     "message", m != NULL ? m : al_strerror(rc));
     }
-  } else if (s->provider->kind == AL_PROVIDER_ANTHROPIC) {
-    o = json_incref(al_pstream_message(s));
   } else {
     const char *err;
-    o = al_pstream_openai_completion(s, &err);
+    o = al_pstream_final_json(s, -1, &err);
   }
   ASSERT_NOT_NULL(o);
   out = dump(o);

@@ -1,0 +1,167 @@
+/* What the daemon's upper layers share (daemon.h for the whole picture):
+ *
+ *   daemon.c    process set-up: directories, locks, the transcript scan,
+ *               bind/listen, signals, idle exit and shutdown;
+ *   methods.c   the RPC methods and the dispatch of request lines;
+ *   sessions.c  sessions: agents, transcripts, the replay ring,
+ *               subscriptions and their lag bounds, session/resume's load;
+ *   clients.c   client I/O with backpressure (clients.h), which calls up
+ *               only through callbacks.
+ *
+ * Everything here runs on the loop thread except load_work (threadpool). */
+#ifndef AL_DAEMON_INTERNAL_H
+#define AL_DAEMON_INTERNAL_H
+
+#include <jansson.h>
+
+#include "agentloop/client.h"
+#include "common/common.h"
+#include "daemon/clients.h"
+#include "daemon/daemon.h"
+#include "events/events.h"
+#include "rpc/rpc.h"
+#include "session/session.h"
+
+#define TX_MAX_QUEUE (256u * 1024 * 1024)
+#define TITLE_MAX 80
+
+typedef struct session_s session_t;
+typedef al_dclient_t client_t;
+
+/* A client watching a session: in both the session's and the client's
+ * lists. */
+typedef struct {
+  al_list_t snode;
+  al_list_t cnode;
+  session_t *s;
+  client_t *c;
+  /* Replay: the ring is sent from `next` as the client's queue drains
+   * (write completions pump it); live events reach it through the ring
+   * until it has caught up. */
+  bool catching;
+  bool started;
+  uint64_t next;
+} sub_t;
+
+typedef struct {
+  uint64_t seq;
+  al_blob_t *line;
+} ring_entry_t;
+
+/* A session/create or session/resume waiting for the transcript. */
+typedef struct {
+  al_list_t node;
+  client_t *c; /* NULL once the client went away */
+  json_t *id;
+  json_t *params;
+} pending_resume_t;
+
+struct session_s {
+  al_list_t node;
+  al_daemon_t *d;
+  char id[64];
+  al_tx_header_t h; /* settings, as the transcript header keeps them */
+  char *title;
+  uint64_t updated_ms;
+  uint64_t last_active; /* loop ms of the last event or unsubscribe */
+  /* Loaded state. */
+  bool loaded;
+  bool loading;
+  bool closing;
+  al_agent_t *agent;
+  al_tx_t *tx;
+  /* Recent events, oldest first: a circular array (seqs increase, so a
+   * seq is found by binary search). */
+  ring_entry_t *ring;
+  size_t ring_cap;
+  size_t ring_head;
+  size_t ring_n;
+  size_t ring_bytes;
+  uint64_t next_seq;
+  al_list_t subs; /* sub_t by snode */
+  bool running;
+  uint64_t run;
+  al_event_usage_t totals;
+  uint64_t runs;
+  al_list_t resumes; /* pending_resume_t */
+  uv_work_t work;
+  al_tx_loaded_t loaded_tx;
+  json_t *recovered;
+  bool agent_closed;
+  bool tx_closed;
+};
+
+struct al_daemon_s {
+  uv_loop_t *loop;
+  al_daemon_options_t o;
+  char *socket_path;
+  char *state_dir;
+  char *sessions_dir;
+  int state_lock;
+  int socket_lock;
+  uv_pipe_t server;
+  uv_signal_t sigterm;
+  uv_signal_t sigint;
+  uv_timer_t idle;
+  uv_timer_t grace;
+  uv_timer_t sweep; /* drops idle sessions' replay rings */
+  al_client_t *http;
+  al_dclients_t clients;
+  al_list_t sessions;
+  size_t nloaded;
+  size_t nknown;
+  bool shutting_down;
+  bool exiting;
+  int final;   /* last handles closing */
+  int pending; /* handles and objects still closing */
+  al_daemon_stats_t stats;
+};
+
+static inline al_daemon_t *client_daemon(const client_t *c) {
+  return c->srv->data;
+}
+
+/* daemon.c */
+void al__daemon_maybe_exit(al_daemon_t *d);
+void al__daemon_idle_check(al_daemon_t *d);
+
+/* sessions.c */
+uint64_t al__wall_ms(void);
+void al__set_str(char **dst, const char *s);
+char *al__make_title(const char *t);
+void al__sub_free(sub_t *sub);
+sub_t *al__sub_find(session_t *s, client_t *c);
+void al__sub_pump(sub_t *sub);
+size_t al__ring_find(session_t *s, uint64_t seq);
+ring_entry_t *al__ring_at(session_t *s, size_t i);
+void al__ring_push(session_t *s, uint64_t seq, al_blob_t *line);
+void al__ring_sweep(uv_timer_t *t);
+void al__session_tx_put(session_t *s, al_blob_t *b, bool sync);
+void al__session_on_event(const al_event_t *ev, void *data);
+session_t *al__session_find(al_daemon_t *d, const char *id);
+session_t *al__session_alloc(al_daemon_t *d, const char *id);
+void al__session_free(session_t *s);
+char *al__transcript_path(al_daemon_t *d, const char *id);
+bool al__valid_session_id(const char *id);
+int al__session_start(session_t *s, uint64_t first_seq, uint64_t first_run,
+                      char *why, size_t why_len);
+json_t *al__session_info(const session_t *s);
+void al__session_maybe_free(session_t *s);
+void al__session_close(session_t *s);
+void al__session_unsubscribe_all(session_t *s, const char *reason);
+void al__session_load_work(uv_work_t *w);
+void al__session_load_done(uv_work_t *w, int status);
+/* The client layer's callbacks that reach sessions. */
+void al__sessions_client_drained(client_t *c);
+void al__sessions_client_closing(client_t *c);
+
+/* methods.c */
+void al__daemon_reply(client_t *c, const json_t *id, json_t *result);
+void al__daemon_reply_err(client_t *c, const json_t *id, int code,
+                          const char *msg, json_t *data);
+void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id);
+void al__daemon_on_line(client_t *c, const char *line, size_t len,
+                        bool too_long);
+void al__daemon_on_created(al_tx_t *tx, void *data);
+
+#endif

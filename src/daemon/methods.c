@@ -1,0 +1,747 @@
+/* Daemon RPC methods (docs/protocol.md) and the dispatch of request lines
+ * (internal.h). */
+#include "daemon/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agentloop/version.h"
+
+static char *dup_or_null(const char *s) {
+  return s != NULL ? al_strdup(s) : NULL;
+}
+
+void al__daemon_reply(client_t *c, const json_t *id, json_t *result) {
+  client_daemon(c)->stats.requests++;
+  al__dclient_send(c, al_rpc_result_new(id, result));
+}
+
+void al__daemon_reply_err(client_t *c, const json_t *id, int code,
+                      const char *msg, json_t *data) {
+  client_daemon(c)->stats.errors++;
+  al__dclient_send(c, al_rpc_error_new(id, code, msg, data));
+}
+/* ---- methods ---------------------------------------------------------------- */
+
+typedef struct {
+  client_t *c;
+  const json_t *id;
+  json_t *params; /* object or NULL */
+} call_t;
+
+/* A string param that, when present, must be a string. */
+static bool popt_str(const call_t *k, const char *key, const char **out) {
+  json_t *v = json_object_get(k->params, key);
+
+  *out = NULL;
+  if (v == NULL || json_is_null(v)) {
+    return true;
+  }
+  if (!json_is_string(v)) {
+    char msg[128];
+
+    snprintf(msg, sizeof(msg), "%s must be a string", key);
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
+    return false;
+  }
+  *out = json_string_value(v);
+  return true;
+}
+
+/* The session named by params.session, loaded; replies and returns NULL
+ * otherwise. */
+static session_t *need_session(const call_t *k, bool loaded) {
+  const char *id;
+  session_t *s;
+
+  if (!popt_str(k, "session", &id)) {
+    return NULL;
+  }
+  if (id == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, "session is required",
+              NULL);
+    return NULL;
+  }
+  s = al__session_find(client_daemon(k->c), id);
+  if (s == NULL || s->closing) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_UNKNOWN_SESSION, "unknown session",
+              json_pack("{s:s}", "session", id));
+    return NULL;
+  }
+  if (loaded && !s->loaded) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_UNKNOWN_SESSION,
+              "session not loaded: call session/resume first",
+              json_pack("{s:s, s:b}", "session", id, "loaded", 0));
+    return NULL;
+  }
+  return s;
+}
+
+static void m_initialize(const call_t *k) {
+  client_t *c = k->c;
+  json_t *cl = json_object_get(k->params, "client");
+  const char *name = json_string_value(json_object_get(cl, "name"));
+
+  if (!c->initialized && name != NULL) {
+    char safe[48];
+    size_t i;
+
+    /* Printable ASCII only: it is shown to other clients. */
+    for (i = 0; name[i] != '\0' && i < sizeof(safe) - 1; i++) {
+      safe[i] = (name[i] >= 0x20 && name[i] < 0x7f) ? name[i] : '?';
+    }
+    safe[i] = '\0';
+    snprintf(c->id, sizeof(c->id), "c%llu (%s)", (unsigned long long)c->n,
+             safe);
+  }
+  c->initialized = true;
+  al__daemon_reply(c, k->id,
+        json_pack("{s:i, s:{s:s, s:s}, s:I, s:s, s:{s:b, s:b}}",
+                  "protocol_version", AL_RPC_PROTOCOL_VERSION, "server",
+                  "name", "agentloopd", "version", AL_VERSION_STRING,
+                  "pid", (json_int_t)getpid(), "client_id", c->id,
+                  "capabilities", "compact", 0, "replay", 1));
+}
+
+static bool check_provider(const call_t *k, const char *p) {
+  if (p != NULL && strcmp(p, "anthropic") != 0 && strcmp(p, "openai") != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+              "provider must be anthropic or openai", NULL);
+    return false;
+  }
+  return true;
+}
+
+static bool new_session_id(char *out, size_t len) {
+  unsigned char r[8];
+  size_t i;
+
+  if (uv_random(NULL, NULL, r, sizeof(r), 0, NULL) != 0) {
+    return false;
+  }
+  snprintf(out, len, "s_");
+  for (i = 0; i < sizeof(r); i++) {
+    snprintf(out + 2 + 2 * i, len - 2 - 2 * i, "%02x", r[i]);
+  }
+  return true;
+}
+
+static void m_session_create(const call_t *k) {
+  al_daemon_t *d = client_daemon(k->c);
+  const char *cwd, *model, *provider, *base_url, *system;
+  char id[40];
+  char cwdbuf[4096];
+  char why[256];
+  session_t *s;
+  al_blob_t *b;
+  struct stat st;
+
+  if (!popt_str(k, "cwd", &cwd) || !popt_str(k, "model", &model) ||
+      !popt_str(k, "provider", &provider) ||
+      !popt_str(k, "base_url", &base_url) ||
+      !popt_str(k, "system", &system) || !check_provider(k, provider)) {
+    return;
+  }
+  {
+    json_t *ask = json_object_get(k->params, "ask_tools");
+    size_t i;
+    json_t *v;
+
+    if (ask != NULL && !json_is_null(ask)) {
+      bool ok = json_is_array(ask);
+
+      json_array_foreach(ask, i, v) { ok = ok && json_is_string(v); }
+      if (!ok) {
+        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                  "ask_tools must be an array of tool names", NULL);
+        return;
+      }
+    }
+  }
+  if (cwd == NULL) {
+    size_t n = sizeof(cwdbuf);
+
+    if (uv_cwd(cwdbuf, &n) != 0) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "no cwd", NULL);
+      return;
+    }
+    cwd = cwdbuf;
+  }
+  /* A stat of a local directory: the agent checks it too (realpath). */
+  if (cwd[0] != '/' || stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+              "cwd must be an absolute path to a directory", NULL);
+    return;
+  }
+  if (d->nloaded >= d->o.max_sessions) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
+    return;
+  }
+  if (!new_session_id(id, sizeof(id)) || (s = al__session_alloc(d, id)) == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
+    return;
+  }
+  s->h.cwd = al_strdup(cwd);
+  s->h.model = dup_or_null(model != NULL ? model : d->o.model);
+  s->h.provider = dup_or_null(provider != NULL ? provider : d->o.provider);
+  s->h.base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
+  s->h.system = dup_or_null(system);
+  {
+    json_t *ask = json_object_get(k->params, "ask_tools");
+
+    s->h.ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+  }
+  s->h.created_ms = s->updated_ms = al__wall_ms();
+  why[0] = '\0';
+  if (al__session_start(s, 1, 1, why, sizeof(why)) != 0) {
+    int code = strstr(why, "agent") != NULL ? AL_RPC_INVALID_PARAMS
+                                           : AL_RPC_INTERNAL_ERROR;
+
+    al__session_free(s);
+    al__daemon_reply_err(k->c, k->id, code, why, NULL);
+    return;
+  }
+  b = al__tx_header_record(s->id, &s->h);
+  if (b != NULL) {
+    al__session_tx_put(s, b, true);
+    al__blob_unref(b);
+  }
+  /* Answer once the header is on disk: a session whose id a client holds
+   * survives a crash that follows at once. */
+  {
+    pending_resume_t *p = al_calloc(1, sizeof(*p));
+
+    if (p == NULL || al__tx_flush(s->tx, al__daemon_on_created, s) != 0) {
+      al_free(p);
+      al__daemon_reply(k->c, k->id, al__session_info(s));
+      return;
+    }
+    p->c = k->c;
+    p->id = json_deep_copy(k->id);
+    al_list_insert_tail(&s->resumes, &p->node);
+    s->loading = true; /* no turn, resume or close until answered */
+    client_daemon(k->c)->pending++;
+  }
+}
+
+/* session/create's answer, once the header is durable (or failed). */
+void al__daemon_on_created(al_tx_t *tx, void *data) {
+  session_t *s = data;
+  al_daemon_t *d = s->d;
+  int err = al__tx_error(tx);
+
+  s->loading = false;
+  while (!al_list_empty(&s->resumes)) {
+    pending_resume_t *p =
+        AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
+
+    al_list_remove(&p->node);
+    if (p->c != NULL && !p->c->closing) {
+      if (err == 0) {
+        al__daemon_reply(p->c, p->id, al__session_info(s));
+      } else {
+        char msg[160];
+
+        snprintf(msg, sizeof(msg), "cannot write the transcript: %s",
+                 al_strerror(err));
+        al__daemon_reply_err(p->c, p->id, AL_RPC_INTERNAL_ERROR, msg, NULL);
+      }
+    }
+    json_decref(p->id);
+    al_free(p);
+  }
+  d->pending--;
+  if (err != 0 && !s->closing) {
+    al__session_close(s);
+    return;
+  }
+  if (s->closing) {
+    al__session_maybe_free(s);
+  }
+  al__daemon_maybe_exit(d);
+}
+
+static void m_session_list(const call_t *k) {
+  al_daemon_t *d = client_daemon(k->c);
+  json_t *arr = json_array();
+  al_list_t *pos;
+
+  /* Newest activity first: the list is short; insertion sort on output. */
+  al_list_foreach(pos, &d->sessions) {
+    session_t *s = AL_CONTAINER_OF(pos, session_t, node);
+    json_t *o;
+    size_t i;
+    size_t w = 0;
+    al_list_t *p2;
+
+    if (s->closing) {
+      continue;
+    }
+    al_list_foreach(p2, &s->subs) { w++; }
+    o = json_pack("{s:s, s:s?, s:s?, s:s, s:I, s:I, s:s?, s:b, s:b, s:I}",
+                  "session", s->id, "cwd", s->h.cwd, "model", s->h.model,
+                  "provider", s->h.provider != NULL ? s->h.provider : "anthropic",
+                  "created_ms", (json_int_t)s->h.created_ms, "updated_ms",
+                  (json_int_t)s->updated_ms, "title", s->title, "loaded",
+                  s->loaded, "running", s->running, "watchers",
+                  (json_int_t)w);
+    if (o == NULL) {
+      continue;
+    }
+    for (i = 0; i < json_array_size(arr); i++) {
+      json_t *x = json_array_get(arr, i);
+
+      if (json_integer_value(json_object_get(x, "updated_ms")) <
+          (json_int_t)s->updated_ms) {
+        break;
+      }
+    }
+    json_array_insert_new(arr, i, o);
+  }
+  al__daemon_reply(k->c, k->id, json_pack("{s:o}", "sessions", arr));
+}
+
+static void m_session_subscribe(const call_t *k) {
+  session_t *s = need_session(k, true);
+  json_t *since = json_object_get(k->params, "since_seq");
+  sub_t *sub;
+  uint64_t from = 0;
+  bool replay = false;
+  json_t *first = json_null();
+
+  if (s == NULL) {
+    return;
+  }
+  if (since != NULL && !json_is_null(since)) {
+    if (!json_is_integer(since) || json_integer_value(since) < 0) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                "since_seq must be a non-negative integer", NULL);
+      return;
+    }
+    replay = true;
+    from = (uint64_t)json_integer_value(since);
+  }
+  sub = al__sub_find(s, k->c);
+  if (sub != NULL) {
+    al__sub_free(sub);
+  }
+  sub = al_calloc(1, sizeof(*sub));
+  if (sub == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
+    return;
+  }
+  sub->s = s;
+  sub->c = k->c;
+  if (replay) {
+    size_t idx = al__ring_find(s, from + 1);
+
+    if (idx < s->ring_n) {
+      json_decref(first);
+      first = json_integer((json_int_t)al__ring_at(s, idx)->seq);
+      sub->catching = true;
+      sub->next = al__ring_at(s, idx)->seq;
+    }
+  }
+  al__daemon_reply(k->c, k->id,
+        json_pack("{s:s, s:I, s:o}", "session", s->id, "next_seq",
+                  (json_int_t)s->next_seq, "replay_from", first));
+  if (k->c->closing) {
+    al_free(sub);
+    return;
+  }
+  al_list_insert_tail(&s->subs, &sub->snode);
+  al_list_insert_tail(&k->c->subs, &sub->cnode);
+  al__sub_pump(sub);
+}
+
+static void m_session_unsubscribe(const call_t *k) {
+  session_t *s = need_session(k, false);
+  sub_t *sub;
+
+  if (s == NULL) {
+    return;
+  }
+  sub = al__sub_find(s, k->c);
+  if (sub != NULL) {
+    al__sub_free(sub);
+  }
+  al__daemon_reply(k->c, k->id, json_pack("{s:b}", "unsubscribed", sub != NULL));
+}
+
+static void m_turn_send(const call_t *k) {
+  session_t *s = need_session(k, true);
+  json_t *input = json_object_get(k->params, "input");
+  int rc;
+
+  if (s == NULL) {
+    return;
+  }
+  if (!json_is_string(input) || json_string_length(input) == 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+              "input must be a non-empty string", NULL);
+    return;
+  }
+  if (strlen(json_string_value(input)) != json_string_length(input)) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+              "input must not contain NUL", NULL);
+    return;
+  }
+  if (al_agent_running(s->agent)) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE, "a run is active",
+              json_pack("{s:I}", "run", (json_int_t)s->run));
+    return;
+  }
+  rc = al_agent_run(s->agent, json_string_value(input));
+  if (rc == AL_EBUSY) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE, "a run is active",
+              json_pack("{s:I}", "run", (json_int_t)s->run));
+    return;
+  }
+  if (rc != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, al_strerror(rc), NULL);
+    return;
+  }
+  if (k->c->closing) {
+    return;
+  }
+  al__daemon_reply(k->c, k->id, json_pack("{s:I}", "run", (json_int_t)s->run));
+  al__daemon_idle_check(s->d);
+}
+
+static void m_turn_cancel(const call_t *k) {
+  session_t *s = need_session(k, true);
+  json_t *run = json_object_get(k->params, "run");
+  bool ok = false;
+
+  if (s == NULL) {
+    return;
+  }
+  if (run != NULL && !json_is_null(run) && !json_is_integer(run)) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, "run must be an integer",
+              NULL);
+    return;
+  }
+  if (al_agent_running(s->agent) &&
+      (run == NULL || json_is_null(run) ||
+       (uint64_t)json_integer_value(run) == s->run)) {
+    ok = al_agent_cancel(s->agent) == 0;
+  }
+  if (!k->c->closing) {
+    al__daemon_reply(k->c, k->id, json_pack("{s:b}", "cancelled", ok));
+  }
+}
+
+static void m_approval_respond(const call_t *k) {
+  session_t *s = need_session(k, true);
+  const char *req, *dec, *reason;
+  al_approval_t a;
+  al_list_t *pos, *next;
+  int rc;
+
+  if (s == NULL || !popt_str(k, "request", &req) ||
+      !popt_str(k, "decision", &dec) || !popt_str(k, "reason", &reason)) {
+    return;
+  }
+  if (req == NULL || dec == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+              "request and decision are required", NULL);
+    return;
+  }
+  if (strcmp(dec, "allow") == 0) {
+    a = AL_APPROVE_ALLOW;
+  } else if (strcmp(dec, "deny") == 0) {
+    a = AL_APPROVE_DENY;
+  } else if (strcmp(dec, "always") == 0) {
+    a = AL_APPROVE_ALWAYS;
+  } else {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+              "decision must be allow, deny or always", NULL);
+    return;
+  }
+  rc = al_agent_approve(s->agent, req, a);
+  if (rc == AL_ENOTFOUND) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_NO_SUCH_APPROVAL,
+              "no such pending approval (already resolved, or the run "
+              "ended)",
+              json_pack("{s:s}", "request", req));
+    return;
+  }
+  if (rc != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, al_strerror(rc), NULL);
+    return;
+  }
+  /* Every watcher learns who resolved it. */
+  for (pos = s->subs.next; pos != &s->subs; pos = next) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    next = pos->next;
+    al__dclient_send(sub->c,
+                al_rpc_notification_new(
+                    "approval/resolved",
+                    json_pack("{s:s, s:s, s:s, s:s?, s:s}", "session", s->id,
+                              "request", req, "decision", dec, "reason",
+                              reason, "by", k->c->id)));
+  }
+  if (!k->c->closing) {
+    al__daemon_reply(k->c, k->id, json_pack("{s:b}", "resolved", 1));
+  }
+}
+
+static void m_session_compact(const call_t *k) {
+  if (need_session(k, false) == NULL) {
+    return;
+  }
+  al__daemon_reply_err(k->c, k->id, AL_RPC_NOT_SUPPORTED,
+            "not yet supported: context management is not in the agent yet",
+            NULL);
+}
+
+static json_t *usage_json(const al_event_usage_t *u) {
+  return json_pack("{s:I, s:I, s:I, s:I}", "input_tokens",
+                   (json_int_t)u->input_tokens, "output_tokens",
+                   (json_int_t)u->output_tokens, "cache_read_input_tokens",
+                   (json_int_t)u->cache_read_input_tokens,
+                   "cache_creation_input_tokens",
+                   (json_int_t)u->cache_creation_input_tokens);
+}
+
+static void m_session_usage(const call_t *k) {
+  session_t *s = need_session(k, true);
+  al_agent_stats_t st;
+  json_t *tot;
+  json_t *last;
+
+  if (s == NULL) {
+    return;
+  }
+  al_agent_stats(s->agent, &st);
+  tot = usage_json(&s->totals);
+  json_object_set_new(tot, "runs", json_integer((json_int_t)s->runs));
+  last = json_pack("{s:I, s:I, s:I, s:I, s:i, s:i, s:I, s:I}", "input_tokens",
+                   (json_int_t)st.input_tokens, "output_tokens",
+                   (json_int_t)st.output_tokens, "cache_read_input_tokens",
+                   (json_int_t)st.cache_read_input_tokens,
+                   "cache_creation_input_tokens",
+                   (json_int_t)st.cache_creation_input_tokens, "turns",
+                   (int)st.turns, "requests", (int)st.requests,
+                   "duration_ms", (json_int_t)st.duration_ms,
+                   "duration_api_ms", (json_int_t)st.duration_api_ms);
+  al__daemon_reply(k->c, k->id,
+        json_pack("{s:o, s:o, s:n}", "session", tot, "last_run", last,
+                  "cost_usd"));
+}
+
+static void m_tools_list(const call_t *k) {
+  al_daemon_t *d = client_daemon(k->c);
+  session_t *s = NULL;
+  al_agent_t *tmp = NULL;
+  al_agent_t *a;
+  char *txt = NULL;
+  json_t *tools;
+
+  if (json_object_get(k->params, "session") != NULL) {
+    if ((s = need_session(k, true)) == NULL) {
+      return;
+    }
+    a = s->agent;
+  } else {
+    al_agent_options_t ao;
+    char cwd[4096];
+    size_t n = sizeof(cwd);
+
+    /* A throwaway agent with the defaults: it never runs, so it holds no
+     * active handle and closes on the next iteration. */
+    al_agent_options_init(&ao);
+    ao.provider = d->o.provider;
+    ao.base_url = d->o.base_url;
+    ao.model = d->o.model;
+    ao.client = d->http;
+    ao.builtin_tools = true;
+    ao.tools_d = true;
+    ao.workspace = uv_cwd(cwd, &n) == 0 ? cwd : "/";
+    if (al_agent_new(d->loop, &ao, &tmp) != 0) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
+                "cannot list tools: bad default provider or base URL", NULL);
+      return;
+    }
+    a = tmp;
+  }
+  if (al_agent_tools_json(a, &txt) != 0) {
+    txt = NULL;
+  }
+  tools = txt != NULL ? json_loads(txt, 0, NULL) : NULL;
+  al_free(txt);
+  if (tmp != NULL) {
+    al_agent_close(tmp, NULL);
+  }
+  if (tools == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
+    return;
+  }
+  /* The agent's own listing: tools, tools.d load errors (file:line:col)
+   * and the sandbox mode, passed through unchanged. */
+  if (!json_is_object(tools)) {
+    json_decref(tools);
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "bad tool listing", NULL);
+    return;
+  }
+  al__daemon_reply(k->c, k->id, tools);
+}
+
+static void m_shutdown(const call_t *k) {
+  al__daemon_reply(k->c, k->id, json_pack("{s:b}", "ok", 1));
+  al__daemon_shutdown(client_daemon(k->c));
+}
+
+/* ---- session/resume (transcript load in the threadpool) ----------------------- */
+
+void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id) {
+  json_t *info = al__session_info(s);
+  const json_t *m = NULL;
+  char *h = NULL;
+
+  if (al_agent_history_json(s->agent, &h) == 0) {
+    json_t *hj = json_loads(h, 0, NULL);
+
+    m = json_object_get(hj, "messages");
+    json_object_set_new(info, "messages",
+                        json_integer((json_int_t)json_array_size(m)));
+    json_decref(hj);
+    al_free(h);
+  }
+  json_object_set(info, "recovered",
+                  s->recovered != NULL ? s->recovered : json_null());
+  al__daemon_reply(c, id, info);
+}
+static void m_session_resume(const call_t *k) {
+  session_t *s = need_session(k, false);
+  pending_resume_t *p;
+  const char *v;
+
+  if (s == NULL) {
+    return;
+  }
+  if (!popt_str(k, "model", &v) || !popt_str(k, "base_url", &v) ||
+      !popt_str(k, "system", &v) || !popt_str(k, "provider", &v) ||
+      !check_provider(k, v)) {
+    return;
+  }
+  if (s->loaded) {
+    /* In memory already: its agent keeps its settings (the params apply
+     * only when a session is loaded from its transcript). */
+    al__daemon_resume_reply(s, k->c, k->id);
+    return;
+  }
+  if (client_daemon(k->c)->nloaded >= client_daemon(k->c)->o.max_sessions) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
+    return;
+  }
+  p = al_calloc(1, sizeof(*p));
+  if (p == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
+    return;
+  }
+  p->c = k->c;
+  p->id = json_deep_copy(k->id);
+  p->params = k->params != NULL ? json_incref(k->params) : NULL;
+  al_list_insert_tail(&s->resumes, &p->node);
+  if (!s->loading) {
+    if (uv_queue_work(client_daemon(k->c)->loop, &s->work, al__session_load_work, al__session_load_done) != 0) {
+      al_list_remove(&p->node);
+      json_decref(p->id);
+      json_decref(p->params);
+      al_free(p);
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "cannot queue the load",
+                NULL);
+      return;
+    }
+    s->loading = true;
+    client_daemon(k->c)->pending++;
+  }
+}
+
+typedef struct {
+  const char *name;
+  void (*fn)(const call_t *k);
+} method_t;
+
+static const method_t methods[] = {
+    {"initialize", m_initialize},
+    {"session/create", m_session_create},
+    {"session/list", m_session_list},
+    {"session/resume", m_session_resume},
+    {"session/subscribe", m_session_subscribe},
+    {"session/unsubscribe", m_session_unsubscribe},
+    {"turn/send", m_turn_send},
+    {"turn/cancel", m_turn_cancel},
+    {"approval/respond", m_approval_respond},
+    {"session/compact", m_session_compact},
+    {"session/usage", m_session_usage},
+    {"tools/list", m_tools_list},
+    {"shutdown", m_shutdown},
+};
+
+/* ---- clients ------------------------------------------------------------------ */
+
+void al__daemon_on_line(client_t *c, const char *line, size_t len,
+                        bool too_long) {
+  al_rpc_msg_t msg;
+  json_t *bad_id = NULL;
+  char why[200];
+  size_t i;
+  int rc;
+  call_t k;
+
+  if (too_long) {
+    al__daemon_reply_err(c, NULL, AL_RPC_LINE_TOO_LONG, "line too long",
+              json_pack("{s:I}", "limit", (json_int_t)client_daemon(c)->o.max_line));
+    return;
+  }
+  for (i = 0; i < len; i++) {
+    if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r') {
+      break;
+    }
+  }
+  if (i == len) {
+    return; /* blank line */
+  }
+  rc = al_rpc_parse(line, len, &msg, &bad_id, why, sizeof(why));
+  if (rc != 0) {
+    al__daemon_reply_err(c, bad_id, rc, why, NULL);
+    json_decref(bad_id);
+    return;
+  }
+  if (msg.kind != AL_RPC_MSG_REQUEST) {
+    al__daemon_reply_err(c, msg.id, AL_RPC_INVALID_REQUEST,
+              msg.kind == AL_RPC_MSG_RESPONSE
+                  ? "invalid request: the daemon sends no requests"
+                  : "invalid request: id is required",
+              NULL);
+    al_rpc_msg_free(&msg);
+    return;
+  }
+  k.c = c;
+  k.id = msg.id;
+  k.params = msg.params;
+  for (i = 0; i < AL_ARRAY_SIZE(methods); i++) {
+    if (strcmp(methods[i].name, msg.method) == 0) {
+      break;
+    }
+  }
+  if (i == AL_ARRAY_SIZE(methods)) {
+    al__daemon_reply_err(c, msg.id, AL_RPC_METHOD_NOT_FOUND, "method not found",
+              json_pack("{s:s}", "method", msg.method));
+  } else if (!c->initialized && methods[i].fn != m_initialize) {
+    al__daemon_reply_err(c, msg.id, AL_RPC_NOT_INITIALIZED,
+              "not initialized: send initialize first", NULL);
+  } else if (client_daemon(c)->shutting_down && methods[i].fn != m_initialize) {
+    al__daemon_reply_err(c, msg.id, AL_RPC_OVERLOADED, "the daemon is shutting down",
+              NULL);
+  } else {
+    methods[i].fn(&k);
+  }
+  al_rpc_msg_free(&msg);
+}

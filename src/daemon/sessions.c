@@ -1,0 +1,816 @@
+/* Daemon sessions (internal.h): each a transcript header's settings, an
+ * agent, a transcript writer, a ring of recent encoded events for since_seq
+ * replay, and its subscribers.
+ *
+ * Invariants:
+ *  - Every LoopEvent is encoded once into a refcounted blob (the line with
+ *    its '\n'); the transcript, the replay ring and every subscriber's
+ *    socket write share it. A notification is three iovecs: a fixed
+ *    prefix, the event, a fixed suffix; nothing is re-encoded per client.
+ *  - Past max_queue a subscription is ended with a `lagged` notice
+ *    carrying the seq to resume from (the client layer cuts off what still
+ *    grows).
+ *  - Runs belong to sessions, not clients: a client that goes away only
+ *    loses its subscriptions. */
+#include "daemon/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sandbox/sandbox.h"
+
+static char *dup_or_null(const char *s) {
+  return s != NULL ? al_strdup(s) : NULL;
+}
+
+uint64_t al__wall_ms(void) {
+  uv_timeval64_t tv;
+
+  if (uv_gettimeofday(&tv) != 0) {
+    return 0;
+  }
+  return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+void al__set_str(char **dst, const char *s) {
+  char *n = dup_or_null(s);
+
+  if (s != NULL && n == NULL) {
+    return; /* OOM: keep the old value */
+  }
+  al_free(*dst);
+  *dst = n;
+}
+
+/* The session title: the first user input cut at TITLE_MAX bytes on a
+ * character boundary (al_malloc'd, NULL on OOM). */
+char *al__make_title(const char *t) {
+  size_t tl = strlen(t);
+
+  if (tl > TITLE_MAX) {
+    tl = TITLE_MAX;
+    while (tl > 0 && ((unsigned char)t[tl] & 0xC0) == 0x80) {
+      tl--;
+    }
+  }
+  return al_strndup(t, tl);
+}
+/* ---- subscriptions ---------------------------------------------------------- */
+
+void al__sub_free(sub_t *sub) {
+  sub->s->last_active = uv_now(sub->s->d->loop);
+  al_list_remove(&sub->snode);
+  al_list_remove(&sub->cnode);
+  al_free(sub);
+}
+
+sub_t *al__sub_find(session_t *s, client_t *c) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &c->subs) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, cnode);
+
+    if (sub->s == s) {
+      return sub;
+    }
+  }
+  return NULL;
+}
+
+/* The client fell behind: end its subscription with a lagged notice. */
+static void sub_lag(sub_t *sub, uint64_t resume_seq) {
+  client_t *c = sub->c;
+  session_t *s = sub->s;
+
+  client_daemon(c)->stats.lagged++;
+  al_log(AL_LOG_INFO, "client %s lagged on %s at seq %llu", c->id, s->id,
+         (unsigned long long)resume_seq);
+  al__sub_free(sub);
+  al__dclient_send(c, al_rpc_notification_new(
+                     "lagged", json_pack("{s:s, s:i, s:I}", "session", s->id,
+                                         "dropped", 1, "resume_seq",
+                                         (json_int_t)resume_seq)));
+}
+
+/* Sends one event to one subscriber; false when the subscription ended.
+ * Redis-style limits: past the soft bound (max_queue) for soft_ms, or
+ * past the hard bound (4 x max_queue) at once, the client has lagged. A
+ * short burst (a fast model stream read in one loop pass) is not lag. */
+static bool sub_send(sub_t *sub, al_blob_t *line, uint64_t seq) {
+  client_t *c = sub->c;
+  al_daemon_t *d = client_daemon(c);
+  size_t q = al__dclient_queued(c);
+  bool lag = false;
+
+  if (q > 4 * d->o.max_queue) {
+    lag = true;
+  } else if (q > d->o.max_queue) {
+    uint64_t now = uv_now(d->loop);
+
+    if (d->o.soft_ms == 0) {
+      lag = true;
+    } else if (!c->over) {
+      c->over = true;
+      c->over_since = now;
+    } else if (now - c->over_since >= d->o.soft_ms) {
+      lag = true;
+    }
+  } else {
+    c->over = false;
+  }
+  if (lag) {
+    sub_lag(sub, seq);
+    return false;
+  }
+  al__dclient_event(sub->c, line);
+  return true;
+}
+
+/* ---- sessions: events and commits ------------------------------------------- */
+
+ring_entry_t *al__ring_at(session_t *s, size_t i) {
+  return &s->ring[(s->ring_head + i) % s->ring_cap];
+}
+
+static void ring_drop_oldest(session_t *s) {
+  ring_entry_t *e = al__ring_at(s, 0);
+
+  s->ring_bytes -= e->line->len;
+  al__blob_unref(e->line);
+  e->line = NULL;
+  s->ring_head = (s->ring_head + 1) % s->ring_cap;
+  s->ring_n--;
+}
+
+void al__ring_push(session_t *s, uint64_t seq, al_blob_t *line) {
+  if (s->ring_n == s->ring_cap) {
+    size_t ncap = s->ring_cap != 0 ? s->ring_cap * 2 : 256;
+    ring_entry_t *nr = al_malloc(ncap * sizeof(*nr));
+    size_t i;
+
+    if (nr == NULL) {
+      if (s->ring_n == 0) {
+        return;
+      }
+      ring_drop_oldest(s); /* OOM: keep going with a shorter memory */
+    } else {
+      for (i = 0; i < s->ring_n; i++) {
+        nr[i] = *al__ring_at(s, i);
+      }
+      al_free(s->ring);
+      s->ring = nr;
+      s->ring_cap = ncap;
+      s->ring_head = 0;
+    }
+  }
+  s->ring[(s->ring_head + s->ring_n) % s->ring_cap].seq = seq;
+  s->ring[(s->ring_head + s->ring_n) % s->ring_cap].line = al__blob_ref(line);
+  s->ring_n++;
+  s->ring_bytes += line->len;
+  while (s->ring_bytes > s->d->o.replay_bytes && s->ring_n > 1) {
+    ring_drop_oldest(s);
+  }
+}
+
+/* Index of the first entry with seq >= seq (ring_n if none). */
+size_t al__ring_find(session_t *s, uint64_t seq) {
+  size_t lo = 0, hi = s->ring_n;
+
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+
+    if (al__ring_at(s, mid)->seq < seq) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+static void ring_free(session_t *s) {
+  while (s->ring_n > 0) {
+    ring_drop_oldest(s);
+  }
+  al_free(s->ring);
+  s->ring = NULL;
+  s->ring_cap = 0;
+  s->ring_bytes = 0;
+}
+
+/* Drops the replay rings of loaded sessions that have had no run, no
+ * watcher and no event for replay_idle_ms. Nothing refers into a ring
+ * without a subscriber, so freeing it is safe; the session keeps its seq
+ * numbering and its ring grows again with its next event. */
+void al__ring_sweep(uv_timer_t *t) {
+  al_daemon_t *d = t->data;
+  uint64_t now = uv_now(d->loop);
+  al_list_t *pos;
+
+  al_list_foreach(pos, &d->sessions) {
+    session_t *s = AL_CONTAINER_OF(pos, session_t, node);
+
+    if (s->ring_n > 0 && !s->running && !s->closing &&
+        al_list_empty(&s->subs) &&
+        now - s->last_active >= d->o.replay_idle_ms) {
+      ring_free(s);
+      d->stats.rings_dropped++;
+    }
+  }
+}
+
+/* Sends ring entries to a catching-up subscriber while its queue is
+ * below the bound; it is live once it reaches the newest event. */
+void al__sub_pump(sub_t *sub) {
+  session_t *s = sub->s;
+  client_t *c = sub->c;
+  size_t i;
+
+  if (!sub->catching) {
+    return;
+  }
+  if (s->ring_n > 0 && sub->next < al__ring_at(s, 0)->seq && sub->next > 0 &&
+      sub->next < s->next_seq && sub->started) {
+    /* What it still needs was evicted while it caught up. */
+    sub_lag(sub, sub->next);
+    return;
+  }
+  i = al__ring_find(s, sub->next);
+  while (i < s->ring_n && al__dclient_queued(c) <= client_daemon(c)->o.max_queue && !c->closing) {
+    ring_entry_t *e = al__ring_at(s, i);
+
+    al__dclient_event(c, e->line);
+    sub->next = e->seq + 1;
+    sub->started = true;
+    i++;
+  }
+  if (i >= s->ring_n) {
+    sub->catching = false;
+  }
+}
+
+void al__session_tx_put(session_t *s, al_blob_t *b, bool sync) {
+  if (s->tx != NULL) {
+    al__tx_append(s->tx, b, sync);
+  }
+}
+
+void al__session_on_event(const al_event_t *ev, void *data) {
+  session_t *s = data;
+  json_t *j = al__events_to_json(ev);
+  size_t n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
+  al_blob_t *line = n > 0 ? al__blob_alloc(n + 1) : NULL;
+  al_list_t *pos;
+  al_list_t *next;
+
+  switch (ev->type) {
+  case AL_EVENT_RUN_STARTED:
+    s->running = true;
+    s->run = ev->run;
+    s->runs++;
+    break;
+  case AL_EVENT_FINAL:
+  case AL_EVENT_ERROR:
+  case AL_EVENT_INTERRUPTED:
+    s->running = false;
+    break;
+  case AL_EVENT_USAGE:
+    s->totals.input_tokens += ev->u.usage.input_tokens;
+    s->totals.output_tokens += ev->u.usage.output_tokens;
+    s->totals.cache_read_input_tokens += ev->u.usage.cache_read_input_tokens;
+    s->totals.cache_creation_input_tokens +=
+        ev->u.usage.cache_creation_input_tokens;
+    break;
+  default:
+    break;
+  }
+  s->next_seq = ev->seq + 1;
+  s->updated_ms = al__wall_ms();
+  s->last_active = uv_now(s->d->loop);
+  if (line == NULL || json_dumpb(j, line->data, n, JSON_COMPACT) != n) {
+    al_log(AL_LOG_ERROR, "session %s: cannot encode event seq %llu", s->id,
+           (unsigned long long)ev->seq);
+    json_decref(j);
+    al__blob_unref(line);
+    return;
+  }
+  json_decref(j);
+  line->data[n] = '\n';
+  al__ring_push(s, ev->seq, line);
+  for (pos = s->subs.next; pos != &s->subs; pos = next) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    next = pos->next;
+    if (sub->catching) {
+      al__sub_pump(sub); /* the event is in the ring */
+    } else {
+      sub_send(sub, line, ev->seq);
+    }
+  }
+  /* The transcript append after the sockets: handing work to the
+   * threadpool wakes a thread, which the watchers need not wait for. */
+  al__session_tx_put(s, line, false);
+  al__blob_unref(line);
+  if (!s->running) {
+    al__daemon_idle_check(s->d);
+  }
+}
+
+static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
+                      const char *message, size_t len, void *data) {
+  session_t *s = data;
+  static const char *const kinds[] = {"user", "assistant", "tool_results"};
+  al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
+
+  if (b == NULL) {
+    al_log(AL_LOG_ERROR, "session %s: cannot record a history commit", s->id);
+    return;
+  }
+  /* History commits are the durable part: fdatasync after them. */
+  al__session_tx_put(s, b, true);
+  al__blob_unref(b);
+  if (kind == AL_COMMIT_USER && s->title == NULL) {
+    json_t *m = json_loadb(message, len, 0, NULL);
+    const char *t = json_string_value(json_object_get(
+        json_array_get(json_object_get(m, "content"), 0), "text"));
+
+    if (t != NULL) {
+      s->title = al__make_title(t);
+    }
+    json_decref(m);
+  }
+}
+
+/* ---- sessions: lifecycle ------------------------------------------------------ */
+
+session_t *al__session_find(al_daemon_t *d, const char *id) {
+  al_list_t *pos;
+
+  if (id == NULL) {
+    return NULL;
+  }
+  al_list_foreach(pos, &d->sessions) {
+    session_t *s = AL_CONTAINER_OF(pos, session_t, node);
+
+    if (strcmp(s->id, id) == 0) {
+      return s;
+    }
+  }
+  return NULL;
+}
+
+session_t *al__session_alloc(al_daemon_t *d, const char *id) {
+  session_t *s = al_calloc(1, sizeof(*s));
+
+  if (s == NULL) {
+    return NULL;
+  }
+  s->d = d;
+  snprintf(s->id, sizeof(s->id), "%s", id);
+  al_list_init(&s->subs);
+  al_list_init(&s->resumes);
+  s->next_seq = 1;
+  al_list_insert_tail(&d->sessions, &s->node);
+  d->nknown++;
+  return s;
+}
+
+void al__session_free(session_t *s) {
+  al_daemon_t *d = s->d;
+
+  al_list_remove(&s->node);
+  d->nknown--;
+  ring_free(s);
+  json_decref(s->recovered);
+  al__tx_header_free(&s->h);
+  al_free(s->title);
+  al_free(s);
+}
+
+char *al__transcript_path(al_daemon_t *d, const char *id) {
+  al_buf_t b;
+
+  al_buf_init(&b, 8192);
+  if (al_buf_printf(&b, "%s/%s.jsonl", d->sessions_dir, id) != 0) {
+    al_buf_free(&b);
+    return NULL;
+  }
+  return b.data;
+}
+
+bool al__valid_session_id(const char *id) {
+  size_t i;
+  size_t n = strlen(id);
+
+  if (n == 0 || n > 63) {
+    return false;
+  }
+  for (i = 0; i < n; i++) {
+    char ch = id[i];
+
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Tools listed in ask_tools wait for a watcher's approval (beside the
+ * admin category, which always asks in interactive mode). */
+static al_permission_t on_permission(al_agent_t *agent, const char *tool,
+                                     const char *input,
+                                     al_tool_category_t category,
+                                     void *data) {
+  session_t *s = data;
+  size_t i;
+  json_t *v;
+
+  json_array_foreach(s->h.ask_tools, i, v) {
+    if (json_is_string(v) && strcmp(json_string_value(v), tool) == 0) {
+      return AL_PERMISSION_ASK;
+    }
+  }
+  return AL_PERMISSION_DEFAULT;
+}
+
+/* Creates the session's agent (and transcript writer) from its settings.
+ * first_seq continues a resumed transcript's numbering. */
+int al__session_start(session_t *s, uint64_t first_seq,
+                         uint64_t first_run, char *why, size_t why_len) {
+  al_daemon_t *d = s->d;
+  al_agent_options_t ao;
+  char *path;
+  int rc;
+
+  al_agent_options_init(&ao);
+  /* A transcript whose header never reached the disk (killed right after
+   * create) has no settings: the daemon's defaults apply. */
+  ao.provider = s->h.provider != NULL ? s->h.provider : d->o.provider;
+  ao.model = s->h.model != NULL ? s->h.model : d->o.model;
+  ao.base_url = s->h.base_url != NULL ? s->h.base_url : d->o.base_url;
+  ao.system = s->h.system;
+  ao.api_key = ao.provider != NULL && strcmp(ao.provider, "openai") == 0
+                   ? d->o.openai_key
+                   : d->o.anthropic_key;
+  ao.client = d->http;
+  ao.workspace = s->h.cwd;
+  ao.builtin_tools = true;
+  /* tools.d: the user's drop-ins, and the project's only once it is
+   * trusted (`agentloop tools --trust-project` records that); tools run
+   * in the best sandbox available (AUTO). */
+  ao.tools_d = true;
+  ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  ao.permission = on_permission;
+  ao.permission_data = s;
+  ao.session_id = s->id;
+  ao.first_seq = first_seq;
+  ao.first_run = first_run;
+  ao.on_commit = on_commit;
+  ao.commit_data = s;
+  ao.retry_base_ms = d->o.retry_base_ms;
+  ao.retry_cap_ms = d->o.retry_cap_ms;
+  ao.kill_grace_ms = d->o.kill_grace_ms;
+  ao.data = s;
+  rc = al_agent_new(d->loop, &ao, &s->agent);
+  if (rc != 0) {
+    snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
+                           "base_url or cwd?)", al_strerror(rc));
+    return rc;
+  }
+  rc = al_agent_subscribe(s->agent, al__session_on_event, s, NULL);
+  if (rc == 0) {
+    path = al__transcript_path(d, s->id);
+    rc = path != NULL ? al__tx_open(d->loop, path, TX_MAX_QUEUE, &s->tx)
+                      : AL_ENOMEM;
+    al_free(path);
+  }
+  if (rc != 0) {
+    snprintf(why, why_len, "cannot open the transcript: %s",
+             al_strerror(rc));
+    s->agent_closed = false;
+    al_agent_close(s->agent, NULL);
+    s->agent = NULL;
+    return rc;
+  }
+  s->next_seq = first_seq > 0 ? first_seq : 1;
+  s->loaded = true;
+  s->last_active = uv_now(d->loop); /* a fresh load is not idle yet */
+  d->nloaded++;
+  return 0;
+}
+
+json_t *al__session_info(const session_t *s) {
+  const char *prov = s->h.provider != NULL ? s->h.provider : "anthropic";
+
+  return json_pack("{s:s, s:s?, s:s?, s:s, s:I, s:I}", "session", s->id,
+                   "cwd", s->h.cwd, "model", s->h.model, "provider", prov,
+                   "created_ms", (json_int_t)s->h.created_ms, "next_seq",
+                   (json_int_t)s->next_seq);
+}
+
+/* ---- session shutdown --------------------------------------------------------- */
+
+void al__session_maybe_free(session_t *s) {
+  if (s->closing && s->agent_closed && s->tx_closed && !s->loading) {
+    al_daemon_t *d = s->d;
+
+    if (s->loaded) {
+      d->nloaded--;
+    }
+    al__session_free(s);
+    d->pending--;
+    al__daemon_maybe_exit(d);
+  }
+}
+
+static void on_session_tx_closed(al_tx_t *tx, void *data) {
+  session_t *s = data;
+
+  s->tx = NULL;
+  s->tx_closed = true;
+  al__session_maybe_free(s);
+}
+
+/* Flushes, syncs and closes the transcript (after the agent's last
+ * events are queued). */
+static void session_close_tx(session_t *s) {
+  if (s->tx != NULL) {
+    al__tx_close(s->tx, on_session_tx_closed, s);
+  } else {
+    s->tx_closed = true;
+  }
+}
+
+static void on_session_agent_closed(al_agent_t *agent) {
+  session_t *s = al_agent_get_data(agent);
+
+  s->agent = NULL;
+  s->agent_closed = true;
+  session_close_tx(s);
+  al__session_maybe_free(s);
+}
+
+void al__session_close(session_t *s) {
+  if (s->closing) {
+    return;
+  }
+  s->closing = true;
+  s->d->pending++;
+  /* Cancel first: the run's interrupted event reaches the watchers and
+   * the transcript before they are told the session closed. */
+  if (s->agent != NULL && al_agent_running(s->agent)) {
+    al_agent_cancel(s->agent);
+  }
+  al__session_unsubscribe_all(s, "shutdown");
+  if (s->agent != NULL) {
+    al_agent_close(s->agent, on_session_agent_closed);
+  } else {
+    s->agent_closed = true;
+    session_close_tx(s);
+  }
+  al__session_maybe_free(s);
+}
+
+void al__session_unsubscribe_all(session_t *s, const char *reason) {
+  while (!al_list_empty(&s->subs)) {
+    sub_t *sub = AL_CONTAINER_OF(s->subs.next, sub_t, snode);
+    client_t *c = sub->c;
+
+    al__sub_free(sub);
+    al__dclient_send(c, al_rpc_notification_new(
+                       "session/closed", json_pack("{s:s, s:s}", "session",
+                                                   s->id, "reason", reason)));
+  }
+}
+void al__session_load_work(uv_work_t *w) {
+  session_t *s = AL_CONTAINER_OF(w, session_t, work);
+  char *path = al__transcript_path(s->d, s->id);
+
+  if (path == NULL) {
+    memset(&s->loaded_tx, 0, sizeof(s->loaded_tx));
+    al__history_init(&s->loaded_tx.history);
+    s->loaded_tx.err = AL_ENOMEM;
+    return;
+  }
+  al__tx_load(path, true, s->d->o.replay_bytes, &s->loaded_tx);
+  al_free(path);
+}
+
+static void resume_apply_params(session_t *s, json_t *params) {
+  const char *v;
+
+  if ((v = json_string_value(json_object_get(params, "model"))) != NULL) {
+    al__set_str(&s->h.model, v);
+  }
+  if ((v = json_string_value(json_object_get(params, "provider"))) != NULL &&
+      (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0)) {
+    al__set_str(&s->h.provider, v);
+  }
+  if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL) {
+    al__set_str(&s->h.base_url, v);
+  }
+  if ((v = json_string_value(json_object_get(params, "system"))) != NULL) {
+    al__set_str(&s->h.system, v);
+  }
+}
+
+/* The end of a run that a crash cut short, as LoopEvents with the seqs
+ * reserved for them: tool_use_completed (an error with the synthetic
+ * text) for every call closed on load, then interrupted. Replaying
+ * clients then see the run end as it would have on a cancel. */
+static void synth_run_end(session_t *s, const al_tx_loaded_t *l) {
+  al_event_t ev;
+  size_t i;
+  json_t *c;
+  uint64_t seq = l->last_seq + 1;
+
+  json_array_foreach(l->closed_calls, i, c) {
+    const char *id = json_string_value(json_object_get(c, "id"));
+    const char *name = json_string_value(json_object_get(c, "name"));
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_TOOL_USE_COMPLETED;
+    ev.session = s->id;
+    ev.run = l->last_run;
+    ev.turn = l->last_turn;
+    ev.seq = seq++;
+    ev.ts_ns = uv_hrtime();
+    ev.u.tool.call_id.ptr = id;
+    ev.u.tool.call_id.len = id != NULL ? strlen(id) : 0;
+    ev.u.tool.name.ptr = name;
+    ev.u.tool.name.len = name != NULL ? strlen(name) : 0;
+    ev.u.tool.content.ptr = AL_TX_SYNTHETIC_TEXT;
+    ev.u.tool.content.len = strlen(AL_TX_SYNTHETIC_TEXT);
+    ev.u.tool.reason.ptr = "daemon_restart";
+    ev.u.tool.reason.len = strlen("daemon_restart");
+    ev.u.tool.is_error = true;
+    al__session_on_event(&ev, s);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_INTERRUPTED;
+  ev.session = s->id;
+  ev.run = l->last_run;
+  ev.turn = l->last_turn;
+  ev.seq = seq;
+  ev.ts_ns = uv_hrtime();
+  ev.u.interrupted.reason.ptr = "daemon_restart";
+  ev.u.interrupted.reason.len = strlen("daemon_restart");
+  al__session_on_event(&ev, s);
+}
+
+void al__session_load_done(uv_work_t *w, int status) {
+  session_t *s = AL_CONTAINER_OF(w, session_t, work);
+  al_daemon_t *d = s->d;
+  al_tx_loaded_t *l = &s->loaded_tx;
+  char why[256] = "";
+  int rc = status != 0 ? status : l->err;
+  pending_resume_t *first = NULL;
+  size_t i;
+  size_t nsynth = 0;
+
+  s->loading = false;
+  if (l->has_header && s->h.cwd == NULL) {
+    /* The header reached the file after the startup scan read it. */
+    json_t *ask = s->h.ask_tools != NULL ? json_incref(s->h.ask_tools) : NULL;
+
+    al__tx_header_free(&s->h);
+    s->h = l->header;
+    memset(&l->header, 0, sizeof(l->header));
+    if (ask != NULL) {
+      json_decref(s->h.ask_tools);
+      s->h.ask_tools = ask;
+    }
+  }
+  if (!al_list_empty(&s->resumes)) {
+    first = AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
+    if (first->params != NULL) {
+      resume_apply_params(s, first->params);
+    }
+  }
+  if (rc == 0 && !s->closing) {
+    if (l->bad_lines > 0) {
+      al_log(AL_LOG_WARN, "session %s: %zu bad transcript line(s) skipped "
+                          "(first: %s)", s->id, l->bad_lines, l->why);
+    }
+    /* A run the crash cut short gets its end as events too (below): the
+     * agent's numbering starts after them. */
+    nsynth = l->run_open && l->last_run > 0
+                 ? json_array_size(l->closed_calls) + 1
+                 : 0;
+    rc = al__session_start(s, l->last_seq + 1 + nsynth, l->last_run + 1, why,
+                       sizeof(why));
+  }
+  if (rc == 0 && !s->closing) {
+    /* The system prompt comes from the session settings (options). */
+    const json_t *msgs = al__history_to_json(&l->history);
+    json_t *hist = msgs != NULL
+                       ? json_pack("{s:O}", "messages", (json_t *)msgs)
+                       : json_pack("{s:[]}", "messages");
+    char *txt = hist != NULL ? json_dumps(hist, JSON_COMPACT) : NULL;
+
+    json_decref(hist);
+    rc = txt != NULL ? al_agent_load_history_json(s->agent, txt, strlen(txt))
+                     : AL_ENOMEM;
+    al_free(txt);
+    if (rc != 0) {
+      snprintf(why, sizeof(why), "the transcript's history is not valid: %s",
+               al_strerror(rc));
+    }
+  }
+  if (rc == 0 && !s->closing) {
+    for (i = 0; i < l->nevents; i++) {
+      al__ring_push(s, l->events[i].seq, l->events[i].line);
+    }
+    s->last_active = uv_now(s->d->loop);
+    s->next_seq = l->last_seq + 1;
+    if (nsynth > 0) {
+      synth_run_end(s, l);
+    }
+    if (l->synthetic != NULL) {
+      json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",
+                              l->synthetic);
+      al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+
+      json_decref(rec);
+      if (b != NULL) {
+        al__session_tx_put(s, b, true);
+        al__blob_unref(b);
+      }
+      al_log(AL_LOG_WARN, "session %s: closed %zu interrupted tool call(s) "
+                          "with synthetic results", s->id,
+             l->closed_tool_uses);
+    }
+    if (s->title == NULL && l->first_user_text != NULL) {
+      s->title = al__make_title(l->first_user_text);
+    }
+    json_decref(s->recovered);
+    s->recovered = json_pack("{s:b, s:I, s:I}", "torn_tail", l->torn_tail,
+                             "bad_lines", (json_int_t)l->bad_lines,
+                             "closed_tool_uses",
+                             (json_int_t)l->closed_tool_uses);
+  } else if (s->closing) {
+    snprintf(why, sizeof(why), "the daemon is shutting down");
+    rc = AL_ECLOSING;
+  } else if (rc != 0 && why[0] == '\0') {
+    snprintf(why, sizeof(why), "cannot load the transcript: %s",
+             al_strerror(rc));
+  }
+  al__tx_loaded_free(l);
+  while (!al_list_empty(&s->resumes)) {
+    pending_resume_t *p =
+        AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
+
+    al_list_remove(&p->node);
+    if (p->c != NULL && !p->c->closing) {
+      if (rc == 0 && s->loaded) {
+        al__daemon_resume_reply(s, p->c, p->id);
+      } else {
+        al__daemon_reply_err(p->c, p->id, AL_RPC_INTERNAL_ERROR, why, NULL);
+      }
+    }
+    json_decref(p->id);
+    json_decref(p->params);
+    al_free(p);
+  }
+  d->pending--;
+  if (s->closing) {
+    al__session_maybe_free(s);
+  }
+  al__daemon_maybe_exit(d);
+}
+
+/* ---- the client layer's callbacks ------------------------------------------- */
+
+void al__sessions_client_drained(client_t *c) {
+  al_list_t *pos, *next;
+
+  for (pos = c->subs.next; pos != &c->subs && !c->closing; pos = next) {
+    next = pos->next;
+    al__sub_pump(AL_CONTAINER_OF(pos, sub_t, cnode));
+    /* A failed write closes c and frees every sub of it, next too. */
+  }
+}
+
+void al__sessions_client_closing(client_t *c) {
+  al_daemon_t *d = client_daemon(c);
+  al_list_t *pos;
+
+  while (!al_list_empty(&c->subs)) {
+    al__sub_free(AL_CONTAINER_OF(c->subs.next, sub_t, cnode));
+  }
+  /* Resumes still loading answer nobody. */
+  al_list_foreach(pos, &d->sessions) {
+    session_t *s = AL_CONTAINER_OF(pos, session_t, node);
+    al_list_t *p2;
+
+    al_list_foreach(p2, &s->resumes) {
+      pending_resume_t *p = AL_CONTAINER_OF(p2, pending_resume_t, node);
+
+      if (p->c == c) {
+        p->c = NULL;
+      }
+    }
+  }
+}
