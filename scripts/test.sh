@@ -5,5 +5,6 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 al_install_missing
+al_install_test_servers
 al_build -DAL_WERROR=ON "$@"
 ctest --test-dir "$AL_BUILD_DIR" -j"$(nproc)" --output-on-failure

@@ -44,6 +44,8 @@
 #include "client/run_int.h"
 #include "common/common.h"
 #include "events/events.h"
+#include "mcp/mcp.h"
+#include "tools/clitool.h"
 
 enum {
   EXIT_OK = 0,
@@ -135,6 +137,9 @@ static void usage(FILE *f) {
       "tools:\n"
       "      --cwd DIR             workspace of the tools (default: .)\n"
       "      --allow-tool NAME     allow an admin tool (repeatable)\n"
+      "      --mcp-config FILE     MCP servers ({\"mcpServers\": ...}, the\n"
+      "                            .mcp.json shape; docs/mcp.md); a trusted\n"
+      "                            project's .mcp.json is read too\n"
       "      --deny-tool NAME      deny a tool: its calls get an error\n"
       "                            result (repeatable; deny wins)\n"
       "      --tools-dir DIR       another tools.d directory of YAML CLI\n"
@@ -634,7 +639,7 @@ int al_cli_run(int argc, char **argv) {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_MCP_CONFIG
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -659,6 +664,7 @@ int al_cli_run(int argc, char **argv) {
       {"trust-project", no_argument, NULL, O_TRUST},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
+      {"mcp-config", required_argument, NULL, O_MCP_CONFIG},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
       {"verbose", no_argument, NULL, 'v'},
@@ -680,6 +686,8 @@ int al_cli_run(int argc, char **argv) {
   size_t ntools_dirs = 0;
   al_sandbox_policy_t sandbox = AL_SANDBOX_AUTO;
   bool trust = false;
+  const char *mcp_file = NULL;
+  char *mcp_json = NULL;
   const char *fallback = NULL;
   const char *color = "auto";
   const char *allow[MAX_TOOL_FLAGS + 1];
@@ -730,6 +738,7 @@ int al_cli_run(int argc, char **argv) {
       tools_dirs[ntools_dirs++] = optarg;
       break;
     case O_TRUST: trust = true; break;
+    case O_MCP_CONFIG: mcp_file = optarg; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
         fail_usage("--sandbox: auto, required or none, not '%s'", optarg);
@@ -982,8 +991,32 @@ int al_cli_run(int argc, char **argv) {
 
   o.models = models;
   o.context_window = (int64_t)context_window;
+  {
+    /* Start-up, before the loop runs: the reads may block. */
+    char wsbuf[4096];
+    size_t wsn = sizeof(wsbuf);
+    const char *ws = cwd != NULL ? cwd
+                     : uv_cwd(wsbuf, &wsn) == 0 ? wsbuf
+                                                : ".";
+    al_buf_t merr;
+
+    al_buf_init(&merr, 4096);
+    if (al__mcp_config_load(mcp_file, ws,
+                            trust || al__tools_project_trusted(ws), &mcp_json,
+                            &merr) != 0) {
+      fail_usage("MCP configuration: %s",
+                 merr.data != NULL ? merr.data : "out of memory");
+      al_buf_free(&merr);
+      code = EXIT_USAGE;
+      goto out;
+    }
+    al_buf_free(&merr);
+    o.mcp_config = mcp_json;
+  }
 
   code = drive(r, &o, text.data);
+out:
+  al_free(mcp_json);
   al_models_free(models);
 
   al_buf_free(&text);

@@ -23,6 +23,7 @@
 #include "agentloop/version.h"
 #include "common/common.h"
 #include "daemon/daemon.h"
+#include "mcp/mcp.h"
 #include "rpc/rpc.h"
 
 static void usage(FILE *f) {
@@ -33,6 +34,7 @@ static void usage(FILE *f) {
           "[--model M]\n"
           "                  [--base-url URL] [--state-dir DIR] "
           "[--max-line BYTES] [--max-queue BYTES]\n"
+          "                  [--mcp-config FILE]  (MCP servers, docs/mcp.md)\n"
           "Environment: AGENTLOOP_SOCKET, AGENTLOOP_PROVIDER, "
           "AGENTLOOP_MODEL, AGENTLOOP_BASE_URL,\n"
           "  ANTHROPIC_API_KEY, OPENAI_API_KEY, XDG_RUNTIME_DIR, "
@@ -98,6 +100,7 @@ int main(int argc, char **argv) {
   uv_loop_t loop;
   al_daemon_t *d;
   int ready[2] = {-1, -1};
+  char *mcp_json = NULL;
   int i;
   int rc;
 
@@ -146,6 +149,20 @@ int main(int argc, char **argv) {
       o.model = next;
     } else if (strcmp(a, "--base-url") == 0) {
       o.base_url = next;
+    } else if (strcmp(a, "--mcp-config") == 0) {
+      al_buf_t merr;
+
+      /* Read now, before the loop (blocking is fine here). Every session
+       * starts these servers for its own agent. */
+      al_buf_init(&merr, 4096);
+      if (al__mcp_config_load(next, NULL, false, &mcp_json, &merr) != 0) {
+        fprintf(stderr, "agentloopd: --mcp-config: %s\n",
+                merr.data != NULL ? merr.data : "out of memory");
+        al_buf_free(&merr);
+        return 2;
+      }
+      al_buf_free(&merr);
+      o.mcp_config = mcp_json;
     } else if (strcmp(a, "--log-level") == 0) {
       al_log_level_t lv;
 

@@ -678,12 +678,14 @@ static void on_server_request(al_mcp_server_t *s, const char *method,
 static void on_notification(al_mcp_server_t *s, const char *method,
                             const json_t *params) {
   if (strcmp(method, "notifications/tools/list_changed") == 0) {
-    if (s->state != AL_MCP_READY) {
-      return; /* the listing in progress (starting) is the fresh one */
+    if (s->state != AL_MCP_READY && s->state != AL_MCP_STARTING) {
+      return;
     }
+    /* A change while a listing is in flight (servers add tools right
+     * after notifications/initialized): list again once it is done. */
     if (s->listing != NULL) {
       s->relist = true;
-    } else {
+    } else if (s->state == AL_MCP_READY) {
       list_start(s);
     }
   } else if (strcmp(method, "notifications/progress") == 0) {

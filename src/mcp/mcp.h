@@ -105,6 +105,14 @@ typedef struct al_mcp_config_s {
 int al__mcp_config_parse(const char *json, size_t len, al_mcp_config_t *out,
                          al_buf_t *err);
 void al__mcp_config_free(al_mcp_config_t *c);
+/* The configuration of a run or daemon, as JSON text for
+ * al_agent_options_t.mcp_config: the servers of `file` (a JSON file in the
+ * shape above; may be NULL) and, when trusted, of <workspace>/.mcp.json;
+ * the file's entry wins on a name both use. *out NULL when there are no
+ * servers. Blocking (start-up only). AL_EINVAL with "FILE:LINE:COL: ..."
+ * or the parser's reason in err. */
+int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
+                        char **out, al_buf_t *err);
 void al__mcp_server_config_free(al_mcp_server_config_t *s);
 
 typedef struct al_mcp_s al_mcp_t;

@@ -371,3 +371,115 @@ void al__mcp_tool_name(const char *server, const char *tool, char out[65]) {
   snprintf(out, 65, "%.*s_%06x", (int)n, full,
            (unsigned)(fnv1a(server, tool) & 0xffffffu));
 }
+
+/* ---- loading (start-up only: blocking file reads) ------------------------------- */
+
+static json_t *load_file(const char *path, bool must_exist, al_buf_t *err,
+                         int *rc) {
+  FILE *f = fopen(path, "rb");
+  al_buf_t b;
+  char chunk[8192];
+  size_t n;
+  json_error_t jerr;
+  json_t *j;
+
+  *rc = 0;
+  if (f == NULL) {
+    if (!must_exist) {
+      return NULL;
+    }
+    al_buf_printf(err, "%s: cannot read it", path);
+    *rc = AL_EINVAL;
+    return NULL;
+  }
+  al_buf_init(&b, 4 << 20);
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+    if (al_buf_append(&b, chunk, n) != 0) {
+      fclose(f);
+      al_buf_free(&b);
+      al_buf_printf(err, "%s: larger than 4 MiB", path);
+      *rc = AL_EINVAL;
+      return NULL;
+    }
+  }
+  fclose(f);
+  j = json_loadb(b.data != NULL ? b.data : "", b.len, JSON_REJECT_DUPLICATES,
+                 &jerr);
+  al_buf_free(&b);
+  if (j == NULL) {
+    al_buf_printf(err, "%s:%d:%d: %s", path, jerr.line, jerr.column,
+                  jerr.text);
+    *rc = AL_EINVAL;
+  }
+  return j;
+}
+
+static const json_t *servers_of(const json_t *j) {
+  const json_t *s = json_object_get(j, "mcpServers");
+
+  return s != NULL ? s : json_object_get(j, "mcp_servers");
+}
+
+int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
+                        char **out, al_buf_t *err) {
+  json_t *user = NULL;
+  json_t *proj = NULL;
+  json_t *merged;
+  json_t *servers;
+  al_mcp_config_t check;
+  const char *key;
+  json_t *v;
+  char path[4200];
+  char *text;
+  int rc = 0;
+
+  *out = NULL;
+  if (file != NULL) {
+    user = load_file(file, true, err, &rc);
+    if (rc != 0) {
+      return rc;
+    }
+  }
+  if (workspace != NULL && trusted) {
+    /* Only a trusted project's servers: its .mcp.json names commands. */
+    snprintf(path, sizeof(path), "%s/.mcp.json", workspace);
+    proj = load_file(path, false, err, &rc);
+    if (rc != 0) {
+      json_decref(user);
+      return rc;
+    }
+  }
+  merged = json_object();
+  servers = json_object();
+  json_object_set_new(merged, "mcpServers", servers);
+  if (json_is_integer(json_object_get(user, "startup_wait_ms"))) {
+    json_object_set(merged, "startup_wait_ms",
+                    json_object_get(user, "startup_wait_ms"));
+  }
+  json_object_foreach((json_t *)servers_of(proj), key, v) {
+    json_object_set(servers, key, v);
+  }
+  /* The user's file wins on a name both use. */
+  json_object_foreach((json_t *)servers_of(user), key, v) {
+    json_object_set(servers, key, v);
+  }
+  json_decref(user);
+  json_decref(proj);
+  if (json_object_size(servers) == 0) {
+    json_decref(merged);
+    return 0;
+  }
+  text = json_dumps(merged, JSON_COMPACT);
+  json_decref(merged);
+  if (text == NULL) {
+    return AL_ENOMEM;
+  }
+  rc = al__mcp_config_parse(text, strlen(text), &check, err);
+  if (rc != 0) {
+    al_free(text);
+    return rc;
+  }
+  al__mcp_config_free(&check);
+  *out = text;
+  return 0;
+}

@@ -677,3 +677,111 @@ TEST_IMPL(mcp_tool_names) {
   ASSERT(strcmp(n, m) != 0);
   return 0;
 }
+
+/* ---- real servers from the npm registry (tests/mcp, pinned) ------------------------ */
+
+#define NODE_MODULES AL_SOURCE_DIR "/tests/mcp/node_modules/@modelcontextprotocol"
+
+static void need_node_modules(void) {
+  struct stat st;
+
+  if (stat(NODE_MODULES "/server-everything/dist/index.js", &st) != 0) {
+    AL_TEST_FAIL("the MCP test servers are not installed: run scripts/test.sh "
+                 "(npm ci in tests/mcp)");
+  }
+}
+
+static bool lists_tool(mt_t *t, void *name) {
+  const json_t *tools = al__mcp_server_tools(al__mcp_server(t->m, 0));
+  size_t i;
+  json_t *v;
+
+  json_array_foreach(tools, i, v) {
+    if (strcmp(json_string_value(json_object_get(v, "name")), name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST_IMPL(mcp_real_server_everything) {
+  mt_t t;
+  char buf[1024];
+  int pid;
+
+  need_node_modules();
+  snprintf(buf, sizeof(buf),
+           "\"everything\":{\"command\":\"node\",\"args\":[\"%s\",\"stdio\"],"
+           "\"sandbox\":false}",
+           NODE_MODULES "/server-everything/dist/index.js");
+  mt_init(&t, buf, NULL, 2000);
+  run_until(&t, has_state, "everything:ready");
+  /* get-roots-list appears once the server has seen our roots capability
+   * (a list_changed right after initialized, re-listed). */
+  run_until(&t, lists_tool, "get-roots-list");
+  ASSERT_GE(json_array_size(al__mcp_server_tools(al__mcp_server(t.m, 0))), 14);
+  call_wait(&t, 0, "echo", "{\"message\":\"hi from agentloop\"}");
+  ASSERT(!t.is_error);
+  ASSERT(strstr(t.text, "hi from agentloop") != NULL);
+  call_wait(&t, 0, "get-sum", "{\"a\":2,\"b\":40}");
+  ASSERT(!t.is_error);
+  ASSERT(strstr(t.text, "42") != NULL);
+  call_wait(&t, 0, "get-roots-list", "{}");
+  ASSERT(!t.is_error);
+  ASSERT(strstr(t.text, t.ws) != NULL);
+  call_wait(&t, 0, "get-structured-content", "{\"location\":\"New York\"}");
+  ASSERT(!t.is_error);
+  call_wait(&t, 0, "trigger-long-running-operation",
+            "{\"duration\":1,\"steps\":4}");
+  ASSERT(!t.is_error);
+  ASSERT_GE(t.progress, 4);
+  /* Unknown tool: the server's error as an error result. */
+  call_wait(&t, 0, "no-such-tool", "{}");
+  ASSERT(t.is_error);
+  pid = al__mcp_server_pid(al__mcp_server(t.m, 0));
+  al__mcp_close(t.m, on_closed, &t);
+  run_until(&t, is_closed, NULL);
+  ASSERT(pid_gone(pid));
+  ASSERT_LOOP_CLOSES(&t.loop);
+  rmdir(t.ws);
+  json_decref(t.states);
+  free(t.text);
+  return 0;
+}
+
+TEST_IMPL(mcp_real_server_filesystem) {
+  mt_t t;
+  char buf[64];
+  char args[1024];
+  FILE *f;
+
+  need_node_modules();
+  memset(&t, 0, sizeof(t));
+  /* The workspace exists before the server starts: it is its root. */
+  snprintf(buf, sizeof(buf), "/tmp/al_mcp_fs_%d", (int)getpid());
+  mkdir(buf, 0700);
+  snprintf(args, sizeof(args), "%s/a.txt", buf);
+  f = fopen(args, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("hello from a file\n", f);
+  fclose(f);
+  snprintf(args, sizeof(args),
+           "\"fs\":{\"command\":\"node\",\"args\":[\"%s\",\"%s\"],"
+           "\"sandbox\":false}",
+           NODE_MODULES "/server-filesystem/dist/index.js", buf);
+  mt_init(&t, args, NULL, 2000);
+  run_until(&t, has_state, "fs:ready");
+  ASSERT(lists_tool(&t, "read_text_file"));
+  snprintf(args, sizeof(args), "{\"path\":\"%s/a.txt\"}", buf);
+  call_wait(&t, 0, "read_text_file", args);
+  ASSERT(!t.is_error);
+  ASSERT(strstr(t.text, "hello from a file") != NULL);
+  /* Outside its root: the server refuses, an error result. */
+  call_wait(&t, 0, "read_text_file", "{\"path\":\"/etc/passwd\"}");
+  ASSERT(t.is_error);
+  mt_finish(&t);
+  snprintf(args, sizeof(args), "%s/a.txt", buf);
+  unlink(args);
+  rmdir(buf);
+  return 0;
+}
