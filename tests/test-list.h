@@ -19,3 +19,4 @@
 #include "list/daemon.h"
 #include "list/resume.h"
 #include "list/mcp.h"
+#include "list/hooks.h"

@@ -689,6 +689,7 @@ static void run_end_common(al_agent_t *a) {
   attempt_clear(a);
   uv_timer_stop(&a->backoff);
   a->mcp_waiting = false;
+  al__agent_hooks_cancel_runs(a);
   exec_close_all(a);
   if (a->summary) {
     al__history_free(&a->summary_hist);
@@ -1055,6 +1056,14 @@ static void reply_done(al_agent_t *a) {
       al_buf_free(&text);
       return;
     }
+    /* Stop hooks may send the model back to work (agent_hooks.c). */
+    if (al__agent_stop_hooks_start(
+            a, single != NULL ? json_string_value(single) : text.data,
+            single != NULL ? json_string_length(single) : text.len)) {
+      json_decref(single);
+      al_buf_free(&text);
+      return;
+    }
     end_final_text(a, &text, single);
     return;
   }
@@ -1074,9 +1083,20 @@ static void tools_done(al_agent_t *a) {
   al_event_t ev;
   json_t *js;
 
+  /* post_tool_use hooks see every result of the turn first; they may
+   * replace what the model sees or add context (agent_hooks.c). */
+  if (!a->post_done && al__agent_post_hooks_start(a, box)) {
+    return;
+  }
+  a->post_done = false;
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    js = al__json_string_utf8(call->content != NULL ? call->content : "",
-                              call->content_len);
+    char *shown = al__agent_post_hooks_apply(a, call);
+
+    js = shown != NULL
+             ? al__json_string_utf8(shown, strlen(shown))
+             : al__json_string_utf8(call->content != NULL ? call->content : "",
+                                    call->content_len);
+    al_free(shown);
     if (js != NULL) {
       al__history_add_tool_result(&a->history, call->id, js, call->is_error);
       json_decref(js);
@@ -1235,6 +1255,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al_list_init(&a->tools);
   al_list_init(&a->approvals);
   al_list_init(&a->execs);
+  al_list_init(&a->hook_waits);
   al__history_init(&a->history);
   al__history_init(&a->summary_hist);
   rc = AL_EINVAL;
@@ -1353,7 +1374,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
       (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
       (rc = al__agent_cli_tools_init(a)) != 0 ||
-      (rc = al__agent_mcp_check(o)) != 0) {
+      (rc = al__agent_mcp_check(o)) != 0 ||
+      (rc = al__agent_hooks_init(a, o)) != 0) {
     goto fail;
   }
   al_http_client_options_init(&co);
@@ -1451,6 +1473,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   a->run_t0 = al_now_ns();
   a->run_id++;
   a->turn = 0;
+  a->stop_blocks = 0;
   a->cur_max_tokens = a->max_tokens;
   al__retry_state_init(&a->retry);
   json_object_clear(a->stamps);
@@ -1659,7 +1682,7 @@ static void on_finish_close(uv_handle_t *h) {
 
 void al__agent_maybe_finish(al_agent_t *a) {
   if (!a->closing || a->finishing || a->pending > 0 || a->holds > 0 ||
-      a->live_ctx > 0) {
+      a->live_ctx > 0 || !al__agent_hooks_idle(a)) {
     return;
   }
   a->finishing = true;
@@ -1704,3 +1727,17 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   }
   a->client = NULL;
 }
+
+/* ---- for agent_hooks.c ------------------------------------------------------------- */
+
+void al__agent_end_final(al_agent_t *a, const char *text, size_t len) {
+  end_final(a, text, len);
+}
+
+void al__agent_end_error(al_agent_t *a, int code, const char *message) {
+  end_error(a, code, message);
+}
+
+void al__agent_continue(al_agent_t *a) { start_turn(a); }
+
+void al__agent_tools_done(al_agent_t *a) { tools_done(a); }

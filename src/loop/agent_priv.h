@@ -19,6 +19,9 @@
 #include "provider/provider.h"
 #include "transport/transport.h"
 
+struct al_hook_report_s;
+struct al_hooks_run_s;
+
 #define AG_TOOL_DEFAULT_TIMEOUT_MS 120000
 
 /* Where the run is. Only set_state() in agent.c writes it. */
@@ -187,6 +190,17 @@ struct al_agent_s {
   uint64_t *mcp_gens;
   uint64_t mcp_t0;   /* when the servers started (ns) */
   bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
+  /* Hooks (agent_hooks.c; NULL: none). hook_runs: the agent-level runs
+   * in flight (post_tool_use, stop, user_prompt_submit), cancelled when
+   * the run ends; hook_waits: calls held by pre_tool_use hooks (gate.c). */
+  struct al_hooks_s *hooks;
+  al_list_t hook_waits;
+  struct al_hooks_run_s *hook_runs[64];
+  size_t n_hook_runs;
+  json_t *post_results; /* call_id -> {replace, context} */
+  bool post_done;       /* tools_done: the post_tool_use hooks have run */
+  uint32_t stop_blocks; /* consecutive stop-hook continuations this run */
+  char *stop_text;      /* the final text held while stop hooks run */
   /* Durable sessions: history commit hook (al_agent_options_t). */
   al_commit_cb on_commit;
   void *commit_data;
@@ -242,6 +256,33 @@ int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
                         const char *description, const char *schema,
                         al_tool_category_t category, ag_tool_t **out);
 ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name);
+
+/* agent_hooks.c */
+int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o);
+void al__agent_hooks_free(al_agent_t *a);
+bool al__agent_hooks_idle(const al_agent_t *a);
+/* The JSON input every hook gets: session, run, turn, cwd (new ref). */
+json_t *al__agent_hook_input(al_agent_t *a);
+/* Posts hook_executed for one hook (call may be NULL). */
+void al__agent_hook_report(al_agent_t *a, const struct al_hook_report_s *r,
+                           const al_tool_call_t *call);
+/* Cancels the agent-level hook runs (the run ended). */
+void al__agent_hooks_cancel_runs(al_agent_t *a);
+/* tools_done: starts the post_tool_use hooks of the turn's calls; true
+ * when they run (tools_done is called again once they are done). */
+bool al__agent_post_hooks_start(al_agent_t *a, struct ag_exec_s *box);
+/* The content the model sees for call (post_tool_use replace/context
+ * applied): a new string (al_free) or NULL to keep the call's. */
+char *al__agent_post_hooks_apply(al_agent_t *a, const al_tool_call_t *call);
+/* A final reply: stop hooks may continue the run. true when they run (the
+ * agent continues in al__agent_stop_hooks_done). */
+bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len);
+
+/* agent.c, for agent_hooks.c */
+void al__agent_end_final(al_agent_t *a, const char *text, size_t len);
+void al__agent_end_error(al_agent_t *a, int code, const char *message);
+void al__agent_continue(al_agent_t *a); /* start the next turn */
+void al__agent_tools_done(al_agent_t *a);
 
 /* agent_mcp.c */
 /* Checks o->mcp_config (AL_EINVAL with the reason logged). */

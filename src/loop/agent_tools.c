@@ -659,6 +659,7 @@ void al__agent_tools_free(al_agent_t *a) {
     al_list_remove(&r->node);
     al_free(r);
   }
+  al__agent_hooks_free(a);
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
   al__sandbox_free(a->sandbox);
