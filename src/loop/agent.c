@@ -1442,6 +1442,7 @@ void al_agent_unsubscribe(al_agent_t *a, al_sub_t *sub) {
 }
 
 int al_agent_run(al_agent_t *a, const char *text) {
+  bool first;
   al_event_t ev;
   char *tools;
   size_t i;
@@ -1461,6 +1462,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (rc != 0) {
     return rc;
   }
+  first = !a->has_run;
   a->has_run = true;
   if (a->on_commit != NULL) {
     json_t *um = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text",
@@ -1497,20 +1499,27 @@ int al_agent_run(al_agent_t *a, const char *text) {
     return 0;
   }
   al_free(tools);
-  {
-    uint64_t wait_ms;
+  /* session_start / user_prompt_submit hooks first (agent_hooks.c); they
+   * call al__agent_begin_turns when done. */
+  if (al__agent_prompt_hooks_start(a, text, first)) {
+    return 0;
+  }
+  al__agent_begin_turns(a);
+  return 0;
+}
 
-    if (al__agent_mcp_should_wait(a, &wait_ms)) {
-      /* MCP servers still starting: wait for them, but never longer than
-       * what is left of the startup wait (the first token must not wait
-       * for a slow server). The backoff timer is idle before a turn. */
-      a->mcp_waiting = true;
-      uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
-      return 0;
-    }
+void al__agent_begin_turns(al_agent_t *a) {
+  uint64_t wait_ms;
+
+  if (al__agent_mcp_should_wait(a, &wait_ms)) {
+    /* MCP servers still starting: wait for them, but never longer than
+     * what is left of the startup wait (the first token must not wait
+     * for a slow server). The backoff timer is idle before a turn. */
+    a->mcp_waiting = true;
+    uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
+    return;
   }
   start_turn(a);
-  return 0;
 }
 
 int al_agent_cancel(al_agent_t *a) {

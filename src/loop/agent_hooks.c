@@ -112,6 +112,94 @@ void al__agent_hooks_cancel_runs(al_agent_t *a) {
   a->post_done = false;
   al_free(a->stop_text);
   a->stop_text = NULL;
+  al_free(a->prompt_why);
+  a->prompt_why = NULL;
+  a->prompt_pending = 0;
+  a->prompt_denied = false;
+}
+
+/* ---- session_start, user_prompt_submit -------------------------------------------- */
+
+static void prompt_report(const al_hook_report_t *r, void *data) {
+  al__agent_hook_report(data, r, NULL);
+}
+
+static void prompt_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                        void *data) {
+  al_agent_t *a = data;
+  char msg[2400];
+
+  runs_remove(a, run);
+  /* Only user_prompt_submit gates (session_start's failures default to no
+   * decision; a deny from it is honoured too). */
+  if (res->decision == AL_HOOK_DENY && !a->prompt_denied) {
+    a->prompt_denied = true;
+    snprintf(msg, sizeof(msg), "the prompt was blocked by hook '%s'%s%s",
+             res->hook != NULL ? res->hook : "?",
+             res->reason != NULL ? ": " : "",
+             res->reason != NULL ? res->reason : "");
+    al_free(a->prompt_why);
+    a->prompt_why = al_strdup(msg);
+  }
+  if (res->context != NULL && !a->prompt_denied) {
+    /* Added to the user's message as a text block of its own. */
+    char *c = al_malloc(strlen(res->context) + 32);
+
+    if (c != NULL) {
+      sprintf(c, "[hook context]\n%s", res->context);
+      (void)al__history_append_user_text(&a->history, c);
+      al_free(c);
+    }
+  }
+  if (--a->prompt_pending > 0) {
+    return;
+  }
+  if (a->prompt_denied) {
+    char *why = a->prompt_why;
+
+    a->prompt_why = NULL;
+    al__agent_end_error(a, UV_EACCES, why != NULL ? why : "blocked by a hook");
+    al_free(why);
+    return;
+  }
+  al__agent_begin_turns(a);
+}
+
+static bool prompt_run(al_agent_t *a, al_hook_event_t ev, const char *prompt) {
+  json_t *in;
+  al_hooks_run_t *run;
+
+  if (!al__hooks_match(a->hooks, ev, NULL, -1) ||
+      a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs)) {
+    return false;
+  }
+  in = al__agent_hook_input(a);
+  json_object_set_new(in, "prompt", json_string(prompt));
+  if (al__hooks_run(a->hooks, ev, NULL, -1, in, prompt_report, prompt_done, a,
+                    &run) != 0) {
+    json_decref(in);
+    return false;
+  }
+  json_decref(in);
+  a->hook_runs[a->n_hook_runs++] = run;
+  a->prompt_pending++;
+  return true;
+}
+
+bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
+                                  bool first) {
+  bool any = false;
+
+  if (a->hooks == NULL) {
+    return false;
+  }
+  a->prompt_denied = false;
+  a->prompt_pending = 0;
+  if (first) {
+    any = prompt_run(a, AL_HOOK_SESSION_START, prompt) || any;
+  }
+  any = prompt_run(a, AL_HOOK_USER_PROMPT_SUBMIT, prompt) || any;
+  return any;
 }
 
 /* ---- post_tool_use ------------------------------------------------------------------ */

@@ -200,6 +200,9 @@ struct al_agent_s {
   json_t *post_results; /* call_id -> {replace, context} */
   bool post_done;       /* tools_done: the post_tool_use hooks have run */
   uint32_t stop_blocks; /* consecutive stop-hook continuations this run */
+  int prompt_pending;   /* session_start / user_prompt_submit runs left */
+  bool prompt_denied;
+  char *prompt_why;     /* the blocking hook's reason */
   char *stop_text;      /* the final text held while stop hooks run */
   /* Durable sessions: history commit hook (al_agent_options_t). */
   al_commit_cb on_commit;
@@ -278,7 +281,15 @@ char *al__agent_post_hooks_apply(al_agent_t *a, const al_tool_call_t *call);
  * agent continues in al__agent_stop_hooks_done). */
 bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len);
 
+/* Before the first turn of a run: session_start (first run only) and
+ * user_prompt_submit hooks. true when they run (they call
+ * al__agent_begin_turns, or end the run when the prompt is blocked). */
+bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
+                                  bool first);
+
 /* agent.c, for agent_hooks.c */
+/* The MCP startup wait, then the first turn. */
+void al__agent_begin_turns(al_agent_t *a);
 void al__agent_end_final(al_agent_t *a, const char *text, size_t len);
 void al__agent_end_error(al_agent_t *a, int code, const char *message);
 void al__agent_continue(al_agent_t *a); /* start the next turn */

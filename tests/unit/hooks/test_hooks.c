@@ -456,9 +456,67 @@ TEST_IMPL(hooks_c_callback) {
   ASSERT(!exists(&f, "a.txt"));
   ASSERT(strstr(jstr(fx_tool_result(&f, 1, "w1"), "content"),
                 "denied by hook 'callback': the C hook says no") != NULL);
-  ASSERT_STR_EQ(cb_events, "pre_tool_use,post_tool_use,stop,");
-  ASSERT_EQ(fx_count(&f, "hook_executed"), 3);
+  ASSERT_STR_EQ(cb_events, "session_start,user_prompt_submit,pre_tool_use,"
+                           "post_tool_use,stop,");
+  ASSERT_EQ(fx_count(&f, "hook_executed"), 5);
   fx_finish(&f);
+  return 0;
+}
+
+/* user_prompt_submit exit 2: the run ends with an error before any
+ * request; session_start adds context on the first run only. */
+TEST_IMPL(hooks_prompt_blocked) {
+  fx_t f;
+  char *cfg = hook_cfg("user_prompt_submit", "secrets",
+                       "grep -q password && { echo 'no secrets in prompts' >&2; "
+                       "exit 2; }; exit 0",
+                       NULL);
+  const json_t *e;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n  - reply: {content: [{text: 'ok'}]}\n");
+  f.opts.hooks_config = cfg;
+  fx_start(&f);
+  fx_run(&f, "my password is hunter2");
+  ASSERT_STR_EQ(fx_last_type(&f), "error");
+  e = fx_event(&f, fx_find(&f, "error", NULL, 0));
+  ASSERT(strstr(jstr(e, "message"), "the prompt was blocked by hook "
+                                    "'secrets': no secrets in prompts") != NULL);
+  ASSERT_EQ(fx_requests(&f), 0);
+  fx_run(&f, "an innocent prompt");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 1);
+  fx_finish(&f);
+  free(cfg);
+  return 0;
+}
+
+TEST_IMPL(hooks_session_start_context) {
+  fx_t f;
+  char *cfg = hook_cfg("session_start", "ctx",
+                       "cat >/dev/null; echo '{\"additional_context\":"
+                       "\"the repo uses tabs\"}'",
+                       NULL);
+  char *m0;
+  char *m1;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n  - reply: {content: [{text: 'a'}]}\n"
+              "  - reply: {content: [{text: 'b'}]}\n");
+  f.opts.hooks_config = cfg;
+  fx_start(&f);
+  fx_run(&f, "first");
+  fx_run(&f, "second");
+  ASSERT_EQ(fx_requests(&f), 2);
+  m0 = json_dumps(fx_last_message(&f, 0), 0);
+  m1 = json_dumps(fx_last_message(&f, 1), 0);
+  ASSERT(strstr(m0, "the repo uses tabs") != NULL);
+  ASSERT(strstr(m1, "the repo uses tabs") == NULL);
+  ASSERT_EQ(fx_count(&f, "hook_executed"), 1);
+  free(m0);
+  free(m1);
+  fx_finish(&f);
+  free(cfg);
   return 0;
 }
 
