@@ -140,6 +140,8 @@ static void usage(FILE *f) {
       "      --mcp-config FILE     MCP servers ({\"mcpServers\": ...}, the\n"
       "                            .mcp.json shape; docs/mcp.md); a trusted\n"
       "                            project's .mcp.json is read too\n"
+      "      --hooks-config FILE   hooks ({\"hooks\": {EVENT: [...]}};\n"
+      "                            docs/hooks.md); failing hooks block\n"
       "      --deny-tool NAME      deny a tool: its calls get an error\n"
       "                            result (repeatable; deny wins)\n"
       "      --tools-dir DIR       another tools.d directory of YAML CLI\n"
@@ -639,7 +641,7 @@ int al_cli_run(int argc, char **argv) {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_MCP_CONFIG
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_MCP_CONFIG, O_HOOKS_CONFIG
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -665,6 +667,7 @@ int al_cli_run(int argc, char **argv) {
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
       {"mcp-config", required_argument, NULL, O_MCP_CONFIG},
+      {"hooks-config", required_argument, NULL, O_HOOKS_CONFIG},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
       {"verbose", no_argument, NULL, 'v'},
@@ -688,6 +691,8 @@ int al_cli_run(int argc, char **argv) {
   bool trust = false;
   const char *mcp_file = NULL;
   char *mcp_json = NULL;
+  const char *hooks_file = NULL;
+  char *hooks_json = NULL;
   const char *fallback = NULL;
   const char *color = "auto";
   const char *allow[MAX_TOOL_FLAGS + 1];
@@ -739,6 +744,7 @@ int al_cli_run(int argc, char **argv) {
       break;
     case O_TRUST: trust = true; break;
     case O_MCP_CONFIG: mcp_file = optarg; break;
+    case O_HOOKS_CONFIG: hooks_file = optarg; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
         fail_usage("--sandbox: auto, required or none, not '%s'", optarg);
@@ -1010,13 +1016,23 @@ int al_cli_run(int argc, char **argv) {
       code = EXIT_USAGE;
       goto out;
     }
+    if (hooks_file != NULL &&
+        (hooks_json = al__read_text_file(hooks_file, &merr)) == NULL) {
+      fail_usage("--hooks-config: %s",
+                 merr.data != NULL ? merr.data : "out of memory");
+      al_buf_free(&merr);
+      code = EXIT_USAGE;
+      goto out;
+    }
     al_buf_free(&merr);
     o.mcp_config = mcp_json;
+    o.hooks_config = hooks_json;
   }
 
   code = drive(r, &o, text.data);
 out:
   al_free(mcp_json);
+  al_free(hooks_json);
   al_models_free(models);
 
   al_buf_free(&text);

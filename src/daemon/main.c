@@ -34,7 +34,8 @@ static void usage(FILE *f) {
           "[--model M]\n"
           "                  [--base-url URL] [--state-dir DIR] "
           "[--max-line BYTES] [--max-queue BYTES]\n"
-          "                  [--mcp-config FILE]  (MCP servers, docs/mcp.md)\n"
+          "                  [--mcp-config FILE] [--hooks-config FILE] "
+          "(docs/mcp.md, docs/hooks.md)\n"
           "Environment: AGENTLOOP_SOCKET, AGENTLOOP_PROVIDER, "
           "AGENTLOOP_MODEL, AGENTLOOP_BASE_URL,\n"
           "  ANTHROPIC_API_KEY, OPENAI_API_KEY, XDG_RUNTIME_DIR, "
@@ -163,6 +164,20 @@ int main(int argc, char **argv) {
       }
       al_buf_free(&merr);
       o.mcp_config = mcp_json;
+    } else if (strcmp(a, "--hooks-config") == 0) {
+      al_buf_t herr;
+      char *text;
+
+      al_buf_init(&herr, 4096);
+      text = al__read_text_file(next, &herr);
+      if (text == NULL) {
+        fprintf(stderr, "agentloopd: --hooks-config: %s\n",
+                herr.data != NULL ? herr.data : "out of memory");
+        al_buf_free(&herr);
+        return 2;
+      }
+      al_buf_free(&herr);
+      o.hooks_config = text;
     } else if (strcmp(a, "--log-level") == 0) {
       al_log_level_t lv;
 

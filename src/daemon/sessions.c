@@ -473,6 +473,7 @@ int al__session_start(session_t *s, uint64_t first_seq,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.mcp_config = d->o.mcp_config;
+  ao.hooks_config = d->o.hooks_config;
   ao.data = s;
   rc = al_agent_new(d->loop, &ao, &s->agent);
   if (rc != 0) {

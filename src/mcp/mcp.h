@@ -115,6 +115,11 @@ int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
                         char **out, al_buf_t *err);
 void al__mcp_server_config_free(al_mcp_server_config_t *s);
 
+/* A whole small file (at most 4 MiB) as text (al_free), for start-up
+ * configuration such as --hooks-config; NULL with the reason in err.
+ * Blocking. */
+char *al__read_text_file(const char *path, al_buf_t *err);
+
 typedef struct al_mcp_s al_mcp_t;
 typedef struct al_mcp_server_s al_mcp_server_t;
 typedef struct al_mcp_call_s al_mcp_call_t;

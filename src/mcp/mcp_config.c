@@ -483,3 +483,29 @@ int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
   *out = text;
   return 0;
 }
+
+char *al__read_text_file(const char *path, al_buf_t *err) {
+  FILE *f = fopen(path, "rb");
+  al_buf_t b;
+  char chunk[8192];
+  size_t n;
+
+  if (f == NULL) {
+    al_buf_printf(err, "%s: cannot read it", path);
+    return NULL;
+  }
+  al_buf_init(&b, 4 << 20);
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+    if (al_buf_append(&b, chunk, n) != 0) {
+      fclose(f);
+      al_buf_free(&b);
+      al_buf_printf(err, "%s: larger than 4 MiB", path);
+      return NULL;
+    }
+  }
+  fclose(f);
+  if (b.data == NULL) {
+    return al_strdup("");
+  }
+  return b.data;
+}

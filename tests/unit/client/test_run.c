@@ -1054,3 +1054,55 @@ TEST_IMPL(cli_run_models_file) {
   rmdir(w.dir);
   return 0;
 }
+
+/* `agentloop run --mcp-config --hooks-config`: an MCP tool is offered and
+ * called, and a pre_tool_use hook blocks write_file (SPEC §16). */
+TEST_IMPL(cli_run_mcp_and_hooks) {
+  cli_t c;
+  ws_t w;
+  char mcp[1024];
+  char hooks[512];
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--mcp-config", NULL,
+                        "--hooks-config", NULL, "-p", "go", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[4096];
+
+  ws_make(&w);
+  snprintf(mcp, sizeof(mcp),
+           "{\"mcpServers\":{\"f\":{\"command\":\"%s\",\"args\":[\"--helper\","
+           "\"mcp_server\"],\"sandbox\":false}}}",
+           al_test_exe());
+  snprintf(hooks, sizeof(hooks),
+           "{\"hooks\":{\"pre_tool_use\":[{\"name\":\"nowrite\",\"matcher\":"
+           "\"write_file\",\"command\":[\"sh\",\"-c\",\"cat >/dev/null; echo "
+           "read-only >&2; exit 2\"]}]}}");
+  args[4] = w.dir;
+  args[6] = ws_file(&w, "mcp.json", mcp);
+  args[8] = ws_file(&w, "hooks.json", hooks);
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{tool_use: {id: m1, name: mcp__f__echo, "
+                 "input: {text: 'from the server'}}}, {tool_use: {id: w1, name: "
+                 "write_file, input: {path: x.txt, content: x}}}]}\n"
+                 "  - reply: {content: [{text: 'finished'}]}\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_STR_EQ(c.obuf, "finished\n");
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  rec = al_mockllm_record_get(c.mock, 1);
+  tr = find_tool_result(rec->body, "m1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_STR_EQ(content_text(json_object_get(tr, "content"), buf, sizeof(buf)),
+                "from the server");
+  tr = find_tool_result(rec->body, "w1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_NOT_NULL(strstr(content_text(json_object_get(tr, "content"), buf,
+                                      sizeof(buf)),
+                         "denied by hook 'nowrite': read-only"));
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
