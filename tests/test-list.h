@@ -18,5 +18,6 @@
 #include "list/tui.h"
 #include "list/daemon.h"
 #include "list/resume.h"
+#include "list/config.h"
 #include "list/mcp.h"
 #include "list/hooks.h"

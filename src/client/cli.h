@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "agentloop/sandbox.h"
+#include "common/common.h"
 
 #include "provider/provider.h"
 
@@ -22,5 +23,22 @@ int al_cli_run(int argc, char **argv);
 int al_cli_tools(int argc, char **argv);
 /* --sandbox auto|required|none; false for anything else (tools_cmd.c). */
 bool al__cli_sandbox_policy(const char *arg, al_sandbox_policy_t *out);
+
+/* agentloop config show [--origin] (config_cmd.c) */
+int al_cli_config(int argc, char **argv);
+/* Loads the configuration for a command run in cwd (NULL: the process
+ * cwd): the user file, the project file when trusted (or trust), the
+ * environment. Prints every error as "who: FILE:LINE:COL: reason" and
+ * returns 2; 0 otherwise. cfg is initialized either way: free it. */
+struct al_config_s;
+int al__cli_config_load(struct al_config_s *cfg, const char *cwd, bool trust,
+                        const char *who);
+
+/* The system prompt of a session started here (prompt_cli.c,
+ * config/sysprompt.h): notices about cut files go to stderr as "who: ...".
+ * 0 or AL_ENOMEM. */
+int al__cli_system_prompt(const struct al_config_s *cfg, const char *cwd,
+                          al_sandbox_policy_t policy, const char *extra,
+                          al_buf_t *out, const char *who);
 
 #endif

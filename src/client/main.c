@@ -17,6 +17,9 @@ static void usage(FILE *f) {
         "  resume [ID]       the chat in an earlier session (default: latest)\n"
         "  sessions [--json] the daemon's sessions, newest first\n"
         "  doctor            check CA bundle, keys, proxy, socket, daemon\n"
+        "  config show [--origin]\n"
+        "                    the effective configuration and where each\n"
+        "                    value came from (see config --help)\n"
         "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
         "  decode --provider sse|anthropic|openai [--events]\n"
         "                    decode a captured response body read from stdin\n"
@@ -60,6 +63,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "sessions") == 0) {
     return al_cli_sessions(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "config") == 0) {
+    return al_cli_config(argc - 1, argv + 1);
   }
   if (strcmp(argv[1], "doctor") == 0) {
     return al_cli_doctor(argc - 1, argv + 1);

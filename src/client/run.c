@@ -43,6 +43,7 @@
 #include "client/cli.h"
 #include "client/run_int.h"
 #include "common/common.h"
+#include "config/config.h"
 #include "events/events.h"
 #include "mcp/mcp.h"
 #include "tools/clitool.h"
@@ -149,6 +150,9 @@ static void usage(FILE *f) {
       "                            user's $XDG_CONFIG_HOME/agentloop/tools.d\n"
       "                            always loads; the project's tools.d only\n"
       "                            when trusted\n"
+      "      --print-system-prompt print the assembled system prompt (base,\n"
+      "                            AGENTS.md/CLAUDE.md, configured text,\n"
+      "                            --system) and exit; nothing is sent\n"
       "      --trust-project       load the workspace's tools.d (code from\n"
       "                            the repository) for this run\n"
       "      --sandbox MODE        auto (default): bwrap, else degraded,\n"
@@ -636,12 +640,108 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
   return r->ended ? r->exit_code : EXIT_FAIL;
 }
 
+/* The configuration of this run: files and environment (al_config_load),
+ * then the flags that have a key. cfg is initialized either way. */
+static int run_config(al_config_t *cfg, const char *cwd, bool trust,
+                      const char *provider, const char *model,
+                      const char *base_url, const char *fallback) {
+  static const char *const keys[] = {"provider", "model", "base_url",
+                                     "fallback_model"};
+  static const char *const flags[] = {"--provider", "--model", "--base-url",
+                                      "--fallback-model"};
+  const char *vals[] = {provider, model, base_url, fallback};
+  char why[700];
+  size_t i;
+  int code = al__cli_config_load(cfg, cwd, trust, "agentloop");
+
+  if (code != 0) {
+    return EXIT_USAGE;
+  }
+  for (i = 0; i < AL_ARRAY_SIZE(keys); i++) {
+    if (vals[i] != NULL &&
+        al_config_set_flag(cfg, keys[i], vals[i], flags[i], why,
+                           sizeof(why)) != 0) {
+      /* The provider's message is the one users know. */
+      fail_usage("%s", i == 0 ? strchr(why, ' ') + 1 : why);
+      return EXIT_USAGE;
+    }
+  }
+  return EXIT_OK;
+}
+
+/* Flag rules, then the configured ones (borrowed; al_free the array). */
+static const char **merge_rules(const char *const *a, char *const *b,
+                                char *const *c) {
+  size_t n = 0, i;
+  const char **out;
+
+  for (i = 0; a != NULL && a[i] != NULL; i++, n++) {
+  }
+  for (i = 0; b != NULL && b[i] != NULL; i++, n++) {
+  }
+  for (i = 0; c != NULL && c[i] != NULL; i++, n++) {
+  }
+  out = al_calloc(n + 1, sizeof(*out));
+  if (out == NULL) {
+    return NULL;
+  }
+  n = 0;
+  for (i = 0; a != NULL && a[i] != NULL; i++) {
+    out[n++] = a[i];
+  }
+  for (i = 0; b != NULL && b[i] != NULL; i++) {
+    out[n++] = b[i];
+  }
+  for (i = 0; c != NULL && c[i] != NULL; i++) {
+    out[n++] = c[i];
+  }
+  return out;
+}
+
+/* The path list of key from the configuration, resolved (al_config_path),
+ * after the n entries of pre (borrowed); NULL-terminated. Everything is
+ * kept in *owned (al_free each, then the array) so it outlives the run. */
+static const char **config_paths(const al_config_t *cfg, const char *key,
+                                 char *const *list, const char *ws,
+                                 const char *const *pre, size_t n,
+                                 char ***owned) {
+  size_t m = 0, i;
+  const char **out;
+
+  for (i = 0; list != NULL && list[i] != NULL; i++, m++) {
+  }
+  out = al_calloc(n + m + 1, sizeof(*out));
+  *owned = al_calloc(m + 1, sizeof(**owned));
+  if (out == NULL || *owned == NULL) {
+    al_free(out);
+    return NULL;
+  }
+  for (i = 0; i < n; i++) {
+    out[i] = pre[i];
+  }
+  for (i = 0; i < m; i++) {
+    (*owned)[i] = al_config_path(cfg, key, list[i], ws);
+    out[n + i] = (*owned)[i] != NULL ? (*owned)[i] : list[i];
+  }
+  return out;
+}
+
+static void free_owned(char **owned) {
+  size_t i;
+
+  for (i = 0; owned != NULL && owned[i] != NULL; i++) {
+    al_free(owned[i]);
+  }
+  al_free(owned);
+}
+
 int al_cli_run(int argc, char **argv) {
   enum {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_MCP_CONFIG, O_HOOKS_CONFIG
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_MCP_CONFIG,
+    O_HOOKS_CONFIG
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -664,6 +764,7 @@ int al_cli_run(int argc, char **argv) {
       {"tools-dir", required_argument, NULL, O_TOOLS_DIR},
       {"sandbox", required_argument, NULL, O_SANDBOX},
       {"trust-project", no_argument, NULL, O_TRUST},
+      {"print-system-prompt", no_argument, NULL, O_PRINT_PROMPT},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
       {"mcp-config", required_argument, NULL, O_MCP_CONFIG},
@@ -677,10 +778,11 @@ int al_cli_run(int argc, char **argv) {
   run_t *r;
   al_agent_options_t o;
   const char *prompt = NULL;
-  const char *provider = env_get("AGENTLOOP_PROVIDER");
+  const char *provider = NULL;
   const char *model = NULL;
   const char *base_url = NULL;
   const char *api_key = NULL;
+  const char *key_var = NULL;
   const char *system_file = NULL;
   const char *system_text = NULL;
   const char *format = "text";
@@ -688,6 +790,15 @@ int al_cli_run(int argc, char **argv) {
   const char *tools_dirs[MAX_TOOL_FLAGS + 1];
   size_t ntools_dirs = 0;
   al_sandbox_policy_t sandbox = AL_SANDBOX_AUTO;
+  bool sandbox_set = false;
+  bool print_prompt = false;
+  al_buf_t sysprompt;
+  al_config_t cfg;
+  const char **all_allow = NULL;
+  const char **all_deny = NULL;
+  const char **cfg_tools = NULL, **cfg_denied = NULL, **cfg_writable = NULL;
+  char **own_tools = NULL, **own_denied = NULL, **own_writable = NULL;
+  char wsbuf[PATH_MAX];
   bool trust = false;
   const char *mcp_file = NULL;
   char *mcp_json = NULL;
@@ -745,11 +856,13 @@ int al_cli_run(int argc, char **argv) {
     case O_TRUST: trust = true; break;
     case O_MCP_CONFIG: mcp_file = optarg; break;
     case O_HOOKS_CONFIG: hooks_file = optarg; break;
+    case O_PRINT_PROMPT: print_prompt = true; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
         fail_usage("--sandbox: auto, required or none, not '%s'", optarg);
         return EXIT_USAGE;
       }
+      sandbox_set = true;
       break;
     case O_FALLBACK: fallback = optarg; break;
     case O_CONTEXT_WINDOW:
@@ -840,59 +953,80 @@ int al_cli_run(int argc, char **argv) {
   allow[nallow] = NULL;
   deny[ndeny] = NULL;
 
-  /* Configuration, checked before anything is read or sent. */
-  if (provider == NULL) {
-    provider = "anthropic";
+  al_buf_init(&sysprompt, 4 * INPUT_MAX);
+  /* Configuration (docs/config.md), checked before anything is read or
+   * sent: the files and the environment, then the flags over them. */
+  if ((code = run_config(&cfg, cwd, trust, provider, model, base_url,
+                         fallback)) != EXIT_OK) {
+    al_config_free(&cfg);
+    return code;
   }
-  if (strcmp(provider, "anthropic") != 0 && strcmp(provider, "openai") != 0) {
-    fail_usage("unknown provider '%s' (anthropic or openai)", provider);
-    return EXIT_USAGE;
+  provider = al_config_provider(&cfg);
+  model = cfg.model;
+  base_url = cfg.base_url;
+  fallback = cfg.fallback_model;
+  if (max_tokens == 0) {
+    max_tokens = (uint64_t)cfg.max_tokens;
+  }
+  if (max_turns == 0) {
+    max_turns = (uint64_t)cfg.max_turns;
+  }
+  if (idle_ms == 0) {
+    idle_ms = (uint64_t)cfg.timeouts.idle_ms;
+  }
+  if (timeout_s == 0 && cfg.timeouts.run_ms > 0) {
+    timeout_s = (double)cfg.timeouts.run_ms / 1000.0;
+  }
+  if (!sandbox_set && cfg.sandbox.mode != NULL) {
+    (void)al__cli_sandbox_policy(cfg.sandbox.mode, &sandbox);
+  }
+  /* Tool flags add to the configured rules; a headless run cannot ask,
+   * so the configured `ask` rules deny here. */
+  all_allow = merge_rules(allow, cfg.permissions.allow, NULL);
+  all_deny = merge_rules(deny, cfg.permissions.deny, cfg.permissions.ask);
+  if (all_allow == NULL || all_deny == NULL) {
+    fail_usage("out of memory");
+    code = EXIT_FAIL;
+    goto done;
   }
   if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0 &&
       strcmp(format, "ndjson") != 0) {
     fail_usage("--output-format: text, json or ndjson, not '%s'", format);
-    return EXIT_USAGE;
+    code = EXIT_USAGE;
+    goto done;
   }
   if (strcmp(color, "auto") != 0 && strcmp(color, "always") != 0 &&
       strcmp(color, "never") != 0) {
     fail_usage("--color: auto, always or never, not '%s'", color);
-    return EXIT_USAGE;
+    code = EXIT_USAGE;
+    goto done;
   }
   if (system_file != NULL && system_text != NULL) {
     fail_usage("--system FILE and --system-text TEXT: give one of them");
-    return EXIT_USAGE;
-  }
-  if (model == NULL) {
-    model = env_get("AGENTLOOP_MODEL");
-  }
-  if (base_url == NULL) {
-    base_url = env_get("AGENTLOOP_BASE_URL");
-  }
-  if (base_url == NULL) {
-    base_url = env_get(strcmp(provider, "openai") == 0 ? "OPENAI_BASE_URL"
-                                                       : "ANTHROPIC_BASE_URL");
+    code = EXIT_USAGE;
+    goto done;
   }
   if (api_key == NULL) {
-    api_key = env_get(strcmp(provider, "openai") == 0 ? "OPENAI_API_KEY"
-                                                      : "ANTHROPIC_API_KEY");
+    api_key = al_config_api_key(&cfg, env_get, &key_var);
   }
   public_url = is_public_endpoint(base_url);
-  if (api_key == NULL && public_url) {
+  if (api_key == NULL && public_url && !print_prompt) {
     fail_usage("no API key for %s: set %s or pass --api-key",
-               base_url != NULL ? base_url : "the public endpoint",
-               strcmp(provider, "openai") == 0 ? "OPENAI_API_KEY"
-                                               : "ANTHROPIC_API_KEY");
-    return EXIT_USAGE;
+               base_url != NULL ? base_url : "the public endpoint", key_var);
+    code = EXIT_USAGE;
+    goto done;
   }
   if (cwd != NULL) {
     struct stat st;
     if (stat(cwd, &st) != 0) {
       fail_usage("--cwd %s: %s", cwd, strerror(errno));
-      return EXIT_USAGE;
+      code = EXIT_USAGE;
+      goto done;
     }
     if (!S_ISDIR(st.st_mode)) {
       fail_usage("--cwd %s: not a directory", cwd);
-      return EXIT_USAGE;
+      code = EXIT_USAGE;
+      goto done;
     }
   }
 
@@ -904,9 +1038,26 @@ int al_cli_run(int argc, char **argv) {
       fail_usage("--system %s: %s", system_file,
                  err == AL_ETOOBIG ? "larger than 32 MiB" : al_strerror(err));
       al_buf_free(&sysbuf);
-      return EXIT_USAGE;
+      code = EXIT_USAGE;
+      goto done;
     }
     system_text = sysbuf.data != NULL ? sysbuf.data : "";
+  }
+  /* The system prompt (docs/config.md): base, instruction files, the
+   * configured text, then --system / --system-text. */
+  if (al__cli_system_prompt(&cfg, cwd, sandbox, system_text, &sysprompt,
+                            "agentloop") != 0) {
+    fail_usage("out of memory building the system prompt");
+    al_buf_free(&sysbuf);
+    code = EXIT_FAIL;
+    goto done;
+  }
+  system_text = sysprompt.data;
+  if (print_prompt) {
+    fputs(sysprompt.data, stdout);
+    al_buf_free(&sysbuf);
+    code = EXIT_OK;
+    goto done;
   }
   al_buf_init(&piped, INPUT_MAX);
   err = read_piped_stdin(&piped);
@@ -915,7 +1066,8 @@ int al_cli_run(int argc, char **argv) {
                err == AL_ETOOBIG ? "larger than 32 MiB" : al_strerror(err));
     al_buf_free(&piped);
     al_buf_free(&sysbuf);
-    return EXIT_USAGE;
+    code = EXIT_USAGE;
+    goto done;
   }
   al_buf_init(&text, 2 * INPUT_MAX);
   if (prompt != NULL) {
@@ -932,7 +1084,8 @@ int al_cli_run(int argc, char **argv) {
     fail_usage("run: -p PROMPT is required (or pipe the prompt on stdin)");
     al_buf_free(&text);
     al_buf_free(&sysbuf);
-    return EXIT_USAGE;
+    code = EXIT_USAGE;
+    goto done;
   }
 
   signal(SIGPIPE, SIG_IGN);
@@ -954,7 +1107,8 @@ int al_cli_run(int argc, char **argv) {
     fail_usage("out of memory");
     al_buf_free(&text);
     al_buf_free(&sysbuf);
-    return EXIT_FAIL;
+    code = EXIT_FAIL;
+    goto done;
   }
   r->format = strcmp(format, "json") == 0     ? FMT_JSON
               : strcmp(format, "ndjson") == 0 ? FMT_NDJSON
@@ -983,42 +1137,70 @@ int al_cli_run(int argc, char **argv) {
     o.retry_max_attempts = (int)retries + 1;
   }
   o.idle_timeout_ms = (int64_t)idle_ms;
+  o.connect_timeout_ms = cfg.timeouts.connect_ms;
+  o.progress_timeout_ms = cfg.timeouts.progress_ms;
+  o.tool_timeout_ms = (uint64_t)cfg.timeouts.tool_ms;
   o.workspace = cwd;
   o.builtin_tools = true;
   o.permission_mode = AL_PERMISSION_MODE_HEADLESS;
-  o.allow_tools = allow;
-  o.deny_tools = deny;
+  o.allow_tools = all_allow;
+  o.deny_tools = all_deny;
   o.data = r;
   tools_dirs[ntools_dirs] = NULL;
   o.sandbox = sandbox;
   o.tools_d = true;
   o.trust_project = trust;
   o.tools_dirs = tools_dirs;
+  /* Paths from the configuration: tools.d directories after the flags',
+   * denied paths, and writable roots beside the workspace. */
+  {
+    const char *ws = cwd != NULL ? cwd
+                     : getcwd(wsbuf, sizeof(wsbuf)) != NULL ? wsbuf
+                                                             : ".";
+
+    cfg_tools = config_paths(&cfg, "tools_d", cfg.tools_d, ws, tools_dirs,
+                             ntools_dirs, &own_tools);
+    if (cfg_tools != NULL) {
+      o.tools_dirs = cfg_tools;
+    }
+    if (cfg.sandbox.denied != NULL) {
+      cfg_denied = config_paths(&cfg, "sandbox.denied", cfg.sandbox.denied,
+                                ws, NULL, 0, &own_denied);
+      o.denied_paths = cfg_denied;
+    }
+    if (cfg.sandbox.writable != NULL) {
+      cfg_writable = config_paths(&cfg, "sandbox.writable",
+                                  cfg.sandbox.writable, ws, &ws, 1,
+                                  &own_writable);
+      o.allowed_paths = cfg_writable;
+    }
+  }
 
   o.models = models;
   o.context_window = (int64_t)context_window;
   {
     /* Start-up, before the loop runs: the reads may block. */
-    char wsbuf[4096];
-    size_t wsn = sizeof(wsbuf);
+    char mws[4096];
+    size_t wsn = sizeof(mws);
     const char *ws = cwd != NULL ? cwd
-                     : uv_cwd(wsbuf, &wsn) == 0 ? wsbuf
-                                                : ".";
+                     : uv_cwd(mws, &wsn) == 0 ? mws
+                                              : ".";
     al_buf_t merr;
 
     al_buf_init(&merr, 4096);
-    if (al__mcp_config_load(mcp_file, ws,
-                            trust || al__tools_project_trusted(ws), &mcp_json,
-                            &merr) != 0) {
+    /* mcp_servers: and hooks: of config.yaml, then the flags' files. */
+    if (al__mcp_config_load2(mcp_file, al_config_section(&cfg, "mcp_servers"),
+                             ws, trust || al__tools_project_trusted(ws),
+                             &mcp_json, &merr) != 0) {
       fail_usage("MCP configuration: %s",
                  merr.data != NULL ? merr.data : "out of memory");
       al_buf_free(&merr);
       code = EXIT_USAGE;
       goto out;
     }
-    if (hooks_file != NULL &&
-        (hooks_json = al__read_text_file(hooks_file, &merr)) == NULL) {
-      fail_usage("--hooks-config: %s",
+    if (al__hooks_config_load(hooks_file, al_config_section(&cfg, "hooks"),
+                              &hooks_json, &merr) != 0) {
+      fail_usage("hooks configuration: %s",
                  merr.data != NULL ? merr.data : "out of memory");
       al_buf_free(&merr);
       code = EXIT_USAGE;
@@ -1042,5 +1224,16 @@ out:
   al_free(r->session);
   uv_loop_close(&r->loop);
   al_free(r);
+done:
+  al_buf_free(&sysprompt);
+  al_free(cfg_tools);
+  al_free(cfg_denied);
+  al_free(cfg_writable);
+  free_owned(own_tools);
+  free_owned(own_denied);
+  free_owned(own_writable);
+  al_free(all_allow);
+  al_free(all_deny);
+  al_config_free(&cfg);
   return code;
 }

@@ -65,6 +65,9 @@ void al__daemon_idle_check(al_daemon_t *d) {
       return;
     }
   }
+  /* From now, not from the loop's cached time, which predates blocking
+   * start-up work (the sandbox probe) when the daemon is being created. */
+  uv_update_time(d->loop);
   uv_timer_start(&d->idle, on_idle_timer, d->o.idle_exit_ms, 0);
 }
 

@@ -13,6 +13,7 @@
 
 #include "hooks/hooks.h"
 #include "loop/agent_priv.h"
+#include "loop/permrule.h"
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
@@ -136,17 +137,6 @@ static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) 
 
 /* ---- permissions ------------------------------------------------------------- */
 
-static bool listed(char *const *list, const char *name) {
-  size_t i;
-
-  for (i = 0; list != NULL && list[i] != NULL; i++) {
-    if (strcmp(list[i], name) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
 const char *al__tool_category_name(al_tool_category_t c) {
   switch (c) {
   case AL_TOOL_READ: return "read";
@@ -161,7 +151,8 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   al_permission_t p;
   char *input;
 
-  if (listed(a->deny_tools, t->name)) {
+  /* Rules may carry argument patterns: bash(git status*) (permrule.h). */
+  if (al__perm_rules_match(a->deny_tools, t->name, call->input, false)) {
     *why = "it is on the deny list";
     return AL_PERMISSION_DENY;
   }
@@ -177,7 +168,8 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
       return AL_PERMISSION_DENY;
     }
   }
-  if (t->always || listed(a->allow_tools, t->name)) {
+  if (t->always ||
+      al__perm_rules_match(a->allow_tools, t->name, call->input, true)) {
     return AL_PERMISSION_ALLOW;
   }
   if (a->permission != NULL) {

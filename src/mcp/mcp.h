@@ -113,6 +113,17 @@ void al__mcp_config_free(al_mcp_config_t *c);
  * or the parser's reason in err. */
 int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
                         char **out, al_buf_t *err);
+/* The same with config.yaml's `mcp_servers:` section (a map of servers,
+ * may be NULL) between the project's .mcp.json and the file. */
+int al__mcp_config_load2(const char *file, const json_t *section,
+                         const char *workspace, bool trusted, char **out,
+                         al_buf_t *err);
+/* Hooks: config.yaml's `hooks:` section (may be NULL) and the hooks of
+ * `file` ({"hooks": {...}}; may be NULL), lists of one event joined, as
+ * JSON text for al_agent_options_t.hooks_config (*out NULL: none). The
+ * hooks themselves are checked by al_agent_new. */
+int al__hooks_config_load(const char *file, const json_t *section,
+                          char **out, al_buf_t *err);
 void al__mcp_server_config_free(al_mcp_server_config_t *s);
 
 /* A whole small file (at most 4 MiB) as text (al_free), for start-up

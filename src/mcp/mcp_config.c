@@ -422,6 +422,12 @@ static const json_t *servers_of(const json_t *j) {
 
 int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
                         char **out, al_buf_t *err) {
+  return al__mcp_config_load2(file, NULL, workspace, trusted, out, err);
+}
+
+int al__mcp_config_load2(const char *file, const json_t *section,
+                         const char *workspace, bool trusted, char **out,
+                         al_buf_t *err) {
   json_t *user = NULL;
   json_t *proj = NULL;
   json_t *merged;
@@ -457,6 +463,10 @@ int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
                     json_object_get(user, "startup_wait_ms"));
   }
   json_object_foreach((json_t *)servers_of(proj), key, v) {
+    json_object_set(servers, key, v);
+  }
+  /* config.yaml's mcp_servers: over the project's .mcp.json. */
+  json_object_foreach((json_t *)section, key, v) {
     json_object_set(servers, key, v);
   }
   /* The user's file wins on a name both use. */
@@ -508,4 +518,49 @@ char *al__read_text_file(const char *path, al_buf_t *err) {
     return al_strdup("");
   }
   return b.data;
+}
+
+int al__hooks_config_load(const char *file, const json_t *section,
+                          char **out, al_buf_t *err) {
+  json_t *merged = json_object();
+  json_t *hooks = json_object();
+  json_t *fromfile = NULL;
+  const char *key;
+  json_t *v;
+  int rc = 0;
+
+  *out = NULL;
+  json_object_set_new(merged, "hooks", hooks);
+  if (file != NULL) {
+    fromfile = load_file(file, true, err, &rc);
+    if (rc != 0) {
+      json_decref(merged);
+      return rc;
+    }
+  }
+  /* Lists of the same event add up: the config's hooks, then the file's. */
+  json_object_foreach((json_t *)section, key, v) {
+    json_object_set(hooks, key, v);
+  }
+  json_object_foreach(json_object_get(fromfile, "hooks"), key, v) {
+    json_t *have = json_object_get(hooks, key);
+
+    if (json_is_array(have) && json_is_array(v)) {
+      json_t *both = json_copy(have);
+
+      json_array_extend(both, v);
+      json_object_set_new(hooks, key, both);
+    } else {
+      json_object_set(hooks, key, v);
+    }
+  }
+  json_decref(fromfile);
+  if (json_object_size(hooks) > 0) {
+    *out = json_dumps(merged, JSON_COMPACT);
+    if (*out == NULL) {
+      rc = AL_ENOMEM;
+    }
+  }
+  json_decref(merged);
+  return rc;
 }

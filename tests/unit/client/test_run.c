@@ -931,7 +931,7 @@ TEST_IMPL(cli_run_stdin_system_tools_dir) {
   json_t *msgs;
   json_t *sys;
   char buf[1024];
-  char sbuf[1024];
+  char sbuf[16384]; /* our base prompt comes first */
 
   ws_make(&w);
   args[4] = ws_file(&w, "system.txt", "You are terse.\n");
@@ -1055,6 +1055,161 @@ TEST_IMPL(cli_run_models_file) {
   return 0;
 }
 
+/* ---- the configuration file (docs/config.md) --------------------------------- */
+
+/* The user's config.yaml gives provider settings, the model, max_tokens and
+ * the key's variable; a flag overrides the file; an error in it stops the
+ * run before anything is sent, naming FILE:LINE:COL. */
+TEST_IMPL(config_run_uses_user_file) {
+  cli_t c;
+  char root[] = "/tmp/al_cfgrun_XXXXXX";
+  char dir[128], path[160], xdg[160];
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "MY_WORK_KEY=k-work",
+                 xdg, NULL};
+  const char *plain[] = {"run", "-p", "hi", NULL};
+  const char *flag[] = {"run", "--model", "m-flag", "-p", "hi", NULL};
+  const al_mockllm_record_t *rec;
+  FILE *f;
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", root);
+  snprintf(dir, sizeof(dir), "%s/agentloop", root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", dir);
+
+  start_mock(&c, text_yaml);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fprintf(f, "# mine\nbase_url: http://127.0.0.1:%d\nmodel: m-file\n"
+             "max_tokens: 777\napi_key_env: MY_WORK_KEY\n",
+          al_mockllm_port(c.mock));
+  fclose(f);
+  run_cli(&c, plain, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_NOT_NULL(rec);
+  ASSERT_STR_EQ(json_string_value(json_object_get(rec->body, "model")),
+                "m-file");
+  ASSERT_EQ(json_integer_value(json_object_get(rec->body, "max_tokens")),
+            777);
+  ASSERT_STR_EQ(json_string_value(json_object_get(rec->headers, "x-api-key")),
+                "k-work");
+  finish(&c);
+
+  start_mock(&c, text_yaml);
+  f = fopen(path, "w");
+  fprintf(f, "base_url: http://127.0.0.1:%d\nmodel: m-file\n"
+             "api_key_env: MY_WORK_KEY\n",
+          al_mockllm_port(c.mock));
+  fclose(f);
+  run_cli(&c, flag, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(rec->body, "model")),
+                "m-flag");
+  finish(&c);
+
+  start_mock(&c, text_yaml);
+  f = fopen(path, "w");
+  fprintf(f, "model: m-file\nmax_turns: none\n");
+  fclose(f);
+  run_cli(&c, plain, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "/agentloop/config.yaml:2:12: max_turns "
+                                 "must be an integer"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+  unlink(path);
+  rmdir(dir);
+  rmdir(root);
+  return 0;
+}
+
+/* `agentloop config show --origin`: every value with where it came from,
+ * the key masked. */
+TEST_IMPL(config_show_origin_cli) {
+  cli_t c;
+  char root[] = "/tmp/al_cfgshow_XXXXXX";
+  char dir[128], path[160], xdg[160];
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1",
+                 "ANTHROPIC_API_KEY=sk-ant-verysecretvalue42",
+                 "AGENTLOOP_MODEL=m-env", xdg, NULL};
+  const char *show[] = {"config", "show", "--origin", NULL};
+  FILE *f;
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", root);
+  snprintf(dir, sizeof(dir), "%s/agentloop", root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", dir);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("model: m-file\nmax_turns: 9\n", f);
+  fclose(f);
+  start_mock(&c, text_yaml);
+  run_cli(&c, show, env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_NOT_NULL(strstr(c.obuf, "model: m-env    (env AGENTLOOP_MODEL)\n"));
+  ASSERT_NOT_NULL(strstr(c.obuf, "max_turns: 9    (user "));
+  ASSERT_NOT_NULL(strstr(c.obuf, "/agentloop/config.yaml:2:12)\n"));
+  ASSERT_NOT_NULL(strstr(c.obuf, "provider: anthropic    (default)\n"));
+  ASSERT_NOT_NULL(strstr(c.obuf, "api_key: sk-a...ue42"));
+  ASSERT_NULL(strstr(c.obuf, "verysecret"));
+  finish(&c);
+  unlink(path);
+  rmdir(dir);
+  rmdir(root);
+  return 0;
+}
+
+/* The workspace's AGENTS.md reaches the model in the system prompt, after
+ * our base prompt and before --system-text; --print-system-prompt shows
+ * the same text and sends nothing (no key needed). */
+TEST_IMPL(sysprompt_run_agents_md) {
+  cli_t c;
+  ws_t w;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--system-text", "FLAG-SYSTEM",
+                        "-p", "hi", NULL};
+  const char *show[] = {"run", "--cwd", NULL, "--print-system-prompt",
+                        NULL};
+  const al_mockllm_record_t *rec;
+  const char *sys;
+  char sbuf[16384];
+  const char *a;
+
+  ws_make(&w);
+  ws_file(&w, "AGENTS.md", "Always answer in French.\n");
+  args[4] = w.dir;
+  show[2] = w.dir;
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_NOT_NULL(rec);
+  sys = content_text(json_object_get(rec->body, "system"), sbuf,
+                     sizeof(sbuf));
+  ASSERT_NOT_NULL(strstr(sys, "You are agentloop"));
+  ASSERT_NOT_NULL(strstr(sys, "- Working directory: "));
+  a = strstr(sys, "Always answer in French.");
+  ASSERT_NOT_NULL(a);
+  ASSERT_NOT_NULL(strstr(a, "FLAG-SYSTEM"));
+  finish(&c);
+
+  start_mock(&c, text_yaml);
+  run_cli(&c, show, nokey_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT(strncmp(c.obuf, "You are agentloop", 17) == 0);
+  ASSERT_NOT_NULL(strstr(c.obuf, "Always answer in French."));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
 /* `agentloop run --mcp-config --hooks-config`: an MCP tool is offered and
  * called, and a pre_tool_use hook blocks write_file (SPEC §16). */
 TEST_IMPL(cli_run_mcp_and_hooks) {
@@ -1103,6 +1258,74 @@ TEST_IMPL(cli_run_mcp_and_hooks) {
                                       sizeof(buf)),
                          "denied by hook 'nowrite': read-only"));
   finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* config.yaml's mcp_servers: and hooks: sections (docs/mcp.md,
+ * docs/hooks.md), with ${VAR} expanded in a server's env. */
+TEST_IMPL(config_run_mcp_and_hooks_sections) {
+  cli_t c;
+  ws_t w;
+  char root[] = "/tmp/al_cfgmcp_XXXXXX";
+  char dir[128], path[160], xdg[160];
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "ANTHROPIC_API_KEY=k",
+                 xdg, NULL};
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[4096];
+  FILE *f;
+
+  ws_make(&w);
+  args[4] = w.dir;
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", root);
+  snprintf(dir, sizeof(dir), "%s/agentloop", root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", dir);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fprintf(f,
+          "mcp_servers:\n"
+          "  f:\n"
+          "    command: %s\n"
+          "    args: [--helper, mcp_server]\n"
+          "    sandbox: false\n"
+          "    startup_timeout_ms: 20000\n"
+          "hooks:\n"
+          "  pre_tool_use:\n"
+          "    - name: nowrite\n"
+          "      matcher: 'write_*'\n"
+          "      command: [sh, -c, 'cat >/dev/null; exit 2']\n"
+          "      timeout_ms: 5000\n",
+          al_test_exe());
+  fclose(f);
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{tool_use: {id: m1, name: mcp__f__echo, "
+                 "input: {text: 'from config'}}}, {tool_use: {id: w1, name: "
+                 "write_file, input: {path: x.txt, content: x}}}]}\n"
+                 "  - reply: {content: [{text: 'finished'}]}\n");
+  run_cli(&c, args, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  rec = al_mockllm_record_get(c.mock, 1);
+  ASSERT_NOT_NULL(rec);
+  tr = find_tool_result(rec->body, "m1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT_STR_EQ(content_text(json_object_get(tr, "content"), buf, sizeof(buf)),
+                "from config");
+  tr = find_tool_result(rec->body, "w1");
+  ASSERT(json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_NOT_NULL(strstr(content_text(json_object_get(tr, "content"), buf,
+                                      sizeof(buf)),
+                         "denied by hook 'nowrite'"));
+  finish(&c);
+  unlink(path);
+  rmdir(dir);
+  rmdir(root);
   ws_remove(&w);
   return 0;
 }
