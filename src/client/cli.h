@@ -21,6 +21,8 @@ json_t *al__cli_pevent_json(const al_pevent_t *ev);
 int al_cli_run(int argc, char **argv);
 /* agentloop tools [--json] ... (tools_cmd.c) */
 int al_cli_tools(int argc, char **argv);
+/* `agentloop mcp list|get NAME` (mcp_cmd.c). */
+int al_cli_mcp(int argc, char **argv);
 /* --sandbox auto|required|none; false for anything else (tools_cmd.c). */
 bool al__cli_sandbox_policy(const char *arg, al_sandbox_policy_t *out);
 

@@ -1329,3 +1329,51 @@ TEST_IMPL(config_run_mcp_and_hooks_sections) {
   ws_remove(&w);
   return 0;
 }
+
+/* `agentloop mcp list | get NAME`: states, tool counts, the error with the
+ * stderr tail, exit status 1 when a server failed. */
+TEST_IMPL(cli_mcp_list_and_get) {
+  cli_t c;
+  ws_t w;
+  char mcp[1024];
+  const char *list[] = {"mcp", "list", "--cwd", NULL, "--mcp-config", NULL,
+                        NULL};
+  const char *get[] = {"mcp", "get", "ok", "--cwd", NULL, "--mcp-config",
+                       NULL, NULL};
+  const char *json[] = {"mcp", "list", "--json", "--cwd", NULL,
+                        "--mcp-config", NULL, NULL};
+  json_t *j;
+
+  ws_make(&w);
+  snprintf(mcp, sizeof(mcp),
+           "{\"mcpServers\":{\"ok\":{\"command\":\"%s\",\"args\":[\"--helper\","
+           "\"mcp_server\"],\"sandbox\":false},\"bad\":{\"command\":\"%s\","
+           "\"args\":[\"--helper\",\"mcp_server\",\"--exit-at-start\",\"4\"],"
+           "\"sandbox\":false}}}",
+           al_test_exe(), al_test_exe());
+  list[3] = get[4] = json[4] = w.dir;
+  list[5] = get[6] = json[6] = ws_file(&w, "mcp.json", mcp);
+  start_mock(&c, text_yaml);
+  run_cli(&c, list, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.obuf, "ok: ready, 11 tools"));
+  ASSERT_NOT_NULL(strstr(c.obuf, "bad: failed, 0 tools"));
+  ASSERT_NOT_NULL(strstr(c.obuf, "error: MCP server 'bad' exited with status "
+                                 "4; stderr: line one\nfatal: cannot start"));
+  finish(&c);
+  start_mock(&c, text_yaml);
+  run_cli(&c, get, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_NOT_NULL(strstr(c.obuf, "  mcp__ok__echo - Echo the text back\n"));
+  ASSERT_NULL(strstr(c.obuf, "bad:"));
+  finish(&c);
+  start_mock(&c, text_yaml);
+  run_cli(&c, json, clean_env);
+  j = json_loads(c.obuf, 0, NULL);
+  ASSERT_NOT_NULL(j);
+  ASSERT_EQ(json_array_size(json_object_get(j, "servers")), 2);
+  json_decref(j);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
