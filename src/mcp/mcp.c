@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mcp/mcp.h"
@@ -114,6 +115,7 @@ void al__mcp_options_init(al_mcp_options_t *o) {
 }
 
 static void spawn_server(al_mcp_server_t *s);
+static void feed_stdout(al_mcp_server_t *s, const char *p, size_t n);
 static void server_fail(al_mcp_server_t *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void maybe_finish(al_mcp_t *m);
@@ -799,6 +801,14 @@ static void on_output(al_spawn_t *sp, int stream, const char *p, size_t n) {
     }
     return;
   }
+  feed_stdout(s, p, n);
+}
+
+/* Splits stdout into lines and handles each; stops when the server fails
+ * (a failure may also replace the run: s->sp changes). */
+static void feed_stdout(al_mcp_server_t *s, const char *p, size_t n) {
+  al_spawn_t *sp = s->sp;
+
   while (n > 0 && s->sp == sp && s->state != AL_MCP_FAILED &&
          s->state != AL_MCP_RESTARTING) {
     const char *nl = memchr(p, '\n', n);
@@ -1187,4 +1197,19 @@ void al__mcp_close(al_mcp_t *m, void (*cb)(void *data), void *data) {
     }
   }
   maybe_finish(m);
+}
+
+/* ---- fuzzing seam ---------------------------------------------------------------- */
+
+void al__mcp_fuzz_feed(al_mcp_t *m, const char *p, size_t n) {
+  al_mcp_server_t *s = &m->servers[0];
+
+  if (s->state == AL_MCP_CLOSED && !s->closing) {
+    /* As if spawned and initialize (id 1) sent; nothing is written. */
+    s->state = AL_MCP_STARTING;
+    if (send_request(s, "initialize", json_object(), RQ_INIT, NULL) < 0) {
+      return;
+    }
+  }
+  feed_stdout(s, p, n);
 }

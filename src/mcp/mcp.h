@@ -212,6 +212,11 @@ char *al__mcp_format_result(const json_t *result, const json_t *output_schema,
                             size_t max_chars, const char *tool,
                             bool *is_error);
 
+/* Fuzzing seam: feeds bytes as the stdout of server 0 of a manager that
+ * was never started (the first call acts as if initialize, id 1, had been
+ * sent; nothing is spawned or written). */
+void al__mcp_fuzz_feed(al_mcp_t *m, const char *p, size_t n);
+
 /* mcp__<server>__<tool> in [A-Za-z0-9_-], at most 64 characters; when cut
  * or changed, a 6-hex hash of the original pair is appended so different
  * tools keep different names. out must hold 65 bytes. */

@@ -785,3 +785,81 @@ TEST_IMPL(mcp_real_server_filesystem) {
   rmdir(buf);
   return 0;
 }
+
+/* The fuzz target's seam (fuzz/fuzz_mcp.c) over its seed corpus, in the
+ * normal build: the handshake seeds reach ready, the call seed completes
+ * the call (progress, a roots/list and an unknown request, list_changed
+ * on the way), the bad version fails the server, and close always
+ * finishes. want_done counts successful results. */
+static void fz_done(al_mcp_call_t *c, bool is_error, const char *text,
+                    size_t len, void *data) {
+  (void)c;
+  ASSERT_EQ(strlen(text), len);
+  if (is_error) {
+    /* No answer before close: the call gets the shutdown error. */
+    ASSERT(strstr(text, "shutting down") != NULL);
+    return;
+  }
+  ASSERT(strstr(text, "hi\n[image image/png, 4 bytes of base64 not shown]\n"
+                      "[resource file:///a]\nbody") != NULL);
+  *(int *)data += 1;
+}
+
+static void fz_closed(void *data) { *(int *)data = 1; }
+
+static void fz_one(const char *file, al_mcp_state_t want, int want_done) {
+  static const char cfg_text[] =
+      "{\"mcpServers\":{\"f\":{\"command\":\"/nonexistent\"}}}";
+  char path[512];
+  size_t size, first;
+  char *p;
+  const char *cut;
+  uv_loop_t loop;
+  al_mcp_config_t cfg;
+  al_mcp_options_t o;
+  al_buf_t err;
+  al_mcp_t *m;
+  al_mcp_call_t *c;
+  int done = 0, closed = 0;
+
+  snprintf(path, sizeof(path), "%s/fuzz/corpus/fuzz_mcp/%s", AL_SOURCE_DIR,
+           file);
+  p = al_test_read_file(path, &size);
+  ASSERT_NOT_NULL(p);
+  cut = memchr(p, 0xff, size);
+  first = cut != NULL ? (size_t)(cut - p) : size;
+  uv_loop_init(&loop);
+  al_buf_init(&err, 4096);
+  ASSERT_EQ(al__mcp_config_parse(cfg_text, strlen(cfg_text), &cfg, &err), 0);
+  al__mcp_options_init(&o);
+  o.loop = &loop;
+  o.workspace = "/tmp";
+  ASSERT_EQ(al__mcp_new(&o, &cfg, &m), 0);
+  al__mcp_fuzz_feed(m, p, first);
+  if (al__mcp_server_state(al__mcp_server(m, 0)) == AL_MCP_READY) {
+    json_t *args = json_object();
+
+    ASSERT_EQ(al__mcp_call(al__mcp_server(m, 0), "echo", args, NULL, fz_done,
+                           &done, &c),
+              0);
+    json_decref(args);
+  }
+  if (cut != NULL) {
+    al__mcp_fuzz_feed(m, cut + 1, size - first - 1);
+  }
+  ASSERT_EQ(al__mcp_server_state(al__mcp_server(m, 0)), want);
+  ASSERT_EQ(done, want_done);
+  al__mcp_close(m, fz_closed, &closed);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_EQ(closed, 1);
+  ASSERT_EQ(uv_loop_close(&loop), 0);
+  free(p);
+}
+
+TEST_IMPL(mcp_fuzz_seeds_replay) {
+  signal(SIGPIPE, SIG_IGN);
+  fz_one("handshake.ndjson", AL_MCP_READY, 0);
+  fz_one("call.ndjson", AL_MCP_READY, 1);
+  fz_one("bad_version.ndjson", AL_MCP_RESTARTING, 0);
+  return 0;
+}
