@@ -30,6 +30,8 @@
 
 #include "agentloop/sandbox.h"
 #include "client/chat.h"
+#include "client/cli.h"
+#include "common/common.h"
 #include "client/conn.h"
 #include "client/tui.h"
 
@@ -334,6 +336,55 @@ static void check_sandbox(doctor_t *d) {
   }
 }
 
+/* The configured MCP servers (docs/mcp.md): each is started and reported
+ * ready (with its tool count) or failed (with its error). A failed server
+ * is a warning: runs go on without it. */
+static void check_mcp(doctor_t *d) {
+  char cwd[PATH_MAX];
+  size_t n = sizeof(cwd);
+  char *json = NULL;
+  json_t *states = NULL;
+  al_buf_t err;
+  size_t i;
+  json_t *s;
+
+  if (uv_cwd(cwd, &n) != 0) {
+    return;
+  }
+  signal(SIGPIPE, SIG_IGN); /* a dead server costs a failed write */
+  al_buf_init(&err, 16 * 1024);
+  if (al__cli_mcp_load(cwd, NULL, false, &json, &err) != 0) {
+    report(d, FAIL, "mcp", "configuration: %s",
+           err.data != NULL ? err.data : "out of memory");
+    al_buf_free(&err);
+    return;
+  }
+  al_buf_free(&err);
+  if (json == NULL) {
+    report(d, OK, "mcp", "no servers configured");
+    return;
+  }
+  if (al__cli_mcp_states(cwd, json, &states) != 0) {
+    report(d, FAIL, "mcp", "the servers could not be started");
+    al_free(json);
+    return;
+  }
+  al_free(json);
+  json_array_foreach(states, i, s) {
+    const char *name = json_string_value(json_object_get(s, "name"));
+    const char *e = json_string_value(json_object_get(s, "error"));
+
+    if (e == NULL) {
+      report(d, OK, "mcp", "%s: ready, %lld tools, %lld ms", name,
+             (long long)json_integer_value(json_object_get(s, "tools")),
+             (long long)json_integer_value(json_object_get(s, "ms")));
+    } else {
+      report(d, WARN, "mcp", "%s: %.900s", name, e);
+    }
+  }
+  json_decref(states);
+}
+
 int al_cli_doctor(int argc, char **argv) {
   doctor_t d;
   char path[128];
@@ -346,8 +397,9 @@ int al_cli_doctor(int argc, char **argv) {
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       puts("usage: agentloop doctor [--no-color]\n\n"
            "Checks the CA bundle, API keys, proxy settings, the socket\n"
-           "directory, that agentloopd answers (starting it if needed) and\n"
-           "that the model's host resolves. Exit 1 if a check failed.");
+           "directory, that agentloopd answers (starting it if needed), the\n"
+           "sandbox, the configured MCP servers (each is started) and that\n"
+           "the model's host resolves. Exit 1 if a check failed.");
       return 0;
     } else {
       fprintf(stderr, "agentloop doctor: unexpected argument '%s'\n",
@@ -365,6 +417,7 @@ int al_cli_doctor(int argc, char **argv) {
     check_daemon(&d);
   }
   check_sandbox(&d);
+  check_mcp(&d);
   check_base_url(&d);
   printf("%s\n", d.failed > 0 ? "some checks failed"
                  : d.warned > 0 ? "ready, with warnings"
