@@ -300,8 +300,10 @@ int al_agent_subscribe(al_agent_t *agent, al_event_cb cb, void *data,
                        al_sub_t **out);
 void al_agent_unsubscribe(al_agent_t *agent, al_sub_t *sub);
 
-/* Starts a run with the user's text. run_started (and the first
- * turn_started) are posted before it returns. AL_EBUSY while a run is
+/* Starts a run with the user's text. run_started is posted before it
+ * returns, and the first turn_started too unless session_start /
+ * user_prompt_submit hooks run or MCP servers are still starting (then it
+ * comes once they are done, at most startup_wait_ms later for servers). AL_EBUSY while a run is
  * active, AL_EINVAL for empty text, AL_ECLOSING after close. */
 int al_agent_run(al_agent_t *agent, const char *text);
 bool al_agent_running(const al_agent_t *agent);

@@ -213,7 +213,12 @@ int al_cli_mcp(int argc, char **argv) {
         json_array_append(sel, s);
       }
     }
-    text = json_dumps(json_pack("{s:o}", "servers", sel), JSON_COMPACT);
+    {
+      json_t *o = json_pack("{s:o}", "servers", sel);
+
+      text = json_dumps(o, JSON_COMPACT);
+      json_decref(o);
+    }
     puts(text != NULL ? text : "{}");
     al_free(text);
   }

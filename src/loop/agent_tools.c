@@ -660,6 +660,8 @@ void al__agent_tools_free(al_agent_t *a) {
     al_free(r);
   }
   al__agent_hooks_free(a);
+  al_free(a->mcp_gens);
+  a->mcp_gens = NULL;
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
   al__sandbox_free(a->sandbox);

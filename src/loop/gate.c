@@ -1,12 +1,15 @@
-/* The gate every tool call passes (SPEC §6, §8): the input check against
- * the tool's schema, the permission policy, and approvals.
+/* The gate every tool call passes (SPEC §6, §8, §16): the input check
+ * against the tool's schema, the pre_tool_use hooks (docs/hooks.md), the
+ * permission policy, and approvals.
  *
  * The executor is given `gate` for every tool. gate.start runs when the
- * executor lets the call start; it checks the input, asks the policy, and
- * either completes the call with an error result, waits for an approval, or
- * hands the call over to the real implementation by pointing call->impl at
- * it and calling its start. From then on the executor's cancel reaches the
- * real tool directly. Security code: kept apart from the registry so a
+ * executor lets the call start; it checks the input, runs the matching
+ * pre_tool_use hooks (the call waits for them; they may deny, ask, allow
+ * or rewrite the input, and fail closed), asks the policy, and either
+ * completes the call with an error result, waits for an approval, or
+ * hands the call over to the real implementation by pointing call->impl
+ * at it and calling its start. From then on the executor's cancel reaches
+ * the real tool directly. Security code: kept apart from the registry so a
  * change to what is allowed is reviewed here alone. */
 #include <assert.h>
 #include <string.h>

@@ -414,7 +414,12 @@ TEST_IMPL(hooks_stop_continue_bounded) {
   ASSERT_EQ(fx_count(&f, "hook_executed"), 3);
   m = fx_last_message(&f, 1);
   ASSERT_STR_EQ(jstr(m, "role"), "user");
-  ASSERT(strstr(json_dumps(m, 0), "not done: run the tests") != NULL);
+  {
+    char *text = json_dumps(m, 0);
+
+    ASSERT(strstr(text, "not done: run the tests") != NULL);
+    free(text);
+  }
   fx_finish(&f);
   free(cfg);
   return 0;

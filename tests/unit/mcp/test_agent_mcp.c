@@ -16,6 +16,15 @@
 
 #define jstr fx_jstr
 
+/* The fault server runs in the tool sandbox (the default) in the normal
+ * build; an ASan build of it cannot map its shadow memory under the
+ * sandbox's address-space limit, so there it runs unconfined. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANDBOX_KEY ",\"sandbox\":false"
+#else
+#define SANDBOX_KEY ""
+#endif
+
 /* "mcpServers" JSON with one entry per NAME:ARGS pair; ARGS is a
  * comma-separated list of JSON strings (may be empty). extra: more
  * top-level keys ("\"startup_wait_ms\":0,"). */
@@ -32,10 +41,26 @@ static char *mcp_cfg(const char *extra, const char *const *servers,
                   "\"mcp_server\"%s%s]%s}",
                   i > 0 ? "," : "", servers[i], al_test_exe(),
                   servers[i + 1][0] != '\0' ? "," : "", servers[i + 1],
-                  server_keys != NULL ? server_keys : "");
+                  server_keys != NULL ? server_keys : SANDBOX_KEY);
   }
   al_buf_append_str(&b, "}}");
   return b.data;
+}
+
+/* AL_TEST_DUMP=1: the event log on stderr. */
+static void maybe_dump(const fx_t *f) {
+  size_t i;
+  json_t *e;
+
+  if (getenv("AL_TEST_DUMP") == NULL) {
+    return;
+  }
+  json_array_foreach(f->events, i, e) {
+    char *s = json_dumps(e, JSON_COMPACT);
+
+    fprintf(stderr, "%3zu %.300s\n", i, s);
+    free(s);
+  }
 }
 
 static bool offers(const fx_t *f, size_t req, const char *name) {
@@ -83,6 +108,7 @@ TEST_IMPL(agent_mcp_tool_called_from_run) {
   fx_run(&f, "go");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   /* The server was ready before the first request (default wait 1.5 s). */
+  maybe_dump(&f);
   /* (starting was posted inside al_agent_new, before the subscriber.) */
   ready = find_state(&f, "f", "ready");
   ASSERT(ready >= 0);
