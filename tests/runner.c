@@ -5,9 +5,13 @@
  *   al_tests --list        print the test names
  *   al_tests --helper NAME [ARGS]  run a helper in this process (a child tool,
  *                          a side server) and exit with its status
+ *   al_tests --bwrap-check one line: can bwrap mode run here, and if not,
+ *                          why and what would enable it (exit 0 / 1)
  *
  * A test passes when it returns 0 and exits normally within its timeout
- * (5 s, times AL_TEST_TIMEOUT_MULTIPLIER). */
+ * (5 s, times AL_TEST_TIMEOUT_MULTIPLIER). One that exits with
+ * AL_TEST_SKIP_CODE did not run (bwrap_gate.c); a run of only such tests
+ * exits with that code, which ctest reports as not run. */
 #include <errno.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -47,6 +51,27 @@ static const helper_entry_t helpers[] = {
 #undef TEST_ENTRY
 #undef HELPER_ENTRY
     {NULL, NULL}};
+
+/* The runner's own probe for runner_timeout_kills_test, run by name only
+ * (not in --list, so not a ctest case that could pass without checking
+ * anything): AL_RUNNER_PROBE=hang never returns, =skip does not run, =fail
+ * fails, anything else passes. */
+static int runner_probe(void) {
+  const char *m = getenv("AL_RUNNER_PROBE");
+
+  m = m != NULL ? m : "";
+  if (strcmp(m, "hang") == 0) {
+    for (;;) {
+      pause();
+    }
+  }
+  if (strcmp(m, "skip") == 0) {
+    exit(AL_TEST_SKIP_CODE);
+  }
+  return strcmp(m, "fail") == 0 ? 1 : 0;
+}
+
+static const test_entry_t probe_entry = {"_runner_probe", runner_probe};
 
 static char exe_path[4096];
 
@@ -101,6 +126,10 @@ static int run_one(const test_entry_t *t) {
     printf("ok     %s\n", t->name);
     return 0;
   }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == AL_TEST_SKIP_CODE) {
+    printf("skip   %s (not run here)\n", t->name);
+    return AL_TEST_SKIP_CODE;
+  }
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
     printf("FAIL   %s (timeout after %u s)\n", t->name, secs);
   } else if (WIFSIGNALED(status)) {
@@ -111,8 +140,18 @@ static int run_one(const test_entry_t *t) {
   return 1;
 }
 
+/* Adds one test's outcome to the counts. */
+static void count(int rc, int *failed, int *skipped) {
+  if (rc == AL_TEST_SKIP_CODE) {
+    (*skipped)++;
+  } else if (rc != 0) {
+    (*failed)++;
+  }
+}
+
 int main(int argc, char **argv) {
   int failed = 0;
+  int skipped = 0;
   int ran = 0;
   ssize_t n;
   int i;
@@ -141,10 +180,20 @@ int main(int argc, char **argv) {
     fprintf(stderr, "al_tests: no helper named %s\n", argv[2]);
     return 127;
   }
+  if (argc >= 2 && strcmp(argv[1], "--bwrap-check") == 0) {
+    char why[600];
+
+    if (al_test_bwrap_available(why, sizeof(why))) {
+      printf("bwrap mode: available\n");
+      return 0;
+    }
+    printf("bwrap mode cannot run here: %s\n", why);
+    return 1;
+  }
 
   if (argc == 1) {
     for (t = tests; t->name != NULL; t++) {
-      failed += run_one(t);
+      count(run_one(t), &failed, &skipped);
       ran++;
     }
   } else {
@@ -154,14 +203,21 @@ int main(int argc, char **argv) {
           break;
         }
       }
+      if (strcmp(argv[i], probe_entry.name) == 0) {
+        t = &probe_entry;
+      }
       if (t->name == NULL) {
         fprintf(stderr, "al_tests: no test named %s\n", argv[i]);
         return 2;
       }
-      failed += run_one(t);
+      count(run_one(t), &failed, &skipped);
       ran++;
     }
   }
-  printf("%d passed, %d failed\n", ran - failed, failed);
-  return failed ? 1 : 0;
+  printf("%d passed, %d failed, %d not run\n", ran - failed - skipped,
+         failed, skipped);
+  if (failed) {
+    return 1;
+  }
+  return skipped > 0 && skipped == ran ? AL_TEST_SKIP_CODE : 0;
 }

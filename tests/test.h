@@ -115,4 +115,16 @@ const char *al_test_exe(void);
 /* The timeout multiplier from AL_TEST_TIMEOUT_MULTIPLIER (default 1). */
 int al_test_timeout_multiplier(void);
 
+/* tests/bwrap_gate.c: bwrap mode (the real sandbox) here? `why` gets the
+ * probe's detail (the cause when not). Probes once per process. */
+bool al_test_bwrap_available(char *why, size_t len);
+/* CI=true in the environment. */
+bool al_test_ci(void);
+/* For tests that need bwrap mode: returns when it is available; otherwise
+ * fails under CI=true and else exits with AL_TEST_SKIP_CODE (ctest: not
+ * run) after one line on stderr saying why. */
+void al_test_need_bwrap(void);
+/* The exit status of a test that did not run (ctest SKIP_RETURN_CODE). */
+#define AL_TEST_SKIP_CODE 77
+
 #endif

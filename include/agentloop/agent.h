@@ -254,6 +254,20 @@ typedef struct al_agent_options_s {
    * 0: the catalogue's (or SPEC §9's fallback). */
   const al_models_t *models;
   int64_t context_window;
+  /* Micro-compaction (docs/context.md): before each request, results of
+   * compactable tools older than the 3 most recent are replaced by a
+   * placeholder when that saves at least micro_min_tokens (0: 20,000;
+   * negative: never). compactable_tools: NULL-terminated names (NULL:
+   * read_file, list_directory, bash, read_tool_output). tool_output_dir:
+   * where cleared outputs are saved for read_tool_output (created; NULL:
+   * kept in memory only). */
+  int64_t micro_min_tokens;
+  const char *const *compactable_tools;
+  const char *tool_output_dir;
+  /* Summary compaction (docs/context.md): automatic when the projected
+   * next request exceeds window - max(13,000, max_tokens), unless
+   * no_auto_compact. A "prompt is too long" answer always triggers one. */
+  bool no_auto_compact;
   /* MCP servers (docs/mcp.md): JSON text in the .mcp.json shape,
    * {"mcpServers": {NAME: {command, args, env, ...}}, "startup_wait_ms"}.
    * They start in al_agent_new and run until al_agent_close; a bad
@@ -281,6 +295,15 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *opts,
                  al_agent_t **out);
 
 void *al_agent_get_data(const al_agent_t *agent);
+
+/* Compacts the history now (SPEC §9, docs/context.md): an LLM summary
+ * replaces the older messages, keeping the first user message verbatim
+ * and the most recent exchanges. instructions (may be NULL, copied) are
+ * added to the summary request. On an idle agent it starts at once; during
+ * a run it happens before the run's next request, once the current turn's
+ * results are committed. Reported by compaction_started and
+ * compaction_completed (or error). Errors: AL_ECLOSING, AL_ENOMEM. */
+int al_agent_compact(al_agent_t *agent, const char *instructions);
 
 /* What the models catalogue says about the model in use (the fallback
  * model once switched), with the context_window option applied. */

@@ -29,7 +29,10 @@ extern "C" {
   XX(ECONFIG, -7011, "invalid configuration")                                 \
   XX(ESTATE, -7012, "operation not valid in this state")                      \
   XX(ENOTFOUND, -7013, "not found")                                           \
-  XX(ETRUNCATED, -7014, "stream ended early")
+  XX(ETRUNCATED, -7014, "stream ended early")                                 \
+  XX(EHISTORY, -7040, "invalid request history")                              \
+  XX(ECONTEXT, -7041, "context window exceeded")                              \
+  XX(ECOMPACT, -7042, "compaction failed")
 
 typedef enum {
 #define AL_ERRNO_GEN(name, val, msg) AL_##name = (val),

@@ -50,6 +50,8 @@ extern "C" {
   XX(INTERRUPTED, "interrupted")                                \
   XX(ERROR, "error")                                            \
   XX(FINAL, "final")                                            \
+  XX(CONTEXT_WARNING, "context_warning")                        \
+  XX(HISTORY_REPAIRED, "history_repaired")                      \
   XX(MCP_SERVER_STATE, "mcp_server_state")                      \
   XX(MCP_TOOLS_CHANGED, "mcp_tools_changed")                    \
   XX(MCP_WARNING, "mcp_warning")                                \
@@ -126,12 +128,24 @@ typedef struct {
   al_slice_t reason;
 } al_event_approval_t;
 
-/* usage: token counts of one model response (Anthropic names). */
+/* usage: token counts of one model response (Anthropic names; for
+ * OpenAI-compatible servers input_tokens is the uncached part of the
+ * prompt and cache_read_input_tokens the cached part). context_tokens is
+ * the size of the request that produced the response (input + cache read
+ * + cache creation), context_window the model's window and context_pct
+ * the whole percent used; context_estimated when the response reported
+ * no input counts and context_tokens is agentloop's estimate.
+ * context_warning (the first time a request reaches 80% of the window in
+ * the session) carries the same context_* fields. */
 typedef struct {
   uint64_t input_tokens;
   uint64_t output_tokens;
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
+  uint64_t context_tokens;
+  uint64_t context_window;
+  uint32_t context_pct;
+  bool context_estimated;
 } al_event_usage_t;
 
 /* retry: attempt `attempt` of `max` starts after delay_ms. kind is the
@@ -173,13 +187,33 @@ typedef struct {
   al_slice_t reason;
 } al_event_tombstone_t;
 
-/* micro_compaction, compaction_started, compaction_completed. */
+/* micro_compaction, compaction_started, compaction_completed
+ * (docs/context.md). trigger: auto, manual or overflow (micro: auto).
+ * Token counts are the budget's projections of the next request.
+ * micro_compaction: cleared results, their call ids (JSON array text) and
+ * the tokens saved. compaction_completed: messages and tool results
+ * dropped, the summary's size, and fallback when the summary call failed
+ * and a deterministic trim took its place. */
 typedef struct {
   al_slice_t trigger;
   uint64_t tokens_before;
   uint64_t tokens_after;
   uint32_t cleared;
+  al_slice_t call_ids;
+  uint64_t tokens_saved;
+  uint32_t dropped_messages;
+  uint32_t dropped_tool_results;
+  uint64_t summary_tokens;
+  bool fallback;
 } al_event_compaction_t;
+
+/* history_repaired: the validity gate repaired the history before a
+ * request (docs/context.md). repairs is JSON text: an array of
+ * {"rule","message"[,"id"]}; count its length. */
+typedef struct {
+  al_slice_t repairs;
+  uint32_t count;
+} al_event_repaired_t;
 
 /* turn_completed. */
 typedef struct {
@@ -262,6 +296,7 @@ typedef struct al_event_s {
     al_event_fallback_t fallback;
     al_event_tombstone_t tombstone;
     al_event_compaction_t compaction;
+    al_event_repaired_t repaired;
     al_event_turn_completed_t turn_completed;
     al_event_max_turns_t max_turns;
     al_event_interrupted_t interrupted;

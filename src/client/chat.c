@@ -75,6 +75,12 @@ typedef struct chat_s {
   bool json;               /* sessions --json */
   bool show_thinking;      /* --no-thinking hides it */
   json_t *ask_tools;       /* --ask-tool NAME...: calls that ask first */
+  /* --model, --provider, --base-url, and what a session takes from this
+   * shell (al__chat_settings). */
+  const char *opt_model;
+  const char *opt_provider;
+  const char *opt_base_url;
+  json_t *settings;
   bool color;
   al_color_when_t color_when;
   struct termios orig_tio;
@@ -723,15 +729,62 @@ static void create_session(chat_t *c) {
   if (getcwd(cwd, sizeof(cwd)) != NULL) {
     json_object_set_new(p, "cwd", json_string(cwd));
   }
+  if (c->settings != NULL) {
+    json_object_update(p, c->settings);
+  }
   if (c->ask_tools != NULL) {
-    json_object_set(p, "ask_tools", c->ask_tools);
+    /* --ask-tool adds to the configured ask rules. */
+    json_t *ask = json_deep_copy(json_object_get(p, "ask_tools"));
+
+    if (!json_is_array(ask)) {
+      json_decref(ask);
+      ask = json_array();
+    }
+    json_array_extend(ask, c->ask_tools);
+    json_object_set_new(p, "ask_tools", ask);
   }
   al__conn_call(&c->conn, "session/create", p, on_created, NULL);
 }
 
 static void resume_session(chat_t *c, const char *id) {
-  al__conn_call(&c->conn, "session/resume", json_pack("{s:s}", "session", id),
-                on_resumed, NULL);
+  json_t *p = json_pack("{s:s}", "session", id);
+
+  /* This shell's provider, model, URL and key; the session keeps its own
+   * system prompt. */
+  if (c->settings != NULL && p != NULL) {
+    json_object_update(p, c->settings);
+    /* The session keeps its own prompt and rules. */
+    json_object_del(p, "system");
+    json_object_del(p, "allow_tools");
+    json_object_del(p, "deny_tools");
+    json_object_del(p, "ask_tools");
+  }
+  al__conn_call(&c->conn, "session/resume", p, on_resumed, NULL);
+}
+
+static void on_configured(al__conn_t *conn, json_t *result, json_t *error,
+                          void *data) {
+  chat_t *c = conn->data;
+  char model[128];
+
+  (void)data;
+  if (error != NULL) {
+    say(c, AL_SGR_RED, "/model: %s", err_message(error));
+    return;
+  }
+  clean_line(model, sizeof(model),
+             json_string_value(json_object_get(result, "model")));
+  say(c, AL_SGR_DIM, "model %s from the next turn on", model);
+}
+
+static void set_model(chat_t *c, const char *model) {
+  if (c->settings != NULL) {
+    json_object_set_new(c->settings, "model", json_string(model));
+  }
+  al__conn_call(&c->conn, "session/configure",
+                json_pack("{s:s, s:s}", "session", c->session, "model",
+                          model),
+                on_configured, NULL);
 }
 
 /* The newest session other than the current one. */
@@ -870,7 +923,10 @@ static void on_compacted(al__conn_t *conn, json_t *result, json_t *error,
   if (error != NULL) {
     say(c, AL_SGR_YELLOW, "compact: %s", err_message(error));
   } else {
-    say(c, AL_SGR_DIM, "history compacted");
+    say(c, AL_SGR_DIM,
+        json_is_true(json_object_get(result, "deferred"))
+            ? "compaction queued: it runs before the next request of this run"
+            : "compacting the history...");
   }
 }
 
@@ -953,8 +1009,10 @@ static void handle_line(chat_t *c, char *line) {
     break;
   case AL_SLASH_COMPACT:
     al__conn_call(&c->conn, "session/compact",
-                  json_pack("{s:s}", "session", c->session), on_compacted,
-                  NULL);
+                  json_pack("{s:s, s:s?}", "session", c->session,
+                            "instructions",
+                            cmd.arg[0] != '\0' ? cmd.arg : NULL),
+                  on_compacted, NULL);
     break;
   case AL_SLASH_USAGE:
     al__conn_call(&c->conn, "session/usage",
@@ -966,6 +1024,9 @@ static void handle_line(chat_t *c, char *line) {
     break;
   case AL_SLASH_LAST:
     show_last(c);
+    break;
+  case AL_SLASH_MODEL:
+    set_model(c, cmd.arg);
     break;
   case AL_SLASH_QUIT:
     quit(c, 0);
@@ -1315,14 +1376,18 @@ static int chat_main(chat_t *c) {
 static void chat_usage(FILE *f) {
   fputs("usage: agentloop [--color auto|always|never] [--no-color] "
         "[--no-thinking]\n"
-        "                 [--ask-tool NAME]...\n"
+        "                 [--ask-tool NAME]... [--model NAME]\n"
+        "                 [--provider anthropic|openai] [--base-url URL]\n"
         "       agentloop resume [ID] [--color ...] [--no-thinking]\n"
         "       agentloop sessions [--json]\n"
         "\n"
         "The chat: talks to agentloopd (started if it is not running) in\n"
         "the current directory. /help inside lists the commands.\n"
         "  --ask-tool NAME   calls of tool NAME wait for your y/n/a in this\n"
-        "                    session (admin tools always ask); repeatable\n",
+        "                    session (admin tools always ask); repeatable\n"
+        "  --model, --provider, --base-url\n"
+        "                    override the configuration (docs/config.md)\n"
+        "                    for the sessions of this chat\n",
         f);
 }
 
@@ -1356,6 +1421,19 @@ static int parse_common(chat_t *c, int argc, char **argv, int first,
         c->ask_tools = json_array();
       }
       json_array_append_new(c->ask_tools, json_string(argv[++i]));
+    } else if ((strcmp(argv[i], "--model") == 0 ||
+                strcmp(argv[i], "--provider") == 0 ||
+                strcmp(argv[i], "--base-url") == 0) &&
+               c->mode == MODE_CHAT) {
+      const char **dst = argv[i][2] == 'm'   ? &c->opt_model
+                         : argv[i][2] == 'p' ? &c->opt_provider
+                                             : &c->opt_base_url;
+
+      if (i + 1 >= argc) {
+        fprintf(stderr, "agentloop: %s needs a value\n", argv[i]);
+        return 2;
+      }
+      *dst = argv[++i];
     } else if (strcmp(argv[i], "--json") == 0 && c->mode == MODE_SESSIONS) {
       c->json = true;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -1403,8 +1481,15 @@ static int run_command(int argc, char **argv, mode_t_ mode, bool resume) {
       snprintf(c->resume_id, sizeof(c->resume_id), "%s", id);
     }
     c->resume_latest = resume && id == NULL;
-    rc = chat_main(c);
+    rc = mode == MODE_CHAT
+             ? al__chat_settings(c->opt_provider, c->opt_model,
+                                 c->opt_base_url, true, &c->settings)
+             : 0;
+    if (rc == 0) {
+      rc = chat_main(c);
+    }
   }
+  json_decref(c->settings);
   json_decref(c->ask_tools);
   al_free(c);
   return rc;

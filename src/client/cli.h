@@ -35,6 +35,8 @@ int al__cli_mcp_states(const char *cwd, const char *json, json_t **out);
 /* --sandbox auto|required|none; false for anything else (tools_cmd.c). */
 bool al__cli_sandbox_policy(const char *arg, al_sandbox_policy_t *out);
 
+/* agentloop daemon status|stop|restart (daemon_cmd.c) */
+int al_cli_daemon(int argc, char **argv);
 /* agentloop config show [--origin] (config_cmd.c) */
 int al_cli_config(int argc, char **argv);
 /* Loads the configuration for a command run in cwd (NULL: the process

@@ -31,8 +31,8 @@
 #include "agentloop/sandbox.h"
 #include "client/chat.h"
 #include "client/cli.h"
-#include "common/common.h"
 #include "client/conn.h"
+#include "config/config.h"
 #include "client/tui.h"
 
 typedef struct {
@@ -336,6 +336,53 @@ static void check_sandbox(doctor_t *d) {
   }
 }
 
+/* What a session started from this shell will use: the daemon takes the
+ * provider, model, base URL and key from its client (docs/protocol.md),
+ * so these are the configuration as seen from here, with their origins. */
+static const char *origin_of(const al_config_t *cfg, const char *key,
+                             char *buf, size_t n) {
+  json_t *o = json_object_get(cfg->origins, key);
+
+  if (o == NULL) {
+    return "default";
+  }
+  snprintf(buf, n, "%s %s", json_string_value(json_object_get(o, "layer")),
+           json_string_value(json_object_get(o, "where")));
+  return buf;
+}
+
+static void check_settings(doctor_t *d) {
+  al_config_t cfg;
+  char o1[600], o2[600], o3[600], url[512];
+  const char *var = NULL;
+  const char *key;
+
+  if (al__cli_config_load(&cfg, NULL, false, "agentloop doctor") != 0) {
+    report(d, FAIL, "config", "%zu error(s) in the configuration (above)",
+           cfg.n_errors);
+    al_config_free(&cfg);
+    return;
+  }
+  report(d, OK, "config", "%s%s%s", cfg.user_file != NULL
+                                        ? cfg.user_file
+                                        : "no config directory",
+         cfg.user_loaded ? "" : " (absent: defaults)",
+         cfg.project_loaded ? " + project file" : "");
+  key = al_config_api_key(&cfg, NULL, &var);
+  mask_url(cfg.base_url != NULL ? cfg.base_url : "(the provider's)", url,
+           sizeof(url));
+  report(d, OK, "daemon uses",
+         "what this shell sends with each session: provider %s (%s), "
+         "model %s (%s), base URL %s (%s), key from %s (%s)",
+         al_config_provider(&cfg),
+         origin_of(&cfg, "provider", o1, sizeof(o1)),
+         cfg.model != NULL ? cfg.model : "the provider's default",
+         origin_of(&cfg, "model", o2, sizeof(o2)), url,
+         origin_of(&cfg, "base_url", o3, sizeof(o3)), var,
+         key != NULL ? "set" : "not set");
+  al_config_free(&cfg);
+}
+
 /* The configured MCP servers (docs/mcp.md): each is started and reported
  * ready (with its tool count) or failed (with its error). A failed server
  * is a warning: runs go on without it. */
@@ -397,9 +444,8 @@ int al_cli_doctor(int argc, char **argv) {
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       puts("usage: agentloop doctor [--no-color]\n\n"
            "Checks the CA bundle, API keys, proxy settings, the socket\n"
-           "directory, that agentloopd answers (starting it if needed), the\n"
-           "sandbox, the configured MCP servers (each is started) and that\n"
-           "the model's host resolves. Exit 1 if a check failed.");
+           "directory, that agentloopd answers (starting it if needed) and\n"
+           "that the model's host resolves. Exit 1 if a check failed.");
       return 0;
     } else {
       fprintf(stderr, "agentloop doctor: unexpected argument '%s'\n",
@@ -418,6 +464,7 @@ int al_cli_doctor(int argc, char **argv) {
   }
   check_sandbox(&d);
   check_mcp(&d);
+  check_settings(&d);
   check_base_url(&d);
   printf("%s\n", d.failed > 0 ? "some checks failed"
                  : d.warned > 0 ? "ready, with warnings"

@@ -17,6 +17,8 @@ static void usage(FILE *f) {
         "  resume [ID]       the chat in an earlier session (default: latest)\n"
         "  sessions [--json] the daemon's sessions, newest first\n"
         "  doctor            check CA bundle, keys, proxy, socket, daemon\n"
+        "  daemon status|stop|restart\n"
+        "                    the background agentloopd\n"
         "  config show [--origin]\n"
         "                    the effective configuration and where each\n"
         "                    value came from (see config --help)\n"
@@ -69,6 +71,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "sessions") == 0) {
     return al_cli_sessions(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "daemon") == 0) {
+    return al_cli_daemon(argc - 1, argv + 1);
   }
   if (strcmp(argv[1], "config") == 0) {
     return al_cli_config(argc - 1, argv + 1);

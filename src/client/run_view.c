@@ -283,8 +283,31 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
         fprintf(v->f, " (%" PRIu64 " cached)",
                 ev->u.usage.cache_read_input_tokens);
       }
+      if (ev->u.usage.context_window > 0) {
+        fprintf(v->f, ", context %s%" PRIu64 " of %" PRIu64 " (%" PRIu32 "%%)",
+                ev->u.usage.context_estimated ? "~" : "",
+                ev->u.usage.context_tokens, ev->u.usage.context_window,
+                ev->u.usage.context_pct);
+      }
       end_line(v);
     }
+    break;
+  case AL_EVENT_HISTORY_REPAIRED:
+    stamp(v, ev);
+    put(v, C_YELLOW, "history repaired");
+    fprintf(v->f, " before sending (%" PRIu32 " fix%s): ", ev->u.repaired.count,
+            ev->u.repaired.count == 1 ? "" : "es");
+    excerpt(v, ev->u.repaired.repairs, EXCERPT_MAX);
+    end_line(v);
+    break;
+  case AL_EVENT_CONTEXT_WARNING:
+    stamp(v, ev);
+    put(v, C_YELLOW, "context");
+    fprintf(v->f, ": %" PRIu32 "%% of the window used (%" PRIu64 " of %" PRIu64
+                  " tokens)",
+            ev->u.usage.context_pct, ev->u.usage.context_tokens,
+            ev->u.usage.context_window);
+    end_line(v);
     break;
   case AL_EVENT_RETRY:
     v->streaming = false;

@@ -9,16 +9,16 @@
 typedef struct {
   const char *name;
   al_slash_t cmd;
-  int args; /* 0: none, 1: exactly one, 2: optional one */
+  int args; /* 0: none, 1: exactly one, 2: optional one, 3: optional text */
 } slash_def_t;
 
 static const slash_def_t defs[] = {
     {"help", AL_SLASH_HELP, 0},       {"?", AL_SLASH_HELP, 0},
     {"new", AL_SLASH_NEW, 0},         {"clear", AL_SLASH_NEW, 0},
     {"sessions", AL_SLASH_SESSIONS, 0}, {"resume", AL_SLASH_RESUME, 2},
-    {"compact", AL_SLASH_COMPACT, 0}, {"usage", AL_SLASH_USAGE, 0},
+    {"compact", AL_SLASH_COMPACT, 3}, {"usage", AL_SLASH_USAGE, 0},
     {"cost", AL_SLASH_USAGE, 0},      {"tools", AL_SLASH_TOOLS, 0},
-    {"last", AL_SLASH_LAST, 0},
+    {"last", AL_SLASH_LAST, 0},       {"model", AL_SLASH_MODEL, 1},
     {"quit", AL_SLASH_QUIT, 0},       {"exit", AL_SLASH_QUIT, 0},
 };
 
@@ -80,7 +80,8 @@ void al__slash_parse(const char *line, al_slash_cmd_t *out) {
                out->name);
       return;
     }
-    if (arg_len >= sizeof(out->arg) || memchr(arg, ' ', arg_len) != NULL) {
+    if (arg_len >= sizeof(out->arg) ||
+        (d->args != 3 && memchr(arg, ' ', arg_len) != NULL)) {
       out->cmd = AL_SLASH_BAD_ARGS;
       snprintf(out->error, sizeof(out->error), "/%s: one short argument",
                out->name);
@@ -102,10 +103,12 @@ const char *al__slash_help(void) {
          "  /new               start a new session (alias /clear)\n"
          "  /sessions          list the daemon's sessions\n"
          "  /resume [ID]       continue a session (no ID: the latest)\n"
-         "  /compact           summarize the history to free context\n"
+         "  /compact [TEXT]    summarize the history to free context (TEXT: what\n"
+         "                     the summary must keep)\n"
          "  /usage             tokens used by this session (alias /cost)\n"
          "  /tools             the tools the model may call\n"
          "  /last              the full output of the last tool call\n"
+         "  /model NAME        use model NAME from the next turn on\n"
          "  /quit              leave; the session stays (alias /exit)\n"
          "keys: Enter sends, Ctrl-C cancels a running turn or clears the\n"
          "line, twice (or Ctrl-D on an empty line) quits; Up/Down history.\n"

@@ -130,6 +130,7 @@ typedef enum {
   AL_SLASH_USAGE,
   AL_SLASH_TOOLS,
   AL_SLASH_LAST,
+  AL_SLASH_MODEL,
   AL_SLASH_QUIT,
   AL_SLASH_UNKNOWN,   /* "/x": never sent to the model */
   AL_SLASH_BAD_ARGS   /* a known command with wrong arguments */

@@ -504,6 +504,10 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   uv_timer_init(loop, &d->idle);
   uv_timer_init(loop, &d->grace);
   uv_timer_init(loop, &d->sweep);
+  /* The set-up above blocks (scan, probe) and the loop's cached time may
+   * be older still: measure the idle time from now, or a loaded machine
+   * sees the daemon exit before its first client is accepted. */
+  uv_update_time(loop);
   d->idle.data = d->grace.data = d->sweep.data = d;
   if (d->o.replay_idle_ms != UINT64_MAX) {
     /* Checked at half the idle time: a ring lives at most 1.5 x it. */

@@ -33,7 +33,8 @@ typedef struct {
   const char *socket_path; /* required: already resolved and checked */
   const char *state_dir;   /* required: .../agentloop (sessions/ inside) */
   /* Defaults for sessions; session/create params override. NULL: the
-   * agent's defaults. Keys come from here only (never over the socket). */
+   * agent's defaults. A client's session/create may bring its own key
+   * (kept in memory only). */
   const char *provider;
   const char *model;
   const char *base_url;

@@ -61,6 +61,10 @@ struct session_s {
   al_daemon_t *d;
   char id[64];
   al_tx_header_t h; /* settings, as the transcript header keeps them */
+  /* The API key the client sent (session/create, resume, configure):
+   * memory only, never in the transcript. NULL: the daemon's own. */
+  char *api_key;
+  uint64_t next_run; /* the number the agent gives its next run */
   char *title;
   uint64_t updated_ms;
   uint64_t last_active; /* loop ms of the last event or unsubscribe */
@@ -145,6 +149,14 @@ char *al__transcript_path(al_daemon_t *d, const char *id);
 bool al__valid_session_id(const char *id);
 int al__session_start(session_t *s, uint64_t first_seq, uint64_t first_run,
                       char *why, size_t why_len);
+/* Applies the settings params carries (model, provider, base_url,
+ * api_key; strings or absent) to a loaded, idle session: a new agent with
+ * the same history and numbering replaces its agent, and a new header
+ * record keeps the settings for a later load. *changed says whether
+ * anything differed. AL_EBUSY during a run; AL_EINVAL (why) when the
+ * agent refuses them (the old one stays). */
+int al__session_reconfigure(session_t *s, const json_t *params,
+                            bool *changed, char *why, size_t why_len);
 json_t *al__session_info(const session_t *s);
 void al__session_maybe_free(session_t *s);
 void al__session_close(session_t *s);

@@ -103,7 +103,7 @@ static void m_initialize(const call_t *k) {
                   "protocol_version", AL_RPC_PROTOCOL_VERSION, "server",
                   "name", "agentloopd", "version", AL_VERSION_STRING,
                   "pid", (json_int_t)getpid(), "client_id", c->id,
-                  "capabilities", "compact", 0, "replay", 1));
+                  "capabilities", "compact", 1, "replay", 1));
 }
 
 static bool check_provider(const call_t *k, const char *p) {
@@ -131,7 +131,7 @@ static bool new_session_id(char *out, size_t len) {
 
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
-  const char *cwd, *model, *provider, *base_url, *system;
+  const char *cwd, *model, *provider, *base_url, *system, *key;
   char id[40];
   char cwdbuf[4096];
   char why[256];
@@ -140,23 +140,30 @@ static void m_session_create(const call_t *k) {
   struct stat st;
 
   if (!popt_str(k, "cwd", &cwd) || !popt_str(k, "model", &model) ||
-      !popt_str(k, "provider", &provider) ||
+      !popt_str(k, "provider", &provider) || !popt_str(k, "api_key", &key) ||
       !popt_str(k, "base_url", &base_url) ||
       !popt_str(k, "system", &system) || !check_provider(k, provider)) {
     return;
   }
   {
-    json_t *ask = json_object_get(k->params, "ask_tools");
-    size_t i;
+    static const char *const lists[] = {"ask_tools", "allow_tools",
+                                        "deny_tools"};
+    size_t i, j;
     json_t *v;
 
-    if (ask != NULL && !json_is_null(ask)) {
+    for (j = 0; j < AL_ARRAY_SIZE(lists); j++) {
+      json_t *ask = json_object_get(k->params, lists[j]);
       bool ok = json_is_array(ask);
+      char msg[96];
 
+      if (ask == NULL || json_is_null(ask)) {
+        continue;
+      }
       json_array_foreach(ask, i, v) { ok = ok && json_is_string(v); }
       if (!ok) {
-        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
-                  "ask_tools must be an array of tool names", NULL);
+        snprintf(msg, sizeof(msg), "%s must be an array of tool names or "
+                                   "rules", lists[j]);
+        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
         return;
       }
     }
@@ -189,10 +196,15 @@ static void m_session_create(const call_t *k) {
   s->h.provider = dup_or_null(provider != NULL ? provider : d->o.provider);
   s->h.base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
   s->h.system = dup_or_null(system);
+  s->api_key = dup_or_null(key); /* memory only */
   {
     json_t *ask = json_object_get(k->params, "ask_tools");
 
     s->h.ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+    ask = json_object_get(k->params, "allow_tools");
+    s->h.allow_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+    ask = json_object_get(k->params, "deny_tools");
+    s->h.deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';
@@ -490,13 +502,35 @@ static void m_approval_respond(const call_t *k) {
   }
 }
 
+/* Compaction (docs/context.md): at once on an idle session, before the
+ * next request during a run; compaction_started / compaction_completed
+ * follow as events. */
 static void m_session_compact(const call_t *k) {
-  if (need_session(k, false) == NULL) {
+  session_t *s = need_session(k, true);
+  const char *instructions = NULL;
+  bool deferred;
+  int rc;
+
+  if (s == NULL || !popt_str(k, "instructions", &instructions)) {
     return;
   }
-  al__daemon_reply_err(k->c, k->id, AL_RPC_NOT_SUPPORTED,
-            "not yet supported: context management is not in the agent yet",
-            NULL);
+  deferred = al_agent_running(s->agent);
+  rc = al_agent_compact(s->agent, instructions);
+  if (rc == AL_EBUSY) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE,
+                         "a compaction is already running", NULL);
+    return;
+  }
+  if (rc != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, al_strerror(rc),
+                         NULL);
+    return;
+  }
+  if (!k->c->closing) {
+    al__daemon_reply(k->c, k->id,
+                     json_pack("{s:b, s:b}", "compacting", 1, "deferred",
+                               deferred));
+  }
 }
 
 static json_t *usage_json(const al_event_usage_t *u) {
@@ -625,13 +659,23 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (!popt_str(k, "model", &v) || !popt_str(k, "base_url", &v) ||
-      !popt_str(k, "system", &v) || !popt_str(k, "provider", &v) ||
-      !check_provider(k, v)) {
+      !popt_str(k, "system", &v) || !popt_str(k, "api_key", &v) ||
+      !popt_str(k, "provider", &v) || !check_provider(k, v)) {
     return;
   }
   if (s->loaded) {
-    /* In memory already: its agent keeps its settings (the params apply
-     * only when a session is loaded from its transcript). */
+    /* In memory already: the client's settings (model, provider,
+     * base_url, key) replace the agent's when no run is active; during a
+     * run they wait for session/configure. */
+    bool changed;
+    char why[256];
+
+    if (al__session_reconfigure(s, k->params, &changed, why, sizeof(why)) !=
+            0 &&
+        changed && !al_agent_running(s->agent)) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+      return;
+    }
     al__daemon_resume_reply(s, k->c, k->id);
     return;
   }
@@ -663,6 +707,37 @@ static void m_session_resume(const call_t *k) {
   }
 }
 
+/* session/configure: the client's settings for the next run (/model). */
+static void m_session_configure(const call_t *k) {
+  session_t *s = need_session(k, true);
+  const char *v;
+  bool changed;
+  char why[256];
+  int rc;
+
+  if (s == NULL || !popt_str(k, "model", &v) ||
+      !popt_str(k, "base_url", &v) || !popt_str(k, "api_key", &v) ||
+      !popt_str(k, "provider", &v) || !check_provider(k, v)) {
+    return;
+  }
+  rc = al__session_reconfigure(s, k->params, &changed, why, sizeof(why));
+  if (rc == AL_EBUSY) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE, why,
+                         json_pack("{s:I}", "run", (json_int_t)s->run));
+    return;
+  }
+  if (rc != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+    return;
+  }
+  {
+    json_t *info = al__session_info(s);
+
+    json_object_set_new(info, "changed", json_boolean(changed));
+    al__daemon_reply(k->c, k->id, info);
+  }
+}
+
 typedef struct {
   const char *name;
   void (*fn)(const call_t *k);
@@ -673,6 +748,7 @@ static const method_t methods[] = {
     {"session/create", m_session_create},
     {"session/list", m_session_list},
     {"session/resume", m_session_resume},
+    {"session/configure", m_session_configure},
     {"session/subscribe", m_session_subscribe},
     {"session/unsubscribe", m_session_unsubscribe},
     {"turn/send", m_turn_send},

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loop/permrule.h"
 #include "sandbox/sandbox.h"
 
 static char *dup_or_null(const char *s) {
@@ -268,6 +269,7 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   case AL_EVENT_RUN_STARTED:
     s->running = true;
     s->run = ev->run;
+    s->next_run = ev->run + 1;
     s->runs++;
     break;
   case AL_EVENT_FINAL:
@@ -384,6 +386,10 @@ void al__session_free(session_t *s) {
   ring_free(s);
   json_decref(s->recovered);
   al__tx_header_free(&s->h);
+  if (s->api_key != NULL) {
+    memset(s->api_key, 0, strlen(s->api_key));
+    al_free(s->api_key);
+  }
   al_free(s->title);
   al_free(s);
 }
@@ -426,22 +432,58 @@ static al_permission_t on_permission(al_agent_t *agent, const char *tool,
   session_t *s = data;
   size_t i;
   json_t *v;
+  json_t *in = NULL;
+  bool ask = false;
 
   json_array_foreach(s->h.ask_tools, i, v) {
-    if (json_is_string(v) && strcmp(json_string_value(v), tool) == 0) {
-      return AL_PERMISSION_ASK;
+    const char *rule = json_string_value(v);
+
+    if (rule == NULL) {
+      continue;
+    }
+    if (strchr(rule, '(') != NULL && in == NULL) {
+      in = json_loads(input, 0, NULL); /* only a pattern needs it */
+    }
+    if (al__perm_rule_match(rule, tool, in, false)) {
+      ask = true;
+      break;
     }
   }
-  return AL_PERMISSION_DEFAULT;
+  json_decref(in);
+  return ask ? AL_PERMISSION_ASK : AL_PERMISSION_DEFAULT;
 }
 
 /* Creates the session's agent (and transcript writer) from its settings.
  * first_seq continues a resumed transcript's numbering. */
-int al__session_start(session_t *s, uint64_t first_seq,
-                         uint64_t first_run, char *why, size_t why_len) {
+/* A JSON array of strings as a NULL-terminated array of borrowed strings
+ * (al_free it); NULL for none. */
+static int rule_list(const json_t *a, const char ***out) {
+  size_t i, n = 0;
+  json_t *v;
+
+  *out = NULL;
+  if (!json_is_array(a) || json_array_size(a) == 0) {
+    return 0;
+  }
+  *out = al_calloc(json_array_size(a) + 1, sizeof(**out));
+  if (*out == NULL) {
+    return AL_ENOMEM;
+  }
+  json_array_foreach(a, i, v) {
+    if (json_is_string(v)) {
+      (*out)[n++] = json_string_value(v);
+    }
+  }
+  return 0;
+}
+
+/* The session's agent from its settings, subscribed. */
+static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
+                        al_agent_t **out, char *why, size_t why_len) {
   al_daemon_t *d = s->d;
   al_agent_options_t ao;
-  char *path;
+  const char **allow = NULL;
+  const char **deny = NULL;
   int rc;
 
   al_agent_options_init(&ao);
@@ -451,7 +493,8 @@ int al__session_start(session_t *s, uint64_t first_seq,
   ao.model = s->h.model != NULL ? s->h.model : d->o.model;
   ao.base_url = s->h.base_url != NULL ? s->h.base_url : d->o.base_url;
   ao.system = s->h.system;
-  ao.api_key = ao.provider != NULL && strcmp(ao.provider, "openai") == 0
+  ao.api_key = s->api_key != NULL ? s->api_key
+               : ao.provider != NULL && strcmp(ao.provider, "openai") == 0
                    ? d->o.openai_key
                    : d->o.anthropic_key;
   ao.client = d->http;
@@ -462,6 +505,14 @@ int al__session_start(session_t *s, uint64_t first_seq,
    * in the best sandbox available (AUTO). */
   ao.tools_d = true;
   ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  if ((rc = rule_list(s->h.allow_tools, &allow)) != 0 ||
+      (rc = rule_list(s->h.deny_tools, &deny)) != 0) {
+    al_free(allow);
+    snprintf(why, why_len, "out of memory");
+    return rc;
+  }
+  ao.allow_tools = allow;
+  ao.deny_tools = deny;
   ao.permission = on_permission;
   ao.permission_data = s;
   ao.session_id = s->id;
@@ -475,19 +526,38 @@ int al__session_start(session_t *s, uint64_t first_seq,
   ao.mcp_config = d->o.mcp_config;
   ao.hooks_config = d->o.hooks_config;
   ao.data = s;
-  rc = al_agent_new(d->loop, &ao, &s->agent);
+  rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
+  al_free(allow);
+  al_free(deny);
   if (rc != 0) {
     snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
                            "base_url or cwd?)", al_strerror(rc));
     return rc;
   }
-  rc = al_agent_subscribe(s->agent, al__session_on_event, s, NULL);
-  if (rc == 0) {
-    path = al__transcript_path(d, s->id);
-    rc = path != NULL ? al__tx_open(d->loop, path, TX_MAX_QUEUE, &s->tx)
-                      : AL_ENOMEM;
-    al_free(path);
+  rc = al_agent_subscribe(*out, al__session_on_event, s, NULL);
+  if (rc != 0) {
+    snprintf(why, why_len, "cannot create the agent: %s", al_strerror(rc));
+    al_agent_close(*out, NULL);
+    *out = NULL;
   }
+  return rc;
+}
+
+int al__session_start(session_t *s, uint64_t first_seq,
+                         uint64_t first_run, char *why, size_t why_len) {
+  al_daemon_t *d = s->d;
+  char *path;
+  int rc;
+
+  rc = agent_create(s, first_seq, first_run, &s->agent, why, why_len);
+  if (rc != 0) {
+    return rc;
+  }
+  s->next_run = first_run > 0 ? first_run : 1;
+  path = al__transcript_path(d, s->id);
+  rc = path != NULL ? al__tx_open(d->loop, path, TX_MAX_QUEUE, &s->tx)
+                    : AL_ENOMEM;
+  al_free(path);
   if (rc != 0) {
     snprintf(why, why_len, "cannot open the transcript: %s",
              al_strerror(rc));
@@ -506,9 +576,10 @@ int al__session_start(session_t *s, uint64_t first_seq,
 json_t *al__session_info(const session_t *s) {
   const char *prov = s->h.provider != NULL ? s->h.provider : "anthropic";
 
-  return json_pack("{s:s, s:s?, s:s?, s:s, s:I, s:I}", "session", s->id,
-                   "cwd", s->h.cwd, "model", s->h.model, "provider", prov,
-                   "created_ms", (json_int_t)s->h.created_ms, "next_seq",
+  return json_pack("{s:s, s:s?, s:s?, s:s, s:s?, s:I, s:I}", "session",
+                   s->id, "cwd", s->h.cwd, "model", s->h.model, "provider",
+                   prov, "base_url", s->h.base_url, "created_ms",
+                   (json_int_t)s->h.created_ms, "next_seq",
                    (json_int_t)s->next_seq);
 }
 
@@ -616,6 +687,9 @@ static void resume_apply_params(session_t *s, json_t *params) {
   if ((v = json_string_value(json_object_get(params, "system"))) != NULL) {
     al__set_str(&s->h.system, v);
   }
+  if ((v = json_string_value(json_object_get(params, "api_key"))) != NULL) {
+    al__set_str(&s->api_key, v);
+  }
 }
 
 /* The end of a run that a crash cut short, as LoopEvents with the seqs
@@ -673,8 +747,9 @@ void al__session_load_done(uv_work_t *w, int status) {
   size_t nsynth = 0;
 
   s->loading = false;
-  if (l->has_header && s->h.cwd == NULL) {
-    /* The header reached the file after the startup scan read it. */
+  if (l->has_header) {
+    /* The newest header: it may have reached the file after the startup
+     * scan read it, or changed since (session/configure). */
     json_t *ask = s->h.ask_tools != NULL ? json_incref(s->h.ask_tools) : NULL;
 
     al__tx_header_free(&s->h);
@@ -815,4 +890,87 @@ void al__sessions_client_closing(client_t *c) {
       }
     }
   }
+}
+
+/* ---- settings from the client ------------------------------------------------ */
+
+static bool differs(const char *a, const char *b) {
+  return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
+}
+
+int al__session_reconfigure(session_t *s, const json_t *params,
+                            bool *changed, char *why, size_t why_len) {
+  static const char *const keys[] = {"model", "provider", "base_url",
+                                     "api_key"};
+  char **fields[] = {&s->h.model, &s->h.provider, &s->h.base_url,
+                     &s->api_key};
+  char *old[4];
+  const char *v;
+  char *hist = NULL;
+  al_agent_t *agent = NULL;
+  al_blob_t *b;
+  size_t i;
+  int rc;
+
+  *changed = false;
+  for (i = 0; i < 4; i++) {
+    v = json_string_value(json_object_get(params, keys[i]));
+    if (v != NULL && differs(v, *fields[i])) {
+      *changed = true;
+    }
+  }
+  if (!*changed) {
+    return 0;
+  }
+  if (!s->loaded || s->agent == NULL || al_agent_running(s->agent)) {
+    snprintf(why, why_len, "a run is active: settings change between runs");
+    return AL_EBUSY;
+  }
+  if (al_agent_history_json(s->agent, &hist) != 0) {
+    snprintf(why, why_len, "out of memory");
+    return AL_ENOMEM;
+  }
+  for (i = 0; i < 4; i++) {
+    old[i] = *fields[i];
+    v = json_string_value(json_object_get(params, keys[i]));
+    *fields[i] = v != NULL ? al_strdup(v) : (old[i] != NULL ? al_strdup(old[i])
+                                                          : NULL);
+  }
+  rc = agent_create(s, s->next_seq, s->next_run, &agent, why, why_len);
+  if (rc == 0) {
+    rc = al_agent_load_history_json(agent, hist, strlen(hist));
+    if (rc != 0) {
+      snprintf(why, why_len, "cannot carry the history over: %s",
+               al_strerror(rc));
+      al_agent_close(agent, NULL);
+    }
+  }
+  al_free(hist);
+  for (i = 0; i < 4; i++) {
+    char **keep = &old[i]; /* what is no longer in use */
+
+    if (rc != 0) {
+      char *t = *fields[i];
+
+      *fields[i] = old[i];
+      old[i] = t;
+    }
+    if (i == 3 && *keep != NULL) {
+      memset(*keep, 0, strlen(*keep)); /* a key */
+    }
+    al_free(*keep);
+    *keep = NULL;
+  }
+  if (rc != 0) {
+    return rc;
+  }
+  /* The old agent is idle: it closes without a word to the watchers. */
+  al_agent_close(s->agent, NULL);
+  s->agent = agent;
+  b = al__tx_header_record(s->id, &s->h);
+  if (b != NULL) {
+    al__session_tx_put(s, b, true);
+    al__blob_unref(b);
+  }
+  return 0;
 }

@@ -291,9 +291,13 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
   case AL_EVENT_COMPACTION_STARTED:
   case AL_EVENT_COMPACTION_COMPLETED:
     SL(compaction.trigger);
+    SL(compaction.call_ids);
     break;
   case AL_EVENT_TURN_COMPLETED:
     SL(turn_completed.stop_reason);
+    break;
+  case AL_EVENT_HISTORY_REPAIRED:
+    SL(repaired.repairs);
     break;
   case AL_EVENT_INTERRUPTED:
     SL(interrupted.reason);

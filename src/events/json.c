@@ -147,6 +147,19 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
             ev->u.usage.cache_read_input_tokens);
     put_u64(e, "cache_creation_input_tokens",
             ev->u.usage.cache_creation_input_tokens);
+    put_u64(e, "context_tokens", ev->u.usage.context_tokens);
+    put_u64(e, "context_window", ev->u.usage.context_window);
+    put_u64(e, "context_pct", ev->u.usage.context_pct);
+    put_bool(e, "context_estimated", ev->u.usage.context_estimated);
+    break;
+  case AL_EVENT_HISTORY_REPAIRED:
+    put_u64(e, "count", ev->u.repaired.count);
+    put_json_text(e, "repairs", ev->u.repaired.repairs);
+    break;
+  case AL_EVENT_CONTEXT_WARNING:
+    put_u64(e, "context_tokens", ev->u.usage.context_tokens);
+    put_u64(e, "context_window", ev->u.usage.context_window);
+    put_u64(e, "context_pct", ev->u.usage.context_pct);
     break;
   case AL_EVENT_RETRY:
     put_u64(e, "attempt", ev->u.retry.attempt);
@@ -176,6 +189,8 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     break;
   case AL_EVENT_MICRO_COMPACTION:
     put_u64(e, "cleared", c->cleared);
+    put_json_text(e, "call_ids", c->call_ids);
+    put_u64(e, "tokens_saved", c->tokens_saved);
     put_u64(e, "tokens_before", c->tokens_before);
     put_u64(e, "tokens_after", c->tokens_after);
     break;
@@ -187,6 +202,10 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     put_str(e, "trigger", c->trigger);
     put_u64(e, "tokens_before", c->tokens_before);
     put_u64(e, "tokens_after", c->tokens_after);
+    put_u64(e, "dropped_messages", c->dropped_messages);
+    put_u64(e, "dropped_tool_results", c->dropped_tool_results);
+    put_u64(e, "summary_tokens", c->summary_tokens);
+    put_bool(e, "fallback", c->fallback);
     break;
   case AL_EVENT_TURN_COMPLETED:
     put_str(e, "stop_reason", ev->u.turn_completed.stop_reason);

@@ -13,6 +13,12 @@
  *   tools_done -> start_turn (-> max_turns summary) | final (done tool)
  *   al_agent_cancel, from any state -> interrupted
  *
+ * States (agent_priv.h, AG_STATE_MAP), each change logged at debug level:
+ *   idle -> streaming <-> backoff, streaming -> tools -> streaming,
+ *   tools -> summary (max_turns) -> idle, any run state -> idle (the end),
+ *   cancel: -> idle -> ending (its last events) -> idle,
+ *   al_agent_close: -> closing (final; handles and tools wind down).
+ *
  * Re-entrancy: subscribers run synchronously and may cancel the run or
  * close the agent from inside any event. Every post goes through
  * al__agent_post(), which says whether the caller must stop (the run's
@@ -49,10 +55,30 @@
 
 #include "loop/agent_int.h"
 #include "loop/agent_priv.h"
+#include "loop/compact.h"
+#include "loop/validity.h"
 
 #define AG_MAX_TOKENS_CEILING 128000
 
-static void set_state(al_agent_t *a, ag_state_t st) { a->state = st; }
+const char *al__agent_state_name(ag_state_t st) {
+  switch (st) {
+#define AG_STATE_NAME(name, text) \
+  case AG_##name:                 \
+    return text;
+    AG_STATE_MAP(AG_STATE_NAME)
+#undef AG_STATE_NAME
+  }
+  return "?";
+}
+
+/* The one writer of a->state (curl's mstate): every change is traced. */
+static void set_state(al_agent_t *a, ag_state_t st) {
+  if (a->state != st) {
+    al_log(AL_LOG_DEBUG, "agent %s: state %s -> %s", a->session.id,
+           al__agent_state_name(a->state), al__agent_state_name(st));
+  }
+  a->state = st;
+}
 
 static int attempt_start(al_agent_t *a);
 static void on_mcp_wait(uv_timer_t *t);
@@ -60,6 +86,12 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
                               int status, const char *message);
 static void start_turn(al_agent_t *a);
 static void tools_done(al_agent_t *a);
+static void end_error(al_agent_t *a, int code, const char *message);
+static int compact_check(al_agent_t *a, int64_t projected);
+static void compact_start(al_agent_t *a, const char *trigger);
+static void compact_finish(al_agent_t *a, const char *summary, size_t len);
+static bool is_overflow(const char *message);
+static void on_backoff(uv_timer_t *t);
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -71,6 +103,7 @@ static void model_info_refresh(al_agent_t *a) {
   if (a->window_override > 0) {
     a->model_info.context_window = a->window_override;
   }
+  a->budget.window = a->model_info.context_window;
 }
 
 static void free_list(char **l) {
@@ -118,13 +151,13 @@ static uint64_t ms_since(uint64_t t0) {
 bool al__agent_post(al_agent_t *a, al_event_t *ev) {
   uint64_t gen = a->gen;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return true;
   }
   ev->run = a->run_id;
   ev->turn = a->turn;
   al__events_publish(a->bus, &a->session, ev);
-  return a->gen != gen || a->closing;
+  return a->gen != gen || ag_closing(a);
 }
 
 /* ---- executors ----------------------------------------------------------------- */
@@ -370,7 +403,8 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   if (b != NULL) {
     b->stopped = true;
   }
-  if (ev->block_type != AL_BLOCK_TOOL_USE || a->summary || a->cur == NULL) {
+  if (ev->block_type != AL_BLOCK_TOOL_USE || a->state == AG_SUMMARY ||
+      a->state == AG_COMPACTING || a->cur == NULL) {
     return 0;
   }
   id = json_object_get(ev->json, "id");
@@ -391,7 +425,7 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
     uint64_t gen = a->gen;
 
     al__executor_flush(&a->cur->ex);
-    if (gen != a->gen || a->closing) {
+    if (gen != a->gen || ag_closing(a)) {
       return 1;
     }
   }
@@ -500,7 +534,7 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
     ps_release(a);
     return;
   }
-  if (gen != a->gen || a->closing || rc == 0) {
+  if (gen != a->gen || ag_closing(a) || rc == 0) {
     return;
   }
   /* The stream carried an error event, or cannot be decoded: the request
@@ -535,7 +569,7 @@ static void on_complete(al_http_request_t *r, int status,
         ps_release(a);
         return;
       }
-      if (gen != a->gen || a->closing) {
+      if (gen != a->gen || ag_closing(a)) {
         return;
       }
       if (rc == AL_ETRUNCATED) {
@@ -583,20 +617,14 @@ static void on_complete(al_http_request_t *r, int status,
   al__agent_attempt_failed(a, &e, err->http_status, msg);
 }
 
-static int attempt_start(al_agent_t *a) {
+/* The request for history h as it would be sent now (preq zeroed first;
+ * al_provider_request_free it). */
+static int build_request(al_agent_t *a, const al_history_t *h,
+                         al_provider_request_t *preq) {
   al_provider_options_t po;
-  al_provider_request_t preq;
-  al_pstream_options_t so;
-  al_http_request_options_t ro;
-  al_http_header_t *hdrs = NULL;
-  const al_history_t *h = a->summary ? &a->summary_hist : &a->history;
   json_t *tool_choice = NULL;
-  al_event_t ev;
-  al_buf_t url;
-  size_t i;
   int rc;
 
-  attempt_clear(a);
   al_provider_options_init(&po);
   po.model = a->model;
   po.max_tokens = a->cur_max_tokens;
@@ -604,7 +632,7 @@ static int attempt_start(al_agent_t *a) {
   po.api_key = a->api_key;
   if (json_array_size(a->tool_defs) > 0) {
     po.tools = a->tool_defs;
-    if (a->summary) {
+    if (a->state == AG_SUMMARY || a->state == AG_COMPACTING) {
       tool_choice = json_pack("{s:s}", "type", "none");
       po.tool_choice = tool_choice;
     }
@@ -612,13 +640,119 @@ static int attempt_start(al_agent_t *a) {
   if (a->base_has_v1) {
     po.path_prefix = "";
   }
-  memset(&preq, 0, sizeof(preq));
+  memset(preq, 0, sizeof(*preq));
   rc = al_provider_build_request(a->provider, al__history_to_json(h), &po,
-                                 &preq);
+                                 preq);
   json_decref(tool_choice);
+  return rc;
+}
+
+static int64_t request_raw(const al_history_t *h,
+                           const al_provider_request_t *preq) {
+  return al__budget_raw(preq->body_len,
+                        json_array_size(al__history_to_json(h)));
+}
+
+int64_t al__agent_projected(al_agent_t *a) {
+  al_provider_request_t preq;
+  int64_t p;
+
+  if (build_request(a, &a->history, &preq) != 0) {
+    return -1;
+  }
+  p = al__budget_project(&a->budget, a->model, request_raw(&a->history, &preq));
+  al_provider_request_free(&preq);
+  return p;
+}
+
+/* The validity gate before a send (validity.c): the body is checked with
+ * the provider's validator; on a violation the history is repaired where
+ * that is unambiguous (history_repaired) and the body rebuilt, else the
+ * request is refused with AL_EHISTORY naming the rule (why). Returns 0
+ * with preq ready to send, 1 when a subscriber stopped the run, or an
+ * error (preq freed). */
+static int gate(al_agent_t *a, al_history_t *h, al_provider_request_t *preq,
+                char *why, size_t why_len) {
+  al_validate_verdict_t v;
+  json_t *done;
+  char *text;
+  al_event_t ev;
+  size_t n;
+  int rc;
+
+  if (al__validity_check(a->provider, preq->body, preq->body_len, &v)) {
+    return 0;
+  }
+  al_provider_request_free(preq);
+  done = json_array();
+  n = al__validity_repair(h->messages, done);
+  if (n == 0 || (rc = build_request(a, h, preq)) != 0 ||
+      !al__validity_check(a->provider, preq->body, preq->body_len, &v)) {
+    if (n > 0) {
+      al_provider_request_free(preq);
+    }
+    json_decref(done);
+    snprintf(why, why_len, "the request history breaks the rule %s: %s",
+             v.rule, v.message);
+    return AL_EHISTORY;
+  }
+  text = json_dumps(done, JSON_COMPACT);
+  json_decref(done);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_HISTORY_REPAIRED;
+  ev.u.repaired.count = (uint32_t)n;
+  ev.u.repaired.repairs = ag_slice(text);
+  rc = al__agent_post(a, &ev) ? 1 : 0;
+  al_free(text);
+  if (rc != 0) {
+    al_provider_request_free(preq);
+  }
+  return rc;
+}
+
+static int attempt_start(al_agent_t *a) {
+  al_provider_request_t preq;
+  al_pstream_options_t so;
+  al_http_request_options_t ro;
+  al_http_header_t *hdrs = NULL;
+  al_history_t *h = a->state == AG_SUMMARY      ? &a->summary_hist
+                    : a->state == AG_COMPACTING ? &a->compact_hist
+                                                : &a->history;
+  int64_t projected;
+  char why[1200];
+  al_event_t ev;
+  al_buf_t url;
+  size_t i;
+  int rc;
+
+  attempt_clear(a);
+  if (h == &a->history && al__agent_micro(a)) {
+    return 0; /* a subscriber ended the run or closed the agent */
+  }
+  rc = build_request(a, h, &preq);
+  if (rc == 0) {
+    rc = gate(a, h, &preq, why, sizeof(why));
+  }
+  if (rc == 1) {
+    return 0; /* a subscriber ended the run or closed the agent */
+  }
+  if (rc == AL_EHISTORY) {
+    end_error(a, rc, why);
+    return 0;
+  }
   if (rc != 0) {
     return rc;
   }
+  if (h == &a->history) {
+    projected = al__budget_project(&a->budget, a->model,
+                                   request_raw(h, &preq));
+    rc = compact_check(a, projected);
+    if (rc != 0) {
+      al_provider_request_free(&preq);
+      return 0; /* compacting, or the run ended */
+    }
+  }
+  al__budget_sent(&a->budget, request_raw(h, &preq));
   al_buf_init(&url, 16 * 1024);
   if (al_buf_printf(&url, "%s%s", a->base_url, preq.path) != 0) {
     al_provider_request_free(&preq);
@@ -645,7 +779,7 @@ static int attempt_start(al_agent_t *a) {
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
     a->ps_ready = true;
-    if (!a->summary) {
+    if (a->state != AG_SUMMARY && a->state != AG_COMPACTING) {
       rc = exec_new(a);
     }
   }
@@ -674,7 +808,9 @@ static int attempt_start(al_agent_t *a) {
   }
   a->api_t0 = al_now_ns();
   a->stats.requests++;
-  set_state(a, AG_STREAMING);
+  if (a->state != AG_SUMMARY && a->state != AG_COMPACTING) {
+    set_state(a, AG_STREAMING);
+  }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_STREAM_REQUEST_START;
   ev.u.stream_request.model = ag_slice(a->model);
@@ -691,11 +827,15 @@ static void run_end_common(al_agent_t *a) {
   a->mcp_waiting = false;
   al__agent_hooks_cancel_runs(a);
   exec_close_all(a);
-  if (a->summary) {
+  if (a->state == AG_SUMMARY) {
     al__history_free(&a->summary_hist);
     al__history_init(&a->summary_hist);
-    a->summary = false;
   }
+  al__history_free(&a->compact_hist);
+  al__history_init(&a->compact_hist);
+  a->compact_requested = false;
+  a->compacted_this_turn = false;
+  a->overflow_retried = false;
   al_free(a->done_text);
   a->done_text = NULL;
   a->stats.duration_ms = ms_since(a->run_t0);
@@ -890,8 +1030,29 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
   if (discard_reply(a, al__retry_class_name(err->cls))) {
     return;
   }
-  if (a->summary) {
+  if (a->state == AG_SUMMARY) {
     summary_failed(a);
+    return;
+  }
+  if (a->state == AG_COMPACTING) {
+    /* A request too long for the summarizer is not retried; transient
+     * errors are, then the deterministic trim takes over. */
+    al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
+    if (!d.retry || is_overflow(message)) {
+      compact_finish(a, NULL, 0);
+      return;
+    }
+    if (post_retry(a, d.attempt, d.max_attempts, d.delay_ms, status,
+                   al__retry_class_name(err->cls), message)) {
+      return;
+    }
+    uv_timer_start(&a->backoff, on_backoff, (uint64_t)d.delay_ms, 0);
+    return;
+  }
+  if (is_overflow(message) && !a->overflow_retried) {
+    /* "prompt is too long": compact once, then the same request again. */
+    a->overflow_retried = true;
+    compact_start(a, "overflow");
     return;
   }
   al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
@@ -936,6 +1097,7 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
 
 static bool post_usage(al_agent_t *a, const json_t *usage) {
   al_event_t ev;
+  int64_t ctx;
 
   if (!json_is_object(usage)) {
     return false;
@@ -950,6 +1112,23 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   AG_U(cache_read_input_tokens)
   AG_U(cache_creation_input_tokens)
 #undef AG_U
+  ctx = al__budget_observed(&a->budget, a->model, usage);
+  if (ctx <= 0) {
+    ctx = al__budget_project(&a->budget, a->model, a->budget.last_raw);
+    ev.u.usage.context_estimated = true;
+  }
+  ev.u.usage.context_tokens = (uint64_t)ctx;
+  ev.u.usage.context_window = (uint64_t)a->budget.window;
+  ev.u.usage.context_pct = al__budget_pct(&a->budget, ctx);
+  if (al__agent_post(a, &ev)) {
+    return true;
+  }
+  if (ev.u.usage.context_pct < AL_BUDGET_WARN_PCT || a->budget.warned) {
+    return false;
+  }
+  /* Once per session: the chat shows it, and an embedder can compact. */
+  a->budget.warned = true;
+  ev.type = AL_EVENT_CONTEXT_WARNING;
   return al__agent_post(a, &ev);
 }
 
@@ -967,7 +1146,23 @@ static void reply_done(al_agent_t *a) {
 
   al_buf_init(&text, SIZE_MAX / 2);
   join_text(msg, &text, &single);
-  if (a->summary) {
+  if (a->state == AG_COMPACTING) {
+    if (post_usage(a, json_object_get(msg, "usage"))) {
+      json_decref(single);
+      al_buf_free(&text);
+      return;
+    }
+    if (single != NULL) {
+      compact_finish(a, json_string_value(single), json_string_length(single));
+    } else {
+      compact_finish(a, text.data, text.len);
+    }
+    json_decref(single);
+    al_buf_free(&text);
+    return;
+  }
+  a->overflow_retried = false;
+  if (a->state == AG_SUMMARY) {
     if (post_usage(a, json_object_get(msg, "usage"))) {
       json_decref(single);
       al_buf_free(&text);
@@ -1156,7 +1351,7 @@ static void start_turn(al_agent_t *a) {
       summary_failed(a);
       return;
     }
-    a->summary = true;
+    set_state(a, AG_SUMMARY);
     al__retry_request_start(&a->retry);
     if (attempt_start(a) != 0) {
       summary_failed(a);
@@ -1168,6 +1363,7 @@ static void start_turn(al_agent_t *a) {
     return;
   }
   a->turn++;
+  a->compacted_this_turn = false;
   ev.type = AL_EVENT_TURN_STARTED;
   if (al__agent_post(a, &ev)) {
     return;
@@ -1177,6 +1373,208 @@ static void start_turn(al_agent_t *a) {
   if (rc != 0) {
     end_error(a, rc, "could not send the request to the model");
   }
+}
+
+/* ---- summary compaction ----------------------------------------------------------------- */
+
+/* "prompt is too long" (Anthropic), context_length_exceeded / "maximum
+ * context length" (OpenAI-compatible servers). */
+static bool is_overflow(const char *message) {
+  return message != NULL &&
+         (strstr(message, "prompt is too long") != NULL ||
+          strstr(message, "context_length_exceeded") != NULL ||
+          strstr(message, "maximum context length") != NULL ||
+          strstr(message, "context window") != NULL);
+}
+
+static int64_t keep_tokens(const al_agent_t *a) {
+  return AL_MIN((int64_t)AL_COMPACT_KEEP_TOKENS, a->budget.window / 4);
+}
+
+/* Before a request of the run (its turn's results are committed, nothing
+ * streams, no tool runs): a requested or needed compaction starts here.
+ * Returns 1 when the request must not be sent now. */
+static int compact_check(al_agent_t *a, int64_t projected) {
+  int64_t at = al__budget_compact_at(&a->budget, a->cur_max_tokens);
+  char msg[300];
+
+  if (a->compact_requested) {
+    a->compact_requested = false;
+    compact_start(a, "manual");
+    return 1;
+  }
+  if (projected <= at) {
+    return 0;
+  }
+  if (a->auto_compact && !a->compacted_this_turn) {
+    compact_start(a, "auto");
+    return 1;
+  }
+  if (a->compacted_this_turn &&
+      al__budget_pct(&a->budget, projected) > AL_BUDGET_REFUSE_PCT) {
+    snprintf(msg, sizeof(msg),
+             "context_limit_exceeded: the next request needs about %lld "
+             "tokens (%u%% of the %lld-token window) even after compaction",
+             (long long)projected, al__budget_pct(&a->budget, projected),
+             (long long)a->budget.window);
+    end_error(a, AL_ECONTEXT, msg);
+    return 1;
+  }
+  return 0;
+}
+
+static int64_t project_history(al_agent_t *a) {
+  al_provider_request_t preq;
+  int64_t p;
+
+  if (build_request(a, &a->history, &preq) != 0) {
+    return 0;
+  }
+  p = al__budget_project(&a->budget, a->model, request_raw(&a->history, &preq));
+  al_provider_request_free(&preq);
+  return p;
+}
+
+/* After the compaction: the run goes on, or the agent is idle again. */
+static void compact_resume(al_agent_t *a) {
+  int rc;
+
+  if (!a->compact_in_run) {
+    attempt_clear(a); /* the summary request's pipeline */
+    set_state(a, AG_IDLE);
+    return;
+  }
+  set_state(a, AG_STREAMING);
+  a->compacted_this_turn = true;
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+static void compact_start(al_agent_t *a, const char *trigger) {
+  const json_t *msgs = a->history.messages;
+  double ratio = al__budget_ratio(&a->budget, a->model);
+  al_event_t ev;
+  json_t *req;
+  size_t dropped;
+  int rc;
+
+  a->compact_in_run = al_agent_running(a);
+  a->compact_trigger = trigger;
+  a->compact_before = project_history(a);
+  a->compact_cut = json_is_array(msgs) ? al__compact_cut(msgs, keep_tokens(a),
+                                                         ratio)
+                                       : 0;
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_STARTED;
+  ev.u.compaction.trigger = ag_slice(trigger);
+  ev.u.compaction.tokens_before = (uint64_t)a->compact_before;
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  if (a->compact_cut == 0) {
+    compact_finish(a, "", 0); /* nothing older than the kept part */
+    return;
+  }
+  req = al__compact_request(msgs,
+                            a->budget.window * AL_COMPACT_REQUEST_PCT / 100,
+                            ratio, a->compact_instructions, &dropped);
+  al__history_free(&a->compact_hist);
+  al__history_init(&a->compact_hist);
+  if (req == NULL ||
+      al__history_set_system(&a->compact_hist,
+                             al__history_system(&a->history)) != 0) {
+    json_decref(req);
+    compact_finish(a, NULL, 0);
+    return;
+  }
+  a->compact_hist.messages = req;
+  set_state(a, AG_COMPACTING);
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0 && a->state == AG_COMPACTING) {
+    compact_finish(a, NULL, 0);
+  }
+}
+
+/* The summary arrived (summary != NULL, maybe empty when there was
+ * nothing to drop) or the summary call failed (NULL): the new history,
+ * the events, then the run goes on. */
+static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
+  json_t *msgs = a->history.messages;
+  size_t cut = a->compact_cut;
+  char *fallback = NULL;
+  json_t *next = NULL;
+  al_event_t ev;
+  uint32_t dropped = 0;
+  uint32_t results = 0;
+  int64_t after;
+  char msg[300];
+  bool failed = summary == NULL || (cut != 0 && len == 0);
+
+  al__history_free(&a->compact_hist);
+  al__history_init(&a->compact_hist);
+  al_free(a->compact_instructions);
+  a->compact_instructions = NULL;
+  if (cut != 0) {
+    if (failed) {
+      fallback = al__compact_fallback_summary(msgs, cut);
+      summary = fallback != NULL ? fallback : "";
+      len = strlen(summary);
+    }
+    next = al__compact_assemble(msgs, cut, summary, len);
+    if (next != NULL) {
+      al__compact_counts(msgs, cut, &dropped, &results);
+      json_decref(a->history.messages);
+      a->history.messages = next;
+    }
+  }
+  a->compact_failures = failed && cut != 0 ? a->compact_failures + 1 : 0;
+  after = project_history(a);
+  if (a->compact_before > after) {
+    a->stats_compact_saved += (uint64_t)(a->compact_before - after);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_COMPLETED;
+  ev.u.compaction.trigger = ag_slice(a->compact_trigger);
+  ev.u.compaction.tokens_before = (uint64_t)a->compact_before;
+  ev.u.compaction.tokens_after = (uint64_t)after;
+  ev.u.compaction.dropped_messages = dropped;
+  ev.u.compaction.dropped_tool_results = results;
+  ev.u.compaction.summary_tokens = (uint64_t)(len + 3) / 4;
+  ev.u.compaction.fallback = failed && cut != 0;
+  al_free(fallback);
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  if (a->compact_failures >= AL_COMPACT_MAX_FAILURES) {
+    a->compact_failures = 0;
+    end_error(a, AL_ECOMPACT,
+              "compaction_failed: the summary request failed 3 times in a "
+              "row (a deterministic trim was used each time)");
+    return;
+  }
+  if (al__budget_pct(&a->budget, after) > AL_BUDGET_REFUSE_PCT) {
+    snprintf(msg, sizeof(msg),
+             "context_limit_exceeded: about %lld tokens (%u%% of the "
+             "%lld-token window) remain after compaction",
+             (long long)after, al__budget_pct(&a->budget, after),
+             (long long)a->budget.window);
+    if (a->compact_in_run) {
+      end_error(a, AL_ECONTEXT, msg);
+    } else {
+      set_state(a, AG_IDLE);
+      memset(&ev, 0, sizeof(ev));
+      ev.type = AL_EVENT_ERROR;
+      ev.u.error.code = AL_ECONTEXT;
+      ev.u.error.message = ag_slice(msg);
+      al__agent_post(a, &ev);
+    }
+    return;
+  }
+  compact_resume(a);
 }
 
 /* ---- public API ---------------------------------------------------------------------- */
@@ -1199,12 +1597,16 @@ static void agent_free_fields(al_agent_t *a) {
   free_list(a->deny_tools);
   al__history_free(&a->history);
   al__history_free(&a->summary_hist);
+  al__history_free(&a->compact_hist);
+  al_free(a->compact_instructions);
   json_decref(a->tool_defs);
   json_decref(a->stamps);
   al_free(a->done_text);
   al_free(a->msg_id);
   blocks_free(a);
   al_models_free(a->own_models);
+  al__agent_context_free(a);
+  al__budget_free(&a->budget);
   if (a->bus != NULL) {
     al__events_bus_free(a->bus);
   }
@@ -1258,6 +1660,9 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al_list_init(&a->hook_waits);
   al__history_init(&a->history);
   al__history_init(&a->summary_hist);
+  al__history_init(&a->compact_hist);
+  al__budget_init(&a->budget);
+  a->auto_compact = !o->no_auto_compact;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
                                                         : "anthropic");
@@ -1374,6 +1779,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
       (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
       (rc = al__agent_cli_tools_init(a)) != 0 ||
+      (rc = al__agent_context_init(a, o)) != 0 ||
       (rc = al__agent_mcp_check(o)) != 0 ||
       (rc = al__agent_hooks_init(a, o)) != 0) {
     goto fail;
@@ -1418,14 +1824,39 @@ void al_agent_model_info(const al_agent_t *a, al_model_info_t *out) {
   *out = a->model_info;
 }
 const char *al_agent_session(const al_agent_t *a) { return a->session.id; }
-bool al_agent_running(const al_agent_t *a) { return a->state != AG_IDLE && a->state != AG_CLOSED; }
+bool al_agent_running(const al_agent_t *a) {
+  return a->state != AG_IDLE && a->state != AG_ENDING &&
+         a->state != AG_CLOSING;
+}
+
+int al_agent_compact(al_agent_t *a, const char *instructions) {
+  char *copy = NULL;
+
+  if (ag_closing(a)) {
+    return AL_ECLOSING;
+  }
+  if (a->state == AG_COMPACTING || a->state == AG_ENDING) {
+    return AL_EBUSY;
+  }
+  if (instructions != NULL && (copy = al_strdup(instructions)) == NULL) {
+    return AL_ENOMEM;
+  }
+  al_free(a->compact_instructions);
+  a->compact_instructions = copy;
+  if (al_agent_running(a)) {
+    a->compact_requested = true; /* before the run's next request */
+    return 0;
+  }
+  compact_start(a, "manual");
+  return 0;
+}
 
 int al_agent_subscribe(al_agent_t *a, al_event_cb cb, void *data,
                        al_sub_t **out) {
   al__events_sub_t *sub = NULL;
   int rc;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return AL_ECLOSING;
   }
   rc = al__events_subscribe(a->bus, cb, data, &sub);
@@ -1449,11 +1880,11 @@ int al_agent_run(al_agent_t *a, const char *text) {
   json_t *names;
   int rc;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE || a->ending) {
-    return AL_EBUSY;
+  if (a->state != AG_IDLE) {
+    return AL_EBUSY; /* ENDING too: a new run waits until interrupted */
   }
   if (text == NULL || text[0] == '\0') {
     return AL_EINVAL;
@@ -1531,7 +1962,7 @@ int al_agent_cancel(al_agent_t *a) {
   ag_state_t old = a->state;
   size_t i;
 
-  if (old == AG_IDLE || old == AG_CLOSED) {
+  if (!al_agent_running(a)) {
     return AL_ESTATE;
   }
   /* The calls that have no reported result yet: they are reported as
@@ -1565,7 +1996,7 @@ int al_agent_cancel(al_agent_t *a) {
     commit_notify_results(a);
   }
   run_end_common(a); /* closes the request and every executor */
-  a->ending = true;  /* a new run waits until interrupted is out */
+  set_state(a, AG_ENDING); /* a new run waits until interrupted is out */
   if (json_array_size(open) > 0) {
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_TOOL_EXECUTION_ABORTED;
@@ -1592,7 +2023,9 @@ int al_agent_cancel(al_agent_t *a) {
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_INTERRUPTED;
   ev.u.interrupted.reason = ag_slice("user");
-  a->ending = false;
+  if (a->state == AG_ENDING) { /* not when a subscriber closed the agent */
+    set_state(a, AG_IDLE);
+  }
   al__agent_post(a, &ev);
   return 0;
 }
@@ -1627,10 +2060,10 @@ int al_agent_load_history_json(al_agent_t *a, const char *json, size_t len) {
   json_t *copy;
   int rc = AL_EINVAL;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE || a->has_run || a->ending) {
+  if (a->state != AG_IDLE || a->has_run) {
     return AL_EBUSY;
   }
   o = json_loadb(json, len, 0, NULL);
@@ -1673,6 +2106,8 @@ uint64_t al__agent_call_stamp(const al_agent_t *a, const char *call_id) {
 
 uint64_t al__agent_tool_holds(const al_agent_t *a) { return a->holds; }
 
+json_t *al__agent_messages(al_agent_t *a) { return a->history.messages; }
+
 uint64_t al__agent_last_stamp(const al_agent_t *a) { return sse_stamp(a); }
 
 /* ---- close ---------------------------------------------------------------------------- */
@@ -1690,7 +2125,7 @@ static void on_finish_close(uv_handle_t *h) {
 }
 
 void al__agent_maybe_finish(al_agent_t *a) {
-  if (!a->closing || a->finishing || a->pending > 0 || a->holds > 0 ||
+  if (!ag_closing(a) || a->finishing || a->pending > 0 || a->holds > 0 ||
       a->live_ctx > 0 || !al__agent_hooks_idle(a)) {
     return;
   }
@@ -1713,17 +2148,16 @@ static void on_client_close(al_http_client_t *c) {
 }
 
 void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
-  if (a->state == AG_CLOSED) {
+  if (a->state == AG_CLOSING) {
     return;
   }
   if (al_agent_running(a)) {
     al_agent_cancel(a);
   }
-  if (a->state == AG_CLOSED) {
+  if (a->state == AG_CLOSING) {
     return; /* a subscriber closed it from inside the cancel */
   }
-  set_state(a, AG_CLOSED);
-  a->closing = true;
+  set_state(a, AG_CLOSING);
   a->close_cb = cb;
   exec_close_all(a);
   al__agent_mcp_close(a);

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "agentloop/agent.h"
 
 /* The send stamp (the SSE `id:` agentloop-mockllm writes with timestamps
@@ -19,6 +21,14 @@ uint64_t al__agent_last_stamp(const al_agent_t *a);
 /* Number of tool calls whose work has not released yet (tests: a closed
  * agent waits for these). */
 uint64_t al__agent_tool_holds(const al_agent_t *a);
+
+/* Projected context tokens of the next request of the current history
+ * (the budget's calibrated estimate; -1 when it cannot be built). */
+int64_t al__agent_projected(al_agent_t *a);
+
+/* The agent's history messages (borrowed; tests corrupt it to check the
+ * validity gate, as a bug elsewhere would). */
+json_t *al__agent_messages(al_agent_t *a);
 
 /* The summary prompt of the max_turns call and its fixed fallback. */
 #define AL_AGENT_SUMMARY_PROMPT                                            \

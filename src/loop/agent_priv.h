@@ -14,6 +14,7 @@
 #include "common/common.h"
 #include "events/events.h"
 #include "executor/executor.h"
+#include "loop/budget.h"
 #include "loop/history.h"
 #include "loop/retry.h"
 #include "provider/provider.h"
@@ -24,14 +25,26 @@ struct al_hooks_run_s;
 
 #define AG_TOOL_DEFAULT_TIMEOUT_MS 120000
 
-/* Where the run is. Only set_state() in agent.c writes it. */
+/* Where the agent is: one enum, written only by set_state() in agent.c,
+ * which logs every change (old -> new) at debug level.
+ * XX(name, text for the log) */
+#define AG_STATE_MAP(XX)                                                   \
+  XX(IDLE, "idle")             /* no run */                                \
+  XX(STREAMING, "streaming")   /* a model request of the run in flight */  \
+  XX(BACKOFF, "backoff")       /* waiting to retry that request */         \
+  XX(TOOLS, "tools")           /* reply committed, waiting for results */  \
+  XX(SUMMARY, "summary")       /* the max_turns summary request */         \
+  XX(COMPACTING, "compacting") /* the summary-compaction request */        \
+  XX(ENDING, "ending")         /* cancel is posting the run's last events */ \
+  XX(CLOSING, "closing")       /* al_agent_close was called */
+
 typedef enum {
-  AG_IDLE = 0,   /* no run */
-  AG_STREAMING,  /* a model request is in flight */
-  AG_BACKOFF,    /* waiting to retry */
-  AG_TOOLS,      /* reply committed, waiting for its tool results */
-  AG_CLOSED      /* al_agent_close was called */
+#define AG_STATE_GEN(name, text) AG_##name,
+  AG_STATE_MAP(AG_STATE_GEN)
+#undef AG_STATE_GEN
 } ag_state_t;
+
+const char *al__agent_state_name(ag_state_t st);
 
 /* One registered tool. The executor sees `gate`, whose start checks the
  * input and the permission policy and then hands the call to `inner` (the
@@ -140,13 +153,11 @@ struct al_agent_s {
   uint32_t turn;
   al_retry_state_t retry;
   int64_t cur_max_tokens;
-  bool summary; /* the max_turns summary call is in flight */
   al_history_t summary_hist;
   al_agent_stats_t stats;
   uint64_t run_t0;
   uint64_t api_t0;
   char *done_text; /* the done tool's message */
-  bool ending;     /* cancel is posting the run's last events */
 
   /* The current attempt. */
   al_http_request_t *req;
@@ -167,7 +178,6 @@ struct al_agent_s {
 
   uv_timer_t backoff;
   /* Close: handles still closing and tool work still held. */
-  bool closing;
   int pending;
   uint64_t holds;
   uint64_t live_ctx;
@@ -216,7 +226,37 @@ struct al_agent_s {
   al_models_t *own_models;
   int64_t window_override;
   al_model_info_t model_info;
+  al_budget_t budget;
+  /* Micro-compaction and the tool output cache (agent_context.c). */
+  json_t *tool_cache;    /* call id -> original content of a cleared result */
+  char **compactable;    /* tool names, NULL-terminated */
+  int64_t micro_min_tokens; /* < 0: off */
+  char *tool_output_dir; /* NULL: the cache lives in memory only */
+  uint64_t stats_micro_saved;
+  /* Summary compaction (agent.c, compact.c). */
+  bool auto_compact;
+  al_history_t compact_hist;  /* the summary request's history */
+  size_t compact_cut;         /* messages[cut..] are kept */
+  const char *compact_trigger; /* "auto", "manual", "overflow" (static) */
+  char *compact_instructions; /* manual: the user's, or NULL */
+  int64_t compact_before;
+  int compact_failures;       /* in a row */
+  bool compact_in_run;        /* the run continues after it */
+  bool compact_requested;     /* manual, during a run: at the next request */
+  bool compacted_this_turn;   /* one automatic compaction per turn */
+  bool overflow_retried;      /* one "prompt too long" compaction a request */
+  uint64_t stats_compact_saved;
 };
+
+/* The largest saved output read back (read_tool_output). */
+#define AL_CONTEXT_MAX_OUTPUT ((size_t)64 << 20)
+
+/* agent_context.c */
+int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o);
+void al__agent_context_free(al_agent_t *a);
+/* Micro-compaction before a request of the main history; posts
+ * micro_compaction. True when the caller must stop (as al__agent_post). */
+bool al__agent_micro(al_agent_t *a);
 
 /* agent.c */
 /* Posts ev with the run's numbers. Returns true when the caller must stop:
@@ -314,6 +354,10 @@ bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
 void al__agent_mcp_close(al_agent_t *a);
 /* Called by agent.c when the startup wait ends (all settled or timeout). */
 void al__agent_mcp_wait_over(al_agent_t *a);
+/* al_agent_close was called: nothing of the agent may fire any more. */
+static inline bool ag_closing(const al_agent_t *a) {
+  return a->state == AG_CLOSING;
+}
 
 static inline al_slice_t ag_slice(const char *s) {
   al_slice_t sl;

@@ -284,7 +284,7 @@ int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
   ag_tool_t *t;
   int rc;
 
-  if (a->closing) {
+  if (ag_closing(a)) {
     return AL_ECLOSING;
   }
   if (a->state != AG_IDLE) {

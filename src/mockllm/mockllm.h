@@ -30,6 +30,8 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "provider/validate.h"
+
 typedef struct al_mockllm_s al_mockllm_t;
 typedef struct al_mockllm_scenario_s al_mockllm_scenario_t;
 
@@ -149,6 +151,7 @@ typedef struct {
   int status;          /* the HTTP status answered */
   char *error;         /* validation error message, NULL when valid */
   int response_index;  /* scenario response played, -1 if none */
+  uint64_t arrival_ns; /* uv_hrtime() when the whole request was parsed */
 } al_mockllm_record_t;
 
 size_t al_mockllm_record_count(const al_mockllm_t *m);
@@ -163,19 +166,21 @@ const char *al_mockllm_last_error(const al_mockllm_t *m);
 
 /* ---- the validator, callable without a server ----------------------------- */
 
-typedef struct {
-  int status;         /* 0 when valid, else 400 (or 401 for missing auth) */
-  char type[48];      /* error type, e.g. "invalid_request_error" */
-  char param[64];     /* OpenAI's `param` ("" = null) */
-  char message[1024]; /* the API's error text (truncated if very long) */
-} al_mockllm_verdict_t;
+typedef al_validate_verdict_t al_mockllm_verdict_t;
 
 /* Validates a request body (and, when headers is not NULL, the headers: an
  * object of lower-cased names). Returns true if the request is valid;
- * otherwise false with the verdict filled. */
-bool al_mockllm_validate_anthropic(const json_t *body, const json_t *headers,
-                                   al_mockllm_verdict_t *v);
-bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
-                                al_mockllm_verdict_t *v);
+ * otherwise false with the verdict filled. The rules live in the library
+ * (provider/validate.c), where the agent's validity gate runs them too. */
+static inline bool al_mockllm_validate_anthropic(const json_t *body,
+                                                 const json_t *headers,
+                                                 al_mockllm_verdict_t *v) {
+  return al__validate_anthropic(body, headers, v);
+}
+static inline bool al_mockllm_validate_openai(const json_t *body,
+                                              const json_t *headers,
+                                              al_mockllm_verdict_t *v) {
+  return al__validate_openai(body, headers, v);
+}
 
 #endif

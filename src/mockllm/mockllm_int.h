@@ -40,6 +40,7 @@ typedef struct {
 /* Event flags. */
 #define AL__EV_PING 1u    /* keep-alive, not counted by error_event_after */
 #define AL__EV_DONE 2u    /* OpenAI [DONE] */
+#define AL__EV_USAGE 4u   /* carries the input counts (usage_from_request) */
 
 typedef struct {
   char *bytes; /* the SSE event, ending with the blank line, no id line */
@@ -112,6 +113,11 @@ struct al_mockllm_scenario_s {
   al__mock_exhausted_t on_exhausted;
   bool timestamps;
   int64_t created; /* OpenAI `created`, fixed at load */
+  /* usage_from_request: input counts from the request's size (0: off),
+   * and the simulated prompt cache (the prefix shared with the previous
+   * request counts as cache read). */
+  int64_t usage_bytes_per_token;
+  bool usage_cache;
 };
 
 /* render.c */
@@ -133,6 +139,11 @@ char *al__mockllm_error_body(al_mockllm_proto_t proto, const char *type,
                              const char *message, const char *param,
                              const char *code, const char *request_id);
 void al__mockllm_response_free(al__mock_response_t *r);
+/* Rewrites a usage-carrying event (AL__EV_USAGE) with these input counts
+ * (`in` uncached, `cached` read from the cache) into out. */
+int al__mockllm_usage_rewrite(const al__mock_event_t *ev,
+                              al_mockllm_proto_t proto, int64_t in,
+                              int64_t cached, al_buf_t *out);
 /* A fixed reply used when there is no scenario. */
 int al__mockllm_default_scenario(al_mockllm_scenario_t **out);
 

@@ -277,6 +277,9 @@ static int render_anthropic(al__mock_response_t *r, al__mock_events_t *l) {
                 (json_int_t)(r->cache_read > 0 ? r->cache_read : 0),
                 "output_tokens", (json_int_t)1, "service_tier", "standard"),
       0, 1);
+  if (err == 0) {
+    l->v[l->n - 1].flags |= AL__EV_USAGE;
+  }
   for (i = 0; err == 0 && i < r->nblocks; i++) {
     const al__mock_block_t *b = &r->blocks[i];
     ant_piece_t a = {l, index, NULL, NULL, blk_delay(r, b)};
@@ -504,6 +507,9 @@ static int render_openai(al_mockllm_scenario_t *s, al__mock_response_t *r,
                   "completion_tokens_details", "reasoning_tokens",
                   (json_int_t)0),
         0, 1);
+    if (err == 0) {
+      l->v[l->n - 1].flags |= AL__EV_USAGE;
+    }
   }
   if (err == 0) {
     err = ev_raw(l, "data: [DONE]\n\n", 0, AL__EV_DONE);
@@ -850,4 +856,50 @@ int al__mockllm_default_scenario(al_mockllm_scenario_t **out) {
 
   return al_mockllm_load_scenario_string(yaml, sizeof(yaml) - 1, "<default>",
                                          out, NULL, 0);
+}
+
+int al__mockllm_usage_rewrite(const al__mock_event_t *ev,
+                              al_mockllm_proto_t proto, int64_t in,
+                              int64_t cached, al_buf_t *out) {
+  const char *data = memmem(ev->bytes, ev->len, "data: ", 6);
+  json_t *j;
+  json_t *u;
+  char *js;
+  size_t jlen;
+  int err;
+
+  if (data == NULL) {
+    return AL_EINVAL;
+  }
+  data += 6;
+  j = json_loadb(data, ev->len - (size_t)(data - ev->bytes), JSON_DISABLE_EOF_CHECK,
+                 NULL);
+  if (proto == AL_MOCKLLM_PROTO_OPENAI) {
+    u = json_object_get(j, "usage");
+    json_object_set_new(u, "prompt_tokens", json_integer(in + cached));
+    json_object_set_new(u, "total_tokens",
+                        json_integer(in + cached +
+                                     json_integer_value(json_object_get(
+                                         u, "completion_tokens"))));
+    json_object_set_new(json_object_get(u, "prompt_tokens_details"),
+                        "cached_tokens", json_integer(cached));
+  } else {
+    u = json_object_get(json_object_get(j, "message"), "usage");
+    json_object_set_new(u, "input_tokens", json_integer(in));
+    json_object_set_new(u, "cache_read_input_tokens", json_integer(cached));
+  }
+  js = u != NULL ? al__mockllm_dumps(j, &jlen) : NULL;
+  json_decref(j);
+  if (js == NULL) {
+    return AL_ENOMEM;
+  }
+  err = al_buf_append(out, ev->bytes, (size_t)(data - ev->bytes));
+  if (err == 0) {
+    err = al_buf_append(out, js, jlen);
+  }
+  if (err == 0) {
+    err = al_buf_append_str(out, "\n\n");
+  }
+  al_free(js);
+  return err;
 }

@@ -772,6 +772,34 @@ static int parse_response(ctx_t *c, const yaml_node_t *n,
                                                                 : 0;
 }
 
+/* usage_from_request: {bytes_per_token: N, cache: bool} */
+static int parse_usage_from_request(ctx_t *c, const yaml_node_t *n,
+                                    al_mockllm_scenario_t *s) {
+  int err = want_mapping(c, n, "usage_from_request");
+  yaml_node_pair_t *p;
+
+  s->usage_bytes_per_token = 4;
+  for (p = n->data.mapping.pairs.start;
+       err == 0 && p < n->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = node(c, p->key);
+    yaml_node_t *v = node(c, p->value);
+
+    if (key_is(k, "bytes_per_token")) {
+      err = get_uint(c, v, "usage_from_request.bytes_per_token", 1 << 20,
+                     &s->usage_bytes_per_token);
+      if (err == 0 && s->usage_bytes_per_token == 0) {
+        err = fail(c, v, "usage_from_request.bytes_per_token must be > 0");
+      }
+    } else if (key_is(k, "cache")) {
+      err = get_bool(c, v, "usage_from_request.cache", &s->usage_cache);
+    } else {
+      err = fail(c, k, "unknown key '%s' in usage_from_request (expected "
+                 "bytes_per_token, cache)", scalar(k) ? scalar(k) : "?");
+    }
+  }
+  return err;
+}
+
 static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
   yaml_node_t *resp = NULL;
@@ -802,6 +830,8 @@ static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
       err = parse_xfer(c, v, &c->xfer);
     } else if (key_is(k, "timestamps")) {
       err = get_bool(c, v, "timestamps", &s->timestamps);
+    } else if (key_is(k, "usage_from_request")) {
+      err = parse_usage_from_request(c, v, s);
     } else if (key_is(k, "on_exhausted")) {
       const char *m = scalar(v);
 
@@ -817,7 +847,7 @@ static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
     } else {
       err = fail(c, k, "unknown top-level key '%s' (expected responses, "
                  "model, delay_ms, first_byte_delay_ms, transfer, timestamps, "
-                 "on_exhausted)", scalar(k) ? scalar(k) : "?");
+                 "on_exhausted, usage_from_request)", scalar(k) ? scalar(k) : "?");
     }
   }
   if (err != 0) {

@@ -77,6 +77,9 @@ typedef struct conn_s {
   why_t why;
   al_mockllm_proto_t proto;
   al__mock_response_t *resp;
+  /* usage_from_request: this request's input counts (-1: as scripted). */
+  int64_t auto_in;
+  int64_t auto_cached;
   const al__mock_events_t *evs;
   size_t ev_i;
   uint64_t rep_i;
@@ -124,6 +127,7 @@ struct al_mockllm_s {
   uint64_t req_seq;
   al_mockllm_stats_t stats;
   char *last_error;
+  al_buf_t prev_body; /* usage_from_request cache: the previous body */
   al_mockllm_record_t *recs;
   size_t nrecs;
   size_t caprecs;
@@ -364,6 +368,7 @@ static void record(conn_t *c, const char *method, const char *path,
     r->status = status;
     r->error = error ? al_strdup(error) : NULL;
     r->response_index = index;
+    r->arrival_ns = uv_hrtime();
     m->nrecs++;
   }
 }
@@ -758,7 +763,10 @@ static prod_t produce(conn_t *c) {
     if (with_ts && ev->bytes[0] != ':') {
       err = al_buf_printf(&c->out, "id: %llu\n", (unsigned long long)ts);
     }
-    if (err == 0) {
+    if (err == 0 && (ev->flags & AL__EV_USAGE) && c->auto_in >= 0) {
+      err = al__mockllm_usage_rewrite(ev, c->proto, c->auto_in,
+                                      c->auto_cached, &c->out);
+    } else if (err == 0) {
       err = al_buf_append(&c->out, ev->bytes, ev->len);
     }
     if (err != 0) {
@@ -1018,6 +1026,32 @@ static void set_last_error(al_mockllm_t *m, const char *msg) {
   m->last_error = msg ? al_strdup(msg) : NULL;
 }
 
+/* usage_from_request: the input counts follow the request's size; with
+ * the cache on, the bytes it shares with the previous request's start
+ * count as read from the cache (a prompt cache keyed on the prefix). */
+static void usage_from_request(conn_t *c) {
+  al_mockllm_t *m = c->srv;
+  int64_t bpt = m->scn->usage_bytes_per_token;
+  size_t same = 0;
+
+  c->auto_in = c->auto_cached = -1;
+  if (bpt <= 0) {
+    return;
+  }
+  if (m->scn->usage_cache) {
+    while (same < c->body.len && same < m->prev_body.len &&
+           c->body.data[same] == m->prev_body.data[same]) {
+      same++;
+    }
+    al_buf_reset(&m->prev_body);
+    if (al_buf_append(&m->prev_body, c->body.data, c->body.len) != 0) {
+      al_buf_reset(&m->prev_body);
+    }
+  }
+  c->auto_cached = (int64_t)same / bpt;
+  c->auto_in = (int64_t)(c->body.len - same) / bpt;
+}
+
 static void dispatch(conn_t *c) {
   al_mockllm_t *m = c->srv;
   const char *method = llhttp_method_name((llhttp_method_t)c->parser.method);
@@ -1079,6 +1113,7 @@ static void dispatch(conn_t *c) {
 
   headers = headers_json(c);
   had_body = c->body.len > 0;
+  usage_from_request(c);
   if (had_body) {
     body = json_loadb(c->body.data, c->body.len, 0, &jerr);
   }
@@ -1691,6 +1726,7 @@ int al_mockllm_new(uv_loop_t *loop, const al_mockllm_options_t *o,
                                    : AL__MOCK_MAX_HEADER_BYTES;
   m->max_body = o->max_body_bytes ? o->max_body_bytes
                                   : AL__MOCK_MAX_BODY_BYTES;
+  al_buf_init(&m->prev_body, AL__MOCK_MAX_BODY_BYTES);
   al_buf_init(&m->fq, AL__MOCK_RECORD_QUEUE);
   al_buf_init(&m->fw, AL__MOCK_RECORD_QUEUE);
   m->fd = -1;
@@ -1744,6 +1780,7 @@ static void srv_free(al_mockllm_t *m) {
   al_free(m->recs);
   al_free(m->last_error);
   al_buf_free(&m->fq);
+  al_buf_free(&m->prev_body);
   al_buf_free(&m->fw);
   al__mock_tls_free(m->tls);
   al_mockllm_scenario_free(m->scn);

@@ -145,12 +145,12 @@ static bool get_number(ctx_t *c, yaml_node_t *n, const char *key, double min,
     err(c, n, "'%s' must be a number, not '%s'", key, scalar(n));
     return false;
   }
-  if (integer && d != floor(d)) {
-    err(c, n, "'%s' must be a whole number", key);
-    return false;
-  }
   if (d < min || d > max) {
     err(c, n, "'%s' must be between %.0f and %.0f", key, min, max);
+    return false;
+  }
+  if (integer && d != (double)(int64_t)d) {
+    err(c, n, "'%s' must be a whole number", key);
     return false;
   }
   *out = d;

@@ -359,7 +359,16 @@ int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
       out->bwrap_ok = true;
       out->helper_ok = true;
     } else {
-      detail(out, "%sbwrap failed: %s%s", se[0] ? se : "no output", "");
+      char cause[400];
+
+      /* bwrap's own text blames the kernel setting even in a chroot. */
+      if ((strstr(se, "namespace") != NULL || strstr(se, "uid map") != NULL) &&
+          (al__sandbox_userns_cause(cause, sizeof(cause)) > 0 ||
+           al__sandbox_userns_restricted(cause, sizeof(cause)) > 0)) {
+        detail(out, "%sbwrap cannot make a user namespace: %s%s", cause, "");
+      } else {
+        detail(out, "%sbwrap failed: %s%s", se[0] ? se : "no output", "");
+      }
     }
   }
   strv_free(&a);

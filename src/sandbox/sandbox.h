@@ -107,4 +107,11 @@ void al__sandbox_argv_free(char **argv);
 /* The helper path the probe would use (static buffer); NULL if none. */
 const char *al__sandbox_find_helper(const char *explicit_path);
 
+/* Why user namespaces cannot be made here (userns.c): 0 and "" when they
+ * can, 1 with the cause and what would enable it in `buf`, -1 when it could
+ * not be tested. Blocking (forks once). */
+int al__sandbox_userns_cause(char *buf, size_t len);
+/* 1 with the text when Ubuntu's AppArmor userns restriction is on. */
+int al__sandbox_userns_restricted(char *buf, size_t len);
+
 #endif

@@ -97,7 +97,9 @@ typedef struct {
   char *provider;
   char *base_url;
   char *system;
-  json_t *ask_tools; /* array of tool names, or NULL */
+  json_t *ask_tools; /* array of tool rules (docs/config.md), or NULL */
+  json_t *allow_tools; /* the same, run without asking */
+  json_t *deny_tools;  /* the same, refused */
   uint64_t created_ms;
 } al_tx_header_t;
 

@@ -401,11 +401,13 @@ al_blob_t *al__tx_commit_record(const char *kind, const char *message,
 
 al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   json_t *rec = json_pack(
-      "{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?}", "rec",
+      "{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?, s:O?, "
+      "s:O?}", "rec",
       "session", "v", 1, "session", id, "created_ms",
       (json_int_t)h->created_ms, "cwd", h->cwd, "model", h->model,
       "provider", h->provider, "base_url", h->base_url, "system", h->system,
-      "ask_tools", h->ask_tools);
+      "ask_tools", h->ask_tools, "allow_tools", h->allow_tools, "deny_tools",
+      h->deny_tools);
   al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
 
   json_decref(rec);
@@ -435,6 +437,10 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->system = str_field(rec, "system");
   ask = json_object_get(rec, "ask_tools");
   h->ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "allow_tools");
+  h->allow_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "deny_tools");
+  h->deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
   h->created_ms = (uint64_t)json_integer_value(
       json_object_get(rec, "created_ms"));
   return true;
@@ -447,6 +453,8 @@ void al__tx_header_free(al_tx_header_t *h) {
   al_free(h->base_url);
   al_free(h->system);
   json_decref(h->ask_tools);
+  json_decref(h->allow_tools);
+  json_decref(h->deny_tools);
   memset(h, 0, sizeof(*h));
 }
 
@@ -632,8 +640,9 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
     const char *kind = json_string_value(rec);
 
     if (strcmp(kind, "session") == 0) {
-      if (!l->has_header) {
-        l->has_header = al__tx_header_parse(o, &l->header);
+      /* A later header (settings changed by session/configure) wins. */
+      if (al__tx_header_parse(o, &l->header)) {
+        l->has_header = true;
       }
     } else if (!replay(l, kind, json_object_get(o, "message"))) {
       note_bad(l, lineno, "history record does not fit the history");

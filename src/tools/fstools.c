@@ -22,6 +22,11 @@
 #include "provider/provider.h"
 #include "tools/tools.h"
 
+/* Test seam: runs on the threadpool between the policy check of a path
+ * and its open (read_file, write_file), so a test can swap a path
+ * component in that window deterministically. NULL in production. */
+void (*al__fstools_test_between)(const char *real) = NULL;
+
 #define CHUNK (64 * 1024)
 #define LIST_HARD_MAX 100000 /* names read from one directory at most */
 
@@ -170,6 +175,9 @@ static void do_read(job_t *job) {
     al_buf_free(&err);
     return;
   }
+  if (al__fstools_test_between != NULL) {
+    al__fstools_test_between(rp.real);
+  }
   fd = al__pathpolicy_open(&job->tool->policy, rp.real, O_RDONLY | O_NONBLOCK,
                            0, &err);
   al_free(rp.real);
@@ -278,6 +286,9 @@ static void do_write(job_t *job) {
     fail_buf(job, &err);
     al_buf_free(&err);
     return;
+  }
+  if (al__fstools_test_between != NULL) {
+    al__fstools_test_between(rp.real);
   }
   fd = al__pathpolicy_open(&job->tool->policy, rp.real,
                            O_WRONLY | O_CREAT | O_NONBLOCK, 0644, &err);

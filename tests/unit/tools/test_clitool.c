@@ -865,9 +865,10 @@ TEST_IMPL(tools_cmd_lists_tools_and_errors) {
   ASSERT_NOT_NULL(strstr(json_string_value(json_array_get(
                              json_object_get(o, "errors"), 0)),
                          "bad.yaml:5:15: tool 'bad_tool': category must be"));
+  /* The mode the host's probe finds (not what this test is about). */
   ASSERT_STR_EQ(json_string_value(json_object_get(
                     json_object_get(o, "sandbox"), "mode")),
-                "bwrap");
+                al_test_bwrap_available(NULL, 0) ? "bwrap" : "degraded");
   json_decref(o);
   /* The text form names both. */
   snprintf(cmd, sizeof(cmd),

@@ -115,6 +115,10 @@ TEST_IMPL(tui_slash_parse) {
   ASSERT_EQ(c.cmd, AL_SLASH_SESSIONS);
   al__slash_parse("/compact", &c);
   ASSERT_EQ(c.cmd, AL_SLASH_COMPACT);
+  ASSERT_STR_EQ(c.arg, "");
+  al__slash_parse("/compact keep the test names  ", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_COMPACT);
+  ASSERT_STR_EQ(c.arg, "keep the test names");
   al__slash_parse("/tools", &c);
   ASSERT_EQ(c.cmd, AL_SLASH_TOOLS);
   al__slash_parse("/last", &c);

@@ -10,15 +10,37 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "mockllm/mockllm_int.h"
+#include <string.h>
+#include <strings.h>
 
-static bool vfail(al_mockllm_verdict_t *v, int status, const char *type,
+#include "provider/validate.h"
+
+static bool vfail(al_validate_verdict_t *v, int status, const char *type,
                   const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-static bool vfail(al_mockllm_verdict_t *v, int status, const char *type,
+/* The rule a message states (validate.h), from the API's own wording: one
+ * table, so the texts stay exactly the APIs' and the names stay stable. */
+static const struct {
+  const char *text;
+  const char *rule;
+} rules[] = {
+    {"without `tool_result` blocks immediately after",
+     "tool_use_without_result"},
+    {"must be followed by tool messages responding", "tool_use_without_result"},
+    {"unexpected `tool_use_id`", "tool_result_without_use"},
+    {"must be a response to a preceeding message", "tool_result_without_use"},
+    {"must have a unique `tool_use_id`", "duplicate_tool_result"},
+    {"at the beginning of this message", "tool_results_first"},
+    {"`tool_use` ids must be unique", "duplicate_tool_use_id"},
+    {"first message must use the", "first_message_user"},
+    {"must have non-empty content", "empty_content"},
+};
+
+static bool vfail(al_validate_verdict_t *v, int status, const char *type,
                   const char *param, const char *fmt, ...) {
   va_list ap;
+  size_t i;
 
   v->status = status;
   snprintf(v->type, sizeof(v->type), "%s", type);
@@ -26,10 +48,18 @@ static bool vfail(al_mockllm_verdict_t *v, int status, const char *type,
   va_start(ap, fmt);
   vsnprintf(v->message, sizeof(v->message), fmt, ap);
   va_end(ap);
+  snprintf(v->rule, sizeof(v->rule), "%s",
+           status == 401 ? "auth" : "request_shape");
+  for (i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+    if (strstr(v->message, rules[i].text) != NULL) {
+      snprintf(v->rule, sizeof(v->rule), "%s", rules[i].rule);
+      break;
+    }
+  }
   return false;
 }
 
-static void vok(al_mockllm_verdict_t *v) {
+static void vok(al_validate_verdict_t *v) {
   memset(v, 0, sizeof(*v));
 }
 
@@ -96,7 +126,7 @@ static bool known_block(const char *t) {
 #define ANT_FAIL(...) \
   vfail(v, 400, "invalid_request_error", NULL, __VA_ARGS__)
 
-static bool need_str(al_mockllm_verdict_t *v, const json_t *blk, size_t n,
+static bool need_str(al_validate_verdict_t *v, const json_t *blk, size_t n,
                      size_t m, const char *field) {
   const json_t *f = json_object_get(blk, field);
 
@@ -110,7 +140,7 @@ static bool need_str(al_mockllm_verdict_t *v, const json_t *blk, size_t n,
   return true;
 }
 
-static bool ant_block(al_mockllm_verdict_t *v, const json_t *blk, size_t n,
+static bool ant_block(al_validate_verdict_t *v, const json_t *blk, size_t n,
                       size_t m, const char *role) {
   const json_t *t = json_object_get(blk, "type");
   const char *type;
@@ -200,7 +230,7 @@ static const char *str_field(const json_t *o, const char *k) {
 
 /* Checks the message after an assistant message (index n) that asked for
  * tools (its tool_use ids in `ids`). */
-static bool ant_results(al_mockllm_verdict_t *v, const json_t *msgs, size_t n,
+static bool ant_results(al_validate_verdict_t *v, const json_t *msgs, size_t n,
                         const json_t *ids) {
   const json_t *next = json_array_get(msgs, n + 1);
   const json_t *content;
@@ -295,8 +325,8 @@ static bool ant_results(al_mockllm_verdict_t *v, const json_t *msgs, size_t n,
   return true;
 }
 
-bool al_mockllm_validate_anthropic(const json_t *body, const json_t *headers,
-                                   al_mockllm_verdict_t *v) {
+bool al__validate_anthropic(const json_t *body, const json_t *headers,
+                                   al_validate_verdict_t *v) {
   const json_t *msgs, *mt, *tools, *model;
   json_t *seen = NULL; /* tool_use ids seen so far: object id -> true */
   json_t *prev_ids = NULL;
@@ -514,7 +544,7 @@ out:
 #define OAI_FAIL(param, ...) \
   vfail(v, 400, "invalid_request_error", param, __VA_ARGS__)
 
-static bool oai_missing_results(al_mockllm_verdict_t *v, const json_t *pending,
+static bool oai_missing_results(al_validate_verdict_t *v, const json_t *pending,
                                 size_t at) {
   char ids[900];
   char param[64];
@@ -538,8 +568,8 @@ static bool oai_missing_results(al_mockllm_verdict_t *v, const json_t *pending,
                   ids);
 }
 
-bool al_mockllm_validate_openai(const json_t *body, const json_t *headers,
-                                al_mockllm_verdict_t *v) {
+bool al__validate_openai(const json_t *body, const json_t *headers,
+                                al_validate_verdict_t *v) {
   const json_t *msgs, *model, *tools;
   json_t *pending = NULL; /* tool_call_id -> answered? (insertion order) */
   size_t n, nmsgs, last_asst = 0;

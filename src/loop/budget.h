@@ -1,0 +1,71 @@
+/* The context budget (SPEC §9, docs/context.md §Budget).
+ *
+ * Pure: no uv handles, no I/O. The agent keeps one al_budget_t. Every
+ * request it sends is estimated (al__budget_sent); the reply's usage, when
+ * it carries input counts, gives the request's real size
+ * (al__budget_observed), which calibrates later estimates of the same
+ * model: ratio = reported / estimated, an average weighted toward the
+ * newest reply. The projected size of the next request is anchored on the
+ * last reported size, plus the calibrated estimate of what changed since.
+ *
+ * Context tokens of a request = input + cache read + cache creation:
+ * Anthropic reports the three apart, and the OpenAI decoder reports
+ * uncached input (prompt_tokens minus cached_tokens) with the cached part
+ * as cache read, so the sum is the prompt either way. */
+#ifndef AL_LOOP_BUDGET_H
+#define AL_LOOP_BUDGET_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* SPEC §9: warn at 80%, refuse above 95% after compaction; compact when
+ * the projected request exceeds window - max(13,000, max_tokens). */
+#define AL_BUDGET_WARN_PCT 80
+#define AL_BUDGET_REFUSE_PCT 95
+#define AL_BUDGET_RESERVE 13000
+/* Calibration: weight of the newest observation. */
+#define AL_BUDGET_EWMA_NEW 0.5
+
+typedef struct al_budget_s {
+  int64_t window;
+  json_t *ratios;    /* model -> observed reported/estimated (real) */
+  int64_t last_raw;  /* raw estimate of the last request sent */
+  int64_t last_ctx;  /* its reported context tokens; 0: none reported */
+  int64_t anchor_raw; /* raw estimate of the request last_ctx belongs to */
+  bool warned;       /* context_warning posted (once per session) */
+} al_budget_t;
+
+void al__budget_init(al_budget_t *b);
+void al__budget_free(al_budget_t *b);
+
+/* SPEC §9's estimate before calibration: 1 token per 4 characters plus 16
+ * characters per message, over the request body as sent. */
+int64_t al__budget_raw(size_t body_len, size_t n_messages);
+
+/* The calibration ratio of `model` (1.0 before any observation). */
+double al__budget_ratio(const al_budget_t *b, const char *model);
+
+/* A request of `raw` estimated tokens was sent. */
+void al__budget_sent(al_budget_t *b, int64_t raw);
+
+/* The reply to the last request reported usage: context tokens =
+ * input + cache_read + cache_creation. Returns that sum (0 when the usage
+ * has none of them; nothing is learnt then). */
+int64_t al__budget_observed(al_budget_t *b, const char *model,
+                            const json_t *usage);
+
+/* Projected context tokens of a request of `raw` estimated tokens. */
+int64_t al__budget_project(const al_budget_t *b, const char *model,
+                           int64_t raw);
+
+/* Tokens a request may reach before summary compaction: window -
+ * max(13,000, max_tokens), the reserve capped at half the window so a
+ * small window still leaves room. */
+int64_t al__budget_compact_at(const al_budget_t *b, int64_t max_tokens);
+
+/* Whole percent of the window (floor). */
+uint32_t al__budget_pct(const al_budget_t *b, int64_t tokens);
+
+#endif

@@ -1,0 +1,167 @@
+/* Micro-compaction (docs/context.md §Micro-compaction, seed 002): before
+ * a request, old results of compactable tools are replaced by a short
+ * placeholder, when that saves enough.
+ *
+ * Invariants:
+ *  - ids and the tool_use/tool_result pairing are never touched: only the
+ *    `content` of a tool_result changes, in a new block and a new message
+ *    object (history members are shared by reference elsewhere);
+ *  - a cleared result stays cleared, and its placeholder depends only on
+ *    the tool name, the call id and the original size, so the request's
+ *    prefix stays byte-stable for the provider's prompt cache;
+ *  - the `keep` most recent results of compactable tools are never
+ *    cleared, and nothing is cleared unless the total saved reaches
+ *    min_tokens (a small saving would only break the cache). */
+#include <stdio.h>
+#include <string.h>
+
+#include "loop/micro.h"
+
+static const char *str(const json_t *o, const char *k) {
+  const json_t *v = json_object_get(o, k);
+
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static bool is_type(const json_t *b, const char *t) {
+  const char *s = str(b, "type");
+
+  return s != NULL && strcmp(s, t) == 0;
+}
+
+bool al__micro_is_cleared(const json_t *result) {
+  const char *c = str(result, "content");
+
+  return c != NULL && strncmp(c, AL_MICRO_PREFIX, strlen(AL_MICRO_PREFIX)) == 0;
+}
+
+/* Bytes of a result's content as the model sees it. */
+static size_t content_bytes(const json_t *result) {
+  const json_t *c = json_object_get(result, "content");
+
+  if (json_is_string(c)) {
+    return json_string_length(c);
+  }
+  return json_dumpb(c, NULL, 0, JSON_COMPACT);
+}
+
+int al__micro_placeholder(char *buf, size_t size, const char *tool,
+                          const char *id, size_t bytes) {
+  return snprintf(buf, size,
+                  AL_MICRO_PREFIX " to save context: the output of %s (call "
+                  "%s, %zu bytes). Call " AL_MICRO_TOOL " with {\"call_id\": "
+                  "\"%s\"} to read it again.]",
+                  tool, id, bytes, id);
+}
+
+static bool listed(const char *const *names, const char *name) {
+  size_t i;
+
+  for (i = 0; names != NULL && names[i] != NULL; i++) {
+    if (name != NULL && strcmp(names[i], name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
+                          json_t *originals, json_t *cleared) {
+  json_t *names = json_object(); /* call id -> tool name */
+  json_t *cand = json_array();   /* [msg index, block index] of results */
+  const json_t *m;
+  size_t i, k;
+  int64_t saved_bytes = 0;
+  int64_t saved;
+  size_t n_cand;
+
+  /* Every result of a compactable tool, oldest first. */
+  json_array_foreach(msgs, i, m) {
+    const json_t *b;
+
+    json_array_foreach(json_object_get(m, "content"), k, b) {
+      if (is_type(b, "tool_use") && str(b, "id") != NULL &&
+          str(b, "name") != NULL) {
+        json_object_set_new(names, str(b, "id"), json_string(str(b, "name")));
+      } else if (is_type(b, "tool_result") &&
+                 listed(o->compactable,
+                        str(names, str(b, "tool_use_id") ? str(b, "tool_use_id")
+                                                         : ""))) {
+        json_array_append_new(cand, json_pack("[I,I]", (json_int_t)i,
+                                              (json_int_t)k));
+      }
+    }
+  }
+  n_cand = json_array_size(cand);
+  if (n_cand <= o->keep) {
+    goto out_none;
+  }
+  /* What clearing every older one would save. */
+  for (i = 0; i + o->keep < n_cand; i++) {
+    const json_t *at = json_array_get(cand, i);
+    const json_t *b = json_array_get(
+        json_object_get(json_array_get(msgs, (size_t)json_integer_value(
+                                                 json_array_get(at, 0))),
+                        "content"),
+        (size_t)json_integer_value(json_array_get(at, 1)));
+    char ph[512];
+    const char *id = str(b, "tool_use_id");
+    size_t bytes = content_bytes(b);
+    int plen;
+
+    if (al__micro_is_cleared(b)) {
+      continue;
+    }
+    plen = al__micro_placeholder(ph, sizeof(ph), str(names, id), id, bytes);
+    if ((int64_t)bytes > plen) {
+      saved_bytes += (int64_t)bytes - plen;
+    }
+  }
+  saved = (int64_t)((double)saved_bytes / 4.0 * o->ratio);
+  if (saved <= 0 || saved < o->min_tokens) {
+    goto out_none;
+  }
+  for (i = 0; i + o->keep < n_cand; i++) {
+    const json_t *at = json_array_get(cand, i);
+    size_t mi = (size_t)json_integer_value(json_array_get(at, 0));
+    size_t bi = (size_t)json_integer_value(json_array_get(at, 1));
+    json_t *msg = json_array_get(msgs, mi);
+    json_t *content = json_object_get(msg, "content");
+    json_t *b = json_array_get(content, bi);
+    const char *id = str(b, "tool_use_id");
+    char ph[512];
+    json_t *nb;
+    json_t *nc;
+    json_t *nm;
+
+    if (al__micro_is_cleared(b) || content_bytes(b) <= 1) {
+      continue;
+    }
+    al__micro_placeholder(ph, sizeof(ph), str(names, id), id,
+                          content_bytes(b));
+    if (strlen(ph) >= content_bytes(b)) {
+      continue; /* already shorter than its placeholder */
+    }
+    if (originals != NULL) {
+      json_object_set(originals, id, json_object_get(b, "content"));
+    }
+    if (cleared != NULL) {
+      json_array_append_new(cleared, json_string(id));
+    }
+    /* Copy on write: a new block, content array and message. */
+    nb = json_copy(b);
+    json_object_set_new(nb, "content", json_string(ph));
+    nc = json_copy(content);
+    json_array_set_new(nc, bi, nb);
+    nm = json_copy(msg);
+    json_object_set_new(nm, "content", nc);
+    json_array_set_new(msgs, mi, nm);
+  }
+  json_decref(names);
+  json_decref(cand);
+  return saved;
+out_none:
+  json_decref(names);
+  json_decref(cand);
+  return 0;
+}

@@ -1,0 +1,187 @@
+/* The daemon follows the client (docs/protocol.md): session/create carries
+ * the client's model, base URL and key; session/configure (the chat's
+ * /model) switches the model for the next run and keeps the history; the
+ * key never reaches the transcript; a later load keeps the new model. */
+#include <unistd.h>
+
+#include "dtest.h"
+
+static const char *two_replies =
+    "responses:\n"
+    "  - reply: {content: [{text: one}]}\n"
+    "  - reply: {content: [{text: two}]}\n"
+    "  - reply: {content: [{text: three}]}\n";
+
+static const char *rec_model(const dt_t *t, size_t i) {
+  const al_mockllm_record_t *r = al_mockllm_record_get(t->mock, i);
+
+  ASSERT_NOT_NULL(r);
+  return json_string_value(json_object_get(r->body, "model"));
+}
+
+static bool exited(void *data) {
+  return ((dt_t *)data)->exited;
+}
+
+TEST_IMPL(daemon_follows_client_settings) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char sid[64];
+  json_t *r;
+  size_t at;
+  const al_mockllm_record_t *rec;
+  char path[400];
+  FILE *f;
+  char line[8192];
+  bool key_in_file = false;
+
+  dt_init(&t, two_replies);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  /* The daemon was started with model "mock-model" and key "test-key";
+   * this client's shell says otherwise. */
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"model\":\"m-shell\",\"base_url\":\"%s\","
+           "\"api_key\":\"k-from-the-shell-0123\"}",
+           t.work, t.url);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"first\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  at = dt_wait_event(&c, "final", 0);
+  ASSERT_STR_EQ(rec_model(&t, 0), "m-shell");
+  rec = al_mockllm_record_get(t.mock, 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(rec->headers, "x-api-key")),
+                "k-from-the-shell-0123");
+
+  /* /model: the next run uses the new model, with the history. */
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"model\":\"m-next\"}", sid);
+  r = dt_call(&c, 5, "session/configure", p);
+  ASSERT_EQ(dt_err(r), 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(r, "result"), "model")),
+                "m-next");
+  ASSERT(json_is_true(json_object_get(json_object_get(r, "result"),
+                                      "changed")));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"second\"}", sid);
+  r = dt_call(&c, 6, "turn/send", p);
+  ASSERT_EQ(dt_err(r), 0);
+  /* Runs go on numbering where they were. */
+  ASSERT_EQ(json_integer_value(json_object_get(json_object_get(r, "result"),
+                                               "run")),
+            2);
+  dt_wait_event(&c, "final", at + 1);
+  ASSERT_STR_EQ(rec_model(&t, 1), "m-next");
+  rec = al_mockllm_record_get(t.mock, 1);
+  ASSERT_EQ(json_array_size(json_object_get(rec->body, "messages")), 3);
+  ASSERT_STR_EQ(json_string_value(json_object_get(rec->headers, "x-api-key")),
+                "k-from-the-shell-0123");
+  dt_assert_valid(&t);
+
+  /* Bad values are refused and the session keeps its settings. */
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"provider\":\"nope\"}", sid);
+  r = dt_call(&c, 7, "session/configure", p);
+  ASSERT_EQ(dt_err(r), AL_RPC_INVALID_PARAMS);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"base_url\":\"ftp://x\"}",
+           sid);
+  r = dt_call(&c, 8, "session/configure", p);
+  ASSERT_EQ(dt_err(r), AL_RPC_INVALID_PARAMS);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"third\"}", sid);
+  dt_call(&c, 9, "turn/send", p);
+  dt_wait_event(&c, "final", at + 2);
+  ASSERT_STR_EQ(rec_model(&t, 2), "m-next");
+  al__daemon_shutdown(t.d); /* flushes the transcript */
+  dt_run_until(&t, exited, &t);
+
+  /* The transcript keeps the new model and never the key. */
+  snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, sid);
+  f = fopen(path, "r");
+  ASSERT_NOT_NULL(f);
+  {
+    bool new_header = false;
+
+    while (fgets(line, sizeof(line), f) != NULL) {
+      key_in_file |= strstr(line, "k-from-the-shell") != NULL;
+      new_header |= strstr(line, "\"rec\":\"session\"") != NULL &&
+                    strstr(line, "m-next") != NULL;
+    }
+    ASSERT(new_header);
+  }
+  fclose(f);
+  ASSERT(!key_in_file);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
+
+/* The configuration's permission rules reach the daemon's gate: a deny
+ * pattern refuses `rm -rf`, an ask pattern makes `git status` wait for a
+ * watcher. */
+static const char *rules_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: t1, name: bash, input: {command: \"rm -rf "
+    "zz\"}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: t2, name: bash, input: {command: \"git "
+    "status\"}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: done\n";
+
+TEST_IMPL(daemon_permission_rules_from_client) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char sid[64];
+  size_t i;
+  const char *content;
+
+  dt_init(&t, rules_yaml);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"deny_tools\":[\"bash(rm *)\"],"
+           "\"ask_tools\":[\"bash(git *)\"]}",
+           t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  i = dt_wait_event(&c, "tool_use_completed", 0);
+  content = json_string_value(json_object_get(
+      json_object_get(json_array_get(c.msgs, i), "params"), "content"));
+  ASSERT_NOT_NULL(content);
+  ASSERT_NOT_NULL(strstr(content, "deny list"));
+  /* The git call waits for a watcher. */
+  i = dt_wait_event(&c, "approval_required", i);
+  {
+    const char *req = json_string_value(json_object_get(
+        json_object_get(json_array_get(c.msgs, i), "params"), "request"));
+    char reqbuf[64];
+
+    ASSERT_NOT_NULL(req);
+    snprintf(reqbuf, sizeof(reqbuf), "%s", req);
+    snprintf(p, sizeof(p),
+             "{\"session\":\"%s\",\"request\":\"%s\",\"decision\":"
+             "\"deny\"}",
+             sid, reqbuf);
+    dt_call(&c, 5, "approval/respond", p);
+  }
+  dt_wait_event(&c, "final", i);
+  /* Bad rule lists are refused. */
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"allow_tools\":\"bash\"}",
+           t.work);
+  ASSERT_EQ(dt_err(dt_call(&c, 6, "session/create", p)),
+            AL_RPC_INVALID_PARAMS);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
