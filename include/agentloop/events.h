@@ -246,7 +246,9 @@ typedef struct {
  * restarting, closed) with `tools` tools, ms from spawn to ready/failure,
  * error (failed/restarting: exit status and stderr tail).
  * mcp_tools_changed: a new list of server's tools took effect at a turn
- * boundary (added/removed counts).
+ * boundary (added/removed counts; definition_tokens: what the server's
+ * tool definitions now cost in every request, estimated at 4 bytes of
+ * their JSON per token).
  * mcp_warning: error is the message (a tool-name collision, a dropped
  * tool). */
 typedef struct {
@@ -256,6 +258,7 @@ typedef struct {
   uint32_t tools;
   uint32_t added;
   uint32_t removed;
+  uint64_t definition_tokens;
   uint64_t ms;
 } al_event_mcp_t;
 

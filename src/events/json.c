@@ -231,6 +231,7 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     put_u64(e, "tools", ev->u.mcp.tools);
     put_u64(e, "added", ev->u.mcp.added);
     put_u64(e, "removed", ev->u.mcp.removed);
+    put_u64(e, "definition_tokens", ev->u.mcp.definition_tokens);
     break;
   case AL_EVENT_MCP_WARNING:
     put_str(e, "server", ev->u.mcp.server);

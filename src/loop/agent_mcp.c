@@ -28,9 +28,10 @@ static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
 /* ---- events ------------------------------------------------------------------ */
 
-static bool post_mcp(al_agent_t *a, al_event_type_t type,
-                     const al_mcp_server_t *s, const char *msg,
-                     uint32_t added, uint32_t removed) {
+static bool post_mcp_tokens(al_agent_t *a, al_event_type_t type,
+                            const al_mcp_server_t *s, const char *msg,
+                            uint32_t added, uint32_t removed,
+                            uint64_t tokens) {
   al_event_t ev;
 
   memset(&ev, 0, sizeof(ev));
@@ -42,7 +43,35 @@ static bool post_mcp(al_agent_t *a, al_event_type_t type,
   ev.u.mcp.ms = al__mcp_server_ms(s);
   ev.u.mcp.added = added;
   ev.u.mcp.removed = removed;
+  ev.u.mcp.definition_tokens = tokens;
   return al__agent_post(a, &ev);
+}
+
+static bool post_mcp(al_agent_t *a, al_event_type_t type,
+                     const al_mcp_server_t *s, const char *msg,
+                     uint32_t added, uint32_t removed) {
+  return post_mcp_tokens(a, type, s, msg, added, removed, 0);
+}
+
+/* What the server's registered definitions cost per request: the bytes of
+ * their JSON as the provider gets it, at about 4 bytes per token. */
+static uint64_t definition_tokens(al_agent_t *a, const al_mcp_server_t *s) {
+  al_list_t *pos;
+  uint64_t bytes = 0;
+
+  al_list_foreach(pos, &a->tools) {
+    ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
+    char *js;
+
+    if (t->mcp != s || t->removed) {
+      continue;
+    }
+    js = json_dumps(t->schema, JSON_COMPACT);
+    bytes += strlen(t->name) + strlen(t->description) +
+             (js != NULL ? strlen(js) : 0) + 40;
+    al_free(js);
+  }
+  return (bytes + 3) / 4;
 }
 
 static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
@@ -291,7 +320,8 @@ bool al__agent_mcp_sync(al_agent_t *a) {
         return true;
       }
     }
-    if (post_mcp(a, AL_EVENT_MCP_TOOLS_CHANGED, s, NULL, added, removed)) {
+    if (post_mcp_tokens(a, AL_EVENT_MCP_TOOLS_CHANGED, s, NULL, added,
+                        removed, definition_tokens(a, s))) {
       return true;
     }
   }

@@ -702,6 +702,7 @@ static void golden_events(al_event_t *evs) {
   e->u.mcp.tools = 14;
   e->u.mcp.added = 14;
   e->u.mcp.removed = 0;
+  e->u.mcp.definition_tokens = 2412;
   e = &evs[AL_EVENT_MCP_WARNING];
   e->u.mcp.server = S("b");
   e->u.mcp.error = S("tool 'search' is also offered by server 'a'");

@@ -116,6 +116,13 @@ TEST_IMPL(agent_mcp_tool_called_from_run) {
   ASSERT(changed > ready);
   ASSERT_EQ(json_integer_value(json_object_get(fx_event(&f, changed), "added")),
             11);
+  /* 11 small tools: a few hundred tokens of definitions, not zero. */
+  ASSERT_GE(json_integer_value(
+                json_object_get(fx_event(&f, changed), "definition_tokens")),
+            200);
+  ASSERT_LE(json_integer_value(
+                json_object_get(fx_event(&f, changed), "definition_tokens")),
+            2000);
   ASSERT(changed < fx_find(&f, "turn_started", NULL, 0));
   ASSERT(offers(&f, 0, "mcp__f__echo"));
   ASSERT(offers(&f, 0, "bash"));
