@@ -773,8 +773,9 @@ static void on_line(al_mcp_server_t *s, const char *line, size_t n) {
   msg = json_loadb(line, n, 0, &jerr);
   if (!json_is_object(msg)) {
     json_decref(msg);
-    server_fail(s, "wrote something that is not JSON-RPC on stdout: %.80s",
-                line);
+    /* line is not NUL-terminated (it points into the read buffer). */
+    server_fail(s, "wrote something that is not JSON-RPC on stdout: %.*s",
+                (int)(n < 80 ? n : 80), line);
     return;
   }
   on_message(s, msg);
