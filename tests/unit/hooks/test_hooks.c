@@ -206,6 +206,48 @@ TEST_IMPL(hooks_pre_timeout_denies_and_kills) {
   return 0;
 }
 
+/* ask: an approval even for a write tool the policy allows; a run that
+ * cannot ask (headless) denies. */
+static void approve_hook(fx_t *f, const al_event_t *ev, const json_t *j) {
+  if (ev->type == AL_EVENT_APPROVAL_REQUIRED) {
+    ASSERT_EQ(al_agent_approve(f->agent, jstr(j, "request"), AL_APPROVE_ALLOW),
+              0);
+  }
+}
+
+TEST_IMPL(hooks_pre_ask) {
+  char *cfg = hook_cfg("pre_tool_use", "asker",
+                       "cat >/dev/null; echo '{\"decision\":\"ask\"}'", NULL);
+  int mode;
+
+  signal(SIGPIPE, SIG_IGN);
+  for (mode = 0; mode < 2; mode++) {
+    fx_t f;
+    const char *content;
+
+    fx_init(&f, write_scn);
+    f.opts.hooks_config = cfg;
+    f.opts.permission_mode = mode == 0 ? AL_PERMISSION_MODE_INTERACTIVE
+                                       : AL_PERMISSION_MODE_HEADLESS;
+    f.hook = approve_hook;
+    fx_start(&f);
+    fx_run(&f, "write it");
+    content = jstr(fx_tool_result(&f, 1, "w1"), "content");
+    if (mode == 0) {
+      ASSERT_EQ(fx_count(&f, "approval_required"), 1);
+      ASSERT(exists(&f, "a.txt"));
+    } else {
+      ASSERT_EQ(fx_count(&f, "approval_required"), 0);
+      ASSERT(!exists(&f, "a.txt"));
+      ASSERT(strstr(content, "a hook asks for an approval and this run "
+                             "cannot ask") != NULL);
+    }
+    fx_finish(&f);
+  }
+  free(cfg);
+  return 0;
+}
+
 TEST_IMPL(hooks_on_failure_allow_is_opt_in) {
   bool err, created;
   char *out = run_write("cat >/dev/null; exit 1", "{\"on_failure\":\"allow\"}",
