@@ -18,7 +18,8 @@
  * n"), roots (asks the client roots/list and returns the answer), change
  * (sends tools/list_changed, after which the list has 'added'),
  * structured {ok} (structuredContent checked against outputSchema), image
- * (an image part), destroy (destructiveHint). */
+ * (an image part), destroy (destructiveHint); cancelled (not listed):
+ * the request ids of the notifications/cancelled it got, "2,5,". */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ static int page = 0;
 static const char *dup_name = NULL;
 static int changed = 0;
 static json_t *progress_token = NULL; /* params._meta.progressToken */
+static char cancelled_ids[256];        /* notifications/cancelled seen */
 
 static void out(json_t *msg) {
   char *s;
@@ -184,6 +186,8 @@ static void on_call(json_t *id, const char *name, json_t *args) {
       out(json_pack("{s:O, s:{s:[], s:{s:s}}}", "id", id, "result", "content",
                     "structuredContent", "other", "x"));
     }
+  } else if (strcmp(name, "cancelled") == 0) {
+    text_result(id, cancelled_ids, false);
   } else if (strcmp(name, "image") == 0) {
     out(json_pack("{s:O, s:{s:[{s:s, s:s, s:s}, {s:s, s:s}]}}", "id", id,
                   "result", "content", "type", "image", "mimeType",
@@ -248,6 +252,15 @@ HELPER_IMPL(mcp_server) {
     if (method == NULL) {
       json_decref(m);
       continue;
+    }
+    if (strcmp(method, "notifications/cancelled") == 0) {
+      char one[32];
+
+      snprintf(one, sizeof(one), "%lld,",
+               (long long)json_integer_value(
+                   json_object_get(params, "requestId")));
+      strncat(cancelled_ids, one,
+              sizeof(cancelled_ids) - strlen(cancelled_ids) - 1);
     }
     if (strcmp(method, "initialize") == 0) {
       if (!hang_init) {

@@ -493,6 +493,10 @@ TEST_IMPL(mcp_cancel_then_next_call) {
   call_wait(&t, 0, "echo", "{\"text\":\"still here\"}");
   ASSERT_EQ(t.done, 1);
   ASSERT_STR_EQ(t.text, "still here");
+  /* The server was told: the stall call (id 3, after initialize and
+   * tools/list) was cancelled. */
+  call_wait(&t, 0, "cancelled", "{}");
+  ASSERT_STR_EQ(t.text, "3,");
   mt_finish(&t);
   return 0;
 }
