@@ -1384,3 +1384,54 @@ TEST_IMPL(cli_mcp_list_and_get) {
   ws_remove(&w);
   return 0;
 }
+
+/* A project's .mcp.json is read only when the project is trusted: its
+ * commands are code from the repository (docs/mcp.md). */
+TEST_IMPL(cli_run_project_mcp_json_needs_trust) {
+  cli_t c;
+  ws_t w;
+  char mcp[1024];
+  const char *untrusted[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                             "--cwd", NULL, "-p", "go", NULL};
+  const char *trusted[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                           "--cwd", NULL, "--trust-project", "-p", "go",
+                           NULL};
+  static const char scn[] =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: m1, name: mcp__proj__echo, "
+      "input: {text: 'project server'}}}]}\n"
+      "  - reply: {content: [{text: 'finished'}]}\n";
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[4096];
+  const char *text;
+  int pass;
+
+  ws_make(&w);
+  snprintf(mcp, sizeof(mcp),
+           "{\"mcpServers\":{\"proj\":{\"command\":\"%s\",\"args\":["
+           "\"--helper\",\"mcp_server\"],\"sandbox\":false}}}",
+           al_test_exe());
+  ws_file(&w, ".mcp.json", mcp);
+  untrusted[4] = trusted[4] = w.dir;
+  for (pass = 0; pass < 2; pass++) {
+    start_mock(&c, scn);
+    run_cli(&c, pass == 0 ? untrusted : trusted, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    rec = al_mockllm_record_get(c.mock, 1);
+    ASSERT_NOT_NULL(rec);
+    tr = find_tool_result(rec->body, "m1");
+    ASSERT_NOT_NULL(tr);
+    text = content_text(json_object_get(tr, "content"), buf, sizeof(buf));
+    if (pass == 0) {
+      ASSERT(json_is_true(json_object_get(tr, "is_error")));
+      ASSERT_NOT_NULL(strstr(text, "Unknown tool 'mcp__proj__echo'"));
+    } else {
+      ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+      ASSERT_STR_EQ(text, "project server");
+    }
+    finish(&c);
+  }
+  ws_remove(&w);
+  return 0;
+}
