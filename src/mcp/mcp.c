@@ -115,6 +115,7 @@ void al__mcp_options_init(al_mcp_options_t *o) {
 }
 
 static void spawn_server(al_mcp_server_t *s);
+static void on_timer(uv_timer_t *t);
 static void feed_stdout(al_mcp_server_t *s, const char *p, size_t n);
 static void server_fail(al_mcp_server_t *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -861,7 +862,6 @@ static void stderr_tail(al_mcp_server_t *s, al_buf_t *out) {
   al__utf8_sanitize_append(out, d + i, n - i);
 }
 
-static void on_timer(uv_timer_t *t);
 
 /* Whether another restart is allowed: fewer than max_restarts in the last
  * 5 minutes. */
@@ -968,8 +968,9 @@ static void on_timer(uv_timer_t *t) {
                 s->cfg.startup_timeout_ms);
     return;
   }
-  if (s->state == AL_MCP_RESTARTING && s->sp == NULL) {
-    spawn_server(s);
+  if ((s->state == AL_MCP_RESTARTING || s->state == AL_MCP_CLOSED) &&
+      s->sp == NULL) {
+    spawn_server(s); /* a restart, or the first start (al__mcp_start) */
   }
 }
 
@@ -1070,8 +1071,10 @@ int al__mcp_new(const al_mcp_options_t *o, al_mcp_config_t *cfg,
 void al__mcp_start(al_mcp_t *m) {
   size_t i;
 
+  /* From the loop's next turn: the owner subscribes to states after
+   * creating us and should see `starting` too. */
   for (i = 0; i < m->n; i++) {
-    spawn_server(&m->servers[i]);
+    uv_timer_start(&m->servers[i].timer, on_timer, 0, 0);
   }
 }
 
@@ -1079,9 +1082,8 @@ bool al__mcp_settled(const al_mcp_t *m) {
   size_t i;
 
   for (i = 0; i < m->n; i++) {
-    if (!m->servers[i].ever_settled &&
-        m->servers[i].state != AL_MCP_CLOSED) {
-      return false;
+    if (!m->servers[i].ever_settled && !m->closing) {
+      return false; /* not started yet, or still starting */
     }
   }
   return true;

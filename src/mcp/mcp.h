@@ -156,9 +156,11 @@ void al__mcp_options_init(al_mcp_options_t *o);
 /* Takes the servers of cfg (cfg is left empty). Starts nothing. */
 int al__mcp_new(const al_mcp_options_t *o, al_mcp_config_t *cfg,
                 al_mcp_t **out);
-/* Spawns every server (each reports starting, then ready or failed). */
+/* Spawns every server on the loop's next turn (each reports starting,
+ * then ready or failed). */
 void al__mcp_start(al_mcp_t *m);
-/* True when no server is starting or restarting its first start. */
+/* True when every server has been ready or failed at least once (false
+ * for one not started yet). */
 bool al__mcp_settled(const al_mcp_t *m);
 uint64_t al__mcp_startup_wait_ms(const al_mcp_t *m);
 size_t al__mcp_count(const al_mcp_t *m);
