@@ -1467,6 +1467,7 @@ static void compact_start(al_agent_t *a, const char *trigger) {
   a->compact_cut = json_is_array(msgs) ? al__compact_cut(msgs, keep_tokens(a),
                                                          ratio)
                                        : 0;
+  al__agent_pre_compact_hooks(a, trigger, (int64_t)a->compact_before);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_COMPACTION_STARTED;
   ev.u.compaction.trigger = ag_slice(trigger);
@@ -2160,6 +2161,7 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   set_state(a, AG_CLOSING);
   a->close_cb = cb;
   exec_close_all(a);
+  al__agent_hooks_cancel_runs(a); /* hooks begun outside a run too */
   al__agent_mcp_close(a);
   uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
   if (a->own_client) {

@@ -367,3 +367,31 @@ bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len) {
   a->hook_runs[a->n_hook_runs++] = run;
   return true;
 }
+
+/* ---- pre_compact --------------------------------------------------------------------- */
+
+static void precompact_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                            void *data) {
+  (void)res;
+  runs_remove(data, run);
+}
+
+void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
+                                 int64_t tokens_before) {
+  json_t *in;
+  al_hooks_run_t *run;
+
+  /* Observational: the compaction does not wait for it. */
+  if (a->hooks == NULL || a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
+      !al__hooks_match(a->hooks, AL_HOOK_PRE_COMPACT, NULL, -1)) {
+    return;
+  }
+  in = al__agent_hook_input(a);
+  json_object_set_new(in, "trigger", json_string(trigger));
+  json_object_set_new(in, "tokens_before", json_integer(tokens_before));
+  if (al__hooks_run(a->hooks, AL_HOOK_PRE_COMPACT, NULL, -1, in, stop_report,
+                    precompact_done, a, &run) == 0) {
+    a->hook_runs[a->n_hook_runs++] = run;
+  }
+  json_decref(in);
+}

@@ -327,6 +327,11 @@ bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len);
 bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
                                   bool first);
 
+/* Before a compaction: the pre_compact hooks, observational (the
+ * compaction does not wait; their hook_executed events report them). */
+void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
+                                 int64_t tokens_before);
+
 /* agent.c, for agent_hooks.c */
 /* The MCP startup wait, then the first turn. */
 void al__agent_begin_turns(al_agent_t *a);

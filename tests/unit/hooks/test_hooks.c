@@ -567,6 +567,39 @@ TEST_IMPL(hooks_session_start_context) {
   return 0;
 }
 
+/* pre_compact: observational, told the trigger; the compaction goes on. */
+TEST_IMPL(hooks_pre_compact) {
+  fx_t f;
+  char *cfg = hook_cfg("pre_compact", "note", "cat > compact_input.json", NULL);
+  char p[512];
+  size_t n;
+  char *text;
+  json_t *j;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n  - reply: {content: [{text: 'hi'}]}\n");
+  f.opts.hooks_config = cfg;
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT_EQ(al_agent_compact(f.agent, NULL), 0);
+  while (fx_count(&f, "hook_executed") == 0) {
+    uv_run(&f.loop, UV_RUN_ONCE);
+  }
+  ASSERT_STR_EQ(jstr(hook_event(&f, 0), "event"), "pre_compact");
+  ASSERT(fx_count(&f, "compaction_started") == 1);
+  snprintf(p, sizeof(p), "%s/compact_input.json", f.workspace);
+  text = al_test_read_file(p, &n);
+  ASSERT_NOT_NULL(text);
+  j = json_loads(text, 0, NULL);
+  ASSERT_STR_EQ(jstr(j, "event"), "pre_compact");
+  ASSERT_STR_EQ(jstr(j, "trigger"), "manual");
+  json_decref(j);
+  free(text);
+  fx_finish(&f);
+  free(cfg);
+  return 0;
+}
+
 TEST_IMPL(hooks_config_errors) {
   static const char *const bad[] = {
       "{\"hooks\":{\"pre_tool\":[]}}",
