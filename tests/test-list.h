@@ -27,3 +27,5 @@
 #include "list/durable.h"
 #include "list/config.h"
 #include "list/reliability.h"
+#include "list/mcp.h"
+#include "list/hooks.h"

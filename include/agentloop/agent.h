@@ -150,6 +150,37 @@ typedef enum {
 typedef void (*al_commit_cb)(al_agent_t *agent, al_commit_kind_t kind,
                              const char *message, size_t len, void *data);
 
+/* Hooks (docs/hooks.md). A decision: none (no opinion), allow, ask (needs
+ * an approval), deny. Ordered: the strongest of several hooks wins. */
+typedef enum {
+  AL_HOOK_NONE = 0,
+  AL_HOOK_ALLOW,
+  AL_HOOK_ASK,
+  AL_HOOK_DENY
+} al_hook_decision_t;
+
+/* What an in-process hook answers. reason: shown to the model on deny (or
+ * as the stop hook's message). The strings are al_malloc'd by the hook
+ * (or NULL) and freed by the agent: updated_input (pre_tool_use: a JSON
+ * object replacing the tool's input), context (text added for the model),
+ * replace (post_tool_use: the result the model sees instead). */
+typedef struct al_hook_reply_s {
+  al_hook_decision_t decision;
+  char *reason;
+  char *updated_input;
+  char *context;
+  char *replace;
+} al_hook_reply_t;
+
+/* An in-process hook: called on the loop thread for every hook event
+ * ("session_start", "user_prompt_submit", "pre_tool_use", "post_tool_use",
+ * "stop", "pre_compact") with the same JSON input a command hook gets on
+ * stdin. reply is zeroed; leaving it so means no opinion. It must return
+ * quickly and must not call into the agent. */
+typedef void (*al_hook_cb)(al_agent_t *agent, const char *event,
+                           const char *input_json, al_hook_reply_t *reply,
+                           void *data);
+
 typedef struct al_agent_options_s {
   /* Model endpoint. provider: "anthropic" (default) or "openai". base_url
    * NULL: the provider's public endpoint. api_key may be NULL (mock
@@ -256,6 +287,21 @@ typedef struct al_agent_options_s {
    * oldest are dropped at a safe cut, the first user message kept, with a
    * notice (compaction events, trigger "max_messages"). */
   uint32_t max_messages;
+  /* MCP servers (docs/mcp.md): JSON text in the .mcp.json shape,
+   * {"mcpServers": {NAME: {command, args, env, ...}}, "startup_wait_ms"}.
+   * They start in al_agent_new and run until al_agent_close; a bad
+   * configuration fails al_agent_new with AL_EINVAL. NULL: none.
+   * mcp_restart_base_ms: first restart backoff (0: 1000; a test seam). */
+  const char *mcp_config;
+  uint64_t mcp_restart_base_ms;
+  /* Hooks (docs/hooks.md): command hooks as JSON text,
+   * {"hooks": {EVENT: [{name, command: [argv], matcher, category,
+   * timeout_ms, on_failure, sandbox}]}}; a bad configuration fails
+   * al_agent_new with AL_EINVAL. hook: an in-process hook for every event
+   * (may be NULL). */
+  const char *hooks_config;
+  al_hook_cb hook;
+  void *hook_data;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);
@@ -302,8 +348,10 @@ int al_agent_subscribe(al_agent_t *agent, al_event_cb cb, void *data,
                        al_sub_t **out);
 void al_agent_unsubscribe(al_agent_t *agent, al_sub_t *sub);
 
-/* Starts a run with the user's text. run_started (and the first
- * turn_started) are posted before it returns. AL_EBUSY while a run is
+/* Starts a run with the user's text. run_started is posted before it
+ * returns, and the first turn_started too unless session_start /
+ * user_prompt_submit hooks run or MCP servers are still starting (then it
+ * comes once they are done, at most startup_wait_ms later for servers). AL_EBUSY while a run is
  * active, AL_EINVAL for empty text, AL_ECLOSING after close. */
 int al_agent_run(al_agent_t *agent, const char *text);
 bool al_agent_running(const al_agent_t *agent);

@@ -46,6 +46,8 @@
 #include "config/config.h"
 #include "config/context.h"
 #include "events/events.h"
+#include "mcp/mcp.h"
+#include "tools/clitool.h"
 
 enum {
   EXIT_OK = 0,
@@ -148,6 +150,11 @@ static void usage(FILE *f) {
       "tools:\n"
       "      --cwd DIR             workspace of the tools (default: .)\n"
       "      --allow-tool NAME     allow an admin tool (repeatable)\n"
+      "      --mcp-config FILE     MCP servers ({\"mcpServers\": ...}, the\n"
+      "                            .mcp.json shape; docs/mcp.md); a trusted\n"
+      "                            project's .mcp.json is read too\n"
+      "      --hooks-config FILE   hooks ({\"hooks\": {EVENT: [...]}};\n"
+      "                            docs/hooks.md); failing hooks block\n"
       "      --deny-tool NAME      deny a tool: its calls get an error\n"
       "                            result (repeatable; deny wins)\n"
       "      --tools-dir DIR       another tools.d directory of YAML CLI\n"
@@ -746,7 +753,8 @@ int al_cli_run(int argc, char **argv) {
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_NO_AUTO_COMPACT,
     O_NO_PROMPT_CACHE, O_MAX_MESSAGES, O_MICRO_MIN, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_LIMIT
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_LIMIT,
+    O_MCP_CONFIG, O_HOOKS_CONFIG
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -777,6 +785,8 @@ int al_cli_run(int argc, char **argv) {
       {"no-prompt-cache", no_argument, NULL, O_NO_PROMPT_CACHE},
       {"max-messages", required_argument, NULL, O_MAX_MESSAGES},
       {"micro-min-tokens", required_argument, NULL, O_MICRO_MIN},
+      {"mcp-config", required_argument, NULL, O_MCP_CONFIG},
+      {"hooks-config", required_argument, NULL, O_HOOKS_CONFIG},
       {"color", required_argument, NULL, O_COLOR},
       {"no-color", no_argument, NULL, O_NO_COLOR},
       {"verbose", no_argument, NULL, 'v'},
@@ -808,6 +818,10 @@ int al_cli_run(int argc, char **argv) {
   char **own_tools = NULL, **own_denied = NULL, **own_writable = NULL;
   char wsbuf[PATH_MAX];
   bool trust = false;
+  const char *mcp_file = NULL;
+  char *mcp_json = NULL;
+  const char *hooks_file = NULL;
+  char *hooks_json = NULL;
   const char *fallback = NULL;
   const char *color = "auto";
   const char *allow[MAX_TOOL_FLAGS + 1];
@@ -865,6 +879,8 @@ int al_cli_run(int argc, char **argv) {
       tools_dirs[ntools_dirs++] = optarg;
       break;
     case O_TRUST: trust = true; break;
+    case O_MCP_CONFIG: mcp_file = optarg; break;
+    case O_HOOKS_CONFIG: hooks_file = optarg; break;
     case O_PRINT_PROMPT: print_prompt = true; break;
     case O_SANDBOX:
       if (!al__cli_sandbox_policy(optarg, &sandbox)) {
@@ -1256,10 +1272,46 @@ int al_cli_run(int argc, char **argv) {
     if (al__config_context_apply(&cfg, &o, why, sizeof(why)) != 0) {
       fail_usage("%s", why);
       code = EXIT_USAGE;
-    } else {
-      code = drive(r, &o, text.data);
+      goto out;
     }
   }
+  {
+    /* Start-up, before the loop runs: the reads may block. */
+    char mws[4096];
+    size_t wsn = sizeof(mws);
+    const char *ws = cwd != NULL ? cwd
+                     : uv_cwd(mws, &wsn) == 0 ? mws
+                                              : ".";
+    al_buf_t merr;
+
+    al_buf_init(&merr, 4096);
+    /* mcp_servers: and hooks: of config.yaml, then the flags' files. */
+    if (al__mcp_config_load2(mcp_file, al_config_section(&cfg, "mcp_servers"),
+                             ws, trust || al__tools_project_trusted(ws),
+                             &mcp_json, &merr) != 0) {
+      fail_usage("MCP configuration: %s",
+                 merr.data != NULL ? merr.data : "out of memory");
+      al_buf_free(&merr);
+      code = EXIT_USAGE;
+      goto out;
+    }
+    if (al__hooks_config_load(hooks_file, al_config_section(&cfg, "hooks"),
+                              &hooks_json, &merr) != 0) {
+      fail_usage("hooks configuration: %s",
+                 merr.data != NULL ? merr.data : "out of memory");
+      al_buf_free(&merr);
+      code = EXIT_USAGE;
+      goto out;
+    }
+    al_buf_free(&merr);
+    o.mcp_config = mcp_json;
+    o.hooks_config = hooks_json;
+  }
+
+  code = drive(r, &o, text.data);
+out:
+  al_free(mcp_json);
+  al_free(hooks_json);
   al_models_free(models);
 
   al_buf_free(&text);

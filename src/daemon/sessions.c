@@ -725,6 +725,8 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_base_ms = d->o.retry_base_ms;
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
+  ao.mcp_config = d->o.mcp_config;
+  ao.hooks_config = d->o.hooks_config;
   ao.data = s;
   /* Checked at session/create; a hand-edited header falls back to the
    * defaults for what it cannot parse. */

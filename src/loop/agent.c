@@ -81,6 +81,7 @@ static void set_state(al_agent_t *a, ag_state_t st) {
 }
 
 static int attempt_start(al_agent_t *a);
+static void on_mcp_wait(uv_timer_t *t);
 void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
                               int status, const char *message);
 static void start_turn(al_agent_t *a);
@@ -862,6 +863,8 @@ static int attempt_start(al_agent_t *a) {
 static void run_end_common(al_agent_t *a) {
   attempt_clear(a);
   uv_timer_stop(&a->backoff);
+  a->mcp_waiting = false;
+  al__agent_hooks_cancel_runs(a);
   exec_close_all(a);
   if (a->state == AG_SUMMARY) {
     al__history_free(&a->summary_hist);
@@ -997,6 +1000,19 @@ static void summary_failed(al_agent_t *a) {
 }
 
 /* ---- failures and retries ------------------------------------------------------------- */
+
+static void on_mcp_wait(uv_timer_t *t) {
+  al__agent_mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, backoff));
+}
+
+void al__agent_mcp_wait_over(al_agent_t *a) {
+  if (!a->mcp_waiting) {
+    return;
+  }
+  a->mcp_waiting = false;
+  uv_timer_stop(&a->backoff);
+  start_turn(a);
+}
 
 static void on_backoff(uv_timer_t *t) {
   al_agent_t *a = AL_CONTAINER_OF(t, al_agent_t, backoff);
@@ -1346,6 +1362,14 @@ static void reply_done(al_agent_t *a) {
       al_buf_free(&text);
       return;
     }
+    /* Stop hooks may send the model back to work (agent_hooks.c). */
+    if (al__agent_stop_hooks_start(
+            a, single != NULL ? json_string_value(single) : text.data,
+            single != NULL ? json_string_length(single) : text.len)) {
+      json_decref(single);
+      al_buf_free(&text);
+      return;
+    }
     end_final_text(a, &text, single);
     return;
   }
@@ -1365,9 +1389,20 @@ static void tools_done(al_agent_t *a) {
   al_event_t ev;
   json_t *js;
 
+  /* post_tool_use hooks see every result of the turn first; they may
+   * replace what the model sees or add context (agent_hooks.c). */
+  if (!a->post_done && al__agent_post_hooks_start(a, box)) {
+    return;
+  }
+  a->post_done = false;
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    js = al__json_string_text(call->content != NULL ? call->content : "",
-                              call->content_len);
+    char *shown = al__agent_post_hooks_apply(a, call);
+
+    js = shown != NULL
+             ? al__json_string_text(shown, strlen(shown))
+             : al__json_string_text(call->content != NULL ? call->content : "",
+                                    call->content_len);
+    al_free(shown);
     if (js != NULL) {
       al__history_add_tool_result(&a->history, call->id, js, call->is_error);
       json_decref(js);
@@ -1432,6 +1467,10 @@ static void start_turn(al_agent_t *a) {
     if (attempt_start(a) != 0) {
       summary_failed(a);
     }
+    return;
+  }
+  /* A turn boundary: late MCP servers join, changed tool lists apply. */
+  if (al__agent_mcp_sync(a)) {
     return;
   }
   a->turn++;
@@ -1594,6 +1633,7 @@ static void compact_start(al_agent_t *a, const char *trigger) {
   a->compact_cut = json_is_array(msgs) ? al__compact_cut(msgs, keep_tokens(a),
                                                          ratio)
                                        : 0;
+  al__agent_pre_compact_hooks(a, trigger, (int64_t)a->compact_before);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_COMPACTION_STARTED;
   ev.u.compaction.trigger = ag_slice(trigger);
@@ -1811,6 +1851,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al_list_init(&a->tools);
   al_list_init(&a->approvals);
   al_list_init(&a->execs);
+  al_list_init(&a->hook_waits);
   al__history_init(&a->history);
   al__history_init(&a->summary_hist);
   al__history_init(&a->compact_hist);
@@ -1934,7 +1975,9 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
       (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
       (rc = al__agent_cli_tools_init(a)) != 0 ||
-      (rc = al__agent_context_init(a, o)) != 0) {
+      (rc = al__agent_context_init(a, o)) != 0 ||
+      (rc = al__agent_mcp_check(o)) != 0 ||
+      (rc = al__agent_hooks_init(a, o)) != 0) {
     goto fail;
   }
   al_http_client_options_init(&co);
@@ -1961,6 +2004,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   uv_timer_init(loop, &a->backoff);
   uv_idle_init(loop, &a->finish);
   a->pending = 2; /* the backoff timer and the client */
+  /* Last: from here on nothing fails, and the servers start at once. */
+  al__agent_mcp_init(a, o);
   *out = a;
   return 0;
 fail:
@@ -2025,6 +2070,7 @@ void al_agent_unsubscribe(al_agent_t *a, al_sub_t *sub) {
 }
 
 int al_agent_run(al_agent_t *a, const char *text) {
+  bool first;
   al_event_t ev;
   char *tools;
   size_t i;
@@ -2044,6 +2090,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (rc != 0) {
     return rc;
   }
+  first = !a->has_run;
   a->has_run = true;
   if (a->on_commit != NULL) {
     json_t *um = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text",
@@ -2059,6 +2106,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   a->pauses = 0;
   al_free(a->pause_text);
   a->pause_text = NULL;
+  a->stop_blocks = 0;
   a->cur_max_tokens = a->max_tokens;
   al__retry_state_init(&a->retry);
   json_object_clear(a->stamps);
@@ -2082,8 +2130,27 @@ int al_agent_run(al_agent_t *a, const char *text) {
     return 0;
   }
   al_free(tools);
-  start_turn(a);
+  /* session_start / user_prompt_submit hooks first (agent_hooks.c); they
+   * call al__agent_begin_turns when done. */
+  if (al__agent_prompt_hooks_start(a, text, first)) {
+    return 0;
+  }
+  al__agent_begin_turns(a);
   return 0;
+}
+
+void al__agent_begin_turns(al_agent_t *a) {
+  uint64_t wait_ms;
+
+  if (al__agent_mcp_should_wait(a, &wait_ms)) {
+    /* MCP servers still starting: wait for them, but never longer than
+     * what is left of the startup wait (the first token must not wait
+     * for a slow server). The backoff timer is idle before a turn. */
+    a->mcp_waiting = true;
+    uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
+    return;
+  }
+  start_turn(a);
 }
 
 int al_agent_cancel(al_agent_t *a) {
@@ -2259,7 +2326,7 @@ static void on_finish_close(uv_handle_t *h) {
 
 void al__agent_maybe_finish(al_agent_t *a) {
   if (!ag_closing(a) || a->finishing || a->pending > 0 || a->holds > 0 ||
-      a->live_ctx > 0) {
+      a->live_ctx > 0 || !al__agent_hooks_idle(a)) {
     return;
   }
   a->finishing = true;
@@ -2293,6 +2360,8 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   set_state(a, AG_CLOSING);
   a->close_cb = cb;
   exec_close_all(a);
+  al__agent_hooks_cancel_runs(a); /* hooks begun outside a run too */
+  al__agent_mcp_close(a);
   uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
   if (a->own_client) {
     al_http_client_set_data(a->client, a);
@@ -2302,3 +2371,17 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   }
   a->client = NULL;
 }
+
+/* ---- for agent_hooks.c ------------------------------------------------------------- */
+
+void al__agent_end_final(al_agent_t *a, const char *text, size_t len) {
+  end_final(a, text, len);
+}
+
+void al__agent_end_error(al_agent_t *a, int code, const char *message) {
+  end_error(a, code, message);
+}
+
+void al__agent_continue(al_agent_t *a) { start_turn(a); }
+
+void al__agent_tools_done(al_agent_t *a) { tools_done(a); }

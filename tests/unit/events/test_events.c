@@ -156,15 +156,17 @@ static const char *const spec_names[] = {
     "stream_stall_detected", "model_fallback", "tombstone",
     "micro_compaction", "compaction_started", "compaction_completed",
     "turn_completed", "max_turns_reached", "interrupted", "error", "final",
-    "context_warning", "history_repaired"};
+    "context_warning", "history_repaired",
+    /* SPEC §16 (MCP and hooks) */
+    "mcp_server_state", "mcp_tools_changed", "mcp_warning", "hook_executed"};
 
 TEST_IMPL(events_names_round_trip) {
   al_event_type_t t;
   size_t i;
   int k;
 
-  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 30);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 32);
+  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 34);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 36);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -699,6 +701,31 @@ static void golden_events(al_event_t *evs) {
   e->u.citation.citation =
       S("{\"type\":\"url_citation\",\"url\":\"https://example.com/a\","
         "\"title\":\"A\",\"cited_text\":null}");
+  e = &evs[AL_EVENT_MCP_SERVER_STATE];
+  e->u.mcp.server = S("fs");
+  e->u.mcp.state = S("failed");
+  e->u.mcp.tools = 0;
+  e->u.mcp.ms = 30000;
+  e->u.mcp.error = S("MCP server 'fs' exited with status 1; stderr: boom");
+  e = &evs[AL_EVENT_MCP_TOOLS_CHANGED];
+  e->u.mcp.server = S("fs");
+  e->u.mcp.tools = 14;
+  e->u.mcp.added = 14;
+  e->u.mcp.removed = 0;
+  e->u.mcp.definition_tokens = 2412;
+  e = &evs[AL_EVENT_MCP_WARNING];
+  e->u.mcp.server = S("b");
+  e->u.mcp.error = S("tool 'search' is also offered by server 'a'");
+  e = &evs[AL_EVENT_HOOK_EXECUTED];
+  e->u.hook.hook = S("guard");
+  e->u.hook.event = S("pre_tool_use");
+  e->u.hook.decision = S("deny");
+  e->u.hook.outcome = S("exit");
+  e->u.hook.exit_status = 2;
+  e->u.hook.ms = 12;
+  e->u.hook.reason = S("no writes to /etc");
+  e->u.hook.call_id = S("toolu_1");
+  e->u.hook.name = S("bash");
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
