@@ -10,9 +10,11 @@ int al_bench_latency(int argc, char **argv);
 int al_bench_concurrency(int argc, char **argv);
 int al_bench_tls(int argc, char **argv);
 int al_bench_tools(int argc, char **argv);
+int al_bench_toolstart(int argc, char **argv);
 
 /* agentloop-bench decode [--events N] [--reps N] [--chunk BYTES] [--json] */
 int al_bench_decode(int argc, char **argv);
+int al_bench_decode_cli(int argc, char **argv);
 
 /* agentloop-bench dispatch [--iterations N] [--calls-per-run N]
  *                          [--tail-deltas N] [--delta-ms MS] [--json]
@@ -22,5 +24,9 @@ int al_bench_dispatch(int argc, char **argv);
 /* agentloop-bench daemon [--deltas N] [--delta-ms MS] [--sessions N]
  *                        [--json] (bench_daemon.c) */
 int al_bench_daemon(int argc, char **argv);
+
+/* agentloop-bench context [--turns N] [--runs N] [--window T]
+ *                         [--micro-min T] [--json] (bench_context.c) */
+int al_bench_context(int argc, char **argv);
 
 #endif

@@ -326,3 +326,152 @@ int al_bench_decode(int argc, char **argv) {
   free(body);
   return 0;
 }
+
+/* ---- `agentloop decode` on a capture (issue 17 item 4) ------------------- */
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* CPU seconds (user + system) and peak RSS (KiB) of one
+ * `agentloop decode --provider anthropic [extra] < capture > /dev/null`. */
+static int run_cli_decode(const char *exe, const char *capture,
+                          const char *extra, double *cpu, long *maxrss) {
+  struct rusage ru;
+  int status;
+  pid_t pid = fork();
+
+  if (pid < 0) {
+    return -1;
+  }
+  if (pid == 0) {
+    int in = open(capture, O_RDONLY);
+    int out = open("/dev/null", O_WRONLY);
+
+    if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0) {
+      _exit(127);
+    }
+    if (extra != NULL) {
+      execl(exe, exe, "decode", "--provider", "anthropic", extra,
+            (char *)NULL);
+    } else {
+      execl(exe, exe, "decode", "--provider", "anthropic", (char *)NULL);
+    }
+    _exit(127);
+  }
+  if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "bench: agentloop decode failed (status %d)\n", status);
+    return -1;
+  }
+  *cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+  *maxrss = ru.ru_maxrss;
+  return 0;
+}
+
+/* The in-process pipeline and the `agentloop decode` process on the same
+ * capture, alternating, in one run: CPU per event of each, their ratio
+ * (target: decode within 2x of the pipeline), and decode's peak RSS
+ * beside the capture's size. */
+int al_bench_decode_cli(int argc, char **argv) {
+  size_t nevents = 400000;
+  int reps = 5;
+  char exe[PATH_MAX];
+  char capture[] = "/tmp/al-bench-capture-XXXXXX";
+  char *slash;
+  char *body;
+  size_t len;
+  size_t text_bytes;
+  double tp[64];
+  double tc[64];
+  double te[64];
+  double ratio[64];
+  long rss = 0;
+  long rss_e = 0;
+  uint64_t hits = 0;
+  ssize_t n;
+  size_t off;
+  int fd;
+  int i;
+
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--events") == 0 && i + 1 < argc) {
+      nevents = strtoul(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = atoi(argv[++i]);
+    } else {
+      fprintf(stderr, "usage: agentloop-bench decode-cli [--events N] "
+                      "[--reps N]\n");
+      return 2;
+    }
+  }
+  if (nevents == 0 || reps < 1 || reps > 64) {
+    return 2;
+  }
+  n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) {
+    return 1;
+  }
+  exe[n] = '\0';
+  slash = strrchr(exe, '/');
+  snprintf(slash + 1, sizeof(exe) - (size_t)(slash + 1 - exe), "agentloop");
+  json_object_seed(0);
+  body = build_body(nevents, &len, &text_bytes);
+  fd = mkstemp(capture);
+  if (fd < 0) {
+    return 1;
+  }
+  for (off = 0; off < len; off += (size_t)n) {
+    n = write(fd, body + off, len - off);
+    if (n <= 0) {
+      close(fd);
+      unlink(capture);
+      return 1;
+    }
+  }
+  close(fd);
+  run_pipeline(body, len, 16384, true, text_bytes, &hits); /* warm-up */
+  for (i = 0; i < reps; i++) {
+    long r;
+
+    tp[i] = run_pipeline(body, len, 16384, true, text_bytes, &hits);
+    if (run_cli_decode(exe, capture, NULL, &tc[i], &r) != 0 ||
+        run_cli_decode(exe, capture, "--events", &te[i], &rss_e) != 0) {
+      unlink(capture);
+      free(body);
+      return 1;
+    }
+    rss = r > rss ? r : rss;
+    ratio[i] = tc[i] / tp[i];
+  }
+  unlink(capture);
+  free(body);
+  {
+    double mp = median(tp, reps) * 1e6 / (double)nevents;
+    double mc = median(tc, reps) * 1e6 / (double)nevents;
+    double me = median(te, reps) * 1e6 / (double)nevents;
+    double lo;
+    double hi;
+
+    qsort(ratio, (size_t)reps, sizeof(ratio[0]), cmp_double);
+    lo = ratio[0];
+    hi = ratio[reps - 1];
+    printf("decode-cli: %zu events, %.1f MB capture, %d alternating runs\n",
+           nevents, (double)len / 1e6, reps);
+    printf("%-52s %10s\n", "path", "us/event");
+    printf("%-52s %10.4f\n", "in-process pipeline (16 KiB feeds)", mp);
+    printf("%-52s %10.4f\n",
+           "agentloop decode --provider anthropic (whole process)", mc);
+    printf("%-52s %10.4f\n", "agentloop decode ... --events (NDJSON out)", me);
+    printf("decode / pipeline: median %.2fx (runs %.2f..%.2f); target "
+           "<= 2x: %s\n",
+           median(ratio, reps), lo, hi,
+           median(ratio, reps) <= 2.0 ? "met" : "NOT met");
+    printf("peak RSS: decode %.1f MB, --events %.1f MB (capture %.1f MB)\n",
+           (double)rss / 1024.0, (double)rss_e / 1024.0, (double)len / 1e6);
+  }
+  return 0;
+}

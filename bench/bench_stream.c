@@ -1495,9 +1495,27 @@ int al_bench_tools(int argc, char **argv) {
     free(rest);
     return 2;
   }
+  /* The headline: the sandboxed tool start (bench_toolstart.c). */
+  {
+    char *ts_argv[] = {"toolstart", "--json", NULL};
+
+    if (op.json) {
+      printf("{\"scenario\":\"tools\",\"toolstart\":");
+      fflush(stdout);
+    }
+    rc = al_bench_toolstart(op.json ? 2 : 1, ts_argv);
+    fflush(stdout);
+    if (rc != 0) {
+      free(rest);
+      return rc;
+    }
+    if (!op.json) {
+      putchar('\n');
+    }
+  }
   if (op.json) {
     rest[nrest++] = "--json";
-    printf("{\"scenario\":\"tools\",\"dispatch\":");
+    printf(",\"dispatch\":");
     fflush(stdout);
   }
   rc = al_bench_dispatch(nrest, rest);

@@ -31,19 +31,32 @@ static const scenario_t scenarios[] = {
      "throughput and latency over loopback TLS vs plaintext\n"
      "          [--events N (200000)] [--lat-events N (5000)] [--certs DIR]"},
     {"tools", al_bench_tools,
-     "`dispatch` (its options pass through), then the end-to-end turn time\n"
+     "`toolstart` (the sandboxed tool start, 300 calls per mode), `dispatch`\n"
+     "          (its options pass through), then the end-to-end turn time\n"
      "          of a multi-tool reply, streaming execution vs SDK-style\n"
      "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
      "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},
+    {"toolstart", al_bench_toolstart,
+     "content_block_stop on the wire -> the sandboxed command's first\n"
+     "          instruction: bwrap warm pool / cold, degraded, none\n"
+     "          [--calls N (300 per mode)] [--calls-per-run N (20)] [--json]"},
     {"decode", al_bench_decode,
      "CPU per event: SSE + decode + aggregate + delivery, vs jansson DOM and "
      "a memchr floor\n"
      "          [--events N] [--reps N] [--chunk BYTES] [--json]"},
+    {"decode-cli", al_bench_decode_cli,
+     "`agentloop decode` on a capture vs the in-process pipeline, CPU per\n"
+     "          event and peak RSS, in one run [--events N (400000)] [--reps N]"},
     {"dispatch", al_bench_dispatch,
      "tool dispatch latency: tool block on the wire -> tool start, spawned\n"
      "          and in-process, vs block delivery and reply end\n"
      "          [--iterations N] [--calls-per-run N] [--tail-deltas N]\n"
      "          [--delta-ms MS] [--json] [--raw]"},
+    {"context", al_bench_context,
+     "a long session in a small window: tokens saved by micro vs summary\n"
+     "          compaction, compaction overhead vs request prep, cached-input\n"
+     "          share after micro-compaction [--turns N (70)] [--runs N (3)]\n"
+     "          [--window T (20000)] [--micro-min T (3000)] [--json]"},
     {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 

@@ -42,6 +42,18 @@ al_install_missing() {
   fi
 }
 
+# The MCP test servers (tests/mcp/package.json, pinned by its lockfile):
+# installed once with npm ci; the tests then run offline.
+al_install_test_servers() {
+  local dir="$AL_ROOT/tests/mcp"
+  [ -d "$dir/node_modules/@modelcontextprotocol/server-everything" ] && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "agentloop: npm is missing: the MCP tests against real servers will fail" >&2
+    return 0
+  fi
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+}
+
 al_build() {
   cmake -S "$AL_ROOT" -B "$AL_BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
   cmake --build "$AL_BUILD_DIR" -j"$(nproc)"

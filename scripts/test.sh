@@ -10,6 +10,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 al_install_missing
+al_install_test_servers
 al_build -DAL_WERROR=ON "$@"
 
 bwrap_ok=1

@@ -27,6 +27,7 @@
 
 #include "agentloop/client.h"
 #include "agentloop/events.h"
+#include "agentloop/limits.h"
 #include "agentloop/models.h"
 #include "agentloop/sandbox.h"
 
@@ -128,7 +129,13 @@ typedef enum {
 typedef enum {
   AL_COMMIT_USER = 0,        /* the run's user text was added */
   AL_COMMIT_ASSISTANT = 1,   /* a model reply was committed */
-  AL_COMMIT_TOOL_RESULTS = 2 /* the results of the reply's tool calls */
+  AL_COMMIT_TOOL_RESULTS = 2, /* the results of the reply's tool calls */
+  /* Context management (docs/context.md): COMPACTION, the whole history
+   * after a summary compaction, {"messages":[...]} (it replaces what came
+   * before); MICRO, the results a micro-compaction cleared,
+   * {"call_ids":[...]} (replayed with the same placeholders). */
+  AL_COMMIT_COMPACTION = 3,
+  AL_COMMIT_MICRO = 4
 } al_commit_kind_t;
 
 /* Called on the loop thread right after the history changed, before the
@@ -142,6 +149,37 @@ typedef enum {
  * rebuilds the history. Must not call into the agent. */
 typedef void (*al_commit_cb)(al_agent_t *agent, al_commit_kind_t kind,
                              const char *message, size_t len, void *data);
+
+/* Hooks (docs/hooks.md). A decision: none (no opinion), allow, ask (needs
+ * an approval), deny. Ordered: the strongest of several hooks wins. */
+typedef enum {
+  AL_HOOK_NONE = 0,
+  AL_HOOK_ALLOW,
+  AL_HOOK_ASK,
+  AL_HOOK_DENY
+} al_hook_decision_t;
+
+/* What an in-process hook answers. reason: shown to the model on deny (or
+ * as the stop hook's message). The strings are al_malloc'd by the hook
+ * (or NULL) and freed by the agent: updated_input (pre_tool_use: a JSON
+ * object replacing the tool's input), context (text added for the model),
+ * replace (post_tool_use: the result the model sees instead). */
+typedef struct al_hook_reply_s {
+  al_hook_decision_t decision;
+  char *reason;
+  char *updated_input;
+  char *context;
+  char *replace;
+} al_hook_reply_t;
+
+/* An in-process hook: called on the loop thread for every hook event
+ * ("session_start", "user_prompt_submit", "pre_tool_use", "post_tool_use",
+ * "stop", "pre_compact") with the same JSON input a command hook gets on
+ * stdin. reply is zeroed; leaving it so means no opinion. It must return
+ * quickly and must not call into the agent. */
+typedef void (*al_hook_cb)(al_agent_t *agent, const char *event,
+                           const char *input_json, al_hook_reply_t *reply,
+                           void *data);
 
 typedef struct al_agent_options_s {
   /* Model endpoint. provider: "anthropic" (default) or "openai". base_url
@@ -166,6 +204,9 @@ typedef struct al_agent_options_s {
   int64_t connect_timeout_ms;
   int64_t idle_timeout_ms;
   int64_t progress_timeout_ms;
+  /* Bounds on a reply and its exchange (agentloop/limits.h); zeroes take
+   * the defaults. */
+  al_limits_t limits;
   const char *ca_file;        /* NULL: system bundle / $SSL_CERT_FILE */
   /* A shared client (agentloop/client.h), borrowed: it must outlive the
    * agent. NULL: the agent makes its own from ca_file and
@@ -237,9 +278,39 @@ typedef struct al_agent_options_s {
    * next request exceeds window - max(13,000, max_tokens), unless
    * no_auto_compact. A "prompt is too long" answer always triggers one. */
   bool no_auto_compact;
+  /* Anthropic prompt caching (docs/context.md): cache_control breakpoints
+   * on the system prompt, the tool definitions and the moving end of the
+   * conversation (4 at most); no_prompt_cache turns them off. */
+  bool no_prompt_cache;
+  /* Seed 004's message-count trim: before each request, when the history
+   * holds more than max_messages messages (0: no limit; at least 3), the
+   * oldest are dropped at a safe cut, the first user message kept, with a
+   * notice (compaction events, trigger "max_messages"). */
+  uint32_t max_messages;
+  /* MCP servers (docs/mcp.md): JSON text in the .mcp.json shape,
+   * {"mcpServers": {NAME: {command, args, env, ...}}, "startup_wait_ms"}.
+   * They start in al_agent_new and run until al_agent_close; a bad
+   * configuration fails al_agent_new with AL_EINVAL. NULL: none.
+   * mcp_restart_base_ms: first restart backoff (0: 1000; a test seam). */
+  const char *mcp_config;
+  uint64_t mcp_restart_base_ms;
+  /* Hooks (docs/hooks.md): command hooks as JSON text,
+   * {"hooks": {EVENT: [{name, command: [argv], matcher, category,
+   * timeout_ms, on_failure, sandbox}]}}; a bad configuration fails
+   * al_agent_new with AL_EINVAL. hook: an in-process hook for every event
+   * (may be NULL). */
+  const char *hooks_config;
+  al_hook_cb hook;
+  void *hook_data;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);
+
+/* Checks a base URL the way al_agent_new does (scheme http/https, a host,
+ * a port 1..65535, no space or control byte, no query). 0, or AL_EINVAL
+ * with the reason in why (e.g. "no host"). NULL (the public endpoint) is
+ * fine. */
+int al_agent_check_base_url(const char *url, char *why, size_t why_len);
 
 /* Creates an agent on `loop`. Options are copied. Errors: AL_EINVAL (bad
  * provider, base URL, workspace that is not a directory), AL_ENOMEM. The
@@ -277,8 +348,10 @@ int al_agent_subscribe(al_agent_t *agent, al_event_cb cb, void *data,
                        al_sub_t **out);
 void al_agent_unsubscribe(al_agent_t *agent, al_sub_t *sub);
 
-/* Starts a run with the user's text. run_started (and the first
- * turn_started) are posted before it returns. AL_EBUSY while a run is
+/* Starts a run with the user's text. run_started is posted before it
+ * returns, and the first turn_started too unless session_start /
+ * user_prompt_submit hooks run or MCP servers are still starting (then it
+ * comes once they are done, at most startup_wait_ms later for servers). AL_EBUSY while a run is
  * active, AL_EINVAL for empty text, AL_ECLOSING after close. */
 int al_agent_run(al_agent_t *agent, const char *text);
 bool al_agent_running(const al_agent_t *agent);
@@ -305,6 +378,7 @@ typedef struct al_agent_stats_s {
   uint64_t output_tokens;
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
+  uint64_t reasoning_tokens; /* a part of output_tokens */
 } al_agent_stats_t;
 void al_agent_stats(const al_agent_t *agent, al_agent_stats_t *out);
 

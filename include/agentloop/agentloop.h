@@ -13,6 +13,7 @@
 #include "agentloop/client.h"
 #include "agentloop/errno.h"
 #include "agentloop/events.h"
+#include "agentloop/limits.h"
 #include "agentloop/models.h"
 #include "agentloop/sandbox.h"
 #include "agentloop/version.h"

@@ -52,6 +52,12 @@ extern "C" {
   XX(FINAL, "final")                                            \
   XX(CONTEXT_WARNING, "context_warning")                        \
   XX(HISTORY_REPAIRED, "history_repaired")                      \
+  XX(PROVIDER_NOTICE, "provider_notice")                        \
+  XX(CITATION, "citation")                                      \
+  XX(MCP_SERVER_STATE, "mcp_server_state")                      \
+  XX(MCP_TOOLS_CHANGED, "mcp_tools_changed")                    \
+  XX(MCP_WARNING, "mcp_warning")                                \
+  XX(HOOK_EXECUTED, "hook_executed")                            \
   XX(USER_MESSAGE, "user_message")
 
 typedef enum {
@@ -139,6 +145,7 @@ typedef struct {
   uint64_t output_tokens;
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
+  uint64_t reasoning_tokens; /* a part of output_tokens, where reported */
   uint64_t context_tokens;
   uint64_t context_window;
   uint32_t context_pct;
@@ -239,6 +246,57 @@ typedef struct {
   al_slice_t text;
 } al_event_final_t;
 
+/* provider_notice: something the runtime decided about a provider's reply
+ * on its behalf. kind: "stop_inferred" (no finish_reason, a clean end),
+ * "pause_turn" (the turn is continued). */
+typedef struct {
+  al_slice_t kind;
+  al_slice_t message;
+} al_event_notice_t;
+
+/* citation: a source for the text of block `index`, the same shape from
+ * every provider (docs/events.md): JSON text of {"type","url","title",
+ * "cited_text",...}. */
+typedef struct {
+  int index;
+  al_slice_t citation;
+} al_event_citation_t;
+/* mcp_server_state: server went to state (starting, ready, failed,
+ * restarting, closed) with `tools` tools, ms from spawn to ready/failure,
+ * error (failed/restarting: exit status and stderr tail).
+ * mcp_tools_changed: a new list of server's tools took effect at a turn
+ * boundary (added/removed counts; definition_tokens: what the server's
+ * tool definitions now cost in every request, estimated at 4 bytes of
+ * their JSON per token).
+ * mcp_warning: error is the message (a tool-name collision, a dropped
+ * tool). */
+typedef struct {
+  al_slice_t server;
+  al_slice_t state;
+  al_slice_t error;
+  uint32_t tools;
+  uint32_t added;
+  uint32_t removed;
+  uint64_t definition_tokens;
+  uint64_t ms;
+} al_event_mcp_t;
+
+/* hook_executed: one hook ran for `event` (pre_tool_use, ...) and decided
+ * `decision` (allow, deny, ask, rewrite, context, continue, none) in ms;
+ * outcome: ok, exit (non-zero exit), timeout, crash, bad_output; reason is
+ * the hook's text. call_id/name for tool events. */
+typedef struct {
+  al_slice_t hook;
+  al_slice_t event;
+  al_slice_t decision;
+  al_slice_t outcome;
+  al_slice_t reason;
+  al_slice_t call_id;
+  al_slice_t name;
+  int exit_status;
+  uint64_t ms;
+} al_event_hook_t;
+
 /* user_message: the user's side of the conversation, posted when it enters
  * the history: the prompt a run starts with (text), and the tool results
  * the next turn sends back (tool_results: a JSON array of {tool_use_id,
@@ -275,6 +333,10 @@ typedef struct al_event_s {
     al_event_interrupted_t interrupted;
     al_event_error_t error;
     al_event_final_t final;
+    al_event_notice_t notice;
+    al_event_citation_t citation;
+    al_event_mcp_t mcp;
+    al_event_hook_t hook;
     al_event_user_message_t user_message;
   } u;
 } al_event_t;

@@ -938,6 +938,11 @@ static void resume_session(chat_t *c, const char *id) {
     json_object_del(p, "allow_tools");
     json_object_del(p, "deny_tools");
     json_object_del(p, "ask_tools");
+    json_object_del(p, "sandbox");
+    json_object_del(p, "max_tokens");
+    json_object_del(p, "max_turns");
+    json_object_del(p, "timeouts");
+    json_object_del(p, "paths");
   }
   al__conn_call(&c->conn, "session/resume", p, on_resumed, NULL);
 }

@@ -6,7 +6,9 @@
  * session/resume over the peer-checked socket, so a daemon started from
  * another shell serves this one with this one's settings. Start-up work:
  * blocking reads before the chat's loop runs. */
+#include <limits.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "agentloop/sandbox.h"
@@ -31,7 +33,8 @@ int al__chat_settings(const char *provider, const char *model,
   const char *key;
   json_t *o;
   size_t i;
-  int code = al__cli_config_load(&cfg, NULL, false, "agentloop");
+  int code = al__cli_config_load_for(&cfg, NULL, false, provider,
+                                     "agentloop");
 
   *out = NULL;
   for (i = 0; code == 0 && i < AL_ARRAY_SIZE(keys); i++) {
@@ -50,6 +53,80 @@ int al__chat_settings(const char *provider, const char *model,
   o = json_pack("{s:s, s:s?, s:s?, s:s?}", "provider",
                 al_config_provider(&cfg), "model", cfg.model, "base_url",
                 cfg.base_url, "api_key", key);
+  if (o != NULL && cfg.sandbox.mode != NULL) {
+    json_object_set_new(o, "sandbox", json_string(cfg.sandbox.mode));
+  }
+  if (o != NULL) {
+    json_t *to = json_object();
+    static const char *const tn[] = {"connect_ms", "idle_ms", "progress_ms",
+                                     "tool_ms"};
+    const int64_t tv[] = {cfg.timeouts.connect_ms, cfg.timeouts.idle_ms,
+                          cfg.timeouts.progress_ms, cfg.timeouts.tool_ms};
+
+    for (i = 0; i < AL_ARRAY_SIZE(tn); i++) {
+      if (tv[i] > 0) {
+        json_object_set_new(to, tn[i], json_integer(tv[i]));
+      }
+    }
+    if (json_object_size(to) > 0) {
+      json_object_set_new(o, "timeouts", to);
+    } else {
+      json_decref(to);
+    }
+  }
+  if (o != NULL) {
+    /* Paths, resolved here (the daemon's cwd is not ours). */
+    static const char *const pk[] = {"denied", "writable", "tools_dirs"};
+    static const char *const ck[] = {"sandbox.denied", "sandbox.writable",
+                                     "tools_d"};
+    char **const pl[] = {cfg.sandbox.denied, cfg.sandbox.writable,
+                         cfg.tools_d};
+    char ws[PATH_MAX];
+    json_t *ps = json_object();
+
+    if (getcwd(ws, sizeof(ws)) == NULL) {
+      snprintf(ws, sizeof(ws), "/");
+    }
+    for (i = 0; i < AL_ARRAY_SIZE(pk); i++) {
+      json_t *a;
+      size_t j;
+
+      if (pl[i] == NULL) {
+        continue;
+      }
+      a = json_array();
+      for (j = 0; pl[i][j] != NULL; j++) {
+        char *r = al_config_path(&cfg, ck[i], pl[i][j], ws);
+
+        /* A relative path from the environment or a flag: from here. */
+        if (r != NULL && r[0] != '/') {
+          char *abs = al_malloc(strlen(ws) + strlen(r) + 2);
+
+          if (abs != NULL) {
+            sprintf(abs, "%s/%s", ws, r);
+          }
+          al_free(r);
+          r = abs;
+        }
+        if (r != NULL) {
+          json_array_append_new(a, json_string(r));
+          al_free(r);
+        }
+      }
+      json_object_set_new(ps, pk[i], a);
+    }
+    if (json_object_size(ps) > 0) {
+      json_object_set_new(o, "paths", ps);
+    } else {
+      json_decref(ps);
+    }
+  }
+  if (o != NULL && cfg.max_tokens > 0) {
+    json_object_set_new(o, "max_tokens", json_integer(cfg.max_tokens));
+  }
+  if (o != NULL && cfg.max_turns > 0) {
+    json_object_set_new(o, "max_turns", json_integer(cfg.max_turns));
+  }
   if (o != NULL) {
     /* The permission rules, for the daemon's gate (docs/config.md). */
     static const char *const names[] = {"allow_tools", "deny_tools",
@@ -75,8 +152,13 @@ int al__chat_settings(const char *provider, const char *model,
     al_buf_t p;
 
     al_buf_init(&p, 64u << 20);
-    /* The daemon's sessions run in its AUTO sandbox: describe that. */
-    if (al__cli_system_prompt(&cfg, NULL, AL_SANDBOX_AUTO, NULL, &p,
+    al_sandbox_policy_t pol = AL_SANDBOX_AUTO;
+
+    /* The sandbox the session will ask the daemon for. */
+    if (cfg.sandbox.mode != NULL) {
+      (void)al__cli_sandbox_policy(cfg.sandbox.mode, &pol);
+    }
+    if (al__cli_system_prompt(&cfg, NULL, pol, NULL, &p,
                               "agentloop") == 0 &&
         p.data != NULL) {
       json_object_set_new(o, "system", json_string(p.data));

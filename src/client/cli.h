@@ -21,6 +21,17 @@ json_t *al__cli_pevent_json(const al_pevent_t *ev);
 int al_cli_run(int argc, char **argv);
 /* agentloop tools [--json] ... (tools_cmd.c) */
 int al_cli_tools(int argc, char **argv);
+/* `agentloop mcp list|get NAME` (mcp_cmd.c). */
+int al_cli_mcp(int argc, char **argv);
+/* The MCP configuration of a run in cwd (config.yaml, a trusted .mcp.json,
+ * file) as JSON text (*json NULL: no servers); AL_EINVAL with the reason
+ * in err. Blocking. */
+int al__cli_mcp_load(const char *cwd, const char *file, bool trust,
+                     char **json, al_buf_t *err);
+/* Starts the servers of json, waits until each is ready or failed (no
+ * restarts), closes them, and gives [{name, state, tools, ms, error, pid,
+ * protocol, tool_list}]. Runs its own loop: call it outside any loop. */
+int al__cli_mcp_states(const char *cwd, const char *json, json_t **out);
 /* --sandbox auto|required|none; false for anything else (tools_cmd.c). */
 bool al__cli_sandbox_policy(const char *arg, al_sandbox_policy_t *out);
 
@@ -35,6 +46,10 @@ int al_cli_config(int argc, char **argv);
 struct al_config_s;
 int al__cli_config_load(struct al_config_s *cfg, const char *cwd, bool trust,
                         const char *who);
+/* The same when a --provider flag (or NULL) will be applied after. */
+int al__cli_config_load_for(struct al_config_s *cfg, const char *cwd,
+                            bool trust, const char *provider_flag,
+                            const char *who);
 
 /* The system prompt of a session started here (prompt_cli.c,
  * config/sysprompt.h): notices about cut files go to stderr as "who: ...".

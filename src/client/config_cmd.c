@@ -41,6 +41,11 @@ static const char *env_get(const char *name) {
 
 int al__cli_config_load(al_config_t *cfg, const char *cwd, bool trust,
                         const char *who) {
+  return al__cli_config_load_for(cfg, cwd, trust, NULL, who);
+}
+
+int al__cli_config_load_for(al_config_t *cfg, const char *cwd, bool trust,
+                            const char *provider_flag, const char *who) {
   char here[PATH_MAX];
   const char *ws = cwd;
 
@@ -48,6 +53,7 @@ int al__cli_config_load(al_config_t *cfg, const char *cwd, bool trust,
     ws = getcwd(here, sizeof(here)) != NULL ? here : NULL;
   }
   al_config_init(cfg);
+  cfg->provider_hint = provider_flag;
   if (al_config_load(cfg, ws, trust || (ws != NULL &&
                                         al__tools_project_trusted(ws)),
                      env_get) != 0) {

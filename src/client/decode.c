@@ -1,15 +1,20 @@
-/* `agentloop decode --provider sse|anthropic|openai [--events]`
+/* `agentloop decode --provider sse|anthropic|openai|openai-responses [--events]`
  * (SPEC §12, docs/decode.md).
  *
  * Reads a captured response body on stdin (plain blocking reads: there is
- * no loop here) and prints what the decoders make of it as compact JSON:
+ * no loop here), feeding each read to the parser as it arrives -- the body
+ * is never held whole, so memory stays flat however long the capture --
+ * and prints what the decoders make of it as compact JSON:
  *   sse        one object per dispatched event, then {"retry":N} if a valid
  *              retry field was seen;
  *   anthropic  the final Message, built as the Anthropic SDK's accumulator
  *              builds it (PROTOCOLS.md §2.5);
  *   openai     the final chat.completion, as the OpenAI SDK's
  *              ChatCompletionStream finalizes it (PROTOCOLS.md §3.3);
- *   --events   the normalized stream events as NDJSON instead.
+ *   --events   the normalized stream events as NDJSON instead, decoded
+ *              with the options the agent loop runs with
+ *              (al_pstream_options_runtime): what decode shows is what
+ *              the loop does.
  * Exit 0 on success. An error event prints
  * {"error":{"kind":"stream_error_event","body":...}} on stderr and exits 1;
  * an undecodable stream prints {"error":{"kind":"decode_error",
@@ -24,67 +29,54 @@
 #include "provider/provider.h"
 #include "sse/sse.h"
 
-#define DECODE_MAX_INPUT ((size_t)1 << 30)
+/* One read's worth: large enough that the per-read cost vanishes, small
+ * enough to stay in cache while the parser walks it. */
+#define DECODE_CHUNK ((size_t)256 << 10)
+/* The largest single SSE event accepted (the whole body used to be the
+ * limit; a stream has no length up front). */
+#define DECODE_MAX_EVENT ((size_t)1 << 30)
 
 static const char usage_text[] =
-    "usage: agentloop decode --provider sse|anthropic|openai [--events]\n"
-    "                        [--sdk-helpers|--no-sdk-helpers]\n"
+    "usage: agentloop decode --provider sse|anthropic|openai|openai-responses [--events]\n"
+    "                        [--sdk-helpers|--no-sdk-helpers] [--think-tags]\n"
     "Reads a captured response body on stdin and prints compact JSON.\n";
 
-static int read_all(int fd, char **out, size_t *len_out) {
-  size_t cap = 65536;
-  size_t len = 0;
-  char *buf = al_malloc(cap);
+typedef int (*chunk_fn)(void *data, const char *p, size_t n);
+
+/* Reads fd to its end, handing each read to fn. 0, fn's non-zero value,
+ * or -errno. */
+static int read_stream(int fd, chunk_fn fn, void *data) {
+  char *buf = al_malloc(DECODE_CHUNK);
+  int rc = 0;
 
   if (buf == NULL) {
     return AL_ENOMEM;
   }
   for (;;) {
-    ssize_t n;
+    ssize_t n = read(fd, buf, DECODE_CHUNK);
 
-    if (cap - len < 4096) {
-      char *nb;
-
-      if (cap >= DECODE_MAX_INPUT) {
-        al_free(buf);
-        return AL_ETOOBIG;
-      }
-      nb = al_realloc(buf, cap * 2);
-      if (nb == NULL) {
-        al_free(buf);
-        return AL_ENOMEM;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    n = read(fd, buf + len, cap - len);
     if (n < 0) {
       if (errno == EINTR) {
         continue;
       }
-      al_free(buf);
-      return -errno;
+      rc = -errno;
+      break;
     }
     if (n == 0) {
       break;
     }
-    len += (size_t)n;
+    if ((rc = fn(data, buf, (size_t)n)) != 0) {
+      break;
+    }
   }
-  *out = buf;
-  *len_out = len;
-  return 0;
+  al_free(buf);
+  return rc;
 }
 
 /* Compact, objects in insertion order, reals spelled as JSON.stringify
  * spells them (shortest round-trip, 1.0 -> 1, -1.5e3 -> -1500). */
 static void print_json(FILE *f, json_t *j) {
-  char *s = al__json_dumps_js(j);
-
-  if (s != NULL) {
-    fputs(s, f);
-    fputc('\n', f);
-    al_free(s);
-  }
+  al__json_write_js(f, j);
 }
 
 static void print_decode_error(const char *message) {
@@ -130,7 +122,11 @@ static void sse_on_retry(void *data, uint64_t ms) {
   c->retry = ms;
 }
 
-static int decode_sse(const char *buf, size_t len) {
+static int sse_chunk(void *data, const char *p, size_t n) {
+  return al_sse_feed(data, p, n);
+}
+
+static int decode_sse(int fd) {
   al_sse_settings_t st;
   al_sse_parser_t p;
   sse_ctx_t ctx = {false, 0};
@@ -140,8 +136,12 @@ static int decode_sse(const char *buf, size_t len) {
   st.on_event = sse_on_event;
   st.on_retry = sse_on_retry;
   st.data = &ctx;
+  st.max_event = DECODE_MAX_EVENT;
+  if (st.max_line < st.max_event) {
+    st.max_line = st.max_event;
+  }
   al_sse_init(&p, &st);
-  rc = al_sse_feed(&p, buf, len);
+  rc = read_stream(fd, sse_chunk, &p);
   if (rc == 0) {
     rc = al_sse_finish(&p);
   }
@@ -242,6 +242,11 @@ json_t *al__cli_pevent_json(const al_pevent_t *ev) {
     json_object_set_new(o, "message", slice(ev->text, ev->len));
     set_borrowed(o, "body", ev->json);
     break;
+  case AL_PEV_NOTICE:
+    json_object_set_new(o, "kind", ev->error_type ? json_string(ev->error_type)
+                                                  : json_null());
+    json_object_set_new(o, "message", slice(ev->text, ev->len));
+    break;
   default:
     break;
   }
@@ -273,22 +278,35 @@ static int report_failure(al_pstream_t *s) {
   return 1;
 }
 
-static int decode_provider(const al_provider_t *p, const char *buf,
-                           size_t len, bool events, int helpers) {
+static int pstream_chunk(void *data, const char *p, size_t n) {
+  int rc = al_pstream_feed(data, p, n);
+
+  /* --events: a reader of the pipe sees each read's events as they are
+   * decoded (one write per read, not per event). */
+  fflush(stdout);
+  return rc;
+}
+
+static int decode_provider(const al_provider_t *p, int fd, bool events,
+                           int helpers, bool think_tags) {
   al_pstream_t s;
   al_pstream_options_t o;
   int rc;
   int exit_code = 0;
 
-  al_pstream_options_init(&o);
-  /* SDK-faithful: blocks are pushed on start and addressed by index. */
-  o.strict_indexes = false;
-  o.on_event = events ? events_on_event : NULL;
-  if (len + 1 > o.max_event) {
-    o.max_event = len + 1;
+  if (events) {
+    al_pstream_options_runtime(&o);
+    o.on_event = events_on_event;
+  } else {
+    /* SDK-faithful: blocks are pushed on start and addressed by index. */
+    al_pstream_options_init(&o);
+    o.strict_indexes = false;
   }
+  o.max_event = DECODE_MAX_EVENT;
+  /* What the catalogue's think_tags does in the loop (decode has no model). */
+  o.think_tags = think_tags;
   al_pstream_init(&s, p, &o);
-  rc = al_pstream_feed(&s, buf, len);
+  rc = read_stream(fd, pstream_chunk, &s);
   if (rc == 0) {
     rc = al_pstream_finish(&s);
   }
@@ -318,9 +336,8 @@ static int decode_provider(const al_provider_t *p, const char *buf,
 int al_cli_decode(int argc, char **argv) {
   const char *provider = NULL;
   bool events = false;
+  bool think_tags = false;
   int helpers = -1; /* provider default: see docs/decode.md */
-  char *buf = NULL;
-  size_t len = 0;
   int rc;
   int i;
 
@@ -333,6 +350,8 @@ int al_cli_decode(int argc, char **argv) {
       events = true;
     } else if (strcmp(argv[i], "--sdk-helpers") == 0) {
       helpers = 1;
+    } else if (strcmp(argv[i], "--think-tags") == 0) {
+      think_tags = true;
     } else if (strcmp(argv[i], "--no-sdk-helpers") == 0) {
       helpers = 0;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -346,24 +365,18 @@ int al_cli_decode(int argc, char **argv) {
   }
   if (provider == NULL ||
       (strcmp(provider, "sse") != 0 && al_provider_by_name(provider) == NULL)) {
-    fprintf(stderr, "agentloop decode: --provider sse|anthropic|openai "
+    fprintf(stderr, "agentloop decode: --provider sse|anthropic|openai|openai-responses "
                     "is required\n%s",
             usage_text);
     return 2;
   }
   json_object_seed(0);
-  rc = read_all(0, &buf, &len);
-  if (rc != 0) {
-    print_decode_error(al_strerror(rc));
-    return 1;
-  }
   if (strcmp(provider, "sse") == 0) {
-    rc = decode_sse(buf, len);
+    rc = decode_sse(0);
   } else {
-    rc = decode_provider(al_provider_by_name(provider), buf, len, events,
-                         helpers);
+    rc = decode_provider(al_provider_by_name(provider), 0, events, helpers,
+                         think_tags);
   }
-  al_free(buf);
   fflush(stdout);
   return rc;
 }

@@ -383,6 +383,55 @@ static void check_settings(doctor_t *d) {
   al_config_free(&cfg);
 }
 
+/* The configured MCP servers (docs/mcp.md): each is started and reported
+ * ready (with its tool count) or failed (with its error). A failed server
+ * is a warning: runs go on without it. */
+static void check_mcp(doctor_t *d) {
+  char cwd[PATH_MAX];
+  size_t n = sizeof(cwd);
+  char *json = NULL;
+  json_t *states = NULL;
+  al_buf_t err;
+  size_t i;
+  json_t *s;
+
+  if (uv_cwd(cwd, &n) != 0) {
+    return;
+  }
+  signal(SIGPIPE, SIG_IGN); /* a dead server costs a failed write */
+  al_buf_init(&err, 16 * 1024);
+  if (al__cli_mcp_load(cwd, NULL, false, &json, &err) != 0) {
+    report(d, FAIL, "mcp", "configuration: %s",
+           err.data != NULL ? err.data : "out of memory");
+    al_buf_free(&err);
+    return;
+  }
+  al_buf_free(&err);
+  if (json == NULL) {
+    report(d, OK, "mcp", "no servers configured");
+    return;
+  }
+  if (al__cli_mcp_states(cwd, json, &states) != 0) {
+    report(d, FAIL, "mcp", "the servers could not be started");
+    al_free(json);
+    return;
+  }
+  al_free(json);
+  json_array_foreach(states, i, s) {
+    const char *name = json_string_value(json_object_get(s, "name"));
+    const char *e = json_string_value(json_object_get(s, "error"));
+
+    if (e == NULL) {
+      report(d, OK, "mcp", "%s: ready, %lld tools, %lld ms", name,
+             (long long)json_integer_value(json_object_get(s, "tools")),
+             (long long)json_integer_value(json_object_get(s, "ms")));
+    } else {
+      report(d, WARN, "mcp", "%s: %.900s", name, e);
+    }
+  }
+  json_decref(states);
+}
+
 int al_cli_doctor(int argc, char **argv) {
   doctor_t d;
   char path[128];
@@ -414,6 +463,7 @@ int al_cli_doctor(int argc, char **argv) {
     check_daemon(&d);
   }
   check_sandbox(&d);
+  check_mcp(&d);
   check_settings(&d);
   check_base_url(&d);
   printf("%s\n", d.failed > 0 ? "some checks failed"

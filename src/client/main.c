@@ -25,10 +25,13 @@ static void usage(FILE *f) {
         "                    the effective configuration and where each\n"
         "                    value came from (see config --help)\n"
         "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
-        "  decode --provider sse|anthropic|openai [--events]\n"
+        "  decode --provider sse|anthropic|openai|openai-responses [--events]\n"
         "                    decode a captured response body read from stdin\n"
         "  tools [--json]    the tools a run offers, tools.d load errors and\n"
         "                    the sandbox mode (see tools --help)\n"
+        "  mcp list | get NAME\n"
+        "                    start the configured MCP servers and show each\n"
+        "                    one's state, tools and last error (docs/mcp.md)\n"
         "\n"
         "  -h, --help        this text\n"
         "  --version         versions of agentloop and its libraries\n",
@@ -58,6 +61,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "tools") == 0) {
     return al_cli_tools(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "mcp") == 0) {
+    return al_cli_mcp(argc - 1, argv + 1);
   }
   if (strcmp(argv[1], "decode") == 0) {
     return al_cli_decode(argc - 1, argv + 1);

@@ -46,7 +46,10 @@
 #include "client/run_int.h"
 #include "common/common.h"
 #include "config/config.h"
+#include "config/context.h"
 #include "events/events.h"
+#include "mcp/mcp.h"
+#include "tools/clitool.h"
 
 enum {
   EXIT_OK = 0,
@@ -154,12 +157,23 @@ static void usage(FILE *f) {
       "      --max-tokens N        per reply (default 4096)\n"
       "      --context-window N    the model's window in tokens (default:\n"
       "                            the models catalogue, docs/context.md)\n"
+      "      --no-auto-compact     never compact the history on its own\n"
+      "      --no-prompt-cache     no Anthropic cache_control breakpoints\n"
+      "      --max-messages N      keep at most N messages (oldest dropped)\n"
+      "      --micro-min-tokens N  clear old tool outputs when that saves N\n"
+      "                            tokens (default 20000; 'off')\n"
       "      --max-turns N         model replies per run (default 20); at\n"
       "                            the limit a summary is the result, exit 3\n"
       "      --max-retries N       retries per request (default 3)\n"
       "      --idle-timeout-ms N   a stream silent this long is a stall\n"
       "                            (retried; default 30000)\n"
       "      --timeout SECS        whole run; on expiry cancel, exit 124\n"
+      "      --limit NAME=VALUE    a bound on replies (repeatable):\n"
+      "                            reply_bytes (64M), tool_input_bytes (32M),\n"
+      "                            header_bytes (64K), header_count (256),\n"
+      "                            total_time_ms (1800000), min_rate_bytes\n"
+      "                            (128) per min_rate_window_ms (60000);\n"
+      "                            none disables one (docs/run.md)\n"
       "\n"
       "sessions (kept in $XDG_STATE_HOME/agentloop/sessions, as the chat's):\n"
       "      --continue            continue the latest session of this\n"
@@ -169,6 +183,11 @@ static void usage(FILE *f) {
       "tools:\n"
       "      --cwd DIR             workspace of the tools (default: .)\n"
       "      --allow-tool NAME     allow an admin tool (repeatable)\n"
+      "      --mcp-config FILE     MCP servers ({\"mcpServers\": ...}, the\n"
+      "                            .mcp.json shape; docs/mcp.md); a trusted\n"
+      "                            project's .mcp.json is read too\n"
+      "      --hooks-config FILE   hooks ({\"hooks\": {EVENT: [...]}};\n"
+      "                            docs/hooks.md); failing hooks block\n"
       "      --deny-tool NAME      deny a tool: its calls get an error\n"
       "                            result (repeatable; deny wins)\n"
       "      --tools-dir DIR       another tools.d directory of YAML CLI\n"
@@ -906,7 +925,7 @@ static int run_config(al_config_t *cfg, const char *cwd, bool trust,
   const char *vals[] = {provider, model, base_url, fallback};
   char why[700];
   size_t i;
-  int code = al__cli_config_load(cfg, cwd, trust, "agentloop");
+  int code = al__cli_config_load_for(cfg, cwd, trust, provider, "agentloop");
 
   if (code != 0) {
     return EXIT_USAGE;
@@ -993,9 +1012,11 @@ int al_cli_run(int argc, char **argv) {
   enum {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
-    O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_COLOR,
-    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_CONTINUE,
-    O_RESUME, O_PARTIAL, O_INPUT_FORMAT
+    O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_NO_AUTO_COMPACT,
+    O_NO_PROMPT_CACHE, O_MAX_MESSAGES, O_MICRO_MIN, O_COLOR,
+    O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_LIMIT,
+    O_MCP_CONFIG, O_HOOKS_CONFIG,
+    O_CONTINUE, O_RESUME, O_PARTIAL, O_INPUT_FORMAT
   };
   static const struct option longopts[] = {
       {"prompt", required_argument, NULL, 'p'},
@@ -1010,6 +1031,7 @@ int al_cli_run(int argc, char **argv) {
       {"max-retries", required_argument, NULL, O_RETRIES},
       {"output-format", required_argument, NULL, O_FORMAT},
       {"idle-timeout-ms", required_argument, NULL, O_IDLE_TIMEOUT},
+      {"limit", required_argument, NULL, O_LIMIT},
       {"timeout-ms", required_argument, NULL, O_IDLE_TIMEOUT}, /* old name */
       {"timeout", required_argument, NULL, O_TIMEOUT},
       {"cwd", required_argument, NULL, O_CWD},
@@ -1021,6 +1043,12 @@ int al_cli_run(int argc, char **argv) {
       {"print-system-prompt", no_argument, NULL, O_PRINT_PROMPT},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
+      {"no-auto-compact", no_argument, NULL, O_NO_AUTO_COMPACT},
+      {"no-prompt-cache", no_argument, NULL, O_NO_PROMPT_CACHE},
+      {"max-messages", required_argument, NULL, O_MAX_MESSAGES},
+      {"micro-min-tokens", required_argument, NULL, O_MICRO_MIN},
+      {"mcp-config", required_argument, NULL, O_MCP_CONFIG},
+      {"hooks-config", required_argument, NULL, O_HOOKS_CONFIG},
       {"continue", no_argument, NULL, O_CONTINUE},
       {"include-partial-messages", no_argument, NULL, O_PARTIAL},
       {"input-format", required_argument, NULL, O_INPUT_FORMAT},
@@ -1065,6 +1093,10 @@ int al_cli_run(int argc, char **argv) {
   char **own_tools = NULL, **own_denied = NULL, **own_writable = NULL;
   char wsbuf[PATH_MAX];
   bool trust = false;
+  const char *mcp_file = NULL;
+  char *mcp_json = NULL;
+  const char *hooks_file = NULL;
+  char *hooks_json = NULL;
   const char *fallback = NULL;
   const char *color = "auto";
   const char *allow[MAX_TOOL_FLAGS + 1];
@@ -1074,9 +1106,15 @@ int al_cli_run(int argc, char **argv) {
   uint64_t max_tokens = 0;
   uint64_t max_turns = 0;
   uint64_t context_window = 0;
+  uint64_t max_messages = 0;
+  uint64_t micro_u = 0;
+  int64_t micro_min = 0;
+  bool no_auto_compact = false;
+  bool no_prompt_cache = false;
   al_models_t *models = NULL;
   char *models_err = NULL;
   uint64_t idle_ms = 0;
+  al_limits_t limits;
   uint64_t retries = UINT64_MAX;
   double timeout_s = 0;
   int verbose = -1; /* -1: auto */
@@ -1093,6 +1131,7 @@ int al_cli_run(int argc, char **argv) {
   (void)al_sandbox_harden_process();
   optind = 1;
   opterr = 0;
+  memset(&limits, 0, sizeof(limits));
   while ((c = getopt_long(argc, argv, ":p:hvq", longopts, NULL)) != -1) {
     switch (c) {
     case 'p': prompt = optarg; break;
@@ -1115,6 +1154,8 @@ int al_cli_run(int argc, char **argv) {
       tools_dirs[ntools_dirs++] = optarg;
       break;
     case O_TRUST: trust = true; break;
+    case O_MCP_CONFIG: mcp_file = optarg; break;
+    case O_HOOKS_CONFIG: hooks_file = optarg; break;
     case O_PRINT_PROMPT: print_prompt = true; break;
     case O_CONTINUE: cont = true; break;
     case O_PARTIAL: partial = true; break;
@@ -1128,6 +1169,24 @@ int al_cli_run(int argc, char **argv) {
       sandbox_set = true;
       break;
     case O_FALLBACK: fallback = optarg; break;
+    case O_NO_AUTO_COMPACT: no_auto_compact = true; break;
+    case O_NO_PROMPT_CACHE: no_prompt_cache = true; break;
+    case O_MAX_MESSAGES:
+      if (!parse_u64(optarg, 1000000, &max_messages) || max_messages < 3) {
+        fail_usage("--max-messages: a count of at least 3, not '%s'", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case O_MICRO_MIN:
+      if (strcmp(optarg, "off") == 0) {
+        micro_min = -1;
+      } else if (!parse_u64(optarg, INT64_MAX, &micro_u) || micro_u == 0) {
+        fail_usage("--micro-min-tokens: tokens or 'off', not '%s'", optarg);
+        return EXIT_USAGE;
+      } else {
+        micro_min = (int64_t)micro_u;
+      }
+      break;
     case O_CONTEXT_WINDOW:
       if (!parse_u64(optarg, 1000000000, &context_window) ||
           context_window < 1024) {
@@ -1158,6 +1217,23 @@ int al_cli_run(int argc, char **argv) {
         return EXIT_USAGE;
       }
       break;
+    case O_LIMIT: {
+      int lrc = al_limits_set_kv(&limits, optarg);
+
+      if (lrc == AL_ENOTFOUND) {
+        fail_usage("--limit %s: unknown limit (reply_bytes, "
+                   "tool_input_bytes, header_bytes, header_count, "
+                   "total_time_ms, min_rate_bytes, min_rate_window_ms)",
+                   optarg);
+        return EXIT_USAGE;
+      }
+      if (lrc != 0) {
+        fail_usage("--limit %s: NAME=VALUE with a positive integer (K/M/G "
+                   "for sizes) or none", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    }
     case O_IDLE_TIMEOUT:
       if (!parse_u64(optarg, INT64_MAX, &idle_ms) || idle_ms == 0) {
         fail_usage("--idle-timeout-ms: a positive integer, not '%s'",
@@ -1293,6 +1369,17 @@ int al_cli_run(int argc, char **argv) {
   if (api_key == NULL) {
     api_key = al_config_api_key(&cfg, env_get, &key_var);
   }
+  {
+    char why[160];
+
+    /* A malformed URL is configuration, not a network failure: name it
+     * and the reason, exit 2 before any request. */
+    if (al_agent_check_base_url(base_url, why, sizeof(why)) != 0) {
+      fail_usage("base URL '%s': %s", base_url, why);
+      code = EXIT_USAGE;
+      goto done;
+    }
+  }
   public_url = is_public_endpoint(base_url);
   if (api_key == NULL && public_url && !print_prompt) {
     fail_usage("no API key for %s: set %s or pass --api-key",
@@ -1411,7 +1498,7 @@ int al_cli_run(int argc, char **argv) {
     al_free(models_err);
     al_buf_free(&text);
     al_buf_free(&sysbuf);
-    code = EXIT_USAGE; /* through done: the configuration is freed too */
+    code = EXIT_USAGE; /* through done: the prompt and config are freed */
     goto done;
   }
 
@@ -1454,6 +1541,17 @@ int al_cli_run(int argc, char **argv) {
     o.retry_max_attempts = (int)retries + 1;
   }
   o.idle_timeout_ms = (int64_t)idle_ms;
+  {
+    al_limits_t from_file;
+    char lwhy[160];
+
+    /* The config file's limits: (checked when it loaded), then --limit. */
+    memset(&from_file, 0, sizeof(from_file));
+    (void)al_limits_from_json(&from_file, al_config_section(&cfg, "limits"),
+                              lwhy, sizeof(lwhy));
+    al_limits_overlay(&from_file, &limits);
+    o.limits = from_file;
+  }
   o.connect_timeout_ms = cfg.timeouts.connect_ms;
   o.progress_timeout_ms = cfg.timeouts.progress_ms;
   o.tool_timeout_ms = (uint64_t)cfg.timeouts.tool_ms;
@@ -1507,8 +1605,57 @@ int al_cli_run(int argc, char **argv) {
     r->hdr.system = (char *)system_text;
     r->hdr.created_ms = (uint64_t)time(NULL) * 1000u;
   }
+  o.no_auto_compact = no_auto_compact;
+  o.no_prompt_cache = no_prompt_cache;
+  o.max_messages = (uint32_t)max_messages;
+  o.micro_min_tokens = micro_min;
+  {
+    char why[600];
+
+    /* The configuration's context: section, under the flags. */
+    if (al__config_context_apply(&cfg, &o, why, sizeof(why)) != 0) {
+      fail_usage("%s", why);
+      code = EXIT_USAGE;
+      goto out;
+    }
+  }
+  {
+    /* Start-up, before the loop runs: the reads may block. */
+    char mws[4096];
+    size_t wsn = sizeof(mws);
+    const char *ws = cwd != NULL ? cwd
+                     : uv_cwd(mws, &wsn) == 0 ? mws
+                                              : ".";
+    al_buf_t merr;
+
+    al_buf_init(&merr, 4096);
+    /* mcp_servers: and hooks: of config.yaml, then the flags' files. */
+    if (al__mcp_config_load2(mcp_file, al_config_section(&cfg, "mcp_servers"),
+                             ws, trust || al__tools_project_trusted(ws),
+                             &mcp_json, &merr) != 0) {
+      fail_usage("MCP configuration: %s",
+                 merr.data != NULL ? merr.data : "out of memory");
+      al_buf_free(&merr);
+      code = EXIT_USAGE;
+      goto out;
+    }
+    if (al__hooks_config_load(hooks_file, al_config_section(&cfg, "hooks"),
+                              &hooks_json, &merr) != 0) {
+      fail_usage("hooks configuration: %s",
+                 merr.data != NULL ? merr.data : "out of memory");
+      al_buf_free(&merr);
+      code = EXIT_USAGE;
+      goto out;
+    }
+    al_buf_free(&merr);
+    o.mcp_config = mcp_json;
+    o.hooks_config = hooks_json;
+  }
 
   code = drive(r, &o, text.data);
+out:
+  al_free(mcp_json);
+  al_free(hooks_json);
   al_models_free(models);
   if (sess_on) {
     al__run_session_free(&sess);

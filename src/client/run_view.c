@@ -435,6 +435,47 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
       end_line(v);
     }
     break;
+  case AL_EVENT_PROVIDER_NOTICE:
+    stamp(v, ev);
+    fputs("note: ", v->f);
+    excerpt(v, ev->u.notice.message, EXCERPT_MAX);
+    end_line(v);
+    break;
+  case AL_EVENT_CITATION:
+    /* The citation's JSON as sent (url, title, cited_text). */
+    stamp(v, ev);
+    fputs("source: ", v->f);
+    excerpt(v, ev->u.citation.citation, EXCERPT_MAX);
+    end_line(v);
+    break;
+  case AL_EVENT_MCP_SERVER_STATE:
+  case AL_EVENT_MCP_WARNING:
+    /* ready/starting are routine; failures and warnings are shown. */
+    if (ev->type == AL_EVENT_MCP_SERVER_STATE &&
+        (ev->u.mcp.state.len != 6 ||
+         memcmp(ev->u.mcp.state.ptr, "failed", 6) != 0)) {
+      break;
+    }
+    v->streaming = false;
+    stamp(v, ev);
+    put(v, C_YELLOW, "mcp");
+    fprintf(v->f, " %.*s: ", (int)ev->u.mcp.server.len, ev->u.mcp.server.ptr);
+    excerpt(v, ev->u.mcp.error, 300);
+    end_line(v);
+    break;
+  case AL_EVENT_HOOK_EXECUTED:
+    v->streaming = false;
+    stamp(v, ev);
+    put(v, C_DIM, "hook");
+    fprintf(v->f, " %.*s %.*s -> %.*s (%.*s, %" PRIu64 " ms)",
+            (int)ev->u.hook.hook.len, ev->u.hook.hook.ptr,
+            (int)ev->u.hook.event.len, ev->u.hook.event.ptr,
+            (int)ev->u.hook.decision.len, ev->u.hook.decision.ptr,
+            (int)ev->u.hook.outcome.len, ev->u.hook.outcome.ptr,
+            ev->u.hook.ms);
+    end_line(v);
+    break;
+  case AL_EVENT_MCP_TOOLS_CHANGED:
   case AL_EVENT_TOOL_USE_QUEUED:
   case AL_EVENT_TOOL_INPUT_DELTA:
   case AL_EVENT_TOOL_PROGRESS:

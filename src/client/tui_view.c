@@ -569,8 +569,18 @@ void al__tui_usage_line(const al__tui_usage_t *run,
   fmt_tokens(run->output_tokens, out, sizeof(out));
   fmt_tokens(ses_in, sin, sizeof(sin));
   fmt_tokens(session->output_tokens, sout, sizeof(sout));
-  if (run->cache_read > 0) {
+  if (run->cache_read > 0 && run->cache_creation > 0) {
+    char written[32];
+
+    fmt_tokens(run->cache_creation, written, sizeof(written));
+    w = snprintf(buf, n, "%s in (%s cached, %s written) · %s out", in, cached,
+                 written, out);
+  } else if (run->cache_read > 0) {
     w = snprintf(buf, n, "%s in (%s cached) · %s out", in, cached, out);
+  } else if (run->cache_creation > 0) {
+    fmt_tokens(run->cache_creation, cached, sizeof(cached));
+    w = snprintf(buf, n, "%s in (%s written to cache) · %s out", in, cached,
+                 out);
   } else {
     w = snprintf(buf, n, "%s in · %s out", in, out);
   }
@@ -659,9 +669,37 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
                         str(ev, "to"), str(ev, "reason"));
   } else if (strcmp(type, "compaction_completed") == 0) {
     al__tui_view_notice(
-        v, AL_SGR_DIM, "history compacted: %" PRId64 " -> %" PRId64 " tokens",
+        v, json_is_true(json_object_get(ev, "fallback")) ? AL_SGR_YELLOW
+                                                          : AL_SGR_DIM,
+        "history compacted (%s): %" PRId64 " -> %" PRId64 " tokens, %" PRId64
+        " messages summarized%s",
+        str(ev, "trigger"),
         (int64_t)json_integer_value(json_object_get(ev, "tokens_before")),
-        (int64_t)json_integer_value(json_object_get(ev, "tokens_after")));
+        (int64_t)json_integer_value(json_object_get(ev, "tokens_after")),
+        (int64_t)json_integer_value(json_object_get(ev, "dropped_messages")),
+        json_is_true(json_object_get(ev, "fallback"))
+            ? " (the summary failed: trimmed instead)"
+            : "");
+  } else if (strcmp(type, "micro_compaction") == 0) {
+    al__tui_view_notice(
+        v, AL_SGR_DIM,
+        "cleared %" PRId64 " old tool outputs (%" PRId64 " tokens saved)",
+        (int64_t)json_integer_value(json_object_get(ev, "cleared")),
+        (int64_t)json_integer_value(json_object_get(ev, "tokens_saved")));
+  } else if (strcmp(type, "context_warning") == 0) {
+    al__tui_view_notice(
+        v, AL_SGR_YELLOW,
+        "context %" PRId64 "%% full (%" PRId64 " of %" PRId64
+        " tokens): /compact frees it",
+        (int64_t)json_integer_value(json_object_get(ev, "context_pct")),
+        (int64_t)json_integer_value(json_object_get(ev, "context_tokens")),
+        (int64_t)json_integer_value(json_object_get(ev, "context_window")));
+  } else if (strcmp(type, "history_repaired") == 0) {
+    al__tui_view_notice(v, AL_SGR_YELLOW,
+                        "history repaired before sending (%" PRId64
+                        " fixes)",
+                        (int64_t)json_integer_value(
+                            json_object_get(ev, "count")));
   } else if (strcmp(type, "max_turns_reached") == 0) {
     al__tui_view_notice(v, AL_SGR_YELLOW,
                         "turn limit (%" PRId64 ") reached, summarizing",

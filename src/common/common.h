@@ -22,6 +22,14 @@
 #define AL_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 char *al_strdup(const char *s);
+
+/* limits.c: a JSON object of limits (names of agentloop/limits.h, values
+ * integers or strings such as "64M" / "none") onto l. 0, or AL_EINVAL with
+ * the reason in why. */
+struct al_limits_s;
+struct json_t;
+int al_limits_from_json(struct al_limits_s *l, const struct json_t *obj,
+                        char *why, size_t why_len);
 char *al_strndup(const char *s, size_t n);
 
 /* ---- bounded buffer ---------------------------------------------------- */

@@ -66,10 +66,12 @@ static const char *const layer_names[] = {"default", "user", "project",
 /* ---- value checks ------------------------------------------------------------ */
 
 static bool check_provider(const char *v, char *why, size_t len) {
-  if (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0) {
+  if (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0 ||
+      strcmp(v, "openai-responses") == 0) {
     return true;
   }
-  snprintf(why, len, "unknown provider '%s' (anthropic or openai)", v);
+  snprintf(why, len,
+           "unknown provider '%s' (anthropic, openai or openai-responses)", v);
   return false;
 }
 
@@ -82,14 +84,14 @@ static bool check_nonempty(const char *v, char *why, size_t len) {
 }
 
 static bool check_url(const char *v, char *why, size_t len) {
-  al__transport_url_t u;
+  char reason[160];
 
-  if (al__transport_url_parse(v, false, &u) != 0) {
+  /* The same check as the agent's, with its reason (issue 15). */
+  if (al_http_url_check(v, reason, sizeof(reason)) != 0) {
     snprintf(why, len, "base_url must be an http:// or https:// URL, not "
-                       "'%s'", v);
+                       "'%s': %s", v, reason);
     return false;
   }
-  al__transport_url_free(&u);
   return true;
 }
 
@@ -212,7 +214,7 @@ static const field_t keys[] = {
     {"mcp_servers", F_SECTION, 0, 0, 0, 0, NULL, NULL,
      al__config_section_keep},
     {"hooks", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_section_keep},
-    {"limits", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_section_keep},
+    {"limits", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_limits_section},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL}};
 
 /* ---- basics ------------------------------------------------------------------ */
@@ -264,9 +266,18 @@ static void add_error(al_config_t *cfg, const char *fmt, ...) {
   va_list ap;
   char msg[1024];
 
+  char *c;
+
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  /* One line per error, and nothing a terminal would act on: a value
+   * quoted back may hold a newline or an escape sequence. */
+  for (c = msg; *c != '\0'; c++) {
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+      *c = '?';
+    }
+  }
   (void)al_buf_printf(&cfg->errors, "%s\n", msg);
   cfg->n_errors++;
 }
@@ -944,7 +955,9 @@ void al_config_apply_env(al_config_t *cfg, al_cfg_getenv_fn ge) {
   /* The provider's own variable, as its SDKs read it, when no
    * AGENTLOOP_BASE_URL was given. */
   if (origin_layer(cfg, "base_url") != AL_CFG_ENV) {
-    const char *var = strcmp(al_config_provider(cfg), "openai") == 0
+    const char *prov = cfg->provider_hint != NULL ? cfg->provider_hint
+                                                  : al_config_provider(cfg);
+    const char *var = strcmp(prov, "anthropic") != 0
                           ? "OPENAI_BASE_URL"
                           : "ANTHROPIC_BASE_URL";
     const char *v = ge(var);
@@ -1013,7 +1026,7 @@ const char *al_config_api_key(const al_config_t *cfg, al_cfg_getenv_fn ge,
     ge = std_getenv;
   }
   if (name == NULL) {
-    name = strcmp(al_config_provider(cfg), "openai") == 0
+    name = strcmp(al_config_provider(cfg), "anthropic") != 0
                ? "OPENAI_API_KEY"
                : "ANTHROPIC_API_KEY";
   }
@@ -1187,8 +1200,6 @@ int al_config_show(const al_config_t *cfg, bool with_origin,
 
       if (strcmp(layer, "default") == 0) {
         rc |= al_buf_printf(out, "    (default)");
-      } else if (strcmp(layer, "flag") == 0 || strcmp(layer, "env") == 0) {
-        rc |= al_buf_printf(out, "    (%s %s)", layer, where);
       } else {
         rc |= al_buf_printf(out, "    (%s %s)", layer, where);
       }

@@ -52,6 +52,10 @@ typedef struct al_config_s {
   char *fallback_model;
   char *base_url;
   char *api_key_env;    /* the NAME of the variable holding the key */
+  /* Set by the caller before loading when a --provider flag will follow:
+   * the environment's provider-specific base URL variable
+   * (ANTHROPIC_BASE_URL / OPENAI_BASE_URL) is then that provider's. */
+  const char *provider_hint;
   int64_t max_tokens;   /* 0: unset */
   int64_t max_turns;
   struct {
@@ -165,6 +169,9 @@ const char *al__config_pos(const al_cfg_ctx_t *cx, const yaml_node_t *node,
 yaml_node_t *al__config_node(al_cfg_ctx_t *cx, int id);
 al_config_t *al__config_cfg(al_cfg_ctx_t *cx);
 al_cfg_layer_t al__config_layer(const al_cfg_ctx_t *cx);
+/* limits_section.c: `limits:` checked key by key, then kept. */
+int al__config_limits_section(al_cfg_ctx_t *cx, const char *name,
+                              yaml_node_t *node);
 /* The default section parser: a mapping kept as JSON with positions. */
 int al__config_section_keep(al_cfg_ctx_t *cx, const char *name,
                             yaml_node_t *node);

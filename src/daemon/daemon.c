@@ -81,6 +81,7 @@ static void daemon_free(al_daemon_t *d) {
   al_free(d->socket_path);
   al_free(d->state_dir);
   al_free(d->sessions_dir);
+  al_models_free(d->models);
   al_free(d);
 }
 
@@ -437,6 +438,18 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
 
     al_sandbox_probe_options_init(&po);
     al__sandbox_warm(&po);
+  }
+  {
+    /* The models catalogue (docs/context.md), read before the loop runs:
+     * a mistake in the user's models.yaml stops the start with its place. */
+    char *merr = NULL;
+
+    rc = al_models_load(&d->models, NULL, &merr);
+    if (rc != 0) {
+      snprintf(why, why_len, "%s", merr != NULL ? merr : al_strerror(rc));
+      al_free(merr);
+      goto fail;
+    }
   }
   al_client_options_init(&co);
   co.ca_file = o->ca_file;

@@ -63,6 +63,11 @@ typedef struct {
   int64_t retry_base_ms;
   int64_t retry_cap_ms;
   uint64_t kill_grace_ms;
+  /* MCP servers every session's agent starts (al_agent_options_t
+   * mcp_config; JSON text, borrowed). NULL: none. */
+  const char *mcp_config;
+  /* Hooks of every session's agent (al_agent_options_t.hooks_config). */
+  const char *hooks_config;
   void (*on_exit)(al_daemon_t *d, void *data);
   void *data;
 } al_daemon_options_t;

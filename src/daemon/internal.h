@@ -96,11 +96,18 @@ struct session_s {
   json_t *recovered;
   bool agent_closed;
   bool tx_closed;
+  /* Durability (issue 15): a run's last event (final, error, interrupted)
+   * and anything after it wait in `held` until the transcript is synced;
+   * if it cannot be, watchers get session/persist_error first. */
+  al_list_t held;   /* held_event_t */
+  bool holding;     /* a flush for a held last event is in flight */
+  int persist_err;  /* the writer's current failure, 0 when writing */
 };
 
 struct al_daemon_s {
   uv_loop_t *loop;
   al_daemon_options_t o;
+  al_models_t *models; /* the models catalogue, with the user's overlay */
   char *socket_path;
   char *state_dir;
   char *sessions_dir;
@@ -144,6 +151,7 @@ ring_entry_t *al__ring_at(session_t *s, size_t i);
 void al__ring_push(session_t *s, uint64_t seq, al_blob_t *line);
 void al__ring_sweep(uv_timer_t *t);
 void al__session_tx_put(session_t *s, al_blob_t *b, bool sync);
+void al__session_tx_put_rec(session_t *s, al_blob_t *b);
 void al__session_on_event(const al_event_t *ev, void *data);
 session_t *al__session_find(al_daemon_t *d, const char *id);
 session_t *al__session_alloc(al_daemon_t *d, const char *id);

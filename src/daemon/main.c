@@ -23,6 +23,9 @@
 #include "agentloop/version.h"
 #include "common/common.h"
 #include "daemon/daemon.h"
+#include "config/config.h"
+#include "hooks/hooks.h"
+#include "mcp/mcp.h"
 #include "rpc/rpc.h"
 
 static void usage(FILE *f) {
@@ -33,6 +36,8 @@ static void usage(FILE *f) {
           "[--model M]\n"
           "                  [--base-url URL] [--state-dir DIR] "
           "[--max-line BYTES] [--max-queue BYTES]\n"
+          "                  [--mcp-config FILE] [--hooks-config FILE] "
+          "(docs/mcp.md, docs/hooks.md)\n"
           "Environment: AGENTLOOP_SOCKET, AGENTLOOP_PROVIDER, "
           "AGENTLOOP_MODEL, AGENTLOOP_BASE_URL,\n"
           "  ANTHROPIC_API_KEY, OPENAI_API_KEY, XDG_RUNTIME_DIR, "
@@ -98,6 +103,10 @@ int main(int argc, char **argv) {
   uv_loop_t loop;
   al_daemon_t *d;
   int ready[2] = {-1, -1};
+  char *mcp_json = NULL;
+  char *hooks_json = NULL;
+  const char *mcp_file = NULL;
+  const char *hooks_file = NULL;
   int i;
   int rc;
 
@@ -146,6 +155,10 @@ int main(int argc, char **argv) {
       o.model = next;
     } else if (strcmp(a, "--base-url") == 0) {
       o.base_url = next;
+    } else if (strcmp(a, "--mcp-config") == 0) {
+      mcp_file = next;
+    } else if (strcmp(a, "--hooks-config") == 0) {
+      hooks_file = next;
     } else if (strcmp(a, "--log-level") == 0) {
       al_log_level_t lv;
 
@@ -168,9 +181,53 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  {
+    /* MCP servers and hooks for every session: the user's config.yaml
+     * (mcp_servers:, hooks:) and the flags' files, read now, before the
+     * loop (blocking is fine here). A project's own settings are not read:
+     * sessions of many projects share this daemon. */
+    al_config_t cfg;
+    al_buf_t cerr;
+
+    al_config_init(&cfg);
+    al_buf_init(&cerr, 16 * 1024);
+    (void)al_config_load(&cfg, NULL, false, NULL);
+    if (al__mcp_config_load2(mcp_file, al_config_section(&cfg, "mcp_servers"),
+                             NULL, false, &mcp_json, &cerr) != 0 ||
+        al__hooks_config_load(hooks_file, al_config_section(&cfg, "hooks"),
+                              &hooks_json, &cerr) != 0) {
+      fprintf(stderr, "agentloopd: MCP/hooks configuration: %s\n",
+              cerr.data != NULL ? cerr.data : "out of memory");
+      al_buf_free(&cerr);
+      al_config_free(&cfg);
+      return 2;
+    }
+    if (hooks_json != NULL) {
+      /* Checked now: a bad hook would otherwise fail every session. */
+      al_hooks_options_t ho;
+      al_hooks_t *h = NULL;
+
+      memset(&ho, 0, sizeof(ho));
+      ho.workspace = "/";
+      if (al__hooks_new(&ho, hooks_json, &h, &cerr) != 0) {
+        fprintf(stderr, "agentloopd: hooks configuration: %s\n",
+                cerr.data != NULL ? cerr.data : "out of memory");
+        al_buf_free(&cerr);
+        al_config_free(&cfg);
+        return 2;
+      }
+      al__hooks_free(h);
+    }
+    al_buf_free(&cerr);
+    al_config_free(&cfg);
+    o.mcp_config = mcp_json;
+    o.hooks_config = hooks_json;
+  }
   if (o.provider != NULL && strcmp(o.provider, "anthropic") != 0 &&
-      strcmp(o.provider, "openai") != 0) {
-    fprintf(stderr, "agentloopd: provider must be anthropic or openai\n");
+      strcmp(o.provider, "openai") != 0 &&
+      strcmp(o.provider, "openai-responses") != 0) {
+    fprintf(stderr, "agentloopd: provider must be anthropic, openai or "
+                    "openai-responses\n");
     return 2;
   }
   why[0] = '\0';

@@ -107,9 +107,10 @@ static void m_initialize(const call_t *k) {
 }
 
 static bool check_provider(const call_t *k, const char *p) {
-  if (p != NULL && strcmp(p, "anthropic") != 0 && strcmp(p, "openai") != 0) {
+  if (p != NULL && strcmp(p, "anthropic") != 0 && strcmp(p, "openai") != 0 &&
+      strcmp(p, "openai-responses") != 0) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
-              "provider must be anthropic or openai", NULL);
+              "provider must be anthropic, openai or openai-responses", NULL);
     return false;
   }
   return true;
@@ -129,9 +130,36 @@ static bool new_session_id(char *out, size_t len) {
   return true;
 }
 
+/* A malformed base URL is refused here, naming it, not found later as a
+ * failed request (issue 15). */
+static bool check_base_url(const call_t *k, const char *url) {
+  char why[160];
+  char msg[600];
+
+  if (url == NULL || al_agent_check_base_url(url, why, sizeof(why)) == 0) {
+    return true;
+  }
+  snprintf(msg, sizeof(msg), "base_url '%.400s': %s", url, why);
+  al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
+  return false;
+}
+
+static bool check_limits(const call_t *k) {
+  al_limits_t l;
+  char why[160];
+
+  memset(&l, 0, sizeof(l));
+  if (al_limits_from_json(&l, json_object_get(k->params, "limits"), why,
+                          sizeof(why)) == 0) {
+    return true;
+  }
+  al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+  return false;
+}
+
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
-  const char *cwd, *model, *provider, *base_url, *system, *key;
+  const char *cwd, *model, *provider, *base_url, *system, *key, *sandbox;
   char id[40];
   char cwdbuf[4096];
   char why[256];
@@ -141,8 +169,10 @@ static void m_session_create(const call_t *k) {
 
   if (!popt_str(k, "cwd", &cwd) || !popt_str(k, "model", &model) ||
       !popt_str(k, "provider", &provider) || !popt_str(k, "api_key", &key) ||
+      !popt_str(k, "sandbox", &sandbox) ||
       !popt_str(k, "base_url", &base_url) ||
-      !popt_str(k, "system", &system) || !check_provider(k, provider)) {
+      !popt_str(k, "system", &system) || !check_provider(k, provider) ||
+      !check_base_url(k, base_url) || !check_limits(k)) {
     return;
   }
   {
@@ -166,6 +196,72 @@ static void m_session_create(const call_t *k) {
         al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
         return;
       }
+    }
+  }
+  {
+    /* Limits and the sandbox from the client's configuration. */
+    json_t *mt = json_object_get(k->params, "max_tokens");
+    json_t *mr = json_object_get(k->params, "max_turns");
+
+    if ((mt != NULL && (!json_is_integer(mt) || json_integer_value(mt) < 1 ||
+                        json_integer_value(mt) > INT32_MAX)) ||
+        (mr != NULL && (!json_is_integer(mr) || json_integer_value(mr) < 1 ||
+                        json_integer_value(mr) > UINT32_MAX))) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                           "max_tokens and max_turns must be positive "
+                           "integers", NULL);
+      return;
+    }
+    {
+      json_t *to = json_object_get(k->params, "timeouts");
+      const char *tk;
+      json_t *tv;
+      bool ok = to == NULL || json_is_object(to);
+
+      json_object_foreach(to, tk, tv) {
+        ok = ok && json_is_integer(tv) && json_integer_value(tv) > 0 &&
+             json_integer_value(tv) <= INT32_MAX &&
+             (strcmp(tk, "connect_ms") == 0 || strcmp(tk, "idle_ms") == 0 ||
+              strcmp(tk, "progress_ms") == 0 || strcmp(tk, "tool_ms") == 0);
+      }
+      if (!ok) {
+        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                             "timeouts: an object of connect_ms, idle_ms, "
+                             "progress_ms, tool_ms (positive integers)",
+                             NULL);
+        return;
+      }
+    }
+    {
+      /* Absolute paths only: the daemon's cwd means nothing to a client. */
+      json_t *ps = json_object_get(k->params, "paths");
+      const char *pk;
+      json_t *pv;
+      bool ok = ps == NULL || json_is_object(ps);
+
+      json_object_foreach(ps, pk, pv) {
+        size_t pi;
+        json_t *pe;
+
+        ok = ok && json_is_array(pv) &&
+             (strcmp(pk, "denied") == 0 || strcmp(pk, "writable") == 0 ||
+              strcmp(pk, "tools_dirs") == 0);
+        json_array_foreach(pv, pi, pe) {
+          ok = ok && json_is_string(pe) && json_string_value(pe)[0] == '/';
+        }
+      }
+      if (!ok) {
+        al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                             "paths: an object of denied, writable, "
+                             "tools_dirs (arrays of absolute paths)", NULL);
+        return;
+      }
+    }
+    if (sandbox != NULL && strcmp(sandbox, "auto") != 0 &&
+        strcmp(sandbox, "required") != 0 && strcmp(sandbox, "none") != 0) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                           "sandbox must be auto, required or none", NULL);
+      return;
     }
   }
   if (cwd == NULL) {
@@ -197,6 +293,17 @@ static void m_session_create(const call_t *k) {
   s->h.base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
   s->h.system = dup_or_null(system);
   s->api_key = dup_or_null(key); /* memory only */
+  s->h.sandbox = dup_or_null(sandbox);
+  s->h.max_tokens = json_integer_value(json_object_get(k->params,
+                                                       "max_tokens"));
+  s->h.max_turns = json_integer_value(json_object_get(k->params,
+                                                      "max_turns"));
+  if (json_is_object(json_object_get(k->params, "paths"))) {
+    s->h.paths = json_deep_copy(json_object_get(k->params, "paths"));
+  }
+  if (json_is_object(json_object_get(k->params, "timeouts"))) {
+    s->h.timeouts = json_deep_copy(json_object_get(k->params, "timeouts"));
+  }
   {
     json_t *ask = json_object_get(k->params, "ask_tools");
 
@@ -205,6 +312,8 @@ static void m_session_create(const call_t *k) {
     s->h.allow_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
     ask = json_object_get(k->params, "deny_tools");
     s->h.deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+    ask = json_object_get(k->params, "limits");
+    s->h.limits = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';
@@ -218,7 +327,7 @@ static void m_session_create(const call_t *k) {
   }
   b = al__tx_header_record(s->id, &s->h);
   if (b != NULL) {
-    al__session_tx_put(s, b, true);
+    al__session_tx_put_rec(s, b);
     al__blob_unref(b);
   }
   /* Answer once the header is on disk: a session whose id a client holds
@@ -673,7 +782,8 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (!popt_str(k, "model", &v) || !popt_str(k, "base_url", &v) ||
-      !popt_str(k, "system", &v) || !popt_str(k, "api_key", &v) ||
+      !check_base_url(k, v) || !popt_str(k, "system", &v) ||
+      !popt_str(k, "api_key", &v) ||
       !popt_str(k, "provider", &v) || !check_provider(k, v)) {
     return;
   }
@@ -730,8 +840,9 @@ static void m_session_configure(const call_t *k) {
   int rc;
 
   if (s == NULL || !popt_str(k, "model", &v) ||
-      !popt_str(k, "base_url", &v) || !popt_str(k, "api_key", &v) ||
-      !popt_str(k, "provider", &v) || !check_provider(k, v)) {
+      !popt_str(k, "base_url", &v) || !check_base_url(k, v) ||
+      !popt_str(k, "api_key", &v) || !popt_str(k, "provider", &v) ||
+      !check_provider(k, v)) {
     return;
   }
   rc = al__session_reconfigure(s, k->params, &changed, why, sizeof(why));

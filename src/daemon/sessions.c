@@ -257,13 +257,151 @@ void al__session_tx_put(session_t *s, al_blob_t *b, bool sync) {
   }
 }
 
+/* A "rec" record (header, history): hash-chained and synced. */
+void al__session_tx_put_rec(session_t *s, al_blob_t *b) {
+  if (s->tx != NULL) {
+    al__tx_append_chained(s->tx, b, true);
+  }
+}
+
+/* ---- durability: what a client is told is final is on disk --------------- */
+
+typedef struct {
+  al_list_t node;
+  uint64_t seq;
+  al_blob_t *line;
+  bool last; /* final */
+} held_event_t;
+
+static void deliver(session_t *s, uint64_t seq, al_blob_t *line) {
+  al_list_t *pos;
+  al_list_t *next;
+
+  al__ring_push(s, seq, line);
+  for (pos = s->subs.next; pos != &s->subs; pos = next) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    next = pos->next;
+    if (sub->catching) {
+      al__sub_pump(sub); /* the event is in the ring */
+    } else {
+      sub_send(sub, line, seq);
+    }
+  }
+}
+
+/* session/persist_error / session/persist_ok to every watcher. */
+static void persist_notify(session_t *s, int err, bool lost) {
+  al_list_t *pos;
+  char msg[300];
+
+  if (err == 0) {
+    snprintf(msg, sizeof(msg), "the transcript is written again; every "
+                               "turn so far is on disk");
+  } else if (lost) {
+    snprintf(msg, sizeof(msg),
+             "transcript records were lost (%s): a restart will not have "
+             "this session's later turns; the session goes on in memory",
+             al_strerror(err));
+  } else {
+    snprintf(msg, sizeof(msg),
+             "the transcript cannot be written (%s): the session goes on "
+             "in memory and the write is retried; until it succeeds a "
+             "restart would lose the turns since",
+             al_strerror(err));
+  }
+  al_list_foreach(pos, &s->subs) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    al__dclient_send(
+        sub->c,
+        al_rpc_notification_new(
+            err == 0 ? "session/persist_ok" : "session/persist_error",
+            err == 0 ? json_pack("{s:s, s:s}", "session", s->id, "message",
+                                 msg)
+                     : json_pack("{s:s, s:s, s:s, s:b, s:I, s:s}", "session",
+                                 s->id, "error", al_err_name(err), "code",
+                                 al_strerror(err), "lost", lost,
+                                 "pending_bytes",
+                                 (json_int_t)(s->tx != NULL
+                                                  ? al__tx_pending(s->tx)
+                                                  : 0),
+                                 "message", msg)));
+  }
+}
+
+static void on_tx_state(al_tx_t *tx, int err, bool lost, void *data) {
+  session_t *s = data;
+
+  (void)tx;
+  al_log(err == 0 ? AL_LOG_INFO : AL_LOG_ERROR, "session %s: %s%s", s->id,
+         err == 0 ? "transcript written again" : "transcript failing: ",
+         err == 0 ? "" : al_strerror(err));
+  s->persist_err = err;
+  persist_notify(s, err, lost);
+}
+
+static void on_last_flushed(al_tx_t *tx, void *data);
+
+static bool hold_flush(session_t *s) {
+  if (s->tx == NULL || al__tx_flush(s->tx, on_last_flushed, s) != 0) {
+    return false;
+  }
+  s->holding = true;
+  return true;
+}
+
+/* Releases held events up to the next last event whose flush is needed;
+ * a later last event starts its own flush. */
+static void release_held(session_t *s, bool first_is_flushed) {
+  bool flushed = first_is_flushed;
+
+  while (!al_list_empty(&s->held)) {
+    held_event_t *h = AL_CONTAINER_OF(s->held.next, held_event_t, node);
+
+    if (h->last && !flushed) {
+      if (hold_flush(s)) {
+        return;
+      }
+    }
+    if (h->last) {
+      flushed = false;
+    }
+    al_list_remove(&h->node);
+    deliver(s, h->seq, h->line);
+    al__blob_unref(h->line);
+    al_free(h);
+  }
+}
+
+static void on_last_flushed(al_tx_t *tx, void *data) {
+  session_t *s = data;
+  int err = al__tx_error(tx);
+
+  s->holding = false;
+  if (err != 0) {
+    /* The run's history is not durable: say so before its last event. */
+    persist_notify(s, err, al__tx_lost(tx));
+  }
+  release_held(s, true);
+}
+
+static void held_free(session_t *s) {
+  while (!al_list_empty(&s->held)) {
+    held_event_t *h = AL_CONTAINER_OF(s->held.next, held_event_t, node);
+
+    al_list_remove(&h->node);
+    al__blob_unref(h->line);
+    al_free(h);
+  }
+}
+
 void al__session_on_event(const al_event_t *ev, void *data) {
   session_t *s = data;
   json_t *j = al__events_to_json(ev);
   size_t n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
   al_blob_t *line = n > 0 ? al__blob_alloc(n + 1) : NULL;
-  al_list_t *pos;
-  al_list_t *next;
+  bool last;
 
   switch (ev->type) {
   case AL_EVENT_RUN_STARTED:
@@ -299,21 +437,27 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   }
   json_decref(j);
   line->data[n] = '\n';
-  al__ring_push(s, ev->seq, line);
-  for (pos = s->subs.next; pos != &s->subs; pos = next) {
-    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+  al__session_tx_put(s, line, false);
+  /* Only `final` says "done": error and interrupted keep their place
+   * before turn/cancel's answer (al_agent_cancel's contract). */
+  last = ev->type == AL_EVENT_FINAL;
+  if (s->holding || (last && hold_flush(s))) {
+    /* The run's last event waits for its history to be synced (a few
+     * ms); events after it keep their order behind it. */
+    held_event_t *h = al_malloc(sizeof(*h));
 
-    next = pos->next;
-    if (sub->catching) {
-      al__sub_pump(sub); /* the event is in the ring */
-    } else {
-      sub_send(sub, line, ev->seq);
+    if (h != NULL) {
+      h->seq = ev->seq;
+      h->line = line; /* the ref moves */
+      h->last = last;
+      al_list_insert_tail(&s->held, &h->node);
+      line = NULL;
     }
   }
-  /* The transcript append after the sockets: handing work to the
-   * threadpool wakes a thread, which the watchers need not wait for. */
-  al__session_tx_put(s, line, false);
-  al__blob_unref(line);
+  if (line != NULL) {
+    deliver(s, ev->seq, line);
+    al__blob_unref(line);
+  }
   if (!s->running) {
     al__daemon_idle_check(s->d);
   }
@@ -322,7 +466,8 @@ void al__session_on_event(const al_event_t *ev, void *data) {
 static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
                       const char *message, size_t len, void *data) {
   session_t *s = data;
-  static const char *const kinds[] = {"user", "assistant", "tool_results"};
+  static const char *const kinds[] = {"user", "assistant", "tool_results",
+                                      "compaction", "micro"};
   al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
 
   if (b == NULL) {
@@ -330,7 +475,7 @@ static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
     return;
   }
   /* History commits are the durable part: fdatasync after them. */
-  al__session_tx_put(s, b, true);
+  al__session_tx_put_rec(s, b);
   al__blob_unref(b);
   if (kind == AL_COMMIT_USER && s->title == NULL) {
     json_t *m = json_loadb(message, len, 0, NULL);
@@ -371,6 +516,7 @@ session_t *al__session_alloc(al_daemon_t *d, const char *id) {
   s->d = d;
   snprintf(s->id, sizeof(s->id), "%s", id);
   al_list_init(&s->subs);
+  al_list_init(&s->held);
   al_list_init(&s->resumes);
   s->next_seq = 1;
   al_list_insert_tail(&d->sessions, &s->node);
@@ -383,6 +529,7 @@ void al__session_free(session_t *s) {
 
   al_list_remove(&s->node);
   d->nknown--;
+  held_free(s);
   ring_free(s);
   json_decref(s->recovered);
   al__tx_header_free(&s->h);
@@ -453,8 +600,6 @@ static al_permission_t on_permission(al_agent_t *agent, const char *tool,
   return ask ? AL_PERMISSION_ASK : AL_PERMISSION_DEFAULT;
 }
 
-/* Creates the session's agent (and transcript writer) from its settings.
- * first_seq continues a resumed transcript's numbering. */
 /* A JSON array of strings as a NULL-terminated array of borrowed strings
  * (al_free it); NULL for none. */
 static int rule_list(const json_t *a, const char ***out) {
@@ -477,6 +622,29 @@ static int rule_list(const json_t *a, const char ***out) {
   return 0;
 }
 
+/* The workspace, then the writable paths (borrowed; al_free the array);
+ * NULL when there are none (the agent's default: the workspace). */
+static int path_list(const char *cwd, const json_t *a, const char ***out) {
+  size_t i, n = 0;
+  json_t *v;
+
+  *out = NULL;
+  if (!json_is_array(a) || json_array_size(a) == 0 || cwd == NULL) {
+    return 0;
+  }
+  *out = al_calloc(json_array_size(a) + 2, sizeof(**out));
+  if (*out == NULL) {
+    return AL_ENOMEM;
+  }
+  (*out)[n++] = cwd;
+  json_array_foreach(a, i, v) {
+    if (json_is_string(v)) {
+      (*out)[n++] = json_string_value(v);
+    }
+  }
+  return 0;
+}
+
 /* The session's agent from its settings, subscribed. */
 static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
                         al_agent_t **out, char *why, size_t why_len) {
@@ -484,6 +652,7 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   al_agent_options_t ao;
   const char **allow = NULL;
   const char **deny = NULL;
+  const char **denied = NULL, **tdirs = NULL, **writable = NULL;
   int rc;
 
   al_agent_options_init(&ao);
@@ -494,7 +663,7 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.base_url = s->h.base_url != NULL ? s->h.base_url : d->o.base_url;
   ao.system = s->h.system;
   ao.api_key = s->api_key != NULL ? s->api_key
-               : ao.provider != NULL && strcmp(ao.provider, "openai") == 0
+               : ao.provider != NULL && strcmp(ao.provider, "anthropic") != 0
                    ? d->o.openai_key
                    : d->o.anthropic_key;
   ao.client = d->http;
@@ -504,6 +673,21 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
    * trusted (`agentloop tools --trust-project` records that); tools run
    * in the best sandbox available (AUTO). */
   ao.tools_d = true;
+  /* The client's sandbox mode; AUTO when it said nothing. */
+  ao.sandbox = s->h.sandbox == NULL ? AL_SANDBOX_AUTO
+               : strcmp(s->h.sandbox, "required") == 0 ? AL_SANDBOX_REQUIRED
+               : strcmp(s->h.sandbox, "none") == 0     ? AL_SANDBOX_OFF
+                                                       : AL_SANDBOX_AUTO;
+  ao.connect_timeout_ms =
+      json_integer_value(json_object_get(s->h.timeouts, "connect_ms"));
+  ao.idle_timeout_ms =
+      json_integer_value(json_object_get(s->h.timeouts, "idle_ms"));
+  ao.progress_timeout_ms =
+      json_integer_value(json_object_get(s->h.timeouts, "progress_ms"));
+  ao.tool_timeout_ms = (uint64_t)json_integer_value(
+      json_object_get(s->h.timeouts, "tool_ms"));
+  ao.max_tokens = s->h.max_tokens;
+  ao.max_turns = (uint32_t)s->h.max_turns;
   ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
   if ((rc = rule_list(s->h.allow_tools, &allow)) != 0 ||
       (rc = rule_list(s->h.deny_tools, &deny)) != 0) {
@@ -513,6 +697,24 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   }
   ao.allow_tools = allow;
   ao.deny_tools = deny;
+  /* Paths from the client's configuration: denied, writable beside the
+   * workspace, more tools.d directories. */
+  if ((rc = rule_list(json_object_get(s->h.paths, "denied"), &denied)) !=
+          0 ||
+      (rc = rule_list(json_object_get(s->h.paths, "tools_dirs"), &tdirs)) !=
+          0 ||
+      (rc = path_list(s->h.cwd, json_object_get(s->h.paths, "writable"),
+                      &writable)) != 0) {
+    al_free(allow);
+    al_free(deny);
+    al_free(denied);
+    al_free(tdirs);
+    snprintf(why, why_len, "out of memory");
+    return rc;
+  }
+  ao.denied_paths = denied;
+  ao.tools_dirs = tdirs;
+  ao.allowed_paths = writable;
   ao.permission = on_permission;
   ao.permission_data = s;
   ao.session_id = s->id;
@@ -523,10 +725,31 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_base_ms = d->o.retry_base_ms;
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
+  ao.mcp_config = d->o.mcp_config;
+  ao.hooks_config = d->o.hooks_config;
   ao.data = s;
-  rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
+  /* Checked at session/create; a hand-edited header falls back to the
+   * defaults for what it cannot parse. */
+  (void)al_limits_from_json(&ao.limits, s->h.limits, why, why_len);
+  why[0] = '\0';
+  ao.models = d->models;
+  /* Cleared tool outputs live next to the transcript (docs/context.md),
+   * so read_tool_output works after a resume. */
+  {
+    al_buf_t od;
+
+    al_buf_init(&od, 8192);
+    if (al_buf_printf(&od, "%s/%s.tool-output", d->sessions_dir, s->id) == 0) {
+      ao.tool_output_dir = od.data;
+    }
+    rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
+    al_buf_free(&od);
+  }
   al_free(allow);
   al_free(deny);
+  al_free(denied);
+  al_free(tdirs);
+  al_free(writable);
   if (rc != 0) {
     snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
                            "base_url or cwd?)", al_strerror(rc));
@@ -541,6 +764,8 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   return rc;
 }
 
+/* Creates the session's agent and transcript writer from its settings.
+ * first_seq continues a resumed transcript's numbering. */
 int al__session_start(session_t *s, uint64_t first_seq,
                          uint64_t first_run, char *why, size_t why_len) {
   al_daemon_t *d = s->d;
@@ -556,6 +781,9 @@ int al__session_start(session_t *s, uint64_t first_seq,
   rc = path != NULL ? al__tx_open(d->loop, path, TX_MAX_QUEUE, &s->tx)
                     : AL_ENOMEM;
   al_free(path);
+  if (rc == 0) {
+    al__tx_set_state_cb(s->tx, on_tx_state, s);
+  }
   if (rc != 0) {
     snprintf(why, why_len, "cannot open the transcript: %s",
              al_strerror(rc));
@@ -634,6 +862,15 @@ void al__session_close(session_t *s) {
   if (s->agent != NULL && al_agent_running(s->agent)) {
     al_agent_cancel(s->agent);
   }
+  if (!al_list_empty(&s->held)) {
+    /* Closing: the watchers are leaving; what they were to see goes out
+     * now, after a failure notice when the writer is failing (the close
+     * flushes what it can and logs what it could not). */
+    if (s->tx != NULL && al__tx_error(s->tx) != 0) {
+      persist_notify(s, al__tx_error(s->tx), al__tx_lost(s->tx));
+    }
+    release_held(s, true);
+  }
   al__session_unsubscribe_all(s, "shutdown");
   if (s->agent != NULL) {
     al_agent_close(s->agent, on_session_agent_closed);
@@ -676,7 +913,8 @@ static void resume_apply_params(session_t *s, json_t *params) {
     al__set_str(&s->h.model, v);
   }
   if ((v = json_string_value(json_object_get(params, "provider"))) != NULL &&
-      (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0)) {
+      (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0 ||
+       strcmp(v, "openai-responses") == 0)) {
     al__set_str(&s->h.provider, v);
   }
   if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL) {
@@ -776,6 +1014,10 @@ void al__session_load_done(uv_work_t *w, int status) {
                  : 0;
     rc = al__session_start(s, l->last_seq + 1 + nsynth, l->last_run + 1, why,
                        sizeof(why));
+    if (rc == 0 && s->tx != NULL) {
+      al__tx_set_chain(s->tx, l->chain); /* new records follow the last
+                                            good one */
+    }
   }
   if (rc == 0 && !s->closing) {
     /* The system prompt comes from the session settings (options). */
@@ -810,7 +1052,7 @@ void al__session_load_done(uv_work_t *w, int status) {
 
       json_decref(rec);
       if (b != NULL) {
-        al__session_tx_put(s, b, true);
+        al__session_tx_put_rec(s, b);
         al__blob_unref(b);
       }
       al_log(AL_LOG_WARN, "session %s: closed %zu interrupted tool call(s) "
@@ -821,10 +1063,11 @@ void al__session_load_done(uv_work_t *w, int status) {
       s->title = al__make_title(l->first_user_text);
     }
     json_decref(s->recovered);
-    s->recovered = json_pack("{s:b, s:I, s:I}", "torn_tail", l->torn_tail,
-                             "bad_lines", (json_int_t)l->bad_lines,
-                             "closed_tool_uses",
-                             (json_int_t)l->closed_tool_uses);
+    s->recovered = json_pack(
+        "{s:b, s:I, s:I, s:I, s:O?}", "torn_tail", l->torn_tail, "bad_lines",
+        (json_int_t)l->bad_lines, "closed_tool_uses",
+        (json_int_t)l->closed_tool_uses, "chain_breaks",
+        (json_int_t)l->chain_breaks, "skipped", l->skipped);
   } else if (s->closing) {
     snprintf(why, sizeof(why), "the daemon is shutting down");
     rc = AL_ECLOSING;
@@ -973,7 +1216,7 @@ int al__session_reconfigure(session_t *s, const json_t *params,
   s->agent = agent;
   b = al__tx_header_record(s->id, &s->h);
   if (b != NULL) {
-    al__session_tx_put(s, b, true);
+    al__session_tx_put_rec(s, b); /* in the hash chain like every rec */
     al__blob_unref(b);
   }
   return 0;

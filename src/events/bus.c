@@ -302,6 +302,22 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
   case AL_EVENT_INTERRUPTED:
     SL(interrupted.reason);
     break;
+  case AL_EVENT_MCP_SERVER_STATE:
+  case AL_EVENT_MCP_TOOLS_CHANGED:
+  case AL_EVENT_MCP_WARNING:
+    SL(mcp.server);
+    SL(mcp.state);
+    SL(mcp.error);
+    break;
+  case AL_EVENT_HOOK_EXECUTED:
+    SL(hook.hook);
+    SL(hook.event);
+    SL(hook.decision);
+    SL(hook.outcome);
+    SL(hook.reason);
+    SL(hook.call_id);
+    SL(hook.name);
+    break;
   case AL_EVENT_ERROR:
     SL(error.message);
     break;
@@ -311,6 +327,13 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
   case AL_EVENT_USER_MESSAGE:
     SL(user_message.text);
     SL(user_message.tool_results);
+    break;
+  case AL_EVENT_PROVIDER_NOTICE:
+    SL(notice.kind);
+    SL(notice.message);
+    break;
+  case AL_EVENT_CITATION:
+    SL(citation.citation);
     break;
   default:
     break;

@@ -147,6 +147,7 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
             ev->u.usage.cache_read_input_tokens);
     put_u64(e, "cache_creation_input_tokens",
             ev->u.usage.cache_creation_input_tokens);
+    put_u64(e, "reasoning_tokens", ev->u.usage.reasoning_tokens);
     put_u64(e, "context_tokens", ev->u.usage.context_tokens);
     put_u64(e, "context_window", ev->u.usage.context_window);
     put_u64(e, "context_pct", ev->u.usage.context_pct);
@@ -217,6 +218,41 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
   case AL_EVENT_INTERRUPTED:
     put_str(e, "reason", ev->u.interrupted.reason);
     break;
+  case AL_EVENT_MCP_SERVER_STATE:
+    put_str(e, "server", ev->u.mcp.server);
+    put_str(e, "state", ev->u.mcp.state);
+    put_u64(e, "tools", ev->u.mcp.tools);
+    put_u64(e, "ms", ev->u.mcp.ms);
+    if (ev->u.mcp.error.ptr != NULL) {
+      put_str(e, "error", ev->u.mcp.error);
+    }
+    break;
+  case AL_EVENT_MCP_TOOLS_CHANGED:
+    put_str(e, "server", ev->u.mcp.server);
+    put_u64(e, "tools", ev->u.mcp.tools);
+    put_u64(e, "added", ev->u.mcp.added);
+    put_u64(e, "removed", ev->u.mcp.removed);
+    put_u64(e, "definition_tokens", ev->u.mcp.definition_tokens);
+    break;
+  case AL_EVENT_MCP_WARNING:
+    put_str(e, "server", ev->u.mcp.server);
+    put_str(e, "message", ev->u.mcp.error);
+    break;
+  case AL_EVENT_HOOK_EXECUTED:
+    put_str(e, "hook", ev->u.hook.hook);
+    put_str(e, "event", ev->u.hook.event);
+    put_str(e, "decision", ev->u.hook.decision);
+    put_str(e, "outcome", ev->u.hook.outcome);
+    put_int(e, "exit_status", ev->u.hook.exit_status);
+    put_u64(e, "ms", ev->u.hook.ms);
+    if (ev->u.hook.reason.ptr != NULL) {
+      put_str(e, "reason", ev->u.hook.reason);
+    }
+    if (ev->u.hook.call_id.ptr != NULL) {
+      put_str(e, "call_id", ev->u.hook.call_id);
+      put_str(e, "name", ev->u.hook.name);
+    }
+    break;
   case AL_EVENT_ERROR:
     put_int(e, "code", ev->u.error.code);
     put(e, "code_name", json_string(al_err_name(ev->u.error.code)));
@@ -228,6 +264,14 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
   case AL_EVENT_USER_MESSAGE:
     put_str(e, "text", ev->u.user_message.text);
     put_json_text(e, "tool_results", ev->u.user_message.tool_results);
+    break;
+  case AL_EVENT_PROVIDER_NOTICE:
+    put_str(e, "kind", ev->u.notice.kind);
+    put_str(e, "message", ev->u.notice.message);
+    break;
+  case AL_EVENT_CITATION:
+    put_int(e, "index", ev->u.citation.index);
+    put_json_text(e, "citation", ev->u.citation.citation);
     break;
   default:
     break;

@@ -8,7 +8,8 @@
  * NO_NEW_PRIVS next, the seccomp filter last (it forbids what the earlier
  * steps use).
  *
- *   --cpu S --as BYTES --fsize BYTES --nofile N --nproc N   rlimits
+ *   --cpu S --as BYTES --data BYTES --fsize BYTES --nofile N --nproc N
+ *                       rlimits
  *                       (CORE is always 0)
  *   --write PATH        a Landlock writable root (repeatable); with none,
  *                       Landlock is not used
@@ -23,15 +24,32 @@
  *                       and SIGKILL every remaining descendant once COMMAND
  *                       exits (the degraded mode has no PID namespace)
  *   --probe             print "landlock=N seccomp=0|1" and exit 0
+ *   --janitor           (alone) read "+PATH" / "-PATH" lines on stdin:
+ *                       the placeholders agentloop has made in a
+ *                       workspace and removed again. At EOF, once the
+ *                       parent has exited, remove those still there (an
+ *                       empty directory or empty file only): a SIGKILLed
+ *                       agentloop leaves the workspace as its tools did.
+ *   --warm              (instead of "-- COMMAND") confine as above, then
+ *                       wait for the command on stdin: a 4-byte
+ *                       little-endian length, then NUL-terminated strings:
+ *                       the working directory, the environment entries,
+ *                       an empty string, the argv. stdin becomes
+ *                       /dev/null, then chdir and exec. The sandbox set-up
+ *                       is paid before the command exists (the warm pool,
+ *                       src/sandbox/pool.h); one command per process.
  *
  * Exit codes: COMMAND's, 125 when the helper itself failed (message on
  * stderr, prefixed "agentloop-exec:"), 127 when COMMAND was not found. */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/landlock.h>
+#include <linux/filter.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -42,6 +60,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -69,7 +90,7 @@ struct ll_ruleset_attr {
 };
 
 typedef struct opts_s {
-  rlim_t cpu, as, fsize, nofile, nproc;
+  rlim_t cpu, as, data, fsize, nofile, nproc;
   const char *write[MAX_WRITE];
   int n_write;
   int abi_cap;
@@ -77,6 +98,8 @@ typedef struct opts_s {
   bool no_network;
   bool supervise;
   bool probe;
+  bool warm;
+  const char *tmpdir;
 } opts_t;
 
 static void die(const char *what, int err) {
@@ -124,7 +147,9 @@ static void drop_caps(void) {
   (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 }
 
-static int apply_landlock(const opts_t *o) {
+/* Builds the ruleset: the ABI in use (0: Landlock not used, *rs_out -1)
+ * or -errno; *rs_out is the ruleset fd for landlock_restrict. */
+static int landlock_prepare(const opts_t *o, int *rs_out) {
   struct ll_ruleset_attr attr;
   struct landlock_path_beneath_attr pb;
   static const char *const devs[] = {"/dev/null", "/dev/zero", "/dev/full",
@@ -138,6 +163,7 @@ static int apply_landlock(const opts_t *o) {
   if (o->abi_cap >= 0 && abi > o->abi_cap) {
     abi = o->abi_cap;
   }
+  *rs_out = -1;
   if (abi <= 0 || o->n_write == 0) {
     return 0;
   }
@@ -196,15 +222,36 @@ static int apply_landlock(const opts_t *o) {
       close(pb.parent_fd);
     }
   }
-  if (syscall(SYS_landlock_restrict_self, rs, 0) != 0) {
-    close(rs);
-    return -errno;
-  }
-  close(rs);
+  *rs_out = rs;
   return abi;
 }
 
-static int apply_seccomp(const opts_t *o) {
+static int landlock_restrict(int rs) {
+  int rc = 0;
+
+  if (rs < 0) {
+    return 0;
+  }
+  if (syscall(SYS_landlock_restrict_self, rs, 0) != 0) {
+    rc = -errno;
+  }
+  close(rs);
+  return rc;
+}
+
+static int apply_landlock(const opts_t *o) {
+  int rs;
+  int abi = landlock_prepare(o, &rs);
+  int rc;
+
+  if (abi <= 0) {
+    return abi;
+  }
+  rc = landlock_restrict(rs);
+  return rc < 0 ? rc : abi;
+}
+
+static scmp_filter_ctx seccomp_build(const opts_t *o) {
   /* Syscalls a tool never needs and an attacker would love. */
   static const int deny[] = {
       SCMP_SYS(ptrace),           SCMP_SYS(process_vm_readv),
@@ -233,7 +280,7 @@ static int apply_seccomp(const opts_t *o) {
   int rc = 0;
 
   if (ctx == NULL) {
-    return -ENOMEM;
+    return NULL;
   }
   for (i = 0; i < sizeof(deny) / sizeof(deny[0]) && rc == 0; i++) {
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), deny[i], 0);
@@ -259,11 +306,76 @@ static int apply_seccomp(const opts_t *o) {
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
                           SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]));
   }
-  if (rc == 0) {
-    rc = seccomp_load(ctx);
+  if (rc != 0) {
+    seccomp_release(ctx);
+    return NULL;
   }
+  return ctx;
+}
+
+static int apply_seccomp(const opts_t *o) {
+  scmp_filter_ctx ctx = seccomp_build(o);
+  int rc;
+
+  if (ctx == NULL) {
+    return -EINVAL;
+  }
+  rc = seccomp_load(ctx);
   seccomp_release(ctx);
   return rc;
+}
+
+/* The filter compiled now, loaded later with one prctl (the warm path:
+ * libseccomp's compilation is the slow part). 0 or -errno. */
+static int seccomp_prepare(const opts_t *o, struct sock_fprog *prog) {
+  scmp_filter_ctx ctx = seccomp_build(o);
+  int fds[2];
+  char *buf = NULL;
+  size_t used = 0, cap = 0;
+  ssize_t r;
+  int rc;
+
+  if (ctx == NULL) {
+    return -EINVAL;
+  }
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    rc = -errno;
+    seccomp_release(ctx);
+    return rc;
+  }
+  /* A filter of a few hundred instructions fits the pipe's buffer. */
+  rc = seccomp_export_bpf(ctx, fds[1]);
+  close(fds[1]);
+  seccomp_release(ctx);
+  while (rc == 0) {
+    if (used == cap) {
+      char *nb = realloc(buf, cap ? cap * 2 : 4096);
+
+      if (nb == NULL) {
+        rc = -ENOMEM;
+        break;
+      }
+      buf = nb;
+      cap = cap ? cap * 2 : 4096;
+    }
+    r = read(fds[0], buf + used, cap - used);
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r <= 0) {
+      rc = r < 0 ? -errno : 0;
+      break;
+    }
+    used += (size_t)r;
+  }
+  close(fds[0]);
+  if (rc != 0 || used == 0 || used % sizeof(struct sock_filter) != 0) {
+    free(buf);
+    return rc != 0 ? rc : -EINVAL;
+  }
+  prog->len = (unsigned short)(used / sizeof(struct sock_filter));
+  prog->filter = (struct sock_filter *)buf;
+  return 0;
 }
 
 /* ---- supervise (degraded mode) ------------------------------------------- */
@@ -329,6 +441,337 @@ static int supervise(pid_t child) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 125;
 }
 
+/* ---- warm: the command arrives on stdin ---------------------------------- */
+
+#define WARM_MAX (4u << 20)
+
+static bool read_full(int fd, void *buf, size_t n) {
+  char *p = buf;
+
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+
+    if (r < 0 && errno == EINTR) {
+      continue;
+    }
+    if (r <= 0) {
+      return false;
+    }
+    p += r;
+    n -= (size_t)r;
+  }
+  return true;
+}
+
+/* Fills *cwd, *env, *ops and *argv (pointers into one buffer, never
+ * freed: we exec or exit). Exits 125 on a short or malformed message; a
+ * parent that closes without a message (the pool retiring us) exits 0
+ * quietly. */
+static void warm_receive(char **cwd, char ***env, char ***ops, char ***argv) {
+  unsigned char hdr[4];
+  uint32_t len;
+  char *buf, *p, *end;
+  size_t n_str = 0, i = 0, k, m;
+  char **strs;
+  int fd;
+
+  /* Confined and waiting: tell the pool (which then knows the mounts are
+   * in place). A plain pipe on stdin cannot carry it back; that is fine. */
+  (void)!write(0, "R", 1);
+  if (!read_full(0, hdr, sizeof(hdr))) {
+    exit(0);
+  }
+  len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+        (uint32_t)hdr[3] << 24;
+  if (len == 0 || len > WARM_MAX) {
+    fprintf(stderr, "agentloop-exec: bad warm message length %u\n", len);
+    exit(125);
+  }
+  buf = malloc(len);
+  if (buf == NULL || !read_full(0, buf, len) || buf[len - 1] != '\0') {
+    fprintf(stderr, "agentloop-exec: short warm message\n");
+    exit(125);
+  }
+  end = buf + len;
+  for (p = buf; p < end; p += strlen(p) + 1) {
+    n_str++;
+  }
+  strs = calloc(n_str + 2, sizeof(*strs));
+  if (strs == NULL) {
+    die("calloc", ENOMEM);
+  }
+  for (p = buf; p < end; p += strlen(p) + 1) {
+    strs[i++] = p;
+  }
+  /* cwd, env..., "", ops..., "", argv...: each empty separator becomes
+   * the NULL that ends the list before it. */
+  *cwd = strs[0];
+  for (k = 1; k < n_str && strs[k][0] != '\0'; k++) {
+  }
+  for (m = k + 1; m < n_str && strs[m][0] != '\0'; m++) {
+  }
+  if (m + 1 >= n_str) {
+    fprintf(stderr, "agentloop-exec: warm message without a command\n");
+    exit(125);
+  }
+  strs[k] = NULL;
+  strs[m] = NULL;
+  *env = strs + 1;
+  *ops = strs + k + 1;
+  *argv = strs + m + 1;
+  strs[n_str] = NULL;
+  fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || dup2(fd, 0) != 0) {
+    die("stdin", errno);
+  }
+  close(fd);
+}
+
+/* The mount flags a read-only remount of a bind of `path` must keep (the
+ * kernel refuses to clear the locked ones of a mount from outside). */
+static unsigned long kept_flags(const char *path) {
+  struct statvfs v;
+  unsigned long f = 0;
+
+  if (statvfs(path, &v) != 0) {
+    return 0;
+  }
+  if (v.f_flag & ST_NOSUID) {
+    f |= MS_NOSUID;
+  }
+  if (v.f_flag & ST_NODEV) {
+    f |= MS_NODEV;
+  }
+  if (v.f_flag & ST_NOEXEC) {
+    f |= MS_NOEXEC;
+  }
+  if (v.f_flag & ST_NOATIME) {
+    f |= MS_NOATIME;
+  }
+  if (v.f_flag & ST_NODIRATIME) {
+    f |= MS_NODIRATIME;
+  }
+  if (v.f_flag & ST_RELATIME) {
+    f |= MS_RELATIME;
+  }
+  return f;
+}
+
+static void mount_fail(const char *what, const char *path) {
+  fprintf(stderr, "agentloop-exec: %s %s: %s\n", what, path,
+          strerror(errno));
+  exit(125);
+}
+
+/* The protected paths' mounts, as bwrap would do them (the same option
+ * words: src/sandbox/sandbox.c push_protect): "--ro-bind SRC DST" (DST
+ * made first, a directory or an empty file like SRC, if missing),
+ * "--tmpfs DST" (made if missing), "--remount-ro DST", "--" (none). */
+static void apply_ops(char **ops) {
+  size_t i;
+
+  for (i = 0; ops[i] != NULL; i++) {
+    const char *op = ops[i];
+
+    if (strcmp(op, "--") == 0) {
+      continue;
+    }
+    if (strcmp(op, "--ro-bind") == 0 && ops[i + 1] != NULL &&
+        ops[i + 2] != NULL) {
+      const char *src = ops[i + 1];
+      const char *dst = ops[i + 2];
+      struct stat st, dt;
+
+      i += 2;
+      if (stat(src, &st) != 0) {
+        mount_fail("stat", src);
+      }
+      if (lstat(dst, &dt) != 0) {
+        if (S_ISDIR(st.st_mode)) {
+          if (mkdir(dst, 0755) != 0 && errno != EEXIST) {
+            mount_fail("mkdir", dst);
+          }
+        } else {
+          int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                                 O_CLOEXEC, 0644);
+
+          if (fd < 0 && errno != EEXIST) {
+            mount_fail("create", dst);
+          }
+          if (fd >= 0) {
+            close(fd);
+          }
+        }
+      }
+      if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0) {
+        mount_fail("bind", dst);
+      }
+      if (mount(NULL, dst, NULL,
+                MS_REMOUNT | MS_BIND | MS_RDONLY | kept_flags(dst),
+                NULL) != 0) {
+        mount_fail("remount", dst);
+      }
+    } else if (strcmp(op, "--tmpfs") == 0 && ops[i + 1] != NULL) {
+      const char *dst = ops[++i];
+      unsigned long f = MS_NOSUID | MS_NODEV;
+
+      /* "--tmpfs D --remount-ro D": one read-only mount. */
+      if (ops[i + 1] != NULL && ops[i + 2] != NULL &&
+          strcmp(ops[i + 1], "--remount-ro") == 0 &&
+          strcmp(ops[i + 2], dst) == 0) {
+        f |= MS_RDONLY;
+        i += 2;
+      }
+      if (mkdir(dst, 0755) != 0 && errno != EEXIST) {
+        mount_fail("mkdir", dst);
+      }
+      if (mount("tmpfs", dst, "tmpfs", f, "mode=0755") != 0) {
+        mount_fail("tmpfs", dst);
+      }
+    } else if (strcmp(op, "--remount-ro") == 0 && ops[i + 1] != NULL) {
+      const char *dst = ops[++i];
+
+      if (mount(NULL, dst, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID |
+                                     MS_NODEV, NULL) != 0) {
+        mount_fail("remount", dst);
+      }
+    } else {
+      fprintf(stderr, "agentloop-exec: bad mount operation '%s'\n", op);
+      exit(125);
+    }
+  }
+}
+
+/* The warm path (see the header): everything that does not depend on the
+ * command is done before it arrives; after it, only the protected paths'
+ * mounts, the capability drop and two syscalls that cannot come earlier
+ * (Landlock and seccomp would forbid the mounts). */
+static int run_warm(const opts_t *o) {
+  extern char **environ;
+  struct sock_fprog prog;
+  char *cwd;
+  char **env, **ops, **cmd;
+  int rs = -1;
+  int ll;
+
+  ll = landlock_prepare(o, &rs);
+  if (ll < 0) {
+    die("landlock", -ll);
+  }
+  if (o->require_landlock && ll == 0) {
+    fprintf(stderr, "agentloop-exec: Landlock is not available\n");
+    return 125;
+  }
+  if (seccomp_prepare(o, &prog) != 0) {
+    fprintf(stderr, "agentloop-exec: cannot build the seccomp filter\n");
+    return 125;
+  }
+  warm_receive(&cwd, &env, &ops, &cmd);
+  apply_ops(ops);
+  drop_caps();
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    die("PR_SET_NO_NEW_PRIVS", errno);
+  }
+  ll = landlock_restrict(rs);
+  if (ll < 0) {
+    die("landlock", -ll);
+  }
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    fprintf(stderr, "agentloop-exec: cannot load the seccomp filter\n");
+    return 125;
+  }
+  environ = env; /* execvp searches the command's PATH, as cold */
+  if (o->tmpdir != NULL && setenv("TMPDIR", o->tmpdir, 1) != 0) {
+    die("setenv", errno);
+  }
+  if (chdir(cwd) != 0) {
+    fprintf(stderr, "agentloop-exec: %s: %s\n", cwd, strerror(errno));
+    return 125;
+  }
+  execvp(cmd[0], cmd);
+  fprintf(stderr, "agentloop-exec: %s: %s\n", cmd[0], strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}
+
+/* ---- janitor --------------------------------------------------------------- */
+
+typedef struct jpath_s {
+  struct jpath_s *next;
+  long count;
+  char path[];
+} jpath_t;
+
+static int run_janitor(void) {
+  jpath_t *list = NULL, *j;
+  char line[8192];
+  bool pending = false;
+  int ppfd;
+  FILE *in;
+
+  /* Its own session already (the spawner): no terminal signal reaches it,
+   * and the ones a shell may send its group go elsewhere. */
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  if (chdir("/") != 0) {
+    return 125;
+  }
+  ppfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+  in = fdopen(0, "r");
+  if (in == NULL) {
+    return 125;
+  }
+  while (fgets(line, sizeof(line), in) != NULL) {
+    size_t n = strlen(line);
+    char op = line[0];
+
+    if (n < 3 || line[n - 1] != '\n' || (op != '+' && op != '-')) {
+      continue;
+    }
+    line[n - 1] = '\0';
+    for (j = list; j != NULL && strcmp(j->path, line + 1) != 0; j = j->next) {
+    }
+    if (j == NULL) {
+      j = calloc(1, sizeof(*j) + n);
+      if (j == NULL) {
+        continue;
+      }
+      memcpy(j->path, line + 1, n - 1);
+      j->next = list;
+      list = j;
+    }
+    j->count += op == '+' ? 1 : -1;
+  }
+  for (j = list; j != NULL; j = j->next) {
+    pending = pending || j->count > 0;
+  }
+  if (!pending) {
+    return 0;
+  }
+  /* EOF with placeholders left: our parent is dying. Its sandboxes die
+   * with it (--die-with-parent); wait until it is gone entirely. */
+  if (ppfd >= 0) {
+    struct pollfd p = {ppfd, POLLIN, 0};
+
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+  }
+  for (j = list; j != NULL; j = j->next) {
+    struct stat st;
+
+    if (j->count <= 0 || lstat(j->path, &st) != 0) {
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      (void)rmdir(j->path); /* only if empty: anything else stays */
+    } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
+      (void)unlink(j->path);
+    }
+  }
+  return 0;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static rlim_t num(const char *s) {
@@ -361,12 +804,17 @@ int main(int argc, char **argv) {
       i++;
       break;
     }
+    if (strcmp(a, "--janitor") == 0) {
+      return run_janitor();
+    }
     if (strcmp(a, "--probe") == 0) {
       o.probe = true;
     } else if (strcmp(a, "--no-network") == 0) {
       o.no_network = true;
     } else if (strcmp(a, "--supervise") == 0) {
       o.supervise = true;
+    } else if (strcmp(a, "--warm") == 0) {
+      o.warm = true;
     } else if (strcmp(a, "--require-landlock") == 0) {
       o.require_landlock = true;
     } else if (v == NULL) {
@@ -376,6 +824,7 @@ int main(int argc, char **argv) {
       o.write[o.n_write++] = argv[++i];
     } else if (strcmp(a, "--tmpdir") == 0 && o.n_write < MAX_WRITE) {
       o.write[o.n_write++] = argv[++i];
+      o.tmpdir = argv[i];
       if (setenv("TMPDIR", argv[i], 1) != 0) {
         die("setenv", errno);
       }
@@ -385,6 +834,8 @@ int main(int argc, char **argv) {
       o.cpu = num(argv[++i]);
     } else if (strcmp(a, "--as") == 0) {
       o.as = num(argv[++i]);
+    } else if (strcmp(a, "--data") == 0) {
+      o.data = num(argv[++i]);
     } else if (strcmp(a, "--fsize") == 0) {
       o.fsize = num(argv[++i]);
     } else if (strcmp(a, "--nofile") == 0) {
@@ -410,7 +861,7 @@ int main(int argc, char **argv) {
     printf("landlock=%d seccomp=%d\n", abi, sc == 0 ? 1 : 0);
     return 0;
   }
-  if (i >= argc) {
+  if (i >= argc && !o.warm) {
     fprintf(stderr, "agentloop-exec: no command (usage: agentloop-exec "
                     "[options] -- command [args...])\n");
     return 125;
@@ -422,9 +873,17 @@ int main(int argc, char **argv) {
   }
   set_limit(RLIMIT_CPU, o.cpu);
   set_limit(RLIMIT_AS, o.as);
+  set_limit(RLIMIT_DATA, o.data);
   set_limit(RLIMIT_FSIZE, o.fsize);
   set_limit(RLIMIT_NOFILE, o.nofile);
   set_limit(RLIMIT_NPROC, o.nproc);
+  if (o.warm) {
+    if (o.supervise) {
+      fprintf(stderr, "agentloop-exec: --warm is for bwrap mode\n");
+      return 125;
+    }
+    return run_warm(&o);
+  }
   drop_caps();
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     die("PR_SET_NO_NEW_PRIVS", errno);

@@ -81,6 +81,7 @@ static void set_state(al_agent_t *a, ag_state_t st) {
 }
 
 static int attempt_start(al_agent_t *a);
+static void on_mcp_wait(uv_timer_t *t);
 void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
                               int status, const char *message);
 static void start_turn(al_agent_t *a);
@@ -90,6 +91,7 @@ static int compact_check(al_agent_t *a, int64_t projected);
 static void compact_start(al_agent_t *a, const char *trigger);
 static void compact_finish(al_agent_t *a, const char *summary, size_t len);
 static bool is_overflow(const char *message);
+static bool trim_messages(al_agent_t *a);
 static void on_backoff(uv_timer_t *t);
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -431,6 +433,26 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   return 0;
 }
 
+/* A citation from any provider, as one shape (al__provider_citation). */
+static int post_citation(al_agent_t *a, const al_pevent_t *ev) {
+  al_event_t le = al__events_blank;
+  char *text = ev->json != NULL
+                   ? json_dumps(ev->json, JSON_COMPACT | JSON_ENCODE_ANY)
+                   : NULL;
+  bool closed;
+
+  if (text == NULL) {
+    return 0;
+  }
+  le.type = AL_EVENT_CITATION;
+  le.u.citation.index = ev->index;
+  le.u.citation.citation.ptr = text;
+  le.u.citation.citation.len = strlen(text);
+  closed = al__agent_post(a, &le);
+  al_free(text); /* jansson allocates through al_malloc */
+  return closed ? 1 : 0;
+}
+
 static int on_pevent(void *data, const al_pevent_t *ev) {
   al_agent_t *a = data;
   al_event_t le;
@@ -478,6 +500,14 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
   case AL_PEV_ERROR:
     stream_error(a, ev);
     return 0;
+  case AL_PEV_NOTICE:
+    le.type = AL_EVENT_PROVIDER_NOTICE;
+    le.u.notice.kind = ag_slice(ev->error_type);
+    le.u.notice.message.ptr = ev->text;
+    le.u.notice.message.len = ev->len;
+    return al__agent_post(a, &le) ? 1 : 0;
+  case AL_PEV_CITATION:
+    return post_citation(a, ev);
   default:
     return 0;
   }
@@ -547,6 +577,8 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
 }
 
 static void reply_done(al_agent_t *a);
+/* pause_turn continuations per turn. */
+#define AG_MAX_PAUSES 5u
 
 static void on_complete(al_http_request_t *r, int status,
                         const al_http_error_t *err) {
@@ -626,10 +658,14 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   int rc;
 
   al_provider_options_init(&po);
+  po.cache_control = a->prompt_cache;
   po.model = a->model;
   po.max_tokens = a->cur_max_tokens;
   po.system = al__history_system(h);
   po.api_key = a->api_key;
+  /* Round-trips the model needs (models catalogue): its reasoning back. */
+  po.echo_reasoning = a->model_info.echo_reasoning;
+  po.reasoning_field = a->model_info.reasoning_field;
   if (json_array_size(offered) > 0) {
     po.tools = offered;
     if (a->state == AG_SUMMARY || a->state == AG_COMPACTING) {
@@ -727,7 +763,7 @@ static int attempt_start(al_agent_t *a) {
   int rc;
 
   attempt_clear(a);
-  if (h == &a->history && al__agent_micro(a)) {
+  if (h == &a->history && (al__agent_micro(a) || trim_messages(a))) {
     return 0; /* a subscriber ended the run or closed the agent */
   }
   rc = build_request(a, h, &preq);
@@ -776,7 +812,9 @@ static int attempt_start(al_agent_t *a) {
   al_pstream_options_runtime(&so);
   so.on_event = on_pevent;
   so.data = a;
+  so.think_tags = a->model_info.think_tags;
   so.id_seed = al__retry_rng_next(&a->rng);
+  al__agent_limits_pstream(&a->limits, &so);
   rc = al_pstream_init(&a->ps, a->provider, &so);
   if (rc == 0) {
     a->ps_ready = true;
@@ -795,6 +833,8 @@ static int attempt_start(al_agent_t *a) {
     /* Per request: a shared client's defaults are not this agent's. */
     ro.idle_timeout_ms = a->idle_timeout_ms;
     ro.progress_timeout_ms = a->progress_timeout_ms;
+    al__agent_limits_request(&a->limits, &ro);
+    ro.expect_event_stream = true;
     ro.on_data = on_data;
     ro.on_complete = on_complete;
     ro.data = a;
@@ -825,6 +865,8 @@ static int attempt_start(al_agent_t *a) {
 static void run_end_common(al_agent_t *a) {
   attempt_clear(a);
   uv_timer_stop(&a->backoff);
+  a->mcp_waiting = false;
+  al__agent_hooks_cancel_runs(a);
   exec_close_all(a);
   if (a->state == AG_SUMMARY) {
     al__history_free(&a->summary_hist);
@@ -832,7 +874,8 @@ static void run_end_common(al_agent_t *a) {
   }
   al__history_free(&a->compact_hist);
   al__history_init(&a->compact_hist);
-  a->compact_requested = false;
+  /* compact_requested stays: a compaction asked for during a run that
+   * then ended runs before the next run's first request. */
   a->compacted_this_turn = false;
   a->overflow_retried = false;
   al_free(a->done_text);
@@ -1005,6 +1048,19 @@ static void summary_failed(al_agent_t *a) {
 
 /* ---- failures and retries ------------------------------------------------------------- */
 
+static void on_mcp_wait(uv_timer_t *t) {
+  al__agent_mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, backoff));
+}
+
+void al__agent_mcp_wait_over(al_agent_t *a) {
+  if (!a->mcp_waiting) {
+    return;
+  }
+  a->mcp_waiting = false;
+  uv_timer_stop(&a->backoff);
+  start_turn(a);
+}
+
 static void on_backoff(uv_timer_t *t) {
   al_agent_t *a = AL_CONTAINER_OF(t, al_agent_t, backoff);
   int rc = attempt_start(a);
@@ -1142,6 +1198,7 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   AG_U(output_tokens)
   AG_U(cache_read_input_tokens)
   AG_U(cache_creation_input_tokens)
+  AG_U(reasoning_tokens)
 #undef AG_U
   ctx = al__budget_observed(&a->budget, a->model, usage);
   if (ctx <= 0) {
@@ -1161,6 +1218,68 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   a->budget.warned = true;
   ev.type = AL_EVENT_CONTEXT_WARNING;
   return al__agent_post(a, &ev);
+}
+
+/* pause_turn (Anthropic server tools pausing a long turn): the reply is
+ * in the history as it came; sending the conversation back as it stands
+ * lets the model continue the same turn (its next reply extends this
+ * assistant message). Bounded by AG_MAX_PAUSES per turn, said with a
+ * provider_notice. */
+static void continue_paused(al_agent_t *a, al_buf_t *text, json_t *single) {
+  const char *t = single != NULL ? json_string_value(single) : text->data;
+  size_t n = single != NULL ? json_string_length(single) : text->len;
+  size_t old = a->pause_text != NULL ? strlen(a->pause_text) : 0;
+  char *joined = al_realloc(a->pause_text, old + n + 1);
+  al_event_t ev = al__events_blank;
+  char msg[96];
+  int rc;
+
+  if (joined != NULL) {
+    if (n > 0) {
+      memcpy(joined + old, t, n);
+    }
+    joined[old + n] = '\0';
+    a->pause_text = joined;
+  }
+  json_decref(single);
+  al_buf_free(text);
+  a->pauses++;
+  snprintf(msg, sizeof(msg),
+           "the provider paused the turn: continuing (%u of %u)",
+           (unsigned)a->pauses, (unsigned)AG_MAX_PAUSES);
+  ev.type = AL_EVENT_PROVIDER_NOTICE;
+  ev.u.notice.kind = ag_slice("pause_turn");
+  ev.u.notice.message = ag_slice(msg);
+  if (al__agent_post(a, &ev)) {
+    return;
+  }
+  al__retry_request_start(&a->retry);
+  rc = attempt_start(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+/* The turn's answer after pauses: the paused replies' text first. */
+static void prepend_pause_text(al_agent_t *a, al_buf_t *text,
+                               json_t **single) {
+  al_buf_t all;
+
+  al_buf_init(&all, SIZE_MAX / 2);
+  al_buf_append_str(&all, a->pause_text);
+  if (*single != NULL) {
+    al_buf_append(&all, json_string_value(*single),
+                  json_string_length(*single));
+    json_decref(*single);
+    *single = NULL;
+  } else {
+    al_buf_append(&all, text->data != NULL ? text->data : "", text->len);
+  }
+  al_buf_free(text);
+  *text = all;
+  al_free(a->pause_text);
+  a->pause_text = NULL;
+  a->pauses = 0;
 }
 
 static void reply_done(al_agent_t *a) {
@@ -1273,11 +1392,27 @@ static void reply_done(al_agent_t *a) {
   al__retry_continuation_reset(&a->retry);
   a->cur_max_tokens = a->max_tokens;
   attempt_clear(a);
+  if (!al__history_turn_open(&a->history) && stop == AL_STOP_PAUSE_TURN &&
+      a->pauses < AG_MAX_PAUSES) {
+    continue_paused(a, &text, single);
+    return;
+  }
+  if (a->pause_text != NULL) {
+    prepend_pause_text(a, &text, &single);
+  }
   if (!al__history_turn_open(&a->history)) {
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_TURN_COMPLETED;
     ev.u.turn_completed.stop_reason = ag_slice(al_stop_reason_name(stop));
     if (al__agent_post(a, &ev)) {
+      json_decref(single);
+      al_buf_free(&text);
+      return;
+    }
+    /* Stop hooks may send the model back to work (agent_hooks.c). */
+    if (al__agent_stop_hooks_start(
+            a, single != NULL ? json_string_value(single) : text.data,
+            single != NULL ? json_string_length(single) : text.len)) {
       json_decref(single);
       al_buf_free(&text);
       return;
@@ -1301,9 +1436,20 @@ static void tools_done(al_agent_t *a) {
   al_event_t ev;
   json_t *js;
 
+  /* post_tool_use hooks see every result of the turn first; they may
+   * replace what the model sees or add context (agent_hooks.c). */
+  if (!a->post_done && al__agent_post_hooks_start(a, box)) {
+    return;
+  }
+  a->post_done = false;
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    js = al__json_string_utf8(call->content != NULL ? call->content : "",
-                              call->content_len);
+    char *shown = al__agent_post_hooks_apply(a, call);
+
+    js = shown != NULL
+             ? al__json_string_text(shown, strlen(shown))
+             : al__json_string_text(call->content != NULL ? call->content : "",
+                                    call->content_len);
+    al_free(shown);
     if (js != NULL) {
       al__history_add_tool_result(&a->history, call->id, js, call->is_error);
       json_decref(js);
@@ -1371,6 +1517,10 @@ static void start_turn(al_agent_t *a) {
     if (attempt_start(a) != 0) {
       summary_failed(a);
     }
+    return;
+  }
+  /* A turn boundary: late MCP servers join, changed tool lists apply. */
+  if (al__agent_mcp_sync(a)) {
     return;
   }
   a->turn++;
@@ -1446,6 +1596,61 @@ static int64_t project_history(al_agent_t *a) {
   return p;
 }
 
+/* max_messages (seed 004): the oldest messages go at a safe cut, without
+ * a model call; reported like a compaction (trigger "max_messages") and
+ * recorded the same way. True when the caller must stop. */
+static bool trim_messages(al_agent_t *a) {
+  json_t *msgs = a->history.messages;
+  size_t cut;
+  char notice[160];
+  json_t *next;
+  al_event_t ev;
+  uint32_t dropped;
+  uint32_t results;
+  int64_t before;
+
+  if (a->max_messages == 0 || json_array_size(msgs) <= a->max_messages ||
+      (cut = al__compact_cut_count(msgs, a->max_messages)) == 0) {
+    return false;
+  }
+  before = project_history(a);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_STARTED;
+  ev.u.compaction.trigger = ag_slice("max_messages");
+  ev.u.compaction.tokens_before = (uint64_t)before;
+  if (al__agent_post(a, &ev)) {
+    return true;
+  }
+  snprintf(notice, sizeof(notice),
+           "(The oldest messages were dropped to keep at most %u messages.)",
+           a->max_messages);
+  next = al__compact_assemble(msgs, cut, notice, strlen(notice));
+  if (next == NULL) {
+    return false;
+  }
+  al__compact_counts(msgs, cut, &dropped, &results);
+  json_decref(a->history.messages);
+  a->history.messages = next;
+  if (a->on_commit != NULL) {
+    json_t *rec = json_pack("{s:O}", "messages", next);
+    char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+
+    if (txt != NULL) {
+      a->on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt), a->commit_data);
+    }
+    al_free(txt);
+    json_decref(rec);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_COMPACTION_COMPLETED;
+  ev.u.compaction.trigger = ag_slice("max_messages");
+  ev.u.compaction.tokens_before = (uint64_t)before;
+  ev.u.compaction.tokens_after = (uint64_t)project_history(a);
+  ev.u.compaction.dropped_messages = dropped;
+  ev.u.compaction.dropped_tool_results = results;
+  return al__agent_post(a, &ev);
+}
+
 /* After the compaction: the run goes on, or the agent is idle again. */
 static void compact_resume(al_agent_t *a) {
   int rc;
@@ -1478,6 +1683,7 @@ static void compact_start(al_agent_t *a, const char *trigger) {
   a->compact_cut = json_is_array(msgs) ? al__compact_cut(msgs, keep_tokens(a),
                                                          ratio)
                                        : 0;
+  al__agent_pre_compact_hooks(a, trigger, (int64_t)a->compact_before);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_COMPACTION_STARTED;
   ev.u.compaction.trigger = ag_slice(trigger);
@@ -1540,6 +1746,19 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
       al__compact_counts(msgs, cut, &dropped, &results);
       json_decref(a->history.messages);
       a->history.messages = next;
+      if (a->on_commit != NULL) {
+        /* Durable: the transcript keeps the originals and this record;
+         * a resumed session starts from it. */
+        json_t *rec = json_pack("{s:O}", "messages", next);
+        char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+
+        if (txt != NULL) {
+          a->on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt),
+                       a->commit_data);
+        }
+        al_free(txt);
+        json_decref(rec);
+      }
     }
   }
   a->compact_failures = failed && cut != 0 ? a->compact_failures + 1 : 0;
@@ -1613,6 +1832,7 @@ static void agent_free_fields(al_agent_t *a) {
   json_decref(a->tool_defs);
   json_decref(a->stamps);
   al_free(a->done_text);
+  al_free(a->pause_text);
   al_free(a->msg_id);
   blocks_free(a);
   al_models_free(a->own_models);
@@ -1623,14 +1843,27 @@ static void agent_free_fields(al_agent_t *a) {
   }
 }
 
+int al_agent_check_base_url(const char *url, char *why, size_t why_len) {
+  char tmp[8];
+
+  if (why == NULL || why_len == 0) {
+    why = tmp;
+    why_len = sizeof(tmp);
+  }
+  why[0] = '\0';
+  return url == NULL ? 0 : al_http_url_check(url, why, why_len);
+}
+
 static int set_base_url(al_agent_t *a, const char *url) {
+  char why[160];
   size_t n;
 
   if (url == NULL) {
-    url = a->provider->kind == AL_PROVIDER_OPENAI ? "https://api.openai.com/v1"
-                                                  : "https://api.anthropic.com";
+    url = a->provider->kind != AL_PROVIDER_ANTHROPIC
+              ? "https://api.openai.com/v1"
+              : "https://api.anthropic.com";
   }
-  if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
+  if (al_agent_check_base_url(url, why, sizeof(why)) != 0) {
     return AL_EINVAL;
   }
   a->base_url = al_strdup(url);
@@ -1668,11 +1901,14 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al_list_init(&a->tools);
   al_list_init(&a->approvals);
   al_list_init(&a->execs);
+  al_list_init(&a->hook_waits);
   al__history_init(&a->history);
   al__history_init(&a->summary_hist);
   al__history_init(&a->compact_hist);
   al__budget_init(&a->budget);
   a->auto_compact = !o->no_auto_compact;
+  a->max_messages = o->max_messages;
+  a->prompt_cache = !o->no_prompt_cache;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
                                                         : "anthropic");
@@ -1686,8 +1922,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   a->api_key = dup_or_null(o->api_key);
   a->model_main = al_strdup(
       o->model != NULL ? o->model
-      : a->provider->kind == AL_PROVIDER_OPENAI ? "gpt-4o-mini"
-                                                : "claude-sonnet-4-5");
+      : a->provider->kind != AL_PROVIDER_ANTHROPIC ? "gpt-4o-mini"
+                                                   : "claude-sonnet-4-5");
   a->model = dup_or_null(a->model_main);
   a->fallback_model = dup_or_null(o->fallback_model);
   if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||
@@ -1799,7 +2035,9 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
       (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
       (rc = al__agent_cli_tools_init(a)) != 0 ||
-      (rc = al__agent_context_init(a, o)) != 0) {
+      (rc = al__agent_context_init(a, o)) != 0 ||
+      (rc = al__agent_mcp_check(o)) != 0 ||
+      (rc = al__agent_hooks_init(a, o)) != 0) {
     goto fail;
   }
   al_http_client_options_init(&co);
@@ -1815,6 +2053,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->idle_timeout_ms = co.idle_timeout_ms;
   a->progress_timeout_ms = co.progress_timeout_ms;
+  a->limits = o->limits;
   if (o->client != NULL) {
     a->client = o->client;
   } else if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {
@@ -1825,6 +2064,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   uv_timer_init(loop, &a->backoff);
   uv_idle_init(loop, &a->finish);
   a->pending = 2; /* the backoff timer and the client */
+  /* Last: from here on nothing fails, and the servers start at once. */
+  al__agent_mcp_init(a, o);
   *out = a;
   return 0;
 fail:
@@ -1889,6 +2130,7 @@ void al_agent_unsubscribe(al_agent_t *a, al_sub_t *sub) {
 }
 
 int al_agent_run(al_agent_t *a, const char *text) {
+  bool first;
   al_event_t ev;
   char *tools;
   size_t i;
@@ -1908,6 +2150,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (rc != 0) {
     return rc;
   }
+  first = !a->has_run;
   a->has_run = true;
   if (a->on_commit != NULL) {
     json_t *um = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text",
@@ -1920,6 +2163,10 @@ int al_agent_run(al_agent_t *a, const char *text) {
   a->run_t0 = al_now_ns();
   a->run_id++;
   a->turn = 0;
+  a->pauses = 0;
+  al_free(a->pause_text);
+  a->pause_text = NULL;
+  a->stop_blocks = 0;
   a->cur_max_tokens = a->max_tokens;
   al__retry_state_init(&a->retry);
   json_object_clear(a->stamps);
@@ -1948,7 +2195,8 @@ int al_agent_run(al_agent_t *a, const char *text) {
     return 0;
   }
   al_free(tools);
-  /* The user's side, after run_started so a watcher sees it in its run. */
+  /* The user's side, after run_started so a watcher sees it in its run
+   * (the text as typed, before any prompt hook). */
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_USER_MESSAGE;
   ev.u.user_message.text = ag_slice(text);
@@ -1956,8 +2204,27 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (al__agent_post(a, &ev)) {
     return 0;
   }
-  start_turn(a);
+  /* session_start / user_prompt_submit hooks first (agent_hooks.c); they
+   * call al__agent_begin_turns when done. */
+  if (al__agent_prompt_hooks_start(a, text, first)) {
+    return 0;
+  }
+  al__agent_begin_turns(a);
   return 0;
+}
+
+void al__agent_begin_turns(al_agent_t *a) {
+  uint64_t wait_ms;
+
+  if (al__agent_mcp_should_wait(a, &wait_ms)) {
+    /* MCP servers still starting: wait for them, but never longer than
+     * what is left of the startup wait (the first token must not wait
+     * for a slow server). The backoff timer is idle before a turn. */
+    a->mcp_waiting = true;
+    uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
+    return;
+  }
+  start_turn(a);
 }
 
 int al_agent_cancel(al_agent_t *a) {
@@ -1982,7 +2249,7 @@ int al_agent_cancel(al_agent_t *a) {
     while ((call = al__executor_results(&box->ex, call)) != NULL) {
       if (call->state == AL_TOOL_CALL_YIELDED) {
         if (old == AG_TOOLS && box == a->cur) {
-          json_t *js = al__json_string_utf8(call->content, call->content_len);
+          json_t *js = al__json_string_text(call->content, call->content_len);
 
           if (js != NULL) {
             al__history_add_tool_result(&a->history, call->id, js,
@@ -2133,7 +2400,7 @@ static void on_finish_close(uv_handle_t *h) {
 
 void al__agent_maybe_finish(al_agent_t *a) {
   if (!ag_closing(a) || a->finishing || a->pending > 0 || a->holds > 0 ||
-      a->live_ctx > 0) {
+      a->live_ctx > 0 || !al__agent_hooks_idle(a)) {
     return;
   }
   a->finishing = true;
@@ -2167,6 +2434,8 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   set_state(a, AG_CLOSING);
   a->close_cb = cb;
   exec_close_all(a);
+  al__agent_hooks_cancel_runs(a); /* hooks begun outside a run too */
+  al__agent_mcp_close(a);
   uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
   if (a->own_client) {
     al_http_client_set_data(a->client, a);
@@ -2176,3 +2445,17 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   }
   a->client = NULL;
 }
+
+/* ---- for agent_hooks.c ------------------------------------------------------------- */
+
+void al__agent_end_final(al_agent_t *a, const char *text, size_t len) {
+  end_final(a, text, len);
+}
+
+void al__agent_end_error(al_agent_t *a, int code, const char *message) {
+  end_error(a, code, message);
+}
+
+void al__agent_continue(al_agent_t *a) { start_turn(a); }
+
+void al__agent_tools_done(al_agent_t *a) { tools_done(a); }

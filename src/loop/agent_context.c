@@ -340,6 +340,17 @@ bool al__agent_micro(al_agent_t *a) {
     cache_write(a, k, v);
   }
   a->stats_micro_saved += (uint64_t)saved;
+  if (a->on_commit != NULL) {
+    /* Durable: a resumed session clears the same results. */
+    json_t *rec = json_pack("{s:O}", "call_ids", cleared);
+    char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+
+    if (txt != NULL) {
+      a->on_commit(a, AL_COMMIT_MICRO, txt, strlen(txt), a->commit_data);
+    }
+    al_free(txt);
+    json_decref(rec);
+  }
   ids = json_dumps(cleared, JSON_COMPACT);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_MICRO_COMPACTION;

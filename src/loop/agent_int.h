@@ -22,6 +22,10 @@ uint64_t al__agent_last_stamp(const al_agent_t *a);
  * agent waits for these). */
 uint64_t al__agent_tool_holds(const al_agent_t *a);
 
+/* The agent's al_sandbox_t (sandbox/sandbox.h), NULL when it has none
+ * (bench: the warm pool's counters). */
+void *al__agent_sandbox(const al_agent_t *a);
+
 /* Projected context tokens of the next request of the current history
  * (the budget's calibrated estimate; -1 when it cannot be built). */
 int64_t al__agent_projected(al_agent_t *a);

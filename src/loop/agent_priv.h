@@ -20,6 +20,9 @@
 #include "provider/provider.h"
 #include "transport/transport.h"
 
+struct al_hook_report_s;
+struct al_hooks_run_s;
+
 #define AG_TOOL_DEFAULT_TIMEOUT_MS 120000
 
 /* Where the agent is: one enum, written only by set_state() in agent.c,
@@ -63,6 +66,15 @@ typedef struct ag_tool_s {
   al_tool_def_t def; /* run, cancel, data, timeout_ms, concurrency_safe */
   bool spawns;        /* runs a child process (bash, tools.d) */
   const char *source; /* "builtin", "in-process" or a tools.d file */
+  /* MCP tools (agent_mcp.c): the server and the server's name for it. A
+   * tool the server no longer lists is `removed` at a turn boundary: it
+   * stays allocated (a retired call may still point at its gate) but is
+   * neither found nor offered. */
+  struct al_mcp_server_s *mcp;
+  char *mcp_tool;
+  bool mcp_safe;
+  bool removed;
+  al_tool_impl_t mcp_impl;
 } ag_tool_t;
 
 /* An approval the run waits for. */
@@ -119,6 +131,7 @@ struct al_agent_s {
   void *permission_data;
   int64_t idle_timeout_ms;
   int64_t progress_timeout_ms;
+  al_limits_t limits;
 
   al_http_client_t *client;
   bool own_client; /* made here (else borrowed from the options) */
@@ -146,6 +159,10 @@ struct al_agent_s {
   uint64_t run_t0;
   uint64_t api_t0;
   char *done_text; /* the done tool's message */
+  /* pause_turn: continuations of this turn so far, and the text of the
+   * paused replies (the final answer is the whole turn's text). */
+  uint32_t pauses;
+  char *pause_text;
 
   /* The current attempt. */
   al_http_request_t *req;
@@ -182,6 +199,26 @@ struct al_agent_s {
    * whether it loaded: listed so a skipped untrusted one is visible. */
   char *project_tools_d;
   bool project_trusted;
+  /* MCP servers (agent_mcp.c; NULL: none configured). mcp_gens[i]: the
+   * tool-list generation of server i that the registry holds. */
+  struct al_mcp_s *mcp;
+  uint64_t *mcp_gens;
+  uint64_t mcp_t0;   /* when the servers started (ns) */
+  bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
+  /* Hooks (agent_hooks.c; NULL: none). hook_runs: the agent-level runs
+   * in flight (post_tool_use, stop, user_prompt_submit), cancelled when
+   * the run ends; hook_waits: calls held by pre_tool_use hooks (gate.c). */
+  struct al_hooks_s *hooks;
+  al_list_t hook_waits;
+  struct al_hooks_run_s *hook_runs[64];
+  size_t n_hook_runs;
+  json_t *post_results; /* call_id -> {replace, context} */
+  bool post_done;       /* tools_done: the post_tool_use hooks have run */
+  uint32_t stop_blocks; /* consecutive stop-hook continuations this run */
+  int prompt_pending;   /* session_start / user_prompt_submit runs left */
+  bool prompt_denied;
+  char *prompt_why;     /* the blocking hook's reason */
+  char *stop_text;      /* the final text held while stop hooks run */
   /* Durable sessions: history commit hook (al_agent_options_t). */
   al_commit_cb on_commit;
   void *commit_data;
@@ -203,6 +240,8 @@ struct al_agent_s {
   uint64_t stats_micro_saved;
   /* Summary compaction (agent.c, compact.c). */
   bool auto_compact;
+  uint32_t max_messages;
+  bool prompt_cache;
   al_history_t compact_hist;  /* the summary request's history */
   size_t compact_cut;         /* messages[cut..] are kept */
   const char *compact_trigger; /* "auto", "manual", "overflow" (static) */
@@ -231,6 +270,10 @@ bool al__agent_micro(al_agent_t *a);
  * a subscriber ended the run (gen changed) or closed the agent. */
 bool al__agent_post(al_agent_t *a, al_event_t *ev);
 void al__agent_maybe_finish(al_agent_t *a);
+/* agent_limits.c: the agent's limits onto one attempt's options. */
+void al__agent_limits_request(const al_limits_t *l,
+                              al_http_request_options_t *ro);
+void al__agent_limits_pstream(const al_limits_t *l, al_pstream_options_t *so);
 
 /* agent_tools.c */
 /* Sandbox probe and tools.d loading (before al__agent_tools_init). */
@@ -264,6 +307,72 @@ int al__agent_add_tool_impl(al_agent_t *a, al_tool_impl_t *inner,
                             const char *description, const char *schema,
                             al_tool_category_t category);
 
+/* agent_tools.c: registry entries (also used by agent_mcp.c). */
+int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
+                        void (*free_inner)(al_tool_impl_t *),
+                        const char *description, const char *schema,
+                        al_tool_category_t category, ag_tool_t **out);
+ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name);
+
+/* agent_hooks.c */
+int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o);
+void al__agent_hooks_free(al_agent_t *a);
+bool al__agent_hooks_idle(const al_agent_t *a);
+/* The JSON input every hook gets: session, run, turn, cwd (new ref). */
+json_t *al__agent_hook_input(al_agent_t *a);
+/* Posts hook_executed for one hook (call may be NULL). */
+void al__agent_hook_report(al_agent_t *a, const struct al_hook_report_s *r,
+                           const al_tool_call_t *call);
+/* Cancels the agent-level hook runs (the run ended). */
+void al__agent_hooks_cancel_runs(al_agent_t *a);
+/* tools_done: starts the post_tool_use hooks of the turn's calls; true
+ * when they run (tools_done is called again once they are done). */
+bool al__agent_post_hooks_start(al_agent_t *a, struct ag_exec_s *box);
+/* The content the model sees for call (post_tool_use replace/context
+ * applied): a new string (al_free) or NULL to keep the call's. */
+char *al__agent_post_hooks_apply(al_agent_t *a, const al_tool_call_t *call);
+/* A final reply: stop hooks may continue the run. true when they run (the
+ * agent continues in al__agent_stop_hooks_done). */
+bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len);
+
+/* Before the first turn of a run: session_start (first run only) and
+ * user_prompt_submit hooks. true when they run (they call
+ * al__agent_begin_turns, or end the run when the prompt is blocked). */
+bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
+                                  bool first);
+
+/* Before a compaction: the pre_compact hooks, observational (the
+ * compaction does not wait; their hook_executed events report them). */
+void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
+                                 int64_t tokens_before);
+
+/* agent.c, for agent_hooks.c */
+/* The MCP startup wait, then the first turn. */
+void al__agent_begin_turns(al_agent_t *a);
+void al__agent_end_final(al_agent_t *a, const char *text, size_t len);
+void al__agent_end_error(al_agent_t *a, int code, const char *message);
+void al__agent_continue(al_agent_t *a); /* start the next turn */
+void al__agent_tools_done(al_agent_t *a);
+
+/* agent_mcp.c */
+/* Checks o->mcp_config (AL_EINVAL with the reason logged). */
+int al__agent_mcp_check(const al_agent_options_t *o);
+/* Starts the servers of o->mcp_config (nothing blocks). Out of memory
+ * leaves the agent without MCP servers (logged). */
+void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o);
+/* [{name, state, tools, ms, error, pid, protocol}] of the servers. */
+json_t *al__agent_mcp_json(const al_agent_t *a);
+/* At a turn boundary: registers the tools of servers that became ready
+ * and applies changed lists. true when the run ended meanwhile (a
+ * subscriber cancelled it). */
+bool al__agent_mcp_sync(al_agent_t *a);
+/* Whether the run should wait for servers still starting, and how long
+ * (ms). */
+bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
+/* Closes the servers; a->pending covers it. */
+void al__agent_mcp_close(al_agent_t *a);
+/* Called by agent.c when the startup wait ends (all settled or timeout). */
+void al__agent_mcp_wait_over(al_agent_t *a);
 /* al_agent_close was called: nothing of the agent may fire any more. */
 static inline bool ag_closing(const al_agent_t *a) {
   return a->state == AG_CLOSING;

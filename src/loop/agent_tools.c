@@ -1,11 +1,13 @@
 /* The agent's tools: the registry, in-process tool contexts, and the
  * sandbox and tools.d set-up (SPEC §6, §8). Every registered tool is
  * wrapped in the permission gate (gate.c), which the executor sees. */
+#include <dirent.h>
 #include <ctype.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "loop/agent_priv.h"
+#include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
 #include "tools/bash.h"
 #include "tools/clitool.h"
@@ -173,17 +175,18 @@ static void tool_free(ag_tool_t *t) {
   }
   al_free(t->name);
   al_free(t->description);
+  al_free(t->mcp_tool);
   json_decref(t->schema);
   al_free(t);
 }
 
-static ag_tool_t *tool_find(al_agent_t *a, const char *name) {
+ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name) {
   al_list_t *pos;
 
   al_list_foreach(pos, &a->tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
-    if (strcmp(t->name, name) == 0) {
+    if (!t->removed && strcmp(t->name, name) == 0) {
       return t;
     }
   }
@@ -192,7 +195,7 @@ static ag_tool_t *tool_find(al_agent_t *a, const char *name) {
 
 const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name) {
   ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
-  ag_tool_t *t = tool_find(box->agent, name);
+  ag_tool_t *t = al__agent_tool_find(box->agent, name);
 
   return t != NULL ? &t->gate : NULL;
 }
@@ -213,10 +216,10 @@ static bool name_ok(const char *name) {
 
 /* Registers a tool whose implementation is `inner` (NULL for in-process:
  * filled by the caller). On failure inner is freed. */
-static int add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
-                     void (*free_inner)(al_tool_impl_t *),
-                     const char *description, const char *schema,
-                     al_tool_category_t category, ag_tool_t **out) {
+int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
+                        void (*free_inner)(al_tool_impl_t *),
+                        const char *description, const char *schema,
+                        al_tool_category_t category, ag_tool_t **out) {
   ag_tool_t *t;
   json_t *def;
   json_error_t jerr;
@@ -225,7 +228,7 @@ static int add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
       (unsigned)category > AL_TOOL_ADMIN) {
     goto inval;
   }
-  if (tool_find(a, name) != NULL) {
+  if (al__agent_tool_find(a, name) != NULL) {
     if (inner != NULL && free_inner != NULL) {
       free_inner(inner);
     }
@@ -292,7 +295,7 @@ int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
   if (def == NULL || def->run == NULL) {
     return AL_EINVAL;
   }
-  rc = add_entry(a, def->name, NULL, NULL, def->description,
+  rc = al__agent_add_entry(a, def->name, NULL, NULL, def->description,
                  def->input_schema, def->category, &t);
   if (rc != 0) {
     return rc;
@@ -437,43 +440,43 @@ int al__agent_tools_init(al_agent_t *a) {
   bo.kill_grace_ms = a->kill_grace_ms;
 
   if ((rc = al__bash_tool_new(&bo, &impl)) != 0 ||
-      (rc = add_entry(a, "bash", impl, al__bash_tool_free, bash_desc,
+      (rc = al__agent_add_entry(a, "bash", impl, al__bash_tool_free, bash_desc,
                       bash_schema, AL_TOOL_WRITE, &t)) != 0) {
     return rc;
   }
   t->spawns = true;
   if ((rc = al__read_file_new(&fo, &impl)) != 0 ||
-      (rc = add_entry(a, "read_file", impl, al__fstool_free, read_desc,
+      (rc = al__agent_add_entry(a, "read_file", impl, al__fstool_free, read_desc,
                       read_schema, AL_TOOL_READ, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__write_file_new(&fo, &impl)) != 0 ||
-      (rc = add_entry(a, "write_file", impl, al__fstool_free, write_desc,
+      (rc = al__agent_add_entry(a, "write_file", impl, al__fstool_free, write_desc,
                       write_schema, AL_TOOL_WRITE, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__edit_file_new(&fo, &impl)) != 0 ||
-      (rc = add_entry(a, "edit_file", impl, al__fstool_free, edit_desc,
+      (rc = al__agent_add_entry(a, "edit_file", impl, al__fstool_free, edit_desc,
                       edit_schema, AL_TOOL_WRITE, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__list_directory_new(&fo, &impl)) != 0 ||
-      (rc = add_entry(a, "list_directory", impl, al__fstool_free, list_desc,
+      (rc = al__agent_add_entry(a, "list_directory", impl, al__fstool_free, list_desc,
                       list_schema, AL_TOOL_READ, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__grep_tool_new(&fo, &impl)) != 0 ||
-      (rc = add_entry(a, "grep", impl, al__search_tool_free, grep_desc,
+      (rc = al__agent_add_entry(a, "grep", impl, al__search_tool_free, grep_desc,
                       grep_schema, AL_TOOL_READ, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__glob_tool_new(&fo, &impl)) != 0 ||
-      (rc = add_entry(a, "glob", impl, al__search_tool_free, glob_desc,
+      (rc = al__agent_add_entry(a, "glob", impl, al__search_tool_free, glob_desc,
                       glob_schema, AL_TOOL_READ, NULL)) != 0) {
     return rc;
   }
   if ((rc = al__done_tool_new(&fo, &impl)) != 0 ||
-      (rc = add_entry(a, "done", impl, al__fstool_free, done_desc,
+      (rc = al__agent_add_entry(a, "done", impl, al__fstool_free, done_desc,
                       done_schema, AL_TOOL_READ, NULL)) != 0) {
     return rc;
   }
@@ -490,6 +493,20 @@ static void free_tools_d(al_agent_t *a) {
   }
   al_free(a->project_tools_d);
   a->project_tools_d = NULL;
+}
+
+static bool dir_has_entry(const char *path) {
+  DIR *d = opendir(path);
+  struct dirent *de;
+  bool any = false;
+
+  while (d != NULL && !any && (de = readdir(d)) != NULL) {
+    any = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+  }
+  if (d != NULL) {
+    closedir(d);
+  }
+  return any || d == NULL; /* unreadable: say so as before */
 }
 
 int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
@@ -536,6 +553,11 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   }
   a->sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
                       a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
+  /* bwrap mode: the first sandboxes are built now, on the threadpool. */
+  rc = al__pool_start(a->loop, a->sandbox, (size_t)a->concurrency, 0);
+  if (rc != 0) {
+    return rc;
+  }
   if (al__sandbox_helper_in_roots(a->sandbox, buf, sizeof(buf))) {
     /* The file tools run outside the sandbox: they must not replace the
      * helper either. */
@@ -566,7 +588,9 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
     struct stat st;
 
     snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
-    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) {
+    /* An empty one holds no tools to skip (and may be the read-only
+     * placeholder a running sandboxed tool has in the workspace). */
+    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) && dir_has_entry(buf)) {
       a->project_tools_d = al_strdup(buf);
       if (a->project_tools_d == NULL) {
         return AL_ENOMEM;
@@ -620,7 +644,7 @@ int al__agent_cli_tools_init(al_agent_t *a) {
     }
     rc = al__clitool_new(&co, d, &impl);
     if (rc == 0) {
-      rc = add_entry(a, d->name, impl, al__clitool_free, d->description, st,
+      rc = al__agent_add_entry(a, d->name, impl, al__clitool_free, d->description, st,
                      d->category, &t);
     }
     al_free(st);
@@ -660,6 +684,9 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
   al_list_foreach(pos, &a->tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
+    if (t->removed) {
+      continue;
+    }
     json_array_append_new(
         tools, json_pack("{s:s, s:s, s:s, s:s, s:O}", "name", t->name,
                          "description", t->description, "category",
@@ -681,6 +708,7 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
   }
   json_object_set_new(o, "sandbox", sb);
   json_object_set_new(o, "tools", tools);
+  json_object_set_new(o, "mcp_servers", al__agent_mcp_json(a));
   json_object_set_new(o, "errors", errs);
   if (a->project_tools_d != NULL) {
     json_object_set_new(o, "project_tools_d",
@@ -718,8 +746,13 @@ void al__agent_tools_free(al_agent_t *a) {
     al_list_remove(&r->node);
     al_free(r);
   }
+  al__agent_hooks_free(a);
+  al_free(a->mcp_gens);
+  a->mcp_gens = NULL;
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
   al__sandbox_free(a->sandbox);
   a->sandbox = NULL;
 }
+
+void *al__agent_sandbox(const al_agent_t *a) { return a->sandbox; }

@@ -358,3 +358,19 @@ char *al__compact_fallback_summary(const json_t *msgs, size_t cut) {
   json_decref(paths);
   return b.data;
 }
+
+size_t al__compact_cut_count(const json_t *msgs, size_t max_messages) {
+  size_t n = json_array_size(msgs);
+  size_t c;
+
+  if (max_messages < 3) {
+    max_messages = 3;
+  }
+  for (c = 2; c < n; c++) {
+    if (role_is(json_array_get(msgs, c), "assistant") &&
+        1 + (n - c) <= max_messages) {
+      return c;
+    }
+  }
+  return 0;
+}

@@ -50,6 +50,10 @@ int64_t al__compact_tokens(const json_t *msgs, size_t from, double ratio);
  * that leaves something to drop. Returns 0 when nothing can be dropped. */
 size_t al__compact_cut(const json_t *msgs, int64_t keep_tokens, double ratio);
 
+/* The cut for a message-count limit: the smallest assistant index c >= 2
+ * with 1 + (n - c) <= max_messages, or 0 when none. */
+size_t al__compact_cut_count(const json_t *msgs, size_t max_messages);
+
 /* The summary request's messages: msgs (borrowed) bounded to max_tokens
  * by dropping the oldest whole exchanges after the first message (with a
  * notice in it), then the prompt (plus the caller's instructions, may be

@@ -1,16 +1,20 @@
-/* The gate every tool call passes (SPEC §6, §8): the input check against
- * the tool's schema, the permission policy, and approvals.
+/* The gate every tool call passes (SPEC §6, §8, §16): the input check
+ * against the tool's schema, the pre_tool_use hooks (docs/hooks.md), the
+ * permission policy, and approvals.
  *
  * The executor is given `gate` for every tool. gate.start runs when the
- * executor lets the call start; it checks the input, asks the policy, and
- * either completes the call with an error result, waits for an approval, or
- * hands the call over to the real implementation by pointing call->impl at
- * it and calling its start. From then on the executor's cancel reaches the
- * real tool directly. Security code: kept apart from the registry so a
+ * executor lets the call start; it checks the input, runs the matching
+ * pre_tool_use hooks (the call waits for them; they may deny, ask, allow
+ * or rewrite the input, and fail closed), asks the policy, and either
+ * completes the call with an error result, waits for an approval, or
+ * hands the call over to the real implementation by pointing call->impl
+ * at it and calling its start. From then on the executor's cancel reaches
+ * the real tool directly. Security code: kept apart from the registry so a
  * change to what is allowed is reviewed here alone. */
 #include <assert.h>
 #include <string.h>
 
+#include "hooks/hooks.h"
 #include "loop/agent_priv.h"
 #include "loop/permrule.h"
 
@@ -308,35 +312,38 @@ static bool gate_safe(const al_tool_impl_t *impl, const json_t *input) {
          t->inner->is_concurrency_safe(t->inner, input);
 }
 
-static int gate_start(al_tool_call_t *call) {
-  ag_tool_t *t = call->impl->data;
+/* The policy part of the gate, after the input check and the
+ * pre_tool_use hooks (hook: their combined decision). A hook's allow
+ * stands in for an approval; its ask asks even where the policy would
+ * allow; the deny list and the sandbox refusal still win over an allow.
+ * in_gate: called from gate.start (see start_inner). */
+static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
+                       al_hook_decision_t hook, bool in_gate) {
   al_agent_t *a = t->agent;
   ag_approval_t *rec;
-  al_buf_t why;
   al_event_t ev;
   const char *reason = NULL;
   char *input;
   al_permission_t p;
 
-  call->on_release = on_release;
-  call->release_data = a;
-  a->holds++;
-  al_buf_init(&why, 4096);
-  if (!check_input(t, call->input, &why)) {
-    al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
-                 why.data != NULL ? why.data : "out of memory");
-    al_buf_free(&why);
-    return 0;
-  }
-  al_buf_free(&why);
   p = decide(a, t, call, &reason);
+  if (p == AL_PERMISSION_ASK && hook == AL_HOOK_ALLOW) {
+    p = AL_PERMISSION_ALLOW;
+  } else if (p == AL_PERMISSION_ALLOW && hook == AL_HOOK_ASK) {
+    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE) {
+      p = AL_PERMISSION_ASK;
+    } else {
+      p = AL_PERMISSION_DENY;
+      reason = "a hook asks for an approval and this run cannot ask";
+    }
+  }
   if (p == AL_PERMISSION_DENY) {
     al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
                  reason);
     return 0;
   }
   if (p == AL_PERMISSION_ALLOW) {
-    return start_inner(call, t, true);
+    return start_inner(call, t, in_gate);
   }
   rec = al_calloc(1, sizeof(*rec));
   if (rec == NULL) {
@@ -361,12 +368,140 @@ static int gate_start(al_tool_call_t *call) {
   return 0;
 }
 
+/* ---- pre_tool_use hooks ----------------------------------------------------------- */
+
+/* A call held while its pre_tool_use hooks run. */
+typedef struct ag_hookwait_s {
+  al_list_t node;
+  al_tool_call_t *call;
+  ag_tool_t *tool;
+  al_hooks_run_t *run;
+} ag_hookwait_t;
+
+static ag_hookwait_t *hookwait_find(al_agent_t *a, const al_tool_call_t *call) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &a->hook_waits) {
+    ag_hookwait_t *w = AL_CONTAINER_OF(pos, ag_hookwait_t, node);
+
+    if (w->call == call) {
+      return w;
+    }
+  }
+  return NULL;
+}
+
+static void pre_report(const al_hook_report_t *r, void *data) {
+  ag_hookwait_t *w = data;
+
+  al__agent_hook_report(w->tool->agent, r, w->call);
+}
+
+static void pre_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                     void *data) {
+  ag_hookwait_t *w = data;
+  al_tool_call_t *call = w->call;
+  ag_tool_t *t = w->tool;
+  al_buf_t why;
+
+  (void)run;
+  al_list_remove(&w->node);
+  al_free(w);
+  if (res->decision == AL_HOOK_DENY) {
+    al_buf_init(&why, 4096);
+    al_buf_printf(&why, "denied by hook '%s'%s%s", res->hook != NULL ? res->hook : "?",
+                  res->reason != NULL ? ": " : "",
+                  res->reason != NULL ? res->reason : "");
+    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s",
+                          t->name, why.data != NULL ? why.data : "by a hook");
+    al_buf_free(&why);
+    return;
+  }
+  if (res->updated_input != NULL) {
+    /* The rewrite must pass the same check as the model's input. */
+    al_buf_init(&why, 4096);
+    if (!check_input(t, res->updated_input, &why)) {
+      al__call_complete_fmt(call,
+                            "Error: permission denied for tool '%s': a hook "
+                            "rewrote its input into something invalid (%s)",
+                            t->name, why.data != NULL ? why.data : "");
+      al_buf_free(&why);
+      return;
+    }
+    al_buf_free(&why);
+    json_decref(call->input);
+    call->input = json_deep_copy(res->updated_input);
+  }
+  gate_decide(call, t, res->decision, false);
+}
+
+static int gate_start(al_tool_call_t *call) {
+  ag_tool_t *t = call->impl->data;
+  al_agent_t *a = t->agent;
+  ag_hookwait_t *w;
+  al_buf_t why;
+  json_t *in;
+
+  call->on_release = on_release;
+  call->release_data = a;
+  a->holds++;
+  al_buf_init(&why, 4096);
+  if (!check_input(t, call->input, &why)) {
+    al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
+                 why.data != NULL ? why.data : "out of memory");
+    al_buf_free(&why);
+    return 0;
+  }
+  al_buf_free(&why);
+  if (!al__hooks_match(a->hooks, AL_HOOK_PRE_TOOL_USE, t->name,
+                       (int)t->category)) {
+    return gate_decide(call, t, AL_HOOK_NONE, true);
+  }
+  w = al_calloc(1, sizeof(*w));
+  in = al__agent_hook_input(a);
+  if (w == NULL || in == NULL) {
+    al_free(w);
+    json_decref(in);
+    complete_text(call, true, "Error: out of memory");
+    return 0;
+  }
+  json_object_set_new(
+      in, "tool",
+      json_pack("{s:s, s:s, s:O, s:s, s:b}", "name", t->name, "call_id",
+                call->id, "input", call->input, "category",
+                al__tool_category_name(t->category), "concurrency_safe",
+                call->concurrency_safe));
+  w->call = call;
+  w->tool = t;
+  al_list_insert_tail(&a->hook_waits, &w->node);
+  if (al__hooks_run(a->hooks, AL_HOOK_PRE_TOOL_USE, t->name, (int)t->category,
+                    in, pre_report, pre_done, w, &w->run) != 0) {
+    al_list_remove(&w->node);
+    al_free(w);
+    json_decref(in);
+    /* Fail closed: no hook, no call. */
+    complete_text(call, true, "Error: the pre_tool_use hooks could not run");
+    return 0;
+  }
+  json_decref(in);
+  return 0;
+}
+
 /* Reached only while the call waits for an approval (afterwards call->impl
  * is the real tool). */
 static void gate_cancel(al_tool_call_t *call) {
   ag_tool_t *t = call->impl->data;
   ag_approval_t *rec = approval_find_call(t->agent, call);
+  ag_hookwait_t *w = hookwait_find(t->agent, call);
 
+  if (w != NULL) {
+    /* Its hooks are killed; nothing of them fires afterwards. */
+    al_list_remove(&w->node);
+    al__hooks_cancel(w->run);
+    al_free(w);
+    complete_text(call, true, cancelled_text);
+    return;
+  }
   if (rec != NULL) {
     al_list_remove(&rec->node);
     al_free(rec);

@@ -165,3 +165,54 @@ out_none:
   json_decref(cand);
   return 0;
 }
+
+size_t al__micro_clear_ids(json_t *msgs, const json_t *ids) {
+  json_t *names = json_object();
+  size_t n = 0;
+  size_t i, k;
+  json_t *m;
+
+  json_array_foreach(msgs, i, m) {
+    json_t *content = json_object_get(m, "content");
+    json_t *b;
+
+    json_array_foreach(content, k, b) {
+      const char *id = str(b, "tool_use_id");
+      const json_t *v;
+      size_t j;
+      bool wanted = false;
+
+      if (is_type(b, "tool_use") && str(b, "id") != NULL &&
+          str(b, "name") != NULL) {
+        json_object_set_new(names, str(b, "id"), json_string(str(b, "name")));
+        continue;
+      }
+      if (!is_type(b, "tool_result") || id == NULL || al__micro_is_cleared(b)) {
+        continue;
+      }
+      json_array_foreach(ids, j, v) {
+        wanted = wanted || (json_is_string(v) &&
+                            strcmp(json_string_value(v), id) == 0);
+      }
+      if (wanted) {
+        char ph[512];
+        json_t *nb = json_copy(b);
+        json_t *nc = json_copy(content);
+        json_t *nm = json_copy(m);
+
+        al__micro_placeholder(ph, sizeof(ph),
+                              str(names, id) ? str(names, id) : "a tool", id,
+                              content_bytes(b));
+        json_object_set_new(nb, "content", json_string(ph));
+        json_array_set_new(nc, k, nb);
+        json_object_set_new(nm, "content", nc);
+        json_array_set_new(msgs, i, nm);
+        m = nm;
+        content = nc;
+        n++;
+      }
+    }
+  }
+  json_decref(names);
+  return n;
+}

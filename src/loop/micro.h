@@ -30,6 +30,11 @@ typedef struct {
 int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
                           json_t *originals, json_t *cleared);
 
+/* Clears the results of these call ids (a JSON array of strings) exactly
+ * as al__micro_compact did: the replay of a recorded micro-compaction.
+ * Returns how many were cleared. */
+size_t al__micro_clear_ids(json_t *msgs, const json_t *ids);
+
 /* The placeholder text for one result (snprintf's return). */
 int al__micro_placeholder(char *buf, size_t size, const char *tool,
                           const char *id, size_t bytes);

@@ -63,6 +63,12 @@ static const rule_t kind_rules[AL_HTTP_ERR_KIND_COUNT_] = {
                                 "malformed response"},
     [AL_HTTP_ERR_TOO_BIG] = {AL_RETRY_CLASS_LOCAL, false,
                              "size limit exceeded"},
+    [AL_HTTP_ERR_TOO_SLOW] = {AL_RETRY_CLASS_STALL, true,
+                              "server below the minimum transfer rate"},
+    /* A 2xx that is not an event stream (an HTML login page, a gzip body
+     * we never asked for): the same request gets the same answer. */
+    [AL_HTTP_ERR_UNEXPECTED_BODY] = {AL_RETRY_CLASS_LOCAL, false,
+                                     "unexpected response body"},
     [AL_HTTP_ERR_CANCELLED] = {AL_RETRY_CLASS_CANCELLED, false, "cancelled"},
 };
 

@@ -314,7 +314,9 @@ bool al__validity_check(const al_provider_t *p, const char *body, size_t len,
     return false;
   }
   ok = p->kind == AL_PROVIDER_OPENAI ? al__validate_openai(j, NULL, v)
-                                     : al__validate_anthropic(j, NULL, v);
+       : p->kind == AL_PROVIDER_OPENAI_RESPONSES
+           ? al__validate_responses(j, NULL, v)
+           : al__validate_anthropic(j, NULL, v);
   json_decref(j);
   return ok;
 }

@@ -201,5 +201,11 @@ static inline bool al_mockllm_validate_openai_ex(const json_t *body,
                                                  al_mockllm_verdict_t *v) {
   return al__validate_openai_ex(body, headers, require_key, v);
 }
+/* POST /v1/responses (al__validate_responses). */
+static inline bool al_mockllm_validate_responses(const json_t *body,
+                                                 const json_t *headers,
+                                                 al_mockllm_verdict_t *v) {
+  return al__validate_responses(body, headers, v);
+}
 
 #endif

@@ -61,7 +61,8 @@ typedef enum {
   AL__R_ANTHROPIC = 0,
   AL__R_OPENAI = 1,       /* no usage */
   AL__R_OPENAI_USAGE = 2, /* stream_options.include_usage */
-  AL__R_COUNT = 3
+  AL__R_RESPONSES = 3,    /* OpenAI Responses API (/v1/responses) */
+  AL__R_COUNT = 4
 } al__mock_variant_t;
 
 typedef enum { AL__XFER_DEFAULT = 0, AL__XFER_CHUNKED, AL__XFER_CLOSE } al__mock_xfer_t;
@@ -80,6 +81,10 @@ typedef struct {
   uint32_t first_byte_delay_ms;
   al__mock_xfer_t xfer;
   json_t *headers; /* extra response headers: object name -> string */
+  /* expect_request: the request body (compact JSON) must contain / must
+   * not contain these strings, else a 400 (NULL: no check). */
+  char *expect_contains;
+  char *expect_not_contains;
   /* faults */
   int status;       /* 0 = 200 reply */
   int64_t retry_after; /* -1 = none */
@@ -94,6 +99,11 @@ typedef struct {
   uint32_t ping_interval_ms;
   uint32_t drip_bytes;
   uint32_t drip_interval_ms;
+  uint64_t drip_seed;  /* != 0: each slice 1..drip_bytes, sizes from it */
+  /* raw: the body played verbatim for every protocol (recorded captures of
+   * real servers), instead of a rendered reply. */
+  char *raw;
+  size_t raw_len;
   /* rendered */
   al__mock_events_t ev[AL__R_COUNT];
   char *body[2]; /* non-streaming JSON bodies (anthropic, openai), lazy */
@@ -113,6 +123,10 @@ struct al_mockllm_scenario_s {
   al__mock_exhausted_t on_exhausted;
   bool timestamps;
   int64_t created; /* OpenAI `created`, fixed at load */
+  /* OpenAI: the field an assistant message with tool_calls must carry
+   * (reasoning_content: DeepSeek's 400; reasoning_details: a non-empty
+   * array), or NULL. */
+  char *require_reasoning;
   /* usage_from_request: input counts from the request's size (0: off),
    * and the simulated prompt cache (the prefix shared with the previous
    * request counts as cache read). */

@@ -517,6 +517,172 @@ static int render_openai(al_mockllm_scenario_t *s, al__mock_response_t *r,
   return err;
 }
 
+/* ---- OpenAI Responses ------------------------------------------------------ */
+
+static char *repeat_str(const char *unit, uint64_t count);
+
+typedef struct {
+  al__mock_events_t *l;
+  const al__mock_response_t *r;
+  json_int_t seq;
+  json_int_t out_index;
+  const char *type; /* delta event type */
+  const char *item_id;
+  uint32_t delay;
+} rsp_t;
+
+/* One named event; steals obj, numbers it. */
+static int rsp_ev(rsp_t *o, const char *type, json_t *obj, uint32_t delay) {
+  if (obj == NULL) {
+    return AL_ENOMEM;
+  }
+  json_object_set_new(obj, "type", json_string(type));
+  json_object_set_new(obj, "sequence_number", json_integer(o->seq++));
+  return ev_json(o->l, type, obj, delay, 1);
+}
+
+static int rsp_piece(void *ctx, const char *p, size_t n) {
+  rsp_t *o = ctx;
+
+  return rsp_ev(o, o->type,
+                json_pack("{s:s,s:I,s:i,s:s%}", "item_id", o->item_id,
+                          "output_index", o->out_index, "content_index", 0,
+                          "delta", p, n),
+                o->delay);
+}
+
+static json_t *rsp_response(const al__mock_response_t *r, const char *status,
+                            json_t *output, json_t *usage) {
+  return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:o}", "id", r->oai_id,
+                   "object", "response", "created_at", (json_int_t)1750000000,
+                   "status", status, "model", r->model, "output",
+                   output != NULL ? output : json_array(), "store", 0, "usage",
+                   usage != NULL ? usage : json_null());
+}
+
+/* The scripted reply as the Responses API streams it: a reasoning item
+ * per thinking block (summary deltas, encrypted_content "enc:<index>"
+ * that a later request must send back unchanged), a message item per text
+ * block, a function_call item per tool_use, then response.completed. */
+static int render_responses(al__mock_response_t *r, al__mock_events_t *l) {
+  rsp_t o = {l, r, 0, 0, NULL, NULL, 0};
+  json_t *output = json_array();
+  size_t i;
+  int err;
+  char id[64];
+
+  err = rsp_ev(&o, "response.created",
+               json_pack("{s:o}", "response",
+                         rsp_response(r, "in_progress", NULL, NULL)),
+               0);
+  for (i = 0; err == 0 && i < r->nblocks; i++) {
+    const al__mock_block_t *b = &r->blocks[i];
+    json_t *item = NULL;
+
+    o.delay = blk_delay(r, b);
+    o.out_index = (json_int_t)json_array_size(output);
+    switch (b->kind) {
+      case AL__BLK_TEXT:
+      case AL__BLK_REPEAT_TEXT: {
+        char *t = b->kind == AL__BLK_TEXT ? al_strdup(b->text)
+                                          : repeat_str(b->text, b->count);
+
+        snprintf(id, sizeof(id), "msg_%s_%zu", r->oai_id, i);
+        o.item_id = id;
+        err = rsp_ev(&o, "response.output_item.added",
+                     json_pack("{s:I,s:{s:s,s:s,s:s,s:[],s:s}}", "output_index",
+                               o.out_index, "item", "id", id, "type",
+                               "message", "status", "in_progress", "content",
+                               "role", "assistant"),
+                     0);
+        o.type = "response.output_text.delta";
+        if (err == 0 && t != NULL) {
+          err = split(t, b->chunks, b->chunk_size, rsp_piece, &o);
+        }
+        item = json_pack("{s:s,s:s,s:s,s:[{s:s,s:[],s:s}],s:s}", "id", id,
+                         "type", "message", "status", "completed", "content",
+                         "type", "output_text", "annotations", "text",
+                         t != NULL ? t : "", "role", "assistant");
+        al_free(t);
+        break;
+      }
+      case AL__BLK_THINKING: {
+        char enc[64];
+
+        snprintf(id, sizeof(id), "rs_%s_%zu", r->oai_id, i);
+        snprintf(enc, sizeof(enc), "enc:%s:%zu", r->oai_id, i);
+        o.item_id = id;
+        err = rsp_ev(&o, "response.output_item.added",
+                     json_pack("{s:I,s:{s:s,s:s,s:[]}}", "output_index",
+                               o.out_index, "item", "id", id, "type",
+                               "reasoning", "summary"),
+                     0);
+        o.type = "response.reasoning_summary_text.delta";
+        if (err == 0) {
+          err = split(b->text, b->chunks, b->chunk_size, rsp_piece, &o);
+        }
+        item = json_pack("{s:s,s:s,s:s,s:[{s:s,s:s}]}", "id", id, "type",
+                         "reasoning", "encrypted_content", enc, "summary",
+                         "type", "summary_text", "text", b->text);
+        break;
+      }
+      case AL__BLK_TOOL_USE:
+        snprintf(id, sizeof(id), "fc_%s_%zu", r->oai_id, i);
+        o.item_id = id;
+        err = rsp_ev(&o, "response.output_item.added",
+                     json_pack("{s:I,s:{s:s,s:s,s:s,s:s,s:s,s:s}}",
+                               "output_index", o.out_index, "item", "id", id,
+                               "type", "function_call", "status",
+                               "in_progress", "arguments", "", "call_id",
+                               b->id, "name", b->name),
+                     0);
+        o.type = "response.function_call_arguments.delta";
+        if (err == 0 && b->input[0] != '\0') {
+          err = split(b->input, b->pieces, 0, rsp_piece, &o);
+        }
+        item = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "id", id, "type",
+                         "function_call", "status", "completed", "arguments",
+                         b->input, "call_id", b->id, "name", b->name);
+        break;
+      case AL__BLK_PING:
+      case AL__BLK_REDACTED:
+        continue; /* no Responses equivalent */
+    }
+    if (err == 0 && item != NULL) {
+      err = rsp_ev(&o, "response.output_item.done",
+                   json_pack("{s:I,s:O}", "output_index", o.out_index, "item",
+                             item),
+                   0);
+      json_array_append_new(output, item);
+    } else {
+      json_decref(item);
+    }
+  }
+  if (err == 0) {
+    int64_t in = in_tokens(r);
+    int64_t out = out_tokens(r);
+
+    err = rsp_ev(
+        &o, "response.completed",
+        json_pack("{s:o}", "response",
+                  rsp_response(r, "completed", json_incref(output),
+                               json_pack("{s:I,s:{s:I},s:I,s:{s:i},s:I}",
+                                         "input_tokens", (json_int_t)in,
+                                         "input_tokens_details",
+                                         "cached_tokens",
+                                         (json_int_t)(r->cache_read > 0
+                                                          ? r->cache_read
+                                                          : 0),
+                                         "output_tokens", (json_int_t)out,
+                                         "output_tokens_details",
+                                         "reasoning_tokens", 0, "total_tokens",
+                                         (json_int_t)(in + out)))),
+        0);
+  }
+  json_decref(output);
+  return err;
+}
+
 int al__mockllm_render(al_mockllm_scenario_t *s, al__mock_response_t *r,
                        size_t index) {
   int err;
@@ -525,12 +691,30 @@ int al__mockllm_render(al_mockllm_scenario_t *s, al__mock_response_t *r,
   if (r->status != 0 && r->status != 200) {
     return 0; /* an HTTP error: nothing streams */
   }
+  if (r->raw != NULL) {
+    size_t k;
+
+    for (k = 0, err = 0; k < AL__R_COUNT && err == 0; k++) {
+      char *b = al_malloc(r->raw_len + 1);
+
+      if (b == NULL) {
+        return AL_ENOMEM;
+      }
+      memcpy(b, r->raw, r->raw_len);
+      b[r->raw_len] = '\0';
+      err = ev_add(&r->ev[k], b, r->raw_len, 0, 0, 1);
+    }
+    return err;
+  }
   err = render_anthropic(r, &r->ev[AL__R_ANTHROPIC]);
   if (err == 0) {
     err = render_openai(s, r, &r->ev[AL__R_OPENAI], false);
   }
   if (err == 0) {
     err = render_openai(s, r, &r->ev[AL__R_OPENAI_USAGE], true);
+  }
+  if (err == 0) {
+    err = render_responses(r, &r->ev[AL__R_RESPONSES]);
   }
   return err;
 }
@@ -818,6 +1002,8 @@ char *al__mockllm_error_body(al_mockllm_proto_t proto, const char *type,
 void al__mockllm_response_free(al__mock_response_t *r) {
   size_t i, k;
 
+  al_free(r->expect_contains);
+  al_free(r->expect_not_contains);
   for (i = 0; i < r->nblocks; i++) {
     al__mock_block_t *b = &r->blocks[i];
 
@@ -836,6 +1022,7 @@ void al__mockllm_response_free(al__mock_response_t *r) {
   al_free(r->error_message);
   al_free(r->error_code);
   al_free(r->error_event_type);
+  al_free(r->raw);
   json_decref(r->headers);
   for (k = 0; k < AL__R_COUNT; k++) {
     for (i = 0; i < r->ev[k].n; i++) {

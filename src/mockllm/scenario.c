@@ -633,9 +633,14 @@ static int parse_fault(ctx_t *c, const yaml_node_t *n, al__mock_response_t *r) {
         } else if (key_is(k2, "interval_ms")) {
           err = get_u32(c, v2, "drip.interval_ms", 0, 86400000,
                         &r->drip_interval_ms);
+        } else if (key_is(k2, "seed")) {
+          int64_t seed = 0;
+
+          err = get_uint(c, v2, "drip.seed", 1000000000000ull, &seed);
+          r->drip_seed = (uint64_t)seed;
         } else {
           err = fail(c, k2, "unknown key '%s' in drip (expected bytes, "
-                     "interval_ms)", scalar(k2) ? scalar(k2) : "?");
+                     "interval_ms, seed)", scalar(k2) ? scalar(k2) : "?");
         }
       }
       if (err == 0 && r->drip_bytes == 0) {
@@ -657,6 +662,9 @@ static int parse_fault(ctx_t *c, const yaml_node_t *n, al__mock_response_t *r) {
   }
   return err;
 }
+
+static int parse_expect(ctx_t *c, const yaml_node_t *n,
+                        al__mock_response_t *r);
 
 static int parse_headers(ctx_t *c, const yaml_node_t *n, al__mock_response_t *r) {
   yaml_node_pair_t *p;
@@ -734,9 +742,27 @@ static int parse_response(ctx_t *c, const yaml_node_t *n,
       err = parse_xfer(c, v, &r->xfer);
     } else if (key_is(k, "headers")) {
       err = parse_headers(c, v, r);
+    } else if (key_is(k, "expect_request")) {
+      err = parse_expect(c, v, r);
+    } else if (key_is(k, "raw")) {
+      /* A recorded body, played as is (PROTOCOLS: real servers' quirks). */
+      if (scalar(v) == NULL) {
+        err = fail(c, v, "raw must be a string (the response body)");
+      } else {
+        r->raw_len = v->data.scalar.length;
+        r->raw = al_malloc(r->raw_len + 1);
+        if (r->raw == NULL) {
+          err = AL_ENOMEM;
+        } else {
+          memcpy(r->raw, scalar(v), r->raw_len);
+          r->raw[r->raw_len] = '\0';
+          have_reply = true;
+        }
+      }
     } else {
       err = fail(c, k, "unknown key '%s' in a response (expected reply, "
-                 "fault, delay_ms, first_byte_delay_ms, transfer, headers)",
+                 "raw, fault, delay_ms, first_byte_delay_ms, transfer, "
+                 "headers, expect_request)",
                  scalar(k) ? scalar(k) : "?");
     }
   }
@@ -770,6 +796,30 @@ static int parse_response(ctx_t *c, const yaml_node_t *n,
   }
   return r->model == NULL || r->id == NULL || r->oai_id == NULL ? AL_ENOMEM
                                                                 : 0;
+}
+
+/* expect_request: {contains: "...", not_contains: "..."} */
+static int parse_expect(ctx_t *c, const yaml_node_t *n,
+                        al__mock_response_t *r) {
+  int err = want_mapping(c, n, "expect_request");
+  yaml_node_pair_t *p;
+
+  for (p = n->data.mapping.pairs.start;
+       err == 0 && p < n->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = node(c, p->key);
+    yaml_node_t *v = node(c, p->value);
+
+    if (key_is(k, "contains")) {
+      err = get_str(c, v, "expect_request.contains", &r->expect_contains);
+    } else if (key_is(k, "not_contains")) {
+      err = get_str(c, v, "expect_request.not_contains",
+                    &r->expect_not_contains);
+    } else {
+      err = fail(c, k, "unknown key '%s' in expect_request (expected "
+                 "contains, not_contains)", scalar(k) ? scalar(k) : "?");
+    }
+  }
+  return err;
 }
 
 /* usage_from_request: {bytes_per_token: N, cache: bool} */
@@ -844,10 +894,14 @@ static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
       } else {
         err = fail(c, v, "on_exhausted must be repeat_last, error or cycle");
       }
+    } else if (key_is(k, "require_reasoning")) {
+      /* Refuse like DeepSeek's thinking mode: an assistant message with
+       * tool_calls must carry its reasoning in this field. */
+      err = get_str(c, v, "require_reasoning", &s->require_reasoning);
     } else {
       err = fail(c, k, "unknown top-level key '%s' (expected responses, "
                  "model, delay_ms, first_byte_delay_ms, transfer, timestamps, "
-                 "on_exhausted, usage_from_request)", scalar(k) ? scalar(k) : "?");
+                 "on_exhausted, usage_from_request, require_reasoning)", scalar(k) ? scalar(k) : "?");
     }
   }
   if (err != 0) {
@@ -900,6 +954,7 @@ void al_mockllm_scenario_free(al_mockllm_scenario_t *s) {
   }
   al_free(s->responses);
   al_free(s->name);
+  al_free(s->require_reasoning);
   al_free(s);
 }
 

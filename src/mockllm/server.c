@@ -86,6 +86,7 @@ typedef struct conn_s {
   uint64_t content_events; /* events sent, pings excluded */
   bool playing;   /* counted in srv->playing */
   bool stream;
+  bool responses; /* POST /v1/responses (proto OPENAI for error shapes) */
   bool chunked;
   bool keep_alive;
   bool delay_done;
@@ -100,6 +101,7 @@ typedef struct conn_s {
   size_t hdr_left;  /* header bytes at out_off not yet sent */
   size_t inflight;  /* bytes handed to uv_write */
   int64_t body_sent;
+  uint64_t drip_rng; /* drip.seed: the next slice size */
   size_t pump_bytes;
   /* TLS listener only: the session, the records being written (never
    * touched while c->writing) and records made outside the pump (handshake,
@@ -475,7 +477,14 @@ static bool send_out(conn_t *c) {
       n = AL_MIN(n, c->hdr_left); /* headers are never dripped or cut */
     }
   } else if (c->resp != NULL) {
-    if (c->resp->drip_bytes > 0) {
+    if (c->resp->drip_bytes > 0 && c->resp->drip_seed != 0) {
+      /* Random slice sizes (xorshift64*), the same for the same seed. */
+      c->drip_rng ^= c->drip_rng >> 12;
+      c->drip_rng ^= c->drip_rng << 25;
+      c->drip_rng ^= c->drip_rng >> 27;
+      n = AL_MIN(n, 1 + (size_t)((c->drip_rng * 0x2545F4914F6CDD1DULL) >>
+                                 33) % c->resp->drip_bytes);
+    } else if (c->resp->drip_bytes > 0) {
       n = AL_MIN(n, c->resp->drip_bytes);
     }
     if (c->resp->reset_after_bytes >= 0) {
@@ -718,6 +727,45 @@ static int append_error_event(conn_t *c) {
   return err;
 }
 
+/* DeepSeek's thinking mode: every assistant message that called tools
+ * must carry its reasoning back, or the request is refused with this
+ * 400 (api-docs.deepseek.com/guides/thinking_mode). */
+static bool reasoning_echoed(const json_t *body, const char *field,
+                             al_mockllm_verdict_t *v) {
+  const json_t *msgs = json_object_get(body, "messages");
+  size_t i;
+
+  for (i = 0; i < json_array_size(msgs); i++) {
+    const json_t *msg = json_array_get(msgs, i);
+    const json_t *r = json_object_get(msg, field);
+    const char *role = json_string_value(json_object_get(msg, "role"));
+
+    if (role == NULL || strcmp(role, "assistant") != 0 ||
+        json_array_size(json_object_get(msg, "tool_calls")) == 0) {
+      continue;
+    }
+    if ((json_is_string(r) && json_string_length(r) > 0) ||
+        (json_is_array(r) && json_array_size(r) > 0)) {
+      continue;
+    }
+    memset(v, 0, sizeof(*v));
+    v->status = 400;
+    snprintf(v->type, sizeof(v->type), "invalid_request_error");
+    if (strcmp(field, "reasoning_content") == 0) {
+      snprintf(v->message, sizeof(v->message),
+               "The `reasoning_content` in the thinking mode must be passed "
+               "back to the API.");
+    } else {
+      snprintf(v->message, sizeof(v->message),
+               "messages[%zu]: missing `%s` on an assistant message with "
+               "tool_calls",
+               i, field);
+    }
+    return false;
+  }
+  return true;
+}
+
 typedef enum { PROD_MORE, PROD_WAIT, PROD_END } prod_t;
 
 /* Fills out with one chunk of events. */
@@ -929,6 +977,7 @@ static void play(conn_t *c, al__mock_response_t *r, int idx, bool stream,
   c->error_sent = false;
   c->reset_now = false;
   c->body_sent = 0;
+  c->drip_rng = r->drip_seed;
   m->stats.responses_played++;
   if (r->status != 0 && r->status != 200) {
     const char *type = r->error_type ? r->error_type
@@ -998,7 +1047,8 @@ static void play(conn_t *c, al__mock_response_t *r, int idx, bool stream,
     c->stream = false;
     c->phase = (r->stall_after_headers || r->pings_only) ? P_STALL : P_DONE;
   } else {
-    c->evs = &r->ev[c->proto == AL_MOCKLLM_PROTO_OPENAI
+    c->evs = &r->ev[c->responses ? AL__R_RESPONSES
+                    : c->proto == AL_MOCKLLM_PROTO_OPENAI
                         ? (include_usage ? AL__R_OPENAI_USAGE : AL__R_OPENAI)
                         : AL__R_ANTHROPIC];
     err = put_head(c, 200, "text/event-stream; charset=utf-8", -1, r);
@@ -1081,10 +1131,14 @@ static void dispatch(conn_t *c) {
     *q = '\0';
   }
   c->proto = AL_MOCKLLM_PROTO_NONE;
+  c->responses = false;
   if (strcmp(path, "/v1/messages") == 0) {
     c->proto = AL_MOCKLLM_PROTO_ANTHROPIC;
   } else if (strcmp(path, "/v1/chat/completions") == 0) {
     c->proto = AL_MOCKLLM_PROTO_OPENAI;
+  } else if (strcmp(path, "/v1/responses") == 0) {
+    c->proto = AL_MOCKLLM_PROTO_OPENAI;
+    c->responses = true;
   }
   c->phase = P_DONE; /* until a response starts */
 
@@ -1138,11 +1192,16 @@ static void dispatch(conn_t *c) {
     }
     valid = false;
   } else if (m->validate) {
-    valid = c->proto == AL_MOCKLLM_PROTO_OPENAI
+    valid = c->responses ? al_mockllm_validate_responses(body, headers, &v)
+            : c->proto == AL_MOCKLLM_PROTO_OPENAI
                 ? al_mockllm_validate_openai_ex(body, headers,
                                                 m->require_api_key, &v)
                 : al_mockllm_validate_anthropic_ex(body, headers,
                                                    m->require_api_key, &v);
+  }
+  if (valid && c->proto == AL_MOCKLLM_PROTO_OPENAI && !c->responses &&
+      m->scn->require_reasoning != NULL) {
+    valid = reasoning_echoed(body, m->scn->require_reasoning, &v);
   }
   if (!valid) {
     m->stats.validation_failures++;
@@ -1185,6 +1244,33 @@ static void dispatch(conn_t *c) {
     return;
   }
   r = &m->scn->responses[idx];
+  if (r->expect_contains != NULL || r->expect_not_contains != NULL) {
+    char *text = al__mockllm_dumps(body, NULL);
+    char msg[600];
+
+    msg[0] = '\0';
+    if (text != NULL && r->expect_contains != NULL &&
+        strstr(text, r->expect_contains) == NULL) {
+      snprintf(msg, sizeof(msg),
+               "mockllm: expect_request: the request body does not contain "
+               "'%.200s' (response %d)", r->expect_contains, idx);
+    } else if (text != NULL && r->expect_not_contains != NULL &&
+               strstr(text, r->expect_not_contains) != NULL) {
+      snprintf(msg, sizeof(msg),
+               "mockllm: expect_request: the request body contains "
+               "'%.200s' (response %d)", r->expect_not_contains, idx);
+    }
+    al_free(text);
+    if (msg[0] != '\0') {
+      m->stats.validation_failures++;
+      set_last_error(m, msg);
+      record(c, method, path, headers, body, false, 400, msg, idx);
+      respond_error(c, 400, "invalid_request_error", msg, NULL, NULL, NULL);
+      json_decref(headers);
+      json_decref(body);
+      return;
+    }
+  }
   record(c, method, path, headers, body, true,
          r->status != 0 ? r->status : 200, NULL, idx);
   {

@@ -339,6 +339,19 @@ int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
     return 0; /* the SDK ignores a delta of the wrong type */
   }
   b->input_delta = b->input_delta || kind == AL_FJ_INPUT;
+  if (kind == AL_FJ_INPUT) {
+    s->tool_input_bytes += len;
+    if (s->opts.max_tool_input > 0 &&
+        s->tool_input_bytes > s->opts.max_tool_input) {
+      char msg[128];
+
+      snprintf(msg, sizeof(msg),
+               "tool input in the reply exceeds the limit of %zu bytes",
+               s->opts.max_tool_input);
+      return al__pstream_fail(s, AL_PERR_DECODE, "tool_input_too_large", msg,
+                              NULL);
+    }
+  }
   if (b->pending_hi != 0 && lead_lo == 0 && len == 0 && trail_hi == 0) {
     /* An empty delta: the pending high half keeps waiting. */
     return emit_delta(s, b, (int)index, kind, "", 0);

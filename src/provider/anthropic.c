@@ -296,6 +296,55 @@ static json_t *ephemeral(void) {
   return json_pack("{s:s}", "type", "ephemeral");
 }
 
+/* Blocks that may carry cache_control (thinking blocks may not). */
+static bool cacheable(const json_t *blk) {
+  const char *t = json_string_value(json_object_get(blk, "type"));
+
+  return t != NULL && (strcmp(t, "text") == 0 || strcmp(t, "tool_result") == 0 ||
+                       strcmp(t, "tool_use") == 0 || strcmp(t, "image") == 0 ||
+                       strcmp(t, "document") == 0);
+}
+
+/* The moving breakpoints: the last cacheable block of the last message
+ * (the prefix the next request will share) and of the last user message
+ * before it (where the previous request's end breakpoint was, so this
+ * request reads what that one wrote). At most `room` of them, counting
+ * any the history already has. */
+static void mark_moving_end(json_t *messages, int room) {
+  size_t n = json_array_size(messages);
+  size_t i, k;
+  int marked = 0;
+  const json_t *m;
+  const json_t *blk;
+
+  json_array_foreach(messages, i, m) {
+    json_array_foreach(json_object_get(m, "content"), k, blk) {
+      if (json_object_get(blk, "cache_control") != NULL) {
+        room--;
+      }
+    }
+  }
+  for (i = n; i-- > 0 && marked < 2 && room > 0;) {
+    json_t *c = json_object_get(json_array_get(messages, i), "content");
+    const char *role =
+        json_string_value(json_object_get(json_array_get(messages, i), "role"));
+
+    if (marked == 1 && (role == NULL || strcmp(role, "user") != 0)) {
+      continue;
+    }
+    for (k = json_array_size(c); k-- > 0;) {
+      json_t *b = json_array_get(c, k);
+
+      if (cacheable(b)) {
+        json_object_set_new(b, "cache_control", ephemeral());
+        marked++;
+        room--;
+        break;
+      }
+    }
+  }
+}
+
 static int anthropic_build(const json_t *history,
                            const al_provider_options_t *o,
                            al_provider_request_t *out) {
@@ -327,6 +376,12 @@ static int anthropic_build(const json_t *history,
     }
   }
   messages = history != NULL ? json_deep_copy(history) : json_array();
+  if (o->cache_control) {
+    /* system + tools take 2 of the API's 4 breakpoints; the other 2 move
+     * with the conversation (docs/context.md §Prompt caching). */
+    mark_moving_end(messages, 4 - (o->system != NULL ? 1 : 0) -
+                                  (json_array_size(o->tools) > 0 ? 1 : 0));
+  }
   json_object_set_new(body, "messages", messages);
   if (json_is_array(o->tools) && json_array_size(o->tools) > 0) {
     json_t *tools = json_deep_copy(o->tools);

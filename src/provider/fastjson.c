@@ -1,5 +1,5 @@
-/* JSON fast path for the hot delta events, plus the UTF-8 and
- * jansson-loading helpers the decoders share.
+/* JSON fast path for the hot delta events, plus the jansson-loading
+ * helpers the decoders share (the UTF-8 helpers are in common/utf8.c).
  *
  * A jansson DOM per small event costs ~1.7 us, more than the whole budget
  * of the streaming pipeline, so the three hot shapes
@@ -22,169 +22,15 @@
  * the next delta. Both paths report a high surrogate escape that ends the
  * string (trail_hi) and a low one that starts it (lead_lo) instead of
  * emitting them, and the aggregator pairs them across deltas of the same
- * block; every other lone surrogate becomes U+FFFD. */
+ * block; every other lone surrogate becomes U+FFFD. The UTF-8 helpers live
+ * in common/utf8.c (the loop and the tools use them too). */
 #include <stdlib.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 
+#include "common/utf8.h"
 #include "provider/provider.h"
-
-/* ---- UTF-8 helpers ---------------------------------------------------------- */
-
-int al__utf8_put(al_buf_t *b, uint32_t cp) {
-  char tmp[4];
-  size_t n;
-
-  if (cp < 0x80) {
-    tmp[0] = (char)cp;
-    n = 1;
-  } else if (cp < 0x800) {
-    tmp[0] = (char)(0xC0 | (cp >> 6));
-    tmp[1] = (char)(0x80 | (cp & 0x3F));
-    n = 2;
-  } else if (cp < 0x10000) {
-    tmp[0] = (char)(0xE0 | (cp >> 12));
-    tmp[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    tmp[2] = (char)(0x80 | (cp & 0x3F));
-    n = 3;
-  } else {
-    tmp[0] = (char)(0xF0 | (cp >> 18));
-    tmp[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    tmp[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    tmp[3] = (char)(0x80 | (cp & 0x3F));
-    n = 4;
-  }
-  return al_buf_append(b, tmp, n);
-}
-
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid
- * (overlong, surrogate, > U+10FFFF, truncated). p[0] >= 0x80. */
-static size_t utf8_seq(const unsigned char *p, const unsigned char *end) {
-  unsigned char c = p[0];
-  size_t avail = (size_t)(end - p);
-
-  if (c >= 0xC2 && c <= 0xDF) {
-    return (avail >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
-  }
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (avail < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) {
-      return 0;
-    }
-    if (c == 0xE0 && p[1] < 0xA0) {
-      return 0; /* overlong */
-    }
-    if (c == 0xED && p[1] >= 0xA0) {
-      return 0; /* UTF-8-encoded surrogate */
-    }
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (avail < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 ||
-        (p[3] & 0xC0) != 0x80) {
-      return 0;
-    }
-    if (c == 0xF0 && p[1] < 0x90) {
-      return 0;
-    }
-    if (c == 0xF4 && p[1] >= 0x90) {
-      return 0;
-    }
-    return 4;
-  }
-  return 0;
-}
-
-bool al__utf8_valid(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  const unsigned char *end = p + len;
-
-  while (p < end) {
-    if (*p < 0x80) {
-      p++;
-    } else {
-      size_t n = utf8_seq(p, end);
-      if (n == 0) {
-        return false;
-      }
-      p += n;
-    }
-  }
-  return true;
-}
-
-/* WHATWG "UTF-8 decode" with replacement: one U+FFFD per maximal subpart
- * of an ill-formed sequence (Encoding standard), as TextDecoder does. */
-int al__utf8_sanitize_append(al_buf_t *b, const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  const unsigned char *end = p + len;
-  const unsigned char *run = p;
-  int err;
-
-  while (p < end) {
-    unsigned char c = *p;
-    unsigned char lo = 0x80;
-    unsigned char hi = 0xBF;
-    const unsigned char *q;
-    int need;
-    int i;
-
-    if (c < 0x80) {
-      p++;
-      continue;
-    }
-    if (c >= 0xC2 && c <= 0xDF) {
-      need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      need = 2;
-      lo = c == 0xE0 ? 0xA0 : 0x80;
-      hi = c == 0xED ? 0x9F : 0xBF;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      need = 3;
-      lo = c == 0xF0 ? 0x90 : 0x80;
-      hi = c == 0xF4 ? 0x8F : 0xBF;
-    } else {
-      need = 0;
-    }
-    q = p + 1;
-    for (i = 0; i < need; i++) {
-      if (q >= end || *q < lo || *q > hi) {
-        break;
-      }
-      lo = 0x80;
-      hi = 0xBF;
-      q++;
-    }
-    if (need > 0 && i == need) {
-      p = q;
-      continue;
-    }
-    if ((err = al_buf_append(b, run, (size_t)(p - run))) != 0 ||
-        (err = al_buf_append(b, "\xEF\xBF\xBD", 3)) != 0) {
-      return err;
-    }
-    p = q; /* the byte that broke the sequence is looked at again */
-    run = p;
-  }
-  return al_buf_append(b, run, (size_t)(p - run));
-}
-
-json_t *al__json_string_utf8(const char *s, size_t len) {
-  al_buf_t b;
-  json_t *j;
-
-  if (al__utf8_valid(s, len)) {
-    return json_stringn(s, len);
-  }
-  al_buf_init(&b, (len * 3) + 16);
-  if (al__utf8_sanitize_append(&b, s, len) != 0) {
-    al_buf_free(&b);
-    return NULL;
-  }
-  j = json_stringn(b.data, b.len);
-  al_buf_free(&b);
-  return j;
-}
 
 /* ---- lone-surrogate rewriting before jansson ----------------------------- */
 
@@ -826,7 +672,7 @@ static const char *scan_string(const char *p, const char *end, raw_str_t *out) {
     case 3:
       return NULL;
     default: {
-      size_t n = utf8_seq(u, e);
+      size_t n = al__utf8_seq(u, e);
       if (n == 0) {
         return NULL;
       }
@@ -1462,4 +1308,166 @@ out_nomem:
   al_free(raw);
   al_buf_free(&b);
   return NULL;
+}
+
+/* ---- streaming writer for `agentloop decode` ------------------------------ */
+
+typedef struct {
+  FILE *f;
+  al_buf_t b;
+  int err;
+} jw_t;
+
+#define JW_FLUSH_AT ((size_t)64 << 10)
+
+static void jw_flush(jw_t *w) {
+  if (w->b.len > 0 && fwrite(w->b.data, 1, w->b.len, w->f) != w->b.len) {
+    w->err = -EIO;
+  }
+  al_buf_reset(&w->b);
+}
+
+static void jw_put(jw_t *w, const char *s, size_t n) {
+  if (w->b.len + n > JW_FLUSH_AT) {
+    jw_flush(w);
+  }
+  if (n >= JW_FLUSH_AT) {
+    if (fwrite(s, 1, n, w->f) != n) {
+      w->err = -EIO;
+    }
+    return;
+  }
+  if (al_buf_append(&w->b, s, n) != 0) {
+    w->err = AL_ENOMEM;
+  }
+}
+
+/* jansson's escaping: '"', '\\' and controls (short forms where JSON has
+ * them, else \u00XX); everything else, U+2028/9 included, as is. */
+static void jw_string(jw_t *w, const char *s, size_t n) {
+  size_t run = 0;
+  size_t i;
+
+  jw_put(w, "\"", 1);
+  for (i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char esc[8];
+    const char *e = NULL;
+
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      continue;
+    }
+    switch (c) {
+    case '"':
+      e = "\\\"";
+      break;
+    case '\\':
+      e = "\\\\";
+      break;
+    case '\b':
+      e = "\\b";
+      break;
+    case '\f':
+      e = "\\f";
+      break;
+    case '\n':
+      e = "\\n";
+      break;
+    case '\r':
+      e = "\\r";
+      break;
+    case '\t':
+      e = "\\t";
+      break;
+    default:
+      snprintf(esc, sizeof(esc), "\\u%04X", c);
+      e = esc;
+      break;
+    }
+    jw_put(w, s + run, i - run);
+    jw_put(w, e, strlen(e));
+    run = i + 1;
+  }
+  jw_put(w, s + run, n - run);
+  jw_put(w, "\"", 1);
+}
+
+static void jw_value(jw_t *w, const json_t *j) {
+  char num[64];
+  size_t i;
+
+  switch (json_typeof(j)) {
+  case JSON_OBJECT: {
+    const char *k;
+    json_t *v;
+    bool first = true;
+
+    jw_put(w, "{", 1);
+    json_object_foreach((json_t *)j, k, v) {
+      if (!first) {
+        jw_put(w, ",", 1);
+      }
+      first = false;
+      jw_string(w, k, strlen(k));
+      jw_put(w, ":", 1);
+      jw_value(w, v);
+    }
+    jw_put(w, "}", 1);
+    break;
+  }
+  case JSON_ARRAY:
+    jw_put(w, "[", 1);
+    for (i = 0; i < json_array_size(j); i++) {
+      if (i > 0) {
+        jw_put(w, ",", 1);
+      }
+      jw_value(w, json_array_get(j, i));
+    }
+    jw_put(w, "]", 1);
+    break;
+  case JSON_STRING:
+    jw_string(w, json_string_value(j), json_string_length(j));
+    break;
+  case JSON_INTEGER:
+    snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+    jw_put(w, num, strlen(num));
+    break;
+  case JSON_REAL: {
+    double d = json_real_value(j);
+    al_buf_t b;
+
+    al_buf_init(&b, 64);
+    if ((d < 0 && al_buf_append(&b, "-", 1) != 0) ||
+        (d == 0 ? al_buf_append(&b, "0", 1) : js_number(&b, d < 0 ? -d : d)) !=
+            0) {
+      w->err = AL_ENOMEM;
+    } else {
+      jw_put(w, b.data, b.len);
+    }
+    al_buf_free(&b);
+    break;
+  }
+  case JSON_TRUE:
+    jw_put(w, "true", 4);
+    break;
+  case JSON_FALSE:
+    jw_put(w, "false", 5);
+    break;
+  default:
+    jw_put(w, "null", 4);
+    break;
+  }
+}
+
+int al__json_write_js(FILE *f, const json_t *j) {
+  jw_t w;
+
+  w.f = f;
+  w.err = 0;
+  al_buf_init(&w.b, JW_FLUSH_AT + 16);
+  jw_value(&w, j);
+  jw_put(&w, "\n", 1);
+  jw_flush(&w);
+  al_buf_free(&w.b);
+  return w.err;
 }

@@ -524,7 +524,13 @@ int al_models_load(al_models_t **out, const char *path, char **error) {
   }
   if (path != NULL && path[0] != '\0') {
     rc = read_file(path, &text, &len, error);
-    if (rc == UV_ENOENT && optional) {
+    if (optional && (rc == UV_ENOENT || rc == UV_ENOTDIR || rc == UV_EACCES)) {
+      /* No user file (or one this process may not read: a daemon under
+       * another uid): the shipped catalogue alone. */
+      if (rc == UV_EACCES) {
+        al_log(AL_LOG_WARN, "%s: %s; using the shipped models catalogue",
+               path, al_strerror(rc));
+      }
       path = NULL;
     } else if (rc != 0) {
       return rc;

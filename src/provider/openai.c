@@ -206,29 +206,361 @@ static int open_simple_block(al_pstream_t *s, int *slot, int *other,
   return rc;
 }
 
-static int norm_text(al_pstream_t *s, al_fj_kind_t kind, json_t *v) {
+/* One piece of text or thinking for the normalized message: opens the
+ * block it belongs to (closing the other kind) and appends. marked: the
+ * piece comes from a string loaded with boundary marks. */
+static int norm_piece(al_pstream_t *s, al_fj_kind_t kind, const char *p,
+                      size_t n, bool marked) {
   int rc;
   int *slot = kind == AL_FJ_TEXT ? &s->oai_text_block : &s->oai_think_block;
   int *other = kind == AL_FJ_TEXT ? &s->oai_think_block : &s->oai_text_block;
-
-  const char *p;
-  size_t n;
   uint32_t lead = 0;
   uint32_t trail = 0;
 
-  if (!truthy_str(v)) {
+  if (n == 0) {
     return 0;
   }
   if ((rc = open_simple_block(s, slot, other,
                               kind == AL_FJ_TEXT ? "text" : "thinking")) != 0) {
     return rc;
   }
-  p = json_string_value(v);
-  n = json_string_length(v);
-  if (s->oai_marked) {
+  if (marked) {
     al__marks_strip(&p, &n, &lead, &trail);
   }
   return al__agg_delta(s, *slot, kind, p, n, lead, trail);
+}
+
+static int norm_text(al_pstream_t *s, al_fj_kind_t kind, json_t *v) {
+  if (!truthy_str(v)) {
+    return 0;
+  }
+  return norm_piece(s, kind, json_string_value(v), json_string_length(v),
+                    s->oai_marked);
+}
+
+/* Content with think tags (models catalogue think_tags): the parts inside
+ * <think>...</think> are thinking. A tag may be split across chunks, so
+ * the bytes matched so far are kept as a count (they are the tag's own
+ * bytes) and given back as text when the match fails. */
+static int norm_think_tags(al_pstream_t *s, const char *p, size_t n,
+                           bool marked) {
+  static const char open_tag[] = "<think>";
+  static const char close_tag[] = "</think>";
+  size_t i = 0;
+  size_t run = 0; /* start of the pending run of plain bytes */
+  int rc;
+
+  while (i < n) {
+    const char *tag = s->oai_in_think ? close_tag : open_tag;
+    size_t tlen = s->oai_in_think ? sizeof(close_tag) - 1
+                                  : sizeof(open_tag) - 1;
+    al_fj_kind_t kind = s->oai_in_think ? AL_FJ_THINKING : AL_FJ_TEXT;
+
+    if (p[i] == tag[s->oai_tag_match]) {
+      if (s->oai_tag_match == 0 && i > run &&
+          (rc = norm_piece(s, kind, p + run, i - run, marked)) != 0) {
+        return rc;
+      }
+      if (s->oai_tag_match == 0) {
+        run = i;
+      }
+      i++;
+      if (++s->oai_tag_match == tlen) {
+        s->oai_in_think = !s->oai_in_think;
+        s->oai_tag_match = 0;
+        run = i;
+      }
+      continue;
+    }
+    if (s->oai_tag_match > 0) {
+      /* Not the tag after all: its matched bytes are plain content. When
+       * the match began in this piece they are still in p[run..i). */
+      size_t m = s->oai_tag_match;
+
+      s->oai_tag_match = 0;
+      if (run + m != i) {
+        if ((rc = norm_piece(s, kind, tag, m, false)) != 0) {
+          return rc;
+        }
+        run = i;
+      }
+      continue; /* p[i] is tried again against the tag's first byte */
+    }
+    i++;
+  }
+  if (s->oai_tag_match > 0) {
+    /* The piece ends inside a possible tag: hold those bytes back. */
+    size_t held = AL_MIN((size_t)s->oai_tag_match, n - run);
+
+    n -= held;
+  }
+  if (n > run) {
+    return norm_piece(s, s->oai_in_think ? AL_FJ_THINKING : AL_FJ_TEXT,
+                      p + run, n - run, marked);
+  }
+  return 0;
+}
+
+static int norm_content_string(al_pstream_t *s, json_t *v) {
+  if (!truthy_str(v)) {
+    return 0;
+  }
+  if (s->opts.think_tags) {
+    return norm_think_tags(s, json_string_value(v), json_string_length(v),
+                           s->oai_marked);
+  }
+  return norm_text(s, AL_FJ_TEXT, v);
+}
+
+/* Text of a thinking part: a string, or an array of {type:"text",text}
+ * (Mistral's Magistral). */
+static int norm_thinking_value(al_pstream_t *s, json_t *v) {
+  size_t i;
+  json_t *e;
+  int rc;
+
+  if (json_is_string(v)) {
+    return norm_text(s, AL_FJ_THINKING, v);
+  }
+  json_array_foreach(v, i, e) {
+    json_t *t = json_object_get(e, "text");
+
+    if (json_is_string(e)) {
+      t = e;
+    }
+    if ((rc = norm_text(s, AL_FJ_THINKING, t)) != 0) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* content as an array of typed parts: text parts are the answer, thinking
+ * parts reasoning; other parts (images, references) carry no text. */
+static int norm_content_parts(al_pstream_t *s, json_t *parts) {
+  size_t i;
+  json_t *part;
+  int rc = 0;
+
+  json_array_foreach(parts, i, part) {
+    json_t *t = json_object_get(part, "type");
+    const char *ty = json_is_string(t) ? json_string_value(t) : "";
+
+    if (json_is_string(part)) {
+      rc = norm_content_string(s, part);
+    } else if (strcmp(ty, "text") == 0) {
+      rc = norm_content_string(s, json_object_get(part, "text"));
+    } else if (strcmp(ty, "thinking") == 0 || strcmp(ty, "reasoning") == 0) {
+      json_t *v = json_object_get(part, "thinking");
+
+      rc = norm_thinking_value(s, v != NULL ? v : json_object_get(part, "text"));
+    }
+    if (rc != 0) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* The text block a citation belongs to: the open one, else the last
+ * text block, else a new (empty) one. */
+static int citation_block(al_pstream_t *s) {
+  size_t i;
+  int rc;
+
+  if (s->oai_text_block >= 0) {
+    return s->oai_text_block;
+  }
+  for (i = s->nblocks; i-- > 0;) {
+    if (s->blocks[i].type == AL_BLOCK_TEXT) {
+      return (int)i;
+    }
+  }
+  if ((rc = open_simple_block(s, &s->oai_text_block, &s->oai_think_block,
+                              "text")) != 0) {
+    return rc;
+  }
+  return s->oai_text_block;
+}
+
+/* One citation in the shape every provider's citations share
+ * (docs/events.md "citation"): type, url, title, cited_text, then the
+ * provider's other fields as given. Steals nothing. */
+static int emit_citation(al_pstream_t *s, const char *url, json_t *title,
+                         json_t *cited, json_t *rest) {
+  json_t *c = json_object();
+  int idx;
+  int rc;
+
+  json_object_set_new(c, "type", json_string("url_citation"));
+  json_object_set_new(c, "url", json_string(url));
+  json_object_set(c, "title", json_is_string(title) ? title : json_null());
+  json_object_set(c, "cited_text", json_is_string(cited) ? cited : json_null());
+  if (json_is_object(rest)) {
+    const char *k;
+    json_t *v;
+
+    json_object_foreach(rest, k, v) {
+      if (json_object_get(c, k) == NULL && strcmp(k, "content") != 0) {
+        json_object_set(c, k, v);
+      }
+    }
+  }
+  idx = citation_block(s);
+  if (idx < 0) {
+    json_decref(c);
+    return idx;
+  }
+  rc = al__agg_citation(s, idx, c);
+  json_decref(c);
+  return rc;
+}
+
+/* OpenAI / OpenRouter message annotations: {"type":"url_citation",
+ * "url_citation":{url,title,content,start_index,end_index}}. */
+static int norm_annotations(al_pstream_t *s, json_t *anns) {
+  size_t i;
+  json_t *a;
+  int rc;
+
+  json_array_foreach(anns, i, a) {
+    json_t *uc = json_object_get(a, "url_citation");
+    json_t *url = json_object_get(uc, "url");
+
+    if (!json_is_string(url)) {
+      continue;
+    }
+    if ((rc = emit_citation(s, json_string_value(url),
+                            json_object_get(uc, "title"),
+                            json_object_get(uc, "content"), uc)) != 0) {
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* Perplexity: the chunk's top-level `citations` (URLs, numbered [1]..)
+ * with titles from `search_results`, repeated on every chunk: each is
+ * delivered once. */
+static int norm_perplexity(al_pstream_t *s, json_t *chunk) {
+  json_t *cites = json_object_get(chunk, "citations");
+  json_t *results = json_object_get(chunk, "search_results");
+  size_t i;
+  int rc;
+
+  if (!json_is_array(cites) || s->message == NULL) {
+    return 0;
+  }
+  for (i = s->oai_ncited; i < json_array_size(cites); i++) {
+    json_t *u = json_array_get(cites, i);
+    json_t *title = NULL;
+    json_t *rest;
+    json_t *r;
+    size_t k;
+
+    if (!json_is_string(u)) {
+      continue;
+    }
+    json_array_foreach(results, k, r) {
+      if (json_equal(json_object_get(r, "url"), u)) {
+        title = json_object_get(r, "title");
+        break;
+      }
+    }
+    rest = json_pack("{s:I}", "number", (json_int_t)(i + 1));
+    rc = emit_citation(s, json_string_value(u), title, NULL, rest);
+    json_decref(rest);
+    if (rc != 0) {
+      return rc;
+    }
+  }
+  s->oai_ncited = json_array_size(cites);
+  return 0;
+}
+
+/* OpenRouter reasoning_details: kept whole on the thinking block (signed
+ * and encrypted entries must go back unchanged), merged by their `index`
+ * as they stream: text/summary/data pieces are appended, other keys
+ * (signature, format, id) take the latest value. Returns the thinking
+ * text carried, for the delta (reasoning.text text / reasoning.summary). */
+static int norm_reasoning_details(al_pstream_t *s, json_t *rd,
+                                  bool emit_text) {
+  size_t i;
+  json_t *e;
+  json_t *arr;
+  int rc;
+
+  if (!json_is_array(rd) || json_array_size(rd) == 0) {
+    return 0;
+  }
+  if ((rc = open_simple_block(s, &s->oai_think_block, &s->oai_text_block,
+                              "thinking")) != 0) {
+    return rc;
+  }
+  arr = json_object_get(s->blocks[s->oai_think_block].block,
+                        "reasoning_details");
+  if (!json_is_array(arr)) {
+    arr = json_array();
+    json_object_set_new(s->blocks[s->oai_think_block].block,
+                        "reasoning_details", arr);
+  }
+  json_array_foreach(rd, i, e) {
+    json_t *idx = json_object_get(e, "index");
+    json_t *type = json_object_get(e, "type");
+    json_t *cur = NULL;
+    json_t *c;
+    size_t k;
+    const char *key;
+    json_t *val;
+
+    if (!json_is_object(e)) {
+      continue;
+    }
+    json_array_foreach(arr, k, c) {
+      if (json_equal(json_object_get(c, "index"), idx) &&
+          json_equal(json_object_get(c, "type"), type) && idx != NULL) {
+        cur = c;
+        break;
+      }
+    }
+    if (cur == NULL) {
+      json_array_append_new(arr, json_deep_copy(e));
+    } else {
+      json_object_foreach(e, key, val) {
+        json_t *old = json_object_get(cur, key);
+
+        if ((strcmp(key, "text") == 0 || strcmp(key, "summary") == 0 ||
+             strcmp(key, "data") == 0) &&
+            json_is_string(val) && json_is_string(old)) {
+          al_buf_t b;
+
+          al_buf_init(&b, s->opts.max_block);
+          if (al_buf_append(&b, json_string_value(old),
+                            json_string_length(old)) != 0 ||
+              al_buf_append(&b, json_string_value(val),
+                            json_string_length(val)) != 0) {
+            al_buf_free(&b);
+            return fail_decode(s, "reasoning details too large");
+          }
+          json_object_set_new(cur, key, json_stringn_nocheck(b.data, b.len));
+          al_buf_free(&b);
+        } else if (!json_is_null(val)) {
+          json_object_set(cur, key, val);
+        }
+      }
+    }
+    if (emit_text) {
+      json_t *t = json_object_get(e, "text");
+
+      if (!json_is_string(t)) {
+        t = json_object_get(e, "summary");
+      }
+      if ((rc = norm_text(s, AL_FJ_THINKING, t)) != 0) {
+        return rc;
+      }
+    }
+  }
+  return 0;
 }
 
 static int norm_tool(al_pstream_t *s, al__oai_choice_t *c, size_t k,
@@ -302,6 +634,19 @@ static int norm_finish(al_pstream_t *s, const char *finish) {
   size_t k;
   int rc;
 
+  if (s->oai_tag_match > 0) {
+    /* The content ended inside what looked like a think tag: it was
+     * text. */
+    const char *tag = s->oai_in_think ? "</think>" : "<think>";
+    size_t m = s->oai_tag_match;
+
+    s->oai_tag_match = 0;
+    if ((rc = norm_piece(s, s->oai_in_think ? AL_FJ_THINKING : AL_FJ_TEXT,
+                         tag, m, false)) != 0) {
+      return rc;
+    }
+  }
+
   if ((rc = close_block(s, &s->oai_text_block)) != 0 ||
       (rc = close_block(s, &s->oai_think_block)) != 0) {
     return rc;
@@ -329,28 +674,112 @@ static int norm_finish(al_pstream_t *s, const char *finish) {
   return rc;
 }
 
+static int64_t int_at(json_t *o, const char *k, bool *has) {
+  json_t *v = json_object_get(o, k);
+
+  if (json_is_integer(v)) {
+    *has = true;
+    return json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+  }
+  return 0;
+}
+
+/* OpenAI-style usage (Chat Completions or Responses names) in our
+ * normalized, Anthropic-style names (docs/providers.md, "Usage"):
+ *   input_tokens                 uncached input only: the OpenAI prompt
+ *                                count includes cached tokens (read and,
+ *                                at OpenRouter, written), so they are
+ *                                taken out (clamped at 0);
+ *   cache_read_input_tokens      prompt_tokens_details.cached_tokens /
+ *                                input_tokens_details.cached_tokens, or
+ *                                DeepSeek's prompt_cache_hit_tokens;
+ *   cache_creation_input_tokens  prompt_tokens_details.cache_write_tokens
+ *                                (OpenRouter, for models that bill it);
+ *   output_tokens                completion/output tokens (reasoning
+ *                                included, as billed);
+ *   reasoning_tokens             completion_tokens_details.reasoning_tokens
+ *                                / output_tokens_details.reasoning_tokens
+ *                                (a part of output_tokens). */
+json_t *al__provider_usage_from_openai(json_t *u) {
+  json_t *nu;
+  json_t *pd;
+  json_t *cd;
+  bool has_in = false;
+  bool has_out = false;
+  bool has_cr = false;
+  bool has_cw = false;
+  bool has_rs = false;
+  int64_t in;
+  int64_t out;
+  int64_t cr;
+  int64_t cw;
+  int64_t rs;
+
+  if (!json_is_object(u)) {
+    return NULL;
+  }
+  pd = json_object_get(u, "prompt_tokens_details");
+  if (!json_is_object(pd)) {
+    pd = json_object_get(u, "input_tokens_details");
+  }
+  cd = json_object_get(u, "completion_tokens_details");
+  if (!json_is_object(cd)) {
+    cd = json_object_get(u, "output_tokens_details");
+  }
+  in = int_at(u, "prompt_tokens", &has_in);
+  if (!has_in) {
+    in = int_at(u, "input_tokens", &has_in);
+  }
+  out = int_at(u, "completion_tokens", &has_out);
+  if (!has_out) {
+    out = int_at(u, "output_tokens", &has_out);
+  }
+  cr = int_at(pd, "cached_tokens", &has_cr);
+  if (!has_cr) {
+    cr = int_at(u, "prompt_cache_hit_tokens", &has_cr);
+  }
+  cw = int_at(pd, "cache_write_tokens", &has_cw);
+  rs = int_at(cd, "reasoning_tokens", &has_rs);
+  nu = json_object();
+  if (has_in) {
+    json_object_set_new(nu, "input_tokens",
+                        json_integer(in > cr + cw ? in - cr - cw : 0));
+  }
+  json_object_set_new(nu, "output_tokens", json_integer(out));
+  if (has_cr) {
+    json_object_set_new(nu, "cache_read_input_tokens", json_integer(cr));
+  }
+  if (has_cw) {
+    json_object_set_new(nu, "cache_creation_input_tokens", json_integer(cw));
+  }
+  if (has_rs) {
+    json_object_set_new(nu, "reasoning_tokens", json_integer(rs));
+  }
+  return nu;
+}
+
 static int norm_usage(al_pstream_t *s, json_t *u) {
   json_t *data;
   json_t *nu;
   json_t *v;
-  json_t *details;
   int rc;
 
   if (!json_is_object(u) || s->message == NULL) {
     return 0;
   }
-  nu = json_object();
-  v = json_object_get(u, "prompt_tokens");
-  if (json_is_integer(v)) {
-    json_object_set(nu, "input_tokens", v);
+  nu = al__provider_usage_from_openai(u);
+  if (nu == NULL) {
+    return fail_decode(s, "out of memory");
   }
-  v = json_object_get(u, "completion_tokens");
-  json_object_set_new(nu, "output_tokens",
-                      json_is_integer(v) ? json_incref(v) : json_integer(0));
-  details = json_object_get(u, "prompt_tokens_details");
-  v = json_object_get(details, "cached_tokens");
-  if (json_is_integer(v)) {
-    json_object_set(nu, "cache_read_input_tokens", v);
+  v = json_object_get(nu, "reasoning_tokens");
+  if (v != NULL) {
+    /* Not one of the Anthropic usage keys message_delta merges: set on
+     * the message itself. */
+    json_t *mu = json_object_get(s->message, "usage");
+
+    if (json_is_object(mu)) {
+      json_object_set(mu, "reasoning_tokens", v);
+    }
   }
   v = json_object_get(s->message, "stop_reason");
   data = json_pack("{s:{s:O,s:n},s:o}", "delta", "stop_reason",
@@ -441,11 +870,31 @@ static int apply_tool_call(al_pstream_t *s, al__oai_choice_t *c, size_t ci,
   oai_tool_t *t;
   json_int_t k;
 
-  if (!json_is_integer(jidx) || json_integer_value(jidx) < 0 ||
-      json_integer_value(jidx) >= OAI_MAX_TOOLS) {
+  if (jidx == NULL || json_is_null(jidx)) {
+    /* No index (Mistral and others): the call with this id, a new call
+     * for a new id, or the latest call for a piece without an id. */
+    size_t j;
+
+    k = (json_int_t)c->ntools;
+    for (j = 0; j < c->ntools; j++) {
+      if (c->tools[j].present && truthy_str(id) &&
+          json_equal(json_object_get(c->tools[j].obj, "id"), id)) {
+        k = (json_int_t)j;
+        break;
+      }
+    }
+    if (!truthy_str(id) && c->ntools > 0) {
+      k = (json_int_t)c->ntools - 1;
+    }
+    if (k >= OAI_MAX_TOOLS) {
+      return fail_decode(s, "too many tool calls");
+    }
+  } else if (!json_is_integer(jidx) || json_integer_value(jidx) < 0 ||
+             json_integer_value(jidx) >= OAI_MAX_TOOLS) {
     return fail_decode(s, "tool call without a valid index");
+  } else {
+    k = json_integer_value(jidx);
   }
-  k = json_integer_value(jidx);
   if ((t = get_tool(c, (size_t)k, s->opts.max_block)) == NULL) {
     return fail_decode(s, "out of memory");
   }
@@ -693,12 +1142,29 @@ static int apply_choice(al_pstream_t *s, json_t *ch) {
     }
   }
   if (ci == 0 && s->message != NULL) {
-    /* reasoning first: it precedes the answer in every server we know. */
-    if ((rc = norm_text(s, AL_FJ_THINKING,
-                        json_object_get(delta, "reasoning_content"))) != 0 ||
-        (rc = norm_text(s, AL_FJ_THINKING,
-                        json_object_get(delta, "reasoning"))) != 0 ||
-        (rc = norm_text(s, AL_FJ_TEXT, v)) != 0) {
+    /* reasoning first: it precedes the answer in every server we know.
+     * One field carries the text (servers that send several, like
+     * OpenRouter's reasoning + reasoning_details, repeat it). */
+    json_t *rtext = json_object_get(delta, "reasoning_content");
+
+    if (!truthy_str(rtext)) {
+      rtext = json_object_get(delta, "reasoning");
+    }
+    if ((rc = norm_text(s, AL_FJ_THINKING, rtext)) != 0 ||
+        (rc = norm_reasoning_details(
+             s, json_object_get(delta, "reasoning_details"),
+             !truthy_str(rtext))) != 0) {
+      return rc;
+    }
+    if (json_is_array(v)) {
+      rc = norm_content_parts(s, v);
+    } else {
+      rc = norm_content_string(s, v);
+    }
+    if (rc == 0) {
+      rc = norm_annotations(s, json_object_get(delta, "annotations"));
+    }
+    if (rc != 0) {
       return rc;
     }
   }
@@ -736,20 +1202,34 @@ static int apply_chunk(al_pstream_t *s, json_t *chunk) {
   if (s->oai_snapshot == NULL) {
     s->oai_snapshot = json_object();
     assign_except(s->oai_snapshot, chunk, top_skip, AL_ARRAY_SIZE(top_skip));
-    if ((rc = start_normalized(s, chunk)) != 0) {
-      return rc;
-    }
   } else if (js_truthy(json_object_get(chunk, "id"))) {
     /* SDK: a later chunk's top-level fields are taken only when its id is
      * truthy (a usage chunk without id, or with id "", changes nothing). */
     assign_except(s->oai_snapshot, chunk, top_skip, AL_ARRAY_SIZE(top_skip));
+  }
+  if (s->message == NULL && json_array_size(choices) > 0 &&
+      (rc = start_normalized(s, chunk)) != 0) {
+    /* Started at the first chunk with a choice: Azure's first chunk has
+     * none (prompt_filter_results, empty id and model). */
+    return rc;
   }
   for (i = 0; i < json_array_size(choices); i++) {
     if ((rc = apply_choice(s, json_array_get(choices, i))) != 0) {
       return rc;
     }
   }
-  return norm_usage(s, json_object_get(chunk, "usage"));
+  if ((rc = norm_perplexity(s, chunk)) != 0) {
+    return rc;
+  }
+  {
+    json_t *u = json_object_get(chunk, "usage");
+
+    if (!json_is_object(u)) {
+      /* Groq puts it under x_groq. */
+      u = json_object_get(json_object_get(chunk, "x_groq"), "usage");
+    }
+    return norm_usage(s, u);
+  }
 }
 
 /* A chunk loaded with boundary marks: the strings that are appended
@@ -1158,6 +1638,38 @@ json_t *al_pstream_openai_completion(al_pstream_t *s, const char **err) {
   return out;
 }
 
+/* Every tool call of choice 0 has arguments that are empty or JSON. */
+static bool tool_args_complete(al__oai_choice_t *c) {
+  size_t k;
+
+  for (k = 0; k < c->ntools; k++) {
+    oai_tool_t *t = &c->tools[k];
+    json_t *v;
+
+    if (!t->present || t->args.len == 0) {
+      continue;
+    }
+    v = al__provider_json_load(t->args.data, t->args.len, NULL);
+    if (v == NULL) {
+      return false;
+    }
+    json_decref(v);
+  }
+  return true;
+}
+
+static int emit_notice(al_pstream_t *s, const char *kind, const char *msg) {
+  al_pevent_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_PEV_NOTICE;
+  ev.index = -1;
+  ev.error_type = kind;
+  ev.text = msg;
+  ev.len = strlen(msg);
+  return al__pstream_emit(s, &ev);
+}
+
 static int openai_decode_finish(al_pstream_t *s) {
   al__oai_choice_t *c;
   int rc;
@@ -1170,6 +1682,7 @@ static int openai_decode_finish(al_pstream_t *s) {
                      "request ended without sending any chunks", NULL);
     return AL_ETRUNCATED;
   }
+  c = s->oai_nchoices > 0 ? &s->oai_choices[0] : NULL;
   if (s->opts.openai_completion) {
     const char *err;
     json_t *done = al_pstream_openai_completion(s, &err);
@@ -1179,13 +1692,33 @@ static int openai_decode_finish(al_pstream_t *s) {
       return AL_ETRUNCATED;
     }
     json_decref(done);
-  } else {
-    c = s->oai_nchoices > 0 ? &s->oai_choices[0] : NULL;
-    if (c == NULL || !c->present ||
-        !truthy_str(json_object_get(c->obj, "finish_reason"))) {
+  } else if (s->message == NULL || c == NULL || !c->present) {
+    al__pstream_fail(s, AL_PERR_DECODE, NULL,
+                     "the stream ended without any choice", NULL);
+    return AL_ETRUNCATED;
+  } else if (!truthy_str(json_object_get(c->obj, "finish_reason"))) {
+    /* No finish_reason (some vLLM-style hosts never send one). A body
+     * that ended cleanly -- [DONE], or its last event complete -- with
+     * every tool call's arguments whole is a finished message: the stop
+     * reason is inferred, and said. Anything else was cut off. */
+    bool calls = c->ntools > 0;
+
+    if (!(s->oai_done || !s->eof_flushed) || !tool_args_complete(c)) {
       al__pstream_fail(s, AL_PERR_DECODE, NULL,
                        "missing finish_reason for choice 0", NULL);
       return AL_ETRUNCATED;
+    }
+    if ((rc = emit_notice(s, "stop_inferred",
+                          calls ? "the stream ended without a finish_reason: "
+                                  "taken as tool_calls"
+                                : "the stream ended without a finish_reason: "
+                                  "taken as stop")) != 0) {
+      return rc;
+    }
+    al_free(s->oai_finish_reason);
+    s->oai_finish_reason = al_strdup(calls ? "tool_calls" : "stop");
+    if ((rc = norm_finish(s, s->oai_finish_reason)) != 0) {
+      return rc;
     }
   }
   if (s->message == NULL) {
@@ -1270,7 +1803,51 @@ static json_t *text_of(json_t *content) {
   return out;
 }
 
-static int convert_message(json_t *messages, json_t *m) {
+/* The reasoning of an assistant message for the echo: the thinking text
+ * joined, and the reasoning_details entries kept from OpenRouter. */
+static void add_reasoning(json_t *out, json_t *content,
+                          const al_provider_options_t *o) {
+  al_buf_t b;
+  json_t *details = NULL;
+  bool any = false;
+  size_t i;
+
+  al_buf_init(&b, (size_t)1 << 30);
+  for (i = 0; i < json_array_size(content); i++) {
+    json_t *blk = json_array_get(content, i);
+    json_t *t = json_object_get(blk, "type");
+    json_t *th = json_object_get(blk, "thinking");
+    json_t *rd = json_object_get(blk, "reasoning_details");
+
+    if (!json_is_string(t) || strcmp(json_string_value(t), "thinking") != 0) {
+      continue;
+    }
+    if (json_is_string(th)) {
+      al_buf_append(&b, json_string_value(th), json_string_length(th));
+      any = true;
+    }
+    if (json_is_array(rd)) {
+      if (details == NULL) {
+        details = json_array();
+      }
+      json_array_extend(details, rd);
+    }
+  }
+  if (o->echo_reasoning && any) {
+    const char *field = o->reasoning_field != NULL && o->reasoning_field[0]
+                            ? o->reasoning_field
+                            : "reasoning_content";
+
+    json_object_set_new(out, field, json_stringn(b.data ? b.data : "", b.len));
+  }
+  if (details != NULL) {
+    json_object_set_new(out, "reasoning_details", details);
+  }
+  al_buf_free(&b);
+}
+
+static int convert_message(json_t *messages, json_t *m,
+                           const al_provider_options_t *o) {
   json_t *role = json_object_get(m, "role");
   json_t *content = json_object_get(m, "content");
   const char *r = json_is_string(role) ? json_string_value(role) : "user";
@@ -1315,6 +1892,7 @@ static int convert_message(json_t *messages, json_t *m) {
     if (json_array_size(calls) > 0) {
       json_object_set(out, "tool_calls", calls);
     }
+    add_reasoning(out, content, o);
     json_decref(calls);
     return json_array_append_new(messages, out);
   }
@@ -1395,7 +1973,7 @@ static int openai_build(const json_t *history, const al_provider_options_t *o,
                                                          strlen(o->system))));
   }
   for (i = 0; i < json_array_size(history); i++) {
-    convert_message(messages, json_array_get(history, i));
+    convert_message(messages, json_array_get(history, i), o);
   }
   json_object_set_new(body, "messages", messages);
   /* max_tokens, not max_completion_tokens: the compatible servers

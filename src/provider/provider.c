@@ -51,6 +51,9 @@ const al_provider_t *al_provider_by_name(const char *name) {
   if (strcmp(name, "openai") == 0) {
     return &al_provider_openai;
   }
+  if (strcmp(name, "openai-responses") == 0) {
+    return &al_provider_openai_responses;
+  }
   return NULL;
 }
 

@@ -25,11 +25,13 @@
 #define AL_PROVIDER_H
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/common.h"
+#include "common/utf8.h"
 #include "sse/sse.h"
 
 /* ---- normalized stop reasons -------------------------------------------- */
@@ -85,7 +87,8 @@ al_block_type_t al__provider_block_type(const char *type);
   XX(MESSAGE_STOP, "message_stop")              \
   XX(PING, "ping")                              \
   XX(RAW, "raw_event")                          \
-  XX(ERROR, "api_error")
+  XX(ERROR, "api_error")                        \
+  XX(NOTICE, "notice")
 
 typedef enum {
 #define AL_PEV_GEN(name, str) AL_PEV_##name,
@@ -113,7 +116,9 @@ typedef struct al_pevent_s {
   al_block_type_t block_type;
   const char *block_type_name; /* "text", "tool_use", ... (block events) */
   /* TEXT_DELTA / THINKING_DELTA / TOOL_INPUT_DELTA / SIGNATURE: the UTF-8
-   * piece. RAW: the event name. ERROR: the message. */
+   * piece. RAW: the event name. ERROR: the message. NOTICE: what the
+   * decoder decided on the stream's behalf (error_type holds its kind,
+   * e.g. "stop_inferred"). */
   const char *text;
   size_t len;
   /* Borrowed JSON:
@@ -150,7 +155,8 @@ typedef int (*al_pstream_event_cb)(void *data, const al_pevent_t *ev);
 
 typedef enum {
   AL_PROVIDER_ANTHROPIC = 1,
-  AL_PROVIDER_OPENAI = 2
+  AL_PROVIDER_OPENAI = 2,
+  AL_PROVIDER_OPENAI_RESPONSES = 3
 } al_provider_kind_t;
 
 typedef enum {
@@ -175,6 +181,12 @@ typedef struct al_provider_options_s {
   const char *anthropic_beta;    /* comma list or NULL */
   const char *path_prefix;  /* default "/v1" */
   json_t *extra_body;       /* borrowed; keys merged into the body */
+  /* OpenAI-compatible round-trips (models catalogue): send each assistant
+   * message's thinking back in `reasoning_field` (default
+   * "reasoning_content") -- DeepSeek's thinking mode refuses a tool round
+   * without it. reasoning_details kept from OpenRouter go back always. */
+  bool echo_reasoning;
+  const char *reasoning_field;
 } al_provider_options_t;
 
 void al_provider_options_init(al_provider_options_t *o);
@@ -258,7 +270,8 @@ typedef struct al_provider_s {
 
 extern const al_provider_t al_provider_anthropic;
 extern const al_provider_t al_provider_openai;
-/* "anthropic" / "openai" -> vtable, or NULL. */
+extern const al_provider_t al_provider_openai_responses;
+/* "anthropic" / "openai" / "openai-responses" -> vtable, or NULL. */
 const al_provider_t *al_provider_by_name(const char *name);
 
 int al_provider_build_request(const al_provider_t *p, const json_t *history,
@@ -287,8 +300,18 @@ typedef struct al_pstream_options_s {
   /* Limits. */
   size_t max_event;  /* largest SSE event payload (default 8 MiB) */
   size_t max_block;  /* largest accumulated text of one block (default 64 MiB) */
+  /* Whole reply: body bytes fed (default 64 MiB), and the tool input of all
+   * tool calls together (default 32 MiB); 0 disables. Past either the
+   * stream fails with error_type "reply_too_large" / "tool_input_too_large"
+   * (not retryable: the same endpoint would send the same). */
+  size_t max_reply;
+  size_t max_tool_input;
   /* Seed for synthesized ids (OpenAI tool calls without id). */
   uint64_t id_seed;
+  /* OpenAI-compatible: the model writes its reasoning inside
+   * <think>...</think> in the content (models catalogue think_tags):
+   * that part becomes thinking. */
+  bool think_tags;
 } al_pstream_options_t;
 
 void al_pstream_options_init(al_pstream_options_t *o);
@@ -325,6 +348,8 @@ typedef struct al_pstream_s {
   json_t *message;  /* snapshot after message_start, NULL before */
   al__pblock_t *blocks;
   size_t nblocks;
+  uint64_t reply_bytes;      /* body bytes fed (max_reply) */
+  uint64_t tool_input_bytes; /* input deltas of all tool calls */
   size_t cap_blocks;
   bool message_stopped;
   bool seen_any;    /* any decodable event seen */
@@ -343,6 +368,16 @@ typedef struct al_pstream_s {
   size_t oai_ntool;
   char *oai_finish_reason;
   bool oai_marked;      /* the current chunk carries boundary marks */
+  bool oai_in_think;    /* think_tags: inside <think>...</think> */
+  uint8_t oai_tag_match; /* think_tags: bytes of the next tag matched */
+  bool eof_flushed;     /* an unterminated last event was flushed at EOF */
+  size_t oai_ncited;    /* Perplexity citations already delivered */
+  /* OpenAI Responses state (responses.c). */
+  int *rsp_block;       /* output_index -> normalized block index, or -1 */
+  size_t rsp_nblock;
+  json_t *rsp_final;    /* the response of response.completed/incomplete */
+  bool rsp_calls;       /* a function_call item was seen */
+  bool in_finish;
   /* Error detail kept after an ERROR event for al_pstream_error_*(). */
   al_perr_kind_t err_kind;
   char *err_message;
@@ -456,17 +491,18 @@ int al__marks_clear(json_t *v, json_t *const *keep, size_t nkeep);
  * `agentloop decode` output only (the runtime's history keeps jansson's
  * spelling). al_malloc'd, NULL when out of memory. */
 char *al__json_dumps_js(const json_t *j);
+/* The same text as al__json_dumps_js(j) plus "\n", written to f as it is
+ * produced (no copy of the whole document): `agentloop decode`'s output.
+ * 0, -EIO or AL_ENOMEM. */
+int al__json_write_js(FILE *f, const json_t *j);
 /* Extracts a hot delta from a parsed event (1), or 0 if not that shape. */
 int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out);
-/* Appends s to b with invalid UTF-8 sequences replaced by U+FFFD. */
-int al__utf8_sanitize_append(al_buf_t *b, const char *s, size_t len);
-bool al__utf8_valid(const char *s, size_t len);
-/* json_stringn after sanitizing (never NULL unless out of memory). */
-json_t *al__json_string_utf8(const char *s, size_t len);
-/* Appends the UTF-8 encoding of cp. */
-int al__utf8_put(al_buf_t *b, uint32_t cp);
+/* The UTF-8 helpers (al__utf8_*, al__json_string_utf8) are in
+ * common/utf8.h. */
 
 /* Internal (pstream.c / aggregate.c and the decoders). */
+/* OpenAI-style usage -> normalized usage (new object), NULL if not one. */
+json_t *al__provider_usage_from_openai(json_t *u);
 int al__pstream_emit(al_pstream_t *s, al_pevent_t *ev);
 int al__pstream_fail(al_pstream_t *s, al_perr_kind_t kind, const char *type,
                      const char *message, json_t *body);

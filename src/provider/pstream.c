@@ -35,6 +35,8 @@ void al_pstream_options_init(al_pstream_options_t *o) {
   o->openai_completion = true;
   o->max_event = 8u << 20;
   o->max_block = 64u << 20;
+  o->max_reply = 64u << 20;
+  o->max_tool_input = 32u << 20;
   o->id_seed = 0;
 }
 
@@ -56,6 +58,9 @@ static int on_sse_event(void *data, const al_sse_event_t *ev) {
     return s->error;
   }
   s->events++;
+  if (s->in_finish) {
+    s->eof_flushed = true; /* the body ended inside this event */
+  }
   rc = s->decode_event(s, ev);
   if (rc != 0 && s->error == 0) {
     s->error = rc;
@@ -116,6 +121,17 @@ int al_pstream_feed(al_pstream_t *s, const char *bytes, size_t len) {
   if (s->error != 0) {
     return s->error;
   }
+  s->reply_bytes += len;
+  if (s->opts.max_reply > 0 && s->reply_bytes > s->opts.max_reply) {
+    char msg[128];
+
+    /* Checked before parsing: memory follows the bound, not the input. */
+    snprintf(msg, sizeof(msg), "the reply exceeds the limit of %zu bytes",
+             s->opts.max_reply);
+    al__pstream_fail(s, AL_PERR_DECODE, "reply_too_large", msg, NULL);
+    s->error = AL_ETOOBIG;
+    return s->error;
+  }
   s->in_feed = true;
   s->feed_ts = 0;
   rc = al_sse_feed(&s->sse, bytes, len);
@@ -137,7 +153,9 @@ int al_pstream_finish(al_pstream_t *s) {
   if (s->error != 0) {
     return s->error;
   }
+  s->in_finish = true;
   rc = al_sse_finish(&s->sse);
+  s->in_finish = false;
   if (rc != 0) {
     if (s->error == 0) {
       s->error = rc;

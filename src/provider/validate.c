@@ -763,3 +763,131 @@ out:
   json_decref(pending);
   return ok;
 }
+
+/* ---- OpenAI Responses ------------------------------------------------------- */
+
+bool al__validate_responses(const json_t *body, const json_t *headers,
+                            al_validate_verdict_t *v) {
+  const json_t *input = json_object_get(body, "input");
+  const json_t *inc = json_object_get(body, "include");
+  json_t *calls;
+  json_t *answered;
+  bool has_enc = false;
+  size_t i;
+  const json_t *it;
+
+  vok(v);
+  if (headers != NULL && !has_bearer(headers)) {
+    v->status = 401;
+    snprintf(v->type, sizeof(v->type), "invalid_request_error");
+    snprintf(v->rule, sizeof(v->rule), "auth");
+    snprintf(v->message, sizeof(v->message),
+             "You didn't provide an API key.");
+    return false;
+  }
+  if (!json_is_string(json_object_get(body, "model"))) {
+    return vfail(v, 400, "invalid_request_error", "model",
+                 "Missing required parameter: 'model'.");
+  }
+  if (!json_is_array(input) || json_array_size(input) == 0) {
+    return vfail(v, 400, "invalid_request_error", "input",
+                 "Invalid 'input': expected a non-empty array of items.");
+  }
+  if (!json_is_true(json_object_get(body, "stream"))) {
+    return vfail(v, 400, "invalid_request_error", "stream",
+                 "mockllm serves /v1/responses streaming only");
+  }
+  for (i = 0; i < json_array_size(inc); i++) {
+    const char *s = json_string_value(json_array_get(inc, i));
+
+    has_enc = has_enc || (s != NULL && strcmp(s, "reasoning.encrypted_content") == 0);
+  }
+  calls = json_object();
+  answered = json_object();
+  json_array_foreach(input, i, it) {
+    const char *t = json_string_value(json_object_get(it, "type"));
+    const char *cid = json_string_value(json_object_get(it, "call_id"));
+    char p[32];
+
+    snprintf(p, sizeof(p), "input[%zu]", i);
+    if (t == NULL && json_is_string(json_object_get(it, "role"))) {
+      t = "message";
+    }
+    if (t == NULL) {
+      json_decref(calls);
+      json_decref(answered);
+      return vfail(v, 400, "invalid_request_error", p,
+                   "Invalid '%s': an item needs a type.", p);
+    }
+    if (strcmp(t, "function_call") == 0) {
+      if (cid == NULL || !json_is_string(json_object_get(it, "name")) ||
+          !json_is_string(json_object_get(it, "arguments"))) {
+        json_decref(calls);
+        json_decref(answered);
+        return vfail(v, 400, "invalid_request_error", p,
+                     "Invalid '%s': a function_call needs call_id, name and "
+                     "arguments.", p);
+      }
+      json_object_set_new(calls, cid, json_true());
+    } else if (strcmp(t, "function_call_output") == 0) {
+      if (cid == NULL || json_object_get(calls, cid) == NULL) {
+        json_decref(calls);
+        json_decref(answered);
+        return vfail(v, 400, "invalid_request_error", p,
+                     "No tool call found for function call output with "
+                     "call_id %s.", cid != NULL ? cid : "(none)");
+      }
+      if (json_object_get(answered, cid) != NULL) {
+        json_decref(calls);
+        json_decref(answered);
+        return vfail(v, 400, "invalid_request_error", p,
+                     "Duplicate function call output for call_id %s.", cid);
+      }
+      json_object_set_new(answered, cid, json_true());
+    } else if (strcmp(t, "reasoning") == 0) {
+      const json_t *enc = json_object_get(it, "encrypted_content");
+
+      if (!json_is_string(json_object_get(it, "id")) || !json_is_string(enc) ||
+          json_string_length(enc) == 0 ||
+          !json_is_array(json_object_get(it, "summary"))) {
+        json_decref(calls);
+        json_decref(answered);
+        return vfail(v, 400, "invalid_request_error", p,
+                     "Invalid '%s': a reasoning item must come back as it was "
+                     "returned (id, summary, encrypted_content).", p);
+      }
+      if (!has_enc || json_is_true(json_object_get(body, "store"))) {
+        json_decref(calls);
+        json_decref(answered);
+        return vfail(v, 400, "invalid_request_error", "include",
+                     "Encrypted reasoning needs store: false and include: "
+                     "[\"reasoning.encrypted_content\"].");
+      }
+    } else if (strcmp(t, "message") != 0) {
+      json_decref(calls);
+      json_decref(answered);
+      return vfail(v, 400, "invalid_request_error", p,
+                   "Invalid '%s': unknown item type '%s'.", p, t);
+    }
+  }
+  /* Every call answered before the next model turn. */
+  {
+    const char *k;
+    json_t *val;
+
+    json_object_foreach(calls, k, val) {
+      if (json_object_get(answered, k) == NULL) {
+        char msg[200];
+
+        snprintf(msg, sizeof(msg), "No tool output found for function call %s.",
+                 k);
+        json_decref(calls);
+        json_decref(answered);
+        return vfail(v, 400, "invalid_request_error", "input", "%s", msg);
+      }
+    }
+  }
+  json_decref(calls);
+  json_decref(answered);
+  return true;
+}

@@ -27,6 +27,13 @@ typedef struct {
  * like the APIs. */
 bool al__validate_anthropic(const json_t *body, const json_t *headers,
                             al_validate_verdict_t *v);
+/* OpenAI Responses (POST /v1/responses): model, a non-empty input array of
+ * known items, every function_call_output answering an earlier
+ * function_call's call_id (once) and every call answered, reasoning items
+ * sent back whole (id, encrypted_content, summary) with store: false and
+ * include reasoning.encrypted_content, stream: true. */
+bool al__validate_responses(const json_t *body, const json_t *headers,
+                            al_validate_verdict_t *v);
 bool al__validate_openai(const json_t *body, const json_t *headers,
                          al_validate_verdict_t *v);
 /* The same with the key check optional: require_key false lets a request

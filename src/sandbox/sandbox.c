@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -50,10 +51,16 @@ struct al_sandbox_s {
   bool *protect_file;
   strv_t placeholders; /* created by bwrap, removed on the last release */
   size_t active;
-  uint64_t nproc, nofile, as_bytes, fsize_bytes, cpu_secs;
+  uint64_t nproc, nofile, as_bytes, data_bytes, fsize_bytes, cpu_secs;
   /* Degraded mode: a private temporary directory (TMPDIR of every tool,
    * writable to it); removed with its content by al__sandbox_free. */
   char *tmpdir;
+  /* The warm pool builds argv lists on the threadpool: the placeholder
+   * list and `active` are shared with the loop thread. */
+  pthread_mutex_t lock;
+  size_t refs; /* the owner's, plus one per warm build in flight */
+  void *pool;
+  void (*pool_close)(void *pool);
 };
 
 static int strv_push(strv_t *s, const char *str) {
@@ -141,6 +148,176 @@ static bool path_under(const char *path, const char *root) {
     return true;
   }
   return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* ---- the janitor ------------------------------------------------------------ */
+
+/* One per process (agentloop-exec --janitor, its own session): told of
+ * every placeholder made and removed, it removes the ones left when we
+ * die without doing it (SIGKILL, a crash). */
+static int g_janitor = -1;
+static pthread_mutex_t g_janitor_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void janitor_start(const char *helper) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  char *const argv[] = {(char *)helper, "--janitor", NULL};
+  char *const envp[] = {NULL};
+  int sv[2];
+  pid_t pid;
+
+  pthread_mutex_lock(&g_janitor_lock);
+  if (g_janitor >= 0 || helper == NULL || helper[0] == '\0' ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    pthread_mutex_unlock(&g_janitor_lock);
+    return;
+  }
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  if (posix_spawn(&pid, helper, &fa, &attr, argv, envp) == 0) {
+    g_janitor = sv[0];
+  } else {
+    close(sv[0]);
+  }
+  close(sv[1]);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  pthread_mutex_unlock(&g_janitor_lock);
+}
+
+static void janitor_note(char op, const char *path) {
+  char line[PATH_MAX + 4];
+  int n = snprintf(line, sizeof(line), "%c%s\n", op, path);
+
+  pthread_mutex_lock(&g_janitor_lock);
+  if (g_janitor >= 0 && n > 0 && (size_t)n < sizeof(line) &&
+      send(g_janitor, line, (size_t)n, MSG_NOSIGNAL) != n) {
+    close(g_janitor); /* gone: nothing more to tell it */
+    g_janitor = -1;
+  }
+  pthread_mutex_unlock(&g_janitor_lock);
+}
+
+/* ---- tool memory ----------------------------------------------------------- */
+
+static uint64_t read_u64_file(const char *path) {
+  char buf[64];
+  FILE *f = fopen(path, "re");
+  unsigned long long v;
+
+  if (f == NULL) {
+    return UINT64_MAX;
+  }
+  if (fgets(buf, sizeof(buf), f) == NULL ||
+      sscanf(buf, "%llu", &v) != 1) { /* "max" too */
+    v = ULLONG_MAX;
+  }
+  fclose(f);
+  return (uint64_t)v;
+}
+
+/* The lowest limit in `file` of cgroup `path` (under `root`) and its
+ * ancestors. */
+static uint64_t cgroup_min(const char *root, const char *path,
+                           const char *file) {
+  char p[PATH_MAX + 128];
+  char cur[PATH_MAX];
+  uint64_t best = UINT64_MAX;
+  char *slash;
+
+  snprintf(cur, sizeof(cur), "%s", path);
+  for (;;) {
+    uint64_t v;
+
+    snprintf(p, sizeof(p), "%s%s/%s", root, strcmp(cur, "/") == 0 ? "" : cur,
+             file);
+    v = read_u64_file(p);
+    if (v < best) {
+      best = v;
+    }
+    slash = strrchr(cur, '/');
+    if (slash == NULL || strcmp(cur, "/") == 0) {
+      break;
+    }
+    if (slash == cur) {
+      snprintf(cur, sizeof(cur), "/");
+    } else {
+      *slash = '\0';
+    }
+  }
+  return best;
+}
+
+uint64_t al__sandbox_memory_base(char *from, size_t from_size) {
+  char line[PATH_MAX + 64];
+  uint64_t total = 0;
+  uint64_t cg = UINT64_MAX;
+  const char *cg_what = NULL;
+  unsigned long long kb;
+  FILE *f;
+
+  f = fopen("/proc/meminfo", "re");
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
+      total = (uint64_t)kb * 1024;
+      break;
+    }
+  }
+  if (f != NULL) {
+    fclose(f);
+  }
+  f = fopen("/proc/self/cgroup", "re");
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    char *nl = strchr(line, '\n');
+    char *path;
+    uint64_t v = UINT64_MAX;
+    const char *what = NULL;
+
+    if (nl != NULL) {
+      *nl = '\0';
+    }
+    if (strncmp(line, "0::", 3) == 0) {
+      path = line + 3;
+      v = cgroup_min("/sys/fs/cgroup", path, "memory.max");
+      what = "the cgroup memory.max";
+    } else if ((path = strstr(line, ":memory:")) != NULL) {
+      path += 8;
+      v = cgroup_min("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
+      what = "the cgroup memory.limit_in_bytes";
+    }
+    if (v < cg) {
+      cg = v;
+      cg_what = what;
+    }
+  }
+  if (f != NULL) {
+    fclose(f);
+  }
+  if (cg_what != NULL && cg > 0 && (total == 0 || cg < total)) {
+    if (from != NULL) {
+      snprintf(from, from_size, "%s (%llu MiB)", cg_what,
+               (unsigned long long)(cg >> 20));
+    }
+    return cg;
+  }
+  if (total == 0) {
+    total = (uint64_t)8 << 30; /* no /proc: a modest machine */
+  }
+  if (from != NULL) {
+    snprintf(from, from_size, "MemTotal (%llu MiB)",
+             (unsigned long long)(total >> 20));
+  }
+  return total;
+}
+
+uint64_t al__sandbox_default_data(uint64_t base) {
+  uint64_t v = base / 100 * AL_SANDBOX_MEMORY_SHARE_PCT;
+
+  return v < ((uint64_t)64 << 20) ? (uint64_t)64 << 20 : v;
 }
 
 /* ---- helper discovery ----------------------------------------------------- */
@@ -470,10 +647,51 @@ static int rm_entry(const char *path, const struct stat *st, int flag,
   return 0;
 }
 
+void al__sandbox_set_pool(al_sandbox_t *sb, void *pool,
+                          void (*close_fn)(void *pool)) {
+  sb->pool = pool;
+  sb->pool_close = close_fn;
+}
+
+void *al__sandbox_pool(const al_sandbox_t *sb) {
+  return sb != NULL ? sb->pool : NULL;
+}
+
+void al__sandbox_ref(al_sandbox_t *sb) {
+  pthread_mutex_lock(&sb->lock);
+  sb->refs++;
+  pthread_mutex_unlock(&sb->lock);
+}
+
+static void sandbox_destroy(al_sandbox_t *sb);
+
+void al__sandbox_unref(al_sandbox_t *sb) {
+  size_t left;
+
+  pthread_mutex_lock(&sb->lock);
+  left = --sb->refs;
+  pthread_mutex_unlock(&sb->lock);
+  if (left == 0) {
+    sandbox_destroy(sb);
+  }
+}
+
 void al__sandbox_free(al_sandbox_t *sb) {
   if (sb == NULL) {
     return;
   }
+  if (sb->pool != NULL) {
+    /* Kills and reaps the idle warm sandboxes (releasing them); a build
+     * still on the threadpool holds its own reference. */
+    void *pool = sb->pool;
+
+    sb->pool = NULL;
+    sb->pool_close(pool);
+  }
+  al__sandbox_unref(sb);
+}
+
+static void sandbox_destroy(al_sandbox_t *sb) {
   if (sb->tmpdir != NULL) {
     /* What the tools left there; FTW_PHYS: links are removed, never
      * followed. */
@@ -487,6 +705,7 @@ void al__sandbox_free(al_sandbox_t *sb) {
   strv_free(&sb->protect);
   strv_free(&sb->placeholders);
   al_free(sb->protect_file);
+  pthread_mutex_destroy(&sb->lock);
   al_free(sb);
 }
 
@@ -718,12 +937,24 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
   if (sb == NULL) {
     return AL_ENOMEM;
   }
+  pthread_mutex_init(&sb->lock, NULL);
+  sb->refs = 1;
   sb->nproc = cfg->nproc ? cfg->nproc : AL_SANDBOX_DEFAULT_NPROC;
   sb->nofile = cfg->nofile ? cfg->nofile : AL_SANDBOX_DEFAULT_NOFILE;
   sb->as_bytes = cfg->as_bytes ? cfg->as_bytes : AL_SANDBOX_DEFAULT_AS;
   sb->fsize_bytes = cfg->fsize_bytes ? cfg->fsize_bytes
                                      : AL_SANDBOX_DEFAULT_FSIZE;
   sb->cpu_secs = cfg->cpu_secs;
+  sb->data_bytes = cfg->data_bytes;
+  if (sb->data_bytes == 0) {
+    char from[128];
+    uint64_t base = al__sandbox_memory_base(from, sizeof(from));
+
+    sb->data_bytes = al__sandbox_default_data(base);
+    al_log(AL_LOG_DEBUG, "sandbox: tool memory (RLIMIT_DATA) %llu MiB: %d%% "
+           "of %s", (unsigned long long)(sb->data_bytes >> 20),
+           AL_SANDBOX_MEMORY_SHARE_PCT, from);
+  }
   if (cfg->policy == AL_SANDBOX_OFF) {
     sb->info.mode = AL_SANDBOX_MODE_NONE;
     snprintf(sb->info.missing, sizeof(sb->info.missing), "all");
@@ -747,6 +978,9 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
     return AL_ENOMEM;
   }
   rc = build_plan(sb, cfg);
+  if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_BWRAP) {
+    janitor_start(sb->helper); /* once per process */
+  }
   if (rc == 0 && sb->helper[0] != '\0') {
     /* A helper a tool could overwrite (agentloop run from its own build
      * tree inside the workspace) would hand the next tool an unconfined
@@ -866,9 +1100,15 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
   if (!under_any_root(sb, buf)) {
     return 0;
   }
-  if (!strv_has(&sb->placeholders, buf) &&
-      (rc = strv_push(&sb->placeholders, buf)) != 0) {
-    return rc;
+  if (strv_has(a, buf)) {
+    return 0; /* .git/hooks and .git/config share the placeholder .git */
+  }
+  if (!strv_has(&sb->placeholders, buf)) {
+    if ((rc = strv_push(&sb->placeholders, buf)) != 0) {
+      return rc;
+    }
+    /* Before bwrap (or the warm helper) makes it. */
+    janitor_note('+', buf);
   }
   if (is_file) {
     if ((rc = strv_push(a, "--ro-bind")) != 0 ||
@@ -885,7 +1125,7 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
 }
 
 static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
-                       bool supervise) {
+                       bool supervise, bool warm) {
   size_t i;
   int rc = strv_push(a, sb->helper);
 
@@ -903,6 +1143,10 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   if (rc == 0 && sb->as_bytes != UINT64_MAX &&
       (rc = strv_push(a, "--as")) == 0) {
     rc = strv_pushf(a, "%llu", (unsigned long long)sb->as_bytes);
+  }
+  if (rc == 0 && sb->data_bytes != UINT64_MAX &&
+      (rc = strv_push(a, "--data")) == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)sb->data_bytes);
   }
   if (rc == 0 && (rc = strv_push(a, "--fsize")) == 0) {
     rc = strv_pushf(a, "%llu", (unsigned long long)sb->fsize_bytes);
@@ -937,13 +1181,14 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
     rc = strv_push(a, "--no-network");
   }
   if (rc == 0) {
-    rc = strv_push(a, "--");
+    /* Warm: the command comes later, on its stdin (see pool.h). */
+    rc = strv_push(a, warm ? "--warm" : "--");
   }
   return rc;
 }
 
-int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
-                     const char *const *argv, char ***out) {
+static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
+                     const char *const *argv, bool warm, char ***out) {
   strv_t a;
   size_t i;
   int rc = 0;
@@ -969,8 +1214,24 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
         rc = push_hide(&a, sb->hidden.v[i]);
       }
     }
-    for (i = 0; rc == 0 && i < sb->protect.n; i++) {
-      rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+    if (warm) {
+      /* The protected paths are mounted by the helper itself when its
+       * command arrives (al__sandbox_protect_ops): as they are then, and
+       * with placeholders that last only as long as that command. It
+       * keeps these two capabilities (in the sandbox's user namespace)
+       * until then and drops them, bounding set included, before exec. */
+      static const char *const caps[] = {"--cap-add", "CAP_SYS_ADMIN",
+                                         "--cap-add", "CAP_SETPCAP", NULL};
+
+      for (i = 0; rc == 0 && caps[i] != NULL; i++) {
+        rc = strv_push(&a, caps[i]);
+      }
+    } else {
+      pthread_mutex_lock(&sb->lock);
+      for (i = 0; rc == 0 && i < sb->protect.n; i++) {
+        rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+      }
+      pthread_mutex_unlock(&sb->lock);
     }
     /* Last, so neither the private /tmp, a hidden path nor a writable
      * root covers it: the helper, read-only. */
@@ -985,12 +1246,14 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
       rc = strv_push(&a, "--");
     }
     if (rc == 0) {
-      rc = push_helper(sb, &a, network, false);
+      rc = push_helper(sb, &a, network, false, warm);
     }
   } else if (mode == AL_SANDBOX_MODE_DEGRADED) {
-    rc = push_helper(sb, &a, network, true);
+    rc = push_helper(sb, &a, network, true, warm);
+  } else if (warm) {
+    rc = AL_EINVAL; /* nothing to warm without a sandbox */
   }
-  for (i = 0; rc == 0 && argv[i] != NULL; i++) {
+  for (i = 0; rc == 0 && argv != NULL && argv[i] != NULL; i++) {
     rc = strv_push(&a, argv[i]);
   }
   if (rc == 0 && a.v == NULL) {
@@ -1000,11 +1263,101 @@ int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
     strv_free(&a);
     return rc;
   }
-  if (sb != NULL) {
+  if (sb != NULL && !warm) {
+    pthread_mutex_lock(&sb->lock);
     sb->active++;
+    pthread_mutex_unlock(&sb->lock);
   }
   *out = a.v;
   return 0;
+}
+
+int al__sandbox_protect_ops(al_sandbox_t *sb, char ***out) {
+  strv_t a;
+  size_t i;
+  int rc = 0;
+
+  *out = NULL;
+  memset(&a, 0, sizeof(a));
+  pthread_mutex_lock(&sb->lock);
+  for (i = 0; rc == 0 && i < sb->protect.n; i++) {
+    rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+  }
+  if (rc == 0 && a.v == NULL) {
+    rc = strv_push(&a, "--"); /* nothing to protect: a non-empty list */
+  }
+  if (rc == 0) {
+    sb->active++;
+  }
+  pthread_mutex_unlock(&sb->lock);
+  if (rc != 0) {
+    strv_free(&a);
+    return rc;
+  }
+  *out = a.v;
+  return 0;
+}
+
+int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
+                     const char *const *argv, char ***out) {
+  return wrap_impl(sb, cwd, network, argv, false, out);
+}
+
+int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out) {
+  return wrap_impl(sb, NULL, network, NULL, true, out);
+}
+
+/* FNV-1a over what the mount plan read from the file system: for each
+ * hidden and protected path, whether it exists, which inode it is and its
+ * mtime. */
+static uint64_t fp_mix(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+uint64_t al__sandbox_fingerprint(const al_sandbox_t *sb) {
+  uint64_t h = 14695981039346656037ULL;
+  const strv_t *lists[1];
+  size_t l, i;
+
+  /* The protected paths are mounted as they are at each hand-off. */
+  lists[0] = &sb->hidden;
+  for (l = 0; l < 1; l++) {
+    for (i = 0; i < lists[l]->n; i++) {
+      struct stat st;
+      uint64_t rec[5] = {0, 0, 0, 0, 0};
+
+      if (lstat(lists[l]->v[i], &st) == 0) {
+        rec[0] = 1 + (uint64_t)(st.st_mode & S_IFMT);
+        rec[1] = (uint64_t)st.st_dev;
+        rec[2] = (uint64_t)st.st_ino;
+        /* A directory's content (a file put into a placeholder on the
+         * host) shows in its mtime. */
+        rec[3] = (uint64_t)st.st_mtim.tv_sec;
+        rec[4] = (uint64_t)st.st_mtim.tv_nsec;
+      }
+      h = fp_mix(h, rec, sizeof(rec));
+    }
+  }
+  /* A writable root replaced by another directory: its bind shows the
+   * old one (inode only: its content changes all the time). */
+  for (i = 0; i < sb->roots.n; i++) {
+    struct stat st;
+    uint64_t rec[2] = {0, 0};
+
+    if (stat(sb->roots.v[i], &st) == 0) {
+      rec[0] = (uint64_t)st.st_dev;
+      rec[1] = (uint64_t)st.st_ino;
+    }
+    h = fp_mix(h, rec, sizeof(rec));
+  }
+  return h;
 }
 
 bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
@@ -1019,27 +1372,55 @@ bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
   return true;
 }
 
-void al__sandbox_release(al_sandbox_t *sb) {
+bool al__sandbox_release_deferred(al_sandbox_t *sb) {
+  bool need;
+
+  if (sb == NULL) {
+    return false;
+  }
+  pthread_mutex_lock(&sb->lock);
+  if (sb->active == 0) {
+    pthread_mutex_unlock(&sb->lock);
+    return false;
+  }
+  need = --sb->active == 0 && sb->placeholders.n > 0;
+  pthread_mutex_unlock(&sb->lock);
+  return need;
+}
+
+void al__sandbox_cleanup(al_sandbox_t *sb) {
   size_t i;
 
-  if (sb == NULL || sb->active == 0 || --sb->active > 0) {
+  pthread_mutex_lock(&sb->lock);
+  if (sb->active > 0) {
+    /* A new child started meanwhile: its plan may use them. The last
+     * one to end removes them. */
+    pthread_mutex_unlock(&sb->lock);
     return;
   }
-  /* No sandbox is running: the placeholders bwrap created as mount points
-   * go (rmdir/unlink of an empty one only; anything else was made by
-   * someone outside and stays). Blocking, but local and tiny. */
+  /* No sandbox is running: the placeholders made as mount points go
+   * (rmdir/unlink of an empty one only; anything else was made by
+   * someone outside and stays). Under the lock, so no plan is built
+   * from a placeholder about to vanish. */
   for (i = 0; i < sb->placeholders.n; i++) {
     const char *p = sb->placeholders.v[i];
     struct stat st;
 
-    if (lstat(p, &st) != 0) {
-      continue;
+    if (lstat(p, &st) == 0) {
+      if (S_ISDIR(st.st_mode)) {
+        (void)rmdir(p);
+      } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
+        (void)unlink(p);
+      }
     }
-    if (S_ISDIR(st.st_mode)) {
-      (void)rmdir(p);
-    } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
-      (void)unlink(p);
-    }
+    janitor_note('-', p);
   }
   strv_free(&sb->placeholders);
+  pthread_mutex_unlock(&sb->lock);
+}
+
+void al__sandbox_release(al_sandbox_t *sb) {
+  if (al__sandbox_release_deferred(sb)) {
+    al__sandbox_cleanup(sb);
+  }
 }

@@ -34,6 +34,11 @@
 #define AL_SANDBOX_DEFAULT_NOFILE 1024
 #define AL_SANDBOX_DEFAULT_AS ((uint64_t)32 << 30)
 #define AL_SANDBOX_DEFAULT_FSIZE ((uint64_t)1 << 30)
+/* RLIMIT_DATA (the memory a process can write to: heap, private writable
+ * mappings; PROT_NONE reservations such as a JIT's cage do not count) is
+ * this share of the machine's memory by default: physical memory, or the
+ * cgroup limit of this process when that is lower. */
+#define AL_SANDBOX_MEMORY_SHARE_PCT 50
 
 typedef struct al_sandbox_s al_sandbox_t;
 
@@ -61,6 +66,9 @@ typedef struct al_sandbox_config_s {
   uint64_t nproc;
   uint64_t nofile;
   uint64_t as_bytes;
+  /* RLIMIT_DATA per process; 0: AL_SANDBOX_MEMORY_SHARE_PCT of
+   * al__sandbox_memory_base(); UINT64_MAX: none. */
+  uint64_t data_bytes;
   uint64_t fsize_bytes;
   uint64_t cpu_secs;
 } al_sandbox_config_t;
@@ -102,7 +110,48 @@ al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out);
 void al__sandbox_release(al_sandbox_t *sb);
+/* al__sandbox_release in two halves, so the file-system work can run on
+ * the threadpool: the first (loop thread) drops the count and says
+ * whether placeholders now wait for removal; the second (any thread,
+ * hold a reference) removes them unless a new child started meanwhile. */
+bool al__sandbox_release_deferred(al_sandbox_t *sb);
+void al__sandbox_cleanup(al_sandbox_t *sb);
+
+/* The warm pool (pool.h) builds on the threadpool: these are safe from
+ * any thread. The argv of a sandbox waiting for its command on stdin
+ * ("--warm"): bwrap and the helper with every mount but the protected
+ * paths', every limit, no --chdir, no command. AL_EINVAL in modes other
+ * than bwrap and degraded. */
+int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out);
+/* The mounts for the protected paths as they are now, as bwrap options
+ * ("--ro-bind SRC DST", "--tmpfs DST", "--remount-ro DST"; a lone "--"
+ * when there is nothing), for a warm sandbox's helper to apply when its
+ * command arrives. Counts as one wrapped child (al__sandbox_release once
+ * it is gone): placeholders are removed as for a cold start. A few lstat
+ * calls. AL_ENOMEM. */
+int al__sandbox_protect_ops(al_sandbox_t *sb, char ***out);
+/* A hash of what the static mount plan reads from the file system
+ * (existence, inode and mtime of every hidden path): a warm sandbox built
+ * under another value would hide the wrong things. */
+uint64_t al__sandbox_fingerprint(const al_sandbox_t *sb);
+/* One reference per warm build in flight keeps the plan alive after
+ * al__sandbox_free; the last unref frees it. */
+void al__sandbox_ref(al_sandbox_t *sb);
+void al__sandbox_unref(al_sandbox_t *sb);
+/* The warm pool attached to this sandbox (al__sandbox_free calls
+ * close_fn on it first). */
+void al__sandbox_set_pool(al_sandbox_t *sb, void *pool,
+                          void (*close_fn)(void *pool));
+void *al__sandbox_pool(const al_sandbox_t *sb);
 void al__sandbox_argv_free(char **argv);
+
+/* The memory a tool's share is taken from: MemTotal, or the lowest
+ * memory limit of this process's cgroup and its ancestors (v2
+ * memory.max, v1 memory.limit_in_bytes) when lower. `from` (when not
+ * NULL) names the source. Blocking (reads /proc and /sys). */
+uint64_t al__sandbox_memory_base(char *from, size_t from_size);
+/* The default RLIMIT_DATA for that base (the share, at least 64 MiB). */
+uint64_t al__sandbox_default_data(uint64_t base);
 
 /* The helper path the probe would use (static buffer); NULL if none. */
 const char *al__sandbox_find_helper(const char *explicit_path);

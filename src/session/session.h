@@ -61,24 +61,57 @@ typedef void (*al_tx_close_cb)(al_tx_t *tx, void *data);
 int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
                 al_tx_t **out);
 /* Queues blob (a ref is taken) as one record; it must end with '\n'. With
- * sync, an fdatasync follows the write that carries it. 0, AL_ETOOBIG,
- * AL_ENOMEM, or the sticky error of an earlier write (the transcript is
- * then degraded; the session keeps running). */
+ * sync, an fdatasync follows the write that carries it. 0, AL_ENOMEM, or
+ * the error of a writer that lost records (below).
+ *
+ * A failed open, write or fdatasync (ENOSPC, EIO, EROFS, ...) is not the
+ * end: everything stays queued and the operation is tried again from a
+ * timer (1 s, doubling to 30 s) until it succeeds, so records reach the
+ * file in order and whole once the disk has room again. Meanwhile
+ * al__tx_error() is the failure. Records are lost only when the queue
+ * would pass max_queue (AL_ETOOBIG) or the writer is closed while still
+ * failing; then the writer stays failed (al__tx_lost) and appends return
+ * the error, so the file never has a hole in the middle. */
 int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync);
 /* cb runs once everything appended so far is written and synced (or the
  * writer failed: check al__tx_error), always on a later iteration. One
  * waiter at a time: AL_EBUSY otherwise. */
 typedef void (*al_tx_flush_cb)(al_tx_t *tx, void *data);
 int al__tx_flush(al_tx_t *tx, al_tx_flush_cb cb, void *data);
+/* Told when the writer starts failing (err < 0), writes again (err 0),
+ * or lost records (lost true), on the loop thread. */
+typedef void (*al_tx_state_cb)(al_tx_t *tx, int err, bool lost, void *data);
+void al__tx_set_state_cb(al_tx_t *tx, al_tx_state_cb cb, void *data);
+bool al__tx_lost(const al_tx_t *tx);
+/* Test seams: a hook that makes the next write of a transcript fail with
+ * the error it returns (0: write), and the retry delays in ms. */
+extern int (*al__tx_write_fault)(const char *path);
+extern uint64_t al__tx_retry_min_ms;
+extern uint64_t al__tx_retry_max_ms;
 /* Queued + in-flight bytes. */
 size_t al__tx_pending(const al_tx_t *tx);
-/* The first write/fsync/open error, or 0. */
+/* The current write/fsync/open failure (0 once writes go through again),
+ * or the error that lost records (sticky). */
 int al__tx_error(const al_tx_t *tx);
 /* Writes what is queued, syncs, closes the fd; cb runs on a later
  * iteration (never inside the call). Call once. */
 void al__tx_close(al_tx_t *tx, al_tx_close_cb cb, void *data);
 
 /* ---- records ---------------------------------------------------------------- */
+
+/* The hash chain (issue 15): al__tx_append_chained appends a record line
+ * ("{...}\n") with ,"h":"<sha256 hex>" added before its closing brace,
+ * where the hash covers the previous chained record's hash and the record
+ * as given. The loader checks it, so an edited, forged or spliced record
+ * is found and skipped. Events are not chained (they rebuild nothing). */
+#define AL_TX_HASH_HEX 64
+int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync);
+/* The chained line of rec after prev ("" first); h gets its hash. NULL on
+ * OOM or when rec is not "{...}\n". */
+al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
+                               char h[AL_TX_HASH_HEX + 1]);
+/* Continues a loaded transcript's chain (al_tx_loaded_t.chain). */
+void al__tx_set_chain(al_tx_t *tx, const char *hash);
 
 /* A record line (compact JSON + '\n') as a blob; NULL on OOM. */
 al_blob_t *al__tx_record(const json_t *rec);
@@ -100,6 +133,12 @@ typedef struct {
   json_t *ask_tools; /* array of tool rules (docs/config.md), or NULL */
   json_t *allow_tools; /* the same, run without asking */
   json_t *deny_tools;  /* the same, refused */
+  char *sandbox;       /* "auto" | "required" | "none"; NULL: auto */
+  int64_t max_tokens;  /* 0: the agent's default */
+  int64_t max_turns;
+  json_t *timeouts;    /* {connect_ms, idle_ms, progress_ms, tool_ms}, or NULL */
+  json_t *paths;       /* {denied, writable, tools_dirs}: absolute paths */
+  json_t *limits;    /* agentloop/limits.h by name (object), or NULL */
   uint64_t created_ms;
 } al_tx_header_t;
 
@@ -143,6 +182,10 @@ typedef struct {
   size_t closed_tool_uses;
   int err;                /* 0, or the open/read error */
   char why[256];          /* first bad line's reason (for the log) */
+  json_t *skipped;        /* [{line, reason}] of skipped lines (first 64),
+                           * or NULL */
+  size_t chain_breaks;    /* records that failed the hash chain */
+  char chain[AL_TX_HASH_HEX + 1]; /* the last good chained hash, or "" */
 } al_tx_loaded_t;
 
 #define AL_TX_SYNTHETIC_TEXT \

@@ -10,6 +10,7 @@
  * jansson, skips bad lines with a count, and replays history records
  * through the history's own operations so merging rules are the same as
  * when the agent ran. */
+#include "loop/micro.h"
 #include "session/session.h"
 
 #include <errno.h>
@@ -19,6 +20,8 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <mbedtls/sha256.h>
 
 #include "provider/provider.h"
 
@@ -80,7 +83,27 @@ struct al_tx_s {
   void *flush_data;
   bool flush_synced; /* the waiter's data is synced */
   uv_buf_t iov[TX_MAX_IOV];
+  /* Failing writes (issue 15): the queue is kept and the operation tried
+   * again from a timer, with backoff, until it succeeds; err holds the
+   * current failure meanwhile. lost is sticky: records were dropped. */
+  char *path;          /* for a retried open */
+  uv_timer_t retry;
+  bool retry_init;
+  bool waiting;        /* the retry timer is armed */
+  uint64_t retry_ms;
+  bool lost;
+  bool failed_sync;    /* the failure was an fdatasync: sync again */
+  int inject_err;      /* test seam: this op's result (0: the real one) */
+  al_tx_state_cb on_state;
+  void *state_data;
+  char chain[AL_TX_HASH_HEX + 1]; /* the last chained record's hash */
 };
+
+/* Test seam (session.h): when set, a write about to be issued fails with
+ * the error it returns instead (no LD_PRELOAD needed). */
+int (*al__tx_write_fault)(const char *path) = NULL;
+uint64_t al__tx_retry_min_ms = 1000;
+uint64_t al__tx_retry_max_ms = 30000;
 
 static void tx_kick(al_tx_t *tx);
 static void tx_close_deferred(uv_fs_t *req);
@@ -90,11 +113,67 @@ static void entry_free(tx_entry_t *e) {
   al_free(e);
 }
 
+static void tx_retry_cb(uv_timer_t *t);
+
+static void tx_notify(al_tx_t *tx) {
+  if (tx->on_state != NULL) {
+    tx->on_state(tx, tx->err, tx->lost, tx->state_data);
+  }
+}
+
+/* A write, open or sync failed: keep everything queued and try again
+ * later (the disk may get space back); the owner is told. */
 static void tx_fail(al_tx_t *tx, int err) {
+  bool first = tx->err == 0;
+
+  tx->err = err;
+  if (first) {
+    al_log(AL_LOG_ERROR, "transcript %s: write failed: %s; %zu bytes kept "
+                         "in memory, retrying", tx->path != NULL ? tx->path
+                                                                 : "?",
+           uv_strerror(err), tx->queued);
+    tx->retry_ms = al__tx_retry_min_ms;
+    tx_notify(tx);
+  } else {
+    tx->retry_ms = AL_MIN(tx->retry_ms * 2, al__tx_retry_max_ms);
+  }
+  if (tx->lost || tx->closing) {
+    return;
+  }
+  if (!tx->retry_init) {
+    if (uv_timer_init(tx->loop, &tx->retry) != 0) {
+      return;
+    }
+    tx->retry_init = true;
+  }
+  tx->waiting = true;
+  uv_timer_start(&tx->retry, tx_retry_cb, tx->retry_ms, 0);
+}
+
+/* Records are gone for good (the queue bound, or a close while failing):
+ * sticky, and said once. */
+static void tx_lose(al_tx_t *tx, int err, const char *why) {
+  if (tx->lost) {
+    return;
+  }
+  al_log(AL_LOG_ERROR, "transcript %s: %zu bytes not written (%s): a "
+                       "restart will not see them",
+         tx->path != NULL ? tx->path : "?", tx->queued, why);
+  tx->lost = true;
   if (tx->err == 0) {
     tx->err = err;
-    al_log(AL_LOG_ERROR, "transcript write failed: %s (the session goes on "
-                         "without it)", uv_strerror(err));
+  }
+  tx_notify(tx);
+}
+
+/* A write or sync went through after failures. */
+static void tx_recovered(al_tx_t *tx) {
+  if (tx->err != 0 && !tx->lost) {
+    al_log(AL_LOG_INFO, "transcript %s: writing again",
+           tx->path != NULL ? tx->path : "?");
+    tx->err = 0;
+    tx->retry_ms = 0;
+    tx_notify(tx);
   }
 }
 
@@ -116,12 +195,22 @@ static void tx_on_fs(uv_fs_t *req) {
 
   uv_fs_req_cleanup(req);
   tx->busy = false;
+  if (tx->inject_err != 0) {
+    /* The seam stood in for a write: report its error as the write's. */
+    type = UV_FS_WRITE;
+    res = tx->inject_err;
+    tx->inject_err = 0;
+  }
   switch (type) {
   case UV_FS_OPEN:
     if (res < 0) {
-      tx_fail(tx, (int)res);
-      tx_drop_queue(tx);
-      tx->closed_fd = true;
+      if (tx->closing) {
+        tx_lose(tx, (int)res, "the transcript cannot be opened");
+        tx_drop_queue(tx);
+        tx->closed_fd = true;
+      } else {
+        tx_fail(tx, (int)res);
+      }
     } else {
       tx->fd = (uv_file)res;
       /* One writer per transcript, across processes (agentloopd and
@@ -131,14 +220,18 @@ static void tx_on_fs(uv_fs_t *req) {
       if (flock(tx->fd, LOCK_EX | LOCK_NB) != 0) {
         tx_fail(tx, errno == EWOULDBLOCK ? UV_EBUSY : -errno);
         tx_drop_queue(tx);
+      } else {
+        tx_recovered(tx);
       }
     }
     break;
   case UV_FS_WRITE:
     if (res < 0) {
       tx_fail(tx, (int)res);
-      tx_drop_queue(tx);
       break;
+    }
+    if (res > 0) {
+      tx_recovered(tx);
     }
     /* Drop what was written; a partial write leaves head_off inside the
      * first unwritten entry and the next writev resumes there. */
@@ -167,8 +260,15 @@ static void tx_on_fs(uv_fs_t *req) {
     break;
   case UV_FS_FDATASYNC:
     if (res < 0) {
-      /* A failed fsync is never taken as success (RELIABILITY F4). */
+      /* A failed fsync is never taken as success (RELIABILITY F4); it is
+       * tried again like a write. */
+      tx->failed_sync = true;
       tx_fail(tx, (int)res);
+    } else {
+      tx->failed_sync = false;
+      if (al_list_empty(&tx->queue)) {
+        tx_recovered(tx);
+      }
     }
     break;
   case UV_FS_CLOSE:
@@ -181,17 +281,75 @@ static void tx_on_fs(uv_fs_t *req) {
   tx_kick(tx);
 }
 
+static void tx_retry_cb(uv_timer_t *t) {
+  al_tx_t *tx = AL_CONTAINER_OF(t, al_tx_t, retry);
+
+  tx->waiting = false;
+  tx_kick(tx);
+}
+
+static void tx_free(al_tx_t *tx) {
+  al_tx_close_cb cb = tx->close_cb;
+  void *data = tx->close_data;
+
+  tx_drop_queue(tx);
+  al_free(tx->path);
+  al_free(tx);
+  if (cb != NULL) {
+    cb(tx, data);
+  }
+}
+
+static void tx_retry_closed(uv_handle_t *h) {
+  tx_free(AL_CONTAINER_OF(h, al_tx_t, retry));
+}
+
 static void tx_kick(al_tx_t *tx) {
   int rc;
 
   if (tx->busy) {
     return;
   }
-  if (tx->fd >= 0 && tx->err == 0 && !al_list_empty(&tx->queue)) {
+  if (tx->closing && tx->err != 0) {
+    /* Nobody will wait for the disk any longer: what could not be
+     * written is lost, and said so. */
+    if (tx->waiting) {
+      uv_timer_stop(&tx->retry);
+      tx->waiting = false;
+    }
+    if (!al_list_empty(&tx->queue)) {
+      tx_lose(tx, tx->err, "closed while writes were failing");
+      tx_drop_queue(tx);
+    }
+    tx->sync_due = false;
+    tx->failed_sync = false;
+  }
+  if (tx->fd < 0 && !tx->closed_fd && !tx->waiting && !tx->closing &&
+      tx->path != NULL && tx->err != 0) {
+    /* The open failed: try it again. */
+    rc = uv_fs_open(tx->loop, &tx->req, tx->path,
+                    O_WRONLY | O_APPEND | O_CREAT, 0600, tx_on_fs);
+    if (rc == 0) {
+      tx->busy = true;
+      return;
+    }
+    tx_fail(tx, rc);
+  }
+  if (tx->fd >= 0 && !tx->waiting && !al_list_empty(&tx->queue)) {
     al_list_t *pos;
     unsigned n = 0;
     size_t off = tx->head_off;
+    int fault = al__tx_write_fault != NULL ? al__tx_write_fault(tx->path) : 0;
 
+    if (fault != 0) {
+      /* The seam: a threadpool round trip that reports fault. */
+      rc = uv_fs_stat(tx->loop, &tx->req, "/", tx_on_fs);
+      if (rc == 0) {
+        tx->inject_err = fault;
+        tx->busy = true;
+        return;
+      }
+    }
     al_list_foreach(pos, &tx->queue) {
       tx_entry_t *e = AL_CONTAINER_OF(pos, tx_entry_t, node);
 
@@ -209,12 +367,12 @@ static void tx_kick(al_tx_t *tx) {
       return;
     }
     tx_fail(tx, rc);
-    tx_drop_queue(tx);
   }
-  if (tx->fd >= 0 && tx->sync_due && tx->err == 0) {
+  if (tx->fd >= 0 && !tx->waiting && al_list_empty(&tx->queue) &&
+      (tx->sync_due || tx->failed_sync)) {
     tx->sync_due = false;
     if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
-      tx->flush_synced = tx->flush_cb != NULL && al_list_empty(&tx->queue);
+      tx->flush_synced = tx->flush_cb != NULL;
       tx->busy = true;
       return;
     }
@@ -232,7 +390,8 @@ static void tx_kick(al_tx_t *tx) {
     tx_kick(tx);
     return;
   }
-  if (tx->flush_cb != NULL && tx->fd >= 0 && al_list_empty(&tx->queue)) {
+  if (tx->flush_cb != NULL && tx->fd >= 0 && !tx->waiting &&
+      al_list_empty(&tx->queue)) {
     /* Nothing left to write: one fdatasync makes it durable. */
     if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
       tx->flush_synced = true;
@@ -250,14 +409,12 @@ static void tx_kick(al_tx_t *tx) {
       tx->closed_fd = true;
     }
     if (tx->closed_fd || tx->fd < 0) {
-      al_tx_close_cb cb = tx->close_cb;
-      void *data = tx->close_data;
-
-      tx_drop_queue(tx);
-      al_free(tx);
-      if (cb != NULL) {
-        cb(tx, data);
+      if (tx->retry_init) {
+        tx->retry_init = false;
+        uv_close((uv_handle_t *)&tx->retry, tx_retry_closed);
+        return;
       }
+      tx_free(tx);
     }
   }
 }
@@ -274,10 +431,16 @@ int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
   tx->fd = -1;
   tx->max_queue = max_queue;
   al_list_init(&tx->queue);
+  tx->path = al_strdup(path);
+  if (tx->path == NULL) {
+    al_free(tx);
+    return AL_ENOMEM;
+  }
   /* libuv adds O_CLOEXEC to every open. */
   rc = uv_fs_open(loop, &tx->req, path, O_WRONLY | O_APPEND | O_CREAT, 0600,
                   tx_on_fs);
   if (rc != 0) {
+    al_free(tx->path);
     al_free(tx);
     return rc;
   }
@@ -286,14 +449,23 @@ int al__tx_open(uv_loop_t *loop, const char *path, size_t max_queue,
   return 0;
 }
 
+void al__tx_set_state_cb(al_tx_t *tx, al_tx_state_cb cb, void *data) {
+  tx->on_state = cb;
+  tx->state_data = data;
+}
+
+bool al__tx_lost(const al_tx_t *tx) { return tx->lost; }
+
 int al__tx_append(al_tx_t *tx, al_blob_t *blob, bool sync) {
   tx_entry_t *e;
 
-  if (tx->err != 0) {
+  if (tx->lost) {
     return tx->err;
   }
   if (tx->queued + blob->len > tx->max_queue) {
-    tx_fail(tx, AL_ETOOBIG);
+    /* Failing for so long that the bound is reached: stop here rather
+     * than write a transcript with a hole in it. */
+    tx_lose(tx, AL_ETOOBIG, "the in-memory queue bound was reached");
     tx_drop_queue(tx);
     return AL_ETOOBIG;
   }
@@ -390,7 +562,7 @@ al_blob_t *al__tx_record(const json_t *rec) {
 
 al_blob_t *al__tx_commit_record(const char *kind, const char *message,
                                 size_t len) {
-  json_t *m = json_loadb(message, len, 0, NULL);
+  json_t *m = json_loadb(message, len, JSON_ALLOW_NUL, NULL);
   json_t *rec;
   al_blob_t *b;
 
@@ -406,19 +578,135 @@ al_blob_t *al__tx_commit_record(const char *kind, const char *message,
   return b;
 }
 
+/* ---- the hash chain ----------------------------------------------------------- */
+
+/* sha256(prev || rec) in hex: prev is the previous chained record's hash
+ * ("" for the first), rec the record's compact JSON without "h". */
+static void chain_hash(const char *prev, const char *a, size_t an,
+                       const char *b, size_t bn, char out[AL_TX_HASH_HEX + 1]) {
+  static const char hex[] = "0123456789abcdef";
+  mbedtls_sha256_context c;
+  unsigned char d[32];
+  size_t i;
+
+  mbedtls_sha256_init(&c);
+  mbedtls_sha256_starts_ret(&c, 0);
+  mbedtls_sha256_update_ret(&c, (const unsigned char *)prev, strlen(prev));
+  mbedtls_sha256_update_ret(&c, (const unsigned char *)a, an);
+  mbedtls_sha256_update_ret(&c, (const unsigned char *)b, bn);
+  mbedtls_sha256_finish_ret(&c, d);
+  mbedtls_sha256_free(&c);
+  for (i = 0; i < 32; i++) {
+    out[2 * i] = hex[d[i] >> 4];
+    out[2 * i + 1] = hex[d[i] & 15];
+  }
+  out[AL_TX_HASH_HEX] = '\0';
+}
+
+#define CHAIN_SUFFIX_LEN (sizeof(",\"h\":\"\"}") - 1 + AL_TX_HASH_HEX)
+
+al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
+                               char h[AL_TX_HASH_HEX + 1]) {
+  al_blob_t *b;
+  size_t n;
+
+  /* rec is "{...}\n": R is everything before the '\n'. */
+  if (rec->len < 3 || rec->data[rec->len - 1] != '\n' ||
+      rec->data[rec->len - 2] != '}') {
+    return NULL;
+  }
+  n = rec->len - 1;
+  chain_hash(prev, rec->data, n, "", 0, h);
+  b = al__blob_alloc(n - 1 + CHAIN_SUFFIX_LEN + 1);
+  if (b == NULL) {
+    return NULL;
+  }
+  memcpy(b->data, rec->data, n - 1);
+  snprintf(b->data + n - 1, CHAIN_SUFFIX_LEN + 2, ",\"h\":\"%s\"}\n", h);
+  return b;
+}
+
+int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync) {
+  char h[AL_TX_HASH_HEX + 1];
+  al_blob_t *b = al__tx_chain_record(tx->chain, rec, h);
+  int rc;
+
+  if (b == NULL) {
+    return AL_ENOMEM;
+  }
+  rc = al__tx_append(tx, b, sync);
+  al__blob_unref(b);
+  if (rc == 0) {
+    memcpy(tx->chain, h, sizeof(h));
+  }
+  return rc;
+}
+
+void al__tx_set_chain(al_tx_t *tx, const char *hash) {
+  snprintf(tx->chain, sizeof(tx->chain), "%s", hash != NULL ? hash : "");
+}
+
+/* Checks a chained line p[0..n) against prev (and, failing that, alt);
+ * fills h with its hash. 1 verified, 0 no "h" suffix, -1 mismatch. */
+static int chain_check(const char *p, size_t n, const char *prev,
+                       const char *alt, char h[AL_TX_HASH_HEX + 1]) {
+  const char *suf;
+  char want[AL_TX_HASH_HEX + 1];
+  size_t rn;
+
+  if (n < CHAIN_SUFFIX_LEN + 2) {
+    return 0;
+  }
+  suf = p + n - CHAIN_SUFFIX_LEN;
+  if (memcmp(suf, ",\"h\":\"", 6) != 0 || p[n - 2] != '"' ||
+      p[n - 1] != '}') {
+    return 0;
+  }
+  memcpy(h, suf + 6, AL_TX_HASH_HEX);
+  h[AL_TX_HASH_HEX] = '\0';
+  rn = (size_t)(suf - p);
+  chain_hash(prev, p, rn, "}", 1, want);
+  if (memcmp(want, h, AL_TX_HASH_HEX) == 0) {
+    return 1;
+  }
+  if (alt != NULL && alt[0] != '\0') {
+    chain_hash(alt, p, rn, "}", 1, want);
+    if (memcmp(want, h, AL_TX_HASH_HEX) == 0) {
+      return 1;
+    }
+  }
+  return -1;
+}
+
 /* ---- the header ------------------------------------------------------------ */
 
 al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   json_t *rec = json_pack(
       "{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?, s:O?, "
-      "s:O?}", "rec",
+      "s:O?, s:O?}", "rec",
       "session", "v", 1, "session", id, "created_ms",
       (json_int_t)h->created_ms, "cwd", h->cwd, "model", h->model,
       "provider", h->provider, "base_url", h->base_url, "system", h->system,
       "ask_tools", h->ask_tools, "allow_tools", h->allow_tools, "deny_tools",
-      h->deny_tools);
-  al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+      h->deny_tools, "limits", h->limits);
+  al_blob_t *b;
 
+  if (rec != NULL && h->sandbox != NULL) {
+    json_object_set_new(rec, "sandbox", json_string(h->sandbox));
+  }
+  if (rec != NULL && h->max_tokens > 0) {
+    json_object_set_new(rec, "max_tokens", json_integer(h->max_tokens));
+  }
+  if (rec != NULL && h->max_turns > 0) {
+    json_object_set_new(rec, "max_turns", json_integer(h->max_turns));
+  }
+  if (rec != NULL && h->timeouts != NULL) {
+    json_object_set(rec, "timeouts", h->timeouts);
+  }
+  if (rec != NULL && h->paths != NULL) {
+    json_object_set(rec, "paths", h->paths);
+  }
+  b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
   return b;
 }
@@ -450,8 +738,17 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->allow_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
   ask = json_object_get(rec, "deny_tools");
   h->deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "limits");
+  h->limits = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   h->created_ms = (uint64_t)json_integer_value(
       json_object_get(rec, "created_ms"));
+  h->sandbox = str_field(rec, "sandbox");
+  h->max_tokens = json_integer_value(json_object_get(rec, "max_tokens"));
+  h->max_turns = json_integer_value(json_object_get(rec, "max_turns"));
+  ask = json_object_get(rec, "timeouts");
+  h->timeouts = json_is_object(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "paths");
+  h->paths = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   return true;
 }
 
@@ -464,6 +761,10 @@ void al__tx_header_free(al_tx_header_t *h) {
   json_decref(h->ask_tools);
   json_decref(h->allow_tools);
   json_decref(h->deny_tools);
+  al_free(h->sandbox);
+  json_decref(h->timeouts);
+  json_decref(h->paths);
+  json_decref(h->limits);
   memset(h, 0, sizeof(*h));
 }
 
@@ -512,10 +813,22 @@ typedef struct {
   size_t cap;
   size_t head; /* events[head..nevents) are live (a queue in an array) */
   size_t lineno;
+  bool chained;                       /* a chained record was seen */
+  char skipped_h[AL_TX_HASH_HEX + 1]; /* claimed hash of the last record
+                                         that failed the chain */
 } loader_t;
 
 static void note_bad(al_tx_loaded_t *l, size_t lineno, const char *what) {
   l->bad_lines++;
+  /* Exactly what was skipped: line and reason, for the first 64. */
+  if (l->skipped == NULL) {
+    l->skipped = json_array();
+  }
+  if (l->skipped != NULL && json_array_size(l->skipped) < 64) {
+    json_array_append_new(l->skipped,
+                          json_pack("{s:I, s:s}", "line", (json_int_t)lineno,
+                                    "reason", what));
+  }
   if (l->why[0] == '\0') {
     snprintf(l->why, sizeof(l->why), "line %zu: %s", lineno, what);
   }
@@ -564,6 +877,35 @@ static int push_event(loader_t *ld, uint64_t seq, const char *p, size_t n) {
   return 0;
 }
 
+/* Context records (docs/context.md): a compaction replaces the history
+ * with the one it recorded (checked first: a damaged record must not make
+ * the conversation unsendable); a micro-compaction clears the same
+ * results again. Both only between turns. */
+static bool replay_context(al_history_t *h, const char *kind,
+                           const json_t *msg) {
+  const json_t *v;
+
+  if (al__history_turn_open(h)) {
+    return false;
+  }
+  if (strcmp(kind, "micro") == 0) {
+    v = json_object_get(msg, "call_ids");
+    if (!json_is_array(v) || h->messages == NULL) {
+      return false;
+    }
+    al__micro_clear_ids(h->messages, v);
+    return true;
+  }
+  v = json_object_get(msg, "messages");
+  if (!json_is_array(v) || json_array_size(v) == 0 ||
+      al__history_validate_json(v, NULL, 0) != 0) {
+    return false;
+  }
+  json_decref(h->messages);
+  h->messages = json_deep_copy(v);
+  return h->messages != NULL;
+}
+
 /* Replays one history record; false when it does not fit the history
  * (counted as a bad line by the caller). */
 static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
@@ -572,6 +914,9 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
   size_t i;
   const json_t *b;
 
+  if (strcmp(kind, "compaction") == 0 || strcmp(kind, "micro") == 0) {
+    return replay_context(h, kind, msg);
+  }
   if (!json_is_array(content)) {
     return false;
   }
@@ -633,7 +978,7 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
 static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   al_tx_loaded_t *l = ld->out;
   json_error_t err;
-  json_t *o = json_loadb(p, n, 0, &err);
+  json_t *o = json_loadb(p, n, JSON_ALLOW_NUL, &err);
   const json_t *rec;
   const json_t *seq;
   int rc = 0;
@@ -647,7 +992,33 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   seq = json_object_get(o, "seq");
   if (json_is_string(rec)) {
     const char *kind = json_string_value(rec);
+    char h[AL_TX_HASH_HEX + 1];
+    int ck = chain_check(p, n, l->chain, ld->skipped_h, h);
 
+    /* Records carry a hash chain (each hash covers the previous one): a
+     * record that fails it was edited, forged or spliced in, and is
+     * skipped; records after it that chain to the last good one (or to
+     * the skipped one's own hash: an edit in place) are kept. */
+    if (ck < 0) {
+      memcpy(ld->skipped_h, h, sizeof(h));
+      l->chain_breaks++;
+      note_bad(l, lineno, "record fails the hash chain (edited, forged or "
+                          "spliced)");
+      json_decref(o);
+      return 0;
+    }
+    if (ck == 0 && ld->chained) {
+      l->chain_breaks++;
+      note_bad(l, lineno, "record without its chain hash after chained "
+                          "records");
+      json_decref(o);
+      return 0;
+    }
+    if (ck > 0) {
+      memcpy(l->chain, h, sizeof(h));
+      ld->chained = true;
+      ld->skipped_h[0] = '\0';
+    }
     if (strcmp(kind, "session") == 0) {
       /* A later header (settings changed by session/configure) wins. */
       if (al__tx_header_parse(o, &l->header)) {
@@ -869,6 +1240,7 @@ void al__tx_loaded_free(al_tx_loaded_t *l) {
   al__tx_header_free(&l->header);
   json_decref(l->synthetic);
   json_decref(l->closed_calls);
+  json_decref(l->skipped);
   al__history_free(&l->history);
   al_free(l->first_user_text);
   for (i = 0; i < l->nevents; i++) {

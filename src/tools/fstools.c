@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "provider/provider.h"
+#include "common/utf8.h"
 #include "tools/tools.h"
 
 /* Test seam: runs on the threadpool between the policy check of a path
@@ -134,10 +134,29 @@ static void finalize(job_t *job) {
   size_t limit = job->tool->display_max;
   int rc;
 
+  al_text_clean_t st;
+
+  memset(&st, 0, sizeof(st));
+  if (job->tool->kind == KIND_READ && !job->is_error &&
+      al__text_looks_binary(job->raw.data != NULL ? job->raw.data : "",
+                            job->raw.len, true)) {
+    /* Binary contents are not text for the model, the history or a
+     * request: name the file instead (issue 15). */
+    size_t n = job->raw.len + job->extra_chars;
+
+    al_buf_reset(&job->raw);
+    al_buf_printf(&job->raw,
+                  "%s looks like a binary file (NUL bytes or invalid UTF-8 "
+                  "in the %zu bytes read); its contents are not shown. Use "
+                  "bash to inspect it (file, xxd, strings).",
+                  job->path, n);
+    job->extra_chars = 0;
+    job->inexact = false;
+  }
   al_buf_init(&clean, job->raw.len * 3 + 16);
   rc = job->raw.len == 0
            ? 0
-           : al__utf8_sanitize_append(&clean, job->raw.data, job->raw.len);
+           : al__text_clean_append(&clean, job->raw.data, job->raw.len, &st);
   if (rc != 0) {
     al_buf_free(&clean);
     job->is_error = true;
@@ -148,6 +167,12 @@ static void finalize(job_t *job) {
   cut = al__tool_display_cut(clean.len ? clean.data : "", clean.len,
                              job->extra_chars, limit, &shown, &total);
   rc = al_buf_append(&job->out, clean.len ? clean.data : "", cut);
+  if (rc == 0 && st.nul + st.invalid > 0) {
+    if (job->out.len > 0 && job->out.data[job->out.len - 1] != '\n') {
+      rc = al_buf_append_str(&job->out, "\n");
+    }
+    rc |= al__text_clean_note(&job->out, &st);
+  }
   if (rc == 0 && job->inexact) {
     /* The count stopped early: say what is known instead of a total. */
     rc = al_buf_printf(&job->out,

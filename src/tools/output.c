@@ -5,7 +5,7 @@
  * A child's result (bash, CLI tools) is formatted here once too. */
 #include <stdio.h>
 
-#include "provider/provider.h"
+#include "common/utf8.h"
 #include "tools/spawn.h"
 #include "tools/tools.h"
 
@@ -48,21 +48,41 @@ void al__tool_format_spawn(const al_spawn_result_t *res, const char *tool,
                            size_t display_max, uint64_t timeout_ms,
                            al_buf_t *b, bool *is_error) {
   al_buf_t body;
+  al_text_clean_t st;
   size_t total;
   size_t shown;
   size_t cut;
+  size_t hidden = 0;
   int rc = 0;
 
+  memset(&st, 0, sizeof(st));
   al_buf_init(&body, (size_t)-1);
-  rc |= al__utf8_sanitize_append(&body, res->out, res->out_len);
+  /* Binary stdout is named, not pasted; any other NUL or bad byte becomes
+   * U+FFFD, counted in a note, so nothing unsafe reaches the history, the
+   * transcript or a request (issue 15). */
+  if (res->out_len > 0 && al__text_looks_binary(res->out, res->out_len, false)) {
+    hidden = res->out_total;
+    rc |= al_buf_printf(&body,
+                        "[binary output: %zu bytes not shown (NUL bytes or "
+                        "invalid UTF-8); pipe it through xxd, base64 or "
+                        "strings to see it]",
+                        (size_t)res->out_total);
+  } else {
+    rc |= al__text_clean_append(&body, res->out, res->out_len, &st);
+  }
   if (res->err_len > 0) {
     sep(&body);
     rc |= al_buf_append_str(&body, "[stderr]\n");
-    rc |= al__utf8_sanitize_append(&body, res->err, res->err_len);
+    rc |= al__text_clean_append(&body, res->err, res->err_len, &st);
+  }
+  if (st.nul + st.invalid > 0) {
+    sep(&body);
+    rc |= al__text_clean_note(&body, &st);
   }
   cut = al__tool_display_cut(
       body.data != NULL ? body.data : "", body.len,
-      (res->out_total - res->out_len) + (res->err_total - res->err_len),
+      (hidden > 0 ? 0 : res->out_total - res->out_len) +
+          (res->err_total - res->err_len),
       display_max, &shown, &total);
 
   if (res->status == AL_ETIMEDOUT) {

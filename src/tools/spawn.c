@@ -1,7 +1,9 @@
 /* Child-process spawn wrapper: see spawn.h for the contract.
  *
- * One al_spawn_t owns six handles (process, two pipes, three timers); it
- * frees itself in the last close callback, after on_done. The join flags
+ * One al_spawn_t owns seven handles (process, three pipes, three timers);
+ * it frees itself in the last close callback, after on_done. The stdin
+ * pipe may close earlier (al__spawn_close_stdin); pending_closes counts
+ * it then, and only a finished run frees. The join flags
  * (exited, eof[0], eof[1]) are the only way to `finished`; the timers only
  * push the child towards them (signals) or force the pipe side (drain). */
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sandbox/pool.h"
 #include "tools/spawn.h"
 
 enum { T_TIMEOUT = 0, T_KILL = 1, T_DRAIN = 2 };
@@ -121,14 +124,10 @@ static void kill_group(al_spawn_t *sp, int sig) {
   }
 }
 
-static void on_close(uv_handle_t *h) {
-  al_spawn_t *sp = h->data;
+static void finish_free(al_spawn_t *sp) {
   al_spawn_result_t res;
   int i;
 
-  if (--sp->pending_closes > 0) {
-    return;
-  }
   if (!sp->refused) {
     memset(&res, 0, sizeof(res));
     res.status = sp->status;
@@ -150,14 +149,54 @@ static void on_close(uv_handle_t *h) {
   if (sp->pidfd >= 0) {
     close(sp->pidfd);
   }
-  al__sandbox_release(sp->sandbox);
   al_free(sp);
+}
+
+static void cleanup_work(uv_work_t *req) {
+  al_spawn_t *sp = req->data;
+
+  al__sandbox_cleanup(sp->sandbox);
+}
+
+static void cleanup_done(uv_work_t *req, int status) {
+  al_spawn_t *sp = req->data;
+
+  (void)status;
+  al__sandbox_unref(sp->sandbox);
+  finish_free(sp);
+}
+
+static void on_close(uv_handle_t *h) {
+  al_spawn_t *sp = h->data;
+
+  if (--sp->pending_closes > 0 || !sp->finished) {
+    return; /* more to come, or only the early stdin close */
+  }
+  if (al__sandbox_release_deferred(sp->sandbox)) {
+    /* The last sandboxed child of this plan is gone: its placeholders
+     * are removed on the threadpool, and the result is delivered after
+     * that, so whoever reads it sees the workspace as the tool left it. */
+    sp->cleanup.data = sp;
+    al__sandbox_ref(sp->sandbox);
+    if (uv_queue_work(sp->loop, &sp->cleanup, cleanup_work, cleanup_done) ==
+        0) {
+      return;
+    }
+    al__sandbox_cleanup(sp->sandbox);
+    al__sandbox_unref(sp->sandbox);
+  }
+  finish_free(sp);
 }
 
 static void close_all(al_spawn_t *sp) {
   int i;
 
-  sp->pending_closes = 6;
+  sp->pending_closes += 6;
+  if (!uv_is_closing((uv_handle_t *)&sp->in)) {
+    sp->pending_closes++;
+    sp->has_in = false;
+    uv_close((uv_handle_t *)&sp->in, on_close);
+  }
   uv_close(sp->fast ? (uv_handle_t *)&sp->pidpoll : (uv_handle_t *)&sp->proc,
            on_close);
   for (i = 0; i < 2; i++) {
@@ -308,13 +347,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
  * the child's), 0 when the child runs, or a negative error; on anything
  * but 0 the caller uses uv_spawn, which then reports the failure. */
 static int fast_spawn(al_spawn_t *sp, const char *const *argv,
-                      const char *cwd, char **env) {
+                      const char *cwd, char **env, bool stdin_pipe) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   sigset_t none, all;
   const char *host_path = getenv("PATH");
   const char *child_path = NULL;
   int fds[2][2] = {{-1, -1}, {-1, -1}};
+  int fin[2] = {-1, -1};
   pid_t pid;
   int probe;
   int rc;
@@ -341,6 +381,10 @@ static int fast_spawn(al_spawn_t *sp, const char *const *argv,
       goto fail_pipes;
     }
   }
+  if (stdin_pipe && pipe2(fin, O_CLOEXEC) != 0) {
+    rc = -errno;
+    goto fail_pipes;
+  }
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   sigemptyset(&none);
@@ -352,7 +396,11 @@ static int fast_spawn(al_spawn_t *sp, const char *const *argv,
                                       POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (stdin_pipe) {
+    posix_spawn_file_actions_adddup2(&fa, fin[0], 0);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  }
   posix_spawn_file_actions_adddup2(&fa, fds[0][1], 1);
   posix_spawn_file_actions_adddup2(&fa, fds[1][1], 2);
   posix_spawn_file_actions_addchdir_np(&fa, cwd);
@@ -362,6 +410,10 @@ static int fast_spawn(al_spawn_t *sp, const char *const *argv,
   close(fds[0][1]);
   close(fds[1][1]);
   fds[0][1] = fds[1][1] = -1;
+  if (fin[0] >= 0) {
+    close(fin[0]);
+    fin[0] = -1;
+  }
   if (rc != 0) {
     rc = -rc;
     goto fail_pipes;
@@ -386,8 +438,21 @@ static int fast_spawn(al_spawn_t *sp, const char *const *argv,
       sp->eof[i] = true;
     }
   }
+  if (fin[1] >= 0) {
+    if (uv_pipe_open(&sp->in, fin[1]) == 0) {
+      sp->has_in = true;
+    } else {
+      close(fin[1]);
+    }
+  }
   return 0;
 fail_pipes:
+  if (fin[0] >= 0) {
+    close(fin[0]);
+  }
+  if (fin[1] >= 0) {
+    close(fin[1]);
+  }
   for (i = 0; i < 2; i++) {
     if (fds[i][0] >= 0) {
       close(fds[i][0]);
@@ -404,6 +469,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   al_spawn_t *sp;
   char **env = NULL;
   char **wrapped = NULL;
+  al_warm_t warm = {0, -1, -1, -1};
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
   int rc;
@@ -423,7 +489,12 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     al__spawn_env_free(env);
     return AL_ENOMEM;
   }
-  if (opts->sandbox != NULL) {
+  if (opts->sandbox != NULL && !opts->stdin_pipe &&
+      al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
+                       opts->argv, &warm) == 0) {
+    sp->sandbox = opts->sandbox; /* the warm one was counted when built */
+  } else if (opts->sandbox != NULL) {
+    warm.pid = 0;
     rc = al__sandbox_wrap(opts->sandbox, opts->cwd, opts->network,
                           opts->argv, &wrapped);
     if (rc != 0) {
@@ -450,6 +521,8 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     uv_pipe_init(loop, &sp->pipes[i], 0);
     sp->pipes[i].data = sp;
   }
+  uv_pipe_init(loop, &sp->in, 0);
+  sp->in.data = sp;
   for (i = 0; i < 3; i++) {
     uv_timer_init(loop, &sp->timers[i]);
     sp->timers[i].data = sp;
@@ -458,7 +531,12 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
 
   memset(&po, 0, sizeof(po));
   memset(stdio, 0, sizeof(stdio));
-  stdio[0].flags = UV_IGNORE; /* libuv opens /dev/null for it */
+  if (opts->stdin_pipe) {
+    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
+    stdio[0].data.stream = (uv_stream_t *)&sp->in;
+  } else {
+    stdio[0].flags = UV_IGNORE; /* libuv opens /dev/null for it */
+  }
   stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[1].data.stream = (uv_stream_t *)&sp->pipes[0];
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
@@ -473,13 +551,34 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   po.stdio = stdio;
 
   sp->pidfd = -1;
-  rc = fast_spawn(sp, (const char *const *)po.args, opts->cwd, env);
+  if (warm.pid > 0) {
+    /* Already running, waiting for nothing but the exec. */
+    rc = 0;
+    sp->pid = warm.pid;
+    sp->pidfd = warm.pidfd;
+    sp->fast = true;
+    uv_poll_init(loop, &sp->pidpoll, sp->pidfd);
+    sp->pidpoll.data = sp;
+    uv_poll_start(&sp->pidpoll, UV_READABLE, on_pidfd);
+    if (uv_pipe_open(&sp->pipes[0], warm.out) != 0) {
+      close(warm.out);
+      sp->eof[0] = true;
+    }
+    if (uv_pipe_open(&sp->pipes[1], warm.err) != 0) {
+      close(warm.err);
+      sp->eof[1] = true;
+    }
+  } else {
+    rc = fast_spawn(sp, (const char *const *)po.args, opts->cwd, env,
+                    opts->stdin_pipe);
+  }
   if (rc != 0) {
     /* Not possible here, or it failed: uv_spawn reports the failure the
      * usual way (and initializes the handle close_all closes). */
     rc = uv_spawn(loop, &sp->proc, &po);
     if (rc == 0) {
       sp->pid = sp->proc.pid;
+      sp->has_in = opts->stdin_pipe;
     }
   }
   al__spawn_env_free(env);
@@ -501,7 +600,9 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
       sp->eof[i] = true; /* nothing will come; the join does not wait */
     }
   }
-  uv_timer_start(&sp->timers[T_TIMEOUT], on_timeout, sp->timeout_ms, 0);
+  if (!opts->no_timeout) {
+    uv_timer_start(&sp->timers[T_TIMEOUT], on_timeout, sp->timeout_ms, 0);
+  }
   *out = sp;
   return 0;
 }
@@ -514,4 +615,17 @@ void al__spawn_kill(al_spawn_t *sp) {
     sp->status = AL_ECANCELED;
   }
   start_kill(sp);
+}
+
+uv_stream_t *al__spawn_stdin(al_spawn_t *sp) {
+  return sp->has_in ? (uv_stream_t *)&sp->in : NULL;
+}
+
+void al__spawn_close_stdin(al_spawn_t *sp) {
+  if (!sp->has_in || uv_is_closing((uv_handle_t *)&sp->in)) {
+    return;
+  }
+  sp->has_in = false;
+  sp->pending_closes++;
+  uv_close((uv_handle_t *)&sp->in, on_close);
 }

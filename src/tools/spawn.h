@@ -10,8 +10,10 @@
  *    Nothing else of the host environment (API keys) reaches it;
  *  - its own session and process group (UV_PROCESS_DETACHED: setsid), so
  *    kill(-pid, ...) reaches everything it forked;
- *  - stdin from /dev/null; stdout and stderr through pipes, each kept up
- *    to output_max bytes; the rest is read and discarded but counted.
+ *  - stdin from /dev/null, or a pipe the owner writes (stdin_pipe: MCP
+ *    servers speak JSON-RPC on it); stdout and stderr through pipes, each
+ *    kept up to output_max bytes; the rest is read and discarded but
+ *    counted.
  *
  * Lifecycle (one al_spawn_t per run, owned by the wrapper):
  *  - The result is final when exit_cb has run AND both pipes reached EOF
@@ -93,6 +95,11 @@ typedef struct al_spawn_options_s {
    * run (the run releases its placeholders when it is freed). */
   al_sandbox_t *sandbox;
   bool network; /* the tool declared it needs the network */
+  /* stdin is a pipe (al__spawn_stdin) instead of /dev/null. */
+  bool stdin_pipe;
+  /* No timeout: a long-lived child (an MCP server) ends by al__spawn_kill
+   * or on its own. timeout_ms is ignored. */
+  bool no_timeout;
 } al_spawn_options_t;
 
 struct al_spawn_s {
@@ -105,6 +112,8 @@ struct al_spawn_s {
   int pidfd;
   bool fast;            /* started by posix_spawn (see spawn.c) */
   uv_pipe_t pipes[2];   /* stdout, stderr */
+  uv_pipe_t in;         /* stdin when stdin_pipe (always initialized) */
+  bool has_in;          /* in is open and connected to the child */
   uv_timer_t timers[3]; /* timeout, kill escalation, drain */
   al_buf_t bufs[2];
   size_t totals[2];
@@ -126,6 +135,7 @@ struct al_spawn_s {
   bool finished;
   bool refused; /* uv_spawn failed: free silently after the closes */
   al_sandbox_t *sandbox; /* released when the run is freed */
+  uv_work_t cleanup;     /* its placeholders removed off the loop */
   char readbuf[65536];
 };
 
@@ -146,6 +156,12 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
  * no-op once the result is final. sp must not be used after its on_done
  * (it is freed then), so call this only before on_done. */
 void al__spawn_kill(al_spawn_t *sp);
+
+/* The child's stdin (stdin_pipe), for uv_write; NULL when there is none
+ * or it was closed. Writes pending at close are cancelled (UV_ECANCELED). */
+uv_stream_t *al__spawn_stdin(al_spawn_t *sp);
+/* Closes the child's stdin (end of input). Idempotent. */
+void al__spawn_close_stdin(al_spawn_t *sp);
 
 /* Builds the child environment: NULL-terminated array of al_malloc'd
  * "NAME=value" strings (free with al__spawn_env_free). AL_EINVAL for a bad

@@ -165,10 +165,21 @@ struct al_http_request_s {
   int64_t progress_timeout_ms;
   size_t max_header_bytes;
   size_t max_error_body_bytes;
+  size_t max_header_count;
+  int64_t total_timeout_ms;
+  size_t min_rate_bytes;
+  int64_t min_rate_window_ms;
   conn_t *conn;
   uv_timer_t kick;
   uv_timer_t idle;
   uv_timer_t progress;
+  uv_timer_t watch; /* total deadline and minimum-rate windows */
+  uint64_t started;     /* uv_now at start */
+  uint64_t window_start; /* 0 until the first response byte */
+  uint64_t window_bytes;
+  bool too_many_headers;
+  bool expect_sse;
+  char *stop_msg; /* a parser stop's own text, or NULL */
   int open_handles;
   bool handles_closing;
   uint64_t last_rx;
@@ -218,6 +229,7 @@ static void req_send(al_http_request_t *r);
 static void req_on_conn_error(al_http_request_t *r, int status);
 static void client_maybe_finish_close(al_http_client_t *c);
 static void tls_start_loading(al_http_client_t *c);
+static void watch_arm(al_http_request_t *r);
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -315,6 +327,10 @@ void al_http_client_options_init(al_http_client_options_t *o) {
   o->progress_timeout_ms = 120000;
   o->max_header_bytes = 64 * 1024;
   o->max_error_body_bytes = 64 * 1024;
+  o->max_header_count = 256;
+  o->total_timeout_ms = 1800000;
+  o->min_rate_bytes = 128;
+  o->min_rate_window_ms = 60000;
   o->pool_max_idle_per_origin = 4;
   o->pool_idle_timeout_ms = 30000;
 }
@@ -327,6 +343,10 @@ void al_http_request_options_init(al_http_request_options_t *o) {
   o->progress_timeout_ms = -1;
   o->max_header_bytes = -1;
   o->max_error_body_bytes = -1;
+  o->max_header_count = -1;
+  o->total_timeout_ms = -1;
+  o->min_rate_bytes = -1;
+  o->min_rate_window_ms = -1;
 }
 
 /* ---- client --------------------------------------------------------------- */
@@ -647,7 +667,7 @@ static void conn_fail(conn_t *conn, int status, al_http_error_kind_t kind,
                       const char *fmt, ...) {
   al_http_request_t *r = conn->req;
   const char *detail = NULL;
-  char msg[256];
+  char msg[400];
   char det[256];
   va_list ap;
 
@@ -1038,6 +1058,14 @@ static void tls_step(conn_t *conn) {
   int ret = al__transport_tls_handshake(conn->tls);
   int err = conn_flush_tls(conn);
 
+  if (ret == AL_ECERT) {
+    /* Say it was verification, and why: the fix (a CA file, the right
+     * host name, a renewed certificate) depends on it. */
+    conn_fail(conn, ret, AL_HTTP_ERR_TLS,
+              "certificate verification failed for %s: %s", conn->host,
+              al__transport_tls_detail(conn->tls));
+    return;
+  }
   if (ret < 0) {
     conn_fail(conn, ret, AL_HTTP_ERR_TLS, "TLS handshake with %s failed",
               conn->host);
@@ -1188,7 +1216,16 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   conn->rbuf_full = (size_t)nread == conn->rbuf_len;
   /* Any received byte counts for the bytes-idle timer (pings too). */
   if (conn->req != NULL) {
-    conn->req->last_rx = uv_now(conn->client->loop);
+    al_http_request_t *rq = conn->req;
+
+    rq->last_rx = uv_now(conn->client->loop);
+    if (rq->window_start == 0 && rq->min_rate_bytes > 0 &&
+        rq->min_rate_window_ms > 0) {
+      rq->window_start = rq->last_rx;
+      rq->window_bytes = 0;
+      watch_arm(rq);
+    }
+    rq->window_bytes += (uint64_t)nread;
   }
   if (conn->tls == NULL || conn->state == CONN_TUNNEL) {
     conn_plain(conn, buf->base, (size_t)nread);
@@ -1256,6 +1293,7 @@ static void req_free(al_http_request_t *r) {
   al_free(r->api_type);
   al_free(r->api_message);
   al_free(r->api_code);
+  al_free(r->stop_msg);
   al_free(r);
   c->n_requests--;
   client_maybe_finish_close(c);
@@ -1280,6 +1318,7 @@ static void req_retire(al_http_request_t *r) {
     uv_close((uv_handle_t *)&r->kick, req_handle_closed);
     uv_close((uv_handle_t *)&r->idle, req_handle_closed);
     uv_close((uv_handle_t *)&r->progress, req_handle_closed);
+    uv_close((uv_handle_t *)&r->watch, req_handle_closed);
   }
 }
 
@@ -1328,7 +1367,7 @@ static void req_finish(al_http_request_t *r, int status,
   al_http_error_t e;
   /* On the stack: the texts are borrowed by on_complete only, and every
    * open stream would otherwise carry 512 idle bytes. */
-  char msg[256];
+  char msg[400];
   char det[256];
   va_list ap;
 
@@ -1398,6 +1437,10 @@ static int hp_field_complete(llhttp_t *p) {
   if (r->headers_done) {
     return 0;
   }
+  if (r->hdr_ix.len / sizeof(ix) >= r->max_header_count) {
+    r->too_many_headers = true;
+    return hp_stop(r, AL_ETOOBIG, AL_HTTP_ERR_TOO_BIG);
+  }
   memset(&ix, 0, sizeof(ix));
   ix.no = (uint32_t)r->mark;
   ix.nl = (uint32_t)(r->hdr.len - r->mark);
@@ -1424,6 +1467,54 @@ static int hp_value_complete(llhttp_t *p) {
   }
   r->mark = r->hdr.len;
   return 0;
+}
+
+/* Media type of a header value, without parameters, lowercased. */
+static void media_type(const al_http_header_t *h, char *out, size_t len) {
+  size_t i = 0;
+
+  out[0] = '\0';
+  if (h == NULL) {
+    return;
+  }
+  while (i + 1 < len && i < h->value_len && h->value[i] != ';' &&
+         h->value[i] != ' ') {
+    out[i] = (char)tolower((unsigned char)h->value[i]);
+    i++;
+  }
+  out[i] = '\0';
+}
+
+/* expect_event_stream: true when the 2xx body can be an event stream;
+ * else r->stop_msg says what arrived instead. */
+static bool body_is_event_stream(al_http_request_t *r) {
+  al_http_headers_t hs = {r->hv, r->hn};
+  const al_http_header_t *ce = al_http_headers_get(&hs, "content-encoding");
+  const al_http_header_t *ct = al_http_headers_get(&hs, "content-type");
+  char enc[48], type[64], msg[256];
+
+  media_type(ce, enc, sizeof(enc));
+  media_type(ct, type, sizeof(type));
+  if (ce != NULL && strcmp(enc, "identity") != 0) {
+    snprintf(msg, sizeof(msg),
+             "%s answered %d with a %s-encoded body (Content-Type %s), "
+             "which was not asked for and is not decoded; a proxy or "
+             "gateway in between may have added it",
+             r->url.host, r->status_code, enc[0] ? enc : "?",
+             type[0] ? type : "absent");
+  } else if (ct != NULL && strcmp(type, "text/event-stream") != 0 &&
+             strcmp(type, "application/json") != 0) {
+    snprintf(msg, sizeof(msg),
+             "%s answered %d with %s instead of an event stream "
+             "(text/event-stream): is the base URL a model API endpoint, "
+             "or a login page or proxy in front of it?",
+             r->url.host, r->status_code, type[0] ? type : "an empty type");
+  } else {
+    return true;
+  }
+  al_free(r->stop_msg);
+  r->stop_msg = al_strdup(msg);
+  return false;
 }
 
 static void reset_headers(al_http_request_t *r) {
@@ -1472,6 +1563,10 @@ static int hp_headers_complete(llhttp_t *p) {
       r->hv[i].value = r->hdr.data + ix[i].vo;
       r->hv[i].value_len = ix[i].vl;
     }
+  }
+  if (status >= 200 && status <= 299 && r->expect_sse &&
+      !body_is_event_stream(r)) {
+    return hp_stop(r, AL_EPROTO, AL_HTTP_ERR_UNEXPECTED_BODY);
   }
   if (status >= 200 && status <= 299) {
     if (r->progress_timeout_ms > 0) {
@@ -1572,12 +1667,18 @@ static void req_after_parse(al_http_request_t *r, llhttp_errno_t err,
     return;
   }
   if (r->stop_parse_err) {
-    if (r->parse_err == AL_ETOOBIG) {
+    if (r->parse_err == AL_ETOOBIG && r->too_many_headers) {
       req_finish(r, AL_ETOOBIG, AL_HTTP_ERR_TOO_BIG, NULL,
-                 "response headers exceed %zu bytes", r->max_header_bytes);
+                 "response from %s has more than %zu headers", r->url.host,
+                 r->max_header_count);
+    } else if (r->parse_err == AL_ETOOBIG) {
+      req_finish(r, AL_ETOOBIG, AL_HTTP_ERR_TOO_BIG, NULL,
+                 "response headers from %s exceed %zu bytes", r->url.host,
+                 r->max_header_bytes);
     } else {
       req_finish(r, r->parse_err, r->parse_kind, NULL, "%s",
-                 al_strerror(r->parse_err));
+                 r->stop_msg != NULL ? r->stop_msg
+                                     : al_strerror(r->parse_err));
     }
     return;
   }
@@ -1705,6 +1806,62 @@ static void progress_timer_cb(uv_timer_t *t) {
   req_finish(r, AL_ESTALL, AL_HTTP_ERR_STALL_PROGRESS, NULL,
              "no content progress from %s for %" PRId64 " ms", r->url.host,
              r->progress_timeout_ms);
+}
+
+/* One timer for both time bounds: it fires at the earlier of the total
+ * deadline and the end of the current rate window. */
+static void watch_cb(uv_timer_t *t);
+
+static void watch_arm(al_http_request_t *r) {
+  uint64_t now = uv_now(r->client->loop);
+  uint64_t due = UINT64_MAX;
+
+  if (r->done) {
+    return;
+  }
+  if (r->total_timeout_ms > 0) {
+    due = r->started + (uint64_t)r->total_timeout_ms;
+  }
+  if (r->window_start != 0) {
+    due = AL_MIN(due, r->window_start + (uint64_t)r->min_rate_window_ms);
+  }
+  if (due == UINT64_MAX) {
+    return;
+  }
+  uv_timer_start(&r->watch, watch_cb, due > now ? due - now : 0, 0);
+}
+
+static void watch_cb(uv_timer_t *t) {
+  al_http_request_t *r = AL_CONTAINER_OF(t, al_http_request_t, watch);
+  uint64_t now = uv_now(r->client->loop);
+
+  if (r->total_timeout_ms > 0 &&
+      now - r->started >= (uint64_t)r->total_timeout_ms) {
+    if (r->conn != NULL) {
+      conn_close(r->conn);
+    }
+    req_finish(r, AL_ETIMEDOUT, AL_HTTP_ERR_TIMEOUT, NULL,
+               "the exchange with %s exceeded the total time limit of "
+               "%" PRId64 " ms", r->url.host, r->total_timeout_ms);
+    return;
+  }
+  if (r->window_start != 0 &&
+      now - r->window_start >= (uint64_t)r->min_rate_window_ms) {
+    if (r->window_bytes < r->min_rate_bytes) {
+      if (r->conn != NULL) {
+        conn_close(r->conn);
+      }
+      req_finish(r, AL_ESTALL, AL_HTTP_ERR_TOO_SLOW, NULL,
+                 "%s sent %" PRIu64 " bytes in %" PRId64
+                 " ms, below the minimum of %zu",
+                 r->url.host, r->window_bytes, r->min_rate_window_ms,
+                 r->min_rate_bytes);
+      return;
+    }
+    r->window_start = now;
+    r->window_bytes = 0;
+  }
+  watch_arm(r);
 }
 
 /* ---- requests: sending ----------------------------------------------------- */
@@ -1922,6 +2079,17 @@ int al_http_request_start(al_http_client_t *c,
       (size_t)pick(o->max_header_bytes, (int64_t)c->o.max_header_bytes);
   r->max_error_body_bytes = (size_t)pick(o->max_error_body_bytes,
                                          (int64_t)c->o.max_error_body_bytes);
+  r->max_header_count =
+      (size_t)pick(o->max_header_count, (int64_t)c->o.max_header_count);
+  if (r->max_header_count == 0) {
+    r->max_header_count = SIZE_MAX;
+  }
+  r->total_timeout_ms = pick(o->total_timeout_ms, c->o.total_timeout_ms);
+  r->min_rate_bytes =
+      (size_t)pick(o->min_rate_bytes, (int64_t)c->o.min_rate_bytes);
+  r->min_rate_window_ms =
+      pick(o->min_rate_window_ms, c->o.min_rate_window_ms);
+  r->expect_sse = o->expect_event_stream;
   al_buf_init(&r->hdr, r->max_header_bytes);
   /* Each header costs at least two bytes of hdr, so this bounds the index
    * by the same limit. */
@@ -1960,12 +2128,16 @@ int al_http_request_start(al_http_client_t *c,
   uv_timer_init(c->loop, &r->kick);
   uv_timer_init(c->loop, &r->idle);
   uv_timer_init(c->loop, &r->progress);
+  uv_timer_init(c->loop, &r->watch);
   r->kick.data = r;
   r->idle.data = r;
   r->progress.data = r;
-  r->open_handles = 3;
+  r->watch.data = r;
+  r->open_handles = 4;
   al_list_insert_tail(&c->requests, &r->node);
   c->n_requests++;
+  r->started = uv_now(c->loop);
+  watch_arm(r);
   /* Everything else happens from the loop: no callback can run inside
    * this call (STYLE 3.3.4). */
   uv_timer_start(&r->kick, kick_cb, 0, 0);

@@ -317,6 +317,46 @@ int al__transport_tls_feed(al__transport_tls_t *t, const char *p, size_t n) {
   return al_buf_append(&t->in, p, n);
 }
 
+/* The verify flags as the words a user acts on (issue 15): which CA is
+ * missing, which name, which date. */
+static void verify_reasons(uint32_t flags, char *out, size_t len) {
+  static const struct {
+    uint32_t flag;
+    const char *text;
+  } reasons[] = {
+      {MBEDTLS_X509_BADCERT_NOT_TRUSTED,
+       "unknown CA (the chain does not lead to a trusted CA; a self-signed "
+       "or private-CA certificate needs SSL_CERT_FILE)"},
+      {MBEDTLS_X509_BADCERT_CN_MISMATCH,
+       "name mismatch (the certificate is not for this host)"},
+      {MBEDTLS_X509_BADCERT_EXPIRED, "expired"},
+      {MBEDTLS_X509_BADCERT_FUTURE, "not valid yet"},
+      {MBEDTLS_X509_BADCERT_REVOKED, "revoked"},
+      {MBEDTLS_X509_BADCERT_BAD_MD, "signed with a weak hash (e.g. SHA-1)"},
+      {MBEDTLS_X509_BADCERT_BAD_KEY, "key too weak"},
+      {MBEDTLS_X509_BADCERT_BAD_PK, "unsupported key type"},
+      {MBEDTLS_X509_BADCERT_KEY_USAGE, "not usable for TLS (key usage)"},
+      {MBEDTLS_X509_BADCERT_EXT_KEY_USAGE,
+       "not usable for TLS servers (extended key usage)"},
+      {MBEDTLS_X509_BADCERT_MISSING, "no certificate sent"},
+      {MBEDTLS_X509_BADCERT_SKIP_VERIFY, "verification skipped"},
+      {MBEDTLS_X509_BADCRL_EXPIRED, "CRL expired"},
+  };
+  size_t i, o = 0;
+
+  out[0] = '\0';
+  for (i = 0; i < AL_ARRAY_SIZE(reasons); i++) {
+    if ((flags & reasons[i].flag) != 0 && o < len) {
+      int n = snprintf(out + o, len - o, "%s%s", o > 0 ? "; " : "",
+                       reasons[i].text);
+      o += n > 0 ? (size_t)n : 0;
+    }
+  }
+  if (out[0] == '\0') {
+    snprintf(out, len, "verification failed (flags 0x%x)", (unsigned)flags);
+  }
+}
+
 /* Translates an mbedtls result into our code and keeps its text. */
 static int tls_error(al__transport_tls_t *t, int ret) {
   char ebuf[160];
@@ -327,20 +367,10 @@ static int tls_error(al__transport_tls_t *t, int ret) {
   }
   if (ret == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED) {
     uint32_t flags = mbedtls_ssl_get_verify_result(&t->ssl);
-    char vbuf[200];
-    int n;
+    char vbuf[240];
 
-    n = mbedtls_x509_crt_verify_info(vbuf, sizeof(vbuf), "", flags);
-    if (n <= 0) {
-      snprintf(vbuf, sizeof(vbuf), "verification failed");
-    }
-    /* verify_info separates reasons with newlines; keep one line. */
-    for (n = 0; vbuf[n] != '\0'; n++) {
-      if (vbuf[n] == '\n') {
-        vbuf[n] = vbuf[n + 1] != '\0' ? ';' : '\0';
-      }
-    }
-    snprintf(t->detail, sizeof(t->detail), "certificate: %s", vbuf);
+    verify_reasons(flags, vbuf, sizeof(vbuf));
+    snprintf(t->detail, sizeof(t->detail), "%s", vbuf);
     return AL_ECERT;
   }
   mbedtls_strerror(ret, ebuf, sizeof(ebuf));

@@ -15,8 +15,11 @@
  *    exactly one on_complete, always from a later loop iteration.
  *  - al_http_request_cancel(): after it returns nothing of that request
  *    fires. It may be called from inside any of the request's callbacks.
- *  - Every buffer is bounded: response headers (max_header_bytes), error
- *    bodies (max_error_body_bytes); going past a limit is AL_ETOOBIG.
+ *  - Every buffer is bounded: response headers (max_header_bytes and
+ *    max_header_count), error bodies (max_error_body_bytes); going past a
+ *    limit is AL_ETOOBIG. Time is bounded too: total_timeout_ms (kind
+ *    timeout) and a minimum rate (kind too_slow), beside the idle and
+ *    progress stall timers.
  *  - mbedtls error codes never leave this layer: TLS failures are AL_ETLS
  *    or AL_ECERT with the mbedtls text kept as err->detail.
  *  - The transport retries nothing, except one transparent retry on a
@@ -82,6 +85,8 @@ const al_http_header_t *al_http_headers_get(const al_http_headers_t *h,
   XX(PROXY, "proxy")                     /* proxy refused CONNECT */        \
   XX(HTTP_PARSE, "http_parse")           /* malformed response */           \
   XX(TOO_BIG, "too_big")                 /* a size limit was exceeded */    \
+  XX(TOO_SLOW, "too_slow")               /* below the minimum rate */       \
+  XX(UNEXPECTED_BODY, "unexpected_body") /* 2xx but not an event stream */  \
   XX(CANCELLED, "cancelled")             /* client closed under it */
 
 typedef enum {
@@ -124,6 +129,10 @@ al_http_error_kind_t al_http_status_kind(int http_status);
 int64_t al_http_parse_retry_after(const char *retry_after_ms,
                                   const char *retry_after, int64_t now);
 
+/* 0 when url can be a model endpoint's base URL; else AL_EINVAL with the
+ * reason in why ("no host", "the port must be a number 1..65535"). */
+int al_http_url_check(const char *url, char *why, size_t len);
+
 /* ---- client -------------------------------------------------------------- */
 
 typedef struct al_http_client_options_s {
@@ -148,6 +157,15 @@ typedef struct al_http_client_options_s {
   int64_t progress_timeout_ms; /* 120000; 0 disables */
   size_t max_header_bytes;     /* 64 KiB */
   size_t max_error_body_bytes; /* 64 KiB */
+  size_t max_header_count;     /* 256 headers */
+  /* Whole exchange, from the start to the last body byte; 0 disables. A
+   * slowloris server cannot hold a request longer than this. */
+  int64_t total_timeout_ms;    /* 1800000 (30 min) */
+  /* Minimum transfer rate once the first response byte arrived: fewer than
+   * min_rate_bytes in any min_rate_window_ms is kind too_slow (one byte a
+   * second resets the idle timer for ever; this does not). 0 disables. */
+  size_t min_rate_bytes;       /* 128 */
+  int64_t min_rate_window_ms;  /* 60000 */
   /* Pool: idle connections kept per origin and for how long. */
   size_t pool_max_idle_per_origin; /* 4; 0 disables keep-alive reuse */
   int64_t pool_idle_timeout_ms;    /* 30000 */
@@ -210,6 +228,16 @@ typedef struct al_http_request_options_s {
   int64_t progress_timeout_ms; /* content progress stall; 0 disables */
   int64_t max_header_bytes;
   int64_t max_error_body_bytes;
+  int64_t max_header_count;
+  int64_t total_timeout_ms;
+  int64_t min_rate_bytes;
+  int64_t min_rate_window_ms;
+  /* A 2xx must be an event stream: a Content-Encoding other than identity
+   * or a Content-Type other than text/event-stream (or application/json,
+   * which the decoders report on) ends the request with kind
+   * unexpected_body, naming what came instead (a login page, a gzip
+   * body). No Content-Type at all is let through. */
+  bool expect_event_stream;
   al_http_request_response_cb on_response; /* optional */
   al_http_request_data_cb on_data;         /* optional */
   al_http_request_complete_cb on_complete; /* required */

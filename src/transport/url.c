@@ -244,3 +244,72 @@ bool al__transport_no_proxy_match(const char *no_proxy, const char *host,
   }
   return false;
 }
+
+/* Why a base URL cannot be used, in words, for the error that names it
+ * (exit 2 in run, invalid params in the daemon). */
+int al_http_url_check(const char *url, char *why, size_t len) {
+  al__transport_url_t u;
+  const char *p, *host, *end;
+  size_t i;
+  int rc;
+
+  if (url == NULL || *url == '\0') {
+    snprintf(why, len, "empty URL");
+    return AL_EINVAL;
+  }
+  for (i = 0; url[i] != '\0'; i++) {
+    if ((unsigned char)url[i] <= 0x20 || url[i] == 0x7f) {
+      snprintf(why, len, "%s at offset %zu (percent-encode it)",
+               url[i] == ' ' ? "a space" : "a control character", i);
+      return AL_EINVAL;
+    }
+  }
+  if (strncasecmp(url, "https://", 8) == 0) {
+    p = url + 8;
+  } else if (strncasecmp(url, "http://", 7) == 0) {
+    p = url + 7;
+  } else {
+    snprintf(why, len, "the scheme must be http:// or https://");
+    return AL_EINVAL;
+  }
+  rc = al__transport_url_parse(url, false, &u);
+  if (rc == 0) {
+    al__transport_url_free(&u);
+    if (strchr(url, '?') != NULL || strchr(url, '#') != NULL) {
+      snprintf(why, len, "a base URL has no query or fragment");
+      return AL_EINVAL;
+    }
+    return 0;
+  }
+  if (rc == AL_ENOMEM) {
+    snprintf(why, len, "out of memory");
+    return rc;
+  }
+  end = p + strcspn(p, "/?#");
+  host = p;
+  for (i = 0; p + i < end; i++) {
+    if (p[i] == '@') {
+      host = p + i + 1;
+    }
+  }
+  if (host == end || *host == ':') {
+    snprintf(why, len, "no host");
+  } else if (*host == '[' && memchr(host, ']', (size_t)(end - host)) == NULL) {
+    snprintf(why, len, "an IPv6 address needs its closing ']'");
+  } else if (*host == '[') {
+    const char *rb = memchr(host, ']', (size_t)(end - host));
+
+    if (rb + 1 < end && rb[1] == ':') {
+      snprintf(why, len, "the port must be a number 1..65535");
+    } else if (rb + 1 < end) {
+      snprintf(why, len, "unexpected text after the IPv6 address");
+    } else {
+      snprintf(why, len, "not a valid IPv6 address");
+    }
+  } else if (memchr(host, ':', (size_t)(end - host)) != NULL) {
+    snprintf(why, len, "the port must be a number 1..65535");
+  } else {
+    snprintf(why, len, "the host has characters a host name cannot have");
+  }
+  return AL_EINVAL;
+}

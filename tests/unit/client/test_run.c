@@ -1074,6 +1074,135 @@ TEST_IMPL(cli_run_models_file) {
   return 0;
 }
 
+/* Issue 15: a malformed base URL is configuration (exit 2, naming the URL
+ * and why), and --limit bounds a reply. */
+TEST_IMPL(cli_run_bad_base_url_exit_2) {
+  cli_t c;
+  size_t i;
+  static const struct {
+    const char *url;
+    const char *why;
+  } cases[] = {
+      {"http://[::1", "closing ']'"},
+      {"http://127.0.0.1:99999", "port must be a number 1..65535"},
+      {"http://a b/", "a space"},
+      {"http://", "no host"},
+      {"http://:8080/v1", "no host"},
+  };
+
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const char *args[] = {"run", "--base-url", cases[i].url, "-p", "x", NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, args, clean_env);
+    if (c.exit_status != 2 || strstr(c.ebuf, cases[i].url) == NULL ||
+        strstr(c.ebuf, cases[i].why) == NULL) {
+      AL_TEST_FAIL("%s: exit %d, stderr: %s", cases[i].url,
+                   (int)c.exit_status, c.ebuf);
+    }
+    finish(&c);
+  }
+  {
+    const char *args[] = {"run", "--limit", "reply_bytez=1", "-p", "x", NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, args, clean_env);
+    ASSERT_EQ(c.exit_status, 2);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "unknown limit"));
+    finish(&c);
+  }
+  return 0;
+}
+
+TEST_IMPL(cli_run_limit_reply_bytes) {
+  cli_t c;
+  static const char *big =
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - repeat_text: {count: 20000, text: \"0123456789abcdef\"}\n";
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--limit", "reply_bytes=64K", "-p", "x", NULL};
+
+  start_mock(&c, big);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "exceeds the limit of 65536 bytes"));
+  finish(&c);
+  /* The same bound from the configuration file's limits: section. */
+  {
+    char root[] = "/tmp/al-cli-lim-XXXXXX";
+    char dir[128], path[160], xdg[160];
+    char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "ANTHROPIC_API_KEY=k",
+                   xdg, NULL};
+    const char *args2[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                           "-p", "x", NULL};
+    FILE *f;
+
+    ASSERT_NOT_NULL(mkdtemp(root));
+    snprintf(dir, sizeof(dir), "%s/agentloop", root);
+    ASSERT_EQ(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof(path), "%s/config.yaml", dir);
+    f = fopen(path, "w");
+    ASSERT_NOT_NULL(f);
+    fputs("limits:\n  reply_bytes: 32K\n", f);
+    fclose(f);
+    snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", root);
+    start_mock(&c, big);
+    run_cli(&c, args2, env);
+    ASSERT_EQ(c.exit_status, 1);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "exceeds the limit of 32768 bytes"));
+    finish(&c);
+    unlink(path);
+    rmdir(dir);
+    rmdir(root);
+  }
+  return 0;
+}
+
+/* Binary-safe history through `agentloop run` (issue 15): a binary file
+ * and random bytes from bash reach the model as notices and clean text;
+ * the run ends 0 and every request passed the mock's validator. */
+#include "../loop/binfx.h"
+
+TEST_IMPL(cli_run_binary_tool_output) {
+  cli_t c;
+  ws_t w;
+  size_t i;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "json", "-p",
+                        "look", NULL};
+  char *body;
+
+  ws_make(&w);
+  args[4] = w.dir;
+  bin_write_file(w.dir, "rand.bin", 4096);
+  {
+    char tmp[sizeof(w.files[0])];
+
+    snprintf(tmp, sizeof(tmp), "%s/rand.bin", w.dir);
+    memcpy(w.files[w.nfiles++], tmp, sizeof(tmp));
+  }
+  ws_file(&w, "text.txt", "caf\xc3\xa9 ok\nbad \xff byte\n");
+  start_mock(&c, bin_scenario);
+  run_cli(&c, args, clean_env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  for (i = 0; i < al_mockllm_record_count(c.mock); i++) {
+    ASSERT(al_mockllm_record_get(c.mock, i)->valid);
+  }
+  body = json_dumps(al_mockllm_record_get(c.mock, 1)->body, JSON_COMPACT);
+  ASSERT_NOT_NULL(strstr(body, "[binary output: 4096 bytes"));
+  ASSERT_NOT_NULL(strstr(body, "looks like a binary file"));
+  ASSERT_NULL(strstr(body, "\\u0000"));
+  free(body);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
 /* ---- the configuration file (docs/config.md) --------------------------------- */
 
 /* The user's config.yaml gives provider settings, the model, max_tokens and
@@ -1226,6 +1355,305 @@ TEST_IMPL(sysprompt_run_agents_md) {
   ASSERT_NOT_NULL(strstr(c.obuf, "Always answer in French."));
   ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
   finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* The configuration's context: section is checked (FILE:LINE:COL) and
+ * applied; --max-messages bounds every request. */
+TEST_IMPL(cli_run_context_settings) {
+  cli_t c;
+  ws_t w;
+  char xdg[128];
+  char sub[160];
+  char path[200];
+  char *env[5];
+  FILE *f;
+  size_t i;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "-p", "hi", NULL};
+  const char *trim[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--max-messages", "3", "-p", "list twice", NULL};
+
+  ws_make(&w);
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", w.dir);
+  snprintf(sub, sizeof(sub), "%s/agentloop", w.dir);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", sub);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("context:\n  window: 32000\n  max_messages: lots\n", f);
+  fclose(f);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = xdg;
+  env[4] = NULL;
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, ":3:17: context.max_messages must be a count"));
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+  finish(&c);
+  unlink(path);
+
+  start_mock(&c,
+             "responses:\n"
+             "  - reply: {content: [{tool_use: {id: a, name: list_directory, input: {path: .}}}]}\n"
+             "  - reply: {content: [{tool_use: {id: b, name: list_directory, input: {path: .}}}]}\n"
+             "  - reply: {content: [{text: listed}]}\n");
+  run_cli(&c, trim, env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 3);
+  for (i = 0; i < 3; i++) {
+    const al_mockllm_record_t *r = al_mockllm_record_get(c.mock, i);
+
+    ASSERT(r->valid);
+    ASSERT_LE(json_array_size(json_object_get(r->body, "messages")), 3);
+  }
+  finish(&c);
+  rmdir(sub);
+  rmdir(w.dir);
+  return 0;
+}
+
+/* Slowloris through `agentloop run` (issue 15): a reply dripped a byte at
+ * a time keeps the idle timer happy; --limit min_rate_bytes ends it. */
+TEST_IMPL(cli_run_slowloris_min_rate) {
+  cli_t c;
+  char window[64];
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--max-retries", "0", "--limit",
+                        "min_rate_bytes=64K", "--limit", window, "-p", "x",
+                        NULL};
+
+  snprintf(window, sizeof(window), "min_rate_window_ms=%d",
+           100 * al_test_timeout_multiplier());
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{text: 'slow and steady'}]}\n"
+                 "    fault: {drip: {bytes: 1, interval_ms: 4}}\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "below the minimum of 65536"));
+  finish(&c);
+  return 0;
+}
+
+/* `agentloop run --mcp-config --hooks-config`: an MCP tool is offered and
+ * called, and a pre_tool_use hook blocks write_file (SPEC §16). */
+TEST_IMPL(cli_run_mcp_and_hooks) {
+  cli_t c;
+  ws_t w;
+  char mcp[1024];
+  char hooks[512];
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--mcp-config", NULL,
+                        "--hooks-config", NULL, "-p", "go", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[4096];
+
+  ws_make(&w);
+  snprintf(mcp, sizeof(mcp),
+           "{\"mcpServers\":{\"f\":{\"command\":\"%s\",\"args\":[\"--helper\","
+           "\"mcp_server\"],\"sandbox\":false}}}",
+           al_test_exe());
+  snprintf(hooks, sizeof(hooks),
+           "{\"hooks\":{\"pre_tool_use\":[{\"name\":\"nowrite\",\"matcher\":"
+           "\"write_file\",\"command\":[\"sh\",\"-c\",\"cat >/dev/null; echo "
+           "read-only >&2; exit 2\"]}]}}");
+  args[4] = w.dir;
+  args[6] = ws_file(&w, "mcp.json", mcp);
+  args[8] = ws_file(&w, "hooks.json", hooks);
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{tool_use: {id: m1, name: mcp__f__echo, "
+                 "input: {text: 'from the server'}}}, {tool_use: {id: w1, name: "
+                 "write_file, input: {path: x.txt, content: x}}}]}\n"
+                 "  - reply: {content: [{text: 'finished'}]}\n");
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_STR_EQ(c.obuf, "finished\n");
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  rec = al_mockllm_record_get(c.mock, 1);
+  tr = find_tool_result(rec->body, "m1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_STR_EQ(content_text(json_object_get(tr, "content"), buf, sizeof(buf)),
+                "from the server");
+  tr = find_tool_result(rec->body, "w1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_NOT_NULL(strstr(content_text(json_object_get(tr, "content"), buf,
+                                      sizeof(buf)),
+                         "denied by hook 'nowrite': read-only"));
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* config.yaml's mcp_servers: and hooks: sections (docs/mcp.md,
+ * docs/hooks.md), with ${VAR} expanded in a server's env. */
+TEST_IMPL(config_run_mcp_and_hooks_sections) {
+  cli_t c;
+  ws_t w;
+  char root[] = "/tmp/al_cfgmcp_XXXXXX";
+  char dir[128], path[160], xdg[160];
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "ANTHROPIC_API_KEY=k",
+                 xdg, NULL};
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[4096];
+  FILE *f;
+
+  ws_make(&w);
+  args[4] = w.dir;
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", root);
+  snprintf(dir, sizeof(dir), "%s/agentloop", root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", dir);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fprintf(f,
+          "mcp_servers:\n"
+          "  f:\n"
+          "    command: %s\n"
+          "    args: [--helper, mcp_server]\n"
+          "    sandbox: false\n"
+          "    startup_timeout_ms: 20000\n"
+          "hooks:\n"
+          "  pre_tool_use:\n"
+          "    - name: nowrite\n"
+          "      matcher: 'write_*'\n"
+          "      command: [sh, -c, 'cat >/dev/null; exit 2']\n"
+          "      timeout_ms: 5000\n",
+          al_test_exe());
+  fclose(f);
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{tool_use: {id: m1, name: mcp__f__echo, "
+                 "input: {text: 'from config'}}}, {tool_use: {id: w1, name: "
+                 "write_file, input: {path: x.txt, content: x}}}]}\n"
+                 "  - reply: {content: [{text: 'finished'}]}\n");
+  run_cli(&c, args, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  rec = al_mockllm_record_get(c.mock, 1);
+  ASSERT_NOT_NULL(rec);
+  tr = find_tool_result(rec->body, "m1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT_STR_EQ(content_text(json_object_get(tr, "content"), buf, sizeof(buf)),
+                "from config");
+  tr = find_tool_result(rec->body, "w1");
+  ASSERT(json_is_true(json_object_get(tr, "is_error")));
+  ASSERT_NOT_NULL(strstr(content_text(json_object_get(tr, "content"), buf,
+                                      sizeof(buf)),
+                         "denied by hook 'nowrite'"));
+  finish(&c);
+  unlink(path);
+  rmdir(dir);
+  rmdir(root);
+  ws_remove(&w);
+  return 0;
+}
+
+/* `agentloop mcp list | get NAME`: states, tool counts, the error with the
+ * stderr tail, exit status 1 when a server failed. */
+TEST_IMPL(cli_mcp_list_and_get) {
+  cli_t c;
+  ws_t w;
+  char mcp[1024];
+  const char *list[] = {"mcp", "list", "--cwd", NULL, "--mcp-config", NULL,
+                        NULL};
+  const char *get[] = {"mcp", "get", "ok", "--cwd", NULL, "--mcp-config",
+                       NULL, NULL};
+  const char *json[] = {"mcp", "list", "--json", "--cwd", NULL,
+                        "--mcp-config", NULL, NULL};
+  json_t *j;
+
+  ws_make(&w);
+  snprintf(mcp, sizeof(mcp),
+           "{\"mcpServers\":{\"ok\":{\"command\":\"%s\",\"args\":[\"--helper\","
+           "\"mcp_server\"],\"sandbox\":false},\"bad\":{\"command\":\"%s\","
+           "\"args\":[\"--helper\",\"mcp_server\",\"--exit-at-start\",\"4\"],"
+           "\"sandbox\":false}}}",
+           al_test_exe(), al_test_exe());
+  list[3] = get[4] = json[4] = w.dir;
+  list[5] = get[6] = json[6] = ws_file(&w, "mcp.json", mcp);
+  start_mock(&c, text_yaml);
+  run_cli(&c, list, clean_env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.obuf, "ok: ready, 11 tools"));
+  ASSERT_NOT_NULL(strstr(c.obuf, "bad: failed, 0 tools"));
+  ASSERT_NOT_NULL(strstr(c.obuf, "error: MCP server 'bad' exited with status "
+                                 "4; stderr: line one\nfatal: cannot start"));
+  finish(&c);
+  start_mock(&c, text_yaml);
+  run_cli(&c, get, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_NOT_NULL(strstr(c.obuf, "  mcp__ok__echo - Echo the text back\n"));
+  ASSERT_NULL(strstr(c.obuf, "bad:"));
+  finish(&c);
+  start_mock(&c, text_yaml);
+  run_cli(&c, json, clean_env);
+  j = json_loads(c.obuf, 0, NULL);
+  ASSERT_NOT_NULL(j);
+  ASSERT_EQ(json_array_size(json_object_get(j, "servers")), 2);
+  json_decref(j);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+/* A project's .mcp.json is read only when the project is trusted: its
+ * commands are code from the repository (docs/mcp.md). */
+TEST_IMPL(cli_run_project_mcp_json_needs_trust) {
+  cli_t c;
+  ws_t w;
+  char mcp[1024];
+  const char *untrusted[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                             "--cwd", NULL, "-p", "go", NULL};
+  const char *trusted[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                           "--cwd", NULL, "--trust-project", "-p", "go",
+                           NULL};
+  static const char scn[] =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: m1, name: mcp__proj__echo, "
+      "input: {text: 'project server'}}}]}\n"
+      "  - reply: {content: [{text: 'finished'}]}\n";
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  char buf[4096];
+  const char *text;
+  int pass;
+
+  ws_make(&w);
+  snprintf(mcp, sizeof(mcp),
+           "{\"mcpServers\":{\"proj\":{\"command\":\"%s\",\"args\":["
+           "\"--helper\",\"mcp_server\"],\"sandbox\":false}}}",
+           al_test_exe());
+  ws_file(&w, ".mcp.json", mcp);
+  untrusted[4] = trusted[4] = w.dir;
+  for (pass = 0; pass < 2; pass++) {
+    start_mock(&c, scn);
+    run_cli(&c, pass == 0 ? untrusted : trusted, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    rec = al_mockllm_record_get(c.mock, 1);
+    ASSERT_NOT_NULL(rec);
+    tr = find_tool_result(rec->body, "m1");
+    ASSERT_NOT_NULL(tr);
+    text = content_text(json_object_get(tr, "content"), buf, sizeof(buf));
+    if (pass == 0) {
+      ASSERT(json_is_true(json_object_get(tr, "is_error")));
+      ASSERT_NOT_NULL(strstr(text, "Unknown tool 'mcp__proj__echo'"));
+    } else {
+      ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+      ASSERT_STR_EQ(text, "project server");
+    }
+    finish(&c);
+  }
   ws_remove(&w);
   return 0;
 }

@@ -223,3 +223,30 @@ TEST_IMPL(common_log_level_parse) {
 }
 
 HELPER_IMPL(exit_code) { return argc > 0 ? atoi(argv[0]) : 0; }
+
+/* agentloop/limits.h: names, suffixes, "none", refusals. */
+#include "agentloop/limits.h"
+
+TEST_IMPL(limits_parse) {
+  al_limits_t l;
+
+  memset(&l, 0, sizeof(l));
+  ASSERT_EQ(al_limits_set(&l, "reply_bytes", "512M"), 0);
+  ASSERT_EQ(l.reply_bytes, 512LL << 20);
+  ASSERT_EQ(al_limits_set_kv(&l, "header_count=100"), 0);
+  ASSERT_EQ(l.header_count, 100);
+  ASSERT_EQ(al_limits_set_kv(&l, "total_time_ms=none"), 0);
+  ASSERT_EQ(l.total_time_ms, -1);
+  ASSERT_EQ(al_limits_set(&l, "min_rate_bytes", "2k"), 0);
+  ASSERT_EQ(l.min_rate_bytes, 2048);
+  /* Time limits take no size suffix; junk, zero, negatives are refused. */
+  ASSERT_EQ(al_limits_set(&l, "total_time_ms", "5k"), AL_EINVAL);
+  ASSERT_EQ(al_limits_set(&l, "reply_bytes", "0"), AL_EINVAL);
+  ASSERT_EQ(al_limits_set(&l, "reply_bytes", "-5"), AL_EINVAL);
+  ASSERT_EQ(al_limits_set(&l, "reply_bytes", "12x"), AL_EINVAL);
+  ASSERT_EQ(al_limits_set(&l, "reply_bytes", "99999999999G"), AL_EINVAL);
+  ASSERT_EQ(al_limits_set(&l, "nope", "1"), AL_ENOTFOUND);
+  ASSERT_EQ(al_limits_set_kv(&l, "reply_bytes"), AL_EINVAL);
+  ASSERT_EQ(l.reply_bytes, 512LL << 20);
+  return 0;
+}

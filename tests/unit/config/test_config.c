@@ -195,6 +195,26 @@ TEST_IMPL(config_origins) {
   ASSERT_NULL(strstr(out.data, "0123456789abcdef"));
   al_buf_free(&out);
   al_config_free(&cfg);
+
+  /* The provider's own base URL variable follows the provider in force,
+   * a --provider flag to come included (provider_hint). */
+  {
+    static const char *const env2[] = {"OPENAI_BASE_URL=http://127.0.0.1:7",
+                                       "ANTHROPIC_BASE_URL=http://127.0.0.1:8",
+                                       NULL};
+
+    fake_env = env2;
+    al_config_init(&cfg);
+    al_config_apply_env(&cfg, env_fn);
+    ASSERT_STR_EQ(cfg.base_url, "http://127.0.0.1:8");
+    al_config_free(&cfg);
+    al_config_init(&cfg);
+    cfg.provider_hint = "openai";
+    al_config_apply_env(&cfg, env_fn);
+    ASSERT_STR_EQ(cfg.base_url, "http://127.0.0.1:7");
+    ASSERT_STR_EQ(origin(&cfg, "base_url", "where"), "OPENAI_BASE_URL");
+    al_config_free(&cfg);
+  }
   fake_env = NULL;
   return 0;
 }
@@ -219,7 +239,7 @@ TEST_IMPL(config_errors_file_line_col) {
       {AL_CFG_USER, "max_turns: \"5\"\n",
        "c.yaml:1:12: max_turns must be a number, not a quoted string"},
       {AL_CFG_USER, "provider: gemini\n",
-       "c.yaml:1:11: unknown provider 'gemini' (anthropic or openai)"},
+       "c.yaml:1:11: unknown provider 'gemini' (anthropic, openai or openai-responses)"},
       {AL_CFG_USER, "base_url: ftp://x\n",
        "c.yaml:1:11: base_url must be an http:// or https:// URL"},
       {AL_CFG_USER, "api_key_env: sk-ant-abc\n",
@@ -242,6 +262,10 @@ TEST_IMPL(config_errors_file_line_col) {
       {AL_CFG_USER, "- a\n- b\n",
        "c.yaml:1:1: expected a mapping of keys"},
       {AL_CFG_USER, "model: x\n  bad: [\n", "c.yaml:2:6: YAML: "},
+      /* A value quoted back stays on its line, control bytes replaced
+       * (found by fuzz_config). */
+      {AL_CFG_USER, "provider: \"a\\nb\\e[31m\"\n",
+       "c.yaml:1:11: unknown provider 'a?b?[31m' (anthropic, openai or openai-responses)"},
       /* A project file: no secrets' sources, no wider sandbox. */
       {AL_CFG_PROJECT, "base_url: http://evil.example\n",
        "c.yaml:1:11: base_url cannot be set in a project file"},

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "dtest.h"
+#include "session/session.h"
 
 static const char *two_replies =
     "responses:\n"
@@ -45,7 +46,8 @@ TEST_IMPL(daemon_follows_client_settings) {
    * this client's shell says otherwise. */
   snprintf(p, sizeof(p),
            "{\"cwd\":\"%s\",\"model\":\"m-shell\",\"base_url\":\"%s\","
-           "\"api_key\":\"k-from-the-shell-0123\"}",
+           "\"api_key\":\"k-from-the-shell-0123\",\"max_tokens\":321,"
+           "\"sandbox\":\"auto\",\"timeouts\":{\"tool_ms\":1234}}",
            t.work, t.url);
   dt_create(&c, p, sid, sizeof(sid));
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
@@ -57,6 +59,22 @@ TEST_IMPL(daemon_follows_client_settings) {
   rec = al_mockllm_record_get(t.mock, 0);
   ASSERT_STR_EQ(json_string_value(json_object_get(rec->headers, "x-api-key")),
                 "k-from-the-shell-0123");
+  ASSERT_EQ(json_integer_value(json_object_get(rec->body, "max_tokens")), 321);
+  {
+    char q[512];
+
+    snprintf(q, sizeof(q), "{\"cwd\":\"%s\",\"sandbox\":\"loose\"}",
+             t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, 40, "session/create", q)),
+              AL_RPC_INVALID_PARAMS);
+    snprintf(q, sizeof(q), "{\"cwd\":\"%s\",\"max_turns\":0}", t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, 41, "session/create", q)),
+              AL_RPC_INVALID_PARAMS);
+    snprintf(q, sizeof(q), "{\"cwd\":\"%s\",\"timeouts\":{\"nap_ms\":1}}",
+             t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, 42, "session/create", q)),
+              AL_RPC_INVALID_PARAMS);
+  }
 
   /* /model: the next run uses the new model, with the history. */
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"model\":\"m-next\"}", sid);
@@ -107,12 +125,24 @@ TEST_IMPL(daemon_follows_client_settings) {
     while (fgets(line, sizeof(line), f) != NULL) {
       key_in_file |= strstr(line, "k-from-the-shell") != NULL;
       new_header |= strstr(line, "\"rec\":\"session\"") != NULL &&
-                    strstr(line, "m-next") != NULL;
+                    strstr(line, "m-next") != NULL &&
+                    strstr(line, "\"tool_ms\":1234") != NULL &&
+                    strstr(line, "\"max_tokens\":321") != NULL;
     }
     ASSERT(new_header);
   }
   fclose(f);
   ASSERT(!key_in_file);
+  /* A reload takes the later header: it is in the hash chain too. */
+  {
+    al_tx_loaded_t l;
+
+    ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+    ASSERT_EQ(l.chain_breaks, 0);
+    ASSERT_EQ(l.bad_lines, 0);
+    ASSERT_STR_EQ(l.header.model, "m-next");
+    al__tx_loaded_free(&l);
+  }
   dt_finish(&t, cs, 1);
   return 0;
 }
@@ -181,6 +211,60 @@ TEST_IMPL(daemon_permission_rules_from_client) {
   snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"allow_tools\":\"bash\"}",
            t.work);
   ASSERT_EQ(dt_err(dt_call(&c, 6, "session/create", p)),
+            AL_RPC_INVALID_PARAMS);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
+
+/* The configuration's denied paths reach the daemon's file tools. */
+static const char *denied_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: t1, name: read_file, input: {path: "
+    "\"secret.txt\"}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - text: done\n";
+
+TEST_IMPL(daemon_denied_paths_from_client) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char path[300];
+  char sid[64];
+  size_t i;
+  const char *content;
+  FILE *f;
+
+  dt_init(&t, denied_yaml);
+  snprintf(path, sizeof(path), "%s/secret.txt", t.work);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("the-secret-canary\n", f);
+  fclose(f);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"paths\":{\"denied\":[\"%s\"]}}", t.work, path);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"read\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  i = dt_wait_event(&c, "tool_use_completed", 0);
+  content = json_string_value(json_object_get(
+      json_object_get(json_array_get(c.msgs, i), "params"), "content"));
+  ASSERT_NOT_NULL(content);
+  ASSERT_NULL(strstr(content, "the-secret-canary"));
+  ASSERT(json_is_true(json_object_get(
+      json_object_get(json_array_get(c.msgs, i), "params"), "is_error")));
+  dt_wait_event(&c, "final", i);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"paths\":{\"denied\":[\"rel\"]}}",
+           t.work);
+  ASSERT_EQ(dt_err(dt_call(&c, 5, "session/create", p)),
             AL_RPC_INVALID_PARAMS);
   dt_finish(&t, cs, 1);
   return 0;

@@ -156,15 +156,19 @@ static const char *const spec_names[] = {
     "stream_stall_detected", "model_fallback", "tombstone",
     "micro_compaction", "compaction_started", "compaction_completed",
     "turn_completed", "max_turns_reached", "interrupted", "error", "final",
-    "context_warning", "history_repaired", "user_message"};
+    "context_warning", "history_repaired",
+    /* SPEC §16 (MCP and hooks) */
+    "mcp_server_state", "mcp_tools_changed", "mcp_warning", "hook_executed",
+    /* issue 12 */
+    "user_message"};
 
 TEST_IMPL(events_names_round_trip) {
   al_event_type_t t;
   size_t i;
   int k;
 
-  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 31);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 31);
+  ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 35);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 37);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -636,6 +640,7 @@ static void golden_events(al_event_t *evs) {
   e->u.usage.context_window = 200000;
   e->u.usage.context_pct = 1;
   e->u.usage.cache_read_input_tokens = 1000;
+  e->u.usage.reasoning_tokens = 40;
   e = &evs[AL_EVENT_RETRY];
   e->u.retry.attempt = 2;
   e->u.retry.max = 4;
@@ -689,6 +694,40 @@ static void golden_events(al_event_t *evs) {
   e->u.repaired.count = 1;
   e->u.repaired.repairs =
       S("[{\"rule\":\"tool_use_without_result\",\"message\":4,\"id\":\"toolu_01\"}]");
+  e = &evs[AL_EVENT_PROVIDER_NOTICE];
+  e->u.notice.kind = S("stop_inferred");
+  e->u.notice.message = S("the stream ended without a finish_reason: taken "
+                          "as stop");
+  e = &evs[AL_EVENT_CITATION];
+  e->u.citation.index = 0;
+  e->u.citation.citation =
+      S("{\"type\":\"url_citation\",\"url\":\"https://example.com/a\","
+        "\"title\":\"A\",\"cited_text\":null}");
+  e = &evs[AL_EVENT_MCP_SERVER_STATE];
+  e->u.mcp.server = S("fs");
+  e->u.mcp.state = S("failed");
+  e->u.mcp.tools = 0;
+  e->u.mcp.ms = 30000;
+  e->u.mcp.error = S("MCP server 'fs' exited with status 1; stderr: boom");
+  e = &evs[AL_EVENT_MCP_TOOLS_CHANGED];
+  e->u.mcp.server = S("fs");
+  e->u.mcp.tools = 14;
+  e->u.mcp.added = 14;
+  e->u.mcp.removed = 0;
+  e->u.mcp.definition_tokens = 2412;
+  e = &evs[AL_EVENT_MCP_WARNING];
+  e->u.mcp.server = S("b");
+  e->u.mcp.error = S("tool 'search' is also offered by server 'a'");
+  e = &evs[AL_EVENT_HOOK_EXECUTED];
+  e->u.hook.hook = S("guard");
+  e->u.hook.event = S("pre_tool_use");
+  e->u.hook.decision = S("deny");
+  e->u.hook.outcome = S("exit");
+  e->u.hook.exit_status = 2;
+  e->u.hook.ms = 12;
+  e->u.hook.reason = S("no writes to /etc");
+  e->u.hook.call_id = S("toolu_1");
+  e->u.hook.name = S("bash");
   e = &evs[AL_EVENT_USER_MESSAGE];
   e->u.user_message.text = S("");
   e->u.user_message.tool_results =
@@ -765,7 +804,7 @@ TEST_IMPL(events_golden_json) {
     check_line(p, (size_t)(nl - p), ++seq);
     off = (size_t)(nl - out.data) + 1;
   }
-  ASSERT_EQ(seq, 31);
+  ASSERT_EQ(seq, AL_EVENT_TYPE_COUNT);
   ASSERT_MEM_EQ(out.data, out.len, golden, glen);
   free(golden);
   al_buf_free(&out);

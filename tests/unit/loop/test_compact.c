@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "agent_fx.h"
+#include "common/common.h"
 #include "loop/agent_int.h"
 #include "loop/compact.h"
 #include "test.h"
@@ -339,6 +340,174 @@ TEST_IMPL(compact_resumed_over_window) {
   ASSERT(body_has(&f, 1, "resumed"));
   ASSERT(body_has(&f, 1, GOAL));
   ASSERT(body_has(&f, 1, "continue"));
+  fx_finish(&f);
+  return 0;
+}
+
+/* max_messages (seed 004): the request never holds more messages than the
+ * limit; cuts are safe (no repair, nothing refused) and the first user
+ * message stays. */
+TEST_IMPL(compact_max_messages) {
+  fx_t f;
+  size_t i;
+  al_buf_t y;
+  int k;
+
+  al_buf_init(&y, 1 << 16);
+  al_buf_append_str(&y, "responses:\n");
+  for (k = 1; k <= 8; k++) {
+    al_buf_printf(&y, "  - reply: {content: [{tool_use: {id: t%d, name: "
+                      "list_directory, input: {path: .}}}]}\n", k);
+  }
+  al_buf_append_str(&y, "  - reply: {content: [{text: done}]}\n");
+  fx_init(&f, y.data);
+  al_buf_free(&y);
+  f.opts.max_messages = 6;
+  f.opts.micro_min_tokens = -1;
+  fx_start(&f);
+  fx_run(&f, GOAL);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "history_repaired"), 0);
+  ASSERT(fx_count(&f, "compaction_completed") >= 1);
+  ASSERT_STR_EQ(jstr(ev_of(&f, "compaction_completed"), "trigger"),
+                "max_messages");
+  for (i = 0; i < fx_requests(&f); i++) {
+    ASSERT_LE(json_array_size(json_object_get(fx_request(&f, i)->body,
+                                              "messages")),
+              6);
+    ASSERT(body_has(&f, i, GOAL));
+  }
+  fx_finish(&f);
+  return 0;
+}
+
+/* The mock's expect_request step refuses a request that lacks (or holds)
+ * a string, with a clear 400: how the long-session tests make the server
+ * check the goal itself. */
+TEST_IMPL(compact_mock_expect_request) {
+  fx_t f;
+  const json_t *e;
+
+  fx_init(&f, "responses:\n"
+              "  - expect_request: {contains: \"GOAL-ZEBRA\", not_contains: \"forbidden\"}\n"
+              "    reply: {content: [{text: fine}]}\n"
+              "  - expect_request: {contains: \"GOAL-ZEBRA\"}\n"
+              "    reply: {content: [{text: never}]}\n");
+  f.opts.retry_max_attempts = 1;
+  fx_start(&f);
+  fx_run(&f, GOAL);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  /* Reset the conversation: a fresh agent without the goal. */
+  fx_finish(&f);
+  fx_init(&f, "responses:\n"
+              "  - expect_request: {contains: \"GOAL-ZEBRA\"}\n"
+              "    reply: {content: [{text: never}]}\n");
+  f.opts.retry_max_attempts = 1;
+  fx_start(&f);
+  fx_run(&f, "no canary here");
+  ASSERT_STR_EQ(fx_last_type(&f), "error");
+  e = fx_event(&f, fx_find(&f, "api_error", NULL, 0));
+  ASSERT_EQ(json_integer_value(json_object_get(e, "status")), 400);
+  ASSERT_NOT_NULL(strstr(jstr(e, "message"),
+                         "expect_request: the request body does not contain "
+                         "'GOAL-ZEBRA'"));
+  ASSERT(!fx_request(&f, 0)->valid);
+  fx_finish(&f);
+  return 0;
+}
+
+static void compact_hook(fx_t *f, const al_event_t *ev, const json_t *j) {
+  (void)j;
+  if (ev->type == AL_EVENT_STREAM_REQUEST_START && ev->run == 1 &&
+      fx_count(f, "stream_request_start") == 3) {
+    ASSERT_EQ(al_agent_compact(f->agent, NULL), 0);
+  }
+}
+
+/* Manual compaction during a run waits for the next request; when the run
+ * ends first, it runs before the next run's first request. */
+TEST_IMPL(compact_manual_deferred) {
+  fx_t f;
+
+  fx_init(&f,
+          "responses:\n"
+          "  - reply: {content: [{tool_use: {id: t1, name: read_file, input: {path: f1}}}]}\n"
+          "  - reply: {content: [{tool_use: {id: t2, name: read_file, input: {path: f2}}}]}\n"
+          "  - reply: {content: [{text: first done}]}\n"
+          "  - reply: {content: [{text: \"## Goal\\ndeferred summary\"}]}\n"
+          "  - reply: {content: [{text: second done}]}\n");
+  f.opts.micro_min_tokens = -1;
+  f.hook = compact_hook;
+  fx_start(&f);
+  write_files(&f, 2, 100);
+  fx_run(&f, GOAL);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "compaction_started"), 0);
+  f.hook = NULL;
+  fx_run(&f, "and then?");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_count(&f, "compaction_completed"), 1);
+  ASSERT_STR_EQ(jstr(ev_of(&f, "compaction_started"), "trigger"), "manual");
+  ASSERT(body_has(&f, 4, "deferred summary"));
+  ASSERT(body_has(&f, 4, "and then?"));
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* A second compaction replaces the first summary instead of stacking it
+ * (and its cut still lands on a safe point: the server accepts all). */
+TEST_IMPL(compact_twice_replaces_summary) {
+  fx_t f;
+  const json_t *m0;
+  const json_t *b;
+  size_t i;
+  size_t heads = 0;
+  int k;
+
+  fx_init(&f,
+          "responses:\n"
+          "  - reply: {content: [{tool_use: {id: t1, name: read_file, input: {path: f1}}}]}\n"
+          "  - reply: {content: [{tool_use: {id: t2, name: read_file, input: {path: f2}}}]}\n"
+          "  - reply: {content: [{text: first done}]}\n"
+          "  - reply: {content: [{text: \"## Goal\\nSUMMARY-ONE\"}]}\n"
+          "  - reply: {content: [{tool_use: {id: t3, name: read_file, input: {path: f1}}}]}\n"
+          "  - reply: {content: [{tool_use: {id: t4, name: read_file, input: {path: f2}}}]}\n"
+          "  - reply: {content: [{text: second done}]}\n"
+          "  - reply: {content: [{text: \"## Goal\\nSUMMARY-TWO\"}]}\n"
+          "  - reply: {content: [{text: third done}]}\n");
+  f.opts.micro_min_tokens = -1;
+  fx_start(&f);
+  write_files(&f, 2, 100);
+  fx_run(&f, GOAL);
+  for (k = 1; k <= 2; k++) {
+    ASSERT_EQ(al_agent_compact(f.agent, NULL), 0);
+    while (fx_count(&f, "compaction_completed") < (size_t)k) {
+      uv_run(&f.loop, UV_RUN_ONCE);
+    }
+    if (k == 1) {
+      fx_run(&f, "more");
+    }
+  }
+  fx_run(&f, "last");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "history_repaired"), 0);
+  m0 = json_array_get(
+      json_object_get(fx_request(&f, fx_requests(&f) - 1)->body, "messages"),
+      0);
+  json_array_foreach(json_object_get(m0, "content"), i, b) {
+    const char *t = jstr(b, "text");
+
+    if (t != NULL && strncmp(t, "[agentloop compacted", 20) == 0) {
+      heads++;
+      ASSERT_NOT_NULL(strstr(t, "SUMMARY-TWO"));
+    }
+  }
+  ASSERT_EQ(heads, 1);
+  ASSERT_STR_EQ(jstr(json_array_get(json_object_get(m0, "content"), 0), "text"),
+                GOAL);
   fx_finish(&f);
   return 0;
 }

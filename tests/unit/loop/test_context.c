@@ -249,3 +249,67 @@ TEST_IMPL(context_mock_cache_prefix) {
   fx_finish(&f);
   return 0;
 }
+
+/* ---- prompt caching -------------------------------------------------------- */
+
+static size_t count_marks(const json_t *j) {
+  size_t n = 0;
+  const char *k;
+  const json_t *v;
+  size_t i;
+
+  if (json_is_object(j)) {
+    json_object_foreach((json_t *)j, k, v) {
+      n += strcmp(k, "cache_control") == 0 ? 1 : count_marks(v);
+    }
+  } else if (json_is_array(j)) {
+    json_array_foreach(j, i, v) {
+      n += count_marks(v);
+    }
+  }
+  return n;
+}
+
+/* Anthropic: breakpoints on the system prompt, the last tool and the
+ * moving end (the last message and the user message before it), never
+ * more than 4; the mock's prompt cache then reports cache reads, which
+ * the usage events carry. Off: no breakpoint at all. */
+TEST_IMPL(context_prompt_cache) {
+  fx_t f;
+  const json_t *body;
+  const json_t *msgs;
+  size_t i;
+
+  fx_init(&f, "usage_from_request: {bytes_per_token: 4, cache: true}\n"
+              "responses:\n"
+              "  - reply: {content: [{tool_use: {id: t1, name: list_directory, input: {path: .}}}]}\n"
+              "  - reply: {content: [{tool_use: {id: t2, name: list_directory, input: {path: .}}}]}\n"
+              "  - reply: {content: [{text: done}]}\n");
+  f.opts.system = "You are a test.";
+  fx_start(&f);
+  fx_run(&f, "list twice");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  for (i = 0; i < fx_requests(&f); i++) {
+    ASSERT_LE(count_marks(fx_request(&f, i)->body), 4);
+  }
+  body = fx_request(&f, 2)->body;
+  ASSERT_EQ(count_marks(body), 4);
+  ASSERT_EQ(count_marks(json_object_get(body, "system")), 1);
+  ASSERT_EQ(count_marks(json_object_get(body, "tools")), 1);
+  msgs = json_object_get(body, "messages");
+  /* The end: the last message's last block, and the previous user turn. */
+  ASSERT_EQ(count_marks(json_array_get(msgs, json_array_size(msgs) - 1)), 1);
+  ASSERT_EQ(count_marks(json_array_get(msgs, json_array_size(msgs) - 3)), 1);
+  ASSERT(jint(nth_usage(&f, 2), "cache_read_input_tokens") > 0);
+  fx_finish(&f);
+
+  fx_init(&f, "responses:\n  - reply: {content: [{text: done}]}\n");
+  f.opts.system = "You are a test.";
+  f.opts.no_prompt_cache = true;
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_EQ(count_marks(fx_request(&f, 0)->body), 0);
+  fx_finish(&f);
+  return 0;
+}

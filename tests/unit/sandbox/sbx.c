@@ -1,5 +1,7 @@
 /* Sandbox test fixture: see sbx.h. */
 #include <dirent.h>
+#include <poll.h>
+#include <sys/pidfd.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -12,7 +14,11 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "sandbox/pool.h"
 #include "unit/sandbox/sbx.h"
+
+uint64_t sbx_pool_idle_ms;
+uint64_t sbx_data_bytes;
 
 #include "tools/bash.h"
 
@@ -307,6 +313,7 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   cfg.nproc = 64;
   cfg.nofile = 256;
   cfg.as_bytes = (uint64_t)1 << 30;
+  cfg.data_bytes = sbx_data_bytes;
   cfg.fsize_bytes = (uint64_t)16 << 20;
   ASSERT_EQ(al__sandbox_new(&cfg, &x->sb, &info), 0);
   if (info.mode != (mode == SBX_BWRAP ? AL_SANDBOX_MODE_BWRAP
@@ -317,6 +324,12 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   }
 
   ASSERT_EQ(uv_loop_init(&x->loop), 0);
+  if (mode == SBX_BWRAP) {
+    /* Every bwrap-mode attempt goes through a warm sandbox (sbx_call
+     * checks that it did), as agents run them. */
+    ASSERT_EQ(al__pool_start(&x->loop, x->sb, 4, sbx_pool_idle_ms), 0);
+    ASSERT(al__pool_stats(x->sb, &(al_pool_stats_t){0}));
+  }
   al__executor_options_init(&eo);
   eo.lookup = lookup;
   eo.on_completed = on_completed;
@@ -365,14 +378,39 @@ void sbx_call(sbx_t *x, const char *name, const char *input) {
   json_error_t jerr;
   json_t *in = json_loads(input, JSON_ALLOW_NUL, &jerr);
   int before = x->completed;
+  al_pool_stats_t st;
+  al_pool_stats_t after;
 
   if (in == NULL) {
     AL_TEST_FAIL("bad test input %s: %s", input, jerr.text);
   }
   ASSERT_EQ(al__executor_reset(&x->ex), 0);
+  if (al__pool_stats(x->sb, &st)) {
+    /* A warm sandbox that matches the workspace as the attempt set it
+     * up (its set-up may have changed a protected path). */
+    sbx_wait_warm(x);
+    al__pool_stats(x->sb, &st);
+  }
   ASSERT_EQ(al__executor_add(&x->ex, "call1", name, in), 0);
   json_decref(in);
   while (x->completed == before) {
+    uv_run(&x->loop, UV_RUN_ONCE);
+  }
+  if (strcmp(name, "bash") == 0 && al__pool_stats(x->sb, &after)) {
+    ASSERT_EQ(after.served, st.served + 1);
+  }
+}
+
+void sbx_wait_warm(sbx_t *x) {
+  al_pool_stats_t st;
+
+  for (;;) {
+    al__pool_prune(x->sb);
+    ASSERT(al__pool_stats(x->sb, &st));
+    if (st.idle_k[0] > 0) {
+      return;
+    }
+    ASSERT_EQ(st.failed, 0);
     uv_run(&x->loop, UV_RUN_ONCE);
   }
 }
@@ -511,6 +549,9 @@ void sbx_finish(sbx_t *x) {
   size_t i;
 
   al__executor_close(&x->ex, on_close);
+  /* The warm pool goes with the sandbox, on the loop. */
+  al__sandbox_free(x->sb);
+  x->sb = NULL;
   ASSERT_LOOP_CLOSES(&x->loop);
   ASSERT(x->closed);
   al__bash_tool_free(x->bash);
@@ -522,7 +563,6 @@ void sbx_finish(sbx_t *x) {
   }
   free(x->cli_tools);
   al__cli_set_free(&x->cli);
-  al__sandbox_free(x->sb);
   close(x->tcp_fd);
   close(x->unix_fd);
   free(x->content);
@@ -530,3 +570,94 @@ void sbx_finish(sbx_t *x) {
            x->base, x->base);
   ASSERT_EQ(system(cmd), 0);
 }
+
+/* ---- process trees --------------------------------------------------------- */
+
+static int ppid_of(int pid) {
+  char path[64];
+  char buf[1024];
+  FILE *f;
+  size_t n;
+  char *rp;
+  int ppid = -1;
+
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  f = fopen(path, "re");
+  if (f == NULL) {
+    return -1;
+  }
+  n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  rp = strrchr(buf, ')');
+  if (rp == NULL || sscanf(rp + 1, " %*c %d", &ppid) != 1) {
+    return -1;
+  }
+  return ppid;
+}
+
+/* `root` and every process below it; a pidfd for each (readable once it
+ * has exited, whoever its parent). */
+size_t sbx_tree_pidfds(int root, int *fds, size_t max) {
+  int pids[SBX_MAX_TREE];
+  size_t n = 0, i, k;
+  bool grew = true;
+
+  pids[n++] = root;
+  while (grew && n < SBX_MAX_TREE) {
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+
+    ASSERT_NOT_NULL(d);
+    grew = false;
+    while ((de = readdir(d)) != NULL && n < SBX_MAX_TREE) {
+      int pid = atoi(de->d_name);
+      int pp;
+      bool known = false;
+
+      if (pid <= 0) {
+        continue;
+      }
+      for (k = 0; k < n; k++) {
+        known = known || pids[k] == pid;
+      }
+      pp = known ? -1 : ppid_of(pid);
+      for (k = 0; k < n && pp > 0; k++) {
+        if (pids[k] == pp) {
+          pids[n++] = pid;
+          grew = true;
+          break;
+        }
+      }
+    }
+    closedir(d);
+  }
+  for (i = 0, k = 0; i < n && k < max; i++) {
+    int fd = (int)pidfd_open(pids[i], 0);
+
+    if (fd >= 0) {
+      fds[k++] = fd;
+    }
+  }
+  return k;
+}
+
+/* True when every process exits within the (scaled) limit. */
+bool sbx_all_exit(int *fds, size_t n) {
+  int limit_ms = 10000 * al_test_timeout_multiplier();
+  size_t i;
+  bool ok = true;
+
+  for (i = 0; i < n; i++) {
+    struct pollfd p = {fds[i], POLLIN, 0};
+    int r;
+
+    do {
+      r = poll(&p, 1, limit_ms);
+    } while (r < 0 && errno == EINTR);
+    ok = ok && r == 1;
+    close(fds[i]);
+  }
+  return ok;
+}
+

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <uv.h>
 
@@ -65,12 +66,27 @@ typedef struct sbx_s {
   char *content;
 } sbx_t;
 
+/* The warm pool's idle time for the next sbx_init (0: the default). */
+extern uint64_t sbx_pool_idle_ms;
+/* RLIMIT_DATA of the tools for the next sbx_init (0: the default share of
+ * the machine). */
+extern uint64_t sbx_data_bytes;
+
 /* Builds everything; the sandbox mode must come out as asked (a failing
  * probe fails the test: nothing is skipped). */
 void sbx_init(sbx_t *x, sbx_mode_t mode);
 /* Runs one call of tool `name` with the JSON input to its completion;
  * x->content / x->is_error hold the result. */
 void sbx_call(sbx_t *x, const char *name, const char *input);
+/* bwrap mode: runs the loop until a warm sandbox that matches the
+ * workspace as it is now is ready. */
+void sbx_wait_warm(sbx_t *x);
+#define SBX_MAX_TREE 256
+/* `root` and every process below it now: a pidfd for each (readable once
+ * it has exited, whoever its parent); returns how many. */
+size_t sbx_tree_pidfds(int root, int *fds, size_t max);
+/* True when every one exits within the (scaled) limit; closes them. */
+bool sbx_all_exit(int *fds, size_t n);
 /* ${WS} ${OUT} ${HOME} ${PID} ${PORT} ${SOCK} ${MARK} expanded (static
  * buffer, overwritten by the next call). */
 const char *sbx_expand(const sbx_t *x, const char *s, const char *mark);

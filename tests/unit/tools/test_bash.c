@@ -964,7 +964,8 @@ TEST_IMPL(bash_output_cap_counts_discarded) {
 TEST_IMPL(bash_invalid_utf8_sanitized) {
   make_workspace();
   bash_expect("{\"command\": \"printf '\\\\377ok\\\\300'\"}",
-              "\xEF\xBF\xBDok\xEF\xBF\xBD", false);
+              "\xEF\xBF\xBDok\xEF\xBF\xBD\n"
+              "[2 invalid UTF-8 sequence(s) replaced with U+FFFD]", false);
   remove_workspace();
   return 0;
 }

@@ -144,7 +144,8 @@ TEST_IMPL(transport_https_reused_conn_retry) {
   return 0;
 }
 
-static void expect_cert_failure(const char *server_cert, const char *host) {
+static void expect_cert_failure(const char *server_cert, const char *host,
+                                const char *why) {
   uv_loop_t loop;
   tsrv_t srv;
   al_http_client_t *c;
@@ -161,6 +162,11 @@ static void expect_cert_failure(const char *server_cert, const char *host) {
   ASSERT_EQ(r.kind, AL_HTTP_ERR_TLS);
   ASSERT_EQ(r.nresp, 0);
   ASSERT(r.has_detail); /* mbedtls' reason, as text only */
+  /* The message says it was verification, and why (issue 15). */
+  if (strstr(r.msg, "certificate verification failed") == NULL ||
+      strstr(r.msg, why) == NULL) {
+    AL_TEST_FAIL("want '%s' in: %s", why, r.msg);
+  }
   ASSERT_EQ(srv.requests, 0); /* nothing was sent over the bad channel */
   rec_client_close(c);
   tsrv_close(&srv);
@@ -168,15 +174,21 @@ static void expect_cert_failure(const char *server_cert, const char *host) {
 }
 
 TEST_IMPL(transport_https_unknown_ca) {
-  expect_cert_failure("unknown", "localhost");
-  expect_cert_failure("unknown", "127.0.0.1");
+  expect_cert_failure("unknown", "localhost", "unknown CA");
+  expect_cert_failure("unknown", "127.0.0.1", "unknown CA");
   return 0;
 }
 
 TEST_IMPL(transport_https_wrong_host) {
   /* Signed by the trusted CA, but for wrong.example.com. */
-  expect_cert_failure("wronghost", "localhost");
-  expect_cert_failure("wronghost", "127.0.0.1");
+  expect_cert_failure("wronghost", "localhost", "name mismatch");
+  expect_cert_failure("wronghost", "127.0.0.1", "name mismatch");
+  return 0;
+}
+
+TEST_IMPL(transport_https_expired) {
+  /* Signed by the trusted CA for localhost, valid only in 2020. */
+  expect_cert_failure("expired", "localhost", "expired");
   return 0;
 }
 

@@ -140,6 +140,17 @@ TEST_IMPL(tui_usage_line_format) {
                       "· 1.1k out");
   al__tui_usage_line(&small, &small, line, sizeof(line));
   ASSERT_STR_EQ(line, "25 in · 9 out · session 25 in · 9 out");
+  {
+    al__tui_usage_t both = {200, 10, 8100, 1500};
+    al__tui_usage_t write = {200, 10, 0, 1500};
+
+    al__tui_usage_line(&both, &both, line, sizeof(line));
+    ASSERT_STR_EQ(line, "9.8k in (8.1k cached, 1.5k written) · 10 out · "
+                        "session 9.8k in · 10 out");
+    al__tui_usage_line(&write, &write, line, sizeof(line));
+    ASSERT_STR_EQ(line, "1.7k in (1.5k written to cache) · 10 out · "
+                        "session 1.7k in · 10 out");
+  }
   return 0;
 }
 
@@ -246,6 +257,30 @@ TEST_IMPL(tui_view_run_lines) {
                        "  ⎿ exit status 1\n"
                        "thinking: hmm\n"
                        "100 in · 20 out · session 100 in · 20 out\n");
+  vfix_free(&f);
+  return 0;
+}
+
+/* Context management events become one notice each. */
+TEST_IMPL(tui_view_context_notices) {
+  vfix_t f;
+
+  utf8_locale();
+  vfix_init(&f, false);
+  vfix_feed(&f, "{\"type\":\"context_warning\",\"context_tokens\":161000,"
+                "\"context_window\":200000,\"context_pct\":80}", 1);
+  vfix_feed(&f, "{\"type\":\"micro_compaction\",\"cleared\":3,"
+                "\"tokens_saved\":30000}", 2);
+  vfix_feed(&f, "{\"type\":\"compaction_completed\",\"trigger\":\"auto\","
+                "\"tokens_before\":150000,\"tokens_after\":20000,"
+                "\"dropped_messages\":40,\"fallback\":true}", 3);
+  vfix_feed(&f, "{\"type\":\"history_repaired\",\"count\":1}", 4);
+  ASSERT_STR_EQ(f.err,
+                "context 80% full (161000 of 200000 tokens): /compact frees it\n"
+                "cleared 3 old tool outputs (30000 tokens saved)\n"
+                "history compacted (auto): 150000 -> 20000 tokens, 40 messages "
+                "summarized (the summary failed: trimmed instead)\n"
+                "history repaired before sending (1 fixes)\n");
   vfix_free(&f);
   return 0;
 }

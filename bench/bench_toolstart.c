@@ -1,0 +1,548 @@
+/* `agentloop-bench toolstart` (also the first table of `tools`): how long
+ * after its block ends a sandboxed command really runs.
+ *
+ * An embedded agentloop-mockllm with send stamps (every SSE event carries
+ * `id: <uv_hrtime ns>` taken when its batch is written) scripts replies
+ * of: a text block streamed over ~20 ms (a model's time to its tool call;
+ * real ones take hundreds of ms), ONE bash tool_use whose command is
+ * agentloop-bench-stamp (static; it writes CLOCK_MONOTONIC at its own
+ * entry to a file), then a streamed tail. Per call:
+ *
+ *   start = stamp written by the command - send stamp of the event that
+ *           completed the tool block (its content_block_stop)
+ *
+ * both CLOCK_MONOTONIC on this machine: transport, decode, dispatch,
+ * permission, spawn, bwrap, Landlock, seccomp, the shell and the exec are
+ * all inside. Modes, interleaved run by run (a run = a fresh agent, so a
+ * fresh session and pool, with PER_RUN calls), in one process:
+ *
+ *   bwrap warm   the default: bwrap mode with the warm pool
+ *   bwrap cold   bwrap mode, AGENTLOOP_WARM=0 (as before the pool)
+ *   degraded     bwrap "fails" (/bin/false): agentloop-exec alone
+ *   none         --sandbox=none: the floor every mode pays
+ *
+ * At the end of each warm run (its last tool done, only the pool's idle
+ * sandboxes left as our children) the PSS and RSS of every process below
+ * us is summed and divided by the number of warm sandboxes: the memory
+ * one idle warm sandbox costs. Targets (printed, not enforced): bwrap
+ * warm p50 <= 1 ms, p99 <= 3 ms. */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "agentloop/agent.h"
+#include "bench.h"
+#include "common/common.h"
+#include "loop/agent_int.h" /* al__agent_call_stamp */
+#include "mockllm/mockllm.h"
+#include "sandbox/pool.h"
+
+#define TARGET_P50_US 1000.0
+#define TARGET_P99_US 3000.0
+
+enum { M_WARM = 0, M_COLD, M_DEGRADED, M_NONE, M_COUNT };
+
+static const char *const mode_names[M_COUNT] = {"bwrap warm", "bwrap cold",
+                                                "degraded", "none"};
+
+typedef struct {
+  uint64_t *us100; /* per call: start in 0.1 us units */
+  uint64_t *disp100; /* per call: stamp -> tool_use_started, same units */
+  size_t n;
+  size_t cap;
+  double *run_p50; /* per run */
+  size_t runs;
+  double pss_kb_sum; /* per idle warm sandbox, summed over runs */
+  double rss_kb_sum;
+  size_t mem_samples;
+  size_t errors;
+  uint64_t served; /* warm pool: commands started warm */
+  uint64_t misses;
+} series_t;
+
+typedef struct {
+  uv_loop_t loop;
+  uv_timer_t next;
+  al_mockllm_t *mock;
+  al_agent_t *agent;
+  al_agent_options_t ao;
+  char url[64];
+  char workspace[64];
+  char stampfile[128];
+  size_t per_run;
+  size_t runs; /* per mode */
+  size_t run_i; /* overall run index */
+  int mode;
+  size_t call_in_run;
+  uint64_t block_stamp;
+  uint64_t started_ts;
+  series_t s[M_COUNT];
+  uint64_t run_first; /* index in s[mode].us100 of this run's first call */
+  bool failed;
+  char why[256];
+} tb_t;
+
+static void fail(tb_t *b, const char *why) {
+  if (!b->failed) {
+    b->failed = true;
+    snprintf(b->why, sizeof(b->why), "%s", why);
+  }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+
+  return x < y ? -1 : x > y;
+}
+
+/* Nearest rank, in us. */
+static double pct(const uint64_t *sorted, size_t n, double p) {
+  size_t k;
+
+  if (n == 0) {
+    return 0;
+  }
+  k = (size_t)(p / 100.0 * (double)n + 0.999999);
+  if (k == 0) {
+    k = 1;
+  }
+  if (k > n) {
+    k = n;
+  }
+  return (double)sorted[k - 1] / 10.0;
+}
+
+/* Sums PSS and RSS (kB) of every process below us; returns how many of
+ * them are our direct children (one per warm sandbox: bwrap). */
+static size_t below_us(double *pss, double *rss) {
+  int pids[1024];
+  size_t n = 0, i, k, direct = 0;
+  bool grew = true;
+
+  *pss = *rss = 0;
+  pids[n++] = (int)getpid();
+  while (grew && n < 1024) {
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+
+    grew = false;
+    while (d != NULL && (de = readdir(d)) != NULL && n < 1024) {
+      int pid = atoi(de->d_name), pp = -1;
+      char path[64], buf[512];
+      FILE *f;
+      bool known = false;
+
+      if (pid <= 0) {
+        continue;
+      }
+      for (k = 0; k < n; k++) {
+        known = known || pids[k] == pid;
+      }
+      if (known) {
+        continue;
+      }
+      snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+      if ((f = fopen(path, "re")) == NULL) {
+        continue;
+      }
+      if (fgets(buf, sizeof(buf), f) != NULL && strrchr(buf, ')') != NULL) {
+        (void)sscanf(strrchr(buf, ')') + 1, " %*c %d", &pp);
+      }
+      fclose(f);
+      for (k = 0; k < n; k++) {
+        if (pids[k] == pp) {
+          pids[n++] = pid;
+          direct += k == 0;
+          grew = true;
+          break;
+        }
+      }
+    }
+    if (d != NULL) {
+      closedir(d);
+    }
+  }
+  for (i = 1; i < n; i++) {
+    char path[64], line[256];
+    FILE *f;
+    double v;
+
+    snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pids[i]);
+    if ((f = fopen(path, "re")) == NULL) {
+      continue;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+      if (sscanf(line, "Pss: %lf", &v) == 1) {
+        *pss += v;
+      } else if (sscanf(line, "Rss: %lf", &v) == 1) {
+        *rss += v;
+      }
+    }
+    fclose(f);
+  }
+  return direct;
+}
+
+static void on_next(uv_timer_t *t);
+
+static uint64_t read_stamp(const char *path) {
+  FILE *f = fopen(path, "re");
+  unsigned long long v = 0;
+
+  if (f == NULL) {
+    return 0;
+  }
+  if (fscanf(f, "%llu", &v) != 1) {
+    v = 0;
+  }
+  fclose(f);
+  unlink(path);
+  return (uint64_t)v;
+}
+
+static void on_event(const al_event_t *ev, void *data) {
+  tb_t *b = data;
+  series_t *s = &b->s[b->mode];
+  char id[80];
+
+  switch (ev->type) {
+  case AL_EVENT_TOOL_USE_STARTED:
+    snprintf(id, sizeof(id), "%.*s", (int)ev->u.tool.call_id.len,
+             ev->u.tool.call_id.ptr);
+    b->block_stamp = al__agent_call_stamp(b->agent, id);
+    b->started_ts = ev->ts_ns;
+    if (b->block_stamp == 0) {
+      fail(b, "no send stamp for a tool block");
+    }
+    break;
+  case AL_EVENT_TOOL_USE_COMPLETED: {
+    uint64_t at = read_stamp(b->stampfile);
+
+    if (ev->u.tool.is_error || at == 0 || at < b->block_stamp) {
+      s->errors++;
+      break;
+    }
+    if (s->n < s->cap) {
+      s->disp100[s->n] = (b->started_ts - b->block_stamp) / 100;
+      s->us100[s->n++] = (at - b->block_stamp) / 100;
+    }
+    break;
+  }
+  case AL_EVENT_FINAL:
+    if (b->mode == M_WARM) {
+      double pss, rss;
+      size_t warm = below_us(&pss, &rss);
+      al_pool_stats_t st;
+
+      if (al__pool_stats(al__agent_sandbox(b->agent), &st)) {
+        s->served += st.served;
+        s->misses += st.misses;
+      }
+
+      if (warm > 0) {
+        s->pss_kb_sum += pss / (double)warm;
+        s->rss_kb_sum += rss / (double)warm;
+        s->mem_samples++;
+      }
+    }
+    uv_timer_start(&b->next, on_next, 0, 0);
+    break;
+  case AL_EVENT_ERROR:
+  case AL_EVENT_INTERRUPTED:
+    fail(b, "the run ended in an error");
+    uv_timer_start(&b->next, on_next, 0, 0);
+    break;
+  default:
+    break;
+  }
+}
+
+static void on_closed(al_agent_t *a) {
+  tb_t *b = al_agent_get_data(a);
+
+  b->agent = NULL;
+  uv_timer_start(&b->next, on_next, 0, 0);
+}
+
+static void end_run(tb_t *b) {
+  series_t *s = &b->s[b->mode];
+  size_t k = s->n - (size_t)b->run_first;
+
+  if (k > 0) {
+    uint64_t *tmp = malloc(k * sizeof(*tmp));
+
+    memcpy(tmp, s->us100 + b->run_first, k * sizeof(*tmp));
+    qsort(tmp, k, sizeof(*tmp), cmp_u64);
+    s->run_p50[s->runs++] = pct(tmp, k, 50);
+    free(tmp);
+  }
+}
+
+static void on_next(uv_timer_t *t) {
+  tb_t *b = AL_CONTAINER_OF(t, tb_t, next);
+
+  if (b->agent != NULL) {
+    end_run(b);
+    al_agent_close(b->agent, on_closed);
+    return;
+  }
+  if (b->failed || b->run_i == b->runs * M_COUNT) {
+    uv_close((uv_handle_t *)&b->next, NULL);
+    al_mockllm_close(b->mock, NULL);
+    return;
+  }
+  b->mode = (int)(b->run_i % M_COUNT);
+  b->run_i++;
+  b->ao.sandbox = b->mode == M_NONE ? AL_SANDBOX_OFF : AL_SANDBOX_AUTO;
+  b->ao.sandbox_bwrap = b->mode == M_DEGRADED ? "/bin/false" : NULL;
+  /* Read when the agent builds its sandbox (al__pool_start). */
+  setenv("AGENTLOOP_WARM", b->mode == M_WARM ? "1" : "0", 1);
+  b->run_first = b->s[b->mode].n;
+  if (al_agent_new(&b->loop, &b->ao, &b->agent) != 0 ||
+      al_agent_subscribe(b->agent, on_event, b, NULL) != 0 ||
+      al_agent_run(b->agent, "Stamp, again and again.") != 0) {
+    fail(b, "could not start a run");
+    if (b->agent == NULL) {
+      uv_timer_start(&b->next, on_next, 0, 0);
+    } else {
+      al_agent_close(b->agent, on_closed);
+    }
+  }
+}
+
+static char *scenario(const tb_t *b, const char *stamp) {
+  al_buf_t y;
+  size_t r, i;
+
+  al_buf_init(&y, (size_t)1 << 28);
+  al_buf_append_str(&y, "timestamps: true\non_exhausted: error\nresponses:\n");
+  for (r = 0; r < b->runs * M_COUNT; r++) {
+    for (i = 0; i < b->per_run; i++) {
+      al_buf_printf(&y,
+                    "  - reply:\n"
+                    "      content:\n"
+                    "        - text: \"Let me run the stamp program now.\"\n"
+                    "          chunks: 5\n"
+                    "          delay_ms: 4\n"
+                    "        - tool_use: {name: bash, input: {command: "
+                    "\"%s %s\"}, delay_ms: 1}\n"
+                    "        - text: \"The reply goes on while it runs.\"\n"
+                    "          chunks: 5\n"
+                    "          delay_ms: 2\n",
+                    stamp, b->stampfile);
+    }
+    al_buf_append_str(&y, "  - reply: {content: [{text: \"Done.\"}]}\n");
+  }
+  return y.data;
+}
+
+static void stamp_path(char *out, size_t n) {
+  char exe[1024];
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  char *slash;
+
+  out[0] = '\0';
+  if (k <= 0) {
+    return;
+  }
+  exe[k] = '\0';
+  slash = strrchr(exe, '/');
+  if (slash != NULL) {
+    *slash = '\0';
+    snprintf(out, n, "%s/agentloop-bench-stamp", exe);
+  }
+}
+
+static void report(tb_t *b, bool json) {
+  double p50[M_COUNT], p99[M_COUNT], mn[M_COUNT], mx[M_COUNT];
+  double rmin[M_COUNT], rmed[M_COUNT], rmax[M_COUNT];
+  double d50[M_COUNT];
+  int m;
+
+  for (m = 0; m < M_COUNT; m++) {
+    series_t *s = &b->s[m];
+
+    qsort(s->us100, s->n, sizeof(uint64_t), cmp_u64);
+    qsort(s->disp100, s->n, sizeof(uint64_t), cmp_u64);
+    d50[m] = pct(s->disp100, s->n, 50);
+    qsort(s->run_p50, s->runs, sizeof(double), cmp_dbl);
+    p50[m] = pct(s->us100, s->n, 50);
+    p99[m] = pct(s->us100, s->n, 99);
+    mn[m] = s->n ? (double)s->us100[0] / 10.0 : 0;
+    mx[m] = s->n ? (double)s->us100[s->n - 1] / 10.0 : 0;
+    rmin[m] = s->runs ? s->run_p50[0] : 0;
+    rmed[m] = s->runs ? s->run_p50[s->runs / 2] : 0;
+    rmax[m] = s->runs ? s->run_p50[s->runs - 1] : 0;
+  }
+  if (json) {
+    printf("{\"scenario\":\"toolstart\",\"calls_per_run\":%zu,\"runs\":%zu,"
+           "\"modes\":{",
+           b->per_run, b->runs);
+    for (m = 0; m < M_COUNT; m++) {
+      printf("%s\"%s\":{\"calls\":%zu,\"errors\":%zu,\"p50_us\":%.1f,"
+             "\"p99_us\":%.1f,\"min_us\":%.1f,\"max_us\":%.1f,"
+             "\"run_p50_us\":{\"min\":%.1f,\"median\":%.1f,\"max\":%.1f},"
+             "\"dispatch_p50_us\":%.1f}",
+             m ? "," : "", mode_names[m], b->s[m].n, b->s[m].errors, p50[m],
+             p99[m], mn[m], mx[m], rmin[m], rmed[m], rmax[m], d50[m]);
+    }
+    printf("},\"warm_served\":%llu,\"warm_misses\":%llu,"
+           "\"warm_sandbox_kb\":{\"pss\":%.0f,\"rss\":%.0f}}\n",
+           (unsigned long long)b->s[M_WARM].served,
+           (unsigned long long)b->s[M_WARM].misses,
+           b->s[M_WARM].mem_samples
+               ? b->s[M_WARM].pss_kb_sum / (double)b->s[M_WARM].mem_samples
+               : 0,
+           b->s[M_WARM].mem_samples
+               ? b->s[M_WARM].rss_kb_sum / (double)b->s[M_WARM].mem_samples
+               : 0);
+    return;
+  }
+  printf("tool start: content_block_stop sent -> the command's first "
+         "instruction (agentloop-bench-stamp),\n"
+         "%zu runs x %zu calls per mode, modes interleaved run by run; "
+         "times in us\n",
+         b->runs, b->per_run);
+  printf("  %-11s %6s %9s %9s %9s %9s   %-25s %s\n", "mode", "calls",
+         "p50", "p99", "min", "max", "per-run p50 min/med/max",
+         "dispatch p50");
+  for (m = 0; m < M_COUNT; m++) {
+    printf("  %-11s %6zu %9.1f %9.1f %9.1f %9.1f   %7.1f %7.1f %7.1f   "
+           "%9.1f%s\n",
+           mode_names[m], b->s[m].n, p50[m], p99[m], mn[m], mx[m], rmin[m],
+           rmed[m], rmax[m], d50[m], b->s[m].errors ? "  (errors!)" : "");
+  }
+  printf("  (dispatch: stamp -> tool_use_started, when the spawn call has "
+         "returned)\n");
+  printf("  bwrap warm vs cold: p50 %.2fx faster; warm - none: p50 %+.1f us\n",
+         p50[M_WARM] > 0 ? p50[M_COLD] / p50[M_WARM] : 0,
+         p50[M_WARM] - p50[M_NONE]);
+  printf("  bwrap warm: %llu calls started in a warm sandbox, %llu found none "
+         "ready (started cold)\n",
+         (unsigned long long)b->s[M_WARM].served,
+         (unsigned long long)b->s[M_WARM].misses);
+  if (b->s[M_WARM].mem_samples) {
+    printf("  one idle warm sandbox (bwrap, its init, agentloop-exec): "
+           "PSS %.0f kB, RSS %.0f kB\n",
+           b->s[M_WARM].pss_kb_sum / (double)b->s[M_WARM].mem_samples,
+           b->s[M_WARM].rss_kb_sum / (double)b->s[M_WARM].mem_samples);
+  }
+  printf("  target bwrap warm: p50 <= %.0f us (%s), p99 <= %.0f us (%s)\n",
+         TARGET_P50_US, p50[M_WARM] <= TARGET_P50_US ? "met" : "MISSED",
+         TARGET_P99_US, p99[M_WARM] <= TARGET_P99_US ? "met" : "MISSED");
+}
+
+int al_bench_toolstart(int argc, char **argv) {
+  static const char *const allow[] = {"bash", NULL};
+  size_t calls = 300;
+  size_t per_run = 20;
+  bool json = false;
+  char stamp[1100];
+  char err[256] = "";
+  al_mockllm_options_t mo;
+  tb_t *b;
+  char *yaml;
+  int m, i, code = 0;
+
+  for (i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc) {
+      calls = strtoul(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--calls-per-run") == 0 && i + 1 < argc) {
+      per_run = strtoul(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else {
+      fprintf(stderr, "usage: agentloop-bench toolstart [--calls N (300 per "
+                      "mode)] [--calls-per-run N (20)] [--json]\n");
+      return 2;
+    }
+  }
+  if (calls == 0 || calls > 100000 || per_run == 0 || per_run > calls) {
+    fprintf(stderr, "agentloop-bench toolstart: bad arguments\n");
+    return 2;
+  }
+  stamp_path(stamp, sizeof(stamp));
+  if (access(stamp, X_OK) != 0) {
+    fprintf(stderr, "agentloop-bench toolstart: %s not found\n", stamp);
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  b = calloc(1, sizeof(*b));
+  b->per_run = per_run;
+  b->runs = (calls + per_run - 1) / per_run;
+  /* Not under /tmp: bwrap mode gives tools a private one. */
+  snprintf(b->workspace, sizeof(b->workspace),
+           "/var/tmp/agentloop-bench-toolstart-XXXXXX");
+  if (mkdtemp(b->workspace) == NULL) {
+    perror("agentloop-bench toolstart: mkdtemp");
+    free(b);
+    return 1;
+  }
+  snprintf(b->stampfile, sizeof(b->stampfile), "%s/stamp", b->workspace);
+  for (m = 0; m < M_COUNT; m++) {
+    b->s[m].cap = b->runs * per_run;
+    b->s[m].us100 = calloc(b->s[m].cap, sizeof(uint64_t));
+    b->s[m].disp100 = calloc(b->s[m].cap, sizeof(uint64_t));
+    b->s[m].run_p50 = calloc(b->runs, sizeof(double));
+  }
+  uv_loop_init(&b->loop);
+  uv_timer_init(&b->loop, &b->next);
+  yaml = scenario(b, stamp);
+  al_mockllm_options_init(&mo);
+  mo.scenario_yaml = yaml;
+  mo.timestamps = true;
+  mo.err = err;
+  mo.err_len = sizeof(err);
+  if (al_mockllm_new(&b->loop, &mo, &b->mock) != 0) {
+    fprintf(stderr, "agentloop-bench toolstart: mockllm: %s\n", err);
+    uv_close((uv_handle_t *)&b->next, NULL);
+    code = 1;
+  } else {
+    snprintf(b->url, sizeof(b->url), "http://127.0.0.1:%d",
+             al_mockllm_port(b->mock));
+    al_agent_options_init(&b->ao);
+    b->ao.base_url = b->url;
+    b->ao.api_key = "bench";
+    b->ao.workspace = b->workspace;
+    b->ao.builtin_tools = true;
+    b->ao.max_turns = (uint32_t)per_run + 5;
+    b->ao.permission_mode = AL_PERMISSION_MODE_HEADLESS;
+    b->ao.allow_tools = allow;
+    b->ao.rng_seed = 1;
+    b->ao.data = b;
+    uv_timer_start(&b->next, on_next, 0, 0);
+  }
+  al_free(yaml);
+  uv_run(&b->loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&b->loop) != 0) {
+    fprintf(stderr, "agentloop-bench toolstart: handles left on the loop\n");
+    code = 1;
+  }
+  unsetenv("AGENTLOOP_WARM");
+  rmdir(b->workspace);
+  if (code == 0 && b->failed) {
+    fprintf(stderr, "agentloop-bench toolstart: %s\n", b->why);
+    code = 1;
+  }
+  if (code == 0) {
+    report(b, json);
+  }
+  for (m = 0; m < M_COUNT; m++) {
+    free(b->s[m].us100);
+    free(b->s[m].disp100);
+    free(b->s[m].run_p50);
+  }
+  free(b);
+  return code;
+}

@@ -1,0 +1,43 @@
+/* Bounds on what a model server may make the runtime hold (docs/run.md,
+ * "Limits"). Every field: 0 takes the default, a negative value disables
+ * the bound. Names match the `limits:` configuration section, the
+ * `agentloop run --limit NAME=VALUE` flag and the daemon's session/create
+ * "limits" object. */
+#ifndef AGENTLOOP_LIMITS_H
+#define AGENTLOOP_LIMITS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct al_limits_s {
+  int64_t reply_bytes;        /* reply_bytes: body of one reply, 64 MiB */
+  int64_t tool_input_bytes;   /* tool_input_bytes: all tool inputs of one
+                                 reply, 32 MiB */
+  int64_t header_bytes;       /* header_bytes: response header block, 64 KiB */
+  int64_t header_count;       /* header_count: response headers, 256 */
+  int64_t total_time_ms;      /* total_time_ms: one request, first byte sent
+                                 to last byte read, 30 min */
+  int64_t min_rate_bytes;     /* min_rate_bytes per min_rate_window_ms once
+                                 the response started: 128 */
+  int64_t min_rate_window_ms; /* 60 s */
+} al_limits_t;
+
+/* Sets one limit by name from text: a decimal integer with an optional
+ * K/M/G suffix (binary multiples) for sizes, or "none" (-1). Returns 0,
+ * AL_ENOTFOUND for an unknown name, AL_EINVAL for a bad value. */
+int al_limits_set(al_limits_t *l, const char *name, const char *value);
+/* "NAME=VALUE" (the run flag). */
+int al_limits_set_kv(al_limits_t *l, const char *kv);
+/* Every field of src set (non-zero) replaces dst's: flags over the
+ * configuration file. */
+void al_limits_overlay(al_limits_t *dst, const al_limits_t *src);
+/* The names, NULL-terminated (for help texts and error messages). */
+extern const char *const al_limits_names[];
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,397 @@
+/* The agent's hooks (docs/hooks.md): configuration, the JSON input, the
+ * hook_executed events, and the agent-level hook points: post_tool_use
+ * (at the end of a turn's tools, before their results enter the history)
+ * and stop (before a final answer). pre_tool_use lives in the gate
+ * (gate.c), where the permission decision is made.
+ *
+ * Every hook run is cancelled when the run ends (al_agent_cancel, close),
+ * and a cancelled run calls nothing back; the agent's close waits until
+ * the hook processes are gone (al__agent_hooks_idle). */
+#include <string.h>
+
+#include "hooks/hooks.h"
+#include "loop/agent_priv.h"
+
+/* At most this many stop-hook continuations in a row (a stop hook that
+ * always says "continue" cannot loop forever). */
+#define AG_STOP_HOOK_LIMIT 3
+
+static void on_run_freed(void *data) { al__agent_maybe_finish(data); }
+
+int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o) {
+  al_hooks_options_t ho;
+  al_buf_t err;
+  int rc;
+
+  a->post_results = json_object();
+  if (a->post_results == NULL) {
+    return AL_ENOMEM;
+  }
+  if (o->hooks_config == NULL && o->hook == NULL) {
+    return 0;
+  }
+  memset(&ho, 0, sizeof(ho));
+  ho.loop = a->loop;
+  ho.workspace = a->workspace;
+  ho.sandbox = a->sandbox;
+  ho.kill_grace_ms = o->kill_grace_ms;
+  ho.callback = o->hook;
+  ho.callback_data = o->hook_data;
+  ho.agent = a;
+  ho.on_run_freed = on_run_freed;
+  ho.on_run_freed_data = a;
+  al_buf_init(&err, 4096);
+  rc = al__hooks_new(&ho, o->hooks_config, &a->hooks, &err);
+  if (rc != 0) {
+    al_log(AL_LOG_ERROR, "hooks configuration: %s",
+           err.data != NULL ? err.data : "out of memory");
+  }
+  al_buf_free(&err);
+  return rc;
+}
+
+void al__agent_hooks_free(al_agent_t *a) {
+  al__hooks_free(a->hooks);
+  a->hooks = NULL;
+  json_decref(a->post_results);
+  a->post_results = NULL;
+  al_free(a->stop_text);
+  a->stop_text = NULL;
+}
+
+bool al__agent_hooks_idle(const al_agent_t *a) {
+  return al__hooks_live(a->hooks) == 0;
+}
+
+json_t *al__agent_hook_input(al_agent_t *a) {
+  return json_pack("{s:s, s:I, s:I, s:s}", "session", a->session.id, "run",
+                   (json_int_t)a->run_id, "turn", (json_int_t)a->turn, "cwd",
+                   a->workspace);
+}
+
+void al__agent_hook_report(al_agent_t *a, const al_hook_report_t *r,
+                           const al_tool_call_t *call) {
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_HOOK_EXECUTED;
+  ev.u.hook.hook = ag_slice(r->hook);
+  ev.u.hook.event = ag_slice(al__hook_event_name(r->event));
+  ev.u.hook.decision = ag_slice(r->rewrote && r->decision != AL_HOOK_DENY
+                                    ? "rewrite"
+                                    : al__hook_decision_name(r->decision));
+  ev.u.hook.outcome = ag_slice(r->outcome);
+  ev.u.hook.exit_status = r->exit_status;
+  ev.u.hook.ms = r->ms;
+  ev.u.hook.reason = ag_slice(r->reason);
+  if (call != NULL) {
+    ev.u.hook.call_id = ag_slice(call->id);
+    ev.u.hook.name = ag_slice(call->name);
+  }
+  al__agent_post(a, &ev);
+}
+
+/* ---- agent-level runs ------------------------------------------------------------- */
+
+static void runs_remove(al_agent_t *a, al_hooks_run_t *r) {
+  size_t i;
+
+  for (i = 0; i < a->n_hook_runs; i++) {
+    if (a->hook_runs[i] == r) {
+      a->hook_runs[i] = a->hook_runs[--a->n_hook_runs];
+      return;
+    }
+  }
+}
+
+void al__agent_hooks_cancel_runs(al_agent_t *a) {
+  while (a->n_hook_runs > 0) {
+    al__hooks_cancel(a->hook_runs[--a->n_hook_runs]);
+  }
+  json_object_clear(a->post_results);
+  a->post_done = false;
+  al_free(a->stop_text);
+  a->stop_text = NULL;
+  al_free(a->prompt_why);
+  a->prompt_why = NULL;
+  a->prompt_pending = 0;
+  a->prompt_denied = false;
+}
+
+/* ---- session_start, user_prompt_submit -------------------------------------------- */
+
+static void prompt_report(const al_hook_report_t *r, void *data) {
+  al__agent_hook_report(data, r, NULL);
+}
+
+static void prompt_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                        void *data) {
+  al_agent_t *a = data;
+  char msg[2400];
+
+  runs_remove(a, run);
+  /* Only user_prompt_submit gates (session_start's failures default to no
+   * decision; a deny from it is honoured too). */
+  if (res->decision == AL_HOOK_DENY && !a->prompt_denied) {
+    a->prompt_denied = true;
+    snprintf(msg, sizeof(msg), "the prompt was blocked by hook '%s'%s%s",
+             res->hook != NULL ? res->hook : "?",
+             res->reason != NULL ? ": " : "",
+             res->reason != NULL ? res->reason : "");
+    al_free(a->prompt_why);
+    a->prompt_why = al_strdup(msg);
+  }
+  if (res->context != NULL && !a->prompt_denied) {
+    /* Added to the user's message as a text block of its own. */
+    char *c = al_malloc(strlen(res->context) + 32);
+
+    if (c != NULL) {
+      sprintf(c, "[hook context]\n%s", res->context);
+      (void)al__history_append_user_text(&a->history, c);
+      al_free(c);
+    }
+  }
+  if (--a->prompt_pending > 0) {
+    return;
+  }
+  if (a->prompt_denied) {
+    char *why = a->prompt_why;
+
+    a->prompt_why = NULL;
+    al__agent_end_error(a, UV_EACCES, why != NULL ? why : "blocked by a hook");
+    al_free(why);
+    return;
+  }
+  al__agent_begin_turns(a);
+}
+
+static bool prompt_run(al_agent_t *a, al_hook_event_t ev, const char *prompt) {
+  json_t *in;
+  al_hooks_run_t *run;
+
+  if (!al__hooks_match(a->hooks, ev, NULL, -1) ||
+      a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs)) {
+    return false;
+  }
+  in = al__agent_hook_input(a);
+  json_object_set_new(in, "prompt", json_string(prompt));
+  if (al__hooks_run(a->hooks, ev, NULL, -1, in, prompt_report, prompt_done, a,
+                    &run) != 0) {
+    json_decref(in);
+    return false;
+  }
+  json_decref(in);
+  a->hook_runs[a->n_hook_runs++] = run;
+  a->prompt_pending++;
+  return true;
+}
+
+bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
+                                  bool first) {
+  bool any = false;
+
+  if (a->hooks == NULL) {
+    return false;
+  }
+  a->prompt_denied = false;
+  a->prompt_pending = 0;
+  if (first) {
+    any = prompt_run(a, AL_HOOK_SESSION_START, prompt) || any;
+  }
+  any = prompt_run(a, AL_HOOK_USER_PROMPT_SUBMIT, prompt) || any;
+  return any;
+}
+
+/* ---- post_tool_use ------------------------------------------------------------------ */
+
+typedef struct {
+  al_agent_t *a;
+  al_tool_call_t *call;
+} post_ctx_t;
+
+static void post_report(const al_hook_report_t *r, void *data) {
+  post_ctx_t *c = data;
+
+  al__agent_hook_report(c->a, r, c->call);
+}
+
+static void post_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                      void *data) {
+  post_ctx_t *c = data;
+  al_agent_t *a = c->a;
+  json_t *o = json_object();
+
+  runs_remove(a, run);
+  if (res->replace != NULL) {
+    json_object_set_new(o, "replace", json_string(res->replace));
+  }
+  if (res->context != NULL) {
+    json_object_set_new(o, "context", json_string(res->context));
+  }
+  json_object_set_new(a->post_results, c->call->id, o);
+  al_free(c);
+  if (a->n_hook_runs == 0) {
+    a->post_done = true;
+    al__agent_tools_done(a);
+  }
+}
+
+bool al__agent_post_hooks_start(al_agent_t *a, ag_exec_t *box) {
+  al_tool_call_t *call = NULL;
+  bool started = false;
+
+  json_object_clear(a->post_results);
+  if (a->hooks == NULL || box == NULL) {
+    return false;
+  }
+  while ((call = al__executor_results(&box->ex, call)) != NULL) {
+    const ag_tool_t *t = al__agent_tool_find(a, call->name);
+    int cat = t != NULL ? (int)t->category : -1;
+    json_t *in;
+    post_ctx_t *c;
+    al_hooks_run_t *run;
+
+    if (call->abort_reason != AL_EXECUTOR_ABORT_NONE ||
+        a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
+        !al__hooks_match(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat)) {
+      continue;
+    }
+    in = al__agent_hook_input(a);
+    json_object_set_new(
+        in, "tool",
+        json_pack("{s:s, s:s, s:O, s:s%, s:b}", "name", call->name, "call_id",
+                  call->id, "input", call->input, "result",
+                  call->content != NULL ? call->content : "",
+                  call->content_len, "is_error", call->is_error));
+    c = al_calloc(1, sizeof(*c));
+    if (c == NULL) {
+      json_decref(in);
+      continue;
+    }
+    c->a = a;
+    c->call = call;
+    if (al__hooks_run(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat, in,
+                      post_report, post_done, c, &run) != 0) {
+      al_free(c);
+      json_decref(in);
+      continue;
+    }
+    json_decref(in);
+    a->hook_runs[a->n_hook_runs++] = run;
+    started = true;
+  }
+  return started;
+}
+
+char *al__agent_post_hooks_apply(al_agent_t *a, const al_tool_call_t *call) {
+  const json_t *o = json_object_get(a->post_results, call->id);
+  const char *rep = json_string_value(json_object_get(o, "replace"));
+  const char *ctx = json_string_value(json_object_get(o, "context"));
+  al_buf_t b;
+
+  if (rep == NULL && ctx == NULL) {
+    return NULL;
+  }
+  al_buf_init(&b, (size_t)1 << 30);
+  if (rep != NULL) {
+    al_buf_append_str(&b, rep);
+  } else {
+    al_buf_append(&b, call->content != NULL ? call->content : "",
+                  call->content_len);
+  }
+  if (ctx != NULL) {
+    al_buf_printf(&b, "\n\n[hook context]\n%s", ctx);
+  }
+  return b.data;
+}
+
+/* ---- stop --------------------------------------------------------------------------- */
+
+static void stop_report(const al_hook_report_t *r, void *data) {
+  al__agent_hook_report(data, r, NULL);
+}
+
+static void stop_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                      void *data) {
+  al_agent_t *a = data;
+  char *text = a->stop_text;
+
+  runs_remove(a, run);
+  a->stop_text = NULL;
+  if (res->decision == AL_HOOK_DENY && res->reason != NULL &&
+      res->reason[0] != '\0') {
+    /* "Not done yet": the reason goes to the model as the next user
+     * message and the run goes on. */
+    a->stop_blocks++;
+    al_free(text);
+    if (al__history_append_user_text(&a->history, res->reason) != 0) {
+      al__agent_end_error(a, AL_ENOMEM, "out of memory");
+      return;
+    }
+    al__agent_continue(a);
+    return;
+  }
+  a->stop_blocks = 0;
+  al__agent_end_final(a, text != NULL ? text : "", text != NULL ? strlen(text) : 0);
+  al_free(text);
+}
+
+bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len) {
+  json_t *in;
+  al_hooks_run_t *run;
+
+  if (a->hooks == NULL || a->stop_blocks >= AG_STOP_HOOK_LIMIT ||
+      a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
+      !al__hooks_match(a->hooks, AL_HOOK_STOP, NULL, -1)) {
+    if (a->stop_blocks >= AG_STOP_HOOK_LIMIT) {
+      al_log(AL_LOG_WARN, "stop hooks continued the run %d times in a row; "
+                          "this answer is final",
+             AG_STOP_HOOK_LIMIT);
+    }
+    return false;
+  }
+  a->stop_text = al_strndup(text != NULL ? text : "", text != NULL ? len : 0);
+  in = al__agent_hook_input(a);
+  json_object_set_new(in, "final_text", json_stringn(a->stop_text,
+                                                     strlen(a->stop_text)));
+  json_object_set_new(in, "stop_hook_active", json_boolean(a->stop_blocks > 0));
+  if (a->stop_text == NULL ||
+      al__hooks_run(a->hooks, AL_HOOK_STOP, NULL, -1, in, stop_report,
+                    stop_done, a, &run) != 0) {
+    json_decref(in);
+    al_free(a->stop_text);
+    a->stop_text = NULL;
+    return false;
+  }
+  json_decref(in);
+  a->hook_runs[a->n_hook_runs++] = run;
+  return true;
+}
+
+/* ---- pre_compact --------------------------------------------------------------------- */
+
+static void precompact_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                            void *data) {
+  (void)res;
+  runs_remove(data, run);
+}
+
+void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
+                                 int64_t tokens_before) {
+  json_t *in;
+  al_hooks_run_t *run;
+
+  /* Observational: the compaction does not wait for it. */
+  if (a->hooks == NULL || a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
+      !al__hooks_match(a->hooks, AL_HOOK_PRE_COMPACT, NULL, -1)) {
+    return;
+  }
+  in = al__agent_hook_input(a);
+  json_object_set_new(in, "trigger", json_string(trigger));
+  json_object_set_new(in, "tokens_before", json_integer(tokens_before));
+  if (al__hooks_run(a->hooks, AL_HOOK_PRE_COMPACT, NULL, -1, in, stop_report,
+                    precompact_done, a, &run) == 0) {
+    a->hook_runs[a->n_hook_runs++] = run;
+  }
+  json_decref(in);
+}

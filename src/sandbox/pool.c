@@ -1,0 +1,521 @@
+/* The warm pool: see pool.h. */
+#include <errno.h>
+#include <poll.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sandbox/pool.h"
+
+typedef struct entry_s {
+  struct entry_s *next;
+  al_warm_t w;
+  int ctl; /* our end of its stdin */
+  uint64_t fp;
+} entry_t;
+
+typedef struct al_pool_s al_pool_t;
+
+typedef struct build_s {
+  uv_work_t req;
+  al_pool_t *pool;
+  al_sandbox_t *sb; /* referenced for the build */
+  bool network;
+  entry_t *e;
+  int rc;
+} build_t;
+
+struct al_pool_s {
+  uv_loop_t *loop;
+  al_sandbox_t *sb; /* NULL once the sandbox closed the pool */
+  size_t cap;
+  uint64_t idle_ms;
+  entry_t *idle[2];
+  size_t n_idle[2];
+  size_t building[2];
+  size_t target[2];
+  size_t fails_in_row;
+  uv_timer_t timer;
+  bool closing;
+  bool timer_closed;
+  uint64_t served, misses, retired, failed;
+};
+
+#define MAX_FAILS_IN_ROW 3
+#define READY_TIMEOUT_MS 30000
+
+/* ---- one warm sandbox ------------------------------------------------------ */
+
+static void close_fd(int *fd) {
+  if (*fd >= 0) {
+    close(*fd);
+    *fd = -1;
+  }
+}
+
+/* SIGKILL to its group and reap it (it dies at once: it was only waiting
+ * on its stdin). */
+static void entry_destroy(entry_t *e) {
+  siginfo_t si;
+
+  if (e->w.pid > 0) {
+    (void)kill(-(pid_t)e->w.pid, SIGKILL);
+    while (waitid(P_PIDFD, (id_t)e->w.pidfd, &si, WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+  }
+  close_fd(&e->ctl);
+  close_fd(&e->w.out);
+  close_fd(&e->w.err);
+  close_fd(&e->w.pidfd);
+  al_free(e);
+}
+
+static bool entry_alive(const entry_t *e) {
+  siginfo_t si;
+
+  memset(&si, 0, sizeof(si));
+  if (waitid(P_PIDFD, (id_t)e->w.pidfd, &si, WEXITED | WNOHANG | WNOWAIT) !=
+      0) {
+    return false;
+  }
+  return si.si_pid == 0;
+}
+
+/* Threadpool: the argv (lstat/realpath of the plan), the fds, the spawn. */
+static void build_work(uv_work_t *req) {
+  build_t *b = req->data;
+  char **argv = NULL;
+  char *const envp[] = {NULL};
+  int ctl[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  sigset_t none, all;
+  entry_t *e;
+  pid_t pid;
+  int rc;
+
+  b->rc = AL_ENOMEM;
+  e = al_calloc(1, sizeof(*e));
+  if (e == NULL) {
+    return;
+  }
+  e->ctl = e->w.out = e->w.err = e->w.pidfd = -1;
+  rc = al__sandbox_wrap_warm(b->sb, b->network, &argv);
+  if (rc != 0) {
+    al_free(e);
+    b->rc = rc;
+    return;
+  }
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0 ||
+      pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    rc = -errno;
+    goto fail;
+  }
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  sigemptyset(&none);
+  sigfillset(&all);
+  /* As spawn.c's fast path: own session and group, clean signal state. */
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawn_file_actions_adddup2(&fa, ctl[1], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawn_file_actions_addchdir_np(&fa, "/");
+  rc = posix_spawn(&pid, argv[0], &fa, &attr, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    rc = -rc;
+    goto fail;
+  }
+  e->w.pid = (int)pid;
+  e->w.pidfd = (int)pidfd_open(pid, 0);
+  if (e->w.pidfd < 0) {
+    rc = -errno;
+    (void)kill(-pid, SIGKILL);
+    (void)waitpid(pid, NULL, 0);
+    e->w.pid = 0;
+    goto fail;
+  }
+  close_fd(&ctl[1]);
+  close_fd(&out[1]);
+  close_fd(&err[1]);
+  e->ctl = ctl[0];
+  e->w.out = out[0];
+  e->w.err = err[0];
+  al__sandbox_argv_free(argv);
+  argv = NULL;
+  /* Wait (on this pool thread, never the loop) for the helper's "ready":
+   * bwrap's mounts are then in place, so the hand-off pays none of it,
+   * and the fingerprint below sees the placeholders bwrap made. */
+  {
+    struct pollfd pfd = {e->ctl, POLLIN, 0};
+    char c = 0;
+    int pr;
+
+    do {
+      pr = poll(&pfd, 1, READY_TIMEOUT_MS);
+    } while (pr < 0 && errno == EINTR);
+    if (pr != 1 || recv(e->ctl, &c, 1, 0) != 1 || c != 'R') {
+      entry_destroy(e); /* bwrap failed: its stderr says why */
+      b->rc = AL_ECANCELED;
+      return;
+    }
+  }
+  e->fp = al__sandbox_fingerprint(b->sb);
+  b->e = e;
+  b->rc = 0;
+  return;
+fail:
+  close_fd(&ctl[0]);
+  close_fd(&ctl[1]);
+  close_fd(&out[0]);
+  close_fd(&out[1]);
+  close_fd(&err[0]);
+  close_fd(&err[1]);
+  al__sandbox_argv_free(argv);
+  al_free(e);
+  b->rc = rc;
+}
+
+/* ---- the pool -------------------------------------------------------------- */
+
+static void pool_maybe_free(al_pool_t *p) {
+  if (p->closing && p->timer_closed && p->building[0] + p->building[1] == 0) {
+    al_free(p);
+  }
+}
+
+static void fill(al_pool_t *p);
+static void on_idle(uv_timer_t *t);
+
+static void build_done(uv_work_t *req, int status) {
+  build_t *b = req->data;
+  al_pool_t *p = b->pool;
+  int k = b->network ? 1 : 0;
+
+  p->building[k]--;
+  if (b->rc == 0 && status == 0 && !p->closing &&
+      p->n_idle[k] < p->target[k]) {
+    b->e->next = p->idle[k];
+    p->idle[k] = b->e;
+    p->n_idle[k]++;
+    p->fails_in_row = 0;
+    /* Idle time counts from the pool's last activity. */
+    uv_timer_start(&p->timer, on_idle, p->idle_ms, 0);
+  } else if (b->rc == 0 && status == 0) {
+    /* Closing, or the target dropped while it was built (idle). */
+    entry_destroy(b->e);
+    p->retired++;
+  } else {
+    if (b->e != NULL) {
+      entry_destroy(b->e);
+    }
+    p->failed++;
+    p->fails_in_row++;
+    al_log(AL_LOG_WARN, "sandbox: a warm sandbox could not be built (%s)",
+           uv_strerror(b->rc != 0 ? b->rc : status));
+  }
+  al__sandbox_unref(b->sb);
+  al_free(b);
+  if (p->closing) {
+    pool_maybe_free(p);
+    return;
+  }
+  fill(p);
+}
+
+static void fill_one(al_pool_t *p, int k) {
+  build_t *b = al_calloc(1, sizeof(*b));
+
+  if (b == NULL) {
+    return;
+  }
+  b->pool = p;
+  b->sb = p->sb;
+  b->network = k == 1;
+  b->req.data = b;
+  al__sandbox_ref(p->sb);
+  if (uv_queue_work(p->loop, &b->req, build_work, build_done) != 0) {
+    al__sandbox_unref(p->sb);
+    al_free(b);
+    return;
+  }
+  p->building[k]++;
+}
+
+static void fill(al_pool_t *p) {
+  int k;
+
+  if (p->closing || p->fails_in_row >= MAX_FAILS_IN_ROW) {
+    return; /* bwrap keeps failing here: the cold path reports why */
+  }
+  for (k = 0; k < 2; k++) {
+    while (p->n_idle[k] + p->building[k] < p->target[k]) {
+      size_t before = p->building[k];
+
+      fill_one(p, k);
+      if (p->building[k] == before) {
+        return;
+      }
+    }
+  }
+}
+
+static void retire_idle(al_pool_t *p) {
+  int k;
+
+  for (k = 0; k < 2; k++) {
+    while (p->idle[k] != NULL) {
+      entry_t *e = p->idle[k];
+
+      p->idle[k] = e->next;
+      p->n_idle[k]--;
+      entry_destroy(e);
+      p->retired++;
+    }
+  }
+}
+
+static void on_idle(uv_timer_t *t) {
+  al_pool_t *p = t->data;
+
+  /* Nobody started a tool for idle_ms: give the memory back; the next
+   * start is cold and the pool grows again from there. */
+  retire_idle(p);
+  p->target[0] = p->target[1] = 0;
+}
+
+static void on_timer_close(uv_handle_t *h) {
+  al_pool_t *p = h->data;
+
+  p->timer_closed = true;
+  pool_maybe_free(p);
+}
+
+static void pool_close(void *arg) {
+  al_pool_t *p = arg;
+
+  retire_idle(p);
+  p->closing = true;
+  /* Builds in flight hold a reference on the sandbox; build_done
+   * destroys what they made. */
+  uv_close((uv_handle_t *)&p->timer, on_timer_close);
+}
+
+int al__pool_start(uv_loop_t *loop, al_sandbox_t *sb, size_t cap,
+                   uint64_t idle_ms) {
+  const char *env = getenv("AGENTLOOP_WARM");
+  al_pool_t *p;
+
+  if (sb == NULL || al__sandbox_mode(sb) != AL_SANDBOX_MODE_BWRAP ||
+      al__sandbox_pool(sb) != NULL ||
+      (env != NULL && strcmp(env, "0") == 0)) {
+    return 0;
+  }
+  p = al_calloc(1, sizeof(*p));
+  if (p == NULL) {
+    return AL_ENOMEM;
+  }
+  p->loop = loop;
+  p->sb = sb;
+  p->cap = cap == 0 || cap > AL_POOL_MAX ? AL_POOL_MAX : cap;
+  p->idle_ms = idle_ms ? idle_ms : AL_POOL_DEFAULT_IDLE_MS;
+  p->target[0] = 1;
+  uv_timer_init(loop, &p->timer);
+  p->timer.data = p;
+  /* The idle timer must not keep a loop alive on its own. */
+  uv_unref((uv_handle_t *)&p->timer);
+  uv_timer_start(&p->timer, on_idle, p->idle_ms, 0);
+  al__sandbox_set_pool(sb, p, pool_close);
+  fill(p);
+  return 0;
+}
+
+/* The message agentloop-exec --warm reads: see src/exec/main.c. */
+static char *encode(const char *cwd, char *const *env, char *const *ops,
+                    const char *const *argv, size_t *len) {
+  size_t n = 4 + strlen(cwd) + 1 + 1 + 1;
+  size_t i;
+  char *buf, *p;
+
+  for (i = 0; env != NULL && env[i] != NULL; i++) {
+    n += strlen(env[i]) + 1;
+  }
+  for (i = 0; ops[i] != NULL; i++) {
+    n += strlen(ops[i]) + 1;
+  }
+  for (i = 0; argv[i] != NULL; i++) {
+    n += strlen(argv[i]) + 1;
+  }
+  if (n - 4 > UINT32_MAX) {
+    return NULL;
+  }
+  buf = al_malloc(n);
+  if (buf == NULL) {
+    return NULL;
+  }
+  buf[0] = (char)((n - 4) & 0xff);
+  buf[1] = (char)(((n - 4) >> 8) & 0xff);
+  buf[2] = (char)(((n - 4) >> 16) & 0xff);
+  buf[3] = (char)(((n - 4) >> 24) & 0xff);
+  p = buf + 4;
+  p = stpcpy(p, cwd) + 1;
+  for (i = 0; env != NULL && env[i] != NULL; i++) {
+    p = stpcpy(p, env[i]) + 1;
+  }
+  *p++ = '\0';
+  for (i = 0; ops[i] != NULL; i++) {
+    p = stpcpy(p, ops[i]) + 1;
+  }
+  *p++ = '\0';
+  for (i = 0; argv[i] != NULL; i++) {
+    p = stpcpy(p, argv[i]) + 1;
+  }
+  *len = n;
+  return buf;
+}
+
+int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
+                     char *const *env, const char *const *argv,
+                     al_warm_t *w) {
+  al_pool_t *p = al__sandbox_pool(sb);
+  int k = network ? 1 : 0;
+  entry_t *e;
+  char **ops = NULL;
+  char *msg;
+  size_t len;
+  ssize_t sent;
+
+  if (p == NULL || p->closing) {
+    return AL_ENOENT;
+  }
+  uv_timer_start(&p->timer, on_idle, p->idle_ms, 0);
+  for (;;) {
+    e = p->idle[k];
+    if (e == NULL) {
+      /* Tools side by side (or the first with the network): one more. */
+      p->misses++;
+      if (p->target[k] < p->cap) {
+        p->target[k]++;
+      }
+      fill(p);
+      return AL_ENOENT;
+    }
+    p->idle[k] = e->next;
+    p->n_idle[k]--;
+    if (entry_alive(e)) {
+      break;
+    }
+    entry_destroy(e); /* died while waiting (OOM killer, ...) */
+    p->retired++;
+  }
+  if (e->fp != al__sandbox_fingerprint(sb)) {
+    /* A hidden or protected path changed since these were built: every
+     * warm one shows the old plan. */
+    entry_destroy(e);
+    p->retired++;
+    retire_idle(p);
+    fill(p);
+    return AL_ENOENT;
+  }
+  /* The protected paths as they are now (counted as a wrapped child,
+   * released by the caller when the command is gone). */
+  if (al__sandbox_protect_ops(sb, &ops) != 0) {
+    entry_destroy(e);
+    p->retired++;
+    fill(p);
+    return AL_ENOMEM;
+  }
+  msg = encode(cwd, env, ops, argv, &len);
+  al__sandbox_argv_free(ops);
+  sent = msg != NULL ? send(e->ctl, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT)
+                     : -1;
+  if (sent < 0 || (size_t)sent != len) {
+    /* Too big for the socket buffer (or it died): cold start instead. */
+    int rc = msg == NULL ? AL_ENOMEM : AL_EPIPE;
+
+    al_free(msg);
+    entry_destroy(e);
+    al__sandbox_release(sb);
+    p->retired++;
+    fill(p);
+    return rc;
+  }
+  al_free(msg);
+  /* Its only command: the helper closes its side as it reads it; ours
+   * goes now, so a second message can never reach it. */
+  close_fd(&e->ctl);
+  *w = e->w;
+  al_free(e);
+  p->served++;
+  fill(p);
+  return 0;
+}
+
+bool al__pool_stats(const al_sandbox_t *sb, al_pool_stats_t *st) {
+  al_pool_t *p = al__sandbox_pool(sb);
+  size_t n = 0;
+  int k;
+
+  memset(st, 0, sizeof(*st));
+  if (p == NULL) {
+    return false;
+  }
+  for (k = 0; k < 2; k++) {
+    const entry_t *e;
+
+    st->idle += p->n_idle[k];
+    st->idle_k[k] = p->n_idle[k];
+    st->building += p->building[k];
+    st->target[k] = p->target[k];
+    for (e = p->idle[k]; e != NULL && n < AL_ARRAY_SIZE(st->idle_pids);
+         e = e->next) {
+      st->idle_pids[n++] = e->w.pid;
+    }
+  }
+  st->served = p->served;
+  st->misses = p->misses;
+  st->retired = p->retired;
+  st->failed = p->failed;
+  return true;
+}
+
+void al__pool_prune(al_sandbox_t *sb) {
+  al_pool_t *p = al__sandbox_pool(sb);
+  uint64_t fp;
+  int k;
+
+  if (p == NULL || p->closing) {
+    return;
+  }
+  fp = al__sandbox_fingerprint(sb);
+  for (k = 0; k < 2; k++) {
+    entry_t **pp = &p->idle[k];
+
+    while (*pp != NULL) {
+      entry_t *e = *pp;
+
+      if (e->fp != fp || !entry_alive(e)) {
+        *pp = e->next;
+        p->n_idle[k]--;
+        entry_destroy(e);
+        p->retired++;
+      } else {
+        pp = &e->next;
+      }
+    }
+  }
+  fill(p);
+}

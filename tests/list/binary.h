@@ -1,0 +1,1 @@
+TEST_ENTRY(binary_tool_output_agent)

@@ -1,0 +1,2 @@
+TEST_ENTRY(daemon_enospc_tells_and_catches_up)
+TEST_ENTRY(daemon_binary_tool_output_resumes)

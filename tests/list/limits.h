@@ -1,0 +1,12 @@
+/* limits tests (issue 15): TEST_ENTRY(name) / HELPER_ENTRY(name) lines only. */
+TEST_ENTRY(limits_header_count)
+TEST_ENTRY(limits_min_rate_slowloris)
+TEST_ENTRY(limits_parse)
+TEST_ENTRY(limits_agent_reply_bytes)
+TEST_ENTRY(limits_agent_tool_input_bytes)
+TEST_ENTRY(daemon_refuses_bad_base_url)
+TEST_ENTRY(daemon_session_limits)
+TEST_ENTRY(limits_unexpected_body)
+TEST_ENTRY(limits_agent_gzip_not_retried)
+TEST_ENTRY(config_limits_section)
+TEST_ENTRY(daemon_session_slowloris)

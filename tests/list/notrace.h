@@ -1,0 +1,3 @@
+/* no trace of the sandbox in the workspace (issue 15, point 8). */
+TEST_ENTRY(sandbox_sigkill_mid_tool_leaves_tree)
+TEST_ENTRY(tools_cmd_quiet_on_empty_tools_d)

@@ -1,0 +1,194 @@
+/* No trace in the workspace (issue 15, point 8): `agentloop run` SIGKILLed
+ * while a bash tool runs in bwrap mode leaves the workspace exactly as it
+ * was (the read-only placeholders bwrap needs as mount points for
+ * protected paths that do not exist, tools.d and .agentloop here, are
+ * removed by the janitor once the runner is gone), and nothing runs on. */
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "common/common.h"
+#include "mockllm/mockllm.h"
+#include "test.h"
+#include "unit/sandbox/sbx.h"
+
+static al_buf_t g_list;
+static size_t g_root_len;
+
+static int list_entry(const char *path, const struct stat *st, int flag,
+                      struct FTW *f) {
+  (void)flag;
+  (void)f;
+  al_buf_printf(&g_list, "%s %o %lld\n", path + g_root_len,
+                (unsigned)st->st_mode, S_ISREG(st->st_mode)
+                                           ? (long long)st->st_size
+                                           : 0LL);
+  return 0;
+}
+
+/* Every entry below root: name, mode, size (sorted by nftw's walk of an
+ * unchanged tree, which is stable). */
+static char *listing(const char *root) {
+  al_buf_init(&g_list, 1 << 20);
+  g_root_len = strlen(root);
+  ASSERT_EQ(nftw(root, list_entry, 16, FTW_PHYS), 0);
+  return g_list.data != NULL ? g_list.data : al_strdup("");
+}
+
+static void on_poll(uv_timer_t *t) {
+  const char *mark = t->data;
+
+  if (sbx_process_with(mark)) {
+    uv_stop(t->loop);
+  }
+}
+
+TEST_IMPL(sandbox_sigkill_mid_tool_leaves_tree) {
+  char base[] = "/var/tmp/al_notrace_XXXXXX";
+  char ws[128], home[128], p[256], url[64], mark[64], yaml[1024];
+  char env_home[160], env_xdg[200];
+  char bin[4096];
+  char *before, *after;
+  al_mockllm_options_t mo;
+  al_mockllm_t *mock = NULL;
+  uv_loop_t loop;
+  uv_timer_t poll_t;
+  posix_spawn_file_actions_t fa;
+  pid_t child;
+  int fds[SBX_MAX_TREE];
+  size_t n;
+  char err[256] = "";
+  char *argv[16];
+  char *envp[6];
+  FILE *f;
+
+  ASSERT_NOT_NULL(mkdtemp(base));
+  snprintf(ws, sizeof(ws), "%s/ws", base);
+  snprintf(home, sizeof(home), "%s/home", base);
+  ASSERT_EQ(mkdir(ws, 0755), 0);
+  ASSERT_EQ(mkdir(home, 0755), 0);
+  snprintf(p, sizeof(p), "%s/src", ws);
+  ASSERT_EQ(mkdir(p, 0755), 0);
+  snprintf(p, sizeof(p), "%s/src/main.c", ws);
+  f = fopen(p, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("int main(void) { return 0; }\n", f);
+  fclose(f);
+  before = listing(ws);
+
+  snprintf(mark, sizeof(mark), "ALNOTRACE%d", (int)getpid());
+  snprintf(yaml, sizeof(yaml),
+           "responses:\n"
+           "  - reply:\n"
+           "      content:\n"
+           "        - tool_use: {id: t1, name: bash, input: {command: \"M=%.9s; "
+           "exec bash -c \\\"exec -a ${M}%s sleep 1000\\\"\"}}\n"
+           "  - reply: {content: [{text: done}]}\n",
+           mark, mark + 9);
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  al_mockllm_options_init(&mo);
+  mo.scenario_yaml = yaml;
+  mo.err = err;
+  mo.err_len = sizeof(err);
+  ASSERT_EQ(al_mockllm_new(&loop, &mo, &mock), 0);
+  snprintf(url, sizeof(url), "http://127.0.0.1:%d", al_mockllm_port(mock));
+
+  snprintf(bin, sizeof(bin), "%s/agentloop", AL_BINARY_DIR);
+  snprintf(env_home, sizeof(env_home), "HOME=%s", home);
+  snprintf(env_xdg, sizeof(env_xdg), "XDG_RUNTIME_DIR=%s", home);
+  envp[0] = "PATH=/usr/bin:/bin";
+  envp[1] = "ANTHROPIC_API_KEY=k";
+  envp[2] = env_home;
+  envp[3] = env_xdg;
+  envp[4] = NULL;
+  argv[0] = bin;
+  argv[1] = "run";
+  argv[2] = "--cwd";
+  argv[3] = ws;
+  argv[4] = "--base-url";
+  argv[5] = url;
+  argv[6] = "--sandbox";
+  argv[7] = "required";
+  argv[8] = "-p";
+  argv[9] = "go";
+  argv[10] = NULL;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  ASSERT_EQ(posix_spawn(&child, bin, &fa, NULL, argv, envp), 0);
+  posix_spawn_file_actions_destroy(&fa);
+
+  /* Serve it until its tool runs (the mark is put together by the shell,
+   * so only the command's own process carries it, after every mount). */
+  ASSERT_EQ(uv_timer_init(&loop, &poll_t), 0);
+  poll_t.data = mark;
+  ASSERT_EQ(uv_timer_start(&poll_t, on_poll, 5, 5), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT(sbx_process_with(mark));
+  /* The crash path is the one under test: placeholders are there now. */
+  snprintf(p, sizeof(p), "%s/tools.d", ws);
+  if (access(p, F_OK) != 0) {
+    AL_TEST_FAIL("no placeholder while the tool runs:\n%s", listing(ws));
+  }
+
+  n = sbx_tree_pidfds(child, fds, SBX_MAX_TREE);
+  ASSERT_GE(n, 4); /* the runner, the janitor, bwrap, ..., the command */
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  ASSERT_EQ(waitpid(child, NULL, 0), child);
+  /* Everything it started ends, the janitor last (after its clean-up). */
+  ASSERT(sbx_all_exit(fds, n));
+  ASSERT(!sbx_process_with(mark));
+  after = listing(ws);
+  if (strcmp(before, after) != 0) {
+    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
+                 after);
+  }
+  al_free(before);
+  al_free(after);
+
+  uv_close((uv_handle_t *)&poll_t, NULL);
+  al_mockllm_close(mock, NULL);
+  ASSERT_LOOP_CLOSES(&loop);
+  snprintf(p, sizeof(p), "rm -rf '%s'", base);
+  ASSERT_EQ(system(p), 0);
+  return 0;
+}
+
+/* An empty tools.d (what a running tool's placeholder looks like) holds no
+ * tools: `agentloop tools` has nothing to say about it. */
+TEST_IMPL(tools_cmd_quiet_on_empty_tools_d) {
+  char dir[] = "/var/tmp/al_emptytd_XXXXXX";
+  char cmd[1200];
+  char out[8192];
+  size_t n;
+  FILE *p;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(cmd, sizeof(cmd), "%s/tools.d", dir);
+  ASSERT_EQ(mkdir(cmd, 0755), 0);
+  snprintf(cmd, sizeof(cmd),
+           "cd '%s' && XDG_CONFIG_HOME='%s/cfg' '%s/agentloop' tools --json",
+           dir, dir, AL_BINARY_DIR);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  ASSERT_EQ(pclose(p), 0);
+  ASSERT_NOT_NULL(strstr(out, "\"sandbox\""));
+  if (strstr(out, "project_tools_d") != NULL) {
+    AL_TEST_FAIL("an empty tools.d was reported: %s", out);
+  }
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  ASSERT_EQ(system(cmd), 0);
+  return 0;
+}
