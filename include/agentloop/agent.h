@@ -220,6 +220,9 @@ typedef struct al_agent_options_s {
   const char *const *denied_paths;  /* NULL-terminated; may be NULL */
   uint64_t tool_timeout_ms;   /* bash default timeout; 0: 120 s */
   uint64_t kill_grace_ms;     /* SIGTERM -> SIGKILL; 0: 2 s */
+  /* bash commands keep the host's network inside the sandbox (config
+   * sandbox.network); default false: no network, loopback included. */
+  bool bash_network;
   /* Permissions. allow_tools / deny_tools: NULL-terminated name lists;
    * deny wins. */
   al_permission_mode_t permission_mode;

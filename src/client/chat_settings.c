@@ -56,6 +56,17 @@ int al__chat_settings(const char *provider, const char *model,
   if (o != NULL && cfg.sandbox.mode != NULL) {
     json_object_set_new(o, "sandbox", json_string(cfg.sandbox.mode));
   }
+  if (o != NULL && cfg.sandbox.network == 1) {
+    json_object_set_new(o, "network", json_true());
+  }
+  if (o != NULL) {
+    /* limits: in the shape session/create takes (checked at load). */
+    const json_t *ls = al_config_section(&cfg, "limits");
+
+    if (json_is_object(ls) && json_object_size(ls) > 0) {
+      json_object_set_new(o, "limits", json_deep_copy(ls));
+    }
+  }
   if (o != NULL) {
     json_t *to = json_object();
     static const char *const tn[] = {"connect_ms", "idle_ms", "progress_ms",

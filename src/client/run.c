@@ -1555,6 +1555,7 @@ int al_cli_run(int argc, char **argv) {
   o.connect_timeout_ms = cfg.timeouts.connect_ms;
   o.progress_timeout_ms = cfg.timeouts.progress_ms;
   o.tool_timeout_ms = (uint64_t)cfg.timeouts.tool_ms;
+  o.bash_network = cfg.sandbox.network == 1;
   o.workspace = cwd;
   o.builtin_tools = true;
   o.permission_mode = AL_PERMISSION_MODE_HEADLESS;

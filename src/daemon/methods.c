@@ -202,6 +202,7 @@ static void m_session_create(const call_t *k) {
     /* Limits and the sandbox from the client's configuration. */
     json_t *mt = json_object_get(k->params, "max_tokens");
     json_t *mr = json_object_get(k->params, "max_turns");
+    json_t *nw = json_object_get(k->params, "network");
 
     if ((mt != NULL && (!json_is_integer(mt) || json_integer_value(mt) < 1 ||
                         json_integer_value(mt) > INT32_MAX)) ||
@@ -210,6 +211,11 @@ static void m_session_create(const call_t *k) {
       al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
                            "max_tokens and max_turns must be positive "
                            "integers", NULL);
+      return;
+    }
+    if (nw != NULL && !json_is_boolean(nw)) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                           "network must be true or false", NULL);
       return;
     }
     {
@@ -298,6 +304,7 @@ static void m_session_create(const call_t *k) {
                                                        "max_tokens"));
   s->h.max_turns = json_integer_value(json_object_get(k->params,
                                                       "max_turns"));
+  s->h.network = json_is_true(json_object_get(k->params, "network"));
   if (json_is_object(json_object_get(k->params, "paths"))) {
     s->h.paths = json_deep_copy(json_object_get(k->params, "paths"));
   }

@@ -688,6 +688,7 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
       json_object_get(s->h.timeouts, "tool_ms"));
   ao.max_tokens = s->h.max_tokens;
   ao.max_turns = (uint32_t)s->h.max_turns;
+  ao.bash_network = s->h.network;
   ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
   if ((rc = rule_list(s->h.allow_tools, &allow)) != 0 ||
       (rc = rule_list(s->h.deny_tools, &deny)) != 0) {

@@ -1969,6 +1969,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al__retry_rng_seed(&a->rng, seed);
   al__retry_state_init(&a->retry);
   a->tool_timeout_ms = o->tool_timeout_ms;
+  a->bash_network = o->bash_network;
   a->kill_grace_ms = o->kill_grace_ms;
   a->mode = o->permission_mode;
   a->permission = o->permission;

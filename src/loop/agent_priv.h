@@ -123,6 +123,7 @@ struct al_agent_s {
   char **allowed_paths;
   char **denied_paths;
   uint64_t tool_timeout_ms;
+  bool bash_network;
   uint64_t kill_grace_ms;
   al_permission_mode_t mode;
   char **allow_tools;

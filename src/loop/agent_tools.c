@@ -438,6 +438,7 @@ int al__agent_tools_init(al_agent_t *a) {
   bo.sandbox = a->sandbox;
   bo.timeout_ms = a->tool_timeout_ms;
   bo.kill_grace_ms = a->kill_grace_ms;
+  bo.network = a->bash_network;
 
   if ((rc = al__bash_tool_new(&bo, &impl)) != 0 ||
       (rc = al__agent_add_entry(a, "bash", impl, al__bash_tool_free, bash_desc,

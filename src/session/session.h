@@ -136,6 +136,7 @@ typedef struct {
   char *sandbox;       /* "auto" | "required" | "none"; NULL: auto */
   int64_t max_tokens;  /* 0: the agent's default */
   int64_t max_turns;
+  bool network;        /* bash keeps the network (config sandbox.network) */
   json_t *timeouts;    /* {connect_ms, idle_ms, progress_ms, tool_ms}, or NULL */
   json_t *paths;       /* {denied, writable, tools_dirs}: absolute paths */
   json_t *limits;    /* agentloop/limits.h by name (object), or NULL */

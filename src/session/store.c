@@ -697,6 +697,9 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   if (rec != NULL && h->max_tokens > 0) {
     json_object_set_new(rec, "max_tokens", json_integer(h->max_tokens));
   }
+  if (rec != NULL && h->network) {
+    json_object_set_new(rec, "network", json_true());
+  }
   if (rec != NULL && h->max_turns > 0) {
     json_object_set_new(rec, "max_turns", json_integer(h->max_turns));
   }
@@ -745,6 +748,7 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->sandbox = str_field(rec, "sandbox");
   h->max_tokens = json_integer_value(json_object_get(rec, "max_tokens"));
   h->max_turns = json_integer_value(json_object_get(rec, "max_turns"));
+  h->network = json_is_true(json_object_get(rec, "network"));
   ask = json_object_get(rec, "timeouts");
   h->timeouts = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   ask = json_object_get(rec, "paths");

@@ -27,6 +27,7 @@ typedef struct bash_tool_s {
   uint64_t kill_grace_ms;
   uint64_t drain_ms;
   al_sandbox_t *sandbox;
+  bool network;
 } bash_tool_t;
 
 typedef struct run_s {
@@ -481,6 +482,7 @@ static int bash_start(al_tool_call_t *call) {
   so.on_done = on_spawn_done;
   so.data = run;
   so.sandbox = tool->sandbox;
+  so.network = tool->network;
   rc = al__spawn_start(tool->loop, &so, &run->sp);
   if (rc != 0) {
     al_buf_t b;
@@ -560,6 +562,7 @@ int al__bash_tool_new(const al_bash_options_t *opts, al_tool_impl_t **out) {
                                             : AL_SPAWN_DEFAULT_KILL_GRACE_MS;
   tool->drain_ms = opts->drain_ms ? opts->drain_ms : AL_SPAWN_DEFAULT_DRAIN_MS;
   tool->sandbox = opts->sandbox;
+  tool->network = opts->network;
   tool->workspace = al_strdup(opts->workspace);
   tool->shell = al_strdup(opts->shell != NULL ? opts->shell : "/bin/sh");
   if (n > 0) {

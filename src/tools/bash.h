@@ -51,6 +51,9 @@ typedef struct al_bash_options_s {
   /* Confinement of every command (borrowed; must outlive the tool).
    * NULL: unconfined. */
   al_sandbox_t *sandbox;
+  /* Commands get the network (sandbox.network: true in the user's
+   * configuration); default off: a private network namespace. */
+  bool network;
 } al_bash_options_t;
 
 /* Defaults (AL_SPAWN_DEFAULT_* and the above); loop, workspace NULL. */

@@ -2174,3 +2174,72 @@ TEST_IMPL(cli_run_stream_json_input) {
   finish(&c);
   return 0;
 }
+
+/* sandbox.network in the user's configuration: bash keeps the host's
+ * network namespace; without it, bash gets a private one (bwrap mode). */
+TEST_IMPL(cli_run_config_sandbox_network) {
+  cli_t c;
+  ws_t w;
+  char xdg[128];
+  char sub[160];
+  char path[200];
+  char host_ns[64];
+  char buf[256];
+  char *env[5];
+  const char *seen;
+  FILE *f;
+  ssize_t n;
+  int pass;
+  const al_mockllm_record_t *rec;
+  json_t *tr;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "ns", NULL};
+  static const char *yaml =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: n1, name: bash, input: "
+      "{command: 'readlink /proc/self/ns/net'}}}]}\n"
+      "  - reply: {content: [{text: done}]}\n";
+
+  al_test_need_bwrap();
+  n = readlink("/proc/self/ns/net", host_ns, sizeof(host_ns) - 1);
+  ASSERT(n > 0);
+  host_ns[n] = '\0';
+  ws_make(&w);
+  args[4] = w.dir;
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", w.dir);
+  snprintf(sub, sizeof(sub), "%s/agentloop", w.dir);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", sub);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = xdg;
+  env[4] = NULL;
+  for (pass = 0; pass < 2; pass++) {
+    f = fopen(path, "w");
+    ASSERT_NOT_NULL(f);
+    fprintf(f, "sandbox:\n  mode: required\n  network: %s\n",
+            pass == 0 ? "false" : "true");
+    fclose(f);
+    start_mock(&c, yaml);
+    run_cli(&c, args, env);
+    ASSERT_EQ(c.exit_status, 0);
+    rec = al_mockllm_record_get(c.mock, 1);
+    ASSERT_NOT_NULL(rec);
+    tr = find_tool_result(rec->body, "n1");
+    ASSERT_NOT_NULL(tr);
+    ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+    seen = content_text(json_object_get(tr, "content"), buf, sizeof(buf));
+    ASSERT_NOT_NULL(strstr(seen, "net:["));
+    if (pass == 0) {
+      ASSERT_NULL(strstr(seen, host_ns));
+    } else {
+      ASSERT_NOT_NULL(strstr(seen, host_ns));
+    }
+    finish(&c);
+  }
+  unlink(path);
+  rmdir(sub);
+  ws_remove(&w);
+  return 0;
+}

@@ -269,3 +269,72 @@ TEST_IMPL(daemon_denied_paths_from_client) {
   dt_finish(&t, cs, 1);
   return 0;
 }
+
+/* "network": true at session/create (the client's sandbox.network) lets
+ * the session's bash keep the host's network namespace; without it bash
+ * has a private one. The flag is kept in the transcript header. */
+static const char *ns_yaml =
+    "responses:\n"
+    "  - reply: {content: [{tool_use: {id: n1, name: bash, input: "
+    "{command: 'readlink /proc/self/ns/net'}}}]}\n"
+    "  - reply: {content: [{text: done}]}\n"
+    "  - reply: {content: [{tool_use: {id: n2, name: bash, input: "
+    "{command: 'readlink /proc/self/ns/net'}}}]}\n"
+    "  - reply: {content: [{text: done}]}\n";
+
+static bool ns_shared(dt_client_t *c, size_t i, const char *host_ns) {
+  const char *content = json_string_value(json_object_get(
+      json_object_get(json_array_get(c->msgs, i), "params"), "content"));
+
+  ASSERT_NOT_NULL(content);
+  ASSERT_NOT_NULL(strstr(content, "net:["));
+  return strstr(content, host_ns) != NULL;
+}
+
+TEST_IMPL(daemon_network_from_client) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char sid[64];
+  char host_ns[64];
+  ssize_t n;
+  size_t i;
+  int pass;
+
+  al_test_need_bwrap();
+  n = readlink("/proc/self/ns/net", host_ns, sizeof(host_ns) - 1);
+  ASSERT(n > 0);
+  host_ns[n] = '\0';
+  dt_init(&t, ns_yaml);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"network\":\"yes\"}", t.work);
+  ASSERT_EQ(dt_err(dt_call(&c, 90, "session/create", p)),
+            AL_RPC_INVALID_PARAMS);
+  i = 0;
+  for (pass = 0; pass < 2; pass++) {
+    snprintf(p, sizeof(p),
+             "{\"cwd\":\"%s\",\"sandbox\":\"required\"%s}", t.work,
+             pass == 1 ? ",\"network\":true" : "");
+    {
+      /* dt_create's fixed request id would find the first answer again. */
+      json_t *r = dt_call(&c, 30 + pass, "session/create", p);
+      const char *id = json_string_value(
+          json_object_get(json_object_get(r, "result"), "session"));
+
+      ASSERT_NOT_NULL(id);
+      snprintf(sid, sizeof(sid), "%s", id);
+    }
+    snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+    dt_call(&c, 10 + pass * 10, "session/subscribe", p);
+    snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"ns\"}", sid);
+    dt_call(&c, 11 + pass * 10, "turn/send", p);
+    i = dt_wait_event(&c, "tool_use_completed", i);
+    ASSERT_EQ(ns_shared(&c, i, host_ns), pass == 1);
+    i = dt_wait_event(&c, "final", i);
+  }
+  dt_finish(&t, cs, 1);
+  return 0;
+}
