@@ -792,6 +792,18 @@ EOF
     { kill $mock2; fail "the config file's base URL and model were not used"; }
   type_line "/quit"
   wait_for "[exited 0]"
+  # The config file's limits: reach a new chat session too.
+  printf 'base_url: http://127.0.0.1:%s\nmodel: m-config\nlimits:\n  reply_bytes: 16\n' \
+    "$(cat "$W/port2")" >"$W/config/agentloop/config.yaml"
+  run_pane env -u AGENTLOOP_BASE_URL "$BIN/agentloop"
+  wait_for "(m-config)"
+  wait_prompt
+  type_line "fourth"
+  wait_for "exceeds the limit of 16 bytes"
+  type_line "/quit"
+  wait_for "[exited 0]"
+  printf 'base_url: http://127.0.0.1:%s\nmodel: m-config\n' \
+    "$(cat "$W/port2")" >"$W/config/agentloop/config.yaml"
   kill $mock2 2>/dev/null || true
   [ "$("$BIN/agentloop" daemon status | sed -n 's/.*pid \([0-9]*\),.*/\1/p')" = "$pid_before" ] ||
     fail "the daemon was restarted"
