@@ -1499,6 +1499,9 @@ static bool is_overflow(const char *message) {
 }
 
 static int64_t keep_tokens(const al_agent_t *a) {
+  if (a->keep_recent > 0) {
+    return a->keep_recent;
+  }
   return AL_MIN((int64_t)AL_COMPACT_KEEP_TOKENS, a->budget.window / 4);
 }
 
@@ -1858,6 +1861,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al__budget_init(&a->budget);
   a->auto_compact = !o->no_auto_compact;
   a->max_messages = o->max_messages;
+  a->keep_recent = o->keep_recent > 0 ? o->keep_recent : 0;
   a->prompt_cache = !o->no_prompt_cache;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider

@@ -241,6 +241,7 @@ struct al_agent_s {
   /* Summary compaction (agent.c, compact.c). */
   bool auto_compact;
   uint32_t max_messages;
+  int64_t keep_recent; /* tokens; 0: keep_tokens()'s default */
   bool prompt_cache;
   al_history_t compact_hist;  /* the summary request's history */
   size_t compact_cut;         /* messages[cut..] are kept */

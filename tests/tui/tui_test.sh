@@ -592,8 +592,12 @@ EOF
   local mock2=$! i
   for i in $(seq $((100 * MULT))); do [ -s "$W/port2" ] && break; sleep 0.05; done
   mkdir -p "$W/config/agentloop"
-  printf 'base_url: http://127.0.0.1:%s\nmodel: m-config\n' \
+  printf 'base_url: http://127.0.0.1:%s\nmodel: m-config\ncontext:\n  prompt_cache: false\n' \
     "$(cat "$W/port2")" >"$W/config/agentloop/config.yaml"
+  # Prompt caching was on for the first shell; its context: section turns
+  # it off for this shell's session (session/create's `context`).
+  grep -q 'cache_control' "$W/requests.ndjson" ||
+    fail "the first session had no cache_control breakpoints"
   local pid_before
   pid_before=$("$BIN/agentloop" daemon status | sed -n 's/.*pid \([0-9]*\),.*/\1/p')
   [ -n "$pid_before" ] || fail "daemon status shows no pid"
@@ -604,6 +608,8 @@ EOF
   wait_for "reply one"
   grep -q '"model":"m-config"' "$W/requests2.ndjson" ||
     { kill $mock2; fail "the config file's base URL and model were not used"; }
+  ! grep -q 'cache_control' "$W/requests2.ndjson" ||
+    { kill $mock2; fail "the config file's context: prompt_cache was not used"; }
   type_line "/quit"
   wait_for "[exited 0]"
   kill $mock2 2>/dev/null || true
