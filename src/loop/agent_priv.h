@@ -252,6 +252,12 @@ struct al_agent_s {
   bool compact_in_run;        /* the run continues after it */
   bool compact_requested;     /* manual, during a run: at the next request */
   bool compacted_this_turn;   /* one automatic compaction per turn */
+  /* The run's last automatic compaction left this many tokens (-1: none
+   * yet): another in the same run only when that was at most 0.6 x the
+   * trigger (RESEARCH-WAVE2 C5), so a compaction that barely helped is
+   * not repeated turn after turn. */
+  int64_t run_compact_after;
+  int64_t compact_after; /* tokens after the last compaction */
   bool overflow_retried;      /* one "prompt too long" compaction a request */
   uint64_t stats_compact_saved;
 };

@@ -213,3 +213,88 @@ TEST_IMPL(context_tools_d_compactable) {
   ASSERT_EQ(micro_count(false, ids, sizeof(ids)), 0);
   return 0;
 }
+
+/* RESEARCH-WAVE2 C5: a second automatic compaction in the same run only
+ * when the first left at most 0.6 x the trigger. Window 8,000: the
+ * trigger is 4,000 tokens, 0.6 x it 2,400. 3 KB reads (about 750 tokens
+ * each) cross it after the fifth. keep_recent 1 makes the first
+ * compaction effective; a large keep_recent keeps nearly everything. */
+static void reads(fx_t *f, int n) {
+  char big[3001];
+  int k;
+
+  for (k = 1; k <= n; k++) {
+    char name[8];
+
+    memset(big, 'a' + k, sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    snprintf(name, sizeof(name), "f%d", k);
+    fx_write(f, name, big);
+  }
+}
+
+#define READ(id, file)                                                   \
+  "  - reply: {content: [{tool_use: {id: " id ", name: read_file, "      \
+  "input: {path: " file "}}}]}\n"
+#define SUMMARY "  - reply: {content: [{text: \"## Goal\\nkeep reading\"}]}\n"
+
+TEST_IMPL(compact_second_auto_needs_effective_first) {
+  fx_t f;
+  const json_t *c;
+  long i;
+
+  /* Effective: about 1,600 tokens after the first; the run grows past
+   * the trigger again and compacts a second time. */
+  fx_init(&f, "usage_from_request: {bytes_per_token: 4}\n"
+              "responses:\n" READ("t1", "f1") READ("t2", "f2")
+                  READ("t3", "f3") READ("t4", "f4") READ("t5", "f5")
+                      SUMMARY READ("t6", "f6") READ("t7", "f7")
+                          READ("t8", "f8") READ("t9", "f1") SUMMARY
+              "  - reply: {content: [{text: done}]}\n");
+  f.opts.context_window = 8000;
+  f.opts.micro_min_tokens = -1;
+  f.opts.keep_recent = 1;
+  fx_start(&f);
+  reads(&f, 8);
+  fx_run(&f, "read them all");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "compaction_completed"), 2);
+  c = fx_event(&f, fx_find(&f, "compaction_completed", NULL, 0));
+  ASSERT_LE(json_integer_value(json_object_get(c, "tokens_after")), 2400);
+  fx_finish(&f);
+
+  /* Ineffective: the first compaction keeps nearly all (above 2,400);
+   * when the run crosses the trigger again it goes on uncompacted (below
+   * the 95% refusal). */
+  fx_init(&f, "usage_from_request: {bytes_per_token: 4}\n"
+              "responses:\n" READ("t1", "f1") READ("t2", "f2")
+                  READ("t3", "f3") READ("t4", "f4") READ("t5", "f5")
+                      SUMMARY READ("t6", "f6") READ("t7", "f7")
+              "  - reply: {content: [{text: done}]}\n");
+  f.opts.context_window = 8000;
+  f.opts.micro_min_tokens = -1;
+  f.opts.keep_recent = 1000000;
+  fx_start(&f);
+  reads(&f, 8);
+  fx_run(&f, "read them all");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "compaction_completed"), 1);
+  c = fx_event(&f, fx_find(&f, "compaction_completed", NULL, 0));
+  ASSERT(json_integer_value(json_object_get(c, "tokens_after")) > 2400);
+  /* A later request was above the trigger and was sent as it was. */
+  {
+    bool above = false;
+
+    for (i = 0; fx_find(&f, "usage", NULL, (size_t)i) >= 0; i++) {
+      const json_t *u = fx_event(&f, fx_find(&f, "usage", NULL, (size_t)i));
+
+      above = above ||
+              json_integer_value(json_object_get(u, "context_tokens")) > 4000;
+    }
+    ASSERT(above);
+  }
+  fx_finish(&f);
+  return 0;
+}
