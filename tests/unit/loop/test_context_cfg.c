@@ -79,15 +79,30 @@ TEST_IMPL(context_settings_json) {
   return 0;
 }
 
+/* n files f1..fn of `bytes` bytes each, a different letter per file. */
+static void files(fx_t *f, int n, size_t bytes) {
+  char *big = malloc(bytes + 1);
+  int k;
+
+  ASSERT_NOT_NULL(big);
+  for (k = 1; k <= n; k++) {
+    char name[8];
+
+    memset(big, 'a' + k, bytes);
+    big[bytes] = '\0';
+    snprintf(name, sizeof(name), "f%d", k);
+    fx_write(f, name, big);
+  }
+  free(big);
+}
+
 /* keep_recent picks the kept tail: with 1 token only the last assistant
  * message stays after the summary; with a large budget the tail reaches
  * back to the first tool round. */
 static int64_t dropped_with(int64_t keep) {
   fx_t f;
-  char big[4001];
   const json_t *c;
   int64_t dropped;
-  int k;
 
   fx_init(&f,
           "responses:\n"
@@ -99,14 +114,7 @@ static int64_t dropped_with(int64_t keep) {
   f.opts.micro_min_tokens = -1;
   f.opts.keep_recent = keep;
   fx_start(&f);
-  for (k = 1; k <= 2; k++) {
-    char name[8];
-
-    memset(big, 'a' + k, sizeof(big) - 1);
-    big[sizeof(big) - 1] = '\0';
-    snprintf(name, sizeof(name), "f%d", k);
-    fx_write(&f, name, big);
-  }
+  files(&f, 2, 4000);
   fx_run(&f, "read both");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_EQ(al_agent_compact(f.agent, NULL), 0);
@@ -139,11 +147,9 @@ static size_t micro_count(bool mark, char *ids, size_t ids_len) {
   fx_t f;
   char dir[] = "/tmp/al_ctx_toolsd_XXXXXX";
   char path[300];
-  char big[8001];
   const char *dirs[2];
   FILE *y;
   size_t n;
-  int k;
 
   ASSERT_NOT_NULL(mkdtemp(dir));
   snprintf(path, sizeof(path), "%s/show.yaml", dir);
@@ -174,14 +180,7 @@ static size_t micro_count(bool mark, char *ids, size_t ids_len) {
   f.opts.micro_min_tokens = 2000;
   f.opts.tools_dirs = dirs;
   fx_start(&f);
-  for (k = 1; k <= 5; k++) {
-    char name[8];
-
-    memset(big, 'a' + k, sizeof(big) - 1);
-    big[sizeof(big) - 1] = '\0';
-    snprintf(name, sizeof(name), "f%d", k);
-    fx_write(&f, name, big);
-  }
+  files(&f, 5, 8000);
   fx_run(&f, "show all five");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   fx_assert_valid(&f);
@@ -219,20 +218,6 @@ TEST_IMPL(context_tools_d_compactable) {
  * trigger is 4,000 tokens, 0.6 x it 2,400. 3 KB reads (about 750 tokens
  * each) cross it after the fifth. keep_recent 1 makes the first
  * compaction effective; a large keep_recent keeps nearly everything. */
-static void reads(fx_t *f, int n) {
-  char big[3001];
-  int k;
-
-  for (k = 1; k <= n; k++) {
-    char name[8];
-
-    memset(big, 'a' + k, sizeof(big) - 1);
-    big[sizeof(big) - 1] = '\0';
-    snprintf(name, sizeof(name), "f%d", k);
-    fx_write(f, name, big);
-  }
-}
-
 #define READ(id, file)                                                   \
   "  - reply: {content: [{tool_use: {id: " id ", name: read_file, "      \
   "input: {path: " file "}}}]}\n"
@@ -255,7 +240,7 @@ TEST_IMPL(compact_second_auto_needs_effective_first) {
   f.opts.micro_min_tokens = -1;
   f.opts.keep_recent = 1;
   fx_start(&f);
-  reads(&f, 8);
+  files(&f, 8, 3000);
   fx_run(&f, "read them all");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   fx_assert_valid(&f);
@@ -276,7 +261,7 @@ TEST_IMPL(compact_second_auto_needs_effective_first) {
   f.opts.micro_min_tokens = -1;
   f.opts.keep_recent = 1000000;
   fx_start(&f);
-  reads(&f, 8);
+  files(&f, 8, 3000);
   fx_run(&f, "read them all");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   fx_assert_valid(&f);
