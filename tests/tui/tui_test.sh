@@ -624,6 +624,14 @@ EOF
   local rc=0
   "$BIN/agentloop" daemon status >/dev/null || rc=$?
   [ "$rc" -eq 3 ] || fail "daemon status after stop exited $rc, not 3"
+  # A bad context: value stops the chat with its FILE:LINE:COL before
+  # anything is sent to a daemon.
+  printf 'context:\n  keep_recent: lots\n' >"$W/config/agentloop/config.yaml"
+  rc=0
+  out=$("$BIN/agentloop" </dev/null 2>&1) || rc=$?
+  [ "$rc" -eq 2 ] || fail "a bad context: setting exited $rc, not 2"
+  grep -q "config.yaml:2:16: context.keep_recent must be" <<<"$out" ||
+    { echo "$out"; fail "no FILE:LINE:COL for a bad context: setting"; }
 }
 
 "case_$CASE"
