@@ -281,6 +281,9 @@ typedef struct al_agent_options_s {
    * next request exceeds window - max(13,000, max_tokens), unless
    * no_auto_compact. A "prompt is too long" answer always triggers one. */
   bool no_auto_compact;
+  /* The kept tail of a summary compaction, in tokens: the most recent
+   * messages that fit stay verbatim (0: min(20,000, window / 4)). */
+  int64_t keep_recent;
   /* Anthropic prompt caching (docs/context.md): cache_control breakpoints
    * on the system prompt, the tool definitions and the moving end of the
    * conversation (4 at most); no_prompt_cache turns them off. */

@@ -15,6 +15,7 @@
 #include "client/chat.h"
 #include "client/cli.h"
 #include "config/config.h"
+#include "config/context.h"
 
 static const char *env_get(const char *name) {
   const char *v = al_sandbox_getenv(name);
@@ -32,6 +33,7 @@ int al__chat_settings(const char *provider, const char *model,
   char why[700];
   const char *key;
   json_t *o;
+  json_t *ctx = NULL;
   size_t i;
   int code = al__cli_config_load_for(&cfg, NULL, false, provider,
                                      "agentloop");
@@ -49,10 +51,27 @@ int al__chat_settings(const char *provider, const char *model,
     al_config_free(&cfg);
     return code;
   }
+  {
+    /* The context: section, checked here so its FILE:LINE:COL reaches
+     * the user; the daemon gets the values (docs/protocol.md). */
+    al_agent_options_t co;
+
+    memset(&co, 0, sizeof(co));
+    if (al__config_context_apply(&cfg, &co, why, sizeof(why)) != 0) {
+      fprintf(stderr, "agentloop: %s\n", why);
+      al_config_free(&cfg);
+      return 2;
+    }
+    ctx = al__context_to_json(&co);
+  }
   key = al_config_api_key(&cfg, env_get, NULL);
   o = json_pack("{s:s, s:s?, s:s?, s:s?}", "provider",
                 al_config_provider(&cfg), "model", cfg.model, "base_url",
                 cfg.base_url, "api_key", key);
+  if (o != NULL && ctx != NULL && json_object_size(ctx) > 0) {
+    json_object_set(o, "context", ctx);
+  }
+  json_decref(ctx);
   if (o != NULL && cfg.sandbox.mode != NULL) {
     json_object_set_new(o, "sandbox", json_string(cfg.sandbox.mode));
   }

@@ -162,6 +162,8 @@ static void usage(FILE *f) {
       "      --max-messages N      keep at most N messages (oldest dropped)\n"
       "      --micro-min-tokens N  clear old tool outputs when that saves N\n"
       "                            tokens (default 20000; 'off')\n"
+      "      --keep-recent N       a compaction keeps the last N tokens\n"
+      "                            verbatim (default min(20000, window/4))\n"
       "      --max-turns N         model replies per run (default 20); at\n"
       "                            the limit a summary is the result, exit 3\n"
       "      --max-retries N       retries per request (default 3)\n"
@@ -1013,7 +1015,7 @@ int al_cli_run(int argc, char **argv) {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
     O_SYSTEM_TEXT, O_MAX_TOKENS, O_MAX_TURNS, O_FORMAT, O_IDLE_TIMEOUT,
     O_TIMEOUT, O_CWD, O_ALLOW, O_DENY, O_TOOLS_DIR, O_FALLBACK, O_CONTEXT_WINDOW, O_NO_AUTO_COMPACT,
-    O_NO_PROMPT_CACHE, O_MAX_MESSAGES, O_MICRO_MIN, O_COLOR,
+    O_NO_PROMPT_CACHE, O_MAX_MESSAGES, O_MICRO_MIN, O_KEEP_RECENT, O_COLOR,
     O_NO_COLOR, O_RETRIES, O_SANDBOX, O_TRUST, O_PRINT_PROMPT, O_LIMIT,
     O_MCP_CONFIG, O_HOOKS_CONFIG,
     O_CONTINUE, O_RESUME, O_PARTIAL, O_INPUT_FORMAT
@@ -1043,6 +1045,7 @@ int al_cli_run(int argc, char **argv) {
       {"print-system-prompt", no_argument, NULL, O_PRINT_PROMPT},
       {"fallback-model", required_argument, NULL, O_FALLBACK},
       {"context-window", required_argument, NULL, O_CONTEXT_WINDOW},
+      {"keep-recent", required_argument, NULL, O_KEEP_RECENT},
       {"no-auto-compact", no_argument, NULL, O_NO_AUTO_COMPACT},
       {"no-prompt-cache", no_argument, NULL, O_NO_PROMPT_CACHE},
       {"max-messages", required_argument, NULL, O_MAX_MESSAGES},
@@ -1106,6 +1109,7 @@ int al_cli_run(int argc, char **argv) {
   uint64_t max_tokens = 0;
   uint64_t max_turns = 0;
   uint64_t context_window = 0;
+  uint64_t keep_recent = 0;
   uint64_t max_messages = 0;
   uint64_t micro_u = 0;
   int64_t micro_min = 0;
@@ -1185,6 +1189,12 @@ int al_cli_run(int argc, char **argv) {
         return EXIT_USAGE;
       } else {
         micro_min = (int64_t)micro_u;
+      }
+      break;
+    case O_KEEP_RECENT:
+      if (!parse_u64(optarg, 1000000000, &keep_recent) || keep_recent < 1) {
+        fail_usage("--keep-recent: tokens, 1..1000000000, not '%s'", optarg);
+        return EXIT_USAGE;
       }
       break;
     case O_CONTEXT_WINDOW:
@@ -1606,6 +1616,7 @@ int al_cli_run(int argc, char **argv) {
     r->hdr.system = (char *)system_text;
     r->hdr.created_ms = (uint64_t)time(NULL) * 1000u;
   }
+  o.keep_recent = (int64_t)keep_recent;
   o.no_auto_compact = no_auto_compact;
   o.no_prompt_cache = no_prompt_cache;
   o.max_messages = (uint32_t)max_messages;

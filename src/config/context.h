@@ -13,4 +13,14 @@
 int al__config_context_apply(const al_config_t *cfg, al_agent_options_t *o,
                              char *why, size_t why_len);
 
+/* The same settings as JSON (session/create's `context`, the transcript
+ * header): checks ctx (NULL or null: nothing) and, when o is not NULL,
+ * sets what a flag has not set. 0, or AL_EINVAL with "context.KEY ..." in
+ * why. */
+int al__context_from_json(const json_t *ctx, al_agent_options_t *o,
+                          char *why, size_t why_len);
+/* The context settings o holds (non-default values only), as an object
+ * al__context_from_json accepts; NULL on OOM. */
+json_t *al__context_to_json(const al_agent_options_t *o);
+
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agentloop/version.h"
+#include "config/context.h"
 
 static char *dup_or_null(const char *s) {
   return s != NULL ? al_strdup(s) : NULL;
@@ -157,6 +158,17 @@ static bool check_limits(const call_t *k) {
   return false;
 }
 
+static bool check_context(const call_t *k) {
+  char why[200];
+
+  if (al__context_from_json(json_object_get(k->params, "context"), NULL, why,
+                            sizeof(why)) == 0) {
+    return true;
+  }
+  al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+  return false;
+}
+
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
   const char *cwd, *model, *provider, *base_url, *system, *key, *sandbox;
@@ -172,7 +184,8 @@ static void m_session_create(const call_t *k) {
       !popt_str(k, "sandbox", &sandbox) ||
       !popt_str(k, "base_url", &base_url) ||
       !popt_str(k, "system", &system) || !check_provider(k, provider) ||
-      !check_base_url(k, base_url) || !check_limits(k)) {
+      !check_base_url(k, base_url) || !check_limits(k) ||
+      !check_context(k)) {
     return;
   }
   {
@@ -321,6 +334,10 @@ static void m_session_create(const call_t *k) {
     s->h.deny_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
     ask = json_object_get(k->params, "limits");
     s->h.limits = json_is_object(ask) ? json_deep_copy(ask) : NULL;
+    ask = json_object_get(k->params, "context");
+    s->h.context = json_is_object(ask) && json_object_size(ask) > 0
+                       ? json_deep_copy(ask)
+                       : NULL;
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';

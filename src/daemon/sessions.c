@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/context.h"
 #include "loop/permrule.h"
 #include "sandbox/sandbox.h"
 
@@ -732,6 +733,8 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   /* Checked at session/create; a hand-edited header falls back to the
    * defaults for what it cannot parse. */
   (void)al_limits_from_json(&ao.limits, s->h.limits, why, why_len);
+  /* Likewise the context: settings (checked whole before any applies). */
+  (void)al__context_from_json(s->h.context, &ao, why, why_len);
   why[0] = '\0';
   ao.models = d->models;
   /* Cleared tool outputs live next to the transcript (docs/context.md),

@@ -877,6 +877,7 @@ static void run_end_common(al_agent_t *a) {
   /* compact_requested stays: a compaction asked for during a run that
    * then ended runs before the next run's first request. */
   a->compacted_this_turn = false;
+  a->run_compact_after = -1;
   a->overflow_retried = false;
   al_free(a->done_text);
   a->done_text = NULL;
@@ -1549,6 +1550,9 @@ static bool is_overflow(const char *message) {
 }
 
 static int64_t keep_tokens(const al_agent_t *a) {
+  if (a->keep_recent > 0) {
+    return a->keep_recent;
+  }
   return AL_MIN((int64_t)AL_COMPACT_KEEP_TOKENS, a->budget.window / 4);
 }
 
@@ -1558,6 +1562,7 @@ static int64_t keep_tokens(const al_agent_t *a) {
 static int compact_check(al_agent_t *a, int64_t projected) {
   int64_t at = al__budget_compact_at(&a->budget, a->cur_max_tokens);
   char msg[300];
+  bool again;
 
   if (a->compact_requested) {
     a->compact_requested = false;
@@ -1567,11 +1572,14 @@ static int compact_check(al_agent_t *a, int64_t projected) {
   if (projected <= at) {
     return 0;
   }
-  if (a->auto_compact && !a->compacted_this_turn) {
+  /* A second automatic compaction in a run only after an effective
+   * first one (tokens after <= 0.6 x the trigger). */
+  again = a->run_compact_after < 0 || a->run_compact_after * 10 <= at * 6;
+  if (a->auto_compact && !a->compacted_this_turn && again) {
     compact_start(a, "auto");
     return 1;
   }
-  if (a->compacted_this_turn &&
+  if ((a->compacted_this_turn || !again) &&
       al__budget_pct(&a->budget, projected) > AL_BUDGET_REFUSE_PCT) {
     snprintf(msg, sizeof(msg),
              "context_limit_exceeded: the next request needs about %lld "
@@ -1662,6 +1670,9 @@ static void compact_resume(al_agent_t *a) {
   }
   set_state(a, AG_STREAMING);
   a->compacted_this_turn = true;
+  if (strcmp(a->compact_trigger, "auto") == 0) {
+    a->run_compact_after = a->compact_after;
+  }
   al__retry_request_start(&a->retry);
   rc = attempt_start(a);
   if (rc != 0) {
@@ -1763,6 +1774,7 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
   }
   a->compact_failures = failed && cut != 0 ? a->compact_failures + 1 : 0;
   after = project_history(a);
+  a->compact_after = after;
   if (a->compact_before > after) {
     a->stats_compact_saved += (uint64_t)(a->compact_before - after);
   }
@@ -1908,6 +1920,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al__budget_init(&a->budget);
   a->auto_compact = !o->no_auto_compact;
   a->max_messages = o->max_messages;
+  a->keep_recent = o->keep_recent > 0 ? o->keep_recent : 0;
   a->prompt_cache = !o->no_prompt_cache;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider

@@ -15,6 +15,7 @@
 
 #include "loop/agent_priv.h"
 #include "loop/micro.h"
+#include "tools/clitool.h"
 
 static const char *const default_compactable[] = {
     "read_file", "list_directory", "bash", "grep", "glob", AL_MICRO_TOOL,
@@ -248,7 +249,9 @@ static void read_run(al_tool_ctx_t *ctx, void *data) {
 int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o) {
   const char *const *names =
       o->compactable_tools != NULL ? o->compactable_tools : default_compactable;
+  const al_cli_set_t *set = a->cli_set;
   size_t n = 0;
+  size_t m = 0;
   size_t i;
 
   a->tool_cache = json_object();
@@ -258,12 +261,20 @@ int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o) {
   while (names[n] != NULL) {
     n++;
   }
-  a->compactable = al_calloc(n + 1, sizeof(*a->compactable));
+  /* tools.d tools marked `compactable: true` join the list. */
+  a->compactable = al_calloc(n + (set != NULL ? set->n : 0) + 1,
+                             sizeof(*a->compactable));
   if (a->compactable == NULL) {
     return AL_ENOMEM;
   }
   for (i = 0; i < n; i++) {
-    if ((a->compactable[i] = al_strdup(names[i])) == NULL) {
+    if ((a->compactable[m++] = al_strdup(names[i])) == NULL) {
+      return AL_ENOMEM;
+    }
+  }
+  for (i = 0; set != NULL && i < set->n; i++) {
+    if (set->defs[i]->compactable &&
+        (a->compactable[m++] = al_strdup(set->defs[i]->name)) == NULL) {
       return AL_ENOMEM;
     }
   }

@@ -242,6 +242,7 @@ struct al_agent_s {
   /* Summary compaction (agent.c, compact.c). */
   bool auto_compact;
   uint32_t max_messages;
+  int64_t keep_recent; /* tokens; 0: keep_tokens()'s default */
   bool prompt_cache;
   al_history_t compact_hist;  /* the summary request's history */
   size_t compact_cut;         /* messages[cut..] are kept */
@@ -252,6 +253,12 @@ struct al_agent_s {
   bool compact_in_run;        /* the run continues after it */
   bool compact_requested;     /* manual, during a run: at the next request */
   bool compacted_this_turn;   /* one automatic compaction per turn */
+  /* The run's last automatic compaction left this many tokens (-1: none
+   * yet): another in the same run only when that was at most 0.6 x the
+   * trigger (RESEARCH-WAVE2 C5), so a compaction that barely helped is
+   * not repeated turn after turn. */
+  int64_t run_compact_after;
+  int64_t compact_after; /* tokens after the last compaction */
   bool overflow_retried;      /* one "prompt too long" compaction a request */
   uint64_t stats_compact_saved;
 };

@@ -140,6 +140,7 @@ typedef struct {
   json_t *timeouts;    /* {connect_ms, idle_ms, progress_ms, tool_ms}, or NULL */
   json_t *paths;       /* {denied, writable, tools_dirs}: absolute paths */
   json_t *limits;    /* agentloop/limits.h by name (object), or NULL */
+  json_t *context;   /* the context: settings (docs/context.md), or NULL */
   uint64_t created_ms;
 } al_tx_header_t;
 

@@ -90,6 +90,7 @@ typedef struct al_cli_def_s {
   char **env; /* NULL-terminated "NAME=value", ${VAR} expanded */
   bool network;
   bool project;
+  bool compactable; /* old results may be cleared (docs/context.md) */
 } al_cli_def_t;
 
 typedef struct al_cli_set_s {

@@ -633,7 +633,7 @@ static bool has_def(const al_cli_set_t *set, const char *name) {
 static const char *const k_tool_keys[] = {
     "name",    "description", "category", "cmd",   "args",
     "optional_args", "parameters", "concurrency_safe", "timeout",
-    "max_output", "env", "network", NULL};
+    "max_output", "env", "network", "compactable", NULL};
 
 static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
   yaml_node_pair_t *pr;
@@ -722,6 +722,10 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
   }
   if ((v = map_get(c, m, "network")) != NULL &&
       !get_bool(c, v, "network", &d->network)) {
+    return false;
+  }
+  if ((v = map_get(c, m, "compactable")) != NULL &&
+      !get_bool(c, v, "compactable", &d->compactable)) {
     return false;
   }
   d->timeout_ms = 120000;

@@ -778,8 +778,12 @@ EOF
   local mock2=$! i
   for i in $(seq $((100 * MULT))); do [ -s "$W/port2" ] && break; sleep 0.05; done
   mkdir -p "$W/config/agentloop"
-  printf 'base_url: http://127.0.0.1:%s\nmodel: m-config\n' \
+  printf 'base_url: http://127.0.0.1:%s\nmodel: m-config\ncontext:\n  prompt_cache: false\n' \
     "$(cat "$W/port2")" >"$W/config/agentloop/config.yaml"
+  # Prompt caching was on for the first shell; its context: section turns
+  # it off for this shell's session (session/create's `context`).
+  grep -q 'cache_control' "$W/requests.ndjson" ||
+    fail "the first session had no cache_control breakpoints"
   local pid_before
   pid_before=$("$BIN/agentloop" daemon status | sed -n 's/.*pid \([0-9]*\),.*/\1/p')
   [ -n "$pid_before" ] || fail "daemon status shows no pid"
@@ -790,6 +794,8 @@ EOF
   wait_for "reply one"
   grep -q '"model":"m-config"' "$W/requests2.ndjson" ||
     { kill $mock2; fail "the config file's base URL and model were not used"; }
+  ! grep -q 'cache_control' "$W/requests2.ndjson" ||
+    { kill $mock2; fail "the config file's context: prompt_cache was not used"; }
   type_line "/quit"
   wait_for "[exited 0]"
   # The config file's limits: reach a new chat session too.
@@ -816,6 +822,14 @@ EOF
   local rc=0
   "$BIN/agentloop" daemon status >/dev/null || rc=$?
   [ "$rc" -eq 3 ] || fail "daemon status after stop exited $rc, not 3"
+  # A bad context: value stops the chat with its FILE:LINE:COL before
+  # anything is sent to a daemon.
+  printf 'context:\n  keep_recent: lots\n' >"$W/config/agentloop/config.yaml"
+  rc=0
+  out=$("$BIN/agentloop" </dev/null 2>&1) || rc=$?
+  [ "$rc" -eq 2 ] || fail "a bad context: setting exited $rc, not 2"
+  grep -q "config.yaml:2:16: context.keep_recent must be" <<<"$out" ||
+    { echo "$out"; fail "no FILE:LINE:COL for a bad context: setting"; }
 }
 
 "case_$CASE"

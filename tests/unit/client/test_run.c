@@ -1396,6 +1396,29 @@ TEST_IMPL(cli_run_context_settings) {
   ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
   finish(&c);
   unlink(path);
+  /* keep_recent: the same checks, in the file and as a flag. */
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("context:\n  keep_recent: 0\n", f);
+  fclose(f);
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, env);
+  ASSERT_EQ(c.exit_status, 2);
+  ASSERT_NOT_NULL(strstr(c.ebuf, ":2:16: context.keep_recent must be a "
+                                 "number of tokens"));
+  finish(&c);
+  unlink(path);
+  {
+    const char *kr[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--keep-recent", "none", "-p", "hi", NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, kr, env);
+    ASSERT_EQ(c.exit_status, 2);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "--keep-recent: tokens"));
+    ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+    finish(&c);
+  }
 
   start_mock(&c,
              "responses:\n"

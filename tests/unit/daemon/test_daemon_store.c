@@ -1191,3 +1191,244 @@ TEST_IMPL(transcript_hash_chain) {
   free(buf);
   return 0;
 }
+
+/* ---- context settings and compaction across restarts (issue 11) -------- */
+
+static bool body_has(const dt_t *t, size_t i, const char *s) {
+  char *b = json_dumps(al_mockllm_record_get(t->mock, i)->body, 0);
+  bool r = b != NULL && strstr(b, s) != NULL;
+
+  free(b);
+  return r;
+}
+
+static size_t body_messages(const dt_t *t, size_t i) {
+  return json_array_size(
+      json_object_get(al_mockllm_record_get(t->mock, i)->body, "messages"));
+}
+
+/* The client's context: settings reach the agent, are kept in the
+ * transcript header and apply again after a restart and resume. */
+TEST_IMPL(daemon_context_settings_kept) {
+  dt_t t;
+  dt_client_t c, c2;
+  dt_client_t *cl[] = {&c, &c2};
+  uv_process_t proc, proc2;
+  char p[512];
+  char sid[64];
+  char txp[400];
+  char envs[4][256];
+  char *env[5];
+  static const char *const bad[] = {"{\"window\":5}", "{\"nap\":1}",
+                                    "\"big\"", "{\"keep_recent\":0}"};
+  json_t *r;
+  size_t i, n;
+
+  dt_init(&t, "responses:\n"
+              "  - reply: {content: [{text: one}]}\n"
+              "  - reply: {content: [{text: two}]}\n"
+              "  - reply: {content: [{text: three}]}\n");
+  daemon_env(&t, envs, env);
+  spawn_daemon(&t, &proc, env);
+  dt_run_until(&t, sock_exists, t.sock);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  for (i = 0; i < AL_ARRAY_SIZE(bad); i++) {
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"context\":%s}", t.work, bad[i]);
+    r = dt_call(&c, 20 + (int)i, "session/create", p);
+    ASSERT_EQ(dt_err(r), AL_RPC_INVALID_PARAMS);
+  }
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"context\":{\"prompt_cache\":false,"
+           "\"max_messages\":3,\"keep_recent\":5000}}",
+           t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"first\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  n = dt_wait_event(&c, "final", 0);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"second\"}", sid);
+  dt_call(&c, 5, "turn/send", p);
+  dt_wait_event(&c, "final", n + 1);
+  ASSERT_EQ(al_mockllm_record_count(t.mock), 2);
+  /* prompt_cache: false: no breakpoints at all. */
+  ASSERT(!body_has(&t, 0, "cache_control"));
+  ASSERT(!body_has(&t, 1, "cache_control"));
+  dt_call(&c, 6, "shutdown", NULL);
+  dt_run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  dt_wait_eof(&c);
+  /* The header keeps them, in the hash chain. */
+  snprintf(txp, sizeof(txp), "%s/sessions/%s.jsonl", t.state, sid);
+  {
+    al_tx_loaded_t l;
+
+    ASSERT_EQ(al__tx_load(txp, false, 1 << 20, &l), 0);
+    ASSERT_EQ(l.chain_breaks, 0);
+    ASSERT_EQ(l.bad_lines, 0);
+    ASSERT_NOT_NULL(l.header.context);
+    ASSERT(json_is_false(json_object_get(l.header.context, "prompt_cache")));
+    ASSERT_EQ(json_integer_value(
+                  json_object_get(l.header.context, "max_messages")),
+              3);
+    ASSERT_EQ(json_integer_value(
+                  json_object_get(l.header.context, "keep_recent")),
+              5000);
+    al__tx_loaded_free(&l);
+  }
+  /* A new daemon, the session resumed: the third request is trimmed to 3
+   * messages (5 without max_messages) and still has no breakpoint. */
+  spawn_daemon(&t, &proc2, env);
+  dt_connect_ready(&t, &c2);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(&c2, 7, "session/resume", p);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_call(&c2, 8, "session/subscribe", p);
+  n = json_array_size(c2.msgs);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"third\"}", sid);
+  dt_call(&c2, 9, "turn/send", p);
+  dt_wait_event(&c2, "final", n);
+  ASSERT_EQ(al_mockllm_record_count(t.mock), 3);
+  ASSERT_LE(body_messages(&t, 2), 3);
+  ASSERT(!body_has(&t, 2, "cache_control"));
+  dt_assert_valid(&t);
+  dt_call(&c2, 10, "shutdown", NULL);
+  dt_run_until(&t, child_gone, NULL);
+  dt_wait_eof(&c2);
+  dt_finish(&t, cl, 2);
+  return 0;
+}
+
+static const dt_t *g_mock_t;
+
+static bool mock_has_3(void *data) {
+  (void)data;
+  return al_mockllm_record_count(g_mock_t->mock) >= 3;
+}
+
+static bool tx_has_started(void *data) {
+  size_t n;
+  char *b = al_test_read_file(g_tx_path, &n);
+  bool ok = b != NULL && strstr(b, "\"compaction_started\"") != NULL;
+
+  (void)data;
+  free(b);
+  return ok;
+}
+
+static bool tx_has_compaction(void *data) {
+  size_t n;
+  char *b = al_test_read_file(g_tx_path, &n);
+  bool ok = b != NULL && strstr(b, "{\"rec\":\"compaction\"") != NULL;
+
+  (void)data;
+  free(b);
+  return ok;
+}
+
+/* SIGKILL of a real agentloopd around a compaction's record: `after`
+ * false kills it while the summary request waits for its reply (no
+ * record yet), true right once the record is on disk. The restarted
+ * daemon loads the session valid; the next request passes the mock's
+ * validator and carries the summary exactly when the record was
+ * written. */
+static int kill_around_compaction(bool after) {
+  dt_t t;
+  dt_client_t c, c2;
+  dt_client_t *cl[] = {&c, &c2};
+  uv_process_t proc, proc2;
+  char p[512];
+  char yaml[1024];
+  char sid[64];
+  char txp[400];
+  char envs[4][256];
+  char *env[5];
+  json_t *r;
+  json_t *rec;
+  size_t n;
+
+  snprintf(yaml, sizeof(yaml),
+           "responses:\n"
+           "  - reply: {content: [{text: one}]}\n"
+           "  - reply: {content: [{text: two}]}\n"
+           "  - reply: {content: [{text: \"## Goal\\nSUMMARY-MARK-7\"}]}\n"
+           "%s"
+           "  - reply: {content: [{text: three}]}\n",
+           after ? "" : "    first_byte_delay_ms: 600000\n");
+  dt_init(&t, yaml);
+  g_mock_t = &t;
+  daemon_env(&t, envs, env);
+  spawn_daemon(&t, &proc, env);
+  dt_run_until(&t, sock_exists, t.sock);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"GOAL-first\"}",
+           sid);
+  dt_call(&c, 4, "turn/send", p);
+  n = dt_wait_event(&c, "final", 0);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"second\"}", sid);
+  dt_call(&c, 5, "turn/send", p);
+  dt_wait_event(&c, "final", n + 1);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(&c, 6, "session/compact", p);
+  ASSERT_EQ(dt_err(r), 0);
+  snprintf(txp, sizeof(txp), "%s/sessions/%s.jsonl", t.state, sid);
+  g_tx_path = txp;
+  if (after) {
+    dt_run_until(&t, tx_has_compaction, NULL);
+  } else {
+    /* The summary request is in, its reply held back, and what was
+     * recorded before it (compaction_started) is on disk. */
+    dt_run_until(&t, mock_has_3, NULL);
+    dt_run_until(&t, tx_has_started, NULL);
+    ASSERT(!tx_has_compaction(NULL));
+  }
+  ASSERT_EQ(uv_process_kill(&proc, SIGKILL), 0);
+  dt_run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_sig, SIGKILL);
+  dt_wait_eof(&c);
+  ASSERT_EQ(tx_has_compaction(NULL), after);
+
+  spawn_daemon(&t, &proc2, env);
+  dt_connect_ready(&t, &c2);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(&c2, 7, "session/resume", p);
+  rec = json_object_get(json_object_get(r, "result"), "recovered");
+  if (rec == NULL) {
+    AL_TEST_FAIL("resume failed: %s", json_dumps(r, 0));
+  }
+  ASSERT_EQ(json_integer_value(json_object_get(rec, "bad_lines")), 0);
+  ASSERT_EQ(json_integer_value(json_object_get(rec, "chain_breaks")), 0);
+  dt_call(&c2, 8, "session/subscribe", p);
+  n = json_array_size(c2.msgs);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"next\"}", sid);
+  dt_call(&c2, 9, "turn/send", p);
+  dt_wait_event(&c2, "final", n);
+  ASSERT_EQ(al_mockllm_record_count(t.mock), 4);
+  dt_assert_valid(&t);
+  ASSERT(body_has(&t, 3, "GOAL-first"));
+  ASSERT(body_has(&t, 3, "next"));
+  ASSERT_EQ(body_has(&t, 3, "SUMMARY-MARK-7"), after);
+  if (!after) {
+    /* Uncompacted: both turns and the new request. */
+    ASSERT_EQ(body_messages(&t, 3), 5);
+  }
+  dt_call(&c2, 10, "shutdown", NULL);
+  dt_run_until(&t, child_gone, NULL);
+  dt_wait_eof(&c2);
+  dt_finish(&t, cl, 2);
+  return 0;
+}
+
+TEST_IMPL(daemon_sigkill_before_compaction_record) {
+  return kill_around_compaction(false);
+}
+
+TEST_IMPL(daemon_sigkill_after_compaction_record) {
+  return kill_around_compaction(true);
+}

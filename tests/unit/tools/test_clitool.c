@@ -53,6 +53,8 @@ static const bad_case_t k_bad[] = {
     {T0 "    colour: red\n", "t.yaml:5:5: unknown key 'colour'"},
     {T0 "    concurrency_safe: yes\n",
      "t.yaml:5:23: 'concurrency_safe' must be true or false, not 'yes'"},
+    {T0 "    compactable: sometimes\n",
+     "t.yaml:5:18: 'compactable' must be true or false, not 'sometimes'"},
     {T0 "    timeout: -1\n", "t.yaml:5:14: tool 't': timeout must be in"},
     {T0 "    timeout: soon\n", "t.yaml:5:14: 'timeout' must be a number"},
     {T0 "    max_output: 0\n", "t.yaml:5:17: tool 't': max_output must be"},
