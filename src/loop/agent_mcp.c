@@ -536,10 +536,16 @@ static bool apply_budget(al_agent_t *a, bool *changed) {
   bool over = a->mcp_budget_pct > 0 && all.tokens > budget;
   al_list_t *pos;
   size_t i;
+  bool listed = false;
 
+  for (i = 0; i < al__mcp_count(a->mcp); i++) {
+    listed = listed || changed[i];
+  }
   if (over && !search_on(a)) {
     over = false;
-    if (warn(a, al__mcp_server(a->mcp, 0),
+    /* Once per list change, not at every boundary. */
+    if (listed &&
+        warn(a, al__mcp_server(a->mcp, 0),
              "the MCP tool definitions exceed the tool budget, but the name "
              "'%s' is taken; all tools are sent%s%s",
              "mcp_tool_search", "", "")) {

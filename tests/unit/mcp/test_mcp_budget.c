@@ -221,3 +221,41 @@ TEST_IMPL(mcp_budget_config) {
   al_buf_free(&err);
   return 0;
 }
+
+static void noop_run(al_tool_ctx_t *ctx, void *data) {
+  (void)data;
+  al_tool_ctx_complete(ctx, false, "mine", 4);
+}
+
+/* An embedder's tool already named mcp_tool_search: nothing is deferred
+ * (the model could not reach the deferred tools), and a warning says so. */
+TEST_IMPL(agent_mcp_budget_search_name_taken) {
+  fx_t f;
+  char *cfg = budget_cfg("\"startup_wait_ms\":5000,", MANY, "");
+  al_tool_def_t def;
+  long w;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n  - reply: {content: [{text: 'hi'}]}\n");
+  f.opts.mcp_config = cfg;
+  f.opts.context_window = 32000;
+  fx_start(&f);
+  memset(&def, 0, sizeof(def));
+  def.name = "mcp_tool_search";
+  def.description = "the embedder's own";
+  def.run = noop_run;
+  def.category = AL_TOOL_READ;
+  ASSERT_EQ(al_agent_add_tool(f.agent, &def), 0);
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(offered(&f, 0, "mcp__p__"), 511);
+  ASSERT_EQ(offered(&f, 0, "mcp_tool_search"), 1);
+  ASSERT_EQ(ival(changed_event(&f, 0), "deferred"), 0);
+  w = fx_find(&f, "mcp_warning", NULL, 0);
+  ASSERT(w >= 0);
+  ASSERT(strstr(jstr(fx_event(&f, (size_t)w), "message"),
+                "'mcp_tool_search' is taken") != NULL);
+  fx_finish(&f);
+  al_free(cfg);
+  return 0;
+}
