@@ -34,6 +34,7 @@ typedef struct {
   uint64_t tokens;          /* all of the server's definitions */
   uint64_t deferred_tokens; /* those left out of the request */
   uint32_t deferred;
+  uint32_t tools;
 } ag_cost_t;
 
 static bool post_mcp_cost(al_agent_t *a, al_event_type_t type,
@@ -79,7 +80,7 @@ static uint64_t tool_tokens(const ag_tool_t *t) {
 /* The registered definitions of server s (NULL: of every server). */
 static ag_cost_t definition_cost(al_agent_t *a, const al_mcp_server_t *s) {
   al_list_t *pos;
-  ag_cost_t c = {0, 0, 0};
+  ag_cost_t c = {0, 0, 0, 0};
 
   al_list_foreach(pos, &a->tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
@@ -89,6 +90,7 @@ static ag_cost_t definition_cost(al_agent_t *a, const al_mcp_server_t *s) {
       continue;
     }
     n = tool_tokens(t);
+    c.tools++;
     c.tokens += n;
     if (t->mcp_deferred) {
       c.deferred++;
@@ -526,14 +528,17 @@ static void search_off(al_agent_t *a) {
 }
 
 /* At a turn boundary: when every MCP definition together costs more than
- * mcp_budget_pct of the window, the tools neither always_load nor asked
+ * mcp_budget_pct of the window, or there are more than
+ * mcp_budget_max_tools MCP tools, the tools neither always_load nor asked
  * for through mcp_tool_search leave the request; otherwise all are sent.
  * Sets changed[i] for each server whose sent set changed. */
 static bool apply_budget(al_agent_t *a, bool *changed) {
   ag_cost_t all = definition_cost(a, NULL);
   uint64_t budget =
       (uint64_t)AL_MAX(a->budget.window, 0) * a->mcp_budget_pct / 100;
-  bool over = a->mcp_budget_pct > 0 && all.tokens > budget;
+  bool over = (a->mcp_budget_pct > 0 && all.tokens > budget) ||
+              (a->mcp_budget_max_tools > 0 &&
+               all.tools > a->mcp_budget_max_tools);
   al_list_t *pos;
   size_t i;
   bool listed = false;
@@ -679,6 +684,7 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
   a->mcp_gens = al_calloc(cfg.n, sizeof(*a->mcp_gens));
   a->mcp_loaded = json_object();
   a->mcp_budget_pct = cfg.tool_budget_pct;
+  a->mcp_budget_max_tools = cfg.tool_budget_max_tools;
   if (a->mcp_gens == NULL || a->mcp_loaded == NULL) {
     json_decref(a->mcp_loaded);
     a->mcp_loaded = NULL;

@@ -209,10 +209,11 @@ struct al_agent_s {
   uint64_t *mcp_gens;
   uint64_t mcp_t0;   /* when the servers started (ns) */
   bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
-  /* Tool budget: tool_budget_pct of the config, the names mcp_tool_search
+  /* Tool budget: tool_budget_pct/max_tools of the config, the names mcp_tool_search
    * asked for (sent from the next turn boundary on), and the search tool
    * once registered (removed while nothing is deferred). */
   uint32_t mcp_budget_pct;
+  uint32_t mcp_budget_max_tools;
   json_t *mcp_loaded;
   ag_tool_t *mcp_search;
   /* Hooks (agent_hooks.c; NULL: none). hook_runs: the agent-level runs

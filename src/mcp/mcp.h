@@ -96,12 +96,17 @@ typedef struct al_mcp_config_s {
   /* Share of the context window (percent) the MCP tool definitions may
    * take before they are deferred behind mcp_tool_search; 0: never. */
   uint32_t tool_budget_pct;
+  /* ... or when there are more than this many MCP tools; 0: no count
+   * limit. */
+  uint32_t tool_budget_max_tools;
 } al_mcp_config_t;
 
 #define AL_MCP_DEFAULT_TOOL_BUDGET_PCT 10
+#define AL_MCP_DEFAULT_TOOL_BUDGET_MAX_TOOLS 40
 
 /* Parses the JSON configuration:
  *   {"startup_wait_ms"?: N, "tool_budget_pct"?: 0..100,
+ *    "tool_budget_max_tools"?: N,
  *    "mcpServers" | "mcp_servers": {NAME: {"command": S, "args"?: [S],
  *       "env"?: {K: S}, "cwd"?: S, "sandbox"?: B, "network"?: B,
  *       "startup_timeout_ms"?: N, "timeout_ms"?: N, "max_timeout_ms"?: N,

@@ -329,6 +329,18 @@ int al__mcp_config_parse(const char *json, size_t len, al_mcp_config_t *out,
     }
     out->tool_budget_pct = (uint32_t)json_integer_value(wait);
   }
+  out->tool_budget_max_tools = AL_MCP_DEFAULT_TOOL_BUDGET_MAX_TOOLS;
+  wait = json_object_get(root, "tool_budget_max_tools");
+  if (wait != NULL) {
+    if (!json_is_integer(wait) || json_integer_value(wait) < 0 ||
+        json_integer_value(wait) > AL_MCP_MAX_TOOLS) {
+      al_buf_printf(err, "tool_budget_max_tools: must be an integer from 0 "
+                         "to %d", AL_MCP_MAX_TOOLS);
+      json_decref(root);
+      return AL_EINVAL;
+    }
+    out->tool_budget_max_tools = (uint32_t)json_integer_value(wait);
+  }
   servers = json_object_get(root, "mcpServers");
   if (servers == NULL) {
     servers = json_object_get(root, "mcp_servers");
@@ -506,14 +518,15 @@ int al__mcp_config_load2(const char *file, const json_t *section,
     json_object_set(servers, key, v);
   }
   /* config.yaml's mcp_servers: over the project's .mcp.json; its
-   * tool_budget_pct key is the setting, not a server (the file's wins). */
+   * tool_budget_* keys are settings, not servers (the file's win). */
   json_object_foreach((json_t *)section, key, v) {
-    json_object_set(strcmp(key, "tool_budget_pct") == 0 ? merged : servers,
+    json_object_set(strncmp(key, "tool_budget_", 12) == 0 ? merged : servers,
                     key, v);
   }
-  if (json_object_get(user, "tool_budget_pct") != NULL) {
-    json_object_set(merged, "tool_budget_pct",
-                    json_object_get(user, "tool_budget_pct"));
+  json_object_foreach(user, key, v) {
+    if (strncmp(key, "tool_budget_", 12) == 0) {
+      json_object_set(merged, key, v);
+    }
   }
   /* The user's file wins on a name both use. */
   json_object_foreach((json_t *)servers_of(user), key, v) {

@@ -117,18 +117,26 @@ TEST_IMPL(agent_mcp_budget_defers_and_loads) {
   return 0;
 }
 
-/* Under the budget (11 tools), or with tool_budget_pct 0, every definition
- * is sent and there is no search tool. */
+#define FORTY_ONE "\"--tools\",\"30\""
+
+/* Under the budget (11 tools), with both limits off (511 tools), or with
+ * the count limit off (41 tools, under the share of the window), every
+ * definition is sent and there is no search tool. */
 TEST_IMPL(agent_mcp_budget_under_sends_all) {
+  static const int sent[] = {11, 511, 41};
   int k;
 
   signal(SIGPIPE, SIG_IGN);
-  for (k = 0; k < 2; k++) {
+  for (k = 0; k < 3; k++) {
     fx_t f;
-    char *cfg = k == 0 ? budget_cfg("\"startup_wait_ms\":5000,", "", "")
-                       : budget_cfg("\"startup_wait_ms\":5000,"
-                                    "\"tool_budget_pct\":0,",
-                                    MANY, "");
+    char *cfg = k == 0   ? budget_cfg("\"startup_wait_ms\":5000,", "", "")
+                : k == 1 ? budget_cfg("\"startup_wait_ms\":5000,"
+                                      "\"tool_budget_pct\":0,"
+                                      "\"tool_budget_max_tools\":0,",
+                                      MANY, "")
+                         : budget_cfg("\"startup_wait_ms\":5000,"
+                                      "\"tool_budget_max_tools\":0,",
+                                      FORTY_ONE, "");
     const json_t *e;
 
     fx_init(&f, "responses:\n  - reply: {content: [{text: 'hi'}]}\n");
@@ -137,7 +145,7 @@ TEST_IMPL(agent_mcp_budget_under_sends_all) {
     fx_start(&f);
     fx_run(&f, "go");
     ASSERT_STR_EQ(fx_last_type(&f), "final");
-    ASSERT_EQ(offered(&f, 0, "mcp__p__"), k == 0 ? 11 : 511);
+    ASSERT_EQ(offered(&f, 0, "mcp__p__"), (size_t)sent[k]);
     ASSERT_EQ(offered(&f, 0, "mcp_tool_search"), 0);
     e = changed_event(&f, 0);
     ASSERT_NOT_NULL(e);
@@ -147,6 +155,30 @@ TEST_IMPL(agent_mcp_budget_under_sends_all) {
     fx_finish(&f);
     al_free(cfg);
   }
+  return 0;
+}
+
+/* More than tool_budget_max_tools (default 40) tools are deferred even
+ * when they cost less than the share of the window. */
+TEST_IMPL(agent_mcp_budget_tool_count) {
+  fx_t f;
+  char *cfg = budget_cfg("\"startup_wait_ms\":5000,", FORTY_ONE, "");
+  const json_t *e;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n  - reply: {content: [{text: 'hi'}]}\n");
+  f.opts.mcp_config = cfg;
+  f.opts.context_window = 32000;
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(offered(&f, 0, "mcp__p__"), 0);
+  ASSERT_EQ(offered(&f, 0, "mcp_tool_search"), 1);
+  e = changed_event(&f, 0);
+  ASSERT_EQ(ival(e, "deferred"), 41);
+  ASSERT(ival(e, "definition_tokens") < 3200);
+  fx_finish(&f);
+  al_free(cfg);
   return 0;
 }
 
@@ -184,7 +216,7 @@ TEST_IMPL(agent_mcp_budget_always_load) {
 TEST_IMPL(mcp_budget_config) {
   static const char *const bad[] = {
       "{\"tool_budget_pct\":101}", "{\"tool_budget_pct\":-1}",
-      "{\"tool_budget_pct\":\"10\"}",
+      "{\"tool_budget_pct\":\"10\"}", "{\"tool_budget_max_tools\":-1}",
       "{\"mcpServers\":{\"a\":{\"command\":\"x\",\"always_load\":\"yes\"}}}",
       "{\"mcpServers\":{\"a\":{\"command\":\"x\",\"always_load\":[1]}}}",
       NULL};
@@ -200,6 +232,7 @@ TEST_IMPL(mcp_budget_config) {
   al_buf_init(&err, 4096);
   ASSERT_EQ(al__mcp_config_parse(ok, strlen(ok), &c, &err), 0);
   ASSERT_EQ(c.tool_budget_pct, AL_MCP_DEFAULT_TOOL_BUDGET_PCT);
+  ASSERT_EQ(c.tool_budget_max_tools, AL_MCP_DEFAULT_TOOL_BUDGET_MAX_TOOLS);
   ASSERT_EQ(c.n, 2);
   ASSERT(json_is_array(c.servers[0].always_load));
   ASSERT(json_is_true(c.servers[1].always_load));
@@ -207,13 +240,15 @@ TEST_IMPL(mcp_budget_config) {
   for (i = 0; bad[i] != NULL; i++) {
     al_buf_reset(&err);
     ASSERT_EQ(al__mcp_config_parse(bad[i], strlen(bad[i]), &c, &err), AL_EINVAL);
-    ASSERT(strstr(err.data, i < 3 ? "tool_budget_pct" : "always_load") != NULL);
+    ASSERT(strstr(err.data, i < 4 ? "tool_budget_" : "always_load") != NULL);
   }
-  section = json_pack("{s:i, s:{s:s}}", "tool_budget_pct", 25, "a", "command", "x");
+  section = json_pack("{s:i, s:i, s:{s:s}}", "tool_budget_pct", 25,
+                      "tool_budget_max_tools", 7, "a", "command", "x");
   ASSERT_EQ(al__mcp_config_load2(NULL, section, NULL, false, &out, &err), 0);
   ASSERT_NOT_NULL(out);
   ASSERT_EQ(al__mcp_config_parse(out, strlen(out), &c, &err), 0);
   ASSERT_EQ(c.tool_budget_pct, 25);
+  ASSERT_EQ(c.tool_budget_max_tools, 7);
   ASSERT_EQ(c.n, 1);
   al__mcp_config_free(&c);
   al_free(out);
