@@ -30,4 +30,5 @@
 #include "list/config.h"
 #include "list/reliability.h"
 #include "list/mcp.h"
+#include "list/mcp_budget.h"
 #include "list/hooks.h"

@@ -265,9 +265,11 @@ typedef struct {
  * restarting, closed) with `tools` tools, ms from spawn to ready/failure,
  * error (failed/restarting: exit status and stderr tail).
  * mcp_tools_changed: a new list of server's tools took effect at a turn
- * boundary (added/removed counts; definition_tokens: what the server's
- * tool definitions now cost in every request, estimated at 4 bytes of
- * their JSON per token).
+ * boundary (added/removed counts; definition_tokens: what all the
+ * server's tool definitions cost in a request, estimated at 4 bytes of
+ * their JSON per token), or the tool budget changed which of them are
+ * sent: `deferred` of them (deferred_tokens of the cost) are left out of
+ * the request, behind mcp_tool_search.
  * mcp_warning: error is the message (a tool-name collision, a dropped
  * tool). */
 typedef struct {
@@ -279,6 +281,8 @@ typedef struct {
   uint32_t removed;
   uint64_t definition_tokens;
   uint64_t ms;
+  uint32_t deferred;
+  uint64_t deferred_tokens;
 } al_event_mcp_t;
 
 /* hook_executed: one hook ran for `event` (pre_tool_use, ...) and decided

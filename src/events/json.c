@@ -233,6 +233,8 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     put_u64(e, "added", ev->u.mcp.added);
     put_u64(e, "removed", ev->u.mcp.removed);
     put_u64(e, "definition_tokens", ev->u.mcp.definition_tokens);
+    put_u64(e, "deferred", ev->u.mcp.deferred);
+    put_u64(e, "deferred_tokens", ev->u.mcp.deferred_tokens);
     break;
   case AL_EVENT_MCP_WARNING:
     put_str(e, "server", ev->u.mcp.server);

@@ -18,7 +18,9 @@
  * Categories: readOnlyHint -> read; destructiveHint -> admin (needs an
  * approval or --allow-tool); otherwise write. Concurrency-safe when
  * readOnlyHint and not destructiveHint, or as configured per tool. */
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "loop/agent_priv.h"
 #include "mcp/mcp.h"
@@ -28,10 +30,17 @@ static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
 /* ---- events ------------------------------------------------------------------ */
 
-static bool post_mcp_tokens(al_agent_t *a, al_event_type_t type,
-                            const al_mcp_server_t *s, const char *msg,
-                            uint32_t added, uint32_t removed,
-                            uint64_t tokens) {
+typedef struct {
+  uint64_t tokens;          /* all of the server's definitions */
+  uint64_t deferred_tokens; /* those left out of the request */
+  uint32_t deferred;
+  uint32_t tools;
+} ag_cost_t;
+
+static bool post_mcp_cost(al_agent_t *a, al_event_type_t type,
+                          const al_mcp_server_t *s, const char *msg,
+                          uint32_t added, uint32_t removed,
+                          const ag_cost_t *cost) {
   al_event_t ev;
 
   memset(&ev, 0, sizeof(ev));
@@ -43,35 +52,52 @@ static bool post_mcp_tokens(al_agent_t *a, al_event_type_t type,
   ev.u.mcp.ms = al__mcp_server_ms(s);
   ev.u.mcp.added = added;
   ev.u.mcp.removed = removed;
-  ev.u.mcp.definition_tokens = tokens;
+  if (cost != NULL) {
+    ev.u.mcp.definition_tokens = cost->tokens;
+    ev.u.mcp.deferred = cost->deferred;
+    ev.u.mcp.deferred_tokens = cost->deferred_tokens;
+  }
   return al__agent_post(a, &ev);
 }
 
 static bool post_mcp(al_agent_t *a, al_event_type_t type,
                      const al_mcp_server_t *s, const char *msg,
                      uint32_t added, uint32_t removed) {
-  return post_mcp_tokens(a, type, s, msg, added, removed, 0);
+  return post_mcp_cost(a, type, s, msg, added, removed, NULL);
 }
 
-/* What the server's registered definitions cost per request: the bytes of
- * their JSON as the provider gets it, at about 4 bytes per token. */
-static uint64_t definition_tokens(al_agent_t *a, const al_mcp_server_t *s) {
+/* What one definition costs per request: the bytes of its JSON as the
+ * provider gets it, at about 4 bytes per token. */
+static uint64_t tool_tokens(const ag_tool_t *t) {
+  char *js = json_dumps(t->schema, JSON_COMPACT);
+  uint64_t bytes = strlen(t->name) + strlen(t->description) +
+                   (js != NULL ? strlen(js) : 0) + 40;
+
+  al_free(js);
+  return (bytes + 3) / 4;
+}
+
+/* The registered definitions of server s (NULL: of every server). */
+static ag_cost_t definition_cost(al_agent_t *a, const al_mcp_server_t *s) {
   al_list_t *pos;
-  uint64_t bytes = 0;
+  ag_cost_t c = {0, 0, 0, 0};
 
   al_list_foreach(pos, &a->tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
-    char *js;
+    uint64_t n;
 
-    if (t->mcp != s || t->removed) {
+    if (t->mcp == NULL || t->removed || (s != NULL && t->mcp != s)) {
       continue;
     }
-    js = json_dumps(t->schema, JSON_COMPACT);
-    bytes += strlen(t->name) + strlen(t->description) +
-             (js != NULL ? strlen(js) : 0) + 40;
-    al_free(js);
+    n = tool_tokens(t);
+    c.tools++;
+    c.tokens += n;
+    if (t->mcp_deferred) {
+      c.deferred++;
+      c.deferred_tokens += n;
+    }
   }
-  return (bytes + 3) / 4;
+  return c;
 }
 
 static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
@@ -267,6 +293,15 @@ static bool add_tool(al_agent_t *a, al_mcp_server_t *s, const json_t *tool,
     return warn(a, s, "tool '%s' dropped: %s%s", tname, al_strerror(rc), "");
   }
   t->mcp = s;
+  t->mcp_always = json_is_true(cfg->always_load);
+  {
+    size_t k;
+    json_t *e;
+
+    json_array_foreach(cfg->always_load, k, e) {
+      t->mcp_always = t->mcp_always || strcmp(json_string_value(e), tname) == 0;
+    }
+  }
   t->mcp_tool = al_strdup(tname);
   t->mcp_safe = json_is_boolean(cs) ? json_is_true(cs) : ro && !destructive;
   t->source = "mcp";
@@ -290,42 +325,319 @@ static uint32_t remove_tools(al_agent_t *a, al_mcp_server_t *s) {
 
     if (t->mcp == s && !t->removed) {
       t->removed = true;
-      remove_def(a, t->name);
+      if (!t->mcp_deferred) {
+        remove_def(a, t->name);
+      }
       n++;
     }
   }
   return n;
 }
 
+/* ---- tool budget ---------------------------------------------------------------- */
+
+static const char search_desc[] =
+    "Find MCP tools that are not loaded yet. Some tools of the connected MCP "
+    "servers are left out of your tool list to save context. Give keywords "
+    "or an exact tool name; the matching tools' names and descriptions come "
+    "back, and those tools become available to call from your next turn.";
+static const char search_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"query\":{\"type\":\"string\",\"description\":\"Keywords or a tool "
+    "name.\"},"
+    "\"max_results\":{\"type\":\"number\",\"description\":\"At most this "
+    "many tools (default 5, at most 20).\"}},\"required\":[\"query\"]}";
+
+typedef struct {
+  ag_tool_t *t;
+  int score;
+} ag_hit_t;
+
+static bool has_ci(const char *hay, const char *needle) {
+  size_t n = strlen(needle), i;
+
+  for (i = 0; n > 0 && hay[i] != '\0'; i++) {
+    if (strncasecmp(hay + i, needle, n) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Per word: an exact name 100, in the name 3, in the description 1. */
+static int score(const ag_tool_t *t, json_t *words) {
+  size_t i;
+  json_t *w;
+  int sc = 0;
+
+  json_array_foreach(words, i, w) {
+    const char *q = json_string_value(w);
+
+    if (strcasecmp(q, t->name) == 0 || strcasecmp(q, t->mcp_tool) == 0) {
+      sc += 100;
+    } else if (has_ci(t->name, q)) {
+      sc += 3;
+    } else if (has_ci(t->description, q)) {
+      sc += 1;
+    }
+  }
+  return sc;
+}
+
+static int hit_cmp(const void *x, const void *y) {
+  const ag_hit_t *a = x, *b = y;
+
+  if (a->score != b->score) {
+    return b->score - a->score;
+  }
+  return strcmp(a->t->name, b->t->name);
+}
+
+static json_t *split_words(const char *q) {
+  json_t *words = json_array();
+  char buf[128];
+  size_t n = 0;
+
+  for (;; q++) {
+    bool sep = *q == '\0' || *q == ' ' || *q == ',' || *q == '\t' ||
+               *q == '\n';
+
+    if (!sep && n + 1 < sizeof(buf)) {
+      buf[n++] = *q;
+    } else if (sep && n > 0) {
+      buf[n] = '\0';
+      json_array_append_new(words, json_string(buf));
+      n = 0;
+    }
+    if (*q == '\0') {
+      return words;
+    }
+  }
+}
+
+/* mcp_tool_search: the best matches among the deferred tools; they are
+ * sent from the next turn boundary on (al__agent_mcp_sync). */
+static void search_run(al_tool_ctx_t *ctx, void *data) {
+  al_agent_t *a = data;
+  json_t *in = json_loads(al_tool_ctx_input(ctx), 0, NULL);
+  const char *q = json_string_value(json_object_get(in, "query"));
+  json_t *max = json_object_get(in, "max_results");
+  size_t limit = 5, n = 0, total = 0, i;
+  ag_hit_t *hits = NULL;
+  json_t *words;
+  al_list_t *pos;
+  al_buf_t b;
+
+  if (json_is_number(max) && json_number_value(max) >= 1) {
+    limit = json_number_value(max) > 20 ? 20 : (size_t)json_number_value(max);
+  }
+  words = split_words(q != NULL ? q : "");
+  al_list_foreach(pos, &a->tools) {
+    total++;
+  }
+  hits = al_calloc(total + 1, sizeof(*hits));
+  total = 0;
+  al_list_foreach(pos, &a->tools) {
+    ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
+    int sc;
+
+    if (t->mcp == NULL || t->removed || !t->mcp_deferred) {
+      continue;
+    }
+    total++;
+    sc = score(t, words);
+    if (sc > 0 && hits != NULL) {
+      hits[n].t = t;
+      hits[n++].score = sc;
+    }
+  }
+  al_buf_init(&b, 1 << 20);
+  if (n > 0) {
+    qsort(hits, n, sizeof(*hits), hit_cmp);
+    n = AL_MIN(n, limit);
+    al_buf_printf(&b,
+                  "%zu of %zu deferred MCP tools match. They are loaded for "
+                  "your next turn; call them then.\n",
+                  n, total);
+  } else {
+    al_buf_printf(&b,
+                  "No deferred MCP tool matches '%s' (%zu are deferred). Try "
+                  "other keywords.",
+                  q != NULL ? q : "", total);
+  }
+  for (i = 0; i < n; i++) {
+    const char *d = hits[i].t->description;
+
+    al_buf_printf(&b, "- %s: %.*s%s\n", hits[i].t->name, 300, d,
+                  strlen(d) > 300 ? "..." : "");
+    json_object_set_new(a->mcp_loaded, hits[i].t->name, json_true());
+  }
+  al_tool_ctx_complete(ctx, q == NULL, q == NULL ? "Error: query is required"
+                                                 : b.data,
+                       q == NULL ? 24 : b.len);
+  al_buf_free(&b);
+  al_free(hits);
+  json_decref(words);
+  json_decref(in);
+}
+
+static int def_append(al_agent_t *a, const ag_tool_t *t) {
+  return json_array_append_new(
+      a->tool_defs, json_pack("{s:s, s:s, s:O}", "name", t->name,
+                              "description", t->description, "input_schema",
+                              t->schema));
+}
+
+/* Registers mcp_tool_search, or offers it again. false: its name is taken
+ * (a tools.d or in-process tool): nothing can be deferred. */
+static bool search_on(al_agent_t *a) {
+  al_tool_def_t def;
+
+  if (a->mcp_search != NULL && !a->mcp_search->removed) {
+    return true;
+  }
+  if (a->mcp_search != NULL) {
+    if (al__agent_tool_find(a, a->mcp_search->name) != NULL ||
+        def_append(a, a->mcp_search) != 0) {
+      return false;
+    }
+    a->mcp_search->removed = false;
+    return true;
+  }
+  memset(&def, 0, sizeof(def));
+  def.name = "mcp_tool_search";
+  def.description = search_desc;
+  def.input_schema = search_schema;
+  def.category = AL_TOOL_READ;
+  def.concurrency_safe = true;
+  def.run = search_run;
+  def.data = a;
+  if (al__agent_add_inproc(a, &def, &a->mcp_search) != 0) {
+    a->mcp_search = NULL;
+    return false;
+  }
+  a->mcp_search->source = "mcp";
+  return true;
+}
+
+static void search_off(al_agent_t *a) {
+  if (a->mcp_search != NULL && !a->mcp_search->removed) {
+    a->mcp_search->removed = true;
+    remove_def(a, a->mcp_search->name);
+  }
+}
+
+/* At a turn boundary: when every MCP definition together costs more than
+ * mcp_budget_pct of the window, or there are more than
+ * mcp_budget_max_tools MCP tools, the tools neither always_load nor asked
+ * for through mcp_tool_search leave the request; otherwise all are sent.
+ * Sets changed[i] for each server whose sent set changed. */
+static bool apply_budget(al_agent_t *a, bool *changed) {
+  ag_cost_t all = definition_cost(a, NULL);
+  uint64_t budget =
+      (uint64_t)AL_MAX(a->budget.window, 0) * a->mcp_budget_pct / 100;
+  bool over = (a->mcp_budget_pct > 0 && all.tokens > budget) ||
+              (a->mcp_budget_max_tools > 0 &&
+               all.tools > a->mcp_budget_max_tools);
+  al_list_t *pos;
+  size_t i;
+  bool listed = false;
+
+  for (i = 0; i < al__mcp_count(a->mcp); i++) {
+    listed = listed || changed[i];
+  }
+  if (over && !search_on(a)) {
+    over = false;
+    /* Once per list change, not at every boundary. */
+    if (listed &&
+        warn(a, al__mcp_server(a->mcp, 0),
+             "the MCP tool definitions exceed the tool budget, but the name "
+             "'%s' is taken; all tools are sent%s%s",
+             "mcp_tool_search", "", "")) {
+      return true;
+    }
+  }
+  al_list_foreach(pos, &a->tools) {
+    ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
+    bool defer;
+
+    if (t->mcp == NULL || t->removed) {
+      continue;
+    }
+    defer = over && !t->mcp_always &&
+            json_object_get(a->mcp_loaded, t->name) == NULL;
+    if (defer == t->mcp_deferred) {
+      continue;
+    }
+    if (defer) {
+      remove_def(a, t->name);
+    } else if (def_append(a, t) != 0) {
+      continue; /* out of memory: stays deferred */
+    }
+    t->mcp_deferred = defer;
+    for (i = 0; i < al__mcp_count(a->mcp); i++) {
+      changed[i] = changed[i] || al__mcp_server(a->mcp, i) == t->mcp;
+    }
+  }
+  if (definition_cost(a, NULL).deferred == 0) {
+    search_off(a);
+  }
+  return false;
+}
+
 bool al__agent_mcp_sync(al_agent_t *a) {
-  size_t i, j;
+  size_t i, j, n;
+  uint32_t *counts;
+  bool *changed;
+  bool stop = false;
 
   if (a->mcp == NULL) {
     return false;
   }
-  for (i = 0; i < al__mcp_count(a->mcp); i++) {
+  n = al__mcp_count(a->mcp);
+  counts = al_calloc(2 * n + 1, sizeof(*counts));
+  changed = al_calloc(n + 1, sizeof(*changed));
+  if (counts == NULL || changed == NULL) {
+    al_free(counts);
+    al_free(changed);
+    return false; /* out of memory: the lists apply at the next boundary */
+  }
+  for (i = 0; i < n && !stop; i++) {
     al_mcp_server_t *s = al__mcp_server(a->mcp, i);
     uint64_t gen = al__mcp_server_gen(s);
     bool usable = al__mcp_server_state(s) == AL_MCP_READY;
-    uint32_t added = 0, removed;
     json_t *tool;
 
     if (!usable || gen == a->mcp_gens[i]) {
       continue; /* a failed server keeps its tools: calls say why */
     }
-    removed = remove_tools(a, s);
+    counts[2 * i + 1] = remove_tools(a, s);
     a->mcp_gens[i] = gen;
+    changed[i] = true;
     json_array_foreach(al__mcp_server_tools(s), j, tool) {
-      if (add_tool(a, s, tool, &added)) {
-        return true;
+      if (add_tool(a, s, tool, &counts[2 * i])) {
+        stop = true;
+        break;
       }
     }
-    if (post_mcp_tokens(a, AL_EVENT_MCP_TOOLS_CHANGED, s, NULL, added,
-                        removed, definition_tokens(a, s))) {
-      return true;
-    }
   }
-  return false;
+  if (!stop) {
+    stop = apply_budget(a, changed);
+  }
+  for (i = 0; i < n && !stop; i++) {
+    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+    ag_cost_t c;
+
+    if (!changed[i]) {
+      continue;
+    }
+    c = definition_cost(a, s);
+    stop = post_mcp_cost(a, AL_EVENT_MCP_TOOLS_CHANGED, s, NULL,
+                         counts[2 * i], counts[2 * i + 1], &c);
+  }
+  al_free(counts);
+  al_free(changed);
+  return stop;
 }
 
 /* ---- life cycle ----------------------------------------------------------------- */
@@ -370,7 +682,12 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
     return;
   }
   a->mcp_gens = al_calloc(cfg.n, sizeof(*a->mcp_gens));
-  if (a->mcp_gens == NULL) {
+  a->mcp_loaded = json_object();
+  a->mcp_budget_pct = cfg.tool_budget_pct;
+  a->mcp_budget_max_tools = cfg.tool_budget_max_tools;
+  if (a->mcp_gens == NULL || a->mcp_loaded == NULL) {
+    json_decref(a->mcp_loaded);
+    a->mcp_loaded = NULL;
     al__mcp_config_free(&cfg);
     al_log(AL_LOG_ERROR, "MCP: out of memory; no server started");
     return;
@@ -391,6 +708,8 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
   rc = al__mcp_new(&mo, &cfg, &a->mcp);
   al__mcp_config_free(&cfg);
   if (rc != 0) {
+    json_decref(a->mcp_loaded);
+    a->mcp_loaded = NULL;
     al_log(AL_LOG_ERROR, "MCP: %s; no server started", al_strerror(rc));
     return;
   }
@@ -417,6 +736,8 @@ static void on_mcp_closed(void *data) {
   al_agent_t *a = data;
 
   a->mcp = NULL;
+  json_decref(a->mcp_loaded);
+  a->mcp_loaded = NULL;
   a->pending--;
   al__agent_maybe_finish(a);
 }

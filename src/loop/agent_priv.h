@@ -75,6 +75,10 @@ typedef struct ag_tool_s {
   bool mcp_safe;
   bool removed;
   al_tool_impl_t mcp_impl;
+  /* Tool budget (agent_mcp.c): not in tool_defs (offered through
+   * mcp_tool_search); mcp_always: the server's always_load names it. */
+  bool mcp_deferred;
+  bool mcp_always;
 } ag_tool_t;
 
 /* An approval the run waits for. */
@@ -206,6 +210,13 @@ struct al_agent_s {
   uint64_t *mcp_gens;
   uint64_t mcp_t0;   /* when the servers started (ns) */
   bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
+  /* Tool budget: tool_budget_pct/max_tools of the config, the names mcp_tool_search
+   * asked for (sent from the next turn boundary on), and the search tool
+   * once registered (removed while nothing is deferred). */
+  uint32_t mcp_budget_pct;
+  uint32_t mcp_budget_max_tools;
+  json_t *mcp_loaded;
+  ag_tool_t *mcp_search;
   /* Hooks (agent_hooks.c; NULL: none). hook_runs: the agent-level runs
    * in flight (post_tool_use, stop, user_prompt_submit), cancelled when
    * the run ends; hook_waits: calls held by pre_tool_use hooks (gate.c). */
@@ -321,6 +332,10 @@ int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
                         const char *description, const char *schema,
                         al_tool_category_t category, ag_tool_t **out);
 ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name);
+/* al_agent_add_tool without the idle check (agent_mcp.c's search tool,
+ * registered at a turn boundary). */
+int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
+                         ag_tool_t **out);
 
 /* agent_hooks.c */
 int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o);

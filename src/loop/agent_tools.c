@@ -283,15 +283,20 @@ nomem:
 }
 
 int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
-  ag_tool_t *t;
-  int rc;
-
   if (ag_closing(a)) {
     return AL_ECLOSING;
   }
   if (a->state != AG_IDLE) {
     return AL_EBUSY;
   }
+  return al__agent_add_inproc(a, def, NULL);
+}
+
+int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
+                         ag_tool_t **out) {
+  ag_tool_t *t;
+  int rc;
+
   if (def == NULL || def->run == NULL) {
     return AL_EINVAL;
   }
@@ -299,6 +304,9 @@ int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
                  def->input_schema, def->category, &t);
   if (rc != 0) {
     return rc;
+  }
+  if (out != NULL) {
+    *out = t;
   }
   t->inproc = true;
   t->source = "in-process";

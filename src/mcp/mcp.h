@@ -84,20 +84,34 @@ typedef struct al_mcp_server_config_s {
   uint64_t call_max_ms;
   /* {"tool": {"concurrency_safe": bool}} overrides; may be NULL. */
   json_t *tool_overrides;
+  /* always_load: true (every tool) or [tool names]: never deferred by the
+   * tool budget (loop/agent_mcp.c); may be NULL. */
+  json_t *always_load;
 } al_mcp_server_config_t;
 
 typedef struct al_mcp_config_s {
   al_mcp_server_config_t *servers;
   size_t n;
   uint64_t startup_wait_ms;
+  /* Share of the context window (percent) the MCP tool definitions may
+   * take before they are deferred behind mcp_tool_search; 0: never. */
+  uint32_t tool_budget_pct;
+  /* ... or when there are more than this many MCP tools; 0: no count
+   * limit. */
+  uint32_t tool_budget_max_tools;
 } al_mcp_config_t;
 
+#define AL_MCP_DEFAULT_TOOL_BUDGET_PCT 10
+#define AL_MCP_DEFAULT_TOOL_BUDGET_MAX_TOOLS 40
+
 /* Parses the JSON configuration:
- *   {"startup_wait_ms"?: N,
+ *   {"startup_wait_ms"?: N, "tool_budget_pct"?: 0..100,
+ *    "tool_budget_max_tools"?: N,
  *    "mcpServers" | "mcp_servers": {NAME: {"command": S, "args"?: [S],
  *       "env"?: {K: S}, "cwd"?: S, "sandbox"?: B, "network"?: B,
  *       "startup_timeout_ms"?: N, "timeout_ms"?: N, "max_timeout_ms"?: N,
- *       "disabled"?: B, "tools"?: {TOOL: {"concurrency_safe": B}}}}}
+ *       "disabled"?: B, "tools"?: {TOOL: {"concurrency_safe": B}},
+ *       "always_load"?: B | [TOOL]}}}
  * the shape of a project's .mcp.json plus our keys. "${VAR}" in env values
  * expands from the environment (unset: empty). Servers with "url" are
  * refused (Streamable HTTP is not implemented yet). Errors: AL_EINVAL with

@@ -22,6 +22,7 @@ void al__mcp_server_config_free(al_mcp_server_config_t *s) {
   al_free(s->env);
   al_free(s->cwd);
   json_decref(s->tool_overrides);
+  json_decref(s->always_load);
   memset(s, 0, sizeof(*s));
 }
 
@@ -118,7 +119,35 @@ static bool name_ok(const char *name) {
 static const char *const known_keys[] = {
     "command", "args", "env", "cwd", "sandbox", "network",
     "startup_timeout_ms", "timeout_ms", "max_timeout_ms", "disabled",
-    "tools", "type", NULL};
+    "tools", "type", "always_load", NULL};
+
+/* always_load: true | false | [tool names]. */
+static int parse_always_load(const char *name, const json_t *v,
+                             al_mcp_server_config_t *s, al_buf_t *err) {
+  size_t i;
+  json_t *e;
+
+  if (v == NULL || json_is_false(v)) {
+    return 0;
+  }
+  if (json_is_array(v)) {
+    json_array_foreach(v, i, e) {
+      if (!json_is_string(e)) {
+        al_buf_printf(err, "mcpServers.%s.always_load[%zu]: must be a tool name",
+                      name, i);
+        return AL_EINVAL;
+      }
+    }
+  } else if (!json_is_true(v)) {
+    al_buf_printf(err,
+                  "mcpServers.%s.always_load: must be true, false or a list "
+                  "of tool names",
+                  name);
+    return AL_EINVAL;
+  }
+  s->always_load = json_incref((json_t *)v);
+  return 0;
+}
 
 static int parse_server(const char *name, const json_t *o,
                         al_mcp_server_config_t *s, bool *skip, al_buf_t *err) {
@@ -256,7 +285,7 @@ static int parse_server(const char *name, const json_t *o,
     }
     s->tool_overrides = json_incref((json_t *)tools);
   }
-  return 0;
+  return parse_always_load(name, json_object_get(o, "always_load"), s, err);
 }
 
 int al__mcp_config_parse(const char *json, size_t len, al_mcp_config_t *out,
@@ -288,6 +317,29 @@ int al__mcp_config_parse(const char *json, size_t len, al_mcp_config_t *out,
       return AL_EINVAL;
     }
     out->startup_wait_ms = (uint64_t)json_integer_value(wait);
+  }
+  out->tool_budget_pct = AL_MCP_DEFAULT_TOOL_BUDGET_PCT;
+  wait = json_object_get(root, "tool_budget_pct");
+  if (wait != NULL) {
+    if (!json_is_integer(wait) || json_integer_value(wait) < 0 ||
+        json_integer_value(wait) > 100) {
+      al_buf_printf(err, "tool_budget_pct: must be an integer from 0 to 100");
+      json_decref(root);
+      return AL_EINVAL;
+    }
+    out->tool_budget_pct = (uint32_t)json_integer_value(wait);
+  }
+  out->tool_budget_max_tools = AL_MCP_DEFAULT_TOOL_BUDGET_MAX_TOOLS;
+  wait = json_object_get(root, "tool_budget_max_tools");
+  if (wait != NULL) {
+    if (!json_is_integer(wait) || json_integer_value(wait) < 0 ||
+        json_integer_value(wait) > AL_MCP_MAX_TOOLS) {
+      al_buf_printf(err, "tool_budget_max_tools: must be an integer from 0 "
+                         "to %d", AL_MCP_MAX_TOOLS);
+      json_decref(root);
+      return AL_EINVAL;
+    }
+    out->tool_budget_max_tools = (uint32_t)json_integer_value(wait);
   }
   servers = json_object_get(root, "mcpServers");
   if (servers == NULL) {
@@ -465,9 +517,16 @@ int al__mcp_config_load2(const char *file, const json_t *section,
   json_object_foreach((json_t *)servers_of(proj), key, v) {
     json_object_set(servers, key, v);
   }
-  /* config.yaml's mcp_servers: over the project's .mcp.json. */
+  /* config.yaml's mcp_servers: over the project's .mcp.json; its
+   * tool_budget_* keys are settings, not servers (the file's win). */
   json_object_foreach((json_t *)section, key, v) {
-    json_object_set(servers, key, v);
+    json_object_set(strncmp(key, "tool_budget_", 12) == 0 ? merged : servers,
+                    key, v);
+  }
+  json_object_foreach(user, key, v) {
+    if (strncmp(key, "tool_budget_", 12) == 0) {
+      json_object_set(merged, key, v);
+    }
   }
   /* The user's file wins on a name both use. */
   json_object_foreach((json_t *)servers_of(user), key, v) {
