@@ -222,6 +222,10 @@ TEST_IMPL(context_tools_d_compactable) {
   "  - reply: {content: [{tool_use: {id: " id ", name: read_file, "      \
   "input: {path: " file "}}}]}\n"
 #define SUMMARY "  - reply: {content: [{text: \"## Goal\\nkeep reading\"}]}\n"
+/* Sized with bash, read_file, write_file, list_directory and done: the
+ * search and edit tools are left out so the requests keep their sizes. */
+static const char *const sized_tools_off[] = {"edit_file", "grep", "glob",
+                                              NULL};
 
 TEST_IMPL(compact_second_auto_needs_effective_first) {
   fx_t f;
@@ -237,6 +241,7 @@ TEST_IMPL(compact_second_auto_needs_effective_first) {
                           READ("t8", "f8") READ("t9", "f1") SUMMARY
               "  - reply: {content: [{text: done}]}\n");
   f.opts.context_window = 8000;
+  f.opts.deny_tools = sized_tools_off;
   f.opts.micro_min_tokens = -1;
   f.opts.keep_recent = 1;
   fx_start(&f);
@@ -258,6 +263,7 @@ TEST_IMPL(compact_second_auto_needs_effective_first) {
                       SUMMARY READ("t6", "f6") READ("t7", "f7")
               "  - reply: {content: [{text: done}]}\n");
   f.opts.context_window = 8000;
+  f.opts.deny_tools = sized_tools_off;
   f.opts.micro_min_tokens = -1;
   f.opts.keep_recent = 1000000;
   fx_start(&f);
