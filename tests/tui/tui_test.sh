@@ -6,7 +6,8 @@
 #   tests/tui/tui_test.sh CASE BIN_DIR
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
-#       unreachable | doctor | daemon_gone | two_clients | follows
+#       unreachable | doctor | daemon_gone | two_clients | follows |
+#       magistral
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -618,6 +619,39 @@ EOF
   local rc=0
   "$BIN/agentloop" daemon status >/dev/null || rc=$?
   [ "$rc" -eq 3 ] || fail "daemon status after stop exited $rc, not 3"
+}
+
+case_magistral() {
+  # Mistral's Magistral streams delta.content as an array of typed parts
+  # (thinking parts, then text parts; tests/data/compat/mistral_parts.sse,
+  # replayed raw in 7-byte-at-most slices): the chat shows the thinking
+  # dimmed and the answer as text, through the daemon.
+  {
+    printf 'responses:\n  - raw: |+\n'
+    sed 's/^./      &/' "$HERE/../data/compat/mistral_parts.sse"
+    printf '    fault:\n      drip: {bytes: 7, seed: 99}\n'
+  } >"$W/scenario.yaml"
+  start_mock "$W/scenario.yaml"
+  export AGENTLOOP_PROVIDER=openai OPENAI_API_KEY=test-key-not-secret
+  export AGENTLOOP_BASE_URL="$AGENTLOOP_BASE_URL/v1"
+  run_pane "$BIN/agentloop" --model magistral-medium-2506
+  wait_prompt
+  type_line "what is two plus two"
+  wait_for "The answer is 4."
+  wait_for "Two plus two is four."
+  "${TM[@]}" capture-pane -p -e -t al | grep -qF $'\e[2m\e[3mTwo plus two' ||
+    "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[2;3mTwo plus two' ||
+    fail "thinking is not dimmed"
+  # The answer is not dimmed: its line starts without SGR 2.
+  if "${TM[@]}" capture-pane -p -e -t al | grep -F 'The answer is 4.' |
+    grep -q $'\e\\[2[;m]'; then
+    fail "the answer is dimmed like thinking"
+  fi
+  wait_prompt
+  grep -q '"/v1/chat/completions"' "$W/requests.ndjson" ||
+    fail "the request did not go to /v1/chat/completions"
+  type_line "/quit"
+  wait_for "[exited 0]"
 }
 
 "case_$CASE"
