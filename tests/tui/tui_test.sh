@@ -7,7 +7,7 @@
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
-#       magistral
+#       magistral | citations
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -621,16 +621,20 @@ EOF
   [ "$rc" -eq 3 ] || fail "daemon status after stop exited $rc, not 3"
 }
 
+# Prints a scenario item replaying the recorded capture
+# tests/data/compat/$1.sse raw, in random slices of 1..7 bytes (seed $2).
+raw_response() {
+  printf '  - raw: |+\n'
+  sed 's/^./      &/' "$HERE/../data/compat/$1.sse"
+  printf '    fault:\n      drip: {bytes: 7, seed: %s}\n' "$2"
+}
+
 case_magistral() {
   # Mistral's Magistral streams delta.content as an array of typed parts
   # (thinking parts, then text parts; tests/data/compat/mistral_parts.sse,
   # replayed raw in 7-byte-at-most slices): the chat shows the thinking
   # dimmed and the answer as text, through the daemon.
-  {
-    printf 'responses:\n  - raw: |+\n'
-    sed 's/^./      &/' "$HERE/../data/compat/mistral_parts.sse"
-    printf '    fault:\n      drip: {bytes: 7, seed: 99}\n'
-  } >"$W/scenario.yaml"
+  { echo "responses:"; raw_response mistral_parts 99; } >"$W/scenario.yaml"
   start_mock "$W/scenario.yaml"
   export AGENTLOOP_PROVIDER=openai OPENAI_API_KEY=test-key-not-secret
   export AGENTLOOP_BASE_URL="$AGENTLOOP_BASE_URL/v1"
@@ -650,6 +654,53 @@ case_magistral() {
   wait_prompt
   grep -q '"/v1/chat/completions"' "$W/requests.ndjson" ||
     fail "the request did not go to /v1/chat/completions"
+  type_line "/quit"
+  wait_for "[exited 0]"
+}
+
+case_citations() {
+  # Anthropic pause_turn with a server-side web search, then a cited
+  # answer (tests/data/compat/anthropic_*.sse), through the daemon: the
+  # chat says the turn was continued, shows the whole answer and its
+  # source; /resume in a new chat replays both; the next request (with
+  # the server-tool blocks) is accepted.
+  {
+    echo "responses:"
+    raw_response anthropic_pause_turn 5
+    raw_response anthropic_after_pause 6
+    printf '  - reply: {content: [{text: "Still sunny."}]}\n'
+  } >"$W/scenario.yaml"
+  start_mock "$W/scenario.yaml"
+  local first
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "weather in paris?"
+  wait_for "the provider paused the turn: continuing (1 of 5)"
+  wait_for "It is sunny."
+  wait_for "[1] Paris · https://w.example/paris"
+  wait_prompt
+  screen | grep -q "Let me search" || fail "the paused reply's text is missing"
+  type_line "/quit"
+  wait_for "[exited 0]"
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_for "[1] Paris · https://w.example/paris"
+  wait_for "the provider paused the turn: continuing (1 of 5)"
+  wait_prompt
+  type_line "and tomorrow?"
+  wait_for "Still sunny."
+  wait_prompt
+  [ "$(grep -c . "$W/requests.ndjson")" -eq 3 ] ||
+    fail "expected 3 requests, got $(grep -c . "$W/requests.ndjson")"
+  grep -q '"valid":false' "$W/requests.ndjson" &&
+    fail "a request was refused by the validator"
+  tail -n 1 "$W/requests.ndjson" | grep -qF '"srvtoolu_01"' ||
+    fail "the resumed request lost the server-tool blocks"
   type_line "/quit"
   wait_for "[exited 0]"
 }
