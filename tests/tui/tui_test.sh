@@ -7,7 +7,7 @@
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
-#       magistral | citations
+#       magistral | citations | responses
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -662,7 +662,7 @@ case_citations() {
   # Anthropic pause_turn with a server-side web search, then a cited
   # answer (tests/data/compat/anthropic_*.sse), through the daemon: the
   # chat says the turn was continued, shows the whole answer and its
-  # source; /resume in a new chat replays both; the next request (with
+  # source; /resume in a new chat (a new daemon) replays both; the next request (with
   # the server-tool blocks) is accepted.
   {
     echo "responses:"
@@ -684,6 +684,8 @@ case_citations() {
   screen | grep -q "Let me search" || fail "the paused reply's text is missing"
   type_line "/quit"
   wait_for "[exited 0]"
+  # A new daemon: the events and the history come from the transcript.
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
   run_pane "$BIN/agentloop"
   wait_for "/help for commands"
   wait_prompt
@@ -701,6 +703,61 @@ case_citations() {
     fail "a request was refused by the validator"
   tail -n 1 "$W/requests.ndjson" | grep -qF '"srvtoolu_01"' ||
     fail "the resumed request lost the server-tool blocks"
+  type_line "/quit"
+  wait_for "[exited 0]"
+}
+
+case_responses() {
+  # provider openai-responses in the chat, through the daemon: the
+  # reasoning summary dim, a tool round (function_call paired with its
+  # output by call_id), the answer; after a daemon restart a new chat's
+  # /resume rebuilds a history the Responses validator accepts (the
+  # reasoning item echoed whole).
+  start_mock "$(scenario <<'EOF2'
+responses:
+  - reply:
+      content:
+        - thinking: "Plan: read the note."
+        - tool_use: {id: call_r1, name: read_file, input: {path: note.txt}}
+  - reply: {content: [{text: "The note says hello-from-note."}]}
+  - reply: {content: [{text: "Still hello."}]}
+EOF2
+)"
+  echo "hello-from-note" >"$W/work/note.txt"
+  export AGENTLOOP_PROVIDER=openai-responses OPENAI_API_KEY=test-key-not-secret
+  export AGENTLOOP_BASE_URL="$AGENTLOOP_BASE_URL/v1"
+  local first
+  run_pane "$BIN/agentloop" --model gpt-5-mini
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "what does the note say"
+  wait_for "Plan: read the note."
+  "${TM[@]}" capture-pane -p -e -t al | grep -qF $'\e[2m\e[3mPlan: read' ||
+    "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[2;3mPlan: read' ||
+    fail "the reasoning summary is not dimmed"
+  wait_for "✓ read_file(note.txt)"
+  wait_for "The note says hello-from-note."
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # A new daemon: the history comes back from the transcript.
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
+  run_pane "$BIN/agentloop" --model gpt-5-mini
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_prompt
+  type_line "and now"
+  wait_for "Still hello."
+  wait_prompt
+  [ "$(grep -c '"path":"/v1/responses"' "$W/requests.ndjson")" -eq 3 ] ||
+    fail "expected 3 requests to /v1/responses"
+  grep -q '"valid":false' "$W/requests.ndjson" &&
+    fail "a request was refused by the validator"
+  tail -n 1 "$W/requests.ndjson" | grep -qF '"encrypted_content":"enc:' ||
+    fail "the resumed request lost the reasoning item"
   type_line "/quit"
   wait_for "[exited 0]"
 }
