@@ -497,3 +497,55 @@ TEST_IMPL(daemon_compat_openai_citations_notice) {
   dt_finish(&t, cs, 2);
   return 0;
 }
+
+/* (5) Mistral's content parts over the socket: thinking parts arrive as
+ * thinking_delta, text parts as text_delta, the final text is the text
+ * parts only; after a restart the replay holds the same thinking. */
+TEST_IMPL(daemon_compat_content_parts) {
+  dt_t t;
+  dt_client_t c, c2;
+  dt_client_t *cs[] = {&c, &c2};
+  al_buf_t y, think, think2;
+  char p[512];
+  char sid[64];
+  size_t end, at, i;
+
+  al_buf_init(&y, (size_t)1 << 24);
+  al_buf_append_str(&y, "responses:\n");
+  append_raw(&y, "mistral_parts", NULL, NULL, 41);
+  dt_init(&t, y.data);
+  dt_start(&t);
+  snprintf(p, sizeof(p),
+           "\"provider\":\"openai\",\"model\":\"magistral-medium-2506\","
+           "\"base_url\":\"%s/v1\",\"api_key\":\"k-test\"",
+           t.url);
+  open_session(&t, &c, p, sid, sizeof(sid));
+  end = send_turn(&c, 4, sid, "two plus two?");
+  ASSERT_STR_EQ(dt_ev_type(&c, end), "final");
+  ASSERT_STR_EQ(ev_str(&c, end, "text"), "The answer is 4.");
+  al_buf_init(&think, 1 << 16);
+  al_buf_append(&think, "", 0);
+  for (i = 0; i < json_array_size(c.msgs); i++) {
+    if (strcmp(dt_ev_type(&c, i), "thinking_delta") == 0) {
+      al_buf_append_str(&think, ev_str(&c, i, "text"));
+    }
+  }
+  ASSERT_STR_EQ(think.data, "Two plus two is four.");
+  dt_assert_valid(&t);
+
+  restart_resume(&t, &c, &c2, sid, "\"api_key\":\"k-test\"");
+  at = replay_all(&c2, sid);
+  al_buf_init(&think2, 1 << 16);
+  al_buf_append(&think2, "", 0);
+  for (i = at; i < json_array_size(c2.msgs); i++) {
+    if (strcmp(dt_ev_type(&c2, i), "thinking_delta") == 0) {
+      al_buf_append_str(&think2, ev_str(&c2, i, "text"));
+    }
+  }
+  ASSERT_STR_EQ(think2.data, think.data);
+  al_buf_free(&think);
+  al_buf_free(&think2);
+  al_buf_free(&y);
+  dt_finish(&t, cs, 2);
+  return 0;
+}
