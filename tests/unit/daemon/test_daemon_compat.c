@@ -368,6 +368,73 @@ TEST_IMPL(daemon_compat_deepseek_reasoning) {
   return 0;
 }
 
+/* OpenRouter: reasoning_details (a signed text entry, an encrypted one)
+ * go back exactly as merged on both tool rounds, and again from the
+ * transcript after a restart. */
+TEST_IMPL(daemon_compat_openrouter_details) {
+  static const char want_s[] =
+      "[{\"type\":\"reasoning.text\",\"text\":\"I should look it up.\","
+      "\"format\":\"anthropic-claude-v1\",\"index\":0,\"signature\":"
+      "\"EqQBCkYIBxgCKkBsig==\"},{\"type\":\"reasoning.encrypted\",\"data\":"
+      "\"gAAAAABencrypted==\",\"format\":\"anthropic-claude-v1\","
+      "\"index\":1}]";
+  dt_t t;
+  dt_client_t c, c2;
+  dt_client_t *cs[] = {&c, &c2};
+  al_buf_t y;
+  char p[512];
+  char sid[64];
+  size_t end;
+  json_t *want = json_loads(want_s, 0, NULL);
+  int k;
+
+  ASSERT_NOT_NULL(want);
+  al_buf_init(&y, (size_t)1 << 24);
+  al_buf_append_str(&y, "require_reasoning: reasoning_details\nresponses:\n");
+  append_raw(&y, "openrouter_reasoning", NULL, NULL, 51);
+  append_raw(&y, "openrouter_reasoning", "\"toolu_01X\"", "\"toolu_02Y\"", 52);
+  al_buf_append_str(&y, "  - reply: {content: [{text: 'Both read.'}]}\n"
+                        "  - reply: {content: [{text: 'Still read.'}]}\n");
+  dt_init(&t, y.data);
+  dt_start(&t);
+  write_file(&t, "a.txt", "alpha\n");
+  snprintf(p, sizeof(p),
+           "\"provider\":\"openai\",\"model\":\"anthropic/claude-sonnet-4\","
+           "\"base_url\":\"%s/v1\",\"api_key\":\"k-test\"",
+           t.url);
+  open_session(&t, &c, p, sid, sizeof(sid));
+  end = send_turn(&c, 4, sid, "look it up twice");
+  if (strcmp(dt_ev_type(&c, end), "final") != 0) {
+    AL_TEST_FAIL("the run ended with %s", json_dumps(ev(&c, end), 0));
+  }
+  ASSERT_EQ(al_mockllm_record_count(t.mock), 3);
+  dt_assert_valid(&t);
+
+  restart_resume(&t, &c, &c2, sid, "\"api_key\":\"k-test\"");
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c2, 6, "session/subscribe", p);
+  end = send_turn(&c2, 7, sid, "once more");
+  if (strcmp(dt_ev_type(&c2, end), "final") != 0) {
+    AL_TEST_FAIL("the resumed run ended with %s",
+                 json_dumps(ev(&c2, end), 0));
+  }
+  ASSERT_EQ(al_mockllm_record_count(t.mock), 4);
+  dt_assert_valid(&t);
+  for (k = 0; k < 2; k++) {
+    const json_t *m = assistant_k(&t, 3, (size_t)k);
+
+    ASSERT_NOT_NULL(m);
+    if (!json_equal(json_object_get(m, "reasoning_details"), want)) {
+      AL_TEST_FAIL("assistant %d after resume: %s", k,
+                   json_dumps(json_object_get(m, "reasoning_details"), 0));
+    }
+  }
+  json_decref(want);
+  al_buf_free(&y);
+  dt_finish(&t, cs, 2);
+  return 0;
+}
+
 /* (3) + (4) Anthropic pause_turn with server-tool blocks, through the
  * daemon: the paused reply goes back and the model continues the same
  * turn; the provider_notice and the citation reach the socket client,
