@@ -7,7 +7,7 @@
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
-#       magistral | citations | responses
+#       magistral | citations | responses | deepseek
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -758,6 +758,53 @@ EOF2
     fail "a request was refused by the validator"
   tail -n 1 "$W/requests.ndjson" | grep -qF '"encrypted_content":"enc:' ||
     fail "the resumed request lost the reasoning item"
+  type_line "/quit"
+  wait_for "[exited 0]"
+}
+
+case_deepseek() {
+  # DeepSeek thinking mode in the chat (mockllm require_reasoning answers
+  # a tool-call message without its reasoning_content with DeepSeek's
+  # 400): two tool rounds pass, and after a daemon restart a /resume'd
+  # session's next turn (both tool-call messages in it) passes too.
+  {
+    echo "require_reasoning: reasoning_content"
+    echo "responses:"
+    raw_response deepseek_think_tool 7
+    raw_response deepseek_think_tool 8 | sed 's/call_00_abc/call_01_def/'
+    printf '  - reply: {content: [{text: "Both rounds done."}]}\n'
+    printf '  - reply: {content: [{text: "Resumed fine."}]}\n'
+  } >"$W/scenario.yaml"
+  start_mock "$W/scenario.yaml"
+  echo "alpha" >"$W/work/a.txt"
+  export AGENTLOOP_PROVIDER=openai OPENAI_API_KEY=test-key-not-secret
+  export AGENTLOOP_BASE_URL="$AGENTLOOP_BASE_URL/v1"
+  local first
+  run_pane "$BIN/agentloop" --model deepseek-chat
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "read a twice"
+  wait_for "Both rounds done."
+  wait_count "✓ read_file(a.txt)" 2
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
+  run_pane "$BIN/agentloop" --model deepseek-chat
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_prompt
+  type_line "again"
+  wait_for "Resumed fine."
+  wait_prompt
+  screen | grep -qF "reasoning_content" && fail "the server refused a request"
+  [ "$(grep -c '"valid":true' "$W/requests.ndjson")" -eq 4 ] ||
+    fail "expected 4 accepted requests"
+  [ "$(tail -n 1 "$W/requests.ndjson" | grep -o '"reasoning_content":"Need the file."' | wc -l)" -eq 2 ] ||
+    fail "the resumed request does not echo both reasonings"
   type_line "/quit"
   wait_for "[exited 0]"
 }
