@@ -22,6 +22,7 @@
 #include "list/daemon.h"
 #include "list/resume.h"
 #include "list/compat.h"
+#include "list/daemon_compat.h"
 #include "list/limits.h"
 #include "list/binary.h"
 #include "list/durable.h"

@@ -205,6 +205,8 @@ typedef struct al__tui_view_s {
   int cols;
   int rows;
   al_buf_t scratch;
+  /* This run's citations (each source once), listed when it ends. */
+  json_t *sources;
 } al__tui_view_t;
 
 void al__tui_view_init(al__tui_view_t *v, FILE *out, FILE *err, bool color,

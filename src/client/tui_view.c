@@ -10,7 +10,8 @@
  *       ✓ bash(ls -la src)  0.4s
  *       ✗ bash(false)  0.1s
  *         ⎿ exit status 1
- *   After the run, one dim usage line.
+ *   After the run, its sources (citation events, each once) as dim
+ *   numbered lines, then one dim usage line.
  *
  * The live area is only drawn while the cursor is at a line start; text
  * written to the screen first erases it (cursor up over its rows, erase to
@@ -44,12 +45,15 @@ void al__tui_view_init(al__tui_view_t *v, FILE *out, FILE *err, bool color,
   al__md_stream_init(&v->md, color, v->cols, v->rows);
   al_buf_init(&v->scratch, 16u << 20);
   al_buf_init(&v->last_output, 1u << 20);
+  v->sources = json_array();
 }
 
 void al__tui_view_free(al__tui_view_t *v) {
   al__md_stream_free(&v->md);
   al_buf_free(&v->scratch);
   al_buf_free(&v->last_output);
+  json_decref(v->sources);
+  v->sources = NULL;
 }
 
 void al__tui_view_resize(al__tui_view_t *v, int cols, int rows) {
@@ -620,6 +624,84 @@ static void tools_clear(al__tui_view_t *v) {
   memset(v->tools, 0, sizeof(v->tools));
 }
 
+/* ---- sources ----------------------------------------------------------- */
+
+/* Keeps a citation's source once: the same URL (or, without one, the same
+ * title and cited text) cited twice is one source. */
+static void source_add(al__tui_view_t *v, json_t *ev) {
+  json_t *c = json_object_get(ev, "citation");
+  const char *url = json_string_value(json_object_get(c, "url"));
+  const char *title = json_string_value(json_object_get(c, "title"));
+  const char *cited = json_string_value(json_object_get(c, "cited_text"));
+  size_t i;
+  json_t *s;
+
+  if (!json_is_object(c) || v->sources == NULL ||
+      (url == NULL && title == NULL && cited == NULL)) {
+    return;
+  }
+  json_array_foreach(v->sources, i, s) {
+    const char *su = json_string_value(json_object_get(s, "url"));
+    const char *st = json_string_value(json_object_get(s, "title"));
+    const char *sc = json_string_value(json_object_get(s, "cited_text"));
+
+    if (url != NULL ? su != NULL && strcmp(su, url) == 0
+                    : su == NULL && (st == title || (st != NULL &&
+                                                    title != NULL &&
+                                                    strcmp(st, title) == 0)) &&
+                          (sc == cited || (sc != NULL && cited != NULL &&
+                                           strcmp(sc, cited) == 0))) {
+      return;
+    }
+  }
+  json_array_append(v->sources, c);
+}
+
+/* At most `max` bytes of s, cut on a UTF-8 character boundary. */
+static int utf8_cut(const char *s, int max) {
+  int n = (int)strlen(s);
+
+  if (n <= max) {
+    return n;
+  }
+  while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80) {
+    max--;
+  }
+  return max;
+}
+
+/* One dim line per source: "[n] title · url"; n is the provider's own
+ * number (Perplexity's [n] markers) when it gave one. */
+static void sources_show(al__tui_view_t *v) {
+  size_t i;
+  json_t *s;
+
+  json_array_foreach(v->sources, i, s) {
+    const char *url = json_string_value(json_object_get(s, "url"));
+    const char *title = json_string_value(json_object_get(s, "title"));
+    const char *cited = json_string_value(json_object_get(s, "cited_text"));
+    json_t *num = json_object_get(s, "number");
+    long long n = json_is_integer(num) ? (long long)json_integer_value(num)
+                                       : (long long)i + 1;
+
+    if (title == NULL) {
+      title = json_string_value(json_object_get(s, "document_title"));
+    }
+    if (url != NULL && title != NULL) {
+      al__tui_view_notice(v, AL_SGR_DIM, "[%lld] %.200s \xc2\xb7 %.400s", n,
+                          title, url);
+    } else if (url != NULL) {
+      al__tui_view_notice(v, AL_SGR_DIM, "[%lld] %.400s", n, url);
+    } else if (title != NULL) {
+      al__tui_view_notice(v, AL_SGR_DIM, "[%lld] %.200s", n, title);
+    } else {
+      al__tui_view_notice(v, AL_SGR_DIM, "[%lld] \"%.*s\"", n,
+                          utf8_cut(cited, 120), cited);
+    }
+  }
+  json_array_clear(v->sources);
+}
+
 bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   const char *type = json_string_value(json_object_get(ev, "type"));
 
@@ -632,7 +714,15 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
     thinking_delta(v, ev);
   } else if (strcmp(type, "run_started") == 0) {
     memset(&v->run, 0, sizeof(v->run));
+    json_array_clear(v->sources);
     tools_clear(v);
+  } else if (strcmp(type, "citation") == 0) {
+    source_add(v, ev);
+  } else if (strcmp(type, "provider_notice") == 0) {
+    /* pause_turn continued, a finish_reason inferred: said, not alarming. */
+    al__tui_view_notice(v, AL_SGR_DIM, "%s",
+                        str(ev, "message")[0] != '\0' ? str(ev, "message")
+                                                     : str(ev, "kind"));
   } else if (strcmp(type, "content_block_completed") == 0) {
     int index = (int)json_integer_value(json_object_get(ev, "index"));
 
@@ -708,16 +798,19 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   } else if (strcmp(type, "interrupted") == 0) {
     tools_clear(v);
     al__tui_view_settle(v);
+    sources_show(v);
     al__tui_view_notice(v, AL_SGR_RED, "interrupted");
     return true;
   } else if (strcmp(type, "error") == 0) {
     tools_clear(v);
     al__tui_view_settle(v);
+    sources_show(v);
     al__tui_view_notice(v, AL_SGR_RED, "error: %s", str(ev, "message"));
     return true;
   } else if (strcmp(type, "final") == 0) {
     tools_clear(v);
     al__tui_view_settle(v);
+    sources_show(v);
     usage_line(v);
     return true;
   }

@@ -32,8 +32,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: agentloopd [--socket PATH] [--foreground] "
           "[--log-level error|warn|info|debug]\n"
-          "                  [--idle-exit SECS] [--provider anthropic|openai] "
-          "[--model M]\n"
+          "                  [--idle-exit SECS] "
+          "[--provider anthropic|openai|openai-responses] [--model M]\n"
           "                  [--base-url URL] [--state-dir DIR] "
           "[--max-line BYTES] [--max-queue BYTES]\n"
           "                  [--mcp-config FILE] [--hooks-config FILE] "

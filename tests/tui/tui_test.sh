@@ -7,7 +7,8 @@
 #
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
-#       history | queue | headless
+#       history | queue | headless | magistral | citations | responses |
+#       deepseek
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -830,6 +831,194 @@ EOF
   [ "$rc" -eq 2 ] || fail "a bad context: setting exited $rc, not 2"
   grep -q "config.yaml:2:16: context.keep_recent must be" <<<"$out" ||
     { echo "$out"; fail "no FILE:LINE:COL for a bad context: setting"; }
+}
+
+# Prints a scenario item replaying the recorded capture
+# tests/data/compat/$1.sse raw, in random slices of 1..7 bytes (seed $2).
+raw_response() {
+  printf '  - raw: |+\n'
+  sed 's/^./      &/' "$HERE/../data/compat/$1.sse"
+  printf '    fault:\n      drip: {bytes: 7, seed: %s}\n' "$2"
+}
+
+case_magistral() {
+  # Mistral's Magistral streams delta.content as an array of typed parts
+  # (thinking parts, then text parts; tests/data/compat/mistral_parts.sse,
+  # replayed raw in 7-byte-at-most slices): the chat shows the thinking
+  # dimmed and the answer as text, through the daemon.
+  { echo "responses:"; raw_response mistral_parts 99; } >"$W/scenario.yaml"
+  start_mock "$W/scenario.yaml"
+  export AGENTLOOP_PROVIDER=openai OPENAI_API_KEY=test-key-not-secret
+  export AGENTLOOP_BASE_URL="$AGENTLOOP_BASE_URL/v1"
+  run_pane "$BIN/agentloop" --model magistral-medium-2506
+  wait_prompt
+  type_line "what is two plus two"
+  wait_for "The answer is 4."
+  wait_for "Two plus two is four."
+  "${TM[@]}" capture-pane -p -e -t al | grep -qF $'\e[2m\e[3mTwo plus two' ||
+    "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[2;3mTwo plus two' ||
+    fail "thinking is not dimmed"
+  # The answer is not dimmed: its line starts without SGR 2.
+  if "${TM[@]}" capture-pane -p -e -t al | grep -F 'The answer is 4.' |
+    grep -q $'\e\\[2[;m]'; then
+    fail "the answer is dimmed like thinking"
+  fi
+  wait_prompt
+  grep -q '"/v1/chat/completions"' "$W/requests.ndjson" ||
+    fail "the request did not go to /v1/chat/completions"
+  type_line "/quit"
+  wait_for "[exited 0]"
+}
+
+case_citations() {
+  # Anthropic pause_turn with a server-side web search, then a cited
+  # answer (tests/data/compat/anthropic_*.sse), through the daemon: the
+  # chat says the turn was continued, shows the whole answer and its
+  # source; /resume in a new chat (a new daemon) replays both; the next request (with
+  # the server-tool blocks) is accepted.
+  {
+    echo "responses:"
+    raw_response anthropic_pause_turn 5
+    raw_response anthropic_after_pause 6
+    printf '  - reply: {content: [{text: "Still sunny."}]}\n'
+  } >"$W/scenario.yaml"
+  start_mock "$W/scenario.yaml"
+  local first
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "weather in paris?"
+  wait_for "the provider paused the turn: continuing (1 of 5)"
+  wait_for "It is sunny."
+  wait_for "[1] Paris · https://w.example/paris"
+  wait_prompt
+  screen | grep -q "Let me search" || fail "the paused reply's text is missing"
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # A new daemon: the events and the history come from the transcript.
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
+  run_pane "$BIN/agentloop"
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_for "[1] Paris · https://w.example/paris"
+  wait_for "the provider paused the turn: continuing (1 of 5)"
+  wait_prompt
+  type_line "and tomorrow?"
+  wait_for "Still sunny."
+  wait_prompt
+  [ "$(grep -c . "$W/requests.ndjson")" -eq 3 ] ||
+    fail "expected 3 requests, got $(grep -c . "$W/requests.ndjson")"
+  grep -q '"valid":false' "$W/requests.ndjson" &&
+    fail "a request was refused by the validator"
+  tail -n 1 "$W/requests.ndjson" | grep -qF '"srvtoolu_01"' ||
+    fail "the resumed request lost the server-tool blocks"
+  type_line "/quit"
+  wait_for "[exited 0]"
+}
+
+case_responses() {
+  # provider openai-responses in the chat, through the daemon: the
+  # reasoning summary dim, a tool round (function_call paired with its
+  # output by call_id), the answer; after a daemon restart a new chat's
+  # /resume rebuilds a history the Responses validator accepts (the
+  # reasoning item echoed whole).
+  start_mock "$(scenario <<'EOF2'
+responses:
+  - reply:
+      content:
+        - thinking: "Plan: read the note."
+        - tool_use: {id: call_r1, name: read_file, input: {path: note.txt}}
+  - reply: {content: [{text: "The note says hello-from-note."}]}
+  - reply: {content: [{text: "Still hello."}]}
+EOF2
+)"
+  echo "hello-from-note" >"$W/work/note.txt"
+  export AGENTLOOP_PROVIDER=openai-responses OPENAI_API_KEY=test-key-not-secret
+  export AGENTLOOP_BASE_URL="$AGENTLOOP_BASE_URL/v1"
+  local first
+  run_pane "$BIN/agentloop" --model gpt-5-mini
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "what does the note say"
+  wait_for "Plan: read the note."
+  "${TM[@]}" capture-pane -p -e -t al | grep -qF $'\e[2m\e[3mPlan: read' ||
+    "${TM[@]}" capture-pane -p -e -t al | grep -q $'\e\\[2;3mPlan: read' ||
+    fail "the reasoning summary is not dimmed"
+  wait_for "✓ read_file(note.txt)"
+  wait_for "The note says hello-from-note."
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  # A new daemon: the history comes back from the transcript.
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
+  run_pane "$BIN/agentloop" --model gpt-5-mini
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_prompt
+  type_line "and now"
+  wait_for "Still hello."
+  wait_prompt
+  [ "$(grep -c '"path":"/v1/responses"' "$W/requests.ndjson")" -eq 3 ] ||
+    fail "expected 3 requests to /v1/responses"
+  grep -q '"valid":false' "$W/requests.ndjson" &&
+    fail "a request was refused by the validator"
+  tail -n 1 "$W/requests.ndjson" | grep -qF '"encrypted_content":"enc:' ||
+    fail "the resumed request lost the reasoning item"
+  type_line "/quit"
+  wait_for "[exited 0]"
+}
+
+case_deepseek() {
+  # DeepSeek thinking mode in the chat (mockllm require_reasoning answers
+  # a tool-call message without its reasoning_content with DeepSeek's
+  # 400): two tool rounds pass, and after a daemon restart a /resume'd
+  # session's next turn (both tool-call messages in it) passes too.
+  {
+    echo "require_reasoning: reasoning_content"
+    echo "responses:"
+    raw_response deepseek_think_tool 7
+    raw_response deepseek_think_tool 8 | sed 's/call_00_abc/call_01_def/'
+    printf '  - reply: {content: [{text: "Both rounds done."}]}\n'
+    printf '  - reply: {content: [{text: "Resumed fine."}]}\n'
+  } >"$W/scenario.yaml"
+  start_mock "$W/scenario.yaml"
+  echo "alpha" >"$W/work/a.txt"
+  export AGENTLOOP_PROVIDER=openai OPENAI_API_KEY=test-key-not-secret
+  export AGENTLOOP_BASE_URL="$AGENTLOOP_BASE_URL/v1"
+  local first
+  run_pane "$BIN/agentloop" --model deepseek-chat
+  wait_for "/help for commands"
+  first=$(screen | grep -o 'session s_[0-9a-f]*' | head -n 1 | cut -d' ' -f2)
+  wait_prompt
+  type_line "read a twice"
+  wait_for "Both rounds done."
+  wait_count "✓ read_file(a.txt)" 2
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
+  run_pane "$BIN/agentloop" --model deepseek-chat
+  wait_for "/help for commands"
+  wait_prompt
+  type_line "/resume $first"
+  wait_for "resumed session $first"
+  wait_prompt
+  type_line "again"
+  wait_for "Resumed fine."
+  wait_prompt
+  screen | grep -qF "reasoning_content" && fail "the server refused a request"
+  [ "$(grep -c '"valid":true' "$W/requests.ndjson")" -eq 4 ] ||
+    fail "expected 4 accepted requests"
+  [ "$(tail -n 1 "$W/requests.ndjson" | grep -o '"reasoning_content":"Need the file."' | wc -l)" -eq 2 ] ||
+    fail "the resumed request does not echo both reasonings"
+  type_line "/quit"
+  wait_for "[exited 0]"
 }
 
 "case_$CASE"

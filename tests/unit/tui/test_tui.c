@@ -285,6 +285,48 @@ TEST_IMPL(tui_view_context_notices) {
   return 0;
 }
 
+/* Citations become the run's sources, each once, numbered (the
+ * provider's own [n] when given), listed before the usage line; a
+ * provider_notice is one dim line; a new run starts a new list. */
+TEST_IMPL(tui_view_sources_and_notices) {
+  vfix_t f;
+
+  utf8_locale();
+  vfix_init(&f, false);
+  vfix_feed(&f, "{\"type\":\"run_started\",\"seq\":1}", 0);
+  vfix_feed(&f, "{\"type\":\"text_delta\",\"index\":0,\"text\":\"Let me search. \"}", 1);
+  vfix_feed(&f, "{\"type\":\"content_block_completed\",\"index\":0}", 2);
+  vfix_feed(&f, "{\"type\":\"provider_notice\",\"kind\":\"pause_turn\","
+                "\"message\":\"the provider paused the turn: continuing (1 of 5)\"}", 3);
+  vfix_feed(&f, "{\"type\":\"text_delta\",\"index\":0,\"text\":\"Sunny [1][2].\"}", 4);
+  vfix_feed(&f, "{\"type\":\"citation\",\"index\":0,\"citation\":{\"type\":"
+                "\"url_citation\",\"url\":\"https://a.example/x\",\"title\":"
+                "\"Page \\u001b[31mA\",\"cited_text\":null,\"number\":1}}", 5);
+  vfix_feed(&f, "{\"type\":\"citation\",\"index\":0,\"citation\":{\"type\":"
+                "\"url_citation\",\"url\":\"https://b.example/y\",\"title\":null,"
+                "\"cited_text\":null,\"number\":2}}", 6);
+  vfix_feed(&f, "{\"type\":\"citation\",\"index\":0,\"citation\":{\"type\":"
+                "\"url_citation\",\"url\":\"https://a.example/x\",\"title\":"
+                "\"Page A\",\"cited_text\":\"again\",\"number\":1}}", 7);
+  vfix_feed(&f, "{\"type\":\"citation\",\"index\":0,\"citation\":{\"type\":"
+                "\"char_location\",\"document_title\":\"notes.txt\","
+                "\"cited_text\":\"the sky is clear\"}}", 8);
+  vfix_feed(&f, "{\"type\":\"citation\",\"index\":0,\"citation\":{}}", 9);
+  ASSERT(vfix_feed(&f, "{\"type\":\"final\",\"text\":\"x\"}", 10));
+  ASSERT_STR_EQ(f.err,
+                "the provider paused the turn: continuing (1 of 5)\n"
+                "[1] Page ^[[31mA \xc2\xb7 https://a.example/x\n"
+                "[2] https://b.example/y\n"
+                "[3] notes.txt\n"
+                "0 in \xc2\xb7 0 out \xc2\xb7 session 0 in \xc2\xb7 0 out\n");
+  /* The next run lists only its own sources. */
+  vfix_feed(&f, "{\"type\":\"run_started\",\"seq\":20}", 11);
+  ASSERT(vfix_feed(&f, "{\"type\":\"final\",\"text\":\"y\"}", 12));
+  ASSERT_NULL(strstr(strstr(f.err, "session 0 in") + 1, "[1]"));
+  vfix_free(&f);
+  return 0;
+}
+
 TEST_IMPL(tui_view_live_spinner) {
   vfix_t f;
 
