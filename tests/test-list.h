@@ -28,4 +28,5 @@
 #include "list/config.h"
 #include "list/reliability.h"
 #include "list/mcp.h"
+#include "list/mcp_http.h"
 #include "list/hooks.h"

@@ -77,6 +77,11 @@ typedef struct al_mcp_server_config_s {
   char **argv; /* command + args, NULL-terminated */
   char **env;  /* "NAME=value", NULL-terminated (${VAR} already expanded) */
   char *cwd;   /* NULL: the workspace */
+  /* Streamable HTTP instead of a child: the endpoint, and extra request
+   * headers "Name: value" (NULL-terminated, ${VAR} expanded). argv is
+   * NULL then. */
+  char *url;
+  char **headers;
   bool sandbox; /* run inside the tool sandbox (default true) */
   bool network; /* the sandbox lets it reach the network (default false) */
   uint64_t startup_timeout_ms;
@@ -100,7 +105,8 @@ typedef struct al_mcp_config_s {
  *       "disabled"?: B, "tools"?: {TOOL: {"concurrency_safe": B}}}}}
  * the shape of a project's .mcp.json plus our keys. "${VAR}" in env values
  * expands from the environment (unset: empty). Servers with "url" are
- * refused (Streamable HTTP is not implemented yet). Errors: AL_EINVAL with
+ * a Streamable HTTP server
+ * instead ({"url": S, "headers"?: {K: S}}, ${VAR} expanded in headers). Errors: AL_EINVAL with
  * the reason in err ("mcpServers.NAME.command: must be a string"). */
 int al__mcp_config_parse(const char *json, size_t len, al_mcp_config_t *out,
                          al_buf_t *err);
