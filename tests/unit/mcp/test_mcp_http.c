@@ -17,6 +17,7 @@
 #include "../transport/tsrv.h"
 #include "mcp/mcp.h"
 #include "test.h"
+#include "unit/loop/agent_fx.h"
 
 typedef enum { R_JSON = 0, R_SSE } reply_t;
 
@@ -126,9 +127,6 @@ static void h_mcp(tsrv_conn_t *c) {
                 "auth", tsrv_header(c, "authorization", auth, sizeof(auth)),
                 "last_event_id",
                 tsrv_header(c, "last-event-id", lei, sizeof(lei))));
-  if (t->hang) {
-    return;
-  }
   if (strcmp(c->method, "DELETE") == 0) {
     t->deletes++;
     tsrv_writes(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
@@ -147,6 +145,10 @@ static void h_mcp(tsrv_conn_t *c) {
   method = json_string_value(json_object_get(msg, "method"));
   json_object_set_new(json_array_get(t->seen, json_array_size(t->seen) - 1),
                       "rpc", json_string(method != NULL ? method : "answer"));
+  if (t->hang) {
+    json_decref(msg);
+    return;
+  }
   if (method != NULL && strcmp(method, "initialize") == 0) {
     t->inits++;
     snprintf(made, sizeof(made), "sess-%d", t->inits);
@@ -549,5 +551,115 @@ TEST_IMPL(mcp_http_config) {
   al_buf_free(&err);
   unsetenv("AL_T_MCP_V");
   unsetenv("AL_T_MCP_NL");
+  return 0;
+}
+
+/* ---- through the agent -------------------------------------------------------- */
+
+static void on_agent_closed(al_agent_t *a) {
+  fx_t *f = al_agent_get_data(a);
+
+  f->closed = true;
+}
+
+/* Closes the agent (its MCP sessions end with DELETE on the server, which
+ * runs on the same loop), then the server; fx_finish closes the rest. */
+static void agent_finish(fx_t *f, ht_t *t) {
+  al_agent_close(f->agent, on_agent_closed);
+  f->agent = NULL;
+  while (!f->closed) {
+    uv_run(&f->loop, UV_RUN_ONCE);
+  }
+  tsrv_close(&t->srv);
+  fx_finish(f);
+  json_decref(t->seen);
+}
+
+static long find_state_ev(const fx_t *f, const char *state) {
+  size_t i;
+  json_t *e;
+
+  json_array_foreach(f->events, i, e) {
+    if (strcmp(fx_jstr(e, "type"), "mcp_server_state") == 0 &&
+        strcmp(fx_jstr(e, "state"), state) == 0) {
+      return (long)i;
+    }
+  }
+  return -1;
+}
+
+static void agent_server(fx_t *f, ht_t *t, const char *extra, char *cfg,
+                         size_t n) {
+  tsrv_opts_t so;
+
+  memset(t, 0, sizeof(*t));
+  t->seen = json_array();
+  memset(&so, 0, sizeof(so));
+  so.on_request = h_mcp;
+  so.data = t;
+  ASSERT_EQ(tsrv_start(&t->srv, &f->loop, &so), 0);
+  t->srv.data = t;
+  snprintf(cfg, n,
+           "{%s\"mcpServers\":{\"web\":{\"url\":\"http://127.0.0.1:%d/mcp\"}}}",
+           extra, t->srv.port);
+  f->opts.mcp_config = cfg;
+}
+
+TEST_IMPL(agent_mcp_http_tool_called_from_run) {
+  fx_t f;
+  ht_t t;
+  char cfg[512];
+  const json_t *r;
+
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: m1, name: mcp__web__echo, input: "
+              "{text: 'over http'}}\n"
+              "  - reply: {content: [{text: 'done'}]}\n");
+  agent_server(&f, &t, "", cfg, sizeof(cfg));
+  t.reply = R_SSE;
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT(find_state_ev(&f, "ready") >= 0);
+  r = fx_tool_result(&f, 1, "m1");
+  ASSERT_STR_EQ(fx_jstr(r, "content"), "echo:over http");
+  ASSERT(!json_is_true(json_object_get(r, "is_error")));
+  ASSERT_EQ(t.inits, 1);
+  ASSERT_STR_EQ(seen(&t, (size_t)find(&t, "tools/call", 0), "session"),
+                "sess-1");
+  fx_assert_valid(&f);
+  agent_finish(&f, &t);
+  ASSERT_EQ(t.deletes, 1);
+  return 0;
+}
+
+TEST_IMPL(agent_mcp_http_silent_server_does_not_block) {
+  fx_t f;
+  ht_t t;
+  char cfg[512];
+  long rs, ts;
+  uint64_t waited_ms;
+
+  fx_init(&f, "responses:\n  - reply: {content: [{text: 'hello'}]}\n");
+  agent_server(&f, &t, "\"startup_wait_ms\":150,", cfg, sizeof(cfg));
+  t.hang = true;
+  fx_start(&f);
+  fx_run(&f, "go");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  rs = fx_find(&f, "run_started", NULL, 0);
+  ts = fx_find(&f, "turn_started", NULL, 0);
+  waited_ms = (uint64_t)(json_integer_value(
+                             json_object_get(fx_event(&f, ts), "ts_ns")) -
+                         json_integer_value(
+                             json_object_get(fx_event(&f, rs), "ts_ns"))) /
+              1000000;
+  /* The server never answered: the run waited at most the startup wait,
+   * and the first request went out without its tools. */
+  ASSERT(waited_ms <= 150 + 250 * (uint64_t)al_test_timeout_multiplier());
+  ASSERT_EQ(find_state_ev(&f, "ready"), -1);
+  ASSERT_EQ(find(&t, "initialize", 0), 0);
+  agent_finish(&f, &t);
   return 0;
 }
