@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -661,5 +662,182 @@ TEST_IMPL(agent_mcp_http_silent_server_does_not_block) {
   ASSERT_EQ(find_state_ev(&f, "ready"), -1);
   ASSERT_EQ(find(&t, "initialize", 0), 0);
   agent_finish(&f, &t);
+  return 0;
+}
+
+/* ---- the real server-everything in its Streamable HTTP mode ------------------- */
+
+#define EVERYTHING \
+  AL_SOURCE_DIR "/tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+
+typedef struct {
+  uv_process_t proc;
+  uv_pipe_t err, out;
+  char log[16384];
+  size_t len;
+  bool listening;
+  bool deleted; /* it logged the termination of our session */
+  bool exited;
+} node_t;
+
+static void node_alloc(uv_handle_t *h, size_t n, uv_buf_t *b) {
+  node_t *nd = h->data;
+
+  (void)n;
+  *b = uv_buf_init(nd->log + nd->len, (unsigned)(sizeof(nd->log) - 1 - nd->len));
+}
+
+static void node_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
+  node_t *nd = s->data;
+
+  (void)b;
+  if (n > 0) {
+    nd->len += (size_t)n;
+    nd->log[nd->len] = '\0';
+    nd->listening = nd->listening || strstr(nd->log, "listening on port") != NULL;
+    nd->deleted = nd->deleted ||
+                  strstr(nd->log, "session termination request") != NULL;
+    if (nd->len + 1024 >= sizeof(nd->log)) {
+      /* Keep the tail: a line may straddle the cut. */
+      memmove(nd->log, nd->log + nd->len - 256, 256);
+      nd->len = 256;
+      nd->log[nd->len] = '\0';
+    }
+  } else if (n < 0) {
+    uv_read_stop(s);
+  }
+}
+
+static void node_exit(uv_process_t *p, int64_t st, int sig) {
+  (void)st;
+  (void)sig;
+  ((node_t *)p->data)->exited = true;
+}
+
+/* A free loopback port (bound, read, released). */
+static int free_port(uv_loop_t *loop) {
+  uv_tcp_t tcp;
+  struct sockaddr_in a;
+  struct sockaddr_storage got;
+  int len = sizeof(got);
+
+  uv_tcp_init(loop, &tcp);
+  uv_ip4_addr("127.0.0.1", 0, &a);
+  ASSERT_EQ(uv_tcp_bind(&tcp, (const struct sockaddr *)&a, 0), 0);
+  ASSERT_EQ(uv_tcp_getsockname(&tcp, (struct sockaddr *)&got, &len), 0);
+  uv_close((uv_handle_t *)&tcp, NULL);
+  uv_run(loop, UV_RUN_NOWAIT);
+  return ntohs(((struct sockaddr_in *)&got)->sin_port);
+}
+
+static bool node_up(ht_t *t, void *arg) {
+  (void)t;
+  return ((node_t *)arg)->listening || ((node_t *)arg)->exited;
+}
+
+static bool node_deleted(ht_t *t, void *arg) {
+  (void)t;
+  return ((node_t *)arg)->deleted || ((node_t *)arg)->exited;
+}
+
+TEST_IMPL(mcp_http_real_server_everything) {
+  ht_t t;
+  node_t nd;
+  uv_process_options_t po;
+  uv_stdio_container_t io[3];
+  al_mcp_config_t cfg;
+  al_mcp_options_t o;
+  al_buf_t err;
+  char c[512], env_port[32], env_path[4096];
+  char *args[] = {"node", EVERYTHING, "streamableHttp", NULL};
+  char *env[] = {env_port, env_path, NULL};
+  struct stat st;
+  int port;
+
+  if (stat(EVERYTHING, &st) != 0) {
+    AL_TEST_FAIL("the MCP test servers are not installed: run scripts/test.sh "
+                 "(npm ci in tests/mcp)");
+  }
+  memset(&t, 0, sizeof(t));
+  memset(&nd, 0, sizeof(nd));
+  ASSERT_EQ(uv_loop_init(&t.loop), 0);
+  t.states = json_array();
+  t.seen = json_array();
+  port = free_port(&t.loop);
+  snprintf(env_port, sizeof(env_port), "PORT=%d", port);
+  snprintf(env_path, sizeof(env_path), "PATH=%s",
+           getenv("PATH") != NULL ? getenv("PATH") : "/usr/bin:/bin");
+  uv_pipe_init(&t.loop, &nd.err, 0);
+  uv_pipe_init(&t.loop, &nd.out, 0);
+  nd.err.data = &nd;
+  nd.out.data = &nd;
+  nd.proc.data = &nd;
+  memset(&po, 0, sizeof(po));
+  io[0].flags = UV_IGNORE;
+  io[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  io[1].data.stream = (uv_stream_t *)&nd.out;
+  io[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  io[2].data.stream = (uv_stream_t *)&nd.err;
+  po.file = "node";
+  po.args = args;
+  po.env = env;
+  po.stdio = io;
+  po.stdio_count = 3;
+  po.exit_cb = node_exit;
+  ASSERT_EQ(uv_spawn(&t.loop, &nd.proc, &po), 0);
+  uv_read_start((uv_stream_t *)&nd.err, node_alloc, node_read);
+  uv_read_start((uv_stream_t *)&nd.out, node_alloc, node_read);
+  run_until(&t, node_up, &nd);
+  if (!nd.listening) {
+    AL_TEST_FAIL("server-everything did not start: %s", nd.log);
+  }
+  snprintf(c, sizeof(c),
+           "{\"mcpServers\":{\"everything\":{\"url\":"
+           "\"http://127.0.0.1:%d/mcp\"}}}",
+           port);
+  al_buf_init(&err, 4096);
+  ASSERT_EQ(al__mcp_config_parse(c, strlen(c), &cfg, &err), 0);
+  al_buf_free(&err);
+  al__mcp_options_init(&o);
+  o.loop = &t.loop;
+  o.workspace = "/tmp";
+  o.max_restarts = 0;
+  o.on_state = on_state;
+  o.data = &t;
+  ASSERT_EQ(al__mcp_new(&o, &cfg, &t.m), 0);
+  al__mcp_start(t.m);
+  run_until(&t, has_state, "everything:ready");
+  ASSERT_GE(json_array_size(al__mcp_server_tools(al__mcp_server(t.m, 0))), 10);
+  ASSERT_NOT_NULL(al__mcp_server_version(al__mcp_server(t.m, 0)));
+  t.done = 0;
+  {
+    json_t *a = json_pack("{s:s}", "message", "hi over http");
+    al_mcp_call_t *call = NULL;
+
+    ASSERT_EQ(al__mcp_call(al__mcp_server(t.m, 0), "echo", a, on_progress,
+                           on_done, &t, &call),
+              0);
+    json_decref(a);
+    run_until(&t, call_done, NULL);
+  }
+  ASSERT(!t.is_error);
+  ASSERT(strstr(t.text, "hi over http") != NULL);
+  al__mcp_close(t.m, on_closed, &t);
+  run_until(&t, is_closed, NULL);
+  /* The server logs the DELETE of our session (the close waited for its
+   * answer, the log line may still be in flight). */
+  run_until(&t, node_deleted, &nd);
+  ASSERT(nd.deleted);
+  uv_process_kill(&nd.proc, SIGTERM);
+  while (!nd.exited) {
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  uv_close((uv_handle_t *)&nd.proc, NULL);
+  uv_close((uv_handle_t *)&nd.err, NULL);
+  uv_close((uv_handle_t *)&nd.out, NULL);
+  ASSERT_LOOP_CLOSES(&t.loop);
+  json_decref(t.states);
+  json_decref(t.seen);
+  free(t.text);
   return 0;
 }
