@@ -1,6 +1,7 @@
 /* MCP client (SPEC §16, RESEARCH-WAVE2 §2): stdio servers on the libuv
- * loop, protocol 2025-11-25 (older versions the TypeScript SDK accepts are
- * accepted too).
+ * loop, and Streamable HTTP servers (mcp_http.h) through the same state
+ * machine, protocol 2025-11-25 (older versions the TypeScript SDK accepts
+ * are accepted too).
  *
  * One al_mcp_t owns the servers of one agent. Each server is a child
  * process started through the spawn wrapper (tools/spawn.h: own process

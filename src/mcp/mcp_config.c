@@ -153,6 +153,14 @@ static int parse_http(const char *name, const json_t *o,
       return AL_EINVAL;
     }
   }
+  if (json_is_string(json_object_get(o, "type")) &&
+      strcmp(json_string_value(json_object_get(o, "type")), "sse") == 0) {
+    al_buf_printf(err, "mcpServers.%s.type: the old HTTP+SSE transport "
+                       "(2024-11-05) is not supported; use a Streamable "
+                       "HTTP endpoint (type: http)",
+                  name);
+    return AL_EINVAL;
+  }
   if (!json_is_string(url) ||
       al_http_url_check(json_string_value(url), why, sizeof(why)) != 0) {
     al_buf_printf(err, "mcpServers.%s.url: must be an http(s) URL%s%s", name,

@@ -525,6 +525,7 @@ TEST_IMPL(mcp_http_config) {
       "\"v\"}}}}",
       "{\"mcpServers\":{\"a\":{\"url\":\"http://x\",\"headers\":{\"A\":"
       "\"${AL_T_MCP_NL}\"}}}}",
+      "{\"mcpServers\":{\"a\":{\"url\":\"http://x\",\"type\":\"sse\"}}}",
       NULL};
   const char *good = "{\"mcpServers\":{\"a\":{\"url\":\"https://h.example/"
                      "mcp\",\"headers\":{\"X-K\":\"k=${AL_T_MCP_V}\"},"
