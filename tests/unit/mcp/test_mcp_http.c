@@ -36,6 +36,7 @@ typedef struct {
   bool break_stream; /* the first call's stream ends before its answer */
   bool no_ids;       /* ... and its events carry no ids */
   bool expire_always; /* every session is unknown right after initialize */
+  int init_status;    /* answer initialize with this status (0: 200) */
   int inits;
   int deletes;
   char valid[64]; /* the session the server knows */
@@ -150,7 +151,13 @@ static void h_mcp(tsrv_conn_t *c) {
     json_decref(msg);
     return;
   }
-  if (method != NULL && strcmp(method, "initialize") == 0) {
+  if (method != NULL && strcmp(method, "initialize") == 0 &&
+      t->init_status != 0) {
+    t->inits++;
+    reply_json(c, t->init_status, NULL,
+               "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":"
+               "-32603,\"message\":\"down\"}}");
+  } else if (method != NULL && strcmp(method, "initialize") == 0) {
     t->inits++;
     snprintf(made, sizeof(made), "sess-%d", t->inits);
     snprintf(t->valid, sizeof(t->valid), "%s",
@@ -840,5 +847,22 @@ TEST_IMPL(mcp_http_real_server_everything) {
   json_decref(t.states);
   json_decref(t.seen);
   free(t.text);
+  return 0;
+}
+
+/* An error status fails the server with the status in its error; the
+ * close from inside the failing request's completion finishes. */
+TEST_IMPL(mcp_http_error_status_fails) {
+  ht_t t;
+
+  ht_init(&t, NULL, 0);
+  t.init_status = 500;
+  al__mcp_start(t.m);
+  run_until(&t, has_state, "h:failed");
+  ASSERT_EQ(t.inits, 1);
+  ASSERT(strstr(al__mcp_server_error(al__mcp_server(t.m, 0)), "HTTP 500") !=
+         NULL);
+  ht_finish(&t);
+  ASSERT_EQ(find(&t, "DELETE", 0), -1);
   return 0;
 }
