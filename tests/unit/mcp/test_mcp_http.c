@@ -37,6 +37,7 @@ typedef struct {
   bool no_ids;       /* ... and its events carry no ids */
   bool expire_always; /* every session is unknown right after initialize */
   int init_status;    /* answer initialize with this status (0: 200) */
+  bool ping_in_stream; /* a call's stream carries a ping to the client */
   int inits;
   int deletes;
   char valid[64]; /* the session the server knows */
@@ -95,6 +96,11 @@ static void answer(ht_t *t, tsrv_conn_t *c, const char *sid, json_t *msg,
     reply_json(c, 200, sid, s);
   } else {
     sse_head(c, sid);
+    if (t->ping_in_stream && tok != NULL) {
+      sse_event(c, "ev-0",
+                "{\"jsonrpc\":\"2.0\",\"id\":\"srv-1\",\"method\":"
+                "\"ping\"}");
+    }
     if (tok != NULL) {
       char p[256];
 
@@ -864,5 +870,40 @@ TEST_IMPL(mcp_http_error_status_fails) {
          NULL);
   ht_finish(&t);
   ASSERT_EQ(find(&t, "DELETE", 0), -1);
+  return 0;
+}
+
+static bool answer_seen(ht_t *t, void *arg) {
+  (void)arg;
+  return find(t, "answer", 0) >= 0;
+}
+
+/* A server request inside a call's stream is answered with its own POST
+ * on the session (202 for it), and the call still completes. */
+TEST_IMPL(mcp_http_server_request_answered) {
+  ht_t t;
+  size_t i;
+  bool answered = false;
+
+  ht_init(&t, NULL, 0);
+  t.reply = R_SSE;
+  t.ping_in_stream = true;
+  al__mcp_start(t.m);
+  run_until(&t, has_state, "h:ready");
+  call_wait(&t, "{\"text\":\"p\"}");
+  ASSERT(!t.is_error);
+  ASSERT_STR_EQ(t.text, "echo:p");
+  /* The answer's POST may still be on its way. */
+  run_until(&t, answer_seen, NULL);
+  for (i = 0; i < json_array_size(t.seen); i++) {
+    if (seen(&t, i, "rpc") != NULL && strcmp(seen(&t, i, "rpc"), "answer") == 0) {
+      answered = true;
+      ASSERT_STR_EQ(seen(&t, i, "method"), "POST");
+      ASSERT_STR_EQ(seen(&t, i, "session"), "sess-1");
+      ASSERT_STR_EQ(seen(&t, i, "version"), "2025-11-25");
+    }
+  }
+  ASSERT(answered);
+  ht_finish(&t);
   return 0;
 }
