@@ -31,6 +31,7 @@ typedef struct post_s {
   bool initialized; /* notifications/initialized (a re-init sends its own) */
   bool is_init;     /* initialize: its response may assign the session */
   bool is_get;   /* a resume */
+  bool is_listen; /* the GET stream for messages outside requests */
   bool is_delete;
   bool sse;
   bool busy;
@@ -66,6 +67,7 @@ struct al_mcp_http_s {
   char *init_body;
   size_t init_len;
   bool reiniting;
+  bool listening; /* the GET stream is open (or being opened) */
   bool reinit_used; /* no answer on the new session yet */
   bool failed;
   bool closing;
@@ -77,6 +79,8 @@ static void post_start(al_mcp_http_t *h, post_t *p);
 static void on_client_closed(al_http_client_t *c);
 static void fail(al_mcp_http_t *h, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+static void listen_ended(al_mcp_http_t *h, post_t *p, int status, int http,
+                         const al_http_error_t *err);
 
 static bool dead(const al_mcp_http_t *h) { return h->failed || h->closing; }
 
@@ -407,6 +411,44 @@ static void resume(al_mcp_http_t *h, post_t *p) {
   post_start(h, g);
 }
 
+/* Opens the GET stream for server messages outside requests (list
+ * changes, requests), resuming after last_id when given. */
+static void listen_open(al_mcp_http_t *h, const char *last_id) {
+  post_t *p = post_new(h, NULL, 0);
+
+  if (p == NULL || (last_id != NULL && (p->last_id = al_strdup(last_id)) == NULL)) {
+    if (p != NULL) {
+      post_free(p);
+    }
+    return; /* optional: the requests' own streams still work */
+  }
+  p->is_listen = true;
+  h->listening = true;
+  post_start(h, p);
+}
+
+/* The GET stream ended: 405 means the server offers none; otherwise it is
+ * opened again (after its last event id) if it delivered anything, so a
+ * server that closes it at once cannot make us spin. */
+static void listen_ended(al_mcp_http_t *h, post_t *p, int status, int http,
+                         const al_http_error_t *err) {
+  h->listening = false;
+  if (http == 405 || (status != 0 && http >= 300)) {
+    al_log(AL_LOG_DEBUG, "mcp http: no server stream (HTTP %d)", http);
+    return;
+  }
+  if (p->sse && status == 0) {
+    al_sse_finish(&p->parser);
+  } else if (!p->sse && status == 0 && p->json.len > 0) {
+    deliver(p, p->json.data, p->json.len);
+  }
+  /* Also after the whole-exchange timeout of a quiet stream. */
+  if (!dead(h) && !p->dead &&
+      (p->events > 0 || (err != NULL && err->kind == AL_HTTP_ERR_TIMEOUT))) {
+    listen_open(h, p->last_id);
+  }
+}
+
 static void on_complete(al_http_request_t *r, int status,
                         const al_http_error_t *err) {
   post_t *p = al_http_request_get_data(r);
@@ -424,6 +466,10 @@ static void on_complete(al_http_request_t *r, int status,
     return;
   }
   if (dead(h) || p->dead) {
+    goto out;
+  }
+  if (p->is_listen) {
+    listen_ended(h, p, status, http, err);
     goto out;
   }
   if (status != 0 && http == 404 && p->had_session && !p->is_get) {
@@ -485,10 +531,12 @@ static void post_start(al_mcp_http_t *h, post_t *p) {
   ro.url = h->url;
   if (p->is_delete) {
     ro.method = "DELETE";
-  } else if (p->is_get) {
+  } else if (p->is_get || p->is_listen) {
     ro.method = "GET";
     HDR("Accept", "text/event-stream");
-    HDR("Last-Event-ID", p->last_id);
+    if (p->last_id != NULL) {
+      HDR("Last-Event-ID", p->last_id);
+    }
   } else {
     ro.method = "POST";
     HDR("Content-Type", "application/json");
@@ -532,6 +580,7 @@ void al__mcp_http_send(al_mcp_http_t *h, const json_t *msg) {
   char *text;
   post_t *p;
   size_t n;
+  bool initialized;
 
   if (dead(h)) {
     return;
@@ -562,7 +611,11 @@ void al__mcp_http_send(al_mcp_http_t *h, const json_t *msg) {
     fail(h, "out of memory");
     return;
   }
+  initialized = p->initialized;
   post_start(h, p);
+  if (initialized && !h->listening && !dead(h)) {
+    listen_open(h, NULL);
+  }
 }
 
 void al__mcp_http_set_version(al_mcp_http_t *h, const char *v) {

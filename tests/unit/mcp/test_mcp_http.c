@@ -38,6 +38,7 @@ typedef struct {
   bool expire_always; /* every session is unknown right after initialize */
   int init_status;    /* answer initialize with this status (0: 200) */
   bool ping_in_stream; /* a call's stream carries a ping to the client */
+  bool listen_stream;  /* offer the GET stream (else 405) */
   int inits;
   int deletes;
   char valid[64]; /* the session the server knows */
@@ -119,7 +120,7 @@ static void answer(ht_t *t, tsrv_conn_t *c, const char *sid, json_t *msg,
 
 static void h_mcp(tsrv_conn_t *c) {
   ht_t *t = c->srv->data;
-  char sid[128], ver[64], acc[128], auth[128], lei[64];
+  char sid[128], ver[64], acc[128], auth[128], lei[64] = "";
   const char *sid_h = tsrv_header(c, "mcp-session-id", sid, sizeof(sid));
   json_t *msg;
   const char *method;
@@ -138,6 +139,23 @@ static void h_mcp(tsrv_conn_t *c) {
   if (strcmp(c->method, "DELETE") == 0) {
     t->deletes++;
     tsrv_writes(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    return;
+  }
+  if (strcmp(c->method, "GET") == 0 && lei[0] == '\0') {
+    if (!t->listen_stream) {
+      tsrv_writes(c, "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: "
+                     "0\r\n\r\n");
+      return;
+    }
+    /* The server stream: a tool list change, then it stays open. */
+    tsrv_writes(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n");
+    {
+      const char *ev = "id: L1\ndata: {\"jsonrpc\":\"2.0\",\"method\":"
+                       "\"notifications/tools/list_changed\"}\n\n";
+
+      tsrv_writef(c, "%zx\r\n%s\r\n", strlen(ev), ev);
+    }
     return;
   }
   if (strcmp(c->method, "GET") == 0) {
@@ -481,6 +499,9 @@ TEST_IMPL(mcp_http_broken_stream_resumes) {
   ASSERT(!t.is_error);
   ASSERT_STR_EQ(t.text, "resumed");
   g = find(&t, "GET", 0);
+  while (g >= 0 && seen(&t, (size_t)g, "last_event_id") == NULL) {
+    g = find(&t, "GET", (size_t)g + 1); /* past the server-stream GET */
+  }
   ASSERT(g > 0);
   ASSERT_STR_EQ(seen(&t, (size_t)g, "last_event_id"), "ev-2");
   ASSERT_STR_EQ(seen(&t, (size_t)g, "session"), "sess-1");
@@ -500,7 +521,13 @@ TEST_IMPL(mcp_http_broken_stream_without_ids_fails) {
   call_wait(&t, "{\"text\":\"x\"}");
   ASSERT(t.is_error);
   ASSERT(strstr(t.text, "without an answer") != NULL);
-  ASSERT_EQ(find(&t, "GET", 0), -1);
+  {
+    size_t i;
+
+    for (i = 0; i < json_array_size(t.seen); i++) {
+      ASSERT_NULL(seen(&t, i, "last_event_id")); /* no resume */
+    }
+  }
   ht_finish(&t);
   return 0;
 }
@@ -905,5 +932,32 @@ TEST_IMPL(mcp_http_server_request_answered) {
   }
   ASSERT(answered);
   ht_finish(&t);
+  return 0;
+}
+
+static bool relisted(ht_t *t, void *arg) {
+  (void)arg;
+  return al__mcp_server_gen(al__mcp_server(t->m, 0)) >= 2;
+}
+
+/* The GET stream after the handshake carries a list change: re-listed. A
+ * server without one answers 405 and nothing else changes (the other
+ * tests). */
+TEST_IMPL(mcp_http_server_stream_list_changed) {
+  ht_t t;
+  int g;
+
+  ht_init(&t, NULL, 0);
+  t.listen_stream = true;
+  al__mcp_start(t.m);
+  run_until(&t, relisted, NULL);
+  g = find(&t, "GET", 0);
+  ASSERT(g > 0);
+  ASSERT_STR_EQ(seen(&t, (size_t)g, "accept"), "text/event-stream");
+  ASSERT_STR_EQ(seen(&t, (size_t)g, "session"), "sess-1");
+  ASSERT_NULL(seen(&t, (size_t)g, "last_event_id"));
+  ASSERT(find(&t, "tools/list", (size_t)g) > g);
+  ht_finish(&t);
+  ASSERT_EQ(t.deletes, 1);
   return 0;
 }
