@@ -477,8 +477,20 @@ static void on_complete(al_http_request_t *r, int status,
     goto out;
   }
   if (status != 0 && http != 0 && (http < 200 || http >= 300)) {
-    fail(h, "answered HTTP %d%s%s", http, err->message[0] ? ": " : "",
-         err->message);
+    char body[201];
+    size_t i, n = err->body != NULL ? err->body_len : 0;
+
+    /* The start of the body names the reason ("Unsupported protocol
+     * version"); printable ASCII only, it ends up in events. */
+    n = n < sizeof(body) - 1 ? n : sizeof(body) - 1;
+    for (i = 0; i < n; i++) {
+      char ch = err->body[i];
+
+      body[i] = ch >= 0x20 && ch < 0x7f ? ch : ' ';
+    }
+    body[n] = '\0';
+    fail(h, "answered HTTP %d%s%s%s%s", http, err->message[0] ? ": " : "",
+         err->message, n > 0 ? "; body: " : "", body);
     goto out;
   }
   if (!p->sse && status == 0) {

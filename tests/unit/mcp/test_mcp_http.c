@@ -895,6 +895,9 @@ TEST_IMPL(mcp_http_error_status_fails) {
   ASSERT_EQ(t.inits, 1);
   ASSERT(strstr(al__mcp_server_error(al__mcp_server(t.m, 0)), "HTTP 500") !=
          NULL);
+  /* The body's reason is kept. */
+  ASSERT(strstr(al__mcp_server_error(al__mcp_server(t.m, 0)),
+                "\"message\":\"down\"") != NULL);
   ht_finish(&t);
   ASSERT_EQ(find(&t, "DELETE", 0), -1);
   return 0;
