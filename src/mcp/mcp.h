@@ -105,10 +105,11 @@ typedef struct al_mcp_config_s {
  *       "startup_timeout_ms"?: N, "timeout_ms"?: N, "max_timeout_ms"?: N,
  *       "disabled"?: B, "tools"?: {TOOL: {"concurrency_safe": B}}}}}
  * the shape of a project's .mcp.json plus our keys. "${VAR}" in env values
- * expands from the environment (unset: empty). Servers with "url" are
- * a Streamable HTTP server
- * instead ({"url": S, "headers"?: {K: S}}, ${VAR} expanded in headers). Errors: AL_EINVAL with
- * the reason in err ("mcpServers.NAME.command: must be a string"). */
+ * expands from the environment (unset: empty). A server with "url" is a
+ * Streamable HTTP server instead ({"url": S, "headers"?: {K: S}} and the
+ * timeouts; ${VAR} expanded in header values; type "sse" refused).
+ * Errors: AL_EINVAL with the reason in err ("mcpServers.NAME.command:
+ * must be a string"). */
 int al__mcp_config_parse(const char *json, size_t len, al_mcp_config_t *out,
                          al_buf_t *err);
 void al__mcp_config_free(al_mcp_config_t *c);
