@@ -32,4 +32,5 @@
 #include "list/reliability.h"
 #include "list/mcp.h"
 #include "list/mcp_budget.h"
+#include "list/mcp_http.h"
 #include "list/hooks.h"

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "mcp/mcp.h"
+#include "mcp/mcp_http.h"
 #include "provider/provider.h"
 #include "tools/spawn.h"
 #include "tools/tools.h"
@@ -47,6 +48,7 @@ struct al_mcp_server_s {
   al_mcp_server_config_t cfg;
   al_mcp_state_t state;
   al_spawn_t *sp; /* the live child, until its on_done */
+  al_mcp_http_t *http; /* or the live HTTP session (cfg.url) */
   bool ever_settled; /* reached ready or failed once */
   int64_t next_id;
   al_list_t pending; /* pending_t */
@@ -120,6 +122,8 @@ static void feed_stdout(al_mcp_server_t *s, const char *p, size_t n);
 static void server_fail(al_mcp_server_t *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void maybe_finish(al_mcp_t *m);
+static void http_drop(al_mcp_server_t *s);
+static void on_message(al_mcp_server_t *s, const json_t *msg);
 
 /* ---- state ------------------------------------------------------------------- */
 
@@ -157,6 +161,12 @@ static void send_msg(al_mcp_server_t *s, json_t *msg) {
   wreq_t *w;
   uv_buf_t b;
 
+  if (s->http != NULL && msg != NULL) {
+    json_object_set_new(msg, "jsonrpc", json_string("2.0"));
+    al__mcp_http_send(s->http, msg);
+    json_decref(msg);
+    return;
+  }
   if (in == NULL) {
     json_decref(msg);
     return;
@@ -642,6 +652,9 @@ static void on_init_answer(al_mcp_server_t *s, const json_t *msg) {
   }
   al_free(s->version);
   s->version = al_strdup(v);
+  if (s->http != NULL) {
+    al__mcp_http_set_version(s->http, v);
+  }
   send_notification(s, "notifications/initialized", NULL);
   list_start(s);
 }
@@ -943,6 +956,7 @@ static void server_fail(al_mcp_server_t *s, const char *fmt, ...) {
     al__spawn_close_stdin(s->sp);
     al__spawn_kill(s->sp);
   }
+  http_drop(s);
   if (!restart_allowed(s)) {
     set_state(s, AL_MCP_FAILED);
     return;
@@ -974,13 +988,88 @@ static void on_timer(uv_timer_t *t) {
   }
 }
 
+static void send_initialize(al_mcp_server_t *s) {
+  json_t *params = json_pack(
+      "{s:s, s:{s:{s:b}}, s:{s:s, s:s}}", "protocolVersion",
+      AL_MCP_PROTOCOL_VERSION, "capabilities", "roots", "listChanged", 0,
+      "clientInfo", "name", "agentloop", "version", "0.1");
+
+  send_request(s, "initialize", params, RQ_INIT, NULL);
+}
+
+/* ---- Streamable HTTP ---------------------------------------------------------- */
+
+static void on_http_message(void *data, const json_t *msg) {
+  al_mcp_server_t *s = data;
+
+  if (s->closing || s->state == AL_MCP_FAILED ||
+      s->state == AL_MCP_RESTARTING) {
+    return;
+  }
+  on_message(s, msg);
+}
+
+static void on_http_fail(void *data, const char *why) {
+  server_fail((al_mcp_server_t *)data, "%s", why);
+}
+
+static void on_http_closed(void *data) {
+  al_mcp_t *m = data;
+
+  m->live--;
+  maybe_finish(m);
+}
+
+/* Ends the server's HTTP session (DELETE, then the client closes; counted
+ * in live until then). */
+static void http_drop(al_mcp_server_t *s) {
+  al_mcp_http_t *h = s->http;
+
+  if (h != NULL) {
+    s->http = NULL;
+    al__mcp_http_close(h, on_http_closed, s->m);
+  }
+}
+
+static void connect_server(al_mcp_server_t *s) {
+  al_mcp_t *m = s->m;
+  al_mcp_http_options_t ho;
+  int rc;
+
+  memset(&ho, 0, sizeof(ho));
+  ho.loop = m->o.loop;
+  ho.url = s->cfg.url;
+  ho.headers = s->cfg.headers;
+  ho.body_max = m->o.line_max;
+  ho.request_max_ms = s->cfg.call_max_ms + s->cfg.startup_timeout_ms;
+  ho.close_grace_ms = m->o.shutdown_grace_ms;
+  ho.on_message = on_http_message;
+  ho.on_fail = on_http_fail;
+  ho.data = s;
+  s->next_id = 0;
+  s->t_spawn = uv_now(m->o.loop);
+  set_state(s, AL_MCP_STARTING);
+  rc = al__mcp_http_new(&ho, &s->http);
+  if (rc != 0) {
+    server_fail(s, "could not set up HTTP to %s: %s", s->cfg.url,
+                al_strerror(rc));
+    return;
+  }
+  m->live++;
+  uv_timer_start(&s->timer, on_timer, s->cfg.startup_timeout_ms, 0);
+  send_initialize(s);
+}
+
 static void spawn_server(al_mcp_server_t *s) {
   al_mcp_t *m = s->m;
   al_spawn_options_t so;
   al_spawn_t *sp;
-  json_t *params;
   int rc;
 
+  if (s->cfg.url != NULL) {
+    connect_server(s);
+    return;
+  }
   al__spawn_options_init(&so);
   so.argv = (const char *const *)s->cfg.argv;
   so.cwd = s->cfg.cwd != NULL ? s->cfg.cwd : m->workspace;
@@ -1009,11 +1098,7 @@ static void spawn_server(al_mcp_server_t *s) {
   s->sp = sp;
   s->pid = sp->pid;
   uv_timer_start(&s->timer, on_timer, s->cfg.startup_timeout_ms, 0);
-  params = json_pack(
-      "{s:s, s:{s:{s:b}}, s:{s:s, s:s}}", "protocolVersion",
-      AL_MCP_PROTOCOL_VERSION, "capabilities", "roots", "listChanged", 0,
-      "clientInfo", "name", "agentloop", "version", "0.1");
-  send_request(s, "initialize", params, RQ_INIT, NULL);
+  send_initialize(s);
 }
 
 int al__mcp_new(const al_mcp_options_t *o, al_mcp_config_t *cfg,
@@ -1185,6 +1270,7 @@ void al__mcp_close(al_mcp_t *m, void (*cb)(void *data), void *data) {
     s->closing = true;
     s->state = AL_MCP_CLOSED;
     uv_timer_stop(&s->timer);
+    http_drop(s);
     if (s->sp != NULL) {
       /* End of input first (servers exit on EOF); the grace timer then
        * escalates. */

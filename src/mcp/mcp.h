@@ -1,6 +1,7 @@
 /* MCP client (SPEC §16, RESEARCH-WAVE2 §2): stdio servers on the libuv
- * loop, protocol 2025-11-25 (older versions the TypeScript SDK accepts are
- * accepted too).
+ * loop, and Streamable HTTP servers (mcp_http.h) through the same state
+ * machine, protocol 2025-11-25 (older versions the TypeScript SDK accepts
+ * are accepted too).
  *
  * One al_mcp_t owns the servers of one agent. Each server is a child
  * process started through the spawn wrapper (tools/spawn.h: own process
@@ -77,6 +78,11 @@ typedef struct al_mcp_server_config_s {
   char **argv; /* command + args, NULL-terminated */
   char **env;  /* "NAME=value", NULL-terminated (${VAR} already expanded) */
   char *cwd;   /* NULL: the workspace */
+  /* Streamable HTTP instead of a child: the endpoint, and extra request
+   * headers "Name: value" (NULL-terminated, ${VAR} expanded). argv is
+   * NULL then. */
+  char *url;
+  char **headers;
   bool sandbox; /* run inside the tool sandbox (default true) */
   bool network; /* the sandbox lets it reach the network (default false) */
   uint64_t startup_timeout_ms;
@@ -113,9 +119,11 @@ typedef struct al_mcp_config_s {
  *       "disabled"?: B, "tools"?: {TOOL: {"concurrency_safe": B}},
  *       "always_load"?: B | [TOOL]}}}
  * the shape of a project's .mcp.json plus our keys. "${VAR}" in env values
- * expands from the environment (unset: empty). Servers with "url" are
- * refused (Streamable HTTP is not implemented yet). Errors: AL_EINVAL with
- * the reason in err ("mcpServers.NAME.command: must be a string"). */
+ * expands from the environment (unset: empty). A server with "url" is a
+ * Streamable HTTP server instead ({"url": S, "headers"?: {K: S}} and the
+ * timeouts; ${VAR} expanded in header values; type "sse" refused).
+ * Errors: AL_EINVAL with the reason in err ("mcpServers.NAME.command:
+ * must be a string"). */
 int al__mcp_config_parse(const char *json, size_t len, al_mcp_config_t *out,
                          al_buf_t *err);
 void al__mcp_config_free(al_mcp_config_t *c);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mcp/mcp.h"
+#include "transport/transport.h"
 
 void al__mcp_server_config_free(al_mcp_server_config_t *s) {
   size_t i;
@@ -21,6 +22,11 @@ void al__mcp_server_config_free(al_mcp_server_config_t *s) {
   }
   al_free(s->env);
   al_free(s->cwd);
+  al_free(s->url);
+  for (i = 0; s->headers != NULL && s->headers[i] != NULL; i++) {
+    al_free(s->headers[i]);
+  }
+  al_free(s->headers);
   json_decref(s->tool_overrides);
   json_decref(s->always_load);
   memset(s, 0, sizeof(*s));
@@ -119,7 +125,7 @@ static bool name_ok(const char *name) {
 static const char *const known_keys[] = {
     "command", "args", "env", "cwd", "sandbox", "network",
     "startup_timeout_ms", "timeout_ms", "max_timeout_ms", "disabled",
-    "tools", "type", "always_load", NULL};
+    "tools", "type", "always_load", "url", "headers", NULL};
 
 /* always_load: true | false | [tool names]. */
 static int parse_always_load(const char *name, const json_t *v,
@@ -146,6 +152,100 @@ static int parse_always_load(const char *name, const json_t *v,
     return AL_EINVAL;
   }
   s->always_load = json_incref((json_t *)v);
+  return 0;
+}
+
+static void timeouts_default(al_mcp_server_config_t *s) {
+  s->startup_timeout_ms = AL_MCP_DEFAULT_STARTUP_TIMEOUT_MS;
+  s->call_timeout_ms = AL_MCP_DEFAULT_CALL_TIMEOUT_MS;
+  s->call_max_ms = AL_MCP_DEFAULT_CALL_MAX_MS;
+}
+
+/* {"url": S, "headers"?: {K: S}} plus the timeouts: a Streamable HTTP
+ * server. Keys of a child (command, env, sandbox...) make no sense here. */
+static int parse_http(const char *name, const json_t *o,
+                      al_mcp_server_config_t *s, al_buf_t *err) {
+  static const char *const child_only[] = {"command", "args", "env", "cwd",
+                                           "sandbox", "network", NULL};
+  const json_t *url = json_object_get(o, "url");
+  const json_t *hd = json_object_get(o, "headers");
+  const char *key;
+  json_t *v;
+  char why[128];
+  size_t i, n = 0;
+
+  for (i = 0; child_only[i] != NULL; i++) {
+    if (json_object_get(o, child_only[i]) != NULL) {
+      al_buf_printf(err, "mcpServers.%s.%s: not allowed with url (an HTTP "
+                         "server is not a child process)",
+                    name, child_only[i]);
+      return AL_EINVAL;
+    }
+  }
+  if (json_is_string(json_object_get(o, "type")) &&
+      strcmp(json_string_value(json_object_get(o, "type")), "sse") == 0) {
+    al_buf_printf(err, "mcpServers.%s.type: the old HTTP+SSE transport "
+                       "(2024-11-05) is not supported; use a Streamable "
+                       "HTTP endpoint (type: http)",
+                  name);
+    return AL_EINVAL;
+  }
+  if (!json_is_string(url) ||
+      al_http_url_check(json_string_value(url), why, sizeof(why)) != 0) {
+    al_buf_printf(err, "mcpServers.%s.url: must be an http(s) URL%s%s", name,
+                  json_is_string(url) ? ": " : "",
+                  json_is_string(url) ? why : "");
+    return AL_EINVAL;
+  }
+  if (hd != NULL && !json_is_object(hd)) {
+    al_buf_printf(err, "mcpServers.%s.headers: must be a map of strings",
+                  name);
+    return AL_EINVAL;
+  }
+  timeouts_default(s);
+  if (!get_ms(o, "startup_timeout_ms", &s->startup_timeout_ms, name, err) ||
+      !get_ms(o, "timeout_ms", &s->call_timeout_ms, name, err) ||
+      !get_ms(o, "max_timeout_ms", &s->call_max_ms, name, err)) {
+    return AL_EINVAL;
+  }
+  s->name = al_strdup(name);
+  s->url = al_strdup(json_string_value(url));
+  s->headers = al_calloc(json_object_size(hd) + 1, sizeof(*s->headers));
+  if (s->name == NULL || s->url == NULL || s->headers == NULL) {
+    return AL_ENOMEM;
+  }
+  json_object_foreach((json_t *)hd, key, v) {
+    al_buf_t b;
+    size_t k;
+    bool bad = key[0] == '\0' || !json_is_string(v);
+
+    for (k = 0; key[k] != '\0' && !bad; k++) {
+      bad = key[k] <= ' ' || key[k] == ':' || key[k] == 0x7f;
+    }
+    if (bad) {
+      al_buf_printf(err, "mcpServers.%s.headers.%s: must be a string under a "
+                         "header name",
+                    name, key);
+      return AL_EINVAL;
+    }
+    al_buf_init(&b, 64 * 1024);
+    if (al_buf_printf(&b, "%s: ", key) != 0 ||
+        expand_vars(json_string_value(v), &b) != 0) {
+      al_buf_free(&b);
+      return AL_ENOMEM;
+    }
+    if (strpbrk(b.data, "\r\n") != NULL) {
+      al_buf_free(&b);
+      al_buf_printf(err, "mcpServers.%s.headers.%s: the value (after ${VAR} "
+                         "expansion) has a line break",
+                    name, key);
+      return AL_EINVAL;
+    }
+    s->headers[n++] = b.data;
+  }
+  if (s->tool_overrides == NULL && json_is_object(json_object_get(o, "tools"))) {
+    s->tool_overrides = json_incref(json_object_get(o, "tools"));
+  }
   return 0;
 }
 
@@ -179,13 +279,6 @@ static int parse_server(const char *name, const json_t *o,
     for (i = 0; known_keys[i] != NULL; i++) {
       known = known || strcmp(known_keys[i], key) == 0;
     }
-    if (strcmp(key, "url") == 0 || strcmp(key, "headers") == 0) {
-      al_buf_printf(err,
-                    "mcpServers.%s.%s: Streamable HTTP servers are not "
-                    "supported yet (stdio only)",
-                    name, key);
-      return AL_EINVAL;
-    }
     if (!known) {
       al_buf_printf(err, "mcpServers.%s: unknown key '%s'", name, key);
       return AL_EINVAL;
@@ -197,6 +290,13 @@ static int parse_server(const char *name, const json_t *o,
   if (disabled) {
     *skip = true;
     return 0;
+  }
+  if (json_object_get(o, "url") != NULL) {
+    int rc = parse_http(name, o, s, err);
+
+    return rc != 0 ? rc
+                   : parse_always_load(name, json_object_get(o, "always_load"),
+                                       s, err);
   }
   if (!json_is_string(cmd) || json_string_length(cmd) == 0) {
     al_buf_printf(err, "mcpServers.%s.command: must be a non-empty string",

@@ -621,7 +621,7 @@ TEST_IMPL(mcp_config_parse) {
   } bad[] = {
       {"{\"mcpServers\":{\"a\":{}}}", "mcpServers.a.command: must be a non-empty string"},
       {"{\"mcpServers\":{\"a\":{\"command\":\"x\",\"url\":\"http://h\"}}}",
-       "Streamable HTTP servers are not supported yet"},
+       "not allowed with url"},
       {"{\"mcpServers\":{\"a\":{\"command\":\"x\",\"bogus\":1}}}",
        "mcpServers.a: unknown key 'bogus'"},
       {"{\"mcpServers\":{\"a b\":{\"command\":\"x\"}}}", "a server name is"},
