@@ -379,7 +379,6 @@ static void add_names(void *arg, const char *path, bool is_protected) {
 
 static void pool_maybe_free(al_pool_t *p) {
   size_t i;
-
   int w;
 
   if (p->closing && p->timer_closed && p->poll_closed && !p->replanning &&
