@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -70,10 +71,18 @@ struct al_pool_s {
   char **plan_need;
   uint64_t plan_gen;
   bool replanning; /* a plan job on the threadpool */
+  /* Which directory each watch is on (added by the threadpool; the loop
+   * only ever try-locks it), so an event names a full path. */
+  pthread_mutex_t wd_lock;
+  struct wd_s {
+    int wd;
+    char *dir;
+  } *wds;
+  size_t n_wds;
   bool closing;
   bool timer_closed;
   bool poll_closed;
-  uint64_t served, misses, retired, failed;
+  uint64_t served, misses, retired, failed, replans;
 };
 
 #define MAX_FAILS_IN_ROW 3
@@ -121,9 +130,12 @@ static bool entry_alive(const entry_t *e) {
  * name the component that changed). Failing to watch one that exists
  * fails the build: its plan could go stale unseen. */
 typedef struct arm_s {
+  al_pool_t *pool;
   int ino;
   int rc;
 } arm_t;
+
+static void note_wd(al_pool_t *p, int wd, const char *dir);
 
 static void arm_path(void *arg, const char *path, bool is_protected) {
   arm_t *a = arg;
@@ -136,10 +148,13 @@ static void arm_path(void *arg, const char *path, bool is_protected) {
   if (a->rc != 0 || n >= sizeof(dir) || path[0] != '/') {
     return;
   }
-  if (inotify_add_watch(a->ino, "/", mask) < 0) {
+  int wd;
+
+  if ((wd = inotify_add_watch(a->ino, "/", mask)) < 0) {
     a->rc = -errno;
     return;
   }
+  note_wd(a->pool, wd, "");
   /* Each directory above the path itself (which shows in its parent's
    * events), from the top. */
   for (i = 1; i < n; i++) {
@@ -148,12 +163,13 @@ static void arm_path(void *arg, const char *path, bool is_protected) {
     }
     memcpy(dir, path, i);
     dir[i] = '\0';
-    if (inotify_add_watch(a->ino, dir, mask) < 0) {
+    if ((wd = inotify_add_watch(a->ino, dir, mask)) < 0) {
       if (errno != ENOENT && errno != ENOTDIR) {
         a->rc = -errno; /* ENOSPC (out of watches), EACCES */
       }
       return; /* missing: its creation shows in the parent's events */
     }
+    note_wd(a->pool, wd, dir);
   }
 }
 
@@ -177,7 +193,7 @@ static void build_work(uv_work_t *req) {
   }
   e->ctl = e->w.out = e->w.err = e->w.pidfd = -1;
   {
-    arm_t arm = {b->ino, 0};
+    arm_t arm = {b->pool, b->ino, 0};
 
     al__sandbox_each_path(b->sb, arm_path, &arm);
     if (arm.rc != 0) {
@@ -286,6 +302,60 @@ static bool relevant_name(const al_pool_t *p, int which, const char *name) {
 
 static void replan(al_pool_t *p);
 
+/* Any thread. A watch we cannot name is harmless: its events then count
+ * by name alone. */
+static void note_wd(al_pool_t *p, int wd, const char *dir) {
+  struct wd_s *nv;
+  size_t i;
+
+  pthread_mutex_lock(&p->wd_lock);
+  for (i = 0; i < p->n_wds && p->wds[i].wd != wd; i++) {
+  }
+  if (i < p->n_wds) {
+    if (strcmp(p->wds[i].dir, dir) != 0) {
+      char *d = al_strdup(dir); /* the same inode under another name */
+
+      if (d != NULL) {
+        al_free(p->wds[i].dir);
+        p->wds[i].dir = d;
+      }
+    }
+  } else if ((nv = al_realloc(p->wds, (p->n_wds + 1) * sizeof(*nv))) !=
+             NULL) {
+    p->wds = nv;
+    nv[p->n_wds].wd = wd;
+    nv[p->n_wds].dir = al_strdup(dir);
+    if (nv[p->n_wds].dir != NULL) {
+      p->n_wds++;
+    }
+  }
+  pthread_mutex_unlock(&p->wd_lock);
+}
+
+/* True only when sure: the event is about a placeholder of ours (made
+ * or removed by our own sandboxes: the plan already says "placeholder"
+ * there). Loop thread; never waits (busy locks answer false). */
+static bool own_placeholder(al_pool_t *p, const struct inotify_event *ev) {
+  char path[PATH_MAX];
+  bool own = false;
+  size_t i;
+
+  if (pthread_mutex_trylock(&p->wd_lock) != 0) {
+    return false;
+  }
+  for (i = 0; i < p->n_wds; i++) {
+    if (p->wds[i].wd == ev->wd) {
+      int n = snprintf(path, sizeof(path), "%s/%s", p->wds[i].dir, ev->name);
+
+      own = n > 0 && (size_t)n < sizeof(path) &&
+            al__sandbox_placeholder_try(p->sb, path) == 1;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->wd_lock);
+  return own;
+}
+
 /* Reads the queued events (non-blocking; no file-system call): a change
  * to a path component a plan depends on bumps the generation and
  * retires the warm sandboxes made before it (their replacements are
@@ -312,7 +382,8 @@ static void drain(al_pool_t *p) {
         changed = pchanged = true;
       } else {
         changed = changed || relevant_name(p, 0, ev->name);
-        pchanged = pchanged || relevant_name(p, 1, ev->name);
+        pchanged = pchanged || (relevant_name(p, 1, ev->name) &&
+                                !own_placeholder(p, ev));
       }
       off += sizeof(struct inotify_event) + ev->len;
     }
@@ -393,6 +464,11 @@ static void pool_maybe_free(al_pool_t *p) {
     }
     al__sandbox_argv_free(p->plan_ops);
     al__sandbox_argv_free(p->plan_need);
+    for (i = 0; i < p->n_wds; i++) {
+      al_free(p->wds[i].dir);
+    }
+    al_free(p->wds);
+    pthread_mutex_destroy(&p->wd_lock);
     al_free(p);
   }
 }
@@ -457,7 +533,7 @@ typedef struct plan_job_s {
 
 static void plan_work(uv_work_t *req) {
   plan_job_t *j = req->data;
-  arm_t arm = {j->ino, 0};
+  arm_t arm = {j->pool, j->ino, 0};
 
   /* Watches first, then the lstat calls: a change after them shows. */
   al__sandbox_each_path(j->sb, arm_path, &arm);
@@ -510,6 +586,7 @@ static void replan(al_pool_t *p) {
   j->ino = p->ino;
   j->gen = p->pgen;
   j->req.data = j;
+  p->replans++;
   al__sandbox_ref(p->sb);
   if (uv_queue_work(p->loop, &j->req, plan_work, plan_done) != 0) {
     al__sandbox_unref(p->sb);
@@ -626,16 +703,19 @@ int al__pool_start(uv_loop_t *loop, al_sandbox_t *sb, size_t cap,
   p->cap = cap == 0 || cap > AL_POOL_MAX ? AL_POOL_MAX : cap;
   p->idle_ms = idle_ms ? idle_ms : AL_POOL_DEFAULT_IDLE_MS;
   p->target[0] = 1;
+  pthread_mutex_init(&p->wd_lock, NULL);
   p->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (p->ino < 0) {
     /* No watches, no way to trust a plan made ahead: every start cold. */
     al_log(AL_LOG_WARN, "sandbox: no warm pool (inotify: %s)",
            strerror(errno));
+    pthread_mutex_destroy(&p->wd_lock);
     al_free(p);
     return 0;
   }
   if (uv_poll_init(loop, &p->ino_poll, p->ino) != 0) {
     close(p->ino);
+    pthread_mutex_destroy(&p->wd_lock);
     al_free(p);
     return 0;
   }
@@ -850,6 +930,7 @@ bool al__pool_stats(const al_sandbox_t *sb, al_pool_stats_t *st) {
     }
   }
   st->planned = p->plan_ops != NULL && p->plan_gen == p->pgen;
+  st->replans = p->replans;
   st->served = p->served;
   st->misses = p->misses;
   st->retired = p->retired;

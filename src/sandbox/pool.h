@@ -65,6 +65,7 @@ typedef struct al_pool_stats_s {
   uint64_t retired; /* killed unused (policy change, idle, close) */
   uint64_t failed;  /* builds that failed */
   bool planned;     /* the protected paths' mounts are planned, current */
+  uint64_t replans; /* times they were (re)planned */
   int idle_pids[2 * AL_POOL_MAX];
 } al_pool_stats_t;
 

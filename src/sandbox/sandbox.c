@@ -1336,6 +1336,17 @@ int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need) {
   return rc;
 }
 
+int al__sandbox_placeholder_try(al_sandbox_t *sb, const char *path) {
+  bool has;
+
+  if (pthread_mutex_trylock(&sb->lock) != 0) {
+    return -1;
+  }
+  has = strv_has(&sb->placeholders, path);
+  pthread_mutex_unlock(&sb->lock);
+  return has ? 1 : 0;
+}
+
 void al__sandbox_each_path(const al_sandbox_t *sb,
                            void (*fn)(void *arg, const char *path,
                                       bool is_protected),

@@ -136,6 +136,9 @@ int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need);
  * placeholders for removal and counts one wrapped child, as
  * a cold al__sandbox_wrap does (al__sandbox_release once it is gone). AL_ENOMEM. */
 int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need);
+/* Whether `path` is a registered placeholder: 1 or 0, -1 when the lock
+ * is busy (never waits: for the loop thread). */
+int al__sandbox_placeholder_try(al_sandbox_t *sb, const char *path);
 /* Every path the mount plan reads from the file system (hidden,
  * protected, writable roots): fixed when the sandbox is made, so any
  * thread may call it. */

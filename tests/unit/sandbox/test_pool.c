@@ -228,6 +228,40 @@ TEST_IMPL(pool_unrelated_write_keeps_warm) {
   return 0;
 }
 
+/* The placeholders our own sandboxes make and remove are no change to
+ * the plan (it says "placeholder" there already): a tool running beside
+ * another that just made them still starts warm, without a new plan. */
+TEST_IMPL(pool_own_placeholders_keep_plan) {
+  sbx_t x;
+  run_t a, b;
+  al_spawn_t *sp;
+  char p[512];
+  uint64_t replans;
+  int p2;
+
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  replans = stats(&x).replans;
+  snprintf(p, sizeof(p), "%s/.agentloop", x.ws);
+  ASSERT(!exists(p));
+  sp = run_start(&x, "exec sleep 1000", &a, 0);
+  while (!exists(p)) { /* its helper makes the placeholder */
+    uv_run(&x.loop, UV_RUN_NOWAIT);
+  }
+  sbx_wait_warm(&x);
+  ASSERT_EQ(stats(&x).replans, replans);
+  p2 = stats(&x).idle_pids[0];
+  run_start(&x, "echo ok", &b, 0);
+  run_wait(&x, &b);
+  ASSERT_NOT_NULL(strstr(b.out, "ok"));
+  ASSERT_EQ(b.pid, p2);
+  al__spawn_kill(sp);
+  run_wait(&x, &a);
+  ASSERT(!exists(p));
+  sbx_finish(&x);
+  return 0;
+}
+
 static void handoff_kill_case(bool timeout) {
   sbx_t x;
   run_t r;
