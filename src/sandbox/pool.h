@@ -22,11 +22,16 @@
  *    running side by side) raises that flag's target by one, never above
  *    the cap (the agent's tool concurrency, at most AL_POOL_MAX);
  *  - retired (SIGKILL to its process group, reaped) when the sandbox is
- *    freed (agent, session or daemon close), when the file-system facts
- *    the mount plan read have changed (al__sandbox_fingerprint differs:
- *    a hidden or protected path appeared, vanished or was replaced), and
- *    after idle_ms without a start (the targets drop to zero until the
- *    next start); bwrap's --die-with-parent ends them with their parent;
+ *    freed (agent, session or daemon close), when a hidden path or a
+ *    writable root (or a directory above one) is created, removed or
+ *    renamed (inotify on those directories, set on the threadpool before
+ *    the plan reads them), and after idle_ms without a start (the targets
+ *    drop to zero until the next start); bwrap's --die-with-parent ends
+ *    them with their parent;
+ *  - the protected paths' mounts are planned on the threadpool too, and
+ *    planned again when an event says one of their components changed;
+ *    a hand-off makes no file-system call: it reads the queued events
+ *    (non-blocking) and uses the plan if still current, else starts cold;
  *  - bwrap mode only: degraded and none start cold as before. */
 #ifndef AL_SANDBOX_POOL_H
 #define AL_SANDBOX_POOL_H
@@ -59,6 +64,8 @@ typedef struct al_pool_stats_s {
   uint64_t misses;  /* starts that found none ready */
   uint64_t retired; /* killed unused (policy change, idle, close) */
   uint64_t failed;  /* builds that failed */
+  bool planned;     /* the protected paths' mounts are planned, current */
+  uint64_t replans; /* times they were (re)planned */
   int idle_pids[2 * AL_POOL_MAX];
 } al_pool_stats_t;
 

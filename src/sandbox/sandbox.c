@@ -1060,7 +1060,7 @@ static int push_hide(strv_t *a, const char *p) {
 /* A protected path: read-only if it exists, else a read-only placeholder
  * at its first missing component below the root. */
 static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
-                        bool is_file) {
+                        bool is_file, strv_t *need) {
   char buf[PATH_MAX];
   struct stat st;
   char *slash;
@@ -1103,7 +1103,13 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
   if (strv_has(a, buf)) {
     return 0; /* .git/hooks and .git/config share the placeholder .git */
   }
-  if (!strv_has(&sb->placeholders, buf)) {
+  if (need != NULL) {
+    /* A plan made ahead (any thread): the caller registers these when
+     * the plan is used (al__sandbox_protect_claim). */
+    if ((rc = strv_push(need, buf)) != 0) {
+      return rc;
+    }
+  } else if (!strv_has(&sb->placeholders, buf)) {
     if ((rc = strv_push(&sb->placeholders, buf)) != 0) {
       return rc;
     }
@@ -1216,7 +1222,7 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
     }
     if (warm) {
       /* The protected paths are mounted by the helper itself when its
-       * command arrives (al__sandbox_protect_ops): as they are then, and
+       * command arrives (al__sandbox_protect_plan): as they are then, and
        * with placeholders that last only as long as that command. It
        * keeps these two capabilities (in the sandbox's user namespace)
        * until then and drops them, bounding set included, before exec. */
@@ -1229,7 +1235,7 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
     } else {
       pthread_mutex_lock(&sb->lock);
       for (i = 0; rc == 0 && i < sb->protect.n; i++) {
-        rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
+        rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i], NULL);
       }
       pthread_mutex_unlock(&sb->lock);
     }
@@ -1272,32 +1278,6 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
   return 0;
 }
 
-int al__sandbox_protect_ops(al_sandbox_t *sb, char ***out) {
-  strv_t a;
-  size_t i;
-  int rc = 0;
-
-  *out = NULL;
-  memset(&a, 0, sizeof(a));
-  pthread_mutex_lock(&sb->lock);
-  for (i = 0; rc == 0 && i < sb->protect.n; i++) {
-    rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i]);
-  }
-  if (rc == 0 && a.v == NULL) {
-    rc = strv_push(&a, "--"); /* nothing to protect: a non-empty list */
-  }
-  if (rc == 0) {
-    sb->active++;
-  }
-  pthread_mutex_unlock(&sb->lock);
-  if (rc != 0) {
-    strv_free(&a);
-    return rc;
-  }
-  *out = a.v;
-  return 0;
-}
-
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out) {
   return wrap_impl(sb, cwd, network, argv, false, out);
@@ -1307,57 +1287,81 @@ int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out) {
   return wrap_impl(sb, NULL, network, NULL, true, out);
 }
 
-/* FNV-1a over what the mount plan read from the file system: for each
- * hidden and protected path, whether it exists, which inode it is and its
- * mtime. */
-static uint64_t fp_mix(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
+int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need) {
+  strv_t a, n;
   size_t i;
+  int rc = 0;
 
-  for (i = 0; i < n; i++) {
-    h ^= b[i];
-    h *= 1099511628211ULL;
+  *ops = *need = NULL;
+  memset(&a, 0, sizeof(a));
+  memset(&n, 0, sizeof(n));
+  /* Reads only what al__sandbox_new fixed: no lock. */
+  for (i = 0; rc == 0 && i < sb->protect.n; i++) {
+    rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i], &n);
   }
-  return h;
+  if (rc == 0 && a.v == NULL) {
+    rc = strv_push(&a, "--"); /* nothing to protect: a non-empty list */
+  }
+  if (rc == 0 && n.v == NULL) {
+    n.v = al_calloc(1, sizeof(*n.v)); /* an empty list, not NULL */
+    rc = n.v == NULL ? AL_ENOMEM : 0;
+  }
+  if (rc != 0) {
+    strv_free(&a);
+    strv_free(&n);
+    return rc;
+  }
+  *ops = a.v;
+  *need = n.v;
+  return 0;
 }
 
-uint64_t al__sandbox_fingerprint(const al_sandbox_t *sb) {
-  uint64_t h = 14695981039346656037ULL;
-  const strv_t *lists[1];
+int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need) {
+  size_t i;
+  int rc = 0;
+
+  pthread_mutex_lock(&sb->lock);
+  for (i = 0; rc == 0 && need[i] != NULL; i++) {
+    if (!strv_has(&sb->placeholders, need[i])) {
+      rc = strv_push(&sb->placeholders, need[i]);
+      if (rc == 0) {
+        janitor_note('+', need[i]);
+      }
+    }
+  }
+  if (rc == 0) {
+    sb->active++;
+  }
+  pthread_mutex_unlock(&sb->lock);
+  return rc;
+}
+
+int al__sandbox_placeholder_try(al_sandbox_t *sb, const char *path) {
+  bool has;
+
+  if (pthread_mutex_trylock(&sb->lock) != 0) {
+    return -1;
+  }
+  has = strv_has(&sb->placeholders, path);
+  pthread_mutex_unlock(&sb->lock);
+  return has ? 1 : 0;
+}
+
+void al__sandbox_each_path(const al_sandbox_t *sb,
+                           void (*fn)(void *arg, const char *path,
+                                      bool is_protected),
+                           void *arg) {
+  const strv_t *lists[3];
   size_t l, i;
 
-  /* The protected paths are mounted as they are at each hand-off. */
   lists[0] = &sb->hidden;
-  for (l = 0; l < 1; l++) {
+  lists[1] = &sb->protect;
+  lists[2] = &sb->roots;
+  for (l = 0; l < 3; l++) {
     for (i = 0; i < lists[l]->n; i++) {
-      struct stat st;
-      uint64_t rec[5] = {0, 0, 0, 0, 0};
-
-      if (lstat(lists[l]->v[i], &st) == 0) {
-        rec[0] = 1 + (uint64_t)(st.st_mode & S_IFMT);
-        rec[1] = (uint64_t)st.st_dev;
-        rec[2] = (uint64_t)st.st_ino;
-        /* A directory's content (a file put into a placeholder on the
-         * host) shows in its mtime. */
-        rec[3] = (uint64_t)st.st_mtim.tv_sec;
-        rec[4] = (uint64_t)st.st_mtim.tv_nsec;
-      }
-      h = fp_mix(h, rec, sizeof(rec));
+      fn(arg, lists[l]->v[i], l == 1);
     }
   }
-  /* A writable root replaced by another directory: its bind shows the
-   * old one (inode only: its content changes all the time). */
-  for (i = 0; i < sb->roots.n; i++) {
-    struct stat st;
-    uint64_t rec[2] = {0, 0};
-
-    if (stat(sb->roots.v[i], &st) == 0) {
-      rec[0] = (uint64_t)st.st_dev;
-      rec[1] = (uint64_t)st.st_ino;
-    }
-    h = fp_mix(h, rec, sizeof(rec));
-  }
-  return h;
 }
 
 bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,

@@ -123,17 +123,29 @@ void al__sandbox_cleanup(al_sandbox_t *sb);
  * paths', every limit, no --chdir, no command. AL_EINVAL in modes other
  * than bwrap and degraded. */
 int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out);
-/* The mounts for the protected paths as they are now, as bwrap options
- * ("--ro-bind SRC DST", "--tmpfs DST", "--remount-ro DST"; a lone "--"
- * when there is nothing), for a warm sandbox's helper to apply when its
- * command arrives. Counts as one wrapped child (al__sandbox_release once
- * it is gone): placeholders are removed as for a cold start. A few lstat
- * calls. AL_ENOMEM. */
-int al__sandbox_protect_ops(al_sandbox_t *sb, char ***out);
-/* A hash of what the static mount plan reads from the file system
- * (existence, inode and mtime of every hidden path): a warm sandbox built
- * under another value would hide the wrong things. */
-uint64_t al__sandbox_fingerprint(const al_sandbox_t *sb);
+/* The mounts for the protected paths, as bwrap options ("--ro-bind SRC
+ * DST", "--tmpfs DST", "--remount-ro DST"; a lone "--" when there is
+ * nothing), for a warm sandbox's helper to apply when its command
+ * arrives: planned when it is built, used at its hand-off. */
+/* The same mounts planned ahead, from any thread (a few lstat calls, no
+ * lock, nothing registered): *need lists the placeholders they would make
+ * (NULL-terminated, maybe empty). Valid only while none of the paths
+ * al__sandbox_each_path names changes (the pool watches them). AL_ENOMEM. */
+int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need);
+/* Uses such a plan (loop thread, no file-system call): registers its
+ * placeholders for removal and counts one wrapped child, as
+ * a cold al__sandbox_wrap does (al__sandbox_release once it is gone). AL_ENOMEM. */
+int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need);
+/* Whether `path` is a registered placeholder: 1 or 0, -1 when the lock
+ * is busy (never waits: for the loop thread). */
+int al__sandbox_placeholder_try(al_sandbox_t *sb, const char *path);
+/* Every path the mount plan reads from the file system (hidden,
+ * protected, writable roots): fixed when the sandbox is made, so any
+ * thread may call it. */
+void al__sandbox_each_path(const al_sandbox_t *sb,
+                           void (*fn)(void *arg, const char *path,
+                                      bool is_protected),
+                           void *arg);
 /* One reference per warm build in flight keeps the plan alive after
  * al__sandbox_free; the last unref frees it. */
 void al__sandbox_ref(al_sandbox_t *sb);

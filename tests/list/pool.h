@@ -1,6 +1,9 @@
 /* warm sandbox pool tests (src/sandbox/pool.c): TEST_ENTRY lines only. */
 TEST_ENTRY(pool_one_command_per_sandbox)
 TEST_ENTRY(pool_plan_change_retires_warm)
+TEST_ENTRY(pool_protected_path_appearing_after_build)
+TEST_ENTRY(pool_unrelated_write_keeps_warm)
+TEST_ENTRY(pool_own_placeholders_keep_plan)
 TEST_ENTRY(pool_cancel_during_handoff_leaves_nothing)
 TEST_ENTRY(pool_timeout_during_handoff_leaves_nothing)
 TEST_ENTRY(pool_closed_with_its_sandbox)

@@ -407,7 +407,7 @@ void sbx_wait_warm(sbx_t *x) {
   for (;;) {
     al__pool_prune(x->sb);
     ASSERT(al__pool_stats(x->sb, &st));
-    if (st.idle_k[0] > 0) {
+    if (st.idle_k[0] > 0 && st.planned) {
       return;
     }
     ASSERT_EQ(st.failed, 0);

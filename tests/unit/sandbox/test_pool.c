@@ -151,6 +151,117 @@ TEST_IMPL(pool_plan_change_retires_warm) {
   return 0;
 }
 
+/* A protected path that appears after the warm sandbox was built (the
+ * plan then said "placeholder"): the command sees the real directory,
+ * read-only, both on the start right after and on the next warm one. The
+ * hand-off itself reads no path: the change arrives as an event. */
+TEST_IMPL(pool_protected_path_appearing_after_build) {
+  sbx_t x;
+  run_t r;
+  char d[512], f[600], y[600];
+  const char *cmd = "cat .agentloop/x; echo bad > .agentloop/y; echo end";
+  uint64_t served;
+  int round, p1;
+  FILE *fp;
+
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  snprintf(d, sizeof(d), "%s/.agentloop", x.ws);
+  snprintf(f, sizeof(f), "%s/x", d);
+  snprintf(y, sizeof(y), "%s/y", d);
+  ASSERT(!exists(d));
+  ASSERT_EQ(mkdir(d, 0755), 0);
+  fp = fopen(f, "w");
+  ASSERT_NOT_NULL(fp);
+  fputs(SBX_FILE_CANARY "\n", fp);
+  fclose(fp);
+  for (round = 0; round < 2; round++) {
+    served = stats(&x).served;
+    p1 = stats(&x).idle_pids[0];
+    run_start(&x, cmd, &r, 0);
+    run_wait(&x, &r);
+    ASSERT_NOT_NULL(strstr(r.out, "end"));
+    if (strstr(r.out, SBX_FILE_CANARY) == NULL) {
+      AL_TEST_FAIL("round %d: the new .agentloop was covered: %s", round,
+                   r.out);
+    }
+    ASSERT(!exists(y));
+    ASSERT(exists(f)); /* not a placeholder of ours: left as it was */
+    if (round == 1) {
+      /* The plan made again after the change serves warm starts. */
+      ASSERT_EQ(stats(&x).served, served + 1);
+      ASSERT_EQ(r.pid, p1);
+    }
+    sbx_wait_warm(&x);
+  }
+  sbx_finish(&x);
+  return 0;
+}
+
+/* Files a tool (or the user) writes in the workspace are no reason to
+ * retire anything: only the components the plans read count. */
+TEST_IMPL(pool_unrelated_write_keeps_warm) {
+  sbx_t x;
+  run_t r;
+  char p[512];
+  uint64_t retired;
+  int p1;
+  FILE *fp;
+
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  p1 = stats(&x).idle_pids[0];
+  retired = stats(&x).retired;
+  snprintf(p, sizeof(p), "%s/notes.txt", x.ws);
+  fp = fopen(p, "w");
+  ASSERT_NOT_NULL(fp);
+  fclose(fp);
+  snprintf(p, sizeof(p), "%s/src", x.ws);
+  ASSERT_EQ(mkdir(p, 0755), 0);
+  al__pool_prune(x.sb); /* reads the events */
+  run_start(&x, "echo ok", &r, 0);
+  run_wait(&x, &r);
+  ASSERT_NOT_NULL(strstr(r.out, "ok"));
+  ASSERT_EQ(r.pid, p1);
+  ASSERT_EQ(stats(&x).retired, retired);
+  sbx_finish(&x);
+  return 0;
+}
+
+/* The placeholders our own sandboxes make and remove are no change to
+ * the plan (it says "placeholder" there already): a tool running beside
+ * another that just made them still starts warm, without a new plan. */
+TEST_IMPL(pool_own_placeholders_keep_plan) {
+  sbx_t x;
+  run_t a, b;
+  al_spawn_t *sp;
+  char p[512];
+  uint64_t replans;
+  int p2;
+
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  replans = stats(&x).replans;
+  snprintf(p, sizeof(p), "%s/.agentloop", x.ws);
+  ASSERT(!exists(p));
+  sp = run_start(&x, "exec sleep 1000", &a, 0);
+  while (!exists(p)) { /* its helper makes the placeholder */
+    uv_run(&x.loop, UV_RUN_NOWAIT);
+  }
+  sbx_wait_warm(&x);
+  ASSERT_EQ(stats(&x).replans, replans);
+  p2 = stats(&x).idle_pids[0];
+  run_start(&x, "echo ok", &b, 0);
+  run_wait(&x, &b);
+  ASSERT_NOT_NULL(strstr(b.out, "ok"));
+  ASSERT_EQ(b.pid, p2);
+  al__spawn_kill(sp);
+  run_wait(&x, &a);
+  ASSERT(!exists(p));
+  sbx_finish(&x);
+  return 0;
+}
+
 static void handoff_kill_case(bool timeout) {
   sbx_t x;
   run_t r;
@@ -227,8 +338,13 @@ TEST_IMPL(pool_idle_time_retires_warm) {
   sbx_pool_idle_ms = 30 * (uint64_t)al_test_timeout_multiplier();
   sbx_init(&x, SBX_BWRAP);
   sbx_pool_idle_ms = 0;
-  sbx_wait_warm(&x);
-  st = stats(&x);
+  /* Ready, not necessarily planned (the plan has nothing to do with idle
+   * time, and waiting for it could outlast the short idle time). */
+  do {
+    uv_run(&x.loop, UV_RUN_ONCE);
+    st = stats(&x);
+    ASSERT_EQ(st.failed, 0);
+  } while (st.idle_k[0] == 0);
   n = sbx_tree_pidfds(st.idle_pids[0], fds, SBX_MAX_TREE);
   ASSERT_GE(n, 3);
   /* The pool's timer does not hold a loop open by itself: something
@@ -273,7 +389,7 @@ TEST_IMPL(pool_grows_with_concurrent_tools) {
     uv_run(&x.loop, UV_RUN_ONCE);
     st = stats(&x);
     ASSERT_EQ(st.failed, 0);
-  } while (st.idle_k[0] < 3);
+  } while (st.idle_k[0] < 3 || !st.planned);
   for (i = 0; i < 3; i++) {
     run_start(&x, "echo ok", &r[i], 0);
   }
@@ -282,6 +398,7 @@ TEST_IMPL(pool_grows_with_concurrent_tools) {
     run_wait(&x, &r[i]);
   }
   /* Never above the cap (4 here), however many start at once. */
+  sbx_wait_warm(&x);
   for (i = 0; i < 6; i++) {
     run_start(&x, "echo ok", &many[i], 0);
   }
