@@ -67,6 +67,10 @@ static char *config(const char *servers, const char *extra) {
   return b.data;
 }
 
+/* The workspace (our roots/list answer) for the next mt_init when set;
+ * else a new temporary directory. */
+static const char *mt_next_ws;
+
 static void mt_init(mt_t *t, const char *servers, const char *extra,
                     uint64_t grace_ms) {
   al_mcp_config_t cfg;
@@ -77,8 +81,13 @@ static void mt_init(mt_t *t, const char *servers, const char *extra,
   memset(t, 0, sizeof(*t));
   signal(SIGPIPE, SIG_IGN);
   ASSERT_EQ(uv_loop_init(&t->loop), 0);
-  snprintf(t->ws, sizeof(t->ws), "/tmp/al_mcp_XXXXXX");
-  ASSERT_NOT_NULL(mkdtemp(t->ws));
+  if (mt_next_ws != NULL) {
+    snprintf(t->ws, sizeof(t->ws), "%s", mt_next_ws);
+    mt_next_ws = NULL;
+  } else {
+    snprintf(t->ws, sizeof(t->ws), "/tmp/al_mcp_XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(t->ws));
+  }
   t->states = json_array();
   al_buf_init(&err, 4096);
   if (al__mcp_config_parse(c, strlen(c), &cfg, &err) != 0) {
@@ -790,6 +799,9 @@ TEST_IMPL(mcp_real_server_filesystem) {
            "\"fs\":{\"command\":\"node\",\"args\":[\"%s\",\"%s\"],"
            "\"sandbox\":false}",
            NODE_MODULES "/server-filesystem/dist/index.js", buf);
+  /* The server replaces its directories with our roots/list answer when
+   * that arrives, at a time of its choosing: make both the same. */
+  mt_next_ws = buf;
   mt_init(&t, args, NULL, 2000);
   run_until(&t, has_state, "fs:ready");
   ASSERT(lists_tool(&t, "read_text_file"));
