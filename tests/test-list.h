@@ -31,3 +31,4 @@
 #include "list/reliability.h"
 #include "list/mcp.h"
 #include "list/hooks.h"
+#include "list/run_durable.h"
