@@ -2232,6 +2232,10 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   ASSERT_NOT_NULL(strstr(c.ebuf, "cannot be written (ENOSPC"));
   ASSERT_NOT_NULL(strstr(c.ebuf, "is incomplete: "));
   ASSERT_NOT_NULL(strstr(c.ebuf, "not saved: ENOSPC"));
+  /* Exactly what: the header and the two history commits (user,
+   * assistant) among the records. */
+  ASSERT_NOT_NULL(strstr(c.ebuf, "; 3 of them history commits or the "
+                                 "header) not saved"));
   k = json_lines(&c, lines, 64);
   ASSERT(k >= 3);
   ASSERT_STR_EQ(jstr(lines[k - 2], "type"), "error");
