@@ -111,6 +111,7 @@ typedef struct al__run_session_s {
    * recovered), and at the end what was not saved (loss.err != 0), with
    * the appends the lost writer refused added in. */
   int failing;
+  bool last_try; /* the end's one last attempt is made */
   al_tx_loss_t loss;
 } al__run_session_t;
 

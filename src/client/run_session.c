@@ -423,17 +423,26 @@ static void on_tx_closed(al_tx_t *tx, void *data) {
   rs->tx = NULL;
 }
 
+/* Retried until the end of the run, then once more: a writer still
+ * failing at the end (waiting for its timer, or its failed request just
+ * back) makes one last attempt; whatever that leaves unwritten the close
+ * drops, and the state callback counts it (rs->loss). */
 static void on_tx_flushed(al_tx_t *tx, void *data) {
-  al__tx_close(tx, on_tx_closed, data);
+  al__run_session_t *rs = data;
+
+  if (al__tx_error(tx) != 0 && !al__tx_lost(tx) && !rs->last_try) {
+    rs->last_try = true;
+    al__tx_retry_now(tx);
+    if (al__tx_flush(tx, on_tx_flushed, rs) == 0) {
+      return;
+    }
+  }
+  al__tx_close(tx, on_tx_closed, rs);
 }
 
 void al__run_session_close(al__run_session_t *rs) {
   if (rs->tx != NULL && !rs->closing) {
     rs->closing = true;
-    /* Retried until the end of the run: a writer still failing tries once
-     * more now; whatever that leaves unwritten the close drops, and the
-     * state callback counts it (rs->loss). */
-    al__tx_retry_now(rs->tx);
     if (al__tx_flush(rs->tx, on_tx_flushed, rs) != 0) {
       al__tx_close(rs->tx, on_tx_closed, rs);
     }
