@@ -34,3 +34,4 @@
 #include "list/mcp_budget.h"
 #include "list/mcp_http.h"
 #include "list/hooks.h"
+#include "list/run_durable.h"

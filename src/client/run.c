@@ -56,6 +56,7 @@ enum {
   EXIT_FAIL = 1,
   EXIT_USAGE = 2,
   EXIT_MAX_TURNS = 3,
+  EXIT_NOT_SAVED = 4, /* the answer came; the transcript is incomplete */
   EXIT_TIMEOUT = 124,
   EXIT_SIGINT = 130,
   EXIT_SIGTERM = 143
@@ -110,6 +111,7 @@ typedef struct run_s {
   /* The run's cost from the catalogue's prices (has_cost: known). */
   bool has_cost;
   double cost_usd;
+  uint64_t last_seq; /* of the last event (a late error line follows it) */
 } run_t;
 
 static void usage(FILE *f) {
@@ -428,6 +430,49 @@ static void write_ndjson(run_t *r, const al_event_t *ev) {
 
 /* ---- the run --------------------------------------------------------------- */
 
+/* Durability that tells the truth (issue 15): the transcript's writer
+ * retried until the end of the run; what it still could not write is said
+ * on stderr and, in ndjson / stream-json, as an error line before the
+ * result, and a run that otherwise succeeded exits EXIT_NOT_SAVED. */
+static void report_loss(run_t *r) {
+  char msg[1024];
+
+  if (r->sess == NULL ||
+      !al__run_session_loss_text(r->sess, msg, sizeof(msg))) {
+    return;
+  }
+  fprintf(stderr, "agentloop: %s\n", msg);
+  if (r->format == FMT_NDJSON) {
+    al_event_t ev;
+
+    memset(&ev, 0, sizeof(ev));
+    ev.type = AL_EVENT_ERROR;
+    ev.seq = r->last_seq + 1;
+    ev.ts_ns = uv_hrtime();
+    ev.session = r->session;
+    ev.u.error.code = r->sess->loss.err;
+    ev.u.error.message.ptr = msg;
+    ev.u.error.message.len = strlen(msg);
+    write_ndjson(r, &ev);
+  } else if (r->format == FMT_STREAM) {
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s?}", "type", "system",
+                          "subtype", "error", "code", r->sess->loss.err,
+                          "code_name", al_err_name(r->sess->loss.err),
+                          "message", msg, "session_id", r->session);
+    char *line = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+
+    if (line != NULL) {
+      fputs(line, stdout);
+      fputc('\n', stdout);
+      free(line);
+    }
+    json_decref(o);
+  }
+  if (r->exit_code == EXIT_OK || r->exit_code == EXIT_MAX_TURNS) {
+    r->exit_code = EXIT_NOT_SAVED;
+  }
+}
+
 static void on_agent_closed(al_agent_t *agent) {
   run_t *r = al_agent_get_data(agent);
 
@@ -490,6 +535,7 @@ static void on_event(const al_event_t *ev, void *data) {
   if (r->ended) {
     return;
   }
+  r->last_seq = ev->seq;
   if (r->sess != NULL) {
     al__run_session_event(r->sess, ev);
   }
@@ -887,6 +933,7 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
   if (r->verbose) {
     al__cli_view_flush(&r->view);
   }
+  report_loss(r);
   switch (r->format) {
   case FMT_TEXT:
     if (r->end_type == AL_EVENT_FINAL && r->result != NULL && !r->printed) {

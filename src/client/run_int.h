@@ -107,6 +107,12 @@ typedef struct al__run_session_s {
   bool resumed;
   bool closing;
   int err; /* the first write error (reported once) */
+  /* Durability (issue 15): the writer's current failure (0: none or
+   * recovered), and at the end what was not saved (loss.err != 0), with
+   * the appends the lost writer refused added in. */
+  int failing;
+  bool last_try; /* the end's one last attempt is made */
+  al_tx_loss_t loss;
 } al__run_session_t;
 
 /* Before the loop: a new session, or (resume_id / cont) an existing one,
@@ -127,8 +133,14 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
 void al__run_session_event(al__run_session_t *rs, const al_event_t *ev);
 void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
                             const char *message, size_t len, void *data);
-/* Flushes and closes the writer (asynchronously: run the loop). */
+/* Flushes and closes the writer (asynchronously: run the loop): a writer
+ * still failing tries once more first; what then cannot be written is
+ * rs->loss. */
 void al__run_session_close(al__run_session_t *rs);
 void al__run_session_free(al__run_session_t *rs);
+/* One line saying what of the transcript was not saved and why (false:
+ * everything was). */
+bool al__run_session_loss_text(const al__run_session_t *rs, char *buf,
+                               size_t len);
 
 #endif

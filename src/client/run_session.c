@@ -254,6 +254,12 @@ static void put(al__run_session_t *rs, al_blob_t *b, bool sync) {
     return;
   }
   rc = al__tx_append(rs->tx, b, sync);
+  if (rc != 0 && al__tx_lost(rs->tx)) {
+    /* Refused by a writer that already lost records: not saved either. */
+    rs->loss.records++;
+    rs->loss.synced += sync ? 1 : 0;
+    rs->loss.bytes += b->len;
+  }
   if (rc != 0 && rs->err == 0) {
     rs->err = rc;
     fprintf(stderr, "agentloop: the session transcript %s cannot be "
@@ -261,15 +267,83 @@ static void put(al__run_session_t *rs, al_blob_t *b, bool sync) {
   }
 }
 
+/* The writer's failures as they happen: one stderr line when writes start
+ * failing and when they go through again; a loss is kept for the end. */
+static void on_tx_state(al_tx_t *tx, int err, bool lost, void *data) {
+  al__run_session_t *rs = data;
+
+  if (lost) {
+    al_tx_loss_t l;
+
+    al__tx_loss(tx, &l);
+    rs->loss.records += l.records;
+    rs->loss.synced += l.synced;
+    rs->loss.bytes += l.bytes;
+    rs->loss.unsynced = rs->loss.unsynced || l.unsynced;
+    rs->loss.err = l.err != 0 ? l.err : err;
+    return;
+  }
+  if (err != 0 && rs->failing == 0) {
+    fprintf(stderr, "agentloop: the session transcript %s cannot be written "
+                    "(%s: %s); kept in memory, retrying\n", rs->path,
+            al_err_name(err), al_strerror(err));
+  } else if (err == 0 && rs->failing != 0) {
+    fprintf(stderr, "agentloop: the session transcript %s is written "
+                    "again\n", rs->path);
+  }
+  rs->failing = err;
+}
+
+/* Test seam for the spawned binary (tests/unit/client/test_run.c):
+ * AL_TEST_TX_FAULT=ENOSPC|EIO|EROFS[:N] makes the first N transcript
+ * writes (every one without N) fail with that error. */
+static int fault_err;
+static long fault_left = -1;
+
+static int env_fault(const char *path) {
+  (void)path;
+  if (fault_left == 0) {
+    return 0;
+  }
+  if (fault_left > 0) {
+    fault_left--;
+  }
+  return fault_err;
+}
+
+static void setup_fault_seam(void) {
+  const char *v = getenv("AL_TEST_TX_FAULT");
+  const char *colon;
+
+  if (v == NULL || v[0] == '\0') {
+    return;
+  }
+  if (strncmp(v, "ENOSPC", 6) == 0) {
+    fault_err = UV_ENOSPC;
+  } else if (strncmp(v, "EIO", 3) == 0) {
+    fault_err = UV_EIO;
+  } else if (strncmp(v, "EROFS", 5) == 0) {
+    fault_err = UV_EROFS;
+  } else {
+    return;
+  }
+  colon = strchr(v, ':');
+  fault_left = colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
+  al__tx_write_fault = env_fault;
+}
+
 int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
                            al_agent_t *agent, const al_tx_header_t *h,
                            char *err, size_t errlen) {
-  int rc = al__tx_open(loop, rs->path, TX_QUEUE_MAX, &rs->tx);
+  int rc;
 
+  setup_fault_seam();
+  rc = al__tx_open(loop, rs->path, TX_QUEUE_MAX, &rs->tx);
   if (rc != 0) {
     snprintf(err, errlen, "cannot open %s: %s", rs->path, al_strerror(rc));
     return rc;
   }
+  al__tx_set_state_cb(rs->tx, on_tx_state, rs);
   if (!rs->resumed) {
     al_blob_t *b = al__tx_header_record(rs->id, h);
 
@@ -349,11 +423,50 @@ static void on_tx_closed(al_tx_t *tx, void *data) {
   rs->tx = NULL;
 }
 
+/* Retried until the end of the run, then once more: a writer still
+ * failing at the end (waiting for its timer, or its failed request just
+ * back) makes one last attempt; whatever that leaves unwritten the close
+ * drops, and the state callback counts it (rs->loss). */
+static void on_tx_flushed(al_tx_t *tx, void *data) {
+  al__run_session_t *rs = data;
+
+  if (al__tx_error(tx) != 0 && !al__tx_lost(tx) && !rs->last_try) {
+    rs->last_try = true;
+    al__tx_retry_now(tx);
+    if (al__tx_flush(tx, on_tx_flushed, rs) == 0) {
+      return;
+    }
+  }
+  al__tx_close(tx, on_tx_closed, rs);
+}
+
 void al__run_session_close(al__run_session_t *rs) {
   if (rs->tx != NULL && !rs->closing) {
     rs->closing = true;
-    al__tx_close(rs->tx, on_tx_closed, rs);
+    if (al__tx_flush(rs->tx, on_tx_flushed, rs) != 0) {
+      al__tx_close(rs->tx, on_tx_closed, rs);
+    }
   }
+}
+
+bool al__run_session_loss_text(const al__run_session_t *rs, char *buf,
+                               size_t len) {
+  const al_tx_loss_t *l = &rs->loss;
+
+  if (l->err == 0) {
+    return false;
+  }
+  snprintf(buf, len,
+           "the session transcript %s is incomplete: %zu record%s (%zu "
+           "bytes; %zu of them history commits or the header) not saved%s: "
+           "%s (%s)",
+           rs->path, l->records, l->records == 1 ? "" : "s", l->bytes,
+           l->synced,
+           l->unsynced ? ", and the last fdatasync failed, so records "
+                         "written before it may not be durable"
+                       : "",
+           al_err_name(l->err), al_strerror(l->err));
+  return true;
 }
 
 void al__run_session_free(al__run_session_t *rs) {

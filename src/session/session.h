@@ -93,6 +93,21 @@ size_t al__tx_pending(const al_tx_t *tx);
 /* The current write/fsync/open failure (0 once writes go through again),
  * or the error that lost records (sticky). */
 int al__tx_error(const al_tx_t *tx);
+/* What records the loss dropped (all zero while al__tx_lost is false):
+ * records and bytes, synced = of them, those appended with sync (history
+ * commits and the header), unsynced = the last fdatasync had failed, so
+ * records written before may not be durable either; err: why. */
+typedef struct {
+  size_t records;
+  size_t synced;
+  size_t bytes;
+  bool unsynced;
+  int err;
+} al_tx_loss_t;
+void al__tx_loss(const al_tx_t *tx, al_tx_loss_t *out);
+/* A failing writer waiting for its retry timer tries now (the owner is
+ * about to give up: one last attempt). */
+void al__tx_retry_now(al_tx_t *tx);
 /* Writes what is queued, syncs, closes the fd; cb runs on a later
  * iteration (never inside the call). Call once. */
 void al__tx_close(al_tx_t *tx, al_tx_close_cb cb, void *data);

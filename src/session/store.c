@@ -93,6 +93,7 @@ struct al_tx_s {
   uint64_t retry_ms;
   bool lost;
   bool failed_sync;    /* the failure was an fdatasync: sync again */
+  al_tx_loss_t loss;   /* what the loss dropped (al__tx_loss) */
   int inject_err;      /* test seam: this op's result (0: the real one) */
   al_tx_state_cb on_state;
   void *state_data;
@@ -162,6 +163,20 @@ static void tx_lose(al_tx_t *tx, int err, const char *why) {
   tx->lost = true;
   if (tx->err == 0) {
     tx->err = err;
+  }
+  {
+    /* What is about to be dropped (every caller drops the queue next). */
+    al_list_t *pos;
+
+    al_list_foreach(pos, &tx->queue) {
+      tx->loss.records++;
+      if (AL_CONTAINER_OF(pos, tx_entry_t, node)->sync) {
+        tx->loss.synced++;
+      }
+    }
+    tx->loss.bytes = tx->queued;
+    tx->loss.unsynced = tx->failed_sync;
+    tx->loss.err = tx->err;
   }
   tx_notify(tx);
 }
@@ -317,7 +332,9 @@ static void tx_kick(al_tx_t *tx) {
       uv_timer_stop(&tx->retry);
       tx->waiting = false;
     }
-    if (!al_list_empty(&tx->queue)) {
+    if (!al_list_empty(&tx->queue) || tx->failed_sync) {
+      /* A failed fdatasync is a loss too: what it covered may not be on
+       * the disk (RELIABILITY F4). */
       tx_lose(tx, tx->err, "closed while writes were failing");
       tx_drop_queue(tx);
     }
@@ -509,6 +526,16 @@ int al__tx_flush(al_tx_t *tx, al_tx_flush_cb cb, void *data) {
 size_t al__tx_pending(const al_tx_t *tx) { return tx->queued; }
 
 int al__tx_error(const al_tx_t *tx) { return tx->err; }
+
+void al__tx_loss(const al_tx_t *tx, al_tx_loss_t *out) { *out = tx->loss; }
+
+void al__tx_retry_now(al_tx_t *tx) {
+  if (tx->waiting && !tx->closing) {
+    uv_timer_stop(&tx->retry);
+    tx->waiting = false;
+    tx_kick(tx);
+  }
+}
 
 static void tx_close_deferred(uv_fs_t *req) {
   al_tx_t *tx = AL_CONTAINER_OF(req, al_tx_t, req);

@@ -2266,3 +2266,147 @@ TEST_IMPL(cli_run_config_sandbox_network) {
   ws_remove(&w);
   return 0;
 }
+
+/* ---- durability that tells the truth (issue 15) ---------------------------- */
+
+/* A run whose transcript cannot be written (the binary's AL_TEST_TX_FAULT
+ * seam: every write fails, or the first N) retries until the end of the
+ * run; what is still unsaved then is said on stderr and as an error line
+ * before the result, naming the errno, and the exit status is 4. A run
+ * whose writes went through again before the end exits 0 with its whole
+ * history on disk. */
+static void durable_env(char **env, char envs[4][200], const char *state,
+                        const char *dir, const char *fault) {
+  snprintf(envs[0], sizeof(envs[0]), "XDG_STATE_HOME=%s", state);
+  snprintf(envs[1], sizeof(envs[1]), "HOME=%s", dir);
+  snprintf(envs[2], sizeof(envs[2]), "AL_TEST_TX_FAULT=%s", fault);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = envs[0];
+  env[3] = envs[1];
+  env[4] = envs[2];
+  env[5] = NULL;
+}
+
+TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
+  ws_t w;
+  cli_t c;
+  char state[128];
+  char envs[4][200];
+  char *env[6];
+  char id[64];
+  char path[512];
+  json_t *lines[64];
+  size_t k;
+  size_t i;
+  al_tx_loaded_t l;
+  const char *yaml = "on_exhausted: repeat_last\n"
+                     "responses:\n"
+                     "  - reply: {content: [{text: 'Seven.'}]}\n";
+  const char *nd[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                      "--cwd", NULL, "--output-format", "ndjson", "-p",
+                      "remember seven", NULL};
+  const char *sj[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                      "--cwd", NULL, "--output-format", "stream-json", "-p",
+                      "remember seven", NULL};
+  const char *txt[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                       "--cwd", NULL, "-p", "remember seven", NULL};
+
+  ws_make(&w);
+  snprintf(state, sizeof(state), "%s/state", w.dir);
+  nd[4] = sj[4] = txt[4] = w.dir;
+
+  /* ENOSPC throughout, ndjson: the error event, then the result. */
+  durable_env(env, envs, state, w.dir, "ENOSPC");
+  start_mock(&c, yaml);
+  run_cli(&c, nd, env);
+  ASSERT_EQ(c.exit_status, 4);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "cannot be written (ENOSPC"));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "is incomplete: "));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "not saved: ENOSPC"));
+  /* Exactly what: the header and the two history commits (user,
+   * assistant) among the records. */
+  ASSERT_NOT_NULL(strstr(c.ebuf, "; 3 of them history commits or the "
+                                 "header) not saved"));
+  k = json_lines(&c, lines, 64);
+  ASSERT(k >= 3);
+  ASSERT_STR_EQ(jstr(lines[k - 2], "type"), "error");
+  ASSERT_STR_EQ(jstr(lines[k - 2], "code_name"), "ENOSPC");
+  ASSERT_NOT_NULL(strstr(jstr(lines[k - 2], "message"), "history commits"));
+  /* Its seq follows the run's last event. */
+  ASSERT_EQ(jint(lines[k - 2], "seq"), jint(lines[k - 3], "seq") + 1);
+  ASSERT_STR_EQ(jstr(lines[k - 1], "type"), "result");
+  ASSERT(json_is_true(json_object_get(lines[k - 1], "is_error")));
+  ASSERT_STR_EQ(jstr(lines[k - 1], "result"), "Seven.");
+  snprintf(id, sizeof(id), "%s", jstr(lines[k - 1], "session_id"));
+  for (i = 0; i < k; i++) {
+    json_decref(lines[i]);
+  }
+  finish(&c);
+  /* Nothing reached the file (the seam failed every write). */
+  snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT(!l.has_header);
+  ASSERT_EQ(l.records, 0);
+  al__tx_loaded_free(&l);
+
+  /* EIO, stream-json: a system/error line before the result. */
+  durable_env(env, envs, state, w.dir, "EIO");
+  start_mock(&c, yaml);
+  run_cli(&c, sj, env);
+  ASSERT_EQ(c.exit_status, 4);
+  k = json_lines(&c, lines, 64);
+  ASSERT(k >= 2);
+  ASSERT_STR_EQ(jstr(lines[k - 2], "type"), "system");
+  ASSERT_STR_EQ(jstr(lines[k - 2], "subtype"), "error");
+  ASSERT_STR_EQ(jstr(lines[k - 2], "code_name"), "EIO");
+  ASSERT_STR_EQ(jstr(lines[k - 1], "type"), "result");
+  ASSERT(json_is_true(json_object_get(lines[k - 1], "is_error")));
+  for (i = 0; i < k; i++) {
+    json_decref(lines[i]);
+  }
+  finish(&c);
+
+  /* EROFS, text: the answer on stdout, the loss on stderr. */
+  durable_env(env, envs, state, w.dir, "EROFS");
+  start_mock(&c, yaml);
+  run_cli(&c, txt, env);
+  ASSERT_EQ(c.exit_status, 4);
+  ASSERT_STR_EQ(c.obuf, "Seven.\n");
+  ASSERT_NOT_NULL(strstr(c.ebuf, "not saved: EROFS"));
+  finish(&c);
+
+  /* The first write fails, the next attempt (the retry timer's, or the
+   * last one at the end of the run) goes through: exit 0, the whole
+   * history on disk, no loss reported. */
+  durable_env(env, envs, state, w.dir, "ENOSPC:1");
+  start_mock(&c, yaml);
+  run_cli(&c, nd, env);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "cannot be written (ENOSPC"));
+  ASSERT_NOT_NULL(strstr(c.ebuf, "is written again"));
+  ASSERT_NULL(strstr(c.ebuf, "incomplete"));
+  k = json_lines(&c, lines, 64);
+  ASSERT(k >= 2);
+  ASSERT_STR_EQ(jstr(lines[k - 2], "type"), "final");
+  ASSERT(json_is_false(json_object_get(lines[k - 1], "is_error")));
+  snprintf(id, sizeof(id), "%s", jstr(lines[k - 1], "session_id"));
+  for (i = 0; i < k; i++) {
+    json_decref(lines[i]);
+  }
+  finish(&c);
+  snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT(l.has_header);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(json_array_size(al__history_to_json(&l.history)), 2);
+  al__tx_loaded_free(&l);
+  {
+    char cmd[600];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", state);
+    ASSERT_EQ(system(cmd), 0);
+  }
+  ws_remove(&w);
+  return 0;
+}

@@ -1,0 +1,1 @@
+TEST_ENTRY(cli_run_transcript_not_saved_exit_4)
