@@ -381,6 +381,38 @@ static bool exists(const char *path) {
   return lstat(path, &st) == 0;
 }
 
+/* s with the fixture's base directory replaced by "/" (malloc'd). */
+static char *strip_base(const sbx_t *x, const char *s) {
+  size_t bl = strlen(x->base);
+  const char *b;
+  char *copy = strdup(s);
+  char *w = copy;
+
+  ASSERT_NOT_NULL(copy);
+  while ((b = strstr(s, x->base)) != NULL) {
+    memcpy(w, s, (size_t)(b - s));
+    w += b - s;
+    *w++ = '/';
+    s = b + bl;
+  }
+  strcpy(w, s);
+  return copy;
+}
+
+/* True when `text` occurs in `out` apart from the fixture's own paths:
+ * the random part of the base directory's name (mkdtemp) may spell a
+ * canary word such as "key", and an error message naming a path is no
+ * leak. Both sides are compared with the base replaced. */
+static bool leaked(const sbx_t *x, const char *out, const char *text) {
+  char *o = strip_base(x, out);
+  char *t = strip_base(x, text);
+  bool found = strstr(o, t) != NULL;
+
+  free(o);
+  free(t);
+  return found;
+}
+
 /* Everything that must hold after any attempt. Returns a description of
  * the first violation, or NULL. */
 static const char *oracle(sbx_t *x, const attempt_t *a, const char *mark,
@@ -443,7 +475,7 @@ static const char *oracle(sbx_t *x, const attempt_t *a, const char *mark,
     snprintf(why, sizeof(why), "%s exists", sbx_expand(x, a->arg, mark));
     return why;
   }
-  if ((a->checks & C_ABSENT) && strstr(out, sbx_expand(x, a->text, mark))) {
+  if ((a->checks & C_ABSENT) && leaked(x, out, sbx_expand(x, a->text, mark))) {
     snprintf(why, sizeof(why), "'%s' is in the output",
              sbx_expand(x, a->text, mark));
     return why;
