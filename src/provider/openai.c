@@ -1307,6 +1307,16 @@ static int openai_decode_event(al_pstream_t *s, const al_sse_event_t *ev) {
   if (root == NULL) {
     char msg[200];
 
+    json_error_t pj;
+    /* Boundary marks depend on where the chunks were cut: name the fault
+     * as jansson finds it in the event as it came, so every cut of a
+     * stream reports the same error (fuzz_openai found two texts). */
+    json_t *plain = al__provider_json_load(ev->data, ev->data_len, &pj);
+
+    if (plain == NULL) {
+      jerr = pj;
+    }
+    json_decref(plain);
     snprintf(msg, sizeof(msg), "malformed server-sent event JSON: %s",
              jerr.text);
     return fail_decode(s, msg);
