@@ -2028,27 +2028,9 @@ static int openai_build(const json_t *history, const al_provider_options_t *o,
   if (json_is_object(o->extra_body)) {
     json_object_update(body, o->extra_body);
   }
-  if ((err = al__provider_finish_request(out, o->path_prefix,
-                                         "/chat/completions", body)) != 0 ||
-      (err = al__provider_add_header(out, "content-type",
-                                     "application/json")) != 0 ||
-      (err = al__provider_add_header(out, "accept",
-                                     o->stream ? "text/event-stream"
-                                               : "application/json")) != 0) {
+  if ((err = al__provider_finish_openai(out, o, "/chat/completions",
+                                        body)) != 0) {
     goto out_free_request;
-  }
-  if (o->api_key != NULL) {
-    al_buf_t b;
-
-    al_buf_init(&b, strlen(o->api_key) + 16);
-    err = al_buf_printf(&b, "Bearer %s", o->api_key);
-    if (err == 0) {
-      err = al__provider_add_header(out, "authorization", b.data);
-    }
-    al_buf_free(&b);
-    if (err != 0) {
-      goto out_free_request;
-    }
   }
   json_decref(body);
   return 0;

@@ -5,6 +5,7 @@
  * api_error (5xx), timeout). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "provider/provider.h"
 #include "provider/provider_int.h"
@@ -229,4 +230,29 @@ int al__provider_http_error(int status, const char *body, size_t len,
     return AL_ENOMEM;
   }
   return 0;
+}
+
+int al__provider_finish_openai(al_provider_request_t *r,
+                               const al_provider_options_t *o,
+                               const char *suffix, json_t *body) {
+  al_buf_t b;
+  int err;
+
+  if ((err = al__provider_finish_request(r, o->path_prefix, suffix, body)) !=
+          0 ||
+      (err = al__provider_add_header(r, "content-type",
+                                     "application/json")) != 0 ||
+      (err = al__provider_add_header(r, "accept",
+                                     o->stream ? "text/event-stream"
+                                               : "application/json")) != 0 ||
+      o->api_key == NULL) {
+    return err;
+  }
+  al_buf_init(&b, strlen(o->api_key) + 16);
+  err = al_buf_printf(&b, "Bearer %s", o->api_key);
+  if (err == 0) {
+    err = al__provider_add_header(r, "authorization", b.data);
+  }
+  al_buf_free(&b);
+  return err;
 }

@@ -10,6 +10,13 @@ int al__provider_add_header(al_provider_request_t *r, const char *name,
 /* Sets method, path (prefix + suffix) and the compact JSON body. */
 int al__provider_finish_request(al_provider_request_t *r, const char *prefix,
                                 const char *suffix, json_t *body);
+/* The OpenAI-style tail of a request: finish_request with suffix, JSON
+ * content-type and accept (event stream when o->stream), and a bearer
+ * authorization when o->api_key is set. Shared by Chat Completions and
+ * Responses. */
+int al__provider_finish_openai(al_provider_request_t *r,
+                               const al_provider_options_t *o,
+                               const char *suffix, json_t *body);
 al_perr_class_t al__provider_class_from_type(const char *type);
 al_perr_class_t al__provider_class_from_status(int status);
 int al__provider_http_error(int status, const char *body, size_t len,
