@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/utf8.h"
+#include "tools/tooljob.h"
 #include "tools/tools.h"
 
 /* Test seam: runs on the threadpool between the policy check of a path
@@ -52,11 +53,8 @@ typedef struct fstool_s {
 } fstool_t;
 
 typedef struct job_s {
-  uv_work_t req;
-  al_tool_call_t *call;
+  al_tooljob_t j; /* first: the shared lifecycle and output */
   const fstool_t *tool;
-  atomic_int cancelled;
-  bool preset; /* out already holds an error: nothing to do */
   /* Arguments, copied on the loop thread. */
   char *path;
   char *content;
@@ -66,15 +64,10 @@ typedef struct job_s {
   bool replace_all;
   long offset; /* 1-based */
   long limit;  /* 0: to the end */
-  /* Result. */
-  bool is_error;
-  al_buf_t raw;        /* what the tool produced, raw bytes */
-  size_t extra_chars;  /* counted, not kept (past output_max) */
-  al_buf_t out;        /* final content */
+  /* Result (the rest is in j). */
   bool numbered;       /* read_file with offset/limit: "%6d\t" per line */
   bool inexact;        /* read_file stopped counting (scan or time bound) */
   uint64_t file_size;
-  uint64_t t0;         /* uv_hrtime() when the work began */
 } job_t;
 
 void al__fstools_options_init(al_fstools_options_t *opts) {
@@ -88,30 +81,28 @@ void al__fstools_options_init(al_fstools_options_t *opts) {
 
 /* ---- helpers (any thread) ------------------------------------------------ */
 
-static bool is_cancelled(job_t *job) {
-  return atomic_load(&job->cancelled) != 0;
-}
+static bool is_cancelled(job_t *job) { return al__tooljob_cancelled(&job->j); }
 
 static void fail(job_t *job, const char *fmt, const char *arg) {
-  job->is_error = true;
-  al_buf_reset(&job->raw);
-  job->extra_chars = 0;
-  al_buf_printf(&job->raw, fmt, arg);
+  job->j.is_error = true;
+  al_buf_reset(&job->j.raw);
+  job->j.extra_chars = 0;
+  al_buf_printf(&job->j.raw, fmt, arg);
 }
 
 static void fail_buf(job_t *job, al_buf_t *msg) {
-  job->is_error = true;
-  al_buf_reset(&job->raw);
-  job->extra_chars = 0;
-  al_buf_printf(&job->raw, "%s: %s", job->tool->impl.name,
+  job->j.is_error = true;
+  al_buf_reset(&job->j.raw);
+  job->j.extra_chars = 0;
+  al_buf_printf(&job->j.raw, "%s: %s", job->tool->impl.name,
                 msg->data != NULL ? msg->data : "error");
 }
 
 static void fail_errno(job_t *job, const char *what, int code) {
-  job->is_error = true;
-  al_buf_reset(&job->raw);
-  job->extra_chars = 0;
-  al_buf_printf(&job->raw, "%s: %s '%s': %s", job->tool->impl.name, what,
+  job->j.is_error = true;
+  al_buf_reset(&job->j.raw);
+  job->j.extra_chars = 0;
+  al_buf_printf(&job->j.raw, "%s: %s '%s': %s", job->tool->impl.name, what,
                 job->path, uv_strerror(code));
 }
 
@@ -137,62 +128,62 @@ static void finalize(job_t *job) {
   al_text_clean_t st;
 
   memset(&st, 0, sizeof(st));
-  if (job->tool->kind == KIND_READ && !job->is_error &&
-      al__text_looks_binary(job->raw.data != NULL ? job->raw.data : "",
-                            job->raw.len, true)) {
+  if (job->tool->kind == KIND_READ && !job->j.is_error &&
+      al__text_looks_binary(job->j.raw.data != NULL ? job->j.raw.data : "",
+                            job->j.raw.len, true)) {
     /* Binary contents are not text for the model, the history or a
      * request: name the file instead (issue 15). */
-    size_t n = job->raw.len + job->extra_chars;
+    size_t n = job->j.raw.len + job->j.extra_chars;
 
-    al_buf_reset(&job->raw);
-    al_buf_printf(&job->raw,
+    al_buf_reset(&job->j.raw);
+    al_buf_printf(&job->j.raw,
                   "%s looks like a binary file (NUL bytes or invalid UTF-8 "
                   "in the %zu bytes read); its contents are not shown. Use "
                   "bash to inspect it (file, xxd, strings).",
                   job->path, n);
-    job->extra_chars = 0;
+    job->j.extra_chars = 0;
     job->inexact = false;
   }
-  al_buf_init(&clean, job->raw.len * 3 + 16);
-  rc = job->raw.len == 0
+  al_buf_init(&clean, job->j.raw.len * 3 + 16);
+  rc = job->j.raw.len == 0
            ? 0
-           : al__text_clean_append(&clean, job->raw.data, job->raw.len, &st);
+           : al__text_clean_append(&clean, job->j.raw.data, job->j.raw.len, &st);
   if (rc != 0) {
     al_buf_free(&clean);
-    job->is_error = true;
-    al_buf_reset(&job->out);
-    al_buf_append_str(&job->out, "out of memory");
+    job->j.is_error = true;
+    al_buf_reset(&job->j.out);
+    al_buf_append_str(&job->j.out, "out of memory");
     return;
   }
   cut = al__tool_display_cut(clean.len ? clean.data : "", clean.len,
-                             job->extra_chars, limit, &shown, &total);
-  rc = al_buf_append(&job->out, clean.len ? clean.data : "", cut);
+                             job->j.extra_chars, limit, &shown, &total);
+  rc = al_buf_append(&job->j.out, clean.len ? clean.data : "", cut);
   if (rc == 0 && st.nul + st.invalid > 0) {
-    if (job->out.len > 0 && job->out.data[job->out.len - 1] != '\n') {
-      rc = al_buf_append_str(&job->out, "\n");
+    if (job->j.out.len > 0 && job->j.out.data[job->j.out.len - 1] != '\n') {
+      rc = al_buf_append_str(&job->j.out, "\n");
     }
-    rc |= al__text_clean_note(&job->out, &st);
+    rc |= al__text_clean_note(&job->j.out, &st);
   }
   if (rc == 0 && job->inexact) {
     /* The count stopped early: say what is known instead of a total. */
-    rc = al_buf_printf(&job->out,
+    rc = al_buf_printf(&job->j.out,
                        "\n[OUTPUT TRUNCATED: showing %zu of more than %zu "
                        "characters from %s; the file has %llu bytes: read "
                        "further parts with offset and limit]",
                        shown, total, job->tool->impl.name,
                        (unsigned long long)job->file_size);
   } else if (rc == 0 && shown < total) {
-    rc = al_buf_append_str(&job->out, "\n");
+    rc = al_buf_append_str(&job->j.out, "\n");
     if (rc == 0) {
-      rc = al__tool_truncation_notice(&job->out, shown, total,
+      rc = al__tool_truncation_notice(&job->j.out, shown, total,
                                       job->tool->impl.name);
     }
   }
   al_buf_free(&clean);
   if (rc != 0) {
-    job->is_error = true;
-    al_buf_reset(&job->out);
-    al_buf_append_str(&job->out, "out of memory");
+    job->j.is_error = true;
+    al_buf_reset(&job->j.out);
+    al_buf_append_str(&job->j.out, "out of memory");
   }
 }
 
@@ -200,35 +191,35 @@ static void finalize(job_t *job) {
 
 static bool over_time(job_t *job) {
   return job->tool->time_limit_ms > 0 &&
-         uv_hrtime() - job->t0 > job->tool->time_limit_ms * 1000000ull;
+         uv_hrtime() - job->j.t0 > job->tool->time_limit_ms * 1000000ull;
 }
 
 static void fail_time(job_t *job, const char *what) {
   char num[32];
 
   snprintf(num, sizeof(num), "%.3g", job->tool->time_limit_ms / 1000.0);
-  job->is_error = true;
-  al_buf_reset(&job->raw);
-  job->extra_chars = 0;
-  al_buf_printf(&job->raw, "%s: stopped after %s s ", job->tool->impl.name,
+  job->j.is_error = true;
+  al_buf_reset(&job->j.raw);
+  job->j.extra_chars = 0;
+  al_buf_printf(&job->j.raw, "%s: stopped after %s s ", job->tool->impl.name,
                 num);
-  al_buf_printf(&job->raw, "%s", what);
-  al_buf_printf(&job->raw, " '%s' (the time limit of file tools)",
+  al_buf_printf(&job->j.raw, "%s", what);
+  al_buf_printf(&job->j.raw, " '%s' (the time limit of file tools)",
                 job->path);
 }
 
 /* Appends one byte of the selection, with the line number first when the
  * reply is numbered; past output_max it is only counted. */
 static int keep_byte(job_t *job, char c, long line, bool at_line_start) {
-  if (job->raw.len >= job->tool->output_max) {
-    job->extra_chars += ((unsigned char)c & 0xC0) != 0x80;
+  if (job->j.raw.len >= job->tool->output_max) {
+    job->j.extra_chars += ((unsigned char)c & 0xC0) != 0x80;
     return 0;
   }
   if (at_line_start && job->numbered &&
-      al_buf_printf(&job->raw, "%6ld\t", line) != 0) {
+      al_buf_printf(&job->j.raw, "%6ld\t", line) != 0) {
     return AL_ENOMEM;
   }
-  return al_buf_append(&job->raw, &c, 1);
+  return al_buf_append(&job->j.raw, &c, 1);
 }
 
 static void do_read(job_t *job) {
@@ -295,7 +286,7 @@ static void do_read(job_t *job) {
       fail(job, "%s", "read_file: cancelled");
       goto out_close;
     }
-    if (job->raw.len >= job->tool->output_max) {
+    if (job->j.raw.len >= job->tool->output_max) {
       /* Past what is kept only a bounded scan counts the rest, so a huge
        * file costs what is shown plus scan_max, not its size. */
       if (scanned >= job->tool->scan_max) {
@@ -323,7 +314,7 @@ static void do_read(job_t *job) {
       break;
     }
     any = true;
-    if (job->raw.len >= job->tool->output_max) {
+    if (job->j.raw.len >= job->tool->output_max) {
       scanned += (uint64_t)n;
     }
     for (i = 0; i < n; i++) {
@@ -352,9 +343,9 @@ static void do_read(job_t *job) {
     char num[64];
 
     snprintf(num, sizeof(num), "%ld", job->offset);
-    job->is_error = true;
-    al_buf_reset(&job->raw);
-    al_buf_printf(&job->raw,
+    job->j.is_error = true;
+    al_buf_reset(&job->j.raw);
+    al_buf_printf(&job->j.raw,
                   "read_file: 'offset' %s is beyond the end of '%s' (%ld "
                   "lines)",
                   num, job->path, lines);
@@ -442,10 +433,10 @@ static void do_write(job_t *job) {
     }
     done += (size_t)n;
   }
-  al_buf_printf(&job->raw, "Wrote %zu bytes to %s", done, job->path);
+  al_buf_printf(&job->j.raw, "Wrote %zu bytes to %s", done, job->path);
 
 out_close:
-  if (close(fd) != 0 && !job->is_error) {
+  if (close(fd) != 0 && !job->j.is_error) {
     fail_errno(job, "cannot close", -errno);
   }
 }
@@ -696,7 +687,7 @@ static void do_edit(job_t *job) {
 
     snprintf(num, sizeof(num), "%zu", job->tool->edit_max);
     fail(job, "edit_file: '%s' is larger than %s bytes", job->path);
-    al_buf_printf(&job->raw, " (edit_max: %s); use write_file", num);
+    al_buf_printf(&job->j.raw, " (edit_max: %s); use write_file", num);
     goto out_close;
   }
   if (rc == UV_ETIMEDOUT) {
@@ -739,7 +730,7 @@ static void do_edit(job_t *job) {
           k++;
         }
         if (k < job->old_len && job->old[k] == '\t') {
-          al_buf_append_str(&job->raw,
+          al_buf_append_str(&job->j.raw,
                             "; leave out the line numbers and tab that "
                             "read_file shows before each line");
         }
@@ -751,7 +742,7 @@ static void do_edit(job_t *job) {
 
       snprintf(num, sizeof(num), "%zu", matches);
       fail(job, "edit_file: old_string matches %s times", num);
-      al_buf_printf(&job->raw,
+      al_buf_printf(&job->j.raw,
                     " in '%s'; add surrounding lines to make it unique, or "
                     "set replace_all to replace every one",
                     job->path);
@@ -803,20 +794,20 @@ static void do_edit(job_t *job) {
     done += (size_t)n;
   }
   if (job->old_len == 0) {
-    al_buf_printf(&job->raw, "Created %s", job->path);
+    al_buf_printf(&job->j.raw, "Created %s", job->path);
   } else {
-    al_buf_printf(&job->raw, "Edited %s", job->path);
+    al_buf_printf(&job->j.raw, "Edited %s", job->path);
   }
-  al_buf_printf(&job->raw, ": %zu replacement%s\n", matches,
+  al_buf_printf(&job->j.raw, ": %zu replacement%s\n", matches,
                 matches == 1 ? "" : "s");
-  unified_diff(&job->raw, job->path, old.data != NULL ? old.data : "",
+  unified_diff(&job->j.raw, job->path, old.data != NULL ? old.data : "",
                old.len, neu.data != NULL ? neu.data : "", neu.len);
-  if (job->raw.len > 0 && job->raw.data[job->raw.len - 1] == '\n') {
-    job->raw.data[--job->raw.len] = '\0';
+  if (job->j.raw.len > 0 && job->j.raw.data[job->j.raw.len - 1] == '\n') {
+    job->j.raw.data[--job->j.raw.len] = '\0';
   }
 
 out_close:
-  if (close(fd) != 0 && !job->is_error) {
+  if (close(fd) != 0 && !job->j.is_error) {
     fail_errno(job, "cannot close", -errno);
   }
 out_free:
@@ -928,19 +919,19 @@ static void do_list(job_t *job) {
     qsort(names, n, sizeof(*names), cmp_names);
   }
   for (i = 0; i < n && i < job->tool->list_max; i++) {
-    if (al_buf_append_str(&job->raw, names[i]) != 0 ||
-        al_buf_append(&job->raw, "\n", 1) != 0) {
+    if (al_buf_append_str(&job->j.raw, names[i]) != 0 ||
+        al_buf_append(&job->j.raw, "\n", 1) != 0) {
       fail(job, "%s", "list_directory: out of memory");
       goto out_free;
     }
   }
   if (total == 0) {
-    al_buf_append_str(&job->raw, "(empty directory)");
+    al_buf_append_str(&job->j.raw, "(empty directory)");
   } else if (i < total) {
-    al_buf_printf(&job->raw, "[LIST TRUNCATED: showing %zu of %zu entries]",
+    al_buf_printf(&job->j.raw, "[LIST TRUNCATED: showing %zu of %zu entries]",
                   i, total);
-  } else if (job->raw.len > 0) {
-    job->raw.data[--job->raw.len] = '\0'; /* the last newline */
+  } else if (job->j.raw.len > 0) {
+    job->j.raw.data[--job->j.raw.len] = '\0'; /* the last newline */
   }
 
 out_free:
@@ -954,10 +945,10 @@ out_free:
 /* ---- job plumbing -------------------------------------------------------- */
 
 static void job_work(uv_work_t *req) {
-  job_t *job = AL_CONTAINER_OF(req, job_t, req);
+  job_t *job = AL_CONTAINER_OF(req, job_t, j.req);
 
-  job->t0 = uv_hrtime();
-  if (!job->preset && !is_cancelled(job)) {
+  job->j.t0 = uv_hrtime();
+  if (!job->j.preset && !is_cancelled(job)) {
     switch (job->tool->kind) {
     case KIND_READ:
       do_read(job);
@@ -978,37 +969,19 @@ static void job_work(uv_work_t *req) {
   finalize(job);
 }
 
-static void job_free(job_t *job) {
-  al_buf_free(&job->raw);
-  al_buf_free(&job->out);
+static void job_free(al_tooljob_t *j) {
+  job_t *job = AL_CONTAINER_OF(j, job_t, j);
+
+  al__tooljob_release(j);
   al_free(job->path);
   al_free(job->content);
   al_free(job->old);
   al_free(job);
 }
 
-static void job_after(uv_work_t *req, int status) {
-  job_t *job = AL_CONTAINER_OF(req, job_t, req);
-  al_tool_call_t *call = job->call;
-
-  call->tool_data = NULL;
-  if (status != 0) {
-    /* uv_cancel() won: the work never ran. The result is dropped. */
-    al__executor_call_complete(call, true, "cancelled", 9);
-  } else {
-    al__executor_call_complete(call, job->is_error,
-                               job->out.len ? job->out.data : "",
-                               job->out.len);
-  }
-  job_free(job);
-}
-
 /* Argument errors, named after the parameter. */
 static void preset(job_t *job, const char *fmt, const char *param) {
-  job->preset = true;
-  job->is_error = true;
-  al_buf_printf(&job->raw, "%s: invalid arguments: ", job->tool->impl.name);
-  al_buf_printf(&job->raw, fmt, param);
+  al__tooljob_preset(&job->j, fmt, param);
 }
 
 /* A string parameter; false (and a preset error) when it is not one. */
@@ -1093,7 +1066,7 @@ static void parse_args(job_t *job, const json_t *in) {
       } else if (json_is_true(ra)) {
         job->replace_all = true;
       }
-      if (!job->preset && job->old_len == job->content_len &&
+      if (!job->j.preset && job->old_len == job->content_len &&
           memcmp(job->old, job->content, job->old_len) == 0) {
         preset(job, "%s", "old_string and new_string are the same");
       }
@@ -1111,7 +1084,7 @@ static void parse_args(job_t *job, const json_t *in) {
   case KIND_DONE:
     if (get_string(job, in, "message", true, &job->content,
                    &job->content_len) &&
-        al_buf_append(&job->raw, job->content, job->content_len) != 0) {
+        al_buf_append(&job->j.raw, job->content, job->content_len) != 0) {
       preset(job, "%s", "out of memory");
     }
     break;
@@ -1127,36 +1100,20 @@ static int fstool_start(al_tool_call_t *call) {
   if (job == NULL) {
     return AL_ENOMEM;
   }
-  job->call = call;
   job->tool = tool;
-  atomic_init(&job->cancelled, 0);
   job->offset = 1;
   /* The kept output, plus room for error texts naming long paths. */
   raw_max = tool->output_max + 16 * 1024;
   if (tool->kind == KIND_DONE || tool->kind == KIND_LIST) {
     raw_max = SIZE_MAX / 4;
   }
-  al_buf_init(&job->raw, raw_max);
-  al_buf_init(&job->out, SIZE_MAX / 2);
+  al__tooljob_init(&job->j, call, tool->impl.name, raw_max, job_free);
   parse_args(job, call->input);
-  rc = uv_queue_work(tool->loop, &job->req, job_work, job_after);
+  rc = al__tooljob_queue(&job->j, tool->loop, job_work);
   if (rc != 0) {
-    job_free(job);
-    return rc;
+    job_free(&job->j);
   }
-  call->tool_data = job;
-  return 0;
-}
-
-static void fstool_cancel(al_tool_call_t *call) {
-  job_t *job = call->tool_data;
-
-  if (job == NULL) {
-    return;
-  }
-  atomic_store(&job->cancelled, 1);
-  /* Succeeds only if the work has not begun; job_after runs either way. */
-  uv_cancel((uv_req_t *)&job->req);
+  return rc;
 }
 
 static bool safe_yes(const al_tool_impl_t *impl, const json_t *input) {
@@ -1199,7 +1156,7 @@ static int fstool_new(kind_t kind, const char *name,
   t->impl.is_concurrency_safe =
       (kind == KIND_READ || kind == KIND_LIST) ? safe_yes : NULL;
   t->impl.start = fstool_start;
-  t->impl.cancel = fstool_cancel;
+  t->impl.cancel = al__tooljob_cancel;
   t->impl.data = NULL;
   *out = &t->impl;
   return 0;

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "provider/provider.h"
+#include "tools/tooljob.h"
 #include "tools/tools.h"
 
 #define S_CHUNK (64 * 1024)
@@ -85,11 +86,8 @@ typedef struct ignfile_s {
 } ignfile_t;
 
 typedef struct sjob_s {
-  uv_work_t req;
-  al_tool_call_t *call;
+  al_tooljob_t j; /* first: the shared lifecycle and output */
   const stool_t *tool;
-  atomic_int cancelled;
-  bool preset;
   /* Arguments. */
   char *pattern;
   char *path;
@@ -102,43 +100,37 @@ typedef struct sjob_s {
   char *root_real; /* resolved start directory */
   ignfile_t *ign;
   size_t n_ign;
-  uint64_t t0;
   uint64_t scanned;
   const char *stopped; /* why the walk stopped early, or NULL */
   size_t n_found;      /* glob: paths matched; grep: matching lines */
   size_t n_files;      /* grep: files with a match */
-  /* Result. */
-  bool is_error;
-  al_buf_t raw;
-  size_t extra_chars;
-  al_buf_t out;
 } sjob_t;
 
 static bool s_cancelled(sjob_t *job) {
-  return atomic_load(&job->cancelled) != 0;
+  return al__tooljob_cancelled(&job->j);
 }
 
 static void s_fail(sjob_t *job, const char *fmt, const char *arg) {
-  job->is_error = true;
-  al_buf_reset(&job->raw);
-  job->extra_chars = 0;
-  al_buf_printf(&job->raw, "%s: ", job->tool->impl.name);
-  al_buf_printf(&job->raw, fmt, arg);
+  job->j.is_error = true;
+  al_buf_reset(&job->j.raw);
+  job->j.extra_chars = 0;
+  al_buf_printf(&job->j.raw, "%s: ", job->tool->impl.name);
+  al_buf_printf(&job->j.raw, fmt, arg);
 }
 
 /* Appends to the result: kept up to output_max bytes, counted past it. */
 static void emit(sjob_t *job, const char *s, size_t n) {
-  size_t room = job->raw.len < job->tool->output_max
-                    ? job->tool->output_max - job->raw.len
+  size_t room = job->j.raw.len < job->tool->output_max
+                    ? job->tool->output_max - job->j.raw.len
                     : 0;
   size_t keep = AL_MIN(room, n);
   size_t i;
 
-  if (keep > 0 && al_buf_append(&job->raw, s, keep) != 0) {
+  if (keep > 0 && al_buf_append(&job->j.raw, s, keep) != 0) {
     keep = 0;
   }
   for (i = keep; i < n; i++) {
-    job->extra_chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+    job->j.extra_chars += ((unsigned char)s[i] & 0xC0) != 0x80;
   }
 }
 
@@ -146,7 +138,7 @@ static void emit_str(sjob_t *job, const char *s) { emit(job, s, strlen(s)); }
 
 static bool s_over_time(sjob_t *job) {
   return job->tool->time_limit_ms > 0 &&
-         uv_hrtime() - job->t0 > job->tool->time_limit_ms * 1000000ull;
+         uv_hrtime() - job->j.t0 > job->tool->time_limit_ms * 1000000ull;
 }
 
 /* ---- glob matching --------------------------------------------------------- */
@@ -669,52 +661,52 @@ static void finish(sjob_t *job) {
   size_t cut;
   int rc = 0;
 
-  if (!job->is_error) {
-    if (job->raw.len > 0 && job->raw.data[job->raw.len - 1] == '\n') {
-      job->raw.data[--job->raw.len] = '\0';
+  if (!job->j.is_error) {
+    if (job->j.raw.len > 0 && job->j.raw.data[job->j.raw.len - 1] == '\n') {
+      job->j.raw.data[--job->j.raw.len] = '\0';
     }
-    if (job->n_found == 0 && job->raw.len == 0) {
-      al_buf_append_str(&job->raw, job->tool->kind == S_GREP
+    if (job->n_found == 0 && job->j.raw.len == 0) {
+      al_buf_append_str(&job->j.raw, job->tool->kind == S_GREP
                                        ? "No matches found"
                                        : "No files found");
     }
   }
-  al_buf_init(&clean, job->raw.len * 3 + 16);
-  if (job->raw.len > 0) {
-    rc = al__utf8_sanitize_append(&clean, job->raw.data, job->raw.len);
+  al_buf_init(&clean, job->j.raw.len * 3 + 16);
+  if (job->j.raw.len > 0) {
+    rc = al__utf8_sanitize_append(&clean, job->j.raw.data, job->j.raw.len);
   }
   cut = al__tool_display_cut(clean.len ? clean.data : "", clean.len,
-                             job->extra_chars, job->tool->display_max,
+                             job->j.extra_chars, job->tool->display_max,
                              &shown, &total);
-  rc |= al_buf_append(&job->out, clean.len ? clean.data : "", cut);
+  rc |= al_buf_append(&job->j.out, clean.len ? clean.data : "", cut);
   if (shown < total) {
-    rc |= al_buf_append_str(&job->out, "\n");
-    rc |= al__tool_truncation_notice(&job->out, shown, total,
+    rc |= al_buf_append_str(&job->j.out, "\n");
+    rc |= al__tool_truncation_notice(&job->j.out, shown, total,
                                      job->tool->impl.name);
   }
-  if (!job->is_error && job->tool->kind == S_GLOB &&
+  if (!job->j.is_error && job->tool->kind == S_GLOB &&
       job->n_found > job->tool->list_max) {
-    rc |= al_buf_printf(&job->out,
+    rc |= al_buf_printf(&job->j.out,
                         "\n[LIST TRUNCATED: showing %zu of %zu entries]",
                         job->tool->list_max, job->n_found);
   }
-  if (!job->is_error && job->stopped != NULL) {
-    rc |= al_buf_printf(&job->out, "\n[SEARCH STOPPED EARLY: %s]",
+  if (!job->j.is_error && job->stopped != NULL) {
+    rc |= al_buf_printf(&job->j.out, "\n[SEARCH STOPPED EARLY: %s]",
                         job->stopped);
   }
   al_buf_free(&clean);
   if (rc != 0) {
-    job->is_error = true;
-    al_buf_reset(&job->out);
-    al_buf_append_str(&job->out, "out of memory");
+    job->j.is_error = true;
+    al_buf_reset(&job->j.out);
+    al_buf_append_str(&job->j.out, "out of memory");
   }
 }
 
 static void sjob_work(uv_work_t *req) {
-  sjob_t *job = AL_CONTAINER_OF(req, sjob_t, req);
+  sjob_t *job = AL_CONTAINER_OF(req, sjob_t, j.req);
 
-  job->t0 = uv_hrtime();
-  if (!job->preset && !s_cancelled(job)) {
+  job->j.t0 = uv_hrtime();
+  if (!job->j.preset && !s_cancelled(job)) {
     do_search(job);
     if (s_cancelled(job)) {
       s_fail(job, "%s", "cancelled");
@@ -723,12 +715,13 @@ static void sjob_work(uv_work_t *req) {
   finish(job);
 }
 
-static void sjob_free(sjob_t *job) {
+static void sjob_free(al_tooljob_t *j) {
+  sjob_t *job = AL_CONTAINER_OF(j, sjob_t, j);
+
   if (job->re_ok) {
     regfree(&job->re);
   }
-  al_buf_free(&job->raw);
-  al_buf_free(&job->out);
+  al__tooljob_release(j);
   al_free(job->pattern);
   al_free(job->path);
   al_free(job->glob);
@@ -737,26 +730,8 @@ static void sjob_free(sjob_t *job) {
   al_free(job);
 }
 
-static void sjob_after(uv_work_t *req, int status) {
-  sjob_t *job = AL_CONTAINER_OF(req, sjob_t, req);
-  al_tool_call_t *call = job->call;
-
-  call->tool_data = NULL;
-  if (status != 0) {
-    al__executor_call_complete(call, true, "cancelled", 9);
-  } else {
-    al__executor_call_complete(call, job->is_error,
-                               job->out.len ? job->out.data : "",
-                               job->out.len);
-  }
-  sjob_free(job);
-}
-
 static void s_preset(sjob_t *job, const char *fmt, const char *param) {
-  job->preset = true;
-  job->is_error = true;
-  al_buf_printf(&job->raw, "%s: invalid arguments: ", job->tool->impl.name);
-  al_buf_printf(&job->raw, fmt, param);
+  al__tooljob_preset(&job->j, fmt, param);
 }
 
 static bool s_get_string(sjob_t *job, const json_t *in, const char *key,
@@ -851,29 +826,15 @@ static int stool_start(al_tool_call_t *call) {
   if (job == NULL) {
     return AL_ENOMEM;
   }
-  job->call = call;
   job->tool = tool;
-  atomic_init(&job->cancelled, 0);
-  al_buf_init(&job->raw, tool->output_max + 16 * 1024);
-  al_buf_init(&job->out, SIZE_MAX / 2);
+  al__tooljob_init(&job->j, call, tool->impl.name,
+                   tool->output_max + 16 * 1024, sjob_free);
   s_parse_args(job, call->input);
-  rc = uv_queue_work(tool->loop, &job->req, sjob_work, sjob_after);
+  rc = al__tooljob_queue(&job->j, tool->loop, sjob_work);
   if (rc != 0) {
-    sjob_free(job);
-    return rc;
+    sjob_free(&job->j);
   }
-  call->tool_data = job;
-  return 0;
-}
-
-static void stool_cancel(al_tool_call_t *call) {
-  sjob_t *job = call->tool_data;
-
-  if (job == NULL) {
-    return;
-  }
-  atomic_store(&job->cancelled, 1);
-  uv_cancel((uv_req_t *)&job->req);
+  return rc;
 }
 
 static bool s_safe(const al_tool_impl_t *impl, const json_t *input) {
@@ -918,7 +879,7 @@ static int stool_new(skind_t kind, const char *name,
   t->impl.name = name;
   t->impl.is_concurrency_safe = s_safe;
   t->impl.start = stool_start;
-  t->impl.cancel = stool_cancel;
+  t->impl.cancel = al__tooljob_cancel;
   *out = &t->impl;
   return 0;
 }
