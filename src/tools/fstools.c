@@ -42,14 +42,7 @@ typedef enum {
 typedef struct fstool_s {
   al_tool_impl_t impl;
   kind_t kind;
-  uv_loop_t *loop;
-  al_pathpolicy_t policy;
-  size_t output_max;
-  size_t display_max;
-  size_t list_max;
-  size_t scan_max;        /* read_file: bytes counted past what is kept */
-  size_t edit_max;        /* edit_file: largest file it reads */
-  uint64_t time_limit_ms; /* per call; 0: none */
+  al_fstool_conf_t c;
 } fstool_t;
 
 typedef struct job_s {
@@ -122,7 +115,7 @@ static void finalize(job_t *job) {
   size_t total;
   size_t shown;
   size_t cut;
-  size_t limit = job->tool->display_max;
+  size_t limit = job->tool->c.display_max;
   int rc;
 
   al_text_clean_t st;
@@ -190,14 +183,14 @@ static void finalize(job_t *job) {
 /* ---- read_file ----------------------------------------------------------- */
 
 static bool over_time(job_t *job) {
-  return job->tool->time_limit_ms > 0 &&
-         uv_hrtime() - job->j.t0 > job->tool->time_limit_ms * 1000000ull;
+  return job->tool->c.time_limit_ms > 0 &&
+         uv_hrtime() - job->j.t0 > job->tool->c.time_limit_ms * 1000000ull;
 }
 
 static void fail_time(job_t *job, const char *what) {
   char num[32];
 
-  snprintf(num, sizeof(num), "%.3g", job->tool->time_limit_ms / 1000.0);
+  snprintf(num, sizeof(num), "%.3g", job->tool->c.time_limit_ms / 1000.0);
   job->j.is_error = true;
   al_buf_reset(&job->j.raw);
   job->j.extra_chars = 0;
@@ -211,7 +204,7 @@ static void fail_time(job_t *job, const char *what) {
 /* Appends one byte of the selection, with the line number first when the
  * reply is numbered; past output_max it is only counted. */
 static int keep_byte(job_t *job, char c, long line, bool at_line_start) {
-  if (job->j.raw.len >= job->tool->output_max) {
+  if (job->j.raw.len >= job->tool->c.output_max) {
     job->j.extra_chars += ((unsigned char)c & 0xC0) != 0x80;
     return 0;
   }
@@ -239,7 +232,7 @@ static void do_read(job_t *job) {
   uint64_t scanned = 0; /* bytes read past what is kept */
 
   al_buf_init(&err, 4096);
-  rc = al__pathpolicy_resolve(&job->tool->policy, job->path,
+  rc = al__pathpolicy_resolve(&job->tool->c.policy, job->path,
                               AL_PATH_EXISTING, &rp, &err);
   if (rc != 0) {
     fail_buf(job, &err);
@@ -249,7 +242,7 @@ static void do_read(job_t *job) {
   if (al__fstools_test_between != NULL) {
     al__fstools_test_between(rp.real);
   }
-  fd = al__pathpolicy_open(&job->tool->policy, rp.real, O_RDONLY | O_NONBLOCK,
+  fd = al__pathpolicy_open(&job->tool->c.policy, rp.real, O_RDONLY | O_NONBLOCK,
                            0, &err);
   al_free(rp.real);
   if (fd < 0) {
@@ -286,10 +279,10 @@ static void do_read(job_t *job) {
       fail(job, "%s", "read_file: cancelled");
       goto out_close;
     }
-    if (job->j.raw.len >= job->tool->output_max) {
+    if (job->j.raw.len >= job->tool->c.output_max) {
       /* Past what is kept only a bounded scan counts the rest, so a huge
        * file costs what is shown plus scan_max, not its size. */
-      if (scanned >= job->tool->scan_max) {
+      if (scanned >= job->tool->c.scan_max) {
         job->inexact = true;
         break;
       }
@@ -314,7 +307,7 @@ static void do_read(job_t *job) {
       break;
     }
     any = true;
-    if (job->j.raw.len >= job->tool->output_max) {
+    if (job->j.raw.len >= job->tool->c.output_max) {
       scanned += (uint64_t)n;
     }
     for (i = 0; i < n; i++) {
@@ -368,7 +361,7 @@ static void do_write(job_t *job) {
   size_t done = 0;
 
   al_buf_init(&err, 4096);
-  rc = al__pathpolicy_resolve(&job->tool->policy, job->path, AL_PATH_CREATE,
+  rc = al__pathpolicy_resolve(&job->tool->c.policy, job->path, AL_PATH_CREATE,
                               &rp, &err);
   if (rc != 0) {
     fail_buf(job, &err);
@@ -378,7 +371,7 @@ static void do_write(job_t *job) {
   if (al__fstools_test_between != NULL) {
     al__fstools_test_between(rp.real);
   }
-  fd = al__pathpolicy_open(&job->tool->policy, rp.real,
+  fd = al__pathpolicy_open(&job->tool->c.policy, rp.real,
                            O_WRONLY | O_CREAT | O_NONBLOCK, 0644, &err);
   al_free(rp.real);
   if (fd < 0) {
@@ -632,10 +625,10 @@ static void do_edit(job_t *job) {
   int fd;
   int rc;
 
-  al_buf_init(&old, job->tool->edit_max + 1);
+  al_buf_init(&old, job->tool->c.edit_max + 1);
   al_buf_init(&neu, SIZE_MAX / 4);
   al_buf_init(&err, 4096);
-  rc = al__pathpolicy_resolve(&job->tool->policy, job->path, AL_PATH_CREATE,
+  rc = al__pathpolicy_resolve(&job->tool->c.policy, job->path, AL_PATH_CREATE,
                               &rp, &err);
   if (rc != 0) {
     fail_buf(job, &err);
@@ -643,7 +636,7 @@ static void do_edit(job_t *job) {
   }
   /* O_CREAT only to make a new file: an existing one is opened as is, so
    * the read, the match and the write all use this one descriptor. */
-  fd = al__pathpolicy_open(&job->tool->policy, rp.real,
+  fd = al__pathpolicy_open(&job->tool->c.policy, rp.real,
                            O_RDWR | O_NONBLOCK |
                                (job->old_len == 0 ? O_CREAT : 0),
                            0644, &err);
@@ -681,11 +674,11 @@ static void do_edit(job_t *job) {
          job->path);
     goto out_close;
   }
-  rc = read_all(job, fd, &old, job->tool->edit_max);
+  rc = read_all(job, fd, &old, job->tool->c.edit_max);
   if (rc == AL_ETOOBIG) {
     char num[32];
 
-    snprintf(num, sizeof(num), "%zu", job->tool->edit_max);
+    snprintf(num, sizeof(num), "%zu", job->tool->c.edit_max);
     fail(job, "edit_file: '%s' is larger than %s bytes", job->path);
     al_buf_printf(&job->j.raw, " (edit_max: %s); use write_file", num);
     goto out_close;
@@ -835,14 +828,14 @@ static void do_list(job_t *job) {
   size_t i;
 
   al_buf_init(&err, 4096);
-  rc = al__pathpolicy_resolve(&job->tool->policy, job->path,
+  rc = al__pathpolicy_resolve(&job->tool->c.policy, job->path,
                               AL_PATH_EXISTING, &rp, &err);
   if (rc != 0) {
     fail_buf(job, &err);
     al_buf_free(&err);
     return;
   }
-  rc = al__pathpolicy_open(&job->tool->policy, rp.real,
+  rc = al__pathpolicy_open(&job->tool->c.policy, rp.real,
                            O_RDONLY | O_DIRECTORY, 0, &err);
   al_free(rp.real);
   if (rc == UV_ENOTDIR) {
@@ -918,7 +911,7 @@ static void do_list(job_t *job) {
   if (n > 1) {
     qsort(names, n, sizeof(*names), cmp_names);
   }
-  for (i = 0; i < n && i < job->tool->list_max; i++) {
+  for (i = 0; i < n && i < job->tool->c.list_max; i++) {
     if (al_buf_append_str(&job->j.raw, names[i]) != 0 ||
         al_buf_append(&job->j.raw, "\n", 1) != 0) {
       fail(job, "%s", "list_directory: out of memory");
@@ -1103,13 +1096,13 @@ static int fstool_start(al_tool_call_t *call) {
   job->tool = tool;
   job->offset = 1;
   /* The kept output, plus room for error texts naming long paths. */
-  raw_max = tool->output_max + 16 * 1024;
+  raw_max = tool->c.output_max + 16 * 1024;
   if (tool->kind == KIND_DONE || tool->kind == KIND_LIST) {
     raw_max = SIZE_MAX / 4;
   }
   al__tooljob_init(&job->j, call, tool->impl.name, raw_max, job_free);
   parse_args(job, call->input);
-  rc = al__tooljob_queue(&job->j, tool->loop, job_work);
+  rc = al__tooljob_queue(&job->j, tool->c.loop, job_work);
   if (rc != 0) {
     job_free(&job->j);
   }
@@ -1127,28 +1120,14 @@ static int fstool_new(kind_t kind, const char *name,
   int rc;
 
   *out = NULL;
-  if (opts == NULL || opts->loop == NULL || opts->workspace == NULL) {
-    return AL_EINVAL;
-  }
   t = al_calloc(1, sizeof(*t));
   if (t == NULL) {
     return AL_ENOMEM;
   }
   t->kind = kind;
-  t->loop = opts->loop;
-  t->output_max =
-      opts->output_max ? opts->output_max : AL_FSTOOLS_DEFAULT_OUTPUT_MAX;
-  t->display_max =
-      opts->display_max ? opts->display_max : AL_FSTOOLS_DEFAULT_DISPLAY_MAX;
-  t->list_max = opts->list_max ? opts->list_max : AL_FSTOOLS_DEFAULT_LIST_MAX;
-  t->scan_max = opts->scan_max ? opts->scan_max : AL_FSTOOLS_DEFAULT_SCAN_MAX;
-  t->time_limit_ms = opts->time_limit_ms;
-  t->edit_max = opts->edit_max ? opts->edit_max : AL_FSTOOLS_DEFAULT_EDIT_MAX;
-  al__pathpolicy_init(&t->policy);
-  rc = al__pathpolicy_set(&t->policy, opts->workspace, opts->allowed_paths,
-                          opts->n_allowed_paths, opts->denied_paths,
-                          opts->n_denied_paths);
+  rc = al__fstool_conf_init(&t->c, opts);
   if (rc != 0) {
+    al__fstool_conf_free(&t->c);
     al_free(t);
     return rc;
   }
@@ -1192,6 +1171,6 @@ void al__fstool_free(al_tool_impl_t *impl) {
     return;
   }
   t = AL_CONTAINER_OF(impl, fstool_t, impl);
-  al__pathpolicy_free(&t->policy);
+  al__fstool_conf_free(&t->c);
   al_free(t);
 }

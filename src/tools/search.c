@@ -60,13 +60,8 @@ typedef enum { OUT_CONTENT = 0, OUT_FILES, OUT_COUNT } outmode_t;
 typedef struct stool_s {
   al_tool_impl_t impl;
   skind_t kind;
-  uv_loop_t *loop;
-  al_pathpolicy_t policy;
+  al_fstool_conf_t c;
   char *ws; /* the workspace's real path, for relative output */
-  size_t output_max;
-  size_t display_max;
-  size_t list_max;
-  uint64_t time_limit_ms;
 } stool_t;
 
 /* One .gitignore pattern. */
@@ -120,8 +115,8 @@ static void s_fail(sjob_t *job, const char *fmt, const char *arg) {
 
 /* Appends to the result: kept up to output_max bytes, counted past it. */
 static void emit(sjob_t *job, const char *s, size_t n) {
-  size_t room = job->j.raw.len < job->tool->output_max
-                    ? job->tool->output_max - job->j.raw.len
+  size_t room = job->j.raw.len < job->tool->c.output_max
+                    ? job->tool->c.output_max - job->j.raw.len
                     : 0;
   size_t keep = AL_MIN(room, n);
   size_t i;
@@ -137,8 +132,8 @@ static void emit(sjob_t *job, const char *s, size_t n) {
 static void emit_str(sjob_t *job, const char *s) { emit(job, s, strlen(s)); }
 
 static bool s_over_time(sjob_t *job) {
-  return job->tool->time_limit_ms > 0 &&
-         uv_hrtime() - job->j.t0 > job->tool->time_limit_ms * 1000000ull;
+  return job->tool->c.time_limit_ms > 0 &&
+         uv_hrtime() - job->j.t0 > job->tool->c.time_limit_ms * 1000000ull;
 }
 
 /* ---- glob matching --------------------------------------------------------- */
@@ -478,7 +473,7 @@ static void visit_file(sjob_t *job, int dirfd, const char *nm,
       al_buf_t name;
 
       job->n_found++;
-      if (job->n_found <= job->tool->list_max) {
+      if (job->n_found <= job->tool->c.list_max) {
         al_buf_init(&name, 8192);
         shown_path(job, rel, &name);
         emit(job, name.data, name.len);
@@ -572,7 +567,7 @@ static void walk(sjob_t *job, int dfd, const char *rel, int depth) {
     /* Denied paths are not searched, nor named. */
     al_buf_reset(&abs);
     if (al_buf_printf(&abs, "%s/%s", job->root_real, sub.data) != 0 ||
-        al__pathpolicy_check(&job->tool->policy, abs.data, NULL) != 0) {
+        al__pathpolicy_check(&job->tool->c.policy, abs.data, NULL) != 0) {
       continue;
     }
     if (ignored(job, sub.data, S_ISDIR(st.st_mode))) {
@@ -610,7 +605,7 @@ static void do_search(sjob_t *job) {
   int rc;
 
   al_buf_init(&err, 4096);
-  rc = al__pathpolicy_resolve(&job->tool->policy,
+  rc = al__pathpolicy_resolve(&job->tool->c.policy,
                               job->path != NULL ? job->path : ".",
                               AL_PATH_EXISTING, &rp, &err);
   if (rc != 0) {
@@ -618,11 +613,11 @@ static void do_search(sjob_t *job) {
     al_buf_free(&err);
     return;
   }
-  fd = al__pathpolicy_open(&job->tool->policy, rp.real,
+  fd = al__pathpolicy_open(&job->tool->c.policy, rp.real,
                            O_RDONLY | O_DIRECTORY, 0, &err);
   if (fd == UV_ENOTDIR && job->tool->kind == S_GREP) {
     /* grep on one file. */
-    fd = al__pathpolicy_open(&job->tool->policy, rp.real,
+    fd = al__pathpolicy_open(&job->tool->c.policy, rp.real,
                              O_RDONLY | O_NONBLOCK, 0, &err);
     if (fd >= 0) {
       char *slash = strrchr(rp.real, '/');
@@ -676,7 +671,7 @@ static void finish(sjob_t *job) {
     rc = al__utf8_sanitize_append(&clean, job->j.raw.data, job->j.raw.len);
   }
   cut = al__tool_display_cut(clean.len ? clean.data : "", clean.len,
-                             job->j.extra_chars, job->tool->display_max,
+                             job->j.extra_chars, job->tool->c.display_max,
                              &shown, &total);
   rc |= al_buf_append(&job->j.out, clean.len ? clean.data : "", cut);
   if (shown < total) {
@@ -685,10 +680,10 @@ static void finish(sjob_t *job) {
                                      job->tool->impl.name);
   }
   if (!job->j.is_error && job->tool->kind == S_GLOB &&
-      job->n_found > job->tool->list_max) {
+      job->n_found > job->tool->c.list_max) {
     rc |= al_buf_printf(&job->j.out,
                         "\n[LIST TRUNCATED: showing %zu of %zu entries]",
-                        job->tool->list_max, job->n_found);
+                        job->tool->c.list_max, job->n_found);
   }
   if (!job->j.is_error && job->stopped != NULL) {
     rc |= al_buf_printf(&job->j.out, "\n[SEARCH STOPPED EARLY: %s]",
@@ -828,9 +823,9 @@ static int stool_start(al_tool_call_t *call) {
   }
   job->tool = tool;
   al__tooljob_init(&job->j, call, tool->impl.name,
-                   tool->output_max + 16 * 1024, sjob_free);
+                   tool->c.output_max + 16 * 1024, sjob_free);
   s_parse_args(job, call->input);
-  rc = al__tooljob_queue(&job->j, tool->loop, sjob_work);
+  rc = al__tooljob_queue(&job->j, tool->c.loop, sjob_work);
   if (rc != 0) {
     sjob_free(&job->j);
   }
@@ -847,32 +842,20 @@ static int stool_new(skind_t kind, const char *name,
   int rc;
 
   *out = NULL;
-  if (opts == NULL || opts->loop == NULL || opts->workspace == NULL) {
-    return AL_EINVAL;
-  }
   t = al_calloc(1, sizeof(*t));
   if (t == NULL) {
     return AL_ENOMEM;
   }
   t->kind = kind;
-  t->loop = opts->loop;
-  t->output_max =
-      opts->output_max ? opts->output_max : AL_FSTOOLS_DEFAULT_OUTPUT_MAX;
-  t->display_max =
-      opts->display_max ? opts->display_max : AL_FSTOOLS_DEFAULT_DISPLAY_MAX;
-  t->list_max = opts->list_max ? opts->list_max : AL_FSTOOLS_DEFAULT_LIST_MAX;
-  t->time_limit_ms = opts->time_limit_ms;
-  al__pathpolicy_init(&t->policy);
-  rc = al__pathpolicy_set(&t->policy, opts->workspace, opts->allowed_paths,
-                          opts->n_allowed_paths, opts->denied_paths,
-                          opts->n_denied_paths);
+  rc = al__fstool_conf_init(&t->c, opts);
   if (rc != 0) {
+    al__fstool_conf_free(&t->c);
     al_free(t);
     return rc;
   }
-  t->ws = al_strdup(t->policy.root);
+  t->ws = al_strdup(t->c.policy.root);
   if (t->ws == NULL) {
-    al__pathpolicy_free(&t->policy);
+    al__fstool_conf_free(&t->c);
     al_free(t);
     return AL_ENOMEM;
   }
@@ -899,7 +882,7 @@ void al__search_tool_free(al_tool_impl_t *impl) {
     return;
   }
   t = AL_CONTAINER_OF(impl, stool_t, impl);
-  al__pathpolicy_free(&t->policy);
+  al__fstool_conf_free(&t->c);
   al_free(t->ws);
   al_free(t);
 }

@@ -67,3 +67,28 @@ void al__tooljob_release(al_tooljob_t *j) {
   al_buf_free(&j->raw);
   al_buf_free(&j->out);
 }
+
+int al__fstool_conf_init(al_fstool_conf_t *c,
+                         const al_fstools_options_t *opts) {
+  memset(c, 0, sizeof(*c));
+  if (opts == NULL || opts->loop == NULL || opts->workspace == NULL) {
+    return AL_EINVAL;
+  }
+  c->loop = opts->loop;
+  c->output_max =
+      opts->output_max ? opts->output_max : AL_FSTOOLS_DEFAULT_OUTPUT_MAX;
+  c->display_max =
+      opts->display_max ? opts->display_max : AL_FSTOOLS_DEFAULT_DISPLAY_MAX;
+  c->list_max = opts->list_max ? opts->list_max : AL_FSTOOLS_DEFAULT_LIST_MAX;
+  c->scan_max = opts->scan_max ? opts->scan_max : AL_FSTOOLS_DEFAULT_SCAN_MAX;
+  c->edit_max = opts->edit_max ? opts->edit_max : AL_FSTOOLS_DEFAULT_EDIT_MAX;
+  c->time_limit_ms = opts->time_limit_ms;
+  al__pathpolicy_init(&c->policy);
+  return al__pathpolicy_set(&c->policy, opts->workspace, opts->allowed_paths,
+                            opts->n_allowed_paths, opts->denied_paths,
+                            opts->n_denied_paths);
+}
+
+void al__fstool_conf_free(al_fstool_conf_t *c) {
+  al__pathpolicy_free(&c->policy);
+}

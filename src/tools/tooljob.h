@@ -32,6 +32,25 @@ struct al_tooljob_s {
   void (*free_job)(al_tooljob_t *j); /* frees the embedding job */
 };
 
+/* What every file-system tool instance holds (read_file, write_file,
+ * edit_file, list_directory, done, grep, glob), from the options, with
+ * the defaults applied. */
+typedef struct al_fstool_conf_s {
+  uv_loop_t *loop;
+  al_pathpolicy_t policy;
+  size_t output_max;
+  size_t display_max;
+  size_t list_max;
+  size_t scan_max;        /* read_file: bytes counted past what is kept */
+  size_t edit_max;        /* edit_file: largest file it reads */
+  uint64_t time_limit_ms; /* per call; 0: none */
+} al_fstool_conf_t;
+
+/* AL_EINVAL without a loop or a workspace; the path policy's errors. */
+int al__fstool_conf_init(al_fstool_conf_t *c,
+                         const al_fstools_options_t *opts);
+void al__fstool_conf_free(al_fstool_conf_t *c);
+
 /* raw keeps at most raw_max bytes. */
 void al__tooljob_init(al_tooljob_t *j, al_tool_call_t *call,
                       const char *tool, size_t raw_max,
