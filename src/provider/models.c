@@ -20,6 +20,8 @@
 
 #include <yaml.h>
 
+#include "common/yamlnode.h"
+
 #include "agentloop/models.h"
 #include "common/common.h"
 #include "provider/models_int.h"
@@ -84,49 +86,31 @@ static yaml_node_t *node(ctx_t *c, int id) {
   return yaml_document_get_node(c->doc, id);
 }
 
-static bool is_scalar(const yaml_node_t *n) {
-  return n != NULL && n->type == YAML_SCALAR_NODE;
-}
-
-static const char *scalar(const yaml_node_t *n) {
-  return (const char *)n->data.scalar.value;
-}
-
-static bool plain(const yaml_node_t *n) {
-  return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-}
-
 static bool get_string(ctx_t *c, yaml_node_t *n, const char *key, char *out,
                        size_t size) {
-  if (!is_scalar(n)) {
-    err(c, n, "'%s' must be a string", key);
-    return false;
-  }
-  if (strlen(scalar(n)) != n->data.scalar.length) {
-    err(c, n, "'%s' contains a NUL byte", key);
+  const char *why = al_yaml_string_problem(n);
+
+  if (why != NULL) {
+    err(c, n, "'%s' %s", key, why);
     return false;
   }
   if (n->data.scalar.length >= size) {
     err(c, n, "'%s' is longer than %zu bytes", key, size - 1);
     return false;
   }
-  memcpy(out, scalar(n), n->data.scalar.length + 1);
+  memcpy(out, al_yaml_scalar(n), n->data.scalar.length + 1);
   return true;
 }
 
 static bool get_bool(ctx_t *c, yaml_node_t *n, const char *key, bool *out) {
-  if (is_scalar(n) && plain(n)) {
-    if (strcmp(scalar(n), "true") == 0) {
-      *out = true;
-      return true;
-    }
-    if (strcmp(scalar(n), "false") == 0) {
-      *out = false;
-      return true;
-    }
+  int v = al_yaml_bool(n);
+
+  if (v < 0) {
+    err(c, n, "'%s' must be true or false", key);
+    return false;
   }
-  err(c, n, "'%s' must be true or false", key);
-  return false;
+  *out = v == 1;
+  return true;
 }
 
 /* A plain scalar that is a whole finite number in [min, max]. */
@@ -135,14 +119,14 @@ static bool get_number(ctx_t *c, yaml_node_t *n, const char *key, double min,
   char *end;
   double d;
 
-  if (!is_scalar(n) || !plain(n) || n->data.scalar.length == 0) {
+  if (!al_yaml_is_scalar(n) || !al_yaml_plain(n) || n->data.scalar.length == 0) {
     err(c, n, "'%s' must be a number", key);
     return false;
   }
   errno = 0;
-  d = strtod(scalar(n), &end);
+  d = strtod(al_yaml_scalar(n), &end);
   if (*end != '\0' || errno != 0 || !isfinite(d)) {
-    err(c, n, "'%s' must be a number, not '%s'", key, scalar(n));
+    err(c, n, "'%s' must be a number, not '%s'", key, al_yaml_scalar(n));
     return false;
   }
   if (d < min || d > max) {
@@ -173,21 +157,21 @@ static bool each_pair(ctx_t *c, yaml_node_t *m, const char *what,
   for (p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
     yaml_node_t *k = node(c, p->key);
 
-    if (!is_scalar(k)) {
+    if (!al_yaml_is_scalar(k)) {
       err(c, k, "keys of %s must be strings", what);
       return false;
     }
     for (q = m->data.mapping.pairs.start; q < p; q++) {
       yaml_node_t *qk = node(c, q->key);
 
-      if (is_scalar(qk) && strcmp(scalar(qk), scalar(k)) == 0) {
-        err(c, k, "duplicate key '%s'", scalar(k));
+      if (al_yaml_is_scalar(qk) && strcmp(al_yaml_scalar(qk), al_yaml_scalar(k)) == 0) {
+        err(c, k, "duplicate key '%s'", al_yaml_scalar(k));
         return false;
       }
     }
-    if (!field(c, e, scalar(k), node(c, p->value))) {
+    if (!field(c, e, al_yaml_scalar(k), node(c, p->value))) {
       if (c->error == NULL) {
-        err(c, k, "unknown key '%s' in %s", scalar(k), what);
+        err(c, k, "unknown key '%s' in %s", al_yaml_scalar(k), what);
       }
       return false;
     }
@@ -344,9 +328,9 @@ static bool parse_text(ctx_t *c, const char *yaml, size_t len) {
        p++) {
     yaml_node_t *k = node(c, p->key);
 
-    if (!is_scalar(k) || strcmp(scalar(k), "models") != 0) {
+    if (!al_yaml_is_scalar(k) || strcmp(al_yaml_scalar(k), "models") != 0) {
       err(c, k, "unknown top-level key '%s' (expected 'models')",
-          is_scalar(k) ? scalar(k) : "?");
+          al_yaml_is_scalar(k) ? al_yaml_scalar(k) : "?");
       goto out;
     }
     if (list != NULL) {

@@ -17,6 +17,8 @@
 
 #include <yaml.h>
 
+#include "common/yamlnode.h"
+
 #include "sandbox/sandbox.h"
 #include "tools/clitool.h"
 
@@ -127,33 +129,20 @@ static yaml_node_t *node(ctx_t *c, int id) {
   return yaml_document_get_node(c->doc, id);
 }
 
-static bool is_scalar(const yaml_node_t *n) {
-  return n != NULL && n->type == YAML_SCALAR_NODE;
-}
-
-static const char *scalar(const yaml_node_t *n) {
-  return (const char *)n->data.scalar.value;
-}
-
-/* A scalar written without quotes (so `true`, `12` are not strings). */
-static bool plain(const yaml_node_t *n) {
-  return n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-}
-
 /* A key that appeared earlier in the same mapping: YAML says keys are
  * unique, and a second value would silently replace (or leak) the first. */
 static bool dup_key(ctx_t *c, yaml_node_t *m, yaml_node_pair_t *pr) {
   yaml_node_t *k = node(c, pr->key);
   yaml_node_pair_t *q;
 
-  if (!is_scalar(k)) {
+  if (!al_yaml_is_scalar(k)) {
     return false;
   }
   for (q = m->data.mapping.pairs.start; q < pr; q++) {
     yaml_node_t *qk = node(c, q->key);
 
-    if (is_scalar(qk) && strcmp(scalar(qk), scalar(k)) == 0) {
-      err(c, k, "duplicate key '%s'", scalar(k));
+    if (al_yaml_is_scalar(qk) && strcmp(al_yaml_scalar(qk), al_yaml_scalar(k)) == 0) {
+      err(c, k, "duplicate key '%s'", al_yaml_scalar(k));
       return true;
     }
   }
@@ -161,15 +150,13 @@ static bool dup_key(ctx_t *c, yaml_node_t *m, yaml_node_pair_t *pr) {
 }
 
 static bool get_string(ctx_t *c, yaml_node_t *n, const char *key, char **out) {
-  if (!is_scalar(n)) {
-    err(c, n, "'%s' must be a string", key);
+  const char *why = al_yaml_string_problem(n);
+
+  if (why != NULL) {
+    err(c, n, "'%s' %s", key, why);
     return false;
   }
-  if (strlen(scalar(n)) != n->data.scalar.length) {
-    err(c, n, "'%s' contains a NUL byte", key);
-    return false;
-  }
-  *out = al_strdup(scalar(n));
+  *out = al_strdup(al_yaml_scalar(n));
   if (*out == NULL) {
     err(c, n, "out of memory");
     return false;
@@ -178,23 +165,18 @@ static bool get_string(ctx_t *c, yaml_node_t *n, const char *key, char **out) {
 }
 
 static bool get_bool(ctx_t *c, yaml_node_t *n, const char *key, bool *out) {
-  const char *s;
+  int v = al_yaml_bool(n);
 
-  if (!is_scalar(n) || !plain(n)) {
+  if (v < 0 && al_yaml_is_scalar(n) && al_yaml_plain(n)) {
+    err(c, n, "'%s' must be true or false, not '%s'", key, al_yaml_scalar(n));
+    return false;
+  }
+  if (v < 0) {
     err(c, n, "'%s' must be true or false", key);
     return false;
   }
-  s = scalar(n);
-  if (strcmp(s, "true") == 0) {
-    *out = true;
-    return true;
-  }
-  if (strcmp(s, "false") == 0) {
-    *out = false;
-    return true;
-  }
-  err(c, n, "'%s' must be true or false, not '%s'", key, s);
-  return false;
+  *out = v == 1;
+  return true;
 }
 
 static bool get_number(ctx_t *c, yaml_node_t *n, const char *key,
@@ -202,14 +184,14 @@ static bool get_number(ctx_t *c, yaml_node_t *n, const char *key,
   char *end;
   double v;
 
-  if (!is_scalar(n) || !plain(n) || scalar(n)[0] == '\0') {
+  if (!al_yaml_is_scalar(n) || !al_yaml_plain(n) || al_yaml_scalar(n)[0] == '\0') {
     err(c, n, "'%s' must be a number", key);
     return false;
   }
   errno = 0;
-  v = strtod(scalar(n), &end);
+  v = strtod(al_yaml_scalar(n), &end);
   if (*end != '\0' || errno != 0 || !isfinite(v)) {
-    err(c, n, "'%s' must be a number, not '%s'", key, scalar(n));
+    err(c, n, "'%s' must be a number, not '%s'", key, al_yaml_scalar(n));
     return false;
   }
   *out = v;
@@ -265,7 +247,7 @@ static bool get_strv(ctx_t *c, yaml_node_t *n, const char *key, char ***out) {
        it++) {
     yaml_node_t *e = node(c, *it);
 
-    if (!is_scalar(e)) {
+    if (!al_yaml_is_scalar(e)) {
       err(c, e, "every element of '%s' must be a string", key);
       strv_free(v);
       return false;
@@ -486,16 +468,16 @@ static bool load_param(ctx_t *c, al_cli_param_t *p, yaml_node_t *kn,
     const char *key;
     double num;
 
-    if (!is_scalar(k)) {
+    if (!al_yaml_is_scalar(k)) {
       err(c, k, "parameter keys must be strings");
       return false;
     }
     if (dup_key(c, vn, pr)) {
       return false;
     }
-    key = scalar(k);
+    key = al_yaml_scalar(k);
     if (strcmp(key, "type") == 0) {
-      const char *t = is_scalar(v) ? scalar(v) : "";
+      const char *t = al_yaml_is_scalar(v) ? al_yaml_scalar(v) : "";
 
       has_type = true;
       if (strcmp(t, "string") == 0) {
@@ -612,7 +594,7 @@ static yaml_node_t *map_get(ctx_t *c, yaml_node_t *m, const char *key) {
        pr++) {
     yaml_node_t *k = node(c, pr->key);
 
-    if (is_scalar(k) && strcmp(scalar(k), key) == 0) {
+    if (al_yaml_is_scalar(k) && strcmp(al_yaml_scalar(k), key) == 0) {
       return node(c, pr->value);
     }
   }
@@ -645,7 +627,7 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
     yaml_node_t *k = node(c, pr->key);
     bool known = false;
 
-    if (!is_scalar(k)) {
+    if (!al_yaml_is_scalar(k)) {
       err(c, k, "tool keys must be strings");
       return false;
     }
@@ -653,10 +635,10 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
       return false;
     }
     for (i = 0; k_tool_keys[i] != NULL; i++) {
-      known = known || strcmp(scalar(k), k_tool_keys[i]) == 0;
+      known = known || strcmp(al_yaml_scalar(k), k_tool_keys[i]) == 0;
     }
     if (!known) {
-      err(c, k, "unknown key '%s'", scalar(k));
+      err(c, k, "unknown key '%s'", al_yaml_scalar(k));
       return false;
     }
   }
@@ -702,7 +684,7 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
   }
   d->category = AL_TOOL_WRITE;
   if ((v = map_get(c, m, "category")) != NULL) {
-    const char *s = is_scalar(v) ? scalar(v) : "";
+    const char *s = al_yaml_is_scalar(v) ? al_yaml_scalar(v) : "";
 
     if (strcmp(s, "read") == 0) {
       d->category = AL_TOOL_READ;
@@ -775,8 +757,8 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
          pr++) {
       yaml_node_t *pk = node(c, pr->key);
 
-      if (is_scalar(pk) && find_param(d, scalar(pk), strlen(scalar(pk)))) {
-        err(c, pk, "parameter '%s' is declared twice", scalar(pk));
+      if (al_yaml_is_scalar(pk) && find_param(d, al_yaml_scalar(pk), strlen(al_yaml_scalar(pk)))) {
+        err(c, pk, "parameter '%s' is declared twice", al_yaml_scalar(pk));
         return false;
       }
       if (!load_param(c, &d->params[d->n_params++], pk,
@@ -891,19 +873,19 @@ static bool load_tool_fields(ctx_t *c, al_cli_def_t *d, yaml_node_t *m) {
       if (dup_key(c, v, pr)) {
         return false;
       }
-      if (!is_scalar(ek) || !env_name_ok(scalar(ek))) {
+      if (!al_yaml_is_scalar(ek) || !env_name_ok(al_yaml_scalar(ek))) {
         err(c, ek,
             "tool '%s': env name '%s' is not allowed (a shell variable name, "
             "not LD_*, BASH_ENV, ENV, PROMPT_COMMAND, IFS)",
-            d->name, is_scalar(ek) ? scalar(ek) : "?");
+            d->name, al_yaml_is_scalar(ek) ? al_yaml_scalar(ek) : "?");
         return false;
       }
-      if (!is_scalar(ev)) {
+      if (!al_yaml_is_scalar(ev)) {
         err(c, ev, "tool '%s': env %s must be a string", d->name,
-            scalar(ek));
+            al_yaml_scalar(ek));
         return false;
       }
-      d->env[n] = expand_env(c, ev, scalar(ek), scalar(ev));
+      d->env[n] = expand_env(c, ev, al_yaml_scalar(ek), al_yaml_scalar(ev));
       if (d->env[n] == NULL) {
         return false;
       }
@@ -987,10 +969,10 @@ int al__cli_load_string(al_cli_set_t *set, const char *name,
          pr < root->data.mapping.pairs.top; pr++) {
       yaml_node_t *k = node(&c, pr->key);
 
-      if (!is_scalar(k) || strcmp(scalar(k), "tools") != 0) {
+      if (!al_yaml_is_scalar(k) || strcmp(al_yaml_scalar(k), "tools") != 0) {
         c.failed = false;
         err(&c, k, "unknown top-level key '%s' (expected 'tools:')",
-            is_scalar(k) ? scalar(k) : "?");
+            al_yaml_is_scalar(k) ? al_yaml_scalar(k) : "?");
       }
     }
     if (tl->type != YAML_SEQUENCE_NODE) {
