@@ -337,32 +337,39 @@ typedef struct {
   uint64_t events, bytes;
 } tp_t;
 
+/* One run of the bare-socket floor reader into fl: 0, or -1 when it
+ * failed or saw a different number of events than were sent. */
+static int floor_once(const opts_t *op, const bu_srv_t *s, tp_t *fl) {
+  bu_floor_t *f = calloc(1, sizeof(*f));
+  double sc = bu_srv_cpu_s(s);
+
+  if (f == NULL || run_floor(s, NULL, f) != 0) {
+    free(f);
+    return -1;
+  }
+  fl->srv_cpu_s = bu_srv_cpu_s(s) - sc;
+  fl->wall_s = (double)(f->t_end - f->t0) / 1e9;
+  fl->cpu_s = f->cpu_end - f->cpu0;
+  fl->events = f->events;
+  fl->bytes = f->bytes;
+  free(f);
+  if (fl->events != op->events) {
+    fprintf(stderr, "bench: the floor reader saw %llu of %zu events\n",
+            (unsigned long long)fl->events, op->events);
+    return -1;
+  }
+  return 0;
+}
+
 static int throughput_pair(const opts_t *op, const bu_srv_t *s, tp_t *fl,
                            tp_t *ag, bool with_floor) {
-  bu_floor_t *f = NULL;
   one_t o;
   double sc;
 
   memset(fl, 0, sizeof(*fl));
   memset(ag, 0, sizeof(*ag));
-  if (with_floor) {
-    f = calloc(1, sizeof(*f));
-    sc = bu_srv_cpu_s(s);
-    if (run_floor(s, NULL, f) != 0) {
-      free(f);
-      return -1;
-    }
-    fl->srv_cpu_s = bu_srv_cpu_s(s) - sc;
-    fl->wall_s = (double)(f->t_end - f->t0) / 1e9;
-    fl->cpu_s = f->cpu_end - f->cpu0;
-    fl->events = f->events;
-    fl->bytes = f->bytes;
-    free(f);
-    if (fl->events != op->events) {
-      fprintf(stderr, "bench: the floor reader saw %llu of %zu events\n",
-              (unsigned long long)fl->events, op->events);
-      return -1;
-    }
+  if (with_floor && floor_once(op, s, fl) != 0) {
+    return -1;
   }
   sc = bu_srv_cpu_s(s);
   if (run_one(op, s, NULL, &o) != 0) {
@@ -413,26 +420,8 @@ static int tp_once(const opts_t *op, const bu_srv_t *s, tp_t *fl, tp_t *ag) {
 
   if (fl != NULL) {
     /* The floor alone (throughput_pair always runs an agent after it). */
-    bu_floor_t *f = calloc(1, sizeof(*f));
-    double sc = bu_srv_cpu_s(s);
-
     memset(fl, 0, sizeof(*fl));
-    if (f == NULL || run_floor(s, NULL, f) != 0) {
-      free(f);
-      return -1;
-    }
-    fl->srv_cpu_s = bu_srv_cpu_s(s) - sc;
-    fl->wall_s = (double)(f->t_end - f->t0) / 1e9;
-    fl->cpu_s = f->cpu_end - f->cpu0;
-    fl->events = f->events;
-    fl->bytes = f->bytes;
-    free(f);
-    if (fl->events != op->events) {
-      fprintf(stderr, "bench: the floor reader saw %llu of %zu events\n",
-              (unsigned long long)fl->events, op->events);
-      return -1;
-    }
-    return 0;
+    return floor_once(op, s, fl);
   }
   return throughput_pair(op, s, &x, ag, false);
 }
