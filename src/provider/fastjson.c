@@ -1100,6 +1100,228 @@ int al__fj_parse_delta(const char *data, size_t len, al_buf_t *scratch,
   return 1;
 }
 
+/* ---- the OpenAI chunk fast path ------------------------------------------- */
+
+/* An OpenAI-style stream is one chunk per token,
+ *   {"id":..,"object":"chat.completion.chunk","created":N,"model":..,
+ *    "choices":[{"index":0,"delta":{"content":"..."},"finish_reason":null,
+ *    ...}], ...}
+ * and a jansson DOM of it costs several microseconds. The scanner below
+ * accepts exactly this shape -- one nested path (choices, one element,
+ * its delta), every other value a scalar, no duplicate or escaped keys --
+ * and hands the caller the scalars as raw slices, so the decoder can check
+ * that applying the chunk would change nothing but the content (openai.c
+ * decides that; anything else goes to jansson). */
+
+typedef struct {
+  al_fj_member_t *m;
+  size_t max;
+  size_t n;
+} members_t;
+
+/* Records a scalar member; p at its value. NULL when it is not a scalar,
+ * the object has too many members, or the key repeats. */
+static const char *put_member(members_t *ms, const raw_str_t *key,
+                              const char *p, const char *end) {
+  al_fj_member_t *m;
+  raw_str_t rs;
+  size_t i;
+
+  for (i = 0; i < ms->n; i++) {
+    if (ms->m[i].klen == key->len &&
+        memcmp(ms->m[i].key, key->s, key->len) == 0) {
+      return NULL; /* jansson keeps the last: not ours to decide */
+    }
+  }
+  if (ms->n == ms->max || p >= end) {
+    return NULL;
+  }
+  m = &ms->m[ms->n];
+  m->key = key->s;
+  m->klen = key->len;
+  m->escaped = false;
+  if (*p == '"') {
+    const char *q = scan_string(p, end, &rs);
+
+    if (q == NULL) {
+      return NULL;
+    }
+    m->type = 's';
+    m->val = rs.s;
+    m->vlen = rs.len;
+    m->escaped = rs.escaped;
+    ms->n++;
+    return q;
+  }
+  m->val = p;
+  if ((p = skip_scalar(p, end)) == NULL) {
+    return NULL;
+  }
+  m->vlen = (size_t)(p - m->val);
+  m->type = *m->val == 't' ? 't' : *m->val == 'f' ? 'f' : *m->val == 'n' ? 'z' : 'n';
+  ms->n++;
+  return p;
+}
+
+/* An object of scalars, except the one key `nested` (may be NULL) whose
+ * value `inner` parses; p at '{'. *seen: `nested` was there. */
+static const char *scan_object(const char *p, const char *end, members_t *ms,
+                               const char *nested, bool *seen,
+                               const char *(*inner)(const char *p,
+                                                    const char *end,
+                                                    al_fj_oai_t *out),
+                               al_fj_oai_t *out) {
+  raw_str_t key;
+
+  *seen = false;
+  p = skip_ws(p + 1, end);
+  if (p < end && *p == '}') {
+    return p + 1;
+  }
+  for (;;) {
+    if (p >= end || *p != '"' || (p = read_key(p, end, &key)) == NULL) {
+      return NULL;
+    }
+    if (nested != NULL && key.len == strlen(nested) &&
+        memcmp(key.s, nested, key.len) == 0) {
+      if (*seen || (p = inner(p, end, out)) == NULL) {
+        return NULL;
+      }
+      *seen = true;
+    } else if ((p = put_member(ms, &key, p, end)) == NULL) {
+      return NULL;
+    }
+    p = skip_ws(p, end);
+    if (p >= end) {
+      return NULL;
+    }
+    if (*p == '}') {
+      return p + 1;
+    }
+    if (*p != ',') {
+      return NULL;
+    }
+    p = skip_ws(p + 1, end);
+  }
+}
+
+static const char *oai_delta(const char *p, const char *end,
+                             al_fj_oai_t *out) {
+  members_t ms = {out->delta, AL_FJ_MAX_MEMBERS, 0};
+  bool seen;
+
+  if (p >= end || *p != '{') {
+    return NULL;
+  }
+  p = scan_object(p, end, &ms, NULL, &seen, NULL, out);
+  out->ndelta = ms.n;
+  return p;
+}
+
+static const char *oai_choices(const char *p, const char *end,
+                               al_fj_oai_t *out) {
+  members_t ms = {out->choice, AL_FJ_MAX_MEMBERS, 0};
+  bool seen;
+
+  if (p >= end || *p != '[') {
+    return NULL;
+  }
+  p = skip_ws(p + 1, end);
+  if (p >= end || *p != '{') {
+    return NULL;
+  }
+  p = scan_object(p, end, &ms, "delta", &seen, oai_delta, out);
+  if (p == NULL || !seen) {
+    return NULL;
+  }
+  out->nchoice = ms.n;
+  p = skip_ws(p, end);
+  return p < end && *p == ']' ? p + 1 : NULL; /* exactly one choice */
+}
+
+const al_fj_member_t *al__fj_member(const al_fj_member_t *m, size_t n,
+                                    const char *key) {
+  size_t klen = strlen(key);
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    if (m[i].klen == klen && memcmp(m[i].key, key, klen) == 0) {
+      return &m[i];
+    }
+  }
+  return NULL;
+}
+
+bool al__fj_member_int(const al_fj_member_t *m, int64_t *v) {
+  const char *p = m->val;
+  const char *e = m->val + m->vlen;
+  bool neg = false;
+  int64_t x = 0;
+
+  if (m->type != 'n') {
+    return false;
+  }
+  if (p < e && *p == '-') {
+    neg = true;
+    p++;
+  }
+  /* Up to 18 digits always fit; longer ones, fractions and exponents are
+   * left to jansson (which may load them as reals). */
+  if (p == e || e - p > 18) {
+    return false;
+  }
+  for (; p < e; p++) {
+    if (*p < '0' || *p > '9') {
+      return false;
+    }
+    x = x * 10 + (*p - '0');
+  }
+  *v = neg ? -x : x;
+  return true;
+}
+
+int al__fj_parse_oai_chunk(const char *data, size_t len, al_buf_t *scratch,
+                           al_fj_oai_t *out) {
+  const char *p = data;
+  const char *end = data + len;
+  members_t ms = {out->top, AL_FJ_MAX_MEMBERS, 0};
+  const al_fj_member_t *c;
+  const al_fj_member_t *idx;
+  raw_str_t rs;
+  bool seen;
+  int err;
+
+  out->ntop = out->nchoice = out->ndelta = 0;
+  p = skip_ws(p, end);
+  if (p >= end || *p != '{') {
+    return 0;
+  }
+  p = scan_object(p, end, &ms, "choices", &seen, oai_choices, out);
+  if (p == NULL || !seen || skip_ws(p, end) != end) {
+    return 0;
+  }
+  out->ntop = ms.n;
+  idx = al__fj_member(out->choice, out->nchoice, "index");
+  c = al__fj_member(out->delta, out->ndelta, "content");
+  if (idx == NULL || !al__fj_member_int(idx, &out->index) || c == NULL ||
+      c->type != 's') {
+    return 0;
+  }
+  rs.s = c->val;
+  rs.len = c->vlen;
+  rs.escaped = c->escaped;
+  if ((err = decode_string(&rs, scratch, &out->content)) != 0) {
+    return err;
+  }
+  /* A surrogate half at an end is joined across chunks by the jansson
+   * path's boundary marks: not here. */
+  if (out->content.lead_lo != 0 || out->content.trail_hi != 0) {
+    return 0;
+  }
+  out->content.kind = AL_FJ_TEXT;
+  return 1;
+}
+
 /* Extracts the hot delta from a DOM (shared by the jansson path of the
  * decoder and the reference parser). */
 int al__fj_from_dom(json_t *root, al_buf_t *scratch, al_fj_delta_t *out) {

@@ -449,6 +449,43 @@ int al__fj_parse_delta(const char *data, size_t len, al_buf_t *scratch,
  * Returns 1, 0 (not this shape / invalid JSON), or AL_ENOMEM. */
 int al__fj_parse_delta_jansson(const char *data, size_t len,
                                al_buf_t *scratch, al_fj_delta_t *out);
+/* A scalar member of a scanned object: its key and its value as raw
+ * bytes (a string's without the quotes). type: 's' string, 'n' number,
+ * 't' true, 'f' false, 'z' null. */
+typedef struct al_fj_member_s {
+  const char *key;
+  size_t klen;
+  const char *val;
+  size_t vlen;
+  char type;
+  bool escaped; /* a string with escapes (val is not its decoded text) */
+} al_fj_member_t;
+
+#define AL_FJ_MAX_MEMBERS 24
+/* An OpenAI-style chunk of the one hot shape: {..scalars..,"choices":[
+ * {..scalars..,"delta":{..scalars..}}]}; every member but choices and
+ * delta is in top/choice/delta (index and content included). */
+typedef struct al_fj_oai_s {
+  al_fj_member_t top[AL_FJ_MAX_MEMBERS];
+  al_fj_member_t choice[AL_FJ_MAX_MEMBERS];
+  al_fj_member_t delta[AL_FJ_MAX_MEMBERS];
+  size_t ntop, nchoice, ndelta;
+  int64_t index;         /* the choice's index (an integer) */
+  al_fj_delta_t content; /* delta.content decoded (a string) */
+} al_fj_oai_t;
+
+/* 1 when data is that shape with an integer choice index and a string
+ * delta.content without a surrogate half at either end (decoded into
+ * scratch when escaped); 0 otherwise (the caller uses jansson);
+ * AL_ETOOBIG/AL_ENOMEM. Like al__fj_parse_delta it validates what it
+ * accepts as jansson would. */
+int al__fj_parse_oai_chunk(const char *data, size_t len, al_buf_t *scratch,
+                           al_fj_oai_t *out);
+/* The member named key, or NULL. */
+const al_fj_member_t *al__fj_member(const al_fj_member_t *m, size_t n,
+                                    const char *key);
+/* A number member without fraction or exponent and at most 18 digits. */
+bool al__fj_member_int(const al_fj_member_t *m, int64_t *v);
 /* Parses provider JSON with JSON_ALLOW_NUL. Lone surrogate escapes, which
  * jansson rejects, are rewritten to \uFFFD first. NULL on failure (err may
  * be NULL). */

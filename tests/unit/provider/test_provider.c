@@ -582,6 +582,112 @@ TEST_IMPL(provider_openai_normalized) {
   return 0;
 }
 
+/* ---- OpenAI hot chunk ------------------------------------------------------ */
+
+#define OAI_HEAD                                                            \
+  "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","      \
+  "\"created\":1700000000,\"model\":\"gpt-x\",\"system_fingerprint\":"     \
+  "\"fp_1\",\"usage\":null,"
+
+/* One stream through al_pstream_t: the normalized text, the final
+ * chat.completion (dumped) and the fast path's hit count. */
+static void oai_run(const char *const *events, size_t n, size_t repeat,
+                    bool fast, al_buf_t *text, char **completion,
+                    uint64_t *fast_hits, long *hot_allocs) {
+  al_pstream_t s;
+  al_pstream_options_t o;
+  collect_t c;
+  json_t *comp;
+  const char *err = NULL;
+  size_t i;
+  size_t r;
+  long before = 0;
+
+  memset(&c, 0, sizeof(c));
+  al_buf_init(&c.text, 1 << 24);
+  al_pstream_options_init(&o);
+  o.on_event = collect_cb;
+  o.data = &c;
+  o.fast_path = fast;
+  ASSERT_EQ(al_pstream_init(&s, &al_provider_openai, &o), 0);
+  for (i = 0; i < n; i++) {
+    for (r = 0; r < (i == 1 ? repeat : 1); r++) {
+      if (i == 1 && r == 100) {
+        before = allocs;
+      }
+      ASSERT_EQ(al_pstream_feed(&s, events[i], strlen(events[i])), 0);
+    }
+    if (i == 1 && hot_allocs != NULL) {
+      *hot_allocs = allocs - before;
+    }
+  }
+  ASSERT_EQ(al_pstream_finish(&s), 0);
+  comp = al_pstream_openai_completion(&s, &err);
+  ASSERT_NOT_NULL(comp);
+  *completion = json_dumps(comp, JSON_SORT_KEYS | JSON_COMPACT);
+  json_decref(comp);
+  *fast_hits = s.fast_hits;
+  al_buf_append(text, c.text.data != NULL ? c.text.data : "", c.text.len);
+  al_pstream_free(&s);
+  al_buf_free(&c.text);
+}
+
+/* The steady chunk of an OpenAI-style stream (content appended to choice
+ * 0, every other member unchanged) is decoded without a DOM, allocates
+ * nothing but the growing text buffers, and gives exactly what the
+ * jansson path gives; a chunk that changes anything else is not taken. */
+TEST_IMPL(provider_openai_hot_path) {
+  static const char *const ev[] = {
+      OAI_HEAD "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+               "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}"
+               "\n\n",
+      OAI_HEAD "\"obfuscation\":\"a1\",\"choices\":[{\"index\":0,\"delta\":"
+               "{\"content\":\"tok \\u00e9\\n\"},\"logprobs\":null,"
+               "\"finish_reason\":null}]}\n\n",
+      /* Declined: the role changes. */
+      OAI_HEAD "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"tool\","
+               "\"content\":\"y\"},\"finish_reason\":null}]}\n\n",
+      /* Declined: a new model name would be assigned to the snapshot. */
+      OAI_HEAD "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},"
+               "\"finish_reason\":null}],\"model\":\"gpt-y\"}\n\n",
+      OAI_HEAD "\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
+               "\"stop\"}]}\n\n",
+      "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+      "\"created\":1700000000,\"model\":\"gpt-x\",\"choices\":[],\"usage\":"
+      "{\"prompt_tokens\":5,\"completion_tokens\":1002,\"total_tokens\":1007}}"
+      "\n\n",
+      "data: [DONE]\n\n"};
+  al_buf_t tf;
+  al_buf_t ts;
+  char *cf;
+  char *cs;
+  uint64_t hits_f;
+  uint64_t hits_s;
+  long hot = -1;
+
+  al_buf_init(&tf, 1 << 24);
+  al_buf_init(&ts, 1 << 24);
+  ASSERT_EQ(al_set_allocator(count_malloc, count_realloc, count_calloc, free),
+            0);
+  oai_run(ev, AL_ARRAY_SIZE(ev), 1100, true, &tf, &cf, &hits_f, &hot);
+  oai_run(ev, AL_ARRAY_SIZE(ev), 1100, false, &ts, &cs, &hits_s, NULL);
+  /* The 1100 steady chunks; not the two that change the model or the
+   * role. */
+  ASSERT_EQ(hits_f, 1100);
+  ASSERT_EQ(hits_s, 0);
+  ASSERT_MEM_EQ(tf.data, tf.len, ts.data, ts.len);
+  ASSERT_STR_EQ(cf, cs);
+  ASSERT_NOT_NULL(strstr(cf, "\"role\":\"tool\""));
+  /* 1000 hot chunks: only the doubling of three text buffers (the
+   * choice's content, the block, this test's copy) allocates. */
+  ASSERT_LE(hot, 16);
+  free(cf);
+  free(cs);
+  al_buf_free(&tf);
+  al_buf_free(&ts);
+  return 0;
+}
+
 /* ---- request builders ------------------------------------------------------ */
 
 static const char *header(const al_provider_request_t *r, const char *name) {
