@@ -1140,6 +1140,20 @@ static const char *put_member(members_t *ms, const raw_str_t *key,
   m->key = key->s;
   m->klen = key->len;
   m->escaped = false;
+  if (*p == '[') {
+    /* An empty array (Responses deltas carry "logprobs":[]): a value the
+     * callers only accept where they ignore it. */
+    const char *q = skip_ws(p + 1, end);
+
+    if (q >= end || *q != ']') {
+      return NULL;
+    }
+    m->type = 'a';
+    m->val = p;
+    m->vlen = (size_t)(q + 1 - p);
+    ms->n++;
+    return q + 1;
+  }
   if (*p == '"') {
     const char *q = scan_string(p, end, &rs);
 
@@ -1278,6 +1292,39 @@ bool al__fj_member_int(const al_fj_member_t *m, int64_t *v) {
   }
   *v = neg ? -x : x;
   return true;
+}
+
+int al__fj_parse_flat(const char *data, size_t len, al_fj_member_t *m,
+                      size_t max, size_t *n) {
+  const char *p = data;
+  const char *end = data + len;
+  members_t ms = {m, max, 0};
+  bool seen;
+
+  *n = 0;
+  p = skip_ws(p, end);
+  if (p >= end || *p != '{') {
+    return 0;
+  }
+  p = scan_object(p, end, &ms, NULL, &seen, NULL, NULL);
+  if (p == NULL || skip_ws(p, end) != end) {
+    return 0;
+  }
+  *n = ms.n;
+  return 1;
+}
+
+int al__fj_member_string(const al_fj_member_t *m, al_buf_t *scratch,
+                         al_fj_delta_t *out) {
+  raw_str_t rs;
+
+  if (m->type != 's') {
+    return 0;
+  }
+  rs.s = m->val;
+  rs.len = m->vlen;
+  rs.escaped = m->escaped;
+  return decode_string(&rs, scratch, out) != 0 ? -1 : 1;
 }
 
 int al__fj_parse_oai_chunk(const char *data, size_t len, al_buf_t *scratch,

@@ -451,7 +451,7 @@ int al__fj_parse_delta_jansson(const char *data, size_t len,
                                al_buf_t *scratch, al_fj_delta_t *out);
 /* A scalar member of a scanned object: its key and its value as raw
  * bytes (a string's without the quotes). type: 's' string, 'n' number,
- * 't' true, 'f' false, 'z' null. */
+ * 't' true, 'f' false, 'z' null, 'a' an empty array. */
 typedef struct al_fj_member_s {
   const char *key;
   size_t klen;
@@ -481,6 +481,16 @@ typedef struct al_fj_oai_s {
  * accepts as jansson would. */
 int al__fj_parse_oai_chunk(const char *data, size_t len, al_buf_t *scratch,
                            al_fj_oai_t *out);
+/* 1 when data is an object whose members are all scalars (or empty
+ * arrays, type 'a'), at most max of them, none repeated: *n members in m.
+ * 0 otherwise. */
+int al__fj_parse_flat(const char *data, size_t len, al_fj_member_t *m,
+                      size_t max, size_t *n);
+/* A string member decoded as al__fj_parse_delta decodes (surrogate
+ * halves at the ends in out->lead_lo/trail_hi): 1, 0 when not a string,
+ * -1 when scratch cannot hold it. */
+int al__fj_member_string(const al_fj_member_t *m, al_buf_t *scratch,
+                         al_fj_delta_t *out);
 /* The member named key, or NULL. */
 const al_fj_member_t *al__fj_member(const al_fj_member_t *m, size_t n,
                                     const char *key);

@@ -591,9 +591,9 @@ TEST_IMPL(provider_openai_normalized) {
 
 /* One stream through al_pstream_t: the normalized text, the final
  * chat.completion (dumped) and the fast path's hit count. */
-static void oai_run(const char *const *events, size_t n, size_t repeat,
-                    bool fast, al_buf_t *text, char **completion,
-                    uint64_t *fast_hits, long *hot_allocs) {
+static void oai_run(const al_provider_t *prov, const char *const *events,
+                    size_t n, size_t repeat, bool fast, al_buf_t *text,
+                    char **completion, uint64_t *fast_hits, long *hot_allocs) {
   al_pstream_t s;
   al_pstream_options_t o;
   collect_t c;
@@ -609,7 +609,7 @@ static void oai_run(const char *const *events, size_t n, size_t repeat,
   o.on_event = collect_cb;
   o.data = &c;
   o.fast_path = fast;
-  ASSERT_EQ(al_pstream_init(&s, &al_provider_openai, &o), 0);
+  ASSERT_EQ(al_pstream_init(&s, prov, &o), 0);
   for (i = 0; i < n; i++) {
     for (r = 0; r < (i == 1 ? repeat : 1); r++) {
       if (i == 1 && r == 100) {
@@ -622,7 +622,9 @@ static void oai_run(const char *const *events, size_t n, size_t repeat,
     }
   }
   ASSERT_EQ(al_pstream_finish(&s), 0);
-  comp = al_pstream_openai_completion(&s, &err);
+  comp = prov == &al_provider_openai
+             ? al_pstream_openai_completion(&s, &err)
+             : json_deep_copy(al_pstream_message(&s));
   ASSERT_NOT_NULL(comp);
   *completion = json_dumps(comp, JSON_SORT_KEYS | JSON_COMPACT);
   json_decref(comp);
@@ -669,8 +671,10 @@ TEST_IMPL(provider_openai_hot_path) {
   al_buf_init(&ts, 1 << 24);
   ASSERT_EQ(al_set_allocator(count_malloc, count_realloc, count_calloc, free),
             0);
-  oai_run(ev, AL_ARRAY_SIZE(ev), 1100, true, &tf, &cf, &hits_f, &hot);
-  oai_run(ev, AL_ARRAY_SIZE(ev), 1100, false, &ts, &cs, &hits_s, NULL);
+  oai_run(&al_provider_openai, ev, AL_ARRAY_SIZE(ev), 1100, true, &tf, &cf,
+          &hits_f, &hot);
+  oai_run(&al_provider_openai, ev, AL_ARRAY_SIZE(ev), 1100, false, &ts, &cs,
+          &hits_s, NULL);
   /* The 1100 steady chunks; not the two that change the model or the
    * role. */
   ASSERT_EQ(hits_f, 1100);
@@ -680,6 +684,55 @@ TEST_IMPL(provider_openai_hot_path) {
   ASSERT_NOT_NULL(strstr(cf, "\"role\":\"tool\""));
   /* 1000 hot chunks: only the doubling of three text buffers (the
    * choice's content, the block, this test's copy) allocates. */
+  ASSERT_LE(hot, 16);
+  free(cf);
+  free(cs);
+  al_buf_free(&tf);
+  al_buf_free(&ts);
+  return 0;
+}
+
+/* The same for the Responses API's delta events. */
+TEST_IMPL(provider_responses_hot_path) {
+  static const char *const ev[] = {
+      "event: response.created\ndata: {\"type\":\"response.created\","
+      "\"response\":{\"id\":\"r\",\"object\":\"response\",\"status\":"
+      "\"in_progress\",\"model\":\"m\",\"output\":[]}}\n\n"
+      "event: response.output_item.added\ndata: {\"type\":"
+      "\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":"
+      "\"msg\",\"type\":\"message\",\"content\":[],\"role\":\"assistant\"}}"
+      "\n\n",
+      "event: response.output_text.delta\ndata: {\"type\":"
+      "\"response.output_text.delta\",\"sequence_number\":7,\"item_id\":"
+      "\"msg\",\"output_index\":0,\"content_index\":0,\"delta\":\"w \\u00e9"
+      "\\n\",\"logprobs\":[]}\n\n",
+      /* Declined: logprobs with content (not a scalar). */
+      "event: response.output_text.delta\ndata: {\"type\":"
+      "\"response.output_text.delta\",\"output_index\":0,\"delta\":\"x\","
+      "\"logprobs\":[{\"token\":\"x\"}]}\n\n",
+      "event: response.completed\ndata: {\"type\":\"response.completed\","
+      "\"response\":{\"id\":\"r\",\"status\":\"completed\",\"output\":[],"
+      "\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}}\n\n"};
+  al_buf_t tf;
+  al_buf_t ts;
+  char *cf;
+  char *cs;
+  uint64_t hits_f;
+  uint64_t hits_s;
+  long hot = -1;
+
+  al_buf_init(&tf, 1 << 24);
+  al_buf_init(&ts, 1 << 24);
+  ASSERT_EQ(al_set_allocator(count_malloc, count_realloc, count_calloc, free),
+            0);
+  oai_run(&al_provider_openai_responses, ev, AL_ARRAY_SIZE(ev), 1100, true,
+          &tf, &cf, &hits_f, &hot);
+  oai_run(&al_provider_openai_responses, ev, AL_ARRAY_SIZE(ev), 1100, false,
+          &ts, &cs, &hits_s, NULL);
+  ASSERT_EQ(hits_f, 1100);
+  ASSERT_EQ(hits_s, 0);
+  ASSERT_MEM_EQ(tf.data, tf.len, ts.data, ts.len);
+  ASSERT_STR_EQ(cf, cs);
   ASSERT_LE(hot, 16);
   free(cf);
   free(cs);
