@@ -634,6 +634,36 @@ static void oai_run(const al_provider_t *prov, const char *const *events,
   al_buf_free(&c.text);
 }
 
+/* Runs events (the second one 1100 times) with the fast path on and off:
+ * the second event must be taken every time and nothing else, both runs
+ * must give the same text and final JSON, and 1000 hot events may only
+ * allocate for the doubling of three text buffers (the content, the
+ * block, this test's copy). *final gets the fast run's final JSON. */
+static void hot_path_check(const al_provider_t *prov,
+                           const char *const *ev, size_t n, char **final) {
+  al_buf_t tf;
+  al_buf_t ts;
+  char *cs;
+  uint64_t hits_f;
+  uint64_t hits_s;
+  long hot = -1;
+
+  al_buf_init(&tf, 1 << 24);
+  al_buf_init(&ts, 1 << 24);
+  ASSERT_EQ(al_set_allocator(count_malloc, count_realloc, count_calloc, free),
+            0);
+  oai_run(prov, ev, n, 1100, true, &tf, final, &hits_f, &hot);
+  oai_run(prov, ev, n, 1100, false, &ts, &cs, &hits_s, NULL);
+  ASSERT_EQ(hits_f, 1100);
+  ASSERT_EQ(hits_s, 0);
+  ASSERT_MEM_EQ(tf.data, tf.len, ts.data, ts.len);
+  ASSERT_STR_EQ(*final, cs);
+  ASSERT_LE(hot, 16);
+  free(cs);
+  al_buf_free(&tf);
+  al_buf_free(&ts);
+}
+
 /* The steady chunk of an OpenAI-style stream (content appended to choice
  * 0, every other member unchanged) is decoded without a DOM, allocates
  * nothing but the growing text buffers, and gives exactly what the
@@ -659,36 +689,13 @@ TEST_IMPL(provider_openai_hot_path) {
       "{\"prompt_tokens\":5,\"completion_tokens\":1002,\"total_tokens\":1007}}"
       "\n\n",
       "data: [DONE]\n\n"};
-  al_buf_t tf;
-  al_buf_t ts;
-  char *cf;
-  char *cs;
-  uint64_t hits_f;
-  uint64_t hits_s;
-  long hot = -1;
+  char *final;
 
-  al_buf_init(&tf, 1 << 24);
-  al_buf_init(&ts, 1 << 24);
-  ASSERT_EQ(al_set_allocator(count_malloc, count_realloc, count_calloc, free),
-            0);
-  oai_run(&al_provider_openai, ev, AL_ARRAY_SIZE(ev), 1100, true, &tf, &cf,
-          &hits_f, &hot);
-  oai_run(&al_provider_openai, ev, AL_ARRAY_SIZE(ev), 1100, false, &ts, &cs,
-          &hits_s, NULL);
-  /* The 1100 steady chunks; not the two that change the model or the
-   * role. */
-  ASSERT_EQ(hits_f, 1100);
-  ASSERT_EQ(hits_s, 0);
-  ASSERT_MEM_EQ(tf.data, tf.len, ts.data, ts.len);
-  ASSERT_STR_EQ(cf, cs);
-  ASSERT_NOT_NULL(strstr(cf, "\"role\":\"tool\""));
-  /* 1000 hot chunks: only the doubling of three text buffers (the
-   * choice's content, the block, this test's copy) allocates. */
-  ASSERT_LE(hot, 16);
-  free(cf);
-  free(cs);
-  al_buf_free(&tf);
-  al_buf_free(&ts);
+  /* Taken: the 1100 steady chunks, not the two that change the role or
+   * the model. */
+  hot_path_check(&al_provider_openai, ev, AL_ARRAY_SIZE(ev), &final);
+  ASSERT_NOT_NULL(strstr(final, "\"role\":\"tool\""));
+  free(final);
   return 0;
 }
 
@@ -713,31 +720,11 @@ TEST_IMPL(provider_responses_hot_path) {
       "event: response.completed\ndata: {\"type\":\"response.completed\","
       "\"response\":{\"id\":\"r\",\"status\":\"completed\",\"output\":[],"
       "\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}}\n\n"};
-  al_buf_t tf;
-  al_buf_t ts;
-  char *cf;
-  char *cs;
-  uint64_t hits_f;
-  uint64_t hits_s;
-  long hot = -1;
+  char *final;
 
-  al_buf_init(&tf, 1 << 24);
-  al_buf_init(&ts, 1 << 24);
-  ASSERT_EQ(al_set_allocator(count_malloc, count_realloc, count_calloc, free),
-            0);
-  oai_run(&al_provider_openai_responses, ev, AL_ARRAY_SIZE(ev), 1100, true,
-          &tf, &cf, &hits_f, &hot);
-  oai_run(&al_provider_openai_responses, ev, AL_ARRAY_SIZE(ev), 1100, false,
-          &ts, &cs, &hits_s, NULL);
-  ASSERT_EQ(hits_f, 1100);
-  ASSERT_EQ(hits_s, 0);
-  ASSERT_MEM_EQ(tf.data, tf.len, ts.data, ts.len);
-  ASSERT_STR_EQ(cf, cs);
-  ASSERT_LE(hot, 16);
-  free(cf);
-  free(cs);
-  al_buf_free(&tf);
-  al_buf_free(&ts);
+  hot_path_check(&al_provider_openai_responses, ev, AL_ARRAY_SIZE(ev),
+                 &final);
+  free(final);
   return 0;
 }
 
