@@ -1059,6 +1059,9 @@ void al__agent_mcp_wait_over(al_agent_t *a) {
   }
   a->mcp_waiting = false;
   uv_timer_stop(&a->backoff);
+  if (al__agent_mcp_startup_post(a)) {
+    return;
+  }
   start_turn(a);
 }
 
@@ -2235,7 +2238,11 @@ void al__agent_begin_turns(al_agent_t *a) {
      * what is left of the startup wait (the first token must not wait
      * for a slow server). The backoff timer is idle before a turn. */
     a->mcp_waiting = true;
+    a->mcp_wait_t0 = al_now_ns();
     uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
+    return;
+  }
+  if (al__agent_mcp_startup_post(a)) {
     return;
   }
   start_turn(a);

@@ -119,6 +119,58 @@ static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
 
 /* ---- the tool ------------------------------------------------------------------ */
 
+static int mcp_start(al_tool_call_t *call);
+
+/* One call in flight: the server's call, and whether mcp_tool_call_begin
+ * was posted (the end is posted only then, exactly once). */
+typedef struct {
+  al_mcp_call_t *c;
+  bool begun;
+} ag_mcp_call_t;
+
+static bool post_call(ag_tool_t *t, al_event_type_t type,
+                      const al_tool_call_t *call, bool is_error,
+                      const char *end, uint64_t ms) {
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = type;
+  ev.u.mcp_call.server = ag_slice(al__mcp_server_name(t->mcp));
+  ev.u.mcp_call.tool = ag_slice(t->mcp_tool);
+  ev.u.mcp_call.name = ag_slice(call->name);
+  ev.u.mcp_call.call_id = ag_slice(call->id);
+  ev.u.mcp_call.end = ag_slice(end);
+  ev.u.mcp_call.is_error = is_error;
+  ev.u.mcp_call.duration_ms = ms;
+  return al__agent_post(t->agent, &ev);
+}
+
+bool al__agent_mcp_began(al_tool_call_t *call) {
+  ag_tool_t *t;
+  ag_mcp_call_t *mc = call->tool_data;
+
+  if (call->impl == NULL || call->impl->start != mcp_start ||
+      mc == NULL || mc->begun) {
+    return false; /* not sent (the server was not ready), or cancelled */
+  }
+  t = call->impl->data;
+  mc->begun = true;
+  return post_call(t, AL_EVENT_MCP_TOOL_CALL_BEGIN, call, false, NULL, 0);
+}
+
+/* The end event, once, before the result goes to the executor. */
+static void call_end(al_tool_call_t *call, ag_mcp_call_t *mc, bool is_error,
+                     const char *end) {
+  ag_tool_t *t = call->impl->data;
+
+  call->tool_data = NULL;
+  if (mc->begun) {
+    post_call(t, AL_EVENT_MCP_TOOL_CALL_END, call, is_error, end,
+              al__mcp_call_ms(mc->c));
+  }
+  al_free(mc);
+}
+
 static void call_progress(al_mcp_call_t *c, const char *text, void *data) {
   al_tool_call_t *call = data;
   ag_tool_t *t = call->impl->data;
@@ -137,23 +189,29 @@ static void call_done(al_mcp_call_t *c, bool is_error, const char *text,
                       size_t len, void *data) {
   al_tool_call_t *call = data;
 
-  (void)c;
-  call->tool_data = NULL;
+  call_end(call, call->tool_data, is_error, al__mcp_call_end(c));
   al__executor_call_complete(call, is_error, text, len);
 }
 
 static int mcp_start(al_tool_call_t *call) {
   ag_tool_t *t = call->impl->data;
-  al_mcp_call_t *c;
+  ag_mcp_call_t *mc = al_calloc(1, sizeof(*mc));
   al_buf_t b;
   int rc;
 
+  if (mc == NULL) {
+    return AL_ENOMEM;
+  }
   rc = al__mcp_call(t->mcp, t->mcp_tool, call->input, call_progress,
-                    call_done, call, &c);
+                    call_done, call, &mc->c);
   if (rc == 0) {
-    call->tool_data = c;
+    /* mcp_tool_call_begin follows tool_use_started (gate.c calls
+     * al__agent_mcp_began), so a cancel from a subscriber of that event
+     * finds a call with no begin and posts no end. */
+    call->tool_data = mc;
     return 0;
   }
+  al_free(mc);
   al_buf_init(&b, 16 * 1024);
   al_buf_printf(&b, "Error: MCP server '%s' is %s",
                 al__mcp_server_name(t->mcp),
@@ -165,15 +223,22 @@ static int mcp_start(al_tool_call_t *call) {
 }
 
 static void mcp_cancel(al_tool_call_t *call) {
-  al_mcp_call_t *c = call->tool_data;
+  ag_mcp_call_t *mc = call->tool_data;
+  uint64_t ms;
 
-  if (c == NULL) {
+  if (mc == NULL) {
     return;
   }
   /* notifications/cancelled goes out; the result is given now, a late
    * answer is dropped. */
-  al__mcp_call_cancel(c);
+  ms = al__mcp_call_ms(mc->c);
+  al__mcp_call_cancel(mc->c);
   call->tool_data = NULL;
+  if (mc->begun) {
+    post_call(call->impl->data, AL_EVENT_MCP_TOOL_CALL_END, call, true,
+              "cancelled", ms);
+  }
+  al_free(mc);
   al__executor_call_complete(call, true, cancelled_text,
                              strlen(cancelled_text));
 }
@@ -730,6 +795,69 @@ bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms) {
   }
   *ms = wait - spent;
   return true;
+}
+
+bool al__agent_mcp_startup_post(al_agent_t *a) {
+  json_t *ready, *failed, *pending;
+  char *r = NULL, *f = NULL, *p = NULL;
+  al_event_t ev;
+  size_t i;
+  bool stop;
+
+  if (a->mcp == NULL || a->mcp_startup_posted) {
+    return false;
+  }
+  a->mcp_startup_posted = true;
+  ready = json_array();
+  failed = json_array();
+  pending = json_array();
+  for (i = 0; i < al__mcp_count(a->mcp); i++) {
+    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+    const char *name = al__mcp_server_name(s);
+    const char *err = al__mcp_server_error(s);
+
+    switch (al__mcp_server_state(s)) {
+    case AL_MCP_READY:
+      json_array_append_new(
+          ready, json_pack("{s:s, s:I, s:I}", "server", name, "tools",
+                           (json_int_t)json_array_size(al__mcp_server_tools(s)),
+                           "ms", (json_int_t)al__mcp_server_ms(s)));
+      break;
+    case AL_MCP_FAILED:
+    case AL_MCP_RESTARTING:
+      /* Restarting after a failed start: failed for this wait (its tools
+       * join at a turn boundary if a restart succeeds). */
+      json_array_append_new(failed,
+                            json_pack("{s:s, s:s}", "server", name, "error",
+                                      err != NULL ? err : "failed"));
+      break;
+    case AL_MCP_STARTING:
+      json_array_append_new(pending, json_string(name));
+      break;
+    case AL_MCP_CLOSED:
+      break;
+    }
+  }
+  if (ready != NULL && failed != NULL && pending != NULL) {
+    r = json_dumps(ready, JSON_COMPACT);
+    f = json_dumps(failed, JSON_COMPACT);
+    p = json_dumps(pending, JSON_COMPACT);
+  }
+  json_decref(ready);
+  json_decref(failed);
+  json_decref(pending);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_MCP_STARTUP_COMPLETE;
+  ev.u.mcp_startup.ready = ag_slice(r != NULL ? r : "[]");
+  ev.u.mcp_startup.failed = ag_slice(f != NULL ? f : "[]");
+  ev.u.mcp_startup.pending = ag_slice(p != NULL ? p : "[]");
+  ev.u.mcp_startup.waited_ms =
+      a->mcp_wait_t0 != 0 ? (al_now_ns() - a->mcp_wait_t0) / 1000000 : 0;
+  stop = al__agent_post(a, &ev);
+  al_free(r);
+  al_free(f);
+  al_free(p);
+  return stop;
 }
 
 static void on_mcp_closed(void *data) {

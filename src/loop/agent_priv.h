@@ -210,6 +210,8 @@ struct al_agent_s {
   uint64_t *mcp_gens;
   uint64_t mcp_t0;   /* when the servers started (ns) */
   bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
+  bool mcp_startup_posted; /* mcp_startup_complete is out (once) */
+  uint64_t mcp_wait_t0;    /* when the run began waiting (ns) */
   /* Tool budget: tool_budget_pct/max_tools of the config, the names mcp_tool_search
    * asked for (sent from the next turn boundary on), and the search tool
    * once registered (removed while nothing is deferred). */
@@ -396,6 +398,12 @@ bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
 void al__agent_mcp_close(al_agent_t *a);
 /* Called by agent.c when the startup wait ends (all settled or timeout). */
 void al__agent_mcp_wait_over(al_agent_t *a);
+/* The start-up wait of the first run ended: posts mcp_startup_complete
+ * (once per agent). true when the run ended meanwhile. */
+bool al__agent_mcp_startup_post(al_agent_t *a);
+/* gate.c, after tool_use_started: posts mcp_tool_call_begin when call is
+ * an MCP call whose request went out. true when the run ended. */
+bool al__agent_mcp_began(al_tool_call_t *call);
 /* al_agent_close was called: nothing of the agent may fire any more. */
 static inline bool ag_closing(const al_agent_t *a) {
   return a->state == AG_CLOSING;

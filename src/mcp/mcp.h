@@ -225,6 +225,14 @@ int al__mcp_call(al_mcp_server_t *s, const char *tool, const json_t *args,
                  void *data, al_mcp_call_t **out);
 /* Sends notifications/cancelled; neither callback fires afterwards. */
 void al__mcp_call_cancel(al_mcp_call_t *c);
+/* Inside on_done: why the call ended when the server did not answer it:
+ * "timeout", "server_failed" (the server died or spoke garbage),
+ * "server_closed" (shutdown); NULL for an answer (result or JSON-RPC
+ * error). */
+const char *al__mcp_call_end(const al_mcp_call_t *c);
+/* ms since the request was sent (valid until on_done returns, or until
+ * al__mcp_call_cancel). */
+uint64_t al__mcp_call_ms(const al_mcp_call_t *c);
 
 /* Formats a tools/call result (the `result` object) as the model's text:
  * text parts joined by newlines, images/audio/resources summarised,
