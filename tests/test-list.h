@@ -35,4 +35,5 @@
 #include "list/mcp_http.h"
 #include "list/mcp_events.h"
 #include "list/hooks.h"
+#include "list/post_hooks.h"
 #include "list/run_durable.h"
