@@ -34,6 +34,7 @@
 #include "list/mcp_budget.h"
 #include "list/mcp_http.h"
 #include "list/mcp_events.h"
+#include "list/mcp_project.h"
 #include "list/hooks.h"
 #include "list/post_hooks.h"
 #include "list/run_durable.h"

@@ -727,20 +727,18 @@ int al__agent_mcp_check(const al_agent_options_t *o) {
   return rc;
 }
 
-void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
+/* Starts the servers of text (checked JSON configuration). */
+static void mcp_start_text(al_agent_t *a, const char *text) {
   al_mcp_config_t cfg;
   al_mcp_options_t mo;
   al_buf_t err;
   int rc;
 
-  if (o->mcp_config == NULL) {
-    return;
-  }
   al_buf_init(&err, 4096);
-  rc = al__mcp_config_parse(o->mcp_config, strlen(o->mcp_config), &cfg, &err);
+  rc = al__mcp_config_parse(text, strlen(text), &cfg, &err);
   al_buf_free(&err);
   if (rc != 0) {
-    return; /* al__agent_mcp_check passed: only out of memory */
+    return; /* checked before: only out of memory */
   }
   if (cfg.n == 0) {
     al__mcp_config_free(&cfg);
@@ -761,12 +759,12 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
   mo.loop = a->loop;
   mo.workspace = a->workspace;
   mo.sandbox = a->sandbox;
-  if (o->kill_grace_ms > 0) {
-    mo.kill_grace_ms = o->kill_grace_ms;
-    mo.shutdown_grace_ms = o->kill_grace_ms;
+  if (a->kill_grace_ms > 0) {
+    mo.kill_grace_ms = a->kill_grace_ms;
+    mo.shutdown_grace_ms = a->kill_grace_ms;
   }
-  if (o->mcp_restart_base_ms > 0) {
-    mo.restart_base_ms = o->mcp_restart_base_ms;
+  if (a->mcp_restart_base_ms > 0) {
+    mo.restart_base_ms = a->mcp_restart_base_ms;
   }
   mo.on_state = on_state;
   mo.data = a;
@@ -778,17 +776,151 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
     al_log(AL_LOG_ERROR, "MCP: %s; no server started", al_strerror(rc));
     return;
   }
-  a->mcp_t0 = al_now_ns();
+  if (a->mcp_t0 == 0) {
+    a->mcp_t0 = al_now_ns();
+  }
   al__mcp_start(a->mcp);
+}
+
+/* ---- a project's .mcp.json, read off the loop (mcp_project) ---------------------- */
+
+typedef struct {
+  uv_work_t req;
+  al_agent_t *a;
+  char *base;
+  char *workspace;
+  bool trust;
+  char *out;
+  bool skipped;
+  int rc;
+  al_buf_t err;
+} ag_mcp_load_t;
+
+static void load_work(uv_work_t *req) {
+  ag_mcp_load_t *l = AL_CONTAINER_OF(req, ag_mcp_load_t, req);
+
+  l->rc = al__mcp_config_project(l->base, l->workspace, l->trust, &l->out,
+                                 &l->skipped, &l->err);
+}
+
+/* A note about the project's file (mcp_warning, server ".mcp.json"). */
+static void project_note(al_agent_t *a, const char *msg) {
+  al_event_t ev;
+
+  al_log(AL_LOG_WARN, "MCP: %s", msg);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_MCP_WARNING;
+  ev.u.mcp.server = ag_slice(".mcp.json");
+  ev.u.mcp.error = ag_slice(msg);
+  al__agent_post(a, &ev);
+}
+
+static void load_done(uv_work_t *req, int status) {
+  ag_mcp_load_t *l = AL_CONTAINER_OF(req, ag_mcp_load_t, req);
+  al_agent_t *a = l->a;
+  char msg[2048];
+
+  a->mcp_load = NULL;
+  a->pending--;
+  if (!ag_closing(a)) {
+    if (status != 0 || l->rc != 0) {
+      /* A broken .mcp.json: said, and the configured servers start. */
+      snprintf(msg, sizeof(msg), "the project's servers are not started: %s",
+               status != 0 ? al_strerror(status)
+               : l->err.data != NULL ? l->err.data
+                                     : al_strerror(l->rc));
+      project_note(a, msg);
+      if (l->base != NULL) {
+        mcp_start_text(a, l->base);
+      }
+    } else {
+      if (l->skipped) {
+        snprintf(msg, sizeof(msg),
+                 "%s/.mcp.json is not read: the project is not trusted "
+                 "(`agentloop tools --trust-project` in it trusts it)",
+                 l->workspace);
+        project_note(a, msg);
+      }
+      if (l->out != NULL && !ag_closing(a)) {
+        mcp_start_text(a, l->out);
+      }
+    }
+    /* A run waiting for the servers goes on when there is nothing to wait
+     * for (no servers, or all settled already). */
+    if (!ag_closing(a) && a->mcp_waiting &&
+        (a->mcp == NULL || al__mcp_settled(a->mcp))) {
+      al__agent_mcp_wait_over(a);
+    }
+  }
+  al_free(l->base);
+  al_free(l->workspace);
+  al_free(l->out);
+  al_buf_free(&l->err);
+  al_free(l);
+  al__agent_maybe_finish(a);
+}
+
+void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
+  ag_mcp_load_t *l;
+
+  a->mcp_restart_base_ms = o->mcp_restart_base_ms;
+  a->mcp_wait_ms = AL_MCP_DEFAULT_STARTUP_WAIT_MS;
+  if (o->mcp_config != NULL) {
+    al_mcp_config_t cfg;
+    al_buf_t err;
+
+    al_buf_init(&err, 4096);
+    if (al__mcp_config_parse(o->mcp_config, strlen(o->mcp_config), &cfg,
+                             &err) == 0) {
+      a->mcp_wait_ms = cfg.startup_wait_ms;
+      al__mcp_config_free(&cfg);
+    }
+    al_buf_free(&err);
+  }
+  if (!o->mcp_project) {
+    if (o->mcp_config != NULL) {
+      mcp_start_text(a, o->mcp_config);
+    }
+    return;
+  }
+  /* The trust decision and the project's file are file reads: in the
+   * pool, so a daemon's loop never waits on a disk. */
+  l = al_calloc(1, sizeof(*l));
+  if (l == NULL) {
+    al_log(AL_LOG_ERROR, "MCP: out of memory; no server started");
+    return;
+  }
+  l->a = a;
+  l->trust = o->trust_project;
+  l->base = o->mcp_config != NULL ? al_strdup(o->mcp_config) : NULL;
+  l->workspace = al_strdup(a->workspace);
+  al_buf_init(&l->err, 4096);
+  if ((o->mcp_config != NULL && l->base == NULL) || l->workspace == NULL ||
+      uv_queue_work(a->loop, &l->req, load_work, load_done) != 0) {
+    al_free(l->base);
+    al_free(l->workspace);
+    al_free(l);
+    al_log(AL_LOG_ERROR, "MCP: cannot read the project's .mcp.json");
+    if (o->mcp_config != NULL) {
+      mcp_start_text(a, o->mcp_config);
+    }
+    return;
+  }
+  a->mcp_load = l;
+  a->mcp_t0 = al_now_ns();
+  a->pending++;
 }
 
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms) {
   uint64_t wait, spent;
 
-  if (a->mcp == NULL || al__mcp_settled(a->mcp)) {
+  if (a->mcp_load != NULL) {
+    wait = a->mcp_wait_ms; /* the project's file is still being read */
+  } else if (a->mcp == NULL || al__mcp_settled(a->mcp)) {
     return false;
+  } else {
+    wait = al__mcp_startup_wait_ms(a->mcp);
   }
-  wait = al__mcp_startup_wait_ms(a->mcp);
   spent = (al_now_ns() - a->mcp_t0) / 1000000;
   if (spent >= wait) {
     return false;

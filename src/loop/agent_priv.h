@@ -217,6 +217,11 @@ struct al_agent_s {
   uint64_t mcp_t0;   /* when the servers started (ns) */
   bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
   bool mcp_startup_posted; /* mcp_startup_complete is out (once) */
+  /* mcp_project: the read of the project's .mcp.json in the pool (NULL
+   * when none is under way); the startup wait meanwhile; restart seam. */
+  void *mcp_load;
+  uint64_t mcp_wait_ms;
+  uint64_t mcp_restart_base_ms;
   uint64_t mcp_wait_t0;    /* when the run began waiting (ns) */
   /* Tool budget: tool_budget_pct/max_tools of the config, the names mcp_tool_search
    * asked for (sent from the next turn boundary on), and the search tool

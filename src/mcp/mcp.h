@@ -140,6 +140,17 @@ int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
 int al__mcp_config_load2(const char *file, const json_t *section,
                          const char *workspace, bool trusted, char **out,
                          al_buf_t *err);
+/* A session's servers (the daemon): base (JSON text as al__mcp_config_load2
+ * made it; may be NULL) and, when the project is trusted (trust, or a
+ * decision recorded by `agentloop tools --trust-project`), the servers of
+ * <workspace>/.mcp.json; base wins on a name both use. *out NULL when
+ * there are none; *skipped when the workspace has a .mcp.json that was not
+ * read because the project is not trusted. Blocking: run it off the loop
+ * (the agent does, in libuv's pool). AL_EINVAL with "FILE:LINE:COL: ..." or
+ * the parser's reason in err. */
+int al__mcp_config_project(const char *base, const char *workspace,
+                           bool trust, char **out, bool *skipped,
+                           al_buf_t *err);
 /* Hooks: config.yaml's `hooks:` section (may be NULL) and the hooks of
  * `file` ({"hooks": {...}}; may be NULL), lists of one event joined, as
  * JSON text for al_agent_options_t.hooks_config (*out NULL: none). The
