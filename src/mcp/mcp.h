@@ -151,6 +151,9 @@ int al__mcp_config_load2(const char *file, const json_t *section,
 int al__mcp_config_project(const char *base, const char *workspace,
                            bool trust, char **out, bool *skipped,
                            al_buf_t *err);
+/* True when workspace has a .mcp.json that trusted == false leaves unread
+ * (for the note `agentloop run` and `mcp list` print). Blocking (a stat). */
+bool al__mcp_project_skipped(const char *workspace, bool trusted);
 /* Hooks: config.yaml's `hooks:` section (may be NULL) and the hooks of
  * `file` ({"hooks": {...}}; may be NULL), lists of one event joined, as
  * JSON text for al_agent_options_t.hooks_config (*out NULL: none). The

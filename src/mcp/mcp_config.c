@@ -642,7 +642,6 @@ static int merge(const json_t *user, const json_t *section,
 static json_t *load_project(const char *workspace, bool trusted,
                             bool *skipped, al_buf_t *err, int *rc) {
   char path[4200];
-  struct stat st;
 
   *rc = 0;
   if (skipped != NULL) {
@@ -651,15 +650,26 @@ static json_t *load_project(const char *workspace, bool trusted,
   if (workspace == NULL) {
     return NULL;
   }
-  snprintf(path, sizeof(path), "%s/.mcp.json", workspace);
   if (!trusted) {
     /* Only a trusted project's servers: its .mcp.json names commands. */
     if (skipped != NULL) {
-      *skipped = stat(path, &st) == 0;
+      *skipped = al__mcp_project_skipped(workspace, false);
     }
     return NULL;
   }
+  snprintf(path, sizeof(path), "%s/.mcp.json", workspace);
   return load_file(path, false, err, rc);
+}
+
+bool al__mcp_project_skipped(const char *workspace, bool trusted) {
+  char path[4200];
+  struct stat st;
+
+  if (workspace == NULL || trusted) {
+    return false;
+  }
+  snprintf(path, sizeof(path), "%s/.mcp.json", workspace);
+  return stat(path, &st) == 0;
 }
 
 int al__mcp_config_load2(const char *file, const json_t *section,
