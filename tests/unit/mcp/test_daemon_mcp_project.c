@@ -105,6 +105,9 @@ TEST_IMPL(daemon_mcp_project_trusted) {
   private_config(&t);
   write_project(&t);
   ASSERT_EQ(al__tools_trust_project(t.work), 0);
+  /* A long startup wait: a loaded machine cannot make the first turn go
+   * without the project's server. */
+  t.o.mcp_config = "{\"startup_wait_ms\":60000,\"mcpServers\":{}}";
   t.o.kill_grace_ms = 50;
   dt_start(&t);
   run_session(&t, &c);

@@ -249,7 +249,7 @@ TEST_IMPL(mcp_events_startup_pending_and_failed) {
   signal(SIGPIPE, SIG_IGN);
   al_buf_init(&b, 1 << 16);
   al_buf_printf(&b,
-                "{\"startup_wait_ms\":300,\"mcpServers\":{"
+                "{\"startup_wait_ms\":1000,\"mcpServers\":{"
                 "\"h\":{\"command\":\"%s\",\"args\":[\"--helper\","
                 "\"mcp_server\",\"--hang-init\"]%s},"
                 "\"x\":{\"command\":\"%s\",\"args\":[\"--helper\","
@@ -274,10 +274,11 @@ TEST_IMPL(mcp_events_startup_pending_and_failed) {
   f0 = json_array_get(json_object_get(sc, "failed"), 0);
   ASSERT_STR_EQ(jstr(f0, "server"), "x");
   ASSERT_NOT_NULL(strstr(jstr(f0, "error"), "status 7"));
-  /* It waited for the hanging one, no longer than the wait. */
-  ASSERT_GE(json_integer_value(json_object_get(sc, "waited_ms")), 200);
+  /* It gave up on the hanging one within the wait (counted from the
+   * servers' start, so how much of it the run saw depends on the
+   * machine: no lower bound). */
   ASSERT_LE(json_integer_value(json_object_get(sc, "waited_ms")),
-            300 + 250 * (int64_t)al_test_timeout_multiplier());
+            1000 + 250 * (int64_t)al_test_timeout_multiplier());
   fx_finish(&f);
   al_buf_free(&b);
   return 0;
