@@ -33,5 +33,8 @@
 #include "list/mcp.h"
 #include "list/mcp_budget.h"
 #include "list/mcp_http.h"
+#include "list/mcp_events.h"
+#include "list/mcp_project.h"
 #include "list/hooks.h"
+#include "list/post_hooks.h"
 #include "list/run_durable.h"

@@ -308,6 +308,15 @@ typedef struct al_agent_options_s {
   const char *hooks_config;
   al_hook_cb hook;
   void *hook_data;
+  /* Also the servers of <workspace>/.mcp.json when the project is trusted
+   * (trust_project, or a decision recorded by `agentloop tools
+   * --trust-project`); mcp_config's win on a name both use. The trust file
+   * and the project's file are read in libuv's pool, never on the loop; a
+   * run's startup wait covers the read. An untrusted project's file is not
+   * read (an mcp_warning with server ".mcp.json" says so), nor a broken one
+   * (the warning has the error; the configured servers still start).
+   * agentloopd sets it for every session. */
+  bool mcp_project;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

@@ -58,7 +58,10 @@ extern "C" {
   XX(MCP_TOOLS_CHANGED, "mcp_tools_changed")                    \
   XX(MCP_WARNING, "mcp_warning")                                \
   XX(HOOK_EXECUTED, "hook_executed")                            \
-  XX(USER_MESSAGE, "user_message")
+  XX(USER_MESSAGE, "user_message")                              \
+  XX(MCP_TOOL_CALL_BEGIN, "mcp_tool_call_begin")                \
+  XX(MCP_TOOL_CALL_END, "mcp_tool_call_end")                    \
+  XX(MCP_STARTUP_COMPLETE, "mcp_startup_complete")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -310,6 +313,34 @@ typedef struct {
   al_slice_t tool_results;
 } al_event_user_message_t;
 
+/* mcp_tool_call_begin: the tools/call request of call_id went to server
+ * (tool: the server's own name for it; name: ours, mcp__server__tool).
+ * mcp_tool_call_end: exactly once per begin, when its result is known:
+ * is_error, duration_ms since the request, and end when the server did
+ * not answer it: "cancelled", "timeout", "server_failed",
+ * "server_closed" (absent for an answer). */
+typedef struct {
+  al_slice_t server;
+  al_slice_t tool;
+  al_slice_t name;
+  al_slice_t call_id;
+  al_slice_t end;
+  bool is_error;
+  uint64_t duration_ms;
+} al_event_mcp_call_t;
+
+/* mcp_startup_complete: the start-up wait of the session's first run
+ * ended (every server ready or failed, or the wait was given up).
+ * ready: JSON text [{"server","tools","ms"}]; failed: [{"server","error"}];
+ * pending: ["server", ...] still starting (their tools join at a later
+ * turn boundary); waited_ms: how long the run waited for them. */
+typedef struct {
+  al_slice_t ready;
+  al_slice_t failed;
+  al_slice_t pending;
+  uint64_t waited_ms;
+} al_event_mcp_startup_t;
+
 typedef struct al_event_s {
   al_event_type_t type;
   uint32_t turn;
@@ -342,6 +373,8 @@ typedef struct al_event_s {
     al_event_mcp_t mcp;
     al_event_hook_t hook;
     al_event_user_message_t user_message;
+    al_event_mcp_call_t mcp_call;
+    al_event_mcp_startup_t mcp_startup;
   } u;
 } al_event_t;
 

@@ -60,6 +60,10 @@ int al__cli_mcp_load(const char *cwd, const char *file, bool trust,
     rc = al__mcp_config_load2(file, al_config_section(&cfg, "mcp_servers"),
                               cwd, trusted, json, err);
   }
+  if (rc == 0 && al__mcp_project_skipped(cwd, trusted)) {
+    fprintf(stderr, "agentloop: %s/.mcp.json is not read: the project is "
+                    "not trusted (--trust-project)\n", cwd);
+  }
   al_config_free(&cfg);
   return rc;
 }

@@ -1689,14 +1689,19 @@ int al_cli_run(int argc, char **argv) {
 
     al_buf_init(&merr, 4096);
     /* mcp_servers: and hooks: of config.yaml, then the flags' files. */
+    bool mtrust = trust || al__tools_project_trusted(ws);
+
     if (al__mcp_config_load2(mcp_file, al_config_section(&cfg, "mcp_servers"),
-                             ws, trust || al__tools_project_trusted(ws),
-                             &mcp_json, &merr) != 0) {
+                             ws, mtrust, &mcp_json, &merr) != 0) {
       fail_usage("MCP configuration: %s",
                  merr.data != NULL ? merr.data : "out of memory");
       al_buf_free(&merr);
       code = EXIT_USAGE;
       goto out;
+    }
+    if (al__mcp_project_skipped(ws, mtrust)) {
+      fprintf(stderr, "agentloop: %s/.mcp.json is not read: the project is "
+                      "not trusted (--trust-project)\n", ws);
     }
     if (al__hooks_config_load(hooks_file, al_config_section(&cfg, "hooks"),
                               &hooks_json, &merr) != 0) {

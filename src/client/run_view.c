@@ -475,6 +475,41 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
             ev->u.hook.ms);
     end_line(v);
     break;
+  case AL_EVENT_MCP_TOOL_CALL_END:
+    /* A call the server never answered (timed out, died, shut down);
+     * answers and cancels show in tool_use_completed. */
+    if (ev->u.mcp_call.end.ptr == NULL ||
+        (ev->u.mcp_call.end.len == 9 &&
+         memcmp(ev->u.mcp_call.end.ptr, "cancelled", 9) == 0)) {
+      break;
+    }
+    v->streaming = false;
+    stamp(v, ev);
+    put(v, C_YELLOW, "mcp");
+    fprintf(v->f, " %.*s: %.*s %.*s after %" PRIu64 " ms",
+            (int)ev->u.mcp_call.server.len, ev->u.mcp_call.server.ptr,
+            (int)ev->u.mcp_call.tool.len, ev->u.mcp_call.tool.ptr,
+            (int)ev->u.mcp_call.end.len, ev->u.mcp_call.end.ptr,
+            ev->u.mcp_call.duration_ms);
+    end_line(v);
+    break;
+  case AL_EVENT_MCP_STARTUP_COMPLETE:
+    /* Only when a server is missing from the first turn. */
+    if (ev->u.mcp_startup.failed.len <= 2 &&
+        ev->u.mcp_startup.pending.len <= 2) {
+      break;
+    }
+    v->streaming = false;
+    stamp(v, ev);
+    put(v, C_YELLOW, "mcp");
+    fprintf(v->f, " start-up after %" PRIu64 " ms: failed ",
+            ev->u.mcp_startup.waited_ms);
+    excerpt(v, ev->u.mcp_startup.failed, 300);
+    fputs(", still starting ", v->f);
+    excerpt(v, ev->u.mcp_startup.pending, 200);
+    end_line(v);
+    break;
+  case AL_EVENT_MCP_TOOL_CALL_BEGIN:
   case AL_EVENT_MCP_TOOLS_CHANGED:
   case AL_EVENT_TOOL_USE_QUEUED:
   case AL_EVENT_TOOL_INPUT_DELTA:

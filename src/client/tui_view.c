@@ -748,6 +748,24 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
         (double)json_integer_value(json_object_get(ev, "delay_ms")) / 1000.0,
         str(ev, "kind"), (int64_t)json_integer_value(json_object_get(ev, "attempt")),
         (int64_t)json_integer_value(json_object_get(ev, "max")));
+  } else if (strcmp(type, "mcp_startup_complete") == 0) {
+    /* A configured server the first turn goes without. */
+    json_t *f = json_object_get(ev, "failed");
+    json_t *p = json_object_get(ev, "pending");
+    size_t i;
+    json_t *x;
+
+    json_array_foreach(f, i, x) {
+      al__tui_view_notice(v, AL_SGR_YELLOW, "MCP server %s failed: %.300s",
+                          str(x, "server"), str(x, "error"));
+    }
+    json_array_foreach(p, i, x) {
+      al__tui_view_notice(v, AL_SGR_DIM,
+                          "MCP server %s is still starting; its tools join "
+                          "when it is ready",
+                          json_string_value(x) != NULL ? json_string_value(x)
+                                                       : "?");
+    }
   } else if (strcmp(type, "api_error") == 0) {
     al__tui_view_notice(v, AL_SGR_DIM, "API error: %s", str(ev, "message"));
   } else if (strcmp(type, "tombstone") == 0) {

@@ -728,6 +728,8 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
   ao.mcp_config = d->o.mcp_config;
+  /* A trusted project's .mcp.json too, read off the loop by the agent. */
+  ao.mcp_project = true;
   ao.hooks_config = d->o.hooks_config;
   ao.data = s;
   /* Checked at session/create; a hand-edited header falls back to the

@@ -309,6 +309,19 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
     SL(mcp.state);
     SL(mcp.error);
     break;
+  case AL_EVENT_MCP_TOOL_CALL_BEGIN:
+  case AL_EVENT_MCP_TOOL_CALL_END:
+    SL(mcp_call.server);
+    SL(mcp_call.tool);
+    SL(mcp_call.name);
+    SL(mcp_call.call_id);
+    SL(mcp_call.end);
+    break;
+  case AL_EVENT_MCP_STARTUP_COMPLETE:
+    SL(mcp_startup.ready);
+    SL(mcp_startup.failed);
+    SL(mcp_startup.pending);
+    break;
   case AL_EVENT_HOOK_EXECUTED:
     SL(hook.hook);
     SL(hook.event);

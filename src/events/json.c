@@ -240,6 +240,26 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
     put_str(e, "server", ev->u.mcp.server);
     put_str(e, "message", ev->u.mcp.error);
     break;
+  case AL_EVENT_MCP_TOOL_CALL_BEGIN:
+  case AL_EVENT_MCP_TOOL_CALL_END:
+    put_str(e, "server", ev->u.mcp_call.server);
+    put_str(e, "tool", ev->u.mcp_call.tool);
+    put_str(e, "name", ev->u.mcp_call.name);
+    put_str(e, "call_id", ev->u.mcp_call.call_id);
+    if (ev->type == AL_EVENT_MCP_TOOL_CALL_END) {
+      put_bool(e, "is_error", ev->u.mcp_call.is_error);
+      put_u64(e, "duration_ms", ev->u.mcp_call.duration_ms);
+      if (ev->u.mcp_call.end.ptr != NULL) {
+        put_str(e, "end", ev->u.mcp_call.end);
+      }
+    }
+    break;
+  case AL_EVENT_MCP_STARTUP_COMPLETE:
+    put_json_text(e, "ready", ev->u.mcp_startup.ready);
+    put_json_text(e, "failed", ev->u.mcp_startup.failed);
+    put_json_text(e, "pending", ev->u.mcp_startup.pending);
+    put_u64(e, "waited_ms", ev->u.mcp_startup.waited_ms);
+    break;
   case AL_EVENT_HOOK_EXECUTED:
     put_str(e, "hook", ev->u.hook.hook);
     put_str(e, "event", ev->u.hook.event);

@@ -183,6 +183,7 @@ static void exec_close(ag_exec_t *box) {
   if (a->cur == box) {
     a->cur = NULL;
   }
+  al__agent_post_hooks_drop(box);
   al__executor_close(&box->ex, exec_on_close);
 }
 
@@ -217,7 +218,12 @@ static void exec_on_completed(al_executor_t *ex, al_tool_call_t *call) {
   if (call->started_ns != 0 && call->completed_ns > call->started_ns) {
     ev.u.tool.duration_ms = (call->completed_ns - call->started_ns) / 1000000;
   }
-  al__agent_post(box->agent, &ev);
+  if (al__agent_post(box->agent, &ev)) {
+    return;
+  }
+  /* post_tool_use hooks judge this result now, not at the end of the
+   * turn (agent_hooks.c). */
+  al__agent_post_hook_call(box->agent, box, call);
 }
 
 static void exec_on_aborted(al_executor_t *ex, al_executor_abort_t why) {
@@ -250,6 +256,7 @@ static int exec_new(al_agent_t *a) {
     return AL_ENOMEM;
   }
   box->agent = a;
+  al_list_init(&box->posts);
   al__executor_options_init(&eo);
   eo.max_concurrency = a->concurrency;
   eo.lookup = al__agent_lookup;
@@ -282,6 +289,7 @@ static void exec_retire(al_agent_t *a, ag_exec_t *box) {
     return;
   }
   box->retiring = true;
+  al__agent_post_hooks_drop(box); /* the results they judge are void */
   al__executor_abort_all(&box->ex, AL_EXECUTOR_ABORT_STREAMING_FALLBACK);
 }
 
@@ -1059,6 +1067,9 @@ void al__agent_mcp_wait_over(al_agent_t *a) {
   }
   a->mcp_waiting = false;
   uv_timer_stop(&a->backoff);
+  if (al__agent_mcp_startup_post(a)) {
+    return;
+  }
   start_turn(a);
 }
 
@@ -1437,22 +1448,20 @@ static void tools_done(al_agent_t *a) {
   al_event_t ev;
   json_t *js;
 
-  /* post_tool_use hooks see every result of the turn first; they may
-   * replace what the model sees or add context (agent_hooks.c). */
-  if (!a->post_done && al__agent_post_hooks_start(a, box)) {
+  /* Each call's post_tool_use hooks started when its result came; the
+   * last one to decide calls back here (agent_hooks.c). */
+  if (box != NULL && box->posts_pending > 0) {
     return;
   }
-  a->post_done = false;
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    char *shown = al__agent_post_hooks_apply(a, call);
+    const char *shown;
+    size_t shown_len;
+    bool is_error;
 
-    js = shown != NULL
-             ? al__json_string_text(shown, strlen(shown))
-             : al__json_string_text(call->content != NULL ? call->content : "",
-                                    call->content_len);
-    al_free(shown);
+    (void)al__agent_post_hook_result(box, call, &shown, &shown_len, &is_error);
+    js = al__json_string_text(shown, shown_len);
     if (js != NULL) {
-      al__history_add_tool_result(&a->history, call->id, js, call->is_error);
+      al__history_add_tool_result(&a->history, call->id, js, is_error);
       json_decref(js);
     }
     n++;
@@ -2235,7 +2244,11 @@ void al__agent_begin_turns(al_agent_t *a) {
      * what is left of the startup wait (the first token must not wait
      * for a slow server). The backoff timer is idle before a turn. */
     a->mcp_waiting = true;
+    a->mcp_wait_t0 = al_now_ns();
     uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
+    return;
+  }
+  if (al__agent_mcp_startup_post(a)) {
     return;
   }
   start_turn(a);
@@ -2261,13 +2274,21 @@ int al_agent_cancel(al_agent_t *a) {
     box = AL_CONTAINER_OF(pos, ag_exec_t, node);
     call = NULL;
     while ((call = al__executor_results(&box->ex, call)) != NULL) {
-      if (call->state == AL_TOOL_CALL_YIELDED) {
+      const char *shown;
+      size_t shown_len;
+      bool is_error;
+
+      /* A result still held by its post_tool_use hooks is not given to
+       * the model: the call gets the cancelled result (the hooks are
+       * killed with the executor). */
+      if (call->state == AL_TOOL_CALL_YIELDED &&
+          al__agent_post_hook_result(box, call, &shown, &shown_len,
+                                     &is_error) == 0) {
         if (old == AG_TOOLS && box == a->cur) {
-          json_t *js = al__json_string_text(call->content, call->content_len);
+          json_t *js = al__json_string_text(shown, shown_len);
 
           if (js != NULL) {
-            al__history_add_tool_result(&a->history, call->id, js,
-                                        call->is_error);
+            al__history_add_tool_result(&a->history, call->id, js, is_error);
             json_decref(js);
           }
         }

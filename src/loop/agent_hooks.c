@@ -1,7 +1,8 @@
 /* The agent's hooks (docs/hooks.md): configuration, the JSON input, the
  * hook_executed events, and the agent-level hook points: post_tool_use
- * (at the end of a turn's tools, before their results enter the history)
- * and stop (before a final answer). pre_tool_use lives in the gate
+ * (per call, as soon as its result arrives; the turn's results enter the
+ * history in tool_use order once every call and its hooks are done) and
+ * stop (before a final answer). pre_tool_use lives in the gate
  * (gate.c), where the permission decision is made.
  *
  * Every hook run is cancelled when the run ends (al_agent_cancel, close),
@@ -23,10 +24,6 @@ int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o) {
   al_buf_t err;
   int rc;
 
-  a->post_results = json_object();
-  if (a->post_results == NULL) {
-    return AL_ENOMEM;
-  }
   if (o->hooks_config == NULL && o->hook == NULL) {
     return 0;
   }
@@ -53,8 +50,6 @@ int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o) {
 void al__agent_hooks_free(al_agent_t *a) {
   al__hooks_free(a->hooks);
   a->hooks = NULL;
-  json_decref(a->post_results);
-  a->post_results = NULL;
   al_free(a->stop_text);
   a->stop_text = NULL;
 }
@@ -108,8 +103,6 @@ void al__agent_hooks_cancel_runs(al_agent_t *a) {
   while (a->n_hook_runs > 0) {
     al__hooks_cancel(a->hook_runs[--a->n_hook_runs]);
   }
-  json_object_clear(a->post_results);
-  a->post_done = false;
   al_free(a->stop_text);
   a->stop_text = NULL;
   al_free(a->prompt_why);
@@ -204,105 +197,165 @@ bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
 
 /* ---- post_tool_use ------------------------------------------------------------------ */
 
-typedef struct {
+/* One call's post_tool_use run: started as soon as the call's result
+ * arrives (other calls may still run, the reply may still stream); its
+ * decision is kept here until tools_done commits the turn's results in
+ * tool_use order. */
+struct ag_post_s {
+  al_list_t node; /* box->posts */
   al_agent_t *a;
+  ag_exec_t *box;
   al_tool_call_t *call;
-} post_ctx_t;
+  al_hooks_run_t *run; /* NULL once decided */
+  char *shown;         /* the text the model gets instead, or NULL */
+  bool is_error;       /* with shown */
+};
 
 static void post_report(const al_hook_report_t *r, void *data) {
-  post_ctx_t *c = data;
+  ag_post_t *p = data;
 
-  al__agent_hook_report(c->a, r, c->call);
+  al__agent_hook_report(p->a, r, p->call);
 }
 
-static void post_done(al_hooks_run_t *run, const al_hooks_result_t *res,
-                      void *data) {
-  post_ctx_t *c = data;
-  al_agent_t *a = c->a;
-  json_t *o = json_object();
-
-  runs_remove(a, run);
-  if (res->replace != NULL) {
-    json_object_set_new(o, "replace", json_string(res->replace));
-  }
-  if (res->context != NULL) {
-    json_object_set_new(o, "context", json_string(res->context));
-  }
-  json_object_set_new(a->post_results, c->call->id, o);
-  al_free(c);
-  if (a->n_hook_runs == 0) {
-    a->post_done = true;
-    al__agent_tools_done(a);
-  }
-}
-
-bool al__agent_post_hooks_start(al_agent_t *a, ag_exec_t *box) {
-  al_tool_call_t *call = NULL;
-  bool started = false;
-
-  json_object_clear(a->post_results);
-  if (a->hooks == NULL || box == NULL) {
-    return false;
-  }
-  while ((call = al__executor_results(&box->ex, call)) != NULL) {
-    const ag_tool_t *t = al__agent_tool_find(a, call->name);
-    int cat = t != NULL ? (int)t->category : -1;
-    json_t *in;
-    post_ctx_t *c;
-    al_hooks_run_t *run;
-
-    if (call->abort_reason != AL_EXECUTOR_ABORT_NONE ||
-        a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
-        !al__hooks_match(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat)) {
-      continue;
-    }
-    in = al__agent_hook_input(a);
-    json_object_set_new(
-        in, "tool",
-        json_pack("{s:s, s:s, s:O, s:s%, s:b}", "name", call->name, "call_id",
-                  call->id, "input", call->input, "result",
-                  call->content != NULL ? call->content : "",
-                  call->content_len, "is_error", call->is_error));
-    c = al_calloc(1, sizeof(*c));
-    if (c == NULL) {
-      json_decref(in);
-      continue;
-    }
-    c->a = a;
-    c->call = call;
-    if (al__hooks_run(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat, in,
-                      post_report, post_done, c, &run) != 0) {
-      al_free(c);
-      json_decref(in);
-      continue;
-    }
-    json_decref(in);
-    a->hook_runs[a->n_hook_runs++] = run;
-    started = true;
-  }
-  return started;
-}
-
-char *al__agent_post_hooks_apply(al_agent_t *a, const al_tool_call_t *call) {
-  const json_t *o = json_object_get(a->post_results, call->id);
-  const char *rep = json_string_value(json_object_get(o, "replace"));
-  const char *ctx = json_string_value(json_object_get(o, "context"));
+/* What the model sees: deny withholds the result (the reason instead, an
+ * error), replace swaps it, context is appended. */
+static char *post_shown(const al_tool_call_t *call, const al_hooks_result_t *res,
+                        bool *is_error) {
   al_buf_t b;
 
-  if (rep == NULL && ctx == NULL) {
+  *is_error = call->is_error;
+  if (res->decision != AL_HOOK_DENY && res->replace == NULL &&
+      res->context == NULL) {
     return NULL;
   }
   al_buf_init(&b, (size_t)1 << 30);
-  if (rep != NULL) {
-    al_buf_append_str(&b, rep);
+  if (res->decision == AL_HOOK_DENY) {
+    *is_error = true;
+    al_buf_printf(&b, "Error: the result of tool '%s' was withheld by hook "
+                      "'%s'%s%s",
+                  call->name, res->hook != NULL ? res->hook : "?",
+                  res->reason != NULL ? ": " : "",
+                  res->reason != NULL ? res->reason : "");
+    return b.data != NULL ? b.data : al_strdup("Error: withheld by a hook");
+  }
+  if (res->replace != NULL) {
+    al_buf_append_str(&b, res->replace);
   } else {
     al_buf_append(&b, call->content != NULL ? call->content : "",
                   call->content_len);
   }
-  if (ctx != NULL) {
-    al_buf_printf(&b, "\n\n[hook context]\n%s", ctx);
+  if (res->context != NULL) {
+    al_buf_printf(&b, "\n\n[hook context]\n%s", res->context);
   }
   return b.data;
+}
+
+static void post_done(al_hooks_run_t *run, const al_hooks_result_t *res,
+                      void *data) {
+  ag_post_t *p = data;
+  ag_exec_t *box = p->box;
+  al_agent_t *a = p->a;
+
+  (void)run;
+  p->run = NULL;
+  p->shown = post_shown(p->call, res, &p->is_error);
+  box->posts_pending--;
+  /* The last hook of a turn whose calls are all done: commit. */
+  if (box->posts_pending == 0 && a->cur == box && a->state == AG_TOOLS &&
+      !al__executor_has_pending(&box->ex)) {
+    al__agent_tools_done(a);
+  }
+}
+
+void al__agent_post_hook_call(al_agent_t *a, ag_exec_t *box,
+                              al_tool_call_t *call) {
+  const ag_tool_t *t;
+  int cat;
+  json_t *in;
+  ag_post_t *p;
+
+  if (a->hooks == NULL || box->retiring || box->closing ||
+      call->abort_reason != AL_EXECUTOR_ABORT_NONE) {
+    return;
+  }
+  t = al__agent_tool_find(a, call->name);
+  cat = t != NULL ? (int)t->category : -1;
+  if (!al__hooks_match(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat)) {
+    return;
+  }
+  p = al_calloc(1, sizeof(*p));
+  if (p == NULL) {
+    return;
+  }
+  p->a = a;
+  p->box = box;
+  p->call = call;
+  in = al__agent_hook_input(a);
+  json_object_set_new(
+      in, "tool",
+      json_pack("{s:s, s:s, s:O, s:s%, s:b}", "name", call->name, "call_id",
+                call->id, "input", call->input, "result",
+                call->content != NULL ? call->content : "", call->content_len,
+                "is_error", call->is_error));
+  if (al__hooks_run(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat, in,
+                    post_report, post_done, p, &p->run) != 0) {
+    al_free(p);
+    json_decref(in);
+    return;
+  }
+  json_decref(in);
+  al_list_insert_tail(&box->posts, &p->node);
+  box->posts_pending++;
+}
+
+static ag_post_t *post_find(const ag_exec_t *box, const al_tool_call_t *call) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &box->posts) {
+    ag_post_t *p = AL_CONTAINER_OF(pos, ag_post_t, node);
+
+    if (p->call == call) {
+      return p;
+    }
+  }
+  return NULL;
+}
+
+int al__agent_post_hook_result(const ag_exec_t *box, const al_tool_call_t *call,
+                               const char **text, size_t *len,
+                               bool *is_error) {
+  const ag_post_t *p = post_find(box, call);
+
+  *text = call->content != NULL ? call->content : "";
+  *len = call->content_len;
+  *is_error = call->is_error;
+  if (p == NULL) {
+    return 0;
+  }
+  if (p->run != NULL) {
+    return 1;
+  }
+  if (p->shown != NULL) {
+    *text = p->shown;
+    *len = strlen(p->shown);
+    *is_error = p->is_error;
+  }
+  return 0;
+}
+
+void al__agent_post_hooks_drop(ag_exec_t *box) {
+  while (!al_list_empty(&box->posts)) {
+    ag_post_t *p = AL_CONTAINER_OF(box->posts.next, ag_post_t, node);
+
+    al_list_remove(&p->node);
+    if (p->run != NULL) {
+      /* Kills the hook's group; nothing is called back. */
+      al__hooks_cancel(p->run);
+    }
+    al_free(p->shown);
+    al_free(p);
+  }
+  box->posts_pending = 0;
 }
 
 /* ---- stop --------------------------------------------------------------------------- */

@@ -119,6 +119,58 @@ static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
 
 /* ---- the tool ------------------------------------------------------------------ */
 
+static int mcp_start(al_tool_call_t *call);
+
+/* One call in flight: the server's call, and whether mcp_tool_call_begin
+ * was posted (the end is posted only then, exactly once). */
+typedef struct {
+  al_mcp_call_t *c;
+  bool begun;
+} ag_mcp_call_t;
+
+static bool post_call(ag_tool_t *t, al_event_type_t type,
+                      const al_tool_call_t *call, bool is_error,
+                      const char *end, uint64_t ms) {
+  al_event_t ev;
+
+  memset(&ev, 0, sizeof(ev));
+  ev.type = type;
+  ev.u.mcp_call.server = ag_slice(al__mcp_server_name(t->mcp));
+  ev.u.mcp_call.tool = ag_slice(t->mcp_tool);
+  ev.u.mcp_call.name = ag_slice(call->name);
+  ev.u.mcp_call.call_id = ag_slice(call->id);
+  ev.u.mcp_call.end = ag_slice(end);
+  ev.u.mcp_call.is_error = is_error;
+  ev.u.mcp_call.duration_ms = ms;
+  return al__agent_post(t->agent, &ev);
+}
+
+bool al__agent_mcp_began(al_tool_call_t *call) {
+  ag_tool_t *t;
+  ag_mcp_call_t *mc = call->tool_data;
+
+  if (call->impl == NULL || call->impl->start != mcp_start ||
+      mc == NULL || mc->begun) {
+    return false; /* not sent (the server was not ready), or cancelled */
+  }
+  t = call->impl->data;
+  mc->begun = true;
+  return post_call(t, AL_EVENT_MCP_TOOL_CALL_BEGIN, call, false, NULL, 0);
+}
+
+/* The end event, once, before the result goes to the executor. */
+static void call_end(al_tool_call_t *call, ag_mcp_call_t *mc, bool is_error,
+                     const char *end) {
+  ag_tool_t *t = call->impl->data;
+
+  call->tool_data = NULL;
+  if (mc->begun) {
+    post_call(t, AL_EVENT_MCP_TOOL_CALL_END, call, is_error, end,
+              al__mcp_call_ms(mc->c));
+  }
+  al_free(mc);
+}
+
 static void call_progress(al_mcp_call_t *c, const char *text, void *data) {
   al_tool_call_t *call = data;
   ag_tool_t *t = call->impl->data;
@@ -137,23 +189,29 @@ static void call_done(al_mcp_call_t *c, bool is_error, const char *text,
                       size_t len, void *data) {
   al_tool_call_t *call = data;
 
-  (void)c;
-  call->tool_data = NULL;
+  call_end(call, call->tool_data, is_error, al__mcp_call_end(c));
   al__executor_call_complete(call, is_error, text, len);
 }
 
 static int mcp_start(al_tool_call_t *call) {
   ag_tool_t *t = call->impl->data;
-  al_mcp_call_t *c;
+  ag_mcp_call_t *mc = al_calloc(1, sizeof(*mc));
   al_buf_t b;
   int rc;
 
+  if (mc == NULL) {
+    return AL_ENOMEM;
+  }
   rc = al__mcp_call(t->mcp, t->mcp_tool, call->input, call_progress,
-                    call_done, call, &c);
+                    call_done, call, &mc->c);
   if (rc == 0) {
-    call->tool_data = c;
+    /* mcp_tool_call_begin follows tool_use_started (gate.c calls
+     * al__agent_mcp_began), so a cancel from a subscriber of that event
+     * finds a call with no begin and posts no end. */
+    call->tool_data = mc;
     return 0;
   }
+  al_free(mc);
   al_buf_init(&b, 16 * 1024);
   al_buf_printf(&b, "Error: MCP server '%s' is %s",
                 al__mcp_server_name(t->mcp),
@@ -165,15 +223,22 @@ static int mcp_start(al_tool_call_t *call) {
 }
 
 static void mcp_cancel(al_tool_call_t *call) {
-  al_mcp_call_t *c = call->tool_data;
+  ag_mcp_call_t *mc = call->tool_data;
+  uint64_t ms;
 
-  if (c == NULL) {
+  if (mc == NULL) {
     return;
   }
   /* notifications/cancelled goes out; the result is given now, a late
    * answer is dropped. */
-  al__mcp_call_cancel(c);
+  ms = al__mcp_call_ms(mc->c);
+  al__mcp_call_cancel(mc->c);
   call->tool_data = NULL;
+  if (mc->begun) {
+    post_call(call->impl->data, AL_EVENT_MCP_TOOL_CALL_END, call, true,
+              "cancelled", ms);
+  }
+  al_free(mc);
   al__executor_call_complete(call, true, cancelled_text,
                              strlen(cancelled_text));
 }
@@ -662,20 +727,18 @@ int al__agent_mcp_check(const al_agent_options_t *o) {
   return rc;
 }
 
-void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
+/* Starts the servers of text (checked JSON configuration). */
+static void mcp_start_text(al_agent_t *a, const char *text) {
   al_mcp_config_t cfg;
   al_mcp_options_t mo;
   al_buf_t err;
   int rc;
 
-  if (o->mcp_config == NULL) {
-    return;
-  }
   al_buf_init(&err, 4096);
-  rc = al__mcp_config_parse(o->mcp_config, strlen(o->mcp_config), &cfg, &err);
+  rc = al__mcp_config_parse(text, strlen(text), &cfg, &err);
   al_buf_free(&err);
   if (rc != 0) {
-    return; /* al__agent_mcp_check passed: only out of memory */
+    return; /* checked before: only out of memory */
   }
   if (cfg.n == 0) {
     al__mcp_config_free(&cfg);
@@ -696,12 +759,12 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
   mo.loop = a->loop;
   mo.workspace = a->workspace;
   mo.sandbox = a->sandbox;
-  if (o->kill_grace_ms > 0) {
-    mo.kill_grace_ms = o->kill_grace_ms;
-    mo.shutdown_grace_ms = o->kill_grace_ms;
+  if (a->kill_grace_ms > 0) {
+    mo.kill_grace_ms = a->kill_grace_ms;
+    mo.shutdown_grace_ms = a->kill_grace_ms;
   }
-  if (o->mcp_restart_base_ms > 0) {
-    mo.restart_base_ms = o->mcp_restart_base_ms;
+  if (a->mcp_restart_base_ms > 0) {
+    mo.restart_base_ms = a->mcp_restart_base_ms;
   }
   mo.on_state = on_state;
   mo.data = a;
@@ -713,23 +776,220 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
     al_log(AL_LOG_ERROR, "MCP: %s; no server started", al_strerror(rc));
     return;
   }
-  a->mcp_t0 = al_now_ns();
+  if (a->mcp_t0 == 0) {
+    a->mcp_t0 = al_now_ns();
+  }
   al__mcp_start(a->mcp);
+}
+
+/* ---- a project's .mcp.json, read off the loop (mcp_project) ---------------------- */
+
+typedef struct {
+  uv_work_t req;
+  al_agent_t *a;
+  char *base;
+  char *workspace;
+  bool trust;
+  char *out;
+  bool skipped;
+  int rc;
+  al_buf_t err;
+} ag_mcp_load_t;
+
+static void load_work(uv_work_t *req) {
+  ag_mcp_load_t *l = AL_CONTAINER_OF(req, ag_mcp_load_t, req);
+
+  l->rc = al__mcp_config_project(l->base, l->workspace, l->trust, &l->out,
+                                 &l->skipped, &l->err);
+}
+
+/* A note about the project's file (mcp_warning, server ".mcp.json"). */
+static void project_note(al_agent_t *a, const char *msg) {
+  al_event_t ev;
+
+  al_log(AL_LOG_WARN, "MCP: %s", msg);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_MCP_WARNING;
+  ev.u.mcp.server = ag_slice(".mcp.json");
+  ev.u.mcp.error = ag_slice(msg);
+  al__agent_post(a, &ev);
+}
+
+static void load_done(uv_work_t *req, int status) {
+  ag_mcp_load_t *l = AL_CONTAINER_OF(req, ag_mcp_load_t, req);
+  al_agent_t *a = l->a;
+  char msg[2048];
+
+  a->mcp_load = NULL;
+  a->pending--;
+  if (!ag_closing(a)) {
+    if (status != 0 || l->rc != 0) {
+      /* A broken .mcp.json: said, and the configured servers start. */
+      snprintf(msg, sizeof(msg), "the project's servers are not started: %s",
+               status != 0 ? al_strerror(status)
+               : l->err.data != NULL ? l->err.data
+                                     : al_strerror(l->rc));
+      project_note(a, msg);
+      if (l->base != NULL) {
+        mcp_start_text(a, l->base);
+      }
+    } else {
+      if (l->skipped) {
+        snprintf(msg, sizeof(msg),
+                 "%s/.mcp.json is not read: the project is not trusted "
+                 "(`agentloop tools --trust-project` in it trusts it)",
+                 l->workspace);
+        project_note(a, msg);
+      }
+      if (l->out != NULL && !ag_closing(a)) {
+        mcp_start_text(a, l->out);
+      }
+    }
+    /* A run waiting for the servers goes on when there is nothing to wait
+     * for (no servers, or all settled already). */
+    if (!ag_closing(a) && a->mcp_waiting &&
+        (a->mcp == NULL || al__mcp_settled(a->mcp))) {
+      al__agent_mcp_wait_over(a);
+    }
+  }
+  al_free(l->base);
+  al_free(l->workspace);
+  al_free(l->out);
+  al_buf_free(&l->err);
+  al_free(l);
+  al__agent_maybe_finish(a);
+}
+
+void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
+  ag_mcp_load_t *l;
+
+  a->mcp_restart_base_ms = o->mcp_restart_base_ms;
+  a->mcp_wait_ms = AL_MCP_DEFAULT_STARTUP_WAIT_MS;
+  if (o->mcp_config != NULL) {
+    al_mcp_config_t cfg;
+    al_buf_t err;
+
+    al_buf_init(&err, 4096);
+    if (al__mcp_config_parse(o->mcp_config, strlen(o->mcp_config), &cfg,
+                             &err) == 0) {
+      a->mcp_wait_ms = cfg.startup_wait_ms;
+      al__mcp_config_free(&cfg);
+    }
+    al_buf_free(&err);
+  }
+  if (!o->mcp_project) {
+    if (o->mcp_config != NULL) {
+      mcp_start_text(a, o->mcp_config);
+    }
+    return;
+  }
+  /* The trust decision and the project's file are file reads: in the
+   * pool, so a daemon's loop never waits on a disk. */
+  l = al_calloc(1, sizeof(*l));
+  if (l == NULL) {
+    al_log(AL_LOG_ERROR, "MCP: out of memory; no server started");
+    return;
+  }
+  l->a = a;
+  l->trust = o->trust_project;
+  l->base = o->mcp_config != NULL ? al_strdup(o->mcp_config) : NULL;
+  l->workspace = al_strdup(a->workspace);
+  al_buf_init(&l->err, 4096);
+  if ((o->mcp_config != NULL && l->base == NULL) || l->workspace == NULL ||
+      uv_queue_work(a->loop, &l->req, load_work, load_done) != 0) {
+    al_free(l->base);
+    al_free(l->workspace);
+    al_free(l);
+    al_log(AL_LOG_ERROR, "MCP: cannot read the project's .mcp.json");
+    if (o->mcp_config != NULL) {
+      mcp_start_text(a, o->mcp_config);
+    }
+    return;
+  }
+  a->mcp_load = l;
+  a->mcp_t0 = al_now_ns();
+  a->pending++;
 }
 
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms) {
   uint64_t wait, spent;
 
-  if (a->mcp == NULL || al__mcp_settled(a->mcp)) {
+  if (a->mcp_load != NULL) {
+    wait = a->mcp_wait_ms; /* the project's file is still being read */
+  } else if (a->mcp == NULL || al__mcp_settled(a->mcp)) {
     return false;
+  } else {
+    wait = al__mcp_startup_wait_ms(a->mcp);
   }
-  wait = al__mcp_startup_wait_ms(a->mcp);
   spent = (al_now_ns() - a->mcp_t0) / 1000000;
   if (spent >= wait) {
     return false;
   }
   *ms = wait - spent;
   return true;
+}
+
+bool al__agent_mcp_startup_post(al_agent_t *a) {
+  json_t *ready, *failed, *pending;
+  char *r = NULL, *f = NULL, *p = NULL;
+  al_event_t ev;
+  size_t i;
+  bool stop;
+
+  if (a->mcp == NULL || a->mcp_startup_posted) {
+    return false;
+  }
+  a->mcp_startup_posted = true;
+  ready = json_array();
+  failed = json_array();
+  pending = json_array();
+  for (i = 0; i < al__mcp_count(a->mcp); i++) {
+    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+    const char *name = al__mcp_server_name(s);
+    const char *err = al__mcp_server_error(s);
+
+    switch (al__mcp_server_state(s)) {
+    case AL_MCP_READY:
+      json_array_append_new(
+          ready, json_pack("{s:s, s:I, s:I}", "server", name, "tools",
+                           (json_int_t)json_array_size(al__mcp_server_tools(s)),
+                           "ms", (json_int_t)al__mcp_server_ms(s)));
+      break;
+    case AL_MCP_FAILED:
+    case AL_MCP_RESTARTING:
+      /* Restarting after a failed start: failed for this wait (its tools
+       * join at a turn boundary if a restart succeeds). */
+      json_array_append_new(failed,
+                            json_pack("{s:s, s:s}", "server", name, "error",
+                                      err != NULL ? err : "failed"));
+      break;
+    case AL_MCP_STARTING:
+      json_array_append_new(pending, json_string(name));
+      break;
+    case AL_MCP_CLOSED:
+      break;
+    }
+  }
+  if (ready != NULL && failed != NULL && pending != NULL) {
+    r = json_dumps(ready, JSON_COMPACT);
+    f = json_dumps(failed, JSON_COMPACT);
+    p = json_dumps(pending, JSON_COMPACT);
+  }
+  json_decref(ready);
+  json_decref(failed);
+  json_decref(pending);
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_MCP_STARTUP_COMPLETE;
+  ev.u.mcp_startup.ready = ag_slice(r != NULL ? r : "[]");
+  ev.u.mcp_startup.failed = ag_slice(f != NULL ? f : "[]");
+  ev.u.mcp_startup.pending = ag_slice(p != NULL ? p : "[]");
+  ev.u.mcp_startup.waited_ms =
+      a->mcp_wait_t0 != 0 ? (al_now_ns() - a->mcp_wait_t0) / 1000000 : 0;
+  stop = al__agent_post(a, &ev);
+  al_free(r);
+  al_free(f);
+  al_free(p);
+  return stop;
 }
 
 static void on_mcp_closed(void *data) {

@@ -97,7 +97,13 @@ typedef struct ag_exec_s {
   al_agent_t *agent;
   bool retiring;
   bool closing;
+  /* post_tool_use runs of its calls (agent_hooks.c ag_post_t), and how
+   * many have not decided yet. */
+  al_list_t posts;
+  size_t posts_pending;
 } ag_exec_t;
+
+typedef struct ag_post_s ag_post_t;
 
 /* Per tool_use block of the reply being streamed. */
 typedef struct ag_block_s {
@@ -210,6 +216,13 @@ struct al_agent_s {
   uint64_t *mcp_gens;
   uint64_t mcp_t0;   /* when the servers started (ns) */
   bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
+  bool mcp_startup_posted; /* mcp_startup_complete is out (once) */
+  /* mcp_project: the read of the project's .mcp.json in the pool (NULL
+   * when none is under way); the startup wait meanwhile; restart seam. */
+  void *mcp_load;
+  uint64_t mcp_wait_ms;
+  uint64_t mcp_restart_base_ms;
+  uint64_t mcp_wait_t0;    /* when the run began waiting (ns) */
   /* Tool budget: tool_budget_pct/max_tools of the config, the names mcp_tool_search
    * asked for (sent from the next turn boundary on), and the search tool
    * once registered (removed while nothing is deferred). */
@@ -218,14 +231,13 @@ struct al_agent_s {
   json_t *mcp_loaded;
   ag_tool_t *mcp_search;
   /* Hooks (agent_hooks.c; NULL: none). hook_runs: the agent-level runs
-   * in flight (post_tool_use, stop, user_prompt_submit), cancelled when
+   * in flight (stop, user_prompt_submit; post_tool_use runs belong to
+   * their executor, ag_exec_t.posts), cancelled when
    * the run ends; hook_waits: calls held by pre_tool_use hooks (gate.c). */
   struct al_hooks_s *hooks;
   al_list_t hook_waits;
   struct al_hooks_run_s *hook_runs[64];
   size_t n_hook_runs;
-  json_t *post_results; /* call_id -> {replace, context} */
-  bool post_done;       /* tools_done: the post_tool_use hooks have run */
   uint32_t stop_blocks; /* consecutive stop-hook continuations this run */
   int prompt_pending;   /* session_start / user_prompt_submit runs left */
   bool prompt_denied;
@@ -348,12 +360,20 @@ void al__agent_hook_report(al_agent_t *a, const struct al_hook_report_s *r,
                            const al_tool_call_t *call);
 /* Cancels the agent-level hook runs (the run ended). */
 void al__agent_hooks_cancel_runs(al_agent_t *a);
-/* tools_done: starts the post_tool_use hooks of the turn's calls; true
- * when they run (tools_done is called again once they are done). */
-bool al__agent_post_hooks_start(al_agent_t *a, struct ag_exec_s *box);
-/* The content the model sees for call (post_tool_use replace/context
- * applied): a new string (al_free) or NULL to keep the call's. */
-char *al__agent_post_hooks_apply(al_agent_t *a, const al_tool_call_t *call);
+/* A call's result arrived (exec_on_completed): starts the post_tool_use
+ * hooks that match it. When the last of a turn's hooks decides and the
+ * turn's calls are all done, it calls al__agent_tools_done. */
+void al__agent_post_hook_call(al_agent_t *a, struct ag_exec_s *box,
+                              al_tool_call_t *call);
+/* The result the model gets for call (its hooks' deny/replace/context
+ * applied; borrowed until the box closes). 1 while its hooks still run
+ * (the outputs then are the call's own), else 0. */
+int al__agent_post_hook_result(const struct ag_exec_s *box,
+                               const al_tool_call_t *call, const char **text,
+                               size_t *len, bool *is_error);
+/* The box's calls are void or done: kills the hooks still running (nothing
+ * is called back) and forgets every decision. */
+void al__agent_post_hooks_drop(struct ag_exec_s *box);
 /* A final reply: stop hooks may continue the run. true when they run (the
  * agent continues in al__agent_stop_hooks_done). */
 bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len);
@@ -396,6 +416,12 @@ bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
 void al__agent_mcp_close(al_agent_t *a);
 /* Called by agent.c when the startup wait ends (all settled or timeout). */
 void al__agent_mcp_wait_over(al_agent_t *a);
+/* The start-up wait of the first run ended: posts mcp_startup_complete
+ * (once per agent). true when the run ended meanwhile. */
+bool al__agent_mcp_startup_post(al_agent_t *a);
+/* gate.c, after tool_use_started: posts mcp_tool_call_begin when call is
+ * an MCP call whose request went out. true when the run ended. */
+bool al__agent_mcp_began(al_tool_call_t *call);
 /* al_agent_close was called: nothing of the agent may fire any more. */
 static inline bool ag_closing(const al_agent_t *a) {
   return a->state == AG_CLOSING;

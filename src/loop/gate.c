@@ -272,7 +272,9 @@ static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
   if (!t->inproc) {
     /* The work has begun (process spawned, file job queued). */
     input = al__tool_input_text(call->input);
-    al__agent_post_tool(a, AL_EVENT_TOOL_USE_STARTED, call, input);
+    if (!al__agent_post_tool(a, AL_EVENT_TOOL_USE_STARTED, call, input)) {
+      al__agent_mcp_began(call);
+    }
     al_free(input);
   }
   return 0;

@@ -41,6 +41,8 @@ struct al_mcp_call_s {
   uint64_t t0_ms;     /* loop time at start */
   bool done;          /* on_done fired or cancelled: nothing more fires */
   bool timer_closing;
+  /* Why it ended when not by the server's answer (al__mcp_call_end). */
+  const char *end;
 };
 
 struct al_mcp_server_s {
@@ -317,6 +319,7 @@ static void on_call_timeout(uv_timer_t *t) {
                     json_pack("{s:I, s:s}", "requestId", (json_int_t)c->id,
                               "reason", "timed out"));
   snprintf(secs, sizeof(secs), "%.3g", (double)ms / 1000.0);
+  c->end = "timeout";
   call_finish_fmt(c, "Error: MCP tool '%s' timed out after %s s", c->tool,
                   secs);
 }
@@ -373,6 +376,14 @@ int al__mcp_call(al_mcp_server_t *s, const char *tool, const json_t *args,
   return 0;
 }
 
+const char *al__mcp_call_end(const al_mcp_call_t *c) {
+  return c->end;
+}
+
+uint64_t al__mcp_call_ms(const al_mcp_call_t *c) {
+  return uv_now(c->server->m->o.loop) - c->t0_ms;
+}
+
 void al__mcp_call_cancel(al_mcp_call_t *c) {
   if (c->done) {
     return;
@@ -384,11 +395,12 @@ void al__mcp_call_cancel(al_mcp_call_t *c) {
 }
 
 /* Every call in flight gets an error result with the server's error (it
- * died, or closes). */
-static void calls_fail_all(al_mcp_server_t *s) {
+ * died: end "server_failed", or closes: "server_closed"). */
+static void calls_fail_all(al_mcp_server_t *s, const char *end) {
   while (!al_list_empty(&s->calls)) {
     al_mcp_call_t *c = AL_CONTAINER_OF(s->calls.next, al_mcp_call_t, node);
 
+    c->end = end;
     call_finish_fmt(c, "Error: %s", s->error != NULL ? s->error
                                                      : "MCP server closed",
                     NULL);
@@ -951,7 +963,7 @@ static void server_fail(al_mcp_server_t *s, const char *fmt, ...) {
   json_decref(s->listing);
   s->listing = NULL;
   al_buf_free(&s->rx);
-  calls_fail_all(s);
+  calls_fail_all(s, "server_failed");
   if (s->sp != NULL) {
     al__spawn_close_stdin(s->sp);
     al__spawn_kill(s->sp);
@@ -1266,7 +1278,7 @@ void al__mcp_close(al_mcp_t *m, void (*cb)(void *data), void *data) {
     if (s->error == NULL) {
       s->error = al_strdup("MCP server is shutting down");
     }
-    calls_fail_all(s);
+    calls_fail_all(s, "server_closed");
     s->closing = true;
     s->state = AL_MCP_CLOSED;
     uv_timer_stop(&s->timer);

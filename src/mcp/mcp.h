@@ -140,6 +140,20 @@ int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
 int al__mcp_config_load2(const char *file, const json_t *section,
                          const char *workspace, bool trusted, char **out,
                          al_buf_t *err);
+/* A session's servers (the daemon): base (JSON text as al__mcp_config_load2
+ * made it; may be NULL) and, when the project is trusted (trust, or a
+ * decision recorded by `agentloop tools --trust-project`), the servers of
+ * <workspace>/.mcp.json; base wins on a name both use. *out NULL when
+ * there are none; *skipped when the workspace has a .mcp.json that was not
+ * read because the project is not trusted. Blocking: run it off the loop
+ * (the agent does, in libuv's pool). AL_EINVAL with "FILE:LINE:COL: ..." or
+ * the parser's reason in err. */
+int al__mcp_config_project(const char *base, const char *workspace,
+                           bool trust, char **out, bool *skipped,
+                           al_buf_t *err);
+/* True when workspace has a .mcp.json that trusted == false leaves unread
+ * (for the note `agentloop run` and `mcp list` print). Blocking (a stat). */
+bool al__mcp_project_skipped(const char *workspace, bool trusted);
 /* Hooks: config.yaml's `hooks:` section (may be NULL) and the hooks of
  * `file` ({"hooks": {...}}; may be NULL), lists of one event joined, as
  * JSON text for al_agent_options_t.hooks_config (*out NULL: none). The
@@ -225,6 +239,14 @@ int al__mcp_call(al_mcp_server_t *s, const char *tool, const json_t *args,
                  void *data, al_mcp_call_t **out);
 /* Sends notifications/cancelled; neither callback fires afterwards. */
 void al__mcp_call_cancel(al_mcp_call_t *c);
+/* Inside on_done: why the call ended when the server did not answer it:
+ * "timeout", "server_failed" (the server died or spoke garbage),
+ * "server_closed" (shutdown); NULL for an answer (result or JSON-RPC
+ * error). */
+const char *al__mcp_call_end(const al_mcp_call_t *c);
+/* ms since the request was sent (valid until on_done returns, or until
+ * al__mcp_call_cancel). */
+uint64_t al__mcp_call_ms(const al_mcp_call_t *c);
 
 /* Formats a tools/call result (the `result` object) as the model's text:
  * text parts joined by newlines, images/audio/resources summarised,

@@ -5,8 +5,10 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mcp/mcp.h"
+#include "tools/clitool.h"
 #include "transport/transport.h"
 
 void al__mcp_server_config_free(al_mcp_server_config_t *s) {
@@ -577,36 +579,20 @@ int al__mcp_config_load(const char *file, const char *workspace, bool trusted,
   return al__mcp_config_load2(file, NULL, workspace, trusted, out, err);
 }
 
-int al__mcp_config_load2(const char *file, const json_t *section,
-                         const char *workspace, bool trusted, char **out,
-                         al_buf_t *err) {
-  json_t *user = NULL;
-  json_t *proj = NULL;
+/* user (the file's, or the daemon's), section (config.yaml's
+ * mcp_servers:) and proj (the project's .mcp.json), each may be NULL,
+ * merged: user over section over proj on a name two use; settings from
+ * user and section. Checked; *out NULL when there are no servers. */
+static int merge(const json_t *user, const json_t *section,
+                 const json_t *proj, char **out, al_buf_t *err) {
   json_t *merged;
   json_t *servers;
   al_mcp_config_t check;
   const char *key;
   json_t *v;
-  char path[4200];
   char *text;
-  int rc = 0;
+  int rc;
 
-  *out = NULL;
-  if (file != NULL) {
-    user = load_file(file, true, err, &rc);
-    if (rc != 0) {
-      return rc;
-    }
-  }
-  if (workspace != NULL && trusted) {
-    /* Only a trusted project's servers: its .mcp.json names commands. */
-    snprintf(path, sizeof(path), "%s/.mcp.json", workspace);
-    proj = load_file(path, false, err, &rc);
-    if (rc != 0) {
-      json_decref(user);
-      return rc;
-    }
-  }
   merged = json_object();
   servers = json_object();
   json_object_set_new(merged, "mcpServers", servers);
@@ -623,7 +609,7 @@ int al__mcp_config_load2(const char *file, const json_t *section,
     json_object_set(strncmp(key, "tool_budget_", 12) == 0 ? merged : servers,
                     key, v);
   }
-  json_object_foreach(user, key, v) {
+  json_object_foreach((json_t *)user, key, v) {
     if (strncmp(key, "tool_budget_", 12) == 0) {
       json_object_set(merged, key, v);
     }
@@ -632,8 +618,6 @@ int al__mcp_config_load2(const char *file, const json_t *section,
   json_object_foreach((json_t *)servers_of(user), key, v) {
     json_object_set(servers, key, v);
   }
-  json_decref(user);
-  json_decref(proj);
   if (json_object_size(servers) == 0) {
     json_decref(merged);
     return 0;
@@ -651,6 +635,89 @@ int al__mcp_config_load2(const char *file, const json_t *section,
   al__mcp_config_free(&check);
   *out = text;
   return 0;
+}
+
+/* <workspace>/.mcp.json when trusted (NULL when absent); *skipped when
+ * it exists but the project is not trusted. */
+static json_t *load_project(const char *workspace, bool trusted,
+                            bool *skipped, al_buf_t *err, int *rc) {
+  char path[4200];
+
+  *rc = 0;
+  if (skipped != NULL) {
+    *skipped = false;
+  }
+  if (workspace == NULL) {
+    return NULL;
+  }
+  if (!trusted) {
+    /* Only a trusted project's servers: its .mcp.json names commands. */
+    if (skipped != NULL) {
+      *skipped = al__mcp_project_skipped(workspace, false);
+    }
+    return NULL;
+  }
+  snprintf(path, sizeof(path), "%s/.mcp.json", workspace);
+  return load_file(path, false, err, rc);
+}
+
+bool al__mcp_project_skipped(const char *workspace, bool trusted) {
+  char path[4200];
+  struct stat st;
+
+  if (workspace == NULL || trusted) {
+    return false;
+  }
+  snprintf(path, sizeof(path), "%s/.mcp.json", workspace);
+  return stat(path, &st) == 0;
+}
+
+int al__mcp_config_load2(const char *file, const json_t *section,
+                         const char *workspace, bool trusted, char **out,
+                         al_buf_t *err) {
+  json_t *user = NULL;
+  json_t *proj;
+  int rc = 0;
+
+  *out = NULL;
+  if (file != NULL) {
+    user = load_file(file, true, err, &rc);
+    if (rc != 0) {
+      return rc;
+    }
+  }
+  proj = load_project(workspace, trusted, NULL, err, &rc);
+  if (rc == 0) {
+    rc = merge(user, section, proj, out, err);
+  }
+  json_decref(user);
+  json_decref(proj);
+  return rc;
+}
+
+int al__mcp_config_project(const char *base, const char *workspace,
+                           bool trust, char **out, bool *skipped,
+                           al_buf_t *err) {
+  json_t *user = NULL;
+  json_t *proj;
+  json_error_t jerr;
+  int rc;
+
+  *out = NULL;
+  if (base != NULL && (user = json_loads(base, 0, &jerr)) == NULL) {
+    al_buf_printf(err, "the configured servers: %s", jerr.text);
+    return AL_EINVAL;
+  }
+  proj = load_project(workspace,
+                      trust || (workspace != NULL &&
+                                al__tools_project_trusted(workspace)),
+                      skipped, err, &rc);
+  if (rc == 0) {
+    rc = merge(user, NULL, proj, out, err);
+  }
+  json_decref(user);
+  json_decref(proj);
+  return rc;
 }
 
 char *al__read_text_file(const char *path, al_buf_t *err) {

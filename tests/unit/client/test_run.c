@@ -1671,9 +1671,13 @@ TEST_IMPL(cli_run_project_mcp_json_needs_trust) {
     if (pass == 0) {
       ASSERT(json_is_true(json_object_get(tr, "is_error")));
       ASSERT_NOT_NULL(strstr(text, "Unknown tool 'mcp__proj__echo'"));
+      /* Not silently: a note says why. */
+      ASSERT_NOT_NULL(strstr(c.ebuf, "/.mcp.json is not read: the project "
+                                     "is not trusted"));
     } else {
       ASSERT(!json_is_true(json_object_get(tr, "is_error")));
       ASSERT_STR_EQ(text, "project server");
+      ASSERT_NULL(strstr(c.ebuf, ".mcp.json is not read"));
     }
     finish(&c);
   }

@@ -168,7 +168,7 @@ TEST_IMPL(events_names_round_trip) {
   int k;
 
   ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 35);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 37);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 40);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -732,6 +732,27 @@ static void golden_events(al_event_t *evs) {
   e->u.user_message.text = S("");
   e->u.user_message.tool_results =
       S("[{\"tool_use_id\":\"toolu_01\",\"is_error\":false,\"chars\":12}]");
+  e = &evs[AL_EVENT_MCP_TOOL_CALL_BEGIN];
+  e->u.mcp_call.server = S("everything");
+  e->u.mcp_call.tool = S("echo");
+  e->u.mcp_call.name = S("mcp__everything__echo");
+  e->u.mcp_call.call_id = S("toolu_04");
+  e = &evs[AL_EVENT_MCP_TOOL_CALL_END];
+  e->u.mcp_call.server = S("everything");
+  e->u.mcp_call.tool = S("echo");
+  e->u.mcp_call.name = S("mcp__everything__echo");
+  e->u.mcp_call.call_id = S("toolu_04");
+  e->u.mcp_call.is_error = true;
+  e->u.mcp_call.duration_ms = 60000;
+  e->u.mcp_call.end = S("timeout");
+  e = &evs[AL_EVENT_MCP_STARTUP_COMPLETE];
+  e->u.mcp_startup.ready =
+      S("[{\"server\":\"everything\",\"tools\":13,\"ms\":420}]");
+  e->u.mcp_startup.failed =
+      S("[{\"server\":\"fs\",\"error\":\"MCP server 'fs' exited with "
+        "status 1\"}]");
+  e->u.mcp_startup.pending = S("[\"slow\"]");
+  e->u.mcp_startup.waited_ms = 1500;
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
