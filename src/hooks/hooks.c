@@ -114,8 +114,14 @@ static int parse_event(const char *name, al_hook_event_t *out) {
   return AL_EINVAL;
 }
 
+/* The points whose hooks guard something, and so fail closed by default:
+ * a crashed or timed-out pre_tool_use guard does not let the call run, a
+ * user_prompt_submit one does not let the prompt through, a post_tool_use
+ * one (say, a secret scrubber) does not let the raw result reach the
+ * model. */
 static bool gating(al_hook_event_t ev) {
-  return ev == AL_HOOK_PRE_TOOL_USE || ev == AL_HOOK_USER_PROMPT_SUBMIT;
+  return ev == AL_HOOK_PRE_TOOL_USE || ev == AL_HOOK_USER_PROMPT_SUBMIT ||
+         ev == AL_HOOK_POST_TOOL_USE;
 }
 
 static int parse_def(const char *evname, size_t idx, const json_t *o,

@@ -248,6 +248,10 @@ TEST_IMPL(post_hooks_fail_closed_per_call) {
   /* The shell is killed at the timeout (its sleep with it: the group). */
   fail_closed("if grep -q '\"r1\"'; then exec sleep 30; fi; exit 0",
               "{\"on_failure\":\"deny\",\"timeout_ms\":300}", "timeout");
+  /* The default, as for pre_tool_use: a guard that fails blocks. */
+  fail_closed("if grep -q '\"r1\"'; then exit 1; fi; exit 0", "{}", "exit");
+  fail_closed("if grep -q '\"r1\"'; then exec sleep 30; fi; exit 0",
+              "{\"timeout_ms\":300}", "timeout");
   return 0;
 }
 
