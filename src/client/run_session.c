@@ -224,6 +224,25 @@ int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
     snprintf(err, errlen, "%s has no session header", rs->path);
     return AL_EINVAL;
   }
+  if (rs->loaded.bad_lines > 0 || rs->loaded.chain_breaks > 0) {
+    /* Kept: every record up to the damage and each later one that still
+     * chains; said here, as the daemon says it in session/resume. */
+    size_t i;
+    json_t *sk;
+
+    fprintf(stderr,
+            "agentloop: %s: %zu damaged or forged record(s) skipped "
+            "(%zu failed the hash chain); the rest of the session is "
+            "resumed\n",
+            rs->path, rs->loaded.bad_lines, rs->loaded.chain_breaks);
+    json_array_foreach(rs->loaded.skipped, i, sk) {
+      fprintf(stderr, "agentloop:   line %lld: %s\n",
+              (long long)json_integer_value(json_object_get(sk, "line")),
+              json_string_value(json_object_get(sk, "reason")) != NULL
+                  ? json_string_value(json_object_get(sk, "reason"))
+                  : "?");
+    }
+  }
   rs->resumed = true;
   return 0;
 }
@@ -247,13 +266,18 @@ void al__run_session_options(al__run_session_t *rs, al_agent_options_t *o) {
   }
 }
 
-static void put(al__run_session_t *rs, al_blob_t *b, bool sync) {
+/* rec: a "rec" record (header, history), hash-chained as the daemon's
+ * are (issue 15), so a session that moves between run and the daemon
+ * keeps one chain and a forged record is found by either; events are
+ * not chained. */
+static void put(al__run_session_t *rs, al_blob_t *b, bool sync, bool rec) {
   int rc;
 
   if (rs->tx == NULL || b == NULL) {
     return;
   }
-  rc = al__tx_append(rs->tx, b, sync);
+  rc = rec ? al__tx_append_chained(rs->tx, b, sync)
+           : al__tx_append(rs->tx, b, sync);
   if (rc != 0 && al__tx_lost(rs->tx)) {
     /* Refused by a writer that already lost records: not saved either. */
     rs->loss.records++;
@@ -344,10 +368,13 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     return rc;
   }
   al__tx_set_state_cb(rs->tx, on_tx_state, rs);
+  if (rs->resumed) {
+    al__tx_set_chain(rs->tx, rs->loaded.chain);
+  }
   if (!rs->resumed) {
     al_blob_t *b = al__tx_header_record(rs->id, h);
 
-    put(rs, b, true);
+    put(rs, b, true, true);
     if (b != NULL) {
       al__blob_unref(b);
     }
@@ -377,7 +404,7 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
 
     json_decref(rec);
-    put(rs, b, true);
+    put(rs, b, true, true);
     if (b != NULL) {
       al__blob_unref(b);
     }
@@ -395,7 +422,7 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
   al_buf_init(&line, 64u * 1024 * 1024);
   if (al__events_encode_line(ev, &line) == 0) {
     b = al__blob_new(line.data, line.len);
-    put(rs, b, false);
+    put(rs, b, false, false);
     if (b != NULL) {
       al__blob_unref(b);
     }
@@ -410,7 +437,7 @@ void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
   al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
 
   (void)agent;
-  put(rs, b, true);
+  put(rs, b, true, true);
   if (b != NULL) {
     al__blob_unref(b);
   }
