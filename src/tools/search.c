@@ -16,7 +16,10 @@
  *    repository;
  *  - visits entries in bytewise name order, so results are deterministic;
  *  - stops at the file tools' time limit, at max_depth, and (grep) after
- *    scan_max bytes read in all, saying so at the end of the result.
+ *    512 MiB read in all, saying so at the end of the result; grep reads
+ *    each file in 64 KiB pieces (its memory does not grow with the file),
+ *    at most its first 64 MiB (said in the result), and searches a line
+ *    longer than 1 MiB in its first 1 MiB.
  * grep {pattern, path?, glob?, ignore_case?, output_mode?}: POSIX
  * extended regular expressions, matched per line; files with a NUL byte in
  * their first 8 KiB are binary and skipped (as ripgrep does); output_mode
@@ -53,6 +56,11 @@
 #define BINARY_PROBE 8192
 #define IGNORE_FILE_MAX (1024 * 1024)
 #define GREP_SCAN_MAX ((uint64_t)512 * 1024 * 1024)
+/* Per file: one huge file cannot use up the whole budget. */
+#define FILE_SCAN_MAX ((uint64_t)64 * 1024 * 1024)
+/* The longest line kept whole; a longer one is searched in its first
+ * LINE_KEPT bytes. */
+#define LINE_KEPT ((size_t)1024 * 1024)
 
 typedef enum { S_GREP = 0, S_GLOB } skind_t;
 typedef enum { OUT_CONTENT = 0, OUT_FILES, OUT_COUNT } outmode_t;
@@ -97,6 +105,7 @@ typedef struct sjob_s {
   size_t n_ign;
   uint64_t scanned;
   const char *stopped; /* why the walk stopped early, or NULL */
+  size_t n_capped;     /* grep: files searched only in their first part */
   size_t n_found;      /* glob: paths matched; grep: matching lines */
   size_t n_files;      /* grep: files with a match */
 } sjob_t;
@@ -369,87 +378,142 @@ static void shown_path(const sjob_t *job, const char *rel, al_buf_t *b) {
   al_buf_append_str(b, rel);
 }
 
+/* One line, data[i..e) (data[e] is readable), against the pattern. */
+static void grep_line(sjob_t *job, const char *data, size_t i, size_t e,
+                      size_t line_no, const al_buf_t *name, size_t *hits) {
+  regmatch_t m[1];
+  char num[48];
+
+  m[0].rm_so = (regoff_t)i;
+  m[0].rm_eo = (regoff_t)e;
+  if (regexec(&job->re, data, 1, m, REG_STARTEND) != 0) {
+    return;
+  }
+  (*hits)++;
+  job->n_found++;
+  if (job->mode == OUT_CONTENT) {
+    emit(job, name->data, name->len);
+    snprintf(num, sizeof(num), ":%zu:", line_no);
+    emit_str(job, num);
+    emit(job, data + i, AL_MIN(e - i, (size_t)LINE_SHOWN));
+    if (e - i > LINE_SHOWN) {
+      emit_str(job, " [...]");
+    }
+    emit_str(job, "\n");
+  }
+}
+
+/* Streams the file through a buffer of at most S_CHUNK + LINE_KEPT bytes
+ * (memory does not grow with the file), counting what it reads against
+ * the search's budget; a file is searched in its first FILE_SCAN_MAX
+ * bytes at most, so one huge file cannot starve the others. */
 static void grep_file(sjob_t *job, int fd, const char *rel) {
   al_buf_t data;
   al_buf_t name;
   struct stat st;
-  size_t i;
   size_t line_no = 1;
   size_t hits = 0;
+  uint64_t file_read = 0;
   bool probed = false;
+  bool eof = false;
+  bool skipping = false; /* inside the unkept rest of an over-long line */
   char num[48];
 
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     return;
   }
-  if (job->scanned + (uint64_t)st.st_size > GREP_SCAN_MAX) {
-    job->stopped = "the search read its limit of 512 MiB";
-    return;
-  }
-  al_buf_init(&data, (size_t)st.st_size + 1);
-  while (data.len < (size_t)st.st_size) {
+  al_buf_init(&data, S_CHUNK + LINE_KEPT + 1);
+  al_buf_init(&name, 8192);
+  shown_path(job, rel, &name);
+  for (;;) {
+    size_t start = 0;
+    size_t want;
     ssize_t n;
 
-    if (s_cancelled(job) || s_over_time(job)) {
+    /* After the end (a read of 0) or a cap, only a cap has more to say. */
+    if ((job->mode == OUT_FILES && hits > 0) ||
+        (eof && file_read < FILE_SCAN_MAX && job->scanned < GREP_SCAN_MAX) ||
+        s_cancelled(job) || s_over_time(job)) {
       break;
     }
-    if (al_buf_reserve(&data, S_CHUNK) != 0 &&
-        al_buf_reserve(&data, (size_t)st.st_size - data.len) != 0) {
+    if (job->scanned >= GREP_SCAN_MAX || file_read >= FILE_SCAN_MAX) {
+      if ((uint64_t)st.st_size > file_read) {
+        /* More was there: say so (the whole search, or this file). */
+        if (job->scanned >= GREP_SCAN_MAX) {
+          job->stopped = "the search read its limit of 512 MiB";
+        } else {
+          job->n_capped++;
+        }
+      }
       break;
     }
-    n = read(fd, data.data + data.len,
-             AL_MIN((size_t)S_CHUNK, (size_t)st.st_size - data.len));
+    want = AL_MIN((uint64_t)S_CHUNK,
+                  AL_MIN(GREP_SCAN_MAX - job->scanned,
+                         FILE_SCAN_MAX - file_read));
+    if (al_buf_reserve(&data, want + 1) != 0) {
+      break;
+    }
+    n = read(fd, data.data + data.len, want);
     if (n < 0 && errno == EINTR) {
       continue;
     }
-    if (n <= 0) {
+    if (n < 0) {
       break;
     }
     data.len += (size_t)n;
-    if (!probed) {
+    file_read += (uint64_t)n;
+    job->scanned += (uint64_t)n;
+    /* The end of what is read of this file: its last line is whole. */
+    eof = n == 0 || file_read >= FILE_SCAN_MAX ||
+          job->scanned >= GREP_SCAN_MAX;
+    if (!probed && (data.len >= BINARY_PROBE || eof)) {
       probed = true;
       if (memchr(data.data, '\0', AL_MIN(data.len, (size_t)BINARY_PROBE)) !=
           NULL) {
-        al_buf_free(&data);
-        return; /* binary */
+        break; /* binary */
       }
     }
-  }
-  job->scanned += data.len;
-  /* NUL-terminated: REG_STARTEND bounds the match, but some regexec
-   * implementations (and sanitizer interceptors) still read to a NUL. */
-  if (data.len == 0 || al_buf_reserve(&data, 1) != 0) {
-    al_buf_free(&data);
-    return;
-  }
-  data.data[data.len] = '\0';
-  al_buf_init(&name, 8192);
-  shown_path(job, rel, &name);
-  for (i = 0; i < data.len;) {
-    const char *nl = memchr(data.data + i, '\n', data.len - i);
-    size_t e = nl != NULL ? (size_t)(nl - data.data) : data.len;
-    regmatch_t m[1];
+    if (!probed) {
+      continue;
+    }
+    /* NUL-terminated: REG_STARTEND bounds the match, but some regexec
+     * implementations (and sanitizer interceptors) still read to a NUL. */
+    data.data[data.len] = '\0';
+    while (start < data.len) {
+      const char *nl = memchr(data.data + start, '\n', data.len - start);
+      size_t e;
 
-    m[0].rm_so = (regoff_t)i;
-    m[0].rm_eo = (regoff_t)e;
-    if (regexec(&job->re, data.data, 1, m, REG_STARTEND) == 0) {
-      hits++;
-      job->n_found++;
-      if (job->mode == OUT_CONTENT) {
-        emit(job, name.data, name.len);
-        snprintf(num, sizeof(num), ":%zu:", line_no);
-        emit_str(job, num);
-        emit(job, data.data + i, AL_MIN(e - i, (size_t)LINE_SHOWN));
-        if (e - i > LINE_SHOWN) {
-          emit_str(job, " [...]");
-        }
-        emit_str(job, "\n");
-      } else if (job->mode == OUT_FILES) {
+      if (nl == NULL && !eof) {
+        break; /* an unfinished line: kept for the next read */
+      }
+      e = nl != NULL ? (size_t)(nl - data.data) : data.len;
+      if (!skipping) {
+        char c = data.data[e];
+
+        data.data[e] = '\0';
+        grep_line(job, data.data, start, e, line_no, &name, &hits);
+        data.data[e] = c;
+      }
+      skipping = false;
+      line_no++;
+      start = e + 1;
+      if (job->mode == OUT_FILES && hits > 0) {
         break;
       }
     }
-    line_no++;
-    i = e + 1;
+    start = AL_MIN(start, data.len);
+    /* Keep the unfinished line for the next read; past LINE_KEPT bytes it
+     * is searched as it is and the rest of it is skipped. */
+    memmove(data.data, data.data + start, data.len - start);
+    data.len -= start;
+    if (data.len >= LINE_KEPT) {
+      if (!skipping) {
+        data.data[data.len] = '\0';
+        grep_line(job, data.data, 0, data.len, line_no, &name, &hits);
+      }
+      skipping = true;
+      data.len = 0;
+    }
   }
   if (hits > 0) {
     job->n_files++;
@@ -684,6 +748,14 @@ static void finish(sjob_t *job) {
     rc |= al_buf_printf(&job->j.out,
                         "\n[LIST TRUNCATED: showing %zu of %zu entries]",
                         job->tool->c.list_max, job->n_found);
+  }
+  if (!job->j.is_error && job->n_capped > 0) {
+    rc |= al_buf_printf(&job->j.out,
+                        "\n[SEARCH: %zu file(s) larger than %llu MiB searched "
+                        "in their first %llu MiB only]",
+                        job->n_capped,
+                        (unsigned long long)(FILE_SCAN_MAX >> 20),
+                        (unsigned long long)(FILE_SCAN_MAX >> 20));
   }
   if (!job->j.is_error && job->stopped != NULL) {
     rc |= al_buf_printf(&job->j.out, "\n[SEARCH STOPPED EARLY: %s]",

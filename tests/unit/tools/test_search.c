@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -261,6 +262,77 @@ TEST_IMPL(tools_grep_output_capped) {
   ASSERT_NOT_NULL(strstr(fx.content, "\n[OUTPUT TRUNCATED: showing 40000 of "));
   ASSERT_NOT_NULL(strstr(fx.content, " characters from grep]"));
   ASSERT_EQ(strncmp(fx.content, "many.txt:1:match line 0\n", 24), 0);
+  s_teardown(&fx);
+  return 0;
+}
+
+/* grep reads files in pieces (issue 15: memory bounded for every input):
+ * a large sparse file costs its binary probe, not its size; a text file
+ * over the per-file cap is searched in its first 64 MiB, with a note; a
+ * line over 1 MiB is searched in its first 1 MiB; a line across a piece
+ * boundary is whole; and the process does not grow with the file. */
+TEST_IMPL(tools_grep_streams_large_files) {
+  sfx_t fx;
+  FILE *f;
+  int fd;
+  size_t i;
+  struct rusage before;
+  struct rusage after;
+  static char piece[65536];
+
+  s_setup(&fx, NULL, 0, 0);
+  /* 600 MiB of holes, first by name: a binary file, probed and skipped. */
+  fd = open(p_ws(&fx, "aaa.dat"), O_CREAT | O_WRONLY, 0644);
+  ASSERT(fd >= 0);
+  ASSERT_EQ(ftruncate(fd, (off_t)600 << 20), 0);
+  close(fd);
+  put(p_ws(&fx, "b.txt"), "one line here\nnone\nline two\n");
+  s_run(&fx, "grep", json_pack("{s:s}", "pattern", "line"));
+  expect(&fx, "b.txt:1:one line here\nb.txt:3:line two");
+
+  /* 65 MiB of text: a match on line 2 (found), one across the first
+   * piece boundary (found, whole), one after 64 MiB (not searched). */
+  f = fopen(p_ws(&fx, "big.txt"), "wb");
+  ASSERT_NOT_NULL(f);
+  fputs("head\nneedle early\n", f);
+  memset(piece, 'x', sizeof(piece));
+  for (i = 0; i < sizeof(piece); i += 100) {
+    piece[i] = '\n';
+  }
+  ASSERT_EQ(fwrite(piece, 1, 65536 - 18 - 4, f), 65536 - 18 - 4);
+  fputs("\nneedle across\n", f); /* starts 3 bytes before 64 KiB */
+  for (i = 0; i < 1040; i++) {
+    ASSERT_EQ(fwrite(piece, 1, sizeof(piece), f), sizeof(piece));
+  }
+  fputs("\nneedle late\n", f);
+  ASSERT_EQ(fclose(f), 0);
+  /* A 3 MiB line with a match at its start, then a short matching line. */
+  f = fopen(p_ws(&fx, "long.txt"), "wb");
+  ASSERT_NOT_NULL(f);
+  fputs("needle in a long line ", f);
+  memset(piece, 'y', sizeof(piece));
+  for (i = 0; i < 48; i++) {
+    ASSERT_EQ(fwrite(piece, 1, sizeof(piece), f), sizeof(piece));
+  }
+  fputs(" needle again\nneedle next\n", f);
+  ASSERT_EQ(fclose(f), 0);
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &before), 0);
+  s_run(&fx, "grep", json_pack("{s:s,s:s}", "pattern", "needle",
+                                "output_mode", "content"));
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &after), 0);
+  ASSERT(!fx.is_error);
+  ASSERT_NOT_NULL(strstr(fx.content, "big.txt:2:needle early\n"));
+  ASSERT_NOT_NULL(strstr(fx.content, "big.txt:"));
+  ASSERT_NOT_NULL(strstr(fx.content, ":needle across\n"));
+  ASSERT_NULL(strstr(fx.content, "needle late"));
+  ASSERT_NOT_NULL(strstr(fx.content, "long.txt:1:needle in a long line yyy"));
+  ASSERT_NOT_NULL(strstr(fx.content, "long.txt:2:needle next"));
+  ASSERT_NOT_NULL(strstr(fx.content,
+                         "[SEARCH: 1 file(s) larger than 64 MiB searched in "
+                         "their first 64 MiB only]"));
+  ASSERT_NULL(strstr(fx.content, "STOPPED EARLY"));
+  /* Whole-file buffering would have added 65 MiB here. */
+  ASSERT_LE(after.ru_maxrss - before.ru_maxrss, 16 * 1024);
   s_teardown(&fx);
   return 0;
 }
