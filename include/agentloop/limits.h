@@ -26,9 +26,12 @@ typedef struct al_limits_s {
 } al_limits_t;
 
 /* Sets one limit by name from text: a decimal integer with an optional
- * K/M/G suffix (binary multiples) for sizes, or "none" (-1). Returns 0,
+ * K/M/G suffix (binary multiples) for sizes, or "none" (-1; not for
+ * header_bytes, which is always bounded). Returns 0,
  * AL_ENOTFOUND for an unknown name, AL_EINVAL for a bad value. */
 int al_limits_set(al_limits_t *l, const char *name, const char *value);
+/* What al_limits_set accepts for name, for error messages. */
+const char *al_limits_expect(const char *name);
 /* "NAME=VALUE" (the run flag). */
 int al_limits_set_kv(al_limits_t *l, const char *kv);
 /* Every field of src set (non-zero) replaces dst's: flags over the

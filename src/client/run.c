@@ -1285,8 +1285,15 @@ int al_cli_run(int argc, char **argv) {
         return EXIT_USAGE;
       }
       if (lrc != 0) {
-        fail_usage("--limit %s: NAME=VALUE with a positive integer (K/M/G "
-                   "for sizes) or none", optarg);
+        char nm[64];
+
+        snprintf(nm, sizeof(nm), "%.*s",
+                 (int)(strchr(optarg, '=') != NULL
+                           ? strchr(optarg, '=') - optarg
+                           : (ptrdiff_t)strlen(optarg)),
+                 optarg);
+        fail_usage("--limit %s: NAME=VALUE with %s", optarg,
+                   al_limits_expect(nm));
         return EXIT_USAGE;
       }
       break;

@@ -55,6 +55,9 @@ int al_limits_set(al_limits_t *l, const char *name, const char *value) {
     return AL_EINVAL;
   }
   if (strcmp(value, "none") == 0) {
+    if (strcmp(name, "header_bytes") == 0) {
+      return AL_EINVAL; /* the header block is always bounded */
+    }
     *(int64_t *)((char *)l + fields[i].off) = -1;
     return 0;
   }
@@ -79,6 +82,12 @@ int al_limits_set(al_limits_t *l, const char *name, const char *value) {
   }
   *(int64_t *)((char *)l + fields[i].off) = (int64_t)v * mult;
   return 0;
+}
+
+const char *al_limits_expect(const char *name) {
+  return name != NULL && strcmp(name, "header_bytes") == 0
+             ? "a positive integer (K/M/G); this limit cannot be none"
+             : "a positive integer (K/M/G for sizes) or none";
 }
 
 void al_limits_overlay(al_limits_t *dst, const al_limits_t *src) {
@@ -135,9 +144,7 @@ int al_limits_from_json(al_limits_t *l, const json_t *obj, char *why,
       return AL_EINVAL;
     }
     if (rc != 0) {
-      snprintf(why, why_len,
-               "limits.%s: a positive integer (K/M/G for sizes) or \"none\"",
-               k);
+      snprintf(why, why_len, "limits.%s: %s", k, al_limits_expect(k));
       return AL_EINVAL;
     }
   }

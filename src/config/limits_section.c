@@ -44,10 +44,8 @@ int al__config_limits_section(al_cfg_ctx_t *cx, const char *name,
                      ks);
       ok = false;
     } else if (rc != 0) {
-      al__config_err(cx, v,
-                     "limits.%s: a positive integer (K/M/G for sizes) or "
-                     "none, not '%s'",
-                     ks, vs);
+      al__config_err(cx, v, "limits.%s: %s, not '%s'", ks,
+                     al_limits_expect(ks), vs);
       ok = false;
     }
   }

@@ -248,5 +248,19 @@ TEST_IMPL(limits_parse) {
   ASSERT_EQ(al_limits_set(&l, "nope", "1"), AL_ENOTFOUND);
   ASSERT_EQ(al_limits_set_kv(&l, "reply_bytes"), AL_EINVAL);
   ASSERT_EQ(l.reply_bytes, 512LL << 20);
+  /* The header block is always bounded: "none" is refused, by name. */
+  ASSERT_EQ(al_limits_set(&l, "header_bytes", "none"), AL_EINVAL);
+  ASSERT_EQ(l.header_bytes, 0);
+  ASSERT_NOT_NULL(strstr(al_limits_expect("header_bytes"), "cannot be none"));
+  ASSERT_NOT_NULL(strstr(al_limits_expect("reply_bytes"), "or none"));
+  {
+    json_t *o = json_pack("{s:s}", "header_bytes", "none");
+    char why[128];
+
+    ASSERT_EQ(al_limits_from_json(&l, o, why, sizeof(why)), AL_EINVAL);
+    ASSERT_STR_EQ(why, "limits.header_bytes: a positive integer (K/M/G); "
+                       "this limit cannot be none");
+    json_decref(o);
+  }
   return 0;
 }
