@@ -279,6 +279,13 @@ int al_http_url_check(const char *url, char *why, size_t len) {
       snprintf(why, len, "a base URL has no query or fragment");
       return AL_EINVAL;
     }
+    end = p + strcspn(p, "/?#");
+    if (memchr(p, '@', (size_t)(end - p)) != NULL) {
+      /* Never sent, so never silently dropped either. */
+      snprintf(why, len, "a user name or password in the URL is not used "
+                         "(the API key comes from the environment)");
+      return AL_EINVAL;
+    }
     return 0;
   }
   if (rc == AL_ENOMEM) {
@@ -298,8 +305,15 @@ int al_http_url_check(const char *url, char *why, size_t len) {
     snprintf(why, len, "an IPv6 address needs its closing ']'");
   } else if (*host == '[') {
     const char *rb = memchr(host, ']', (size_t)(end - host));
+    char addr[INET6_ADDRSTRLEN + 8];
+    struct in6_addr a6;
+    size_t an = (size_t)(rb - host - 1);
 
-    if (rb + 1 < end && rb[1] == ':') {
+    if (an >= sizeof(addr) ||
+        (memcpy(addr, host + 1, an), addr[an] = '\0',
+         inet_pton(AF_INET6, addr, &a6) != 1)) {
+      snprintf(why, len, "not a valid IPv6 address");
+    } else if (rb + 1 < end && rb[1] == ':') {
       snprintf(why, len, "the port must be a number 1..65535");
     } else if (rb + 1 < end) {
       snprintf(why, len, "unexpected text after the IPv6 address");

@@ -1088,6 +1088,9 @@ TEST_IMPL(cli_run_bad_base_url_exit_2) {
       {"http://a b/", "a space"},
       {"http://", "no host"},
       {"http://:8080/v1", "no host"},
+      {"http://[zz::1]:80", "not a valid IPv6 address"},
+      {"http://[::1]:0", "port must be a number 1..65535"},
+      {"http://user:pw@127.0.0.1:1/", "user name or password in the URL"},
   };
 
   for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1109,6 +1112,16 @@ TEST_IMPL(cli_run_bad_base_url_exit_2) {
     run_cli(&c, args, clean_env);
     ASSERT_EQ(c.exit_status, 2);
     ASSERT_NOT_NULL(strstr(c.ebuf, "unknown limit"));
+    finish(&c);
+  }
+  {
+    const char *args[] = {"run", "--limit", "header_bytes=none", "-p", "x",
+                          NULL};
+
+    start_mock(&c, text_yaml);
+    run_cli(&c, args, clean_env);
+    ASSERT_EQ(c.exit_status, 2);
+    ASSERT_NOT_NULL(strstr(c.ebuf, "this limit cannot be none"));
     finish(&c);
   }
   return 0;
