@@ -1157,10 +1157,20 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
   al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
   if (!d.retry) {
     char text[700];
+    char why[160];
 
+    if (d.retry_after_ms > 0) {
+      snprintf(why, sizeof(why),
+               "retry-after of %lld s is longer than the allowed maximum "
+               "of %lld s",
+               (long long)((d.retry_after_ms + 999) / 1000),
+               (long long)(d.retry_after_max_ms / 1000));
+    } else {
+      snprintf(why, sizeof(why), "%s", d.reason != NULL ? d.reason : "");
+    }
     snprintf(text, sizeof(text), "%s (%s%s%s)", message,
-             al__retry_class_name(err->cls),
-             d.reason != NULL ? ", " : "", d.reason != NULL ? d.reason : "");
+             al__retry_class_name(err->cls), why[0] != '\0' ? ", " : "",
+             why);
     end_error(a, AL_EAPI, text);
     return;
   }

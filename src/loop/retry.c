@@ -327,6 +327,8 @@ void al__retry_decide(al_retry_state_t *s, const al_retry_options_t *o,
   }
   if (err->retry_after_ms > o->retry_after_max_ms) {
     give_up(out, "retry-after longer than the allowed maximum");
+    out->retry_after_ms = err->retry_after_ms;
+    out->retry_after_max_ms = o->retry_after_max_ms;
     return;
   }
   if (err->retry_after_ms > 0) {

@@ -152,6 +152,10 @@ typedef struct al_retry_decision_s {
   int max_attempts;
   al_retry_class_t cls;
   const char *reason;    /* static: why we retry or give up */
+  /* Giving up on a retry-after above the maximum: the server's wait and
+   * the maximum (0 otherwise), for the message that names them. */
+  int64_t retry_after_ms;
+  int64_t retry_after_max_ms;
 } al_retry_decision_t;
 
 /* Decides after the current try (s->attempt) failed with `err`. Updates s

@@ -793,6 +793,29 @@ TEST_IMPL(agent_retry_after_honoured) {
   return 0;
 }
 
+/* A retry-after above the maximum ends the run at once, and the error
+ * names both waits (QA: the message said only "longer than the allowed
+ * maximum"). */
+TEST_IMPL(agent_retry_after_too_long_named) {
+  fx_t f;
+  const json_t *e;
+
+  fx_init(&f, "responses:\n"
+              "  - fault: {status: 429}\n"
+              "    headers: {retry-after: '3600'}\n"
+              "  - reply: {content: [{text: 'never'}]}\n");
+  fx_start(&f);
+  fx_run(&f, "hi");
+  ASSERT_STR_EQ(fx_last_type(&f), "error");
+  ASSERT_EQ(fx_requests(&f), 1);
+  e = fx_event(&f, fx_find(&f, "error", NULL, 0));
+  ASSERT_NOT_NULL(strstr(jstr(e, "message"),
+                         "retry-after of 3600 s is longer than the allowed "
+                         "maximum of 600 s"));
+  fx_finish(&f);
+  return 0;
+}
+
 static void on_shared_client_closed(al_client_t *c) {
   *(int *)al_http_client_get_data(c) += 1;
 }

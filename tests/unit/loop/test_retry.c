@@ -348,6 +348,8 @@ TEST_IMPL(retry_decide_retry_after) {
   al__retry_decide(&s, &o, &e, &rng, 0, &d);
   ASSERT(!d.retry);
   ASSERT_STR_EQ(d.reason, "retry-after longer than the allowed maximum");
+  ASSERT_EQ(d.retry_after_ms, o.retry_after_max_ms + 1);
+  ASSERT_EQ(d.retry_after_max_ms, o.retry_after_max_ms);
   /* The maximum is configurable. */
   o.retry_after_max_ms = 5000;
   e.retry_after_ms = 6000;
