@@ -241,6 +241,10 @@ int al__agg_block_start(al_pstream_t *s, int64_t index, json_t *block) {
   if (s->message == NULL) {
     return 0; /* before message_start: ignored (PROTOCOLS §2.5) */
   }
+  if (s->opts.strict_indexes && index < 0) {
+    return fail_decode(s, "content_block_start without a non-negative "
+                          "integer index");
+  }
   if (s->opts.strict_indexes &&
       (index != (int64_t)s->nblocks || s->open_block >= 0)) {
     return fail_decode(s,

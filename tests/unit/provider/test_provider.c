@@ -393,6 +393,13 @@ TEST_IMPL(provider_strict_indexes) {
       /* stop of a block that is not open */
       "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
       "\"index\":0}\n\n",
+      /* indexes that are not integers: named as such, not as "-1" */
+      "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+      "\"index\":0.5,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}"
+      "\n\n",
+      "event: content_block_start\ndata: {\"type\":\"content_block_start\","
+      "\"index\":\"0\",\"content_block\":{\"type\":\"text\",\"text\":"
+      "\"\"}}\n\n",
   };
   size_t i;
 
@@ -411,6 +418,10 @@ TEST_IMPL(provider_strict_indexes) {
     ASSERT_EQ(al_pstream_feed(&s, bad[i], strlen(bad[i])), AL_EPROTO);
     ASSERT_EQ(c.errors, 1);
     ASSERT_EQ(al_pstream_error_kind(&s), AL_PERR_DECODE);
+    ASSERT_NULL(strstr(c.errmsg, "-1"));
+    if (i >= 4) {
+      ASSERT_NOT_NULL(strstr(c.errmsg, "without a non-negative integer index"));
+    }
     /* Sticky: nothing more is delivered. */
     ASSERT_EQ(al_pstream_feed(&s, ms, strlen(ms)), AL_EPROTO);
     ASSERT_EQ(c.errors, 1);
