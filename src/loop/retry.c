@@ -206,7 +206,17 @@ void al__retry_classify_perr(al_perr_kind_t kind, const char *error_type,
                                  "unknown error"};
   size_t i;
 
+  static const rule_t limit = {AL_RETRY_CLASS_LOCAL, false,
+                               "a limit of this run was reached"};
+
   out->retry_after_ms = -1;
+  if (kind == AL_PERR_DECODE && error_type != NULL &&
+      (strcmp(error_type, "reply_too_large") == 0 ||
+       strcmp(error_type, "tool_input_too_large") == 0)) {
+    /* Our own bound, not a stream we could not read. */
+    set_rule(out, &limit);
+    return;
+  }
   if (kind == AL_PERR_DECODE) {
     set_rule(out, &decode);
     return;

@@ -22,6 +22,10 @@ static void assert_limit_error(fx_t *f, const char *kind, const char *what) {
   ASSERT_STR_EQ(fx_jstr(e, "kind"), kind);
   ASSERT_NOT_NULL(strstr(fx_jstr(e, "message"), what));
   ASSERT_STR_EQ(fx_last_type(f), "error");
+  /* Our own bound, named as one (not "stream could not be decoded"). */
+  e = fx_event(f, fx_find(f, "error", NULL, 0));
+  ASSERT_NOT_NULL(strstr(fx_jstr(e, "message"),
+                         "(local, a limit of this run was reached)"));
   ASSERT_EQ(fx_count(f, "retry"), 0);
   ASSERT_EQ(fx_requests(f), 1);
   ASSERT_EQ(fx_count(f, "final"), 0);
