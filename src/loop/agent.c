@@ -686,8 +686,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
 
 static int64_t request_raw(const al_history_t *h,
                            const al_provider_request_t *preq) {
-  return al__budget_raw(preq->body_len,
-                        json_array_size(al__history_to_json(h)));
+  return al__budget_raw_msgs(preq->body_len, al__history_to_json(h));
 }
 
 int64_t al__agent_projected(al_agent_t *a) {
@@ -1446,8 +1445,10 @@ static void tools_done(al_agent_t *a) {
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
     char *shown = al__agent_post_hooks_apply(a, call);
 
-    js = shown != NULL
-             ? al__json_string_text(shown, strlen(shown))
+    /* Content blocks (an MCP image) unless a hook replaced the result. */
+    js = shown != NULL ? al__json_string_text(shown, strlen(shown))
+         : call->blocks != NULL
+             ? json_incref(call->blocks)
              : al__json_string_text(call->content != NULL ? call->content : "",
                                     call->content_len);
     al_free(shown);
@@ -2263,7 +2264,10 @@ int al_agent_cancel(al_agent_t *a) {
     while ((call = al__executor_results(&box->ex, call)) != NULL) {
       if (call->state == AL_TOOL_CALL_YIELDED) {
         if (old == AG_TOOLS && box == a->cur) {
-          json_t *js = al__json_string_text(call->content, call->content_len);
+          json_t *js =
+              call->blocks != NULL
+                  ? json_incref(call->blocks)
+                  : al__json_string_text(call->content, call->content_len);
 
           if (js != NULL) {
             al__history_add_tool_result(&a->history, call->id, js,

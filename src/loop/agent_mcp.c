@@ -137,9 +137,9 @@ static void call_done(al_mcp_call_t *c, bool is_error, const char *text,
                       size_t len, void *data) {
   al_tool_call_t *call = data;
 
-  (void)c;
   call->tool_data = NULL;
-  al__executor_call_complete(call, is_error, text, len);
+  al__executor_call_complete_blocks(call, is_error, text, len,
+                                    al__mcp_call_blocks(c));
 }
 
 static int mcp_start(al_tool_call_t *call) {

@@ -319,6 +319,11 @@ bool al__agent_post_tool(al_agent_t *a, al_event_type_t type,
 /* The input as compact JSON (al_free), NULL when out of memory. */
 char *al__tool_input_text(const json_t *input);
 /* Completes call with an error result printf'd from fmt (two %s). */
+/* al_tool_ctx_complete with content blocks for the history (an image
+ * read back); content is their text view. */
+void al__tool_ctx_complete_blocks(al_tool_ctx_t *ctx, bool is_error,
+                                  const char *content, size_t len,
+                                  const json_t *blocks);
 void al__call_complete_fmt(al_tool_call_t *call, const char *fmt,
                            const char *a1, const char *a2);
 int al__agent_add_tool_impl(al_agent_t *a, al_tool_impl_t *inner,

@@ -9,12 +9,17 @@
  *  - a cleared result stays cleared, and its placeholder depends only on
  *    the tool name, the call id and the original size, so the request's
  *    prefix stays byte-stable for the provider's prompt cache;
+ *  - a result holding images or PDFs is a candidate whatever its tool
+ *    (an image is the costliest output there is), and its size counts
+ *    its images by their token cost, not their base64;
  *  - the `keep` most recent results of compactable tools are never
  *    cleared, and nothing is cleared unless the total saved reaches
  *    min_tokens (a small saving would only break the cache). */
 #include <stdio.h>
 #include <string.h>
 
+#include "common/common.h"
+#include "common/media.h"
 #include "loop/micro.h"
 
 static const char *str(const json_t *o, const char *k) {
@@ -35,14 +40,31 @@ bool al__micro_is_cleared(const json_t *result) {
   return c != NULL && strncmp(c, AL_MICRO_PREFIX, strlen(AL_MICRO_PREFIX)) == 0;
 }
 
-/* Bytes of a result's content as the model sees it. */
+/* Bytes of a result's content as the model sees it; an image counts as
+ * 4 bytes per token it costs, not by its base64 (common/media.h). */
 static size_t content_bytes(const json_t *result) {
   const json_t *c = json_object_get(result, "content");
+  size_t bytes, b64 = 0;
+  int64_t tokens = 0;
+  json_t *wrap;
 
   if (json_is_string(c)) {
     return json_string_length(c);
   }
-  return json_dumpb(c, NULL, 0, JSON_COMPACT);
+  bytes = json_dumpb(c, NULL, 0, JSON_COMPACT);
+  /* al__media_scan walks messages: wrap the content as one. */
+  wrap = json_pack("[{s:O}]", "content", c);
+  al__media_scan(wrap, &b64, &tokens);
+  json_decref(wrap);
+  return bytes - AL_MIN(bytes, b64) + (size_t)tokens * 4;
+}
+
+/* A result that holds images or PDFs: cleared like the output of a
+ * compactable tool, whatever tool gave it. */
+static bool has_media(const json_t *result) {
+  const json_t *c = json_object_get(result, "content");
+
+  return json_is_array(c) && al__media_has_blocks(c);
 }
 
 int al__micro_placeholder(char *buf, size_t size, const char *tool,
@@ -84,9 +106,11 @@ int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
           str(b, "name") != NULL) {
         json_object_set_new(names, str(b, "id"), json_string(str(b, "name")));
       } else if (is_type(b, "tool_result") &&
-                 listed(o->compactable,
-                        str(names, str(b, "tool_use_id") ? str(b, "tool_use_id")
-                                                         : ""))) {
+                 (has_media(b) ||
+                  listed(o->compactable,
+                         str(names, str(b, "tool_use_id")
+                                        ? str(b, "tool_use_id")
+                                        : "")))) {
         json_array_append_new(cand, json_pack("[I,I]", (json_int_t)i,
                                               (json_int_t)k));
       }

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 
 #include "provider/provider.h"
+#include "common/media.h"
 #include "provider/provider_int.h"
 
 /* ---- decoder ---------------------------------------------------------------- */
@@ -538,7 +539,12 @@ static void add_user(json_t *input, json_t *content) {
     const char *t = json_string_value(json_object_get(blk, "type"));
 
     if (t != NULL && strcmp(t, "tool_result") == 0) {
-      json_t *res = text_of(json_object_get(blk, "content"));
+      json_t *c = json_object_get(blk, "content");
+      /* With images or PDFs: output as an input_text/input_image/
+       * input_file array (media_oai.c). */
+      json_t *res = json_is_array(c) && al__media_has_blocks(c)
+                        ? al__oai_responses_output(c)
+                        : text_of(c);
 
       json_array_append_new(
           input, json_pack("{s:s,s:O?,s:o}", "type", "function_call_output",
