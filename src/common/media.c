@@ -187,17 +187,23 @@ bool al__media_image_size(const unsigned char *p, size_t n, uint32_t *w,
   return *w > 0 && *h > 0;
 }
 
-int64_t al__media_image_tokens(const char *b64, size_t len) {
+bool al__media_image_size_b64(const char *b64, size_t len, uint32_t *w,
+                              uint32_t *h) {
   /* A JPEG's frame header may sit after large EXIF/ICC segments. */
   enum { HEAD = 48 * 1024 };
   unsigned char *head = al_malloc(HEAD);
   size_t n = head != NULL ? b64_prefix(b64, len, head, HEAD) : 0;
-  uint32_t w, h;
-  uint64_t lw, lh, t;
-  bool ok = al__media_image_size(head, n, &w, &h);
+  bool ok = al__media_image_size(head, n, w, h);
 
   al_free(head);
-  if (!ok) {
+  return ok;
+}
+
+int64_t al__media_image_tokens(const char *b64, size_t len) {
+  uint32_t w, h;
+  uint64_t lw, lh, t;
+
+  if (!al__media_image_size_b64(b64, len, &w, &h)) {
     return AL_MEDIA_IMAGE_TOKENS_DEFAULT;
   }
   /* The provider scales the long edge to 1568 px, then the area to about
@@ -334,6 +340,17 @@ int al__media_check_block(const json_t *blk, char *why, size_t why_len) {
              image ? "image" : "document", mt,
              seen != NULL ? seen : "of an unsupported format");
     return -1;
+  }
+  if (image) {
+    uint32_t w, h;
+
+    if (al__media_image_size_b64(json_string_value(d), len, &w, &h) &&
+        (w > AL_MEDIA_IMAGE_MAX_PX || h > AL_MEDIA_IMAGE_MAX_PX)) {
+      snprintf(why, why_len, "source.base64.data: At least one of the image "
+                             "dimensions exceed max allowed size: %d pixels",
+               AL_MEDIA_IMAGE_MAX_PX);
+      return -1;
+    }
   }
   return 0;
 }

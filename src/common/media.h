@@ -41,6 +41,12 @@ bool al__media_image_type(const char *mime);
 bool al__media_image_size(const unsigned char *p, size_t n, uint32_t *w,
                           uint32_t *h);
 
+/* The same on base64 (decodes at most a 48 KiB prefix). */
+bool al__media_image_size_b64(const char *b64, size_t len, uint32_t *w,
+                              uint32_t *h);
+/* The APIs refuse an image over 8000 px on a side. */
+#define AL_MEDIA_IMAGE_MAX_PX 8000
+
 /* Context tokens of one base64 image: width x height / 750 (Anthropic's
  * vision guide) after the provider's downscale (long edge 1568 px, about
  * 1.15 MP: at most AL_MEDIA_IMAGE_TOKENS_DEFAULT), from the header;

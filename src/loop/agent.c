@@ -665,6 +665,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   po.api_key = a->api_key;
   /* Round-trips the model needs (models catalogue): its reasoning back. */
   po.echo_reasoning = a->model_info.echo_reasoning;
+  po.no_media = a->model_info.no_images;
   po.reasoning_field = a->model_info.reasoning_field;
   if (json_array_size(offered) > 0) {
     po.tools = offered;

@@ -76,6 +76,14 @@ static const char *media_refusal(conv_t *c, const char *mime, const json_t *d,
   if (image && len > AL_MEDIA_IMAGE_MAX_B64) {
     return "over the 5 MB image limit";
   }
+  if (image) {
+    uint32_t w, h;
+
+    if (al__media_image_size_b64(s, len, &w, &h) &&
+        (w > AL_MEDIA_IMAGE_MAX_PX || h > AL_MEDIA_IMAGE_MAX_PX)) {
+      return "over 8000 pixels on a side";
+    }
+  }
   if (c->media >= AL_MCP_RESULT_MAX_MEDIA ||
       c->media_b64 + len > AL_MCP_RESULT_MAX_MEDIA_B64) {
     return "over this result's media limit";

@@ -1924,7 +1924,10 @@ static int convert_message(json_t *messages, json_t *m,
           strcmp(json_string_value(t), "tool_result") != 0) {
         continue;
       }
-      if (json_is_array(c) && al__media_has_blocks(c) && media != NULL) {
+      if (json_is_array(c) && al__media_has_blocks(c) && o->no_media) {
+        res = al__oai_tool_text(c, "not sent, this model takes no images");
+      } else if (json_is_array(c) && al__media_has_blocks(c) &&
+                 media != NULL) {
         res = al__oai_tool_text(c, "in the user message after the tool "
                                    "results");
         al__oai_chat_media_parts(

@@ -9,6 +9,7 @@
 #include "loop/budget.h"
 #include "loop/history.h"
 #include "loop/micro.h"
+#include "agentloop/models.h"
 #include "mcp/mcp.h"
 #include "mockllm/mockllm.h"
 #include "provider/provider.h"
@@ -88,12 +89,14 @@ static json_t *history_with(json_t *content) {
       "toolu_1", "content", content);
 }
 
-static json_t *build(const al_provider_t *p, const json_t *hist) {
+static json_t *build_ex(const al_provider_t *p, const json_t *hist,
+                        bool no_media) {
   al_provider_options_t o;
   al_provider_request_t r;
   json_t *body;
 
   al_provider_options_init(&o);
+  o.no_media = no_media;
   o.model = "m";
   o.max_tokens = 100;
   o.api_key = "k";
@@ -102,6 +105,10 @@ static json_t *build(const al_provider_t *p, const json_t *hist) {
   ASSERT_NOT_NULL(body);
   al_provider_request_free(&r);
   return body;
+}
+
+static json_t *build(const al_provider_t *p, const json_t *hist) {
+  return build_ex(p, hist, false);
 }
 
 static const char *sv(const json_t *o, const char *path) {
@@ -295,7 +302,10 @@ TEST_IMPL(media_mcp_result_every_part) {
   return 0;
 }
 
+static bool ant_ok(json_t *content, char *why, size_t n);
+
 TEST_IMPL(media_mcp_result_limits) {
+  char why[1024];
   /* Just over Anthropic's 5 MB of base64 for one image. */
   size_t big = AL_MEDIA_IMAGE_MAX_B64 / 4 * 3 + 3;
   char *over = png64(100, 100, big);
@@ -346,6 +356,23 @@ TEST_IMPL(media_mcp_result_limits) {
   al_free(text);
   json_decref(blocks);
   json_decref(res);
+
+  /* Over 8000 px on a side: refused as the API would. */
+  {
+    char *wide = png64(8001, 10, 40);
+
+    res = json_pack("{s:[{s:s,s:s,s:s}]}", "content", "type", "image",
+                    "mimeType", "image/png", "data", wide);
+    text = al__mcp_result_content(res, NULL, 100000, "t", &is_error, &blocks);
+    ASSERT_NULL(blocks);
+    ASSERT_NOT_NULL(strstr(text, "over 8000 pixels on a side"));
+    al_free(text);
+    json_decref(res);
+    ASSERT(!ant_ok(json_pack("[o]", image_block("image/png", wide)), why,
+                   sizeof(why)));
+    ASSERT_NOT_NULL(strstr(why, "exceed max allowed size: 8000 pixels"));
+    al_free(wide);
+  }
 
   /* Text is capped with the usual notice in both views; the image stays. */
   res = json_pack("{s:[{s:s,s:s},{s:s,s:s,s:s},{s:s,s:s}]}", "content",
@@ -748,6 +775,49 @@ TEST_IMPL(media_transcript_round_trip) {
   json_decref(asst);
   json_decref(res);
   json_decref(blocks);
+  al_free(img);
+  return 0;
+}
+
+/* A model the catalogue marks `images: false` (DeepSeek's API) gets the
+ * text view only, and the validators still pass it. */
+TEST_IMPL(media_model_without_images) {
+  char *img = png64(20, 20, 40);
+  json_t *hist = history_with(media_result(img, NULL));
+  json_t *body;
+  al_models_t *m;
+  al_model_info_t info;
+  al_validate_verdict_t v;
+  static const char over[] = "models:\n  - match: 'llava*'\n    images: true\n"
+                             "  - match: 'mine*'\n    images: false\n";
+
+  ASSERT_EQ(al_models_parse(&m, over, strlen(over), "m.yaml", NULL), 0);
+  al_models_lookup(m, "deepseek-chat", "openai", &info);
+  ASSERT(info.no_images);
+  al_models_lookup(m, "mine-7b", "openai", &info);
+  ASSERT(info.no_images);
+  al_models_lookup(m, "llava-13b", "openai", &info);
+  ASSERT(!info.no_images);
+  al_models_lookup(m, "claude-sonnet-4-5", "anthropic", &info);
+  ASSERT(!info.no_images);
+  al_models_free(m);
+
+  body = build_ex(&al_provider_openai, hist, true);
+  ASSERT_EQ(json_array_size(json_object_get(body, "messages")), 3);
+  ASSERT_STR_EQ(sv(body, "messages.2.content"),
+                "Here's the image you requested:\n"
+                "[image image/png: not sent, this model takes no images]\n"
+                "The image above is the MCP logo.");
+  ASSERT(al_mockllm_validate_openai(body, NULL, &v));
+  json_decref(body);
+  body = build_ex(&al_provider_openai_responses, hist, true);
+  ASSERT_STR_EQ(sv(body, "input.2.output"),
+                "Here's the image you requested:\n"
+                "[image image/png: not sent, this model takes no images]\n"
+                "The image above is the MCP logo.");
+  ASSERT(al__validate_responses(body, NULL, &v));
+  json_decref(body);
+  json_decref(hist);
   al_free(img);
   return 0;
 }
