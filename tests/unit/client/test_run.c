@@ -2019,8 +2019,9 @@ TEST_IMPL(cli_run_session_resume_and_continue) {
 /* An MCP image end to end (docs/mcp.md §Images): the real
  * server-everything's get-tiny-image through `agentloop run` reaches the
  * mock (which validates it as the API does) as an image block inside the
- * tool_result; the stream shows its text view, not the base64; and a
- * --resume after the process ended sends the same blocks again. */
+ * tool_result; the stream shows its text view, not the base64; a
+ * --resume after the process ended sends the same blocks again; and the
+ * OpenAI APIs get it their way. */
 TEST_IMPL(cli_run_mcp_image_and_resume) {
   static const char tiny_head[] = "iVBORw0KGgoAAAANSUhEUgAAABQAAAAU";
   ws_t w;
@@ -2135,6 +2136,64 @@ TEST_IMPL(cli_run_mcp_image_and_resume) {
   ASSERT(json_equal(json_object_get(tr, "content"), blocks));
   json_decref(blocks);
   finish(&c);
+
+  /* The same image through the OpenAI APIs: Chat Completions carries it in
+   * a user message after the tool message, Responses in the
+   * function_call_output; the mock validated both (rec->valid). */
+  {
+    static const char *const provs[] = {"openai", "openai-responses"};
+    char penv[64];
+    char *oenv[] = {"PATH=/usr/bin:/bin:/usr/local/bin", "NO_COLOR=1",
+                    "OPENAI_API_KEY=k", penv, envs[0], envs[1], NULL};
+    const char *oargs[] = {"run", "--base-url", "http://127.0.0.1:{PORT}/v1",
+                           "--cwd", w.dir, "--mcp-config", first[6], "-p",
+                           "show me", NULL};
+    char url[64];
+    int k;
+
+    snprintf(url, sizeof(url), "data:image/png;base64,%s", tiny_head);
+    for (k = 0; k < 2; k++) {
+      json_t *m, *items, *it;
+      const char *u = NULL;
+
+      snprintf(penv, sizeof(penv), "AGENTLOOP_PROVIDER=%s", provs[k]);
+      start_mock(&c, "responses:\n"
+                     "  - reply: {content: [{tool_use: {id: img1, name: "
+                     "'mcp__ev__get-tiny-image', input: {}}}]}\n"
+                     "  - reply: {content: [{text: 'the MCP logo'}]}\n");
+      run_cli(&c, oargs, oenv);
+      if (c.exit_status != 0) {
+        AL_TEST_FAIL("%s: exit %d: %s", provs[k], (int)c.exit_status, c.ebuf);
+      }
+      ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+      rec = al_mockllm_record_get(c.mock, 1);
+      ASSERT(rec->valid);
+      if (k == 0) {
+        items = json_object_get(rec->body, "messages");
+        m = json_array_get(items, json_array_size(items) - 2);
+        ASSERT_STR_EQ(jstr(m, "role"), "tool");
+        ASSERT_NOT_NULL(strstr(jstr(m, "content"), "[image image/png: in the "
+                                                   "user message after"));
+        m = json_array_get(items, json_array_size(items) - 1);
+        ASSERT_STR_EQ(jstr(m, "role"), "user");
+        it = json_array_get(json_object_get(m, "content"), 1);
+        ASSERT_STR_EQ(jstr(it, "type"), "image_url");
+        u = jstr(json_object_get(it, "image_url"), "url");
+      } else {
+        json_array_foreach(json_object_get(rec->body, "input"), i, m) {
+          if (jstr(m, "type") != NULL &&
+              strcmp(jstr(m, "type"), "function_call_output") == 0) {
+            it = json_array_get(json_object_get(m, "output"), 1);
+            ASSERT_STR_EQ(jstr(it, "type"), "input_image");
+            u = jstr(it, "image_url");
+          }
+        }
+      }
+      ASSERT_NOT_NULL(u);
+      ASSERT(strncmp(u, url, strlen(url)) == 0);
+      finish(&c);
+    }
+  }
   {
     char cmd[300];
 
