@@ -663,6 +663,11 @@ static bool oai_part(al_validate_verdict_t *v, const json_t *p, size_t n,
     return OAI_FAIL(param, "Invalid value: '%s'. Supported values are: "
                     "'text'.", t);
   }
+  if (strcmp(t, "text") != 0 && strcmp(t, "refusal") != 0 &&
+      strcmp(allowed, "assistant") == 0) {
+    return OAI_FAIL(param, "Invalid value: '%s'. Supported values are: "
+                    "'text' and 'refusal'.", t);
+  }
   if (strcmp(t, "text") == 0) {
     if (!json_is_string(json_object_get(p, "text"))) {
       snprintf(param, sizeof(param), "messages[%zu].content[%zu].text", n, k);
@@ -700,10 +705,14 @@ static bool oai_parts(al_validate_verdict_t *v, const json_t *content,
                       size_t n, const char *role) {
   size_t k;
   const json_t *p;
-  bool text_only = strcmp(role, "user") != 0;
+  /* Tool, system and developer messages take text parts only (the API's
+   * ChatCompletionToolMessageParam: string or text parts). */
+  const char *allowed = strcmp(role, "user") == 0        ? "any"
+                        : strcmp(role, "assistant") == 0 ? "assistant"
+                                                         : "text";
 
   json_array_foreach(content, k, p) {
-    if (!oai_part(v, p, n, k, text_only ? "text" : "any")) {
+    if (!oai_part(v, p, n, k, allowed)) {
       return false;
     }
   }
