@@ -274,13 +274,15 @@ TEST_IMPL(media_mcp_result_every_part) {
       "cannot take]\n[video content not shown]");
   /* Everything it made is what the API takes. */
   {
-    json_t *body = build(&al_provider_anthropic, history_with(json_incref(blocks)));
+    json_t *hist = history_with(json_incref(blocks));
+    json_t *body = build(&al_provider_anthropic, hist);
     al_validate_verdict_t v;
 
     if (!al_mockllm_validate_anthropic(body, NULL, &v)) {
       AL_TEST_FAIL("%s", v.message);
     }
     json_decref(body);
+    json_decref(hist);
   }
   al_free(text);
   json_decref(blocks);
