@@ -823,3 +823,65 @@ TEST_IMPL(media_model_without_images) {
   al_free(img);
   return 0;
 }
+
+/* The request-size guard: images are cheap in tokens but not in bytes, so
+ * past 20 MiB of base64 (or 100 images) in the history the oldest media
+ * results are cleared whatever min_tokens says, the newest kept. */
+TEST_IMPL(media_micro_request_guard) {
+  al_history_t h;
+  char *mib = png64(10, 10, 786432); /* 1 MiB of base64 */
+  char *tiny = png64(10, 10, 40);
+  json_t *one = json_pack("[o]", image_block("image/png", mib));
+  json_t *twenty = json_array();
+  json_t *cleared = json_array();
+  const char *const none[] = {NULL};
+  al_micro_options_t mo = {none, 3, 1000000000, 1.0};
+  char id[16];
+  size_t b64n = 0;
+  int64_t toks = 0;
+  int i;
+
+  ASSERT_EQ(strlen(mib), 1048576);
+  al__history_init(&h);
+  ASSERT_EQ(al__history_append_user_text(&h, "go"), 0);
+  for (i = 0; i < 25; i++) {
+    snprintf(id, sizeof(id), "t%d", i);
+    open_turn(&h, id);
+    ASSERT_EQ(al__history_add_tool_result(&h, id, one, false), 0);
+    ASSERT_EQ(al__history_close_turn(&h), 0);
+  }
+  /* 25 MiB: the 5 oldest go, though saving far less than min_tokens. */
+  ASSERT(al__micro_compact(h.messages, &mo, NULL, cleared) > 0);
+  ASSERT_EQ(json_array_size(cleared), 5);
+  ASSERT_STR_EQ(json_string_value(json_array_get(cleared, 0)), "t0");
+  ASSERT_STR_EQ(json_string_value(json_array_get(cleared, 4)), "t4");
+  al__media_scan(al__history_to_json(&h), &b64n, &toks);
+  ASSERT(b64n <= AL_MICRO_MEDIA_MAX_B64);
+  /* Under the limit now: nothing more. */
+  ASSERT_EQ(al__micro_compact(h.messages, &mo, NULL, cleared), 0);
+  al__history_free(&h);
+
+  /* 6 results of 20 images: 120 > 100, the oldest goes. */
+  for (i = 0; i < 20; i++) {
+    json_array_append_new(twenty, image_block("image/png", tiny));
+  }
+  json_array_clear(cleared);
+  al__history_init(&h);
+  ASSERT_EQ(al__history_append_user_text(&h, "go"), 0);
+  for (i = 0; i < 6; i++) {
+    snprintf(id, sizeof(id), "t%d", i);
+    open_turn(&h, id);
+    ASSERT_EQ(al__history_add_tool_result(&h, id, twenty, false), 0);
+    ASSERT_EQ(al__history_close_turn(&h), 0);
+  }
+  ASSERT(al__micro_compact(h.messages, &mo, NULL, cleared) > 0);
+  ASSERT_EQ(json_array_size(cleared), 1);
+  ASSERT_STR_EQ(json_string_value(json_array_get(cleared, 0)), "t0");
+  al__history_free(&h);
+  json_decref(cleared);
+  json_decref(one);
+  json_decref(twenty);
+  al_free(mib);
+  al_free(tiny);
+  return 0;
+}
