@@ -38,3 +38,4 @@
 #include "list/hooks.h"
 #include "list/post_hooks.h"
 #include "list/run_durable.h"
+#include "list/media.h"

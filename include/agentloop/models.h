@@ -40,6 +40,9 @@ typedef struct al_model_info_s {
   struct {
     double input, output, cache_read, cache_write; /* USD per 1M tokens */
   } prices;
+  /* `images: false`: the model takes no images or PDFs, so tool results
+   * carry their text view only (docs/mcp.md). Default false: sent. */
+  bool no_images;
 } al_model_info_t;
 
 /* Builds a catalogue: the shipped one, overlaid by the user's file. path:

@@ -254,6 +254,7 @@ int al__executor_abort_all(al_executor_t *ex, al_executor_abort_t reason) {
 }
 
 static void call_free(al_tool_call_t *call) {
+  json_decref(call->blocks);
   if (call->content_owned) {
     al_free((char *)call->content);
   }
@@ -367,6 +368,12 @@ int al__executor_reset(al_executor_t *ex) {
 
 void al__executor_call_complete(al_tool_call_t *call, bool is_error,
                                 const char *content, size_t len) {
+  al__executor_call_complete_blocks(call, is_error, content, len, NULL);
+}
+
+void al__executor_call_complete_blocks(al_tool_call_t *call, bool is_error,
+                                       const char *content, size_t len,
+                                       const json_t *blocks) {
   al_executor_t *ex = call->executor;
 
   assert(call->tool_holds);
@@ -383,6 +390,9 @@ void al__executor_call_complete(al_tool_call_t *call, bool is_error,
     return;
   }
   assert(call->state == AL_TOOL_CALL_EXECUTING);
+  if (json_is_array(blocks) && json_array_size(blocks) > 0) {
+    call->blocks = json_incref((json_t *)blocks);
+  }
   finish(call, is_error, content, len, false);
   /* An unsafe call runs alone, so only queued calls (and later adds) are
    * its siblings here; they must not run after a failed mutation. */

@@ -101,6 +101,10 @@ struct al_tool_call_s {
   bool is_error;
   const char *content;
   size_t content_len;
+  /* Or NULL: the result as content blocks (text, image, document) for the
+   * history, from al__executor_call_complete_blocks; `content` is then
+   * its text view (events, hooks). A reference held by the call. */
+  json_t *blocks;
   /* Set when the result is a synthetic abort result. */
   al_executor_abort_t abort_reason;
   /* From the executor's clock; 0 when the call never got there. */
@@ -234,6 +238,13 @@ void al__executor_close(al_executor_t *ex, al_executor_close_cb cb);
  * executor aborts its message with AL_EXECUTOR_ABORT_SIBLING_ERROR. */
 void al__executor_call_complete(al_tool_call_t *call, bool is_error,
                                 const char *content, size_t len);
+
+/* The same with the result as content blocks too (an array, borrowed: a
+ * reference is taken; NULL or empty: text only). `content` is the text
+ * view events and hooks show; the history gets the blocks. */
+void al__executor_call_complete_blocks(al_tool_call_t *call, bool is_error,
+                                       const char *content, size_t len,
+                                       const json_t *blocks);
 
 /* The synthetic result text of a reason ("" for NONE); static storage. */
 const char *al__executor_abort_text(al_executor_abort_t reason);

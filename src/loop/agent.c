@@ -673,6 +673,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   po.api_key = a->api_key;
   /* Round-trips the model needs (models catalogue): its reasoning back. */
   po.echo_reasoning = a->model_info.echo_reasoning;
+  po.no_media = a->model_info.no_images;
   po.reasoning_field = a->model_info.reasoning_field;
   if (json_array_size(offered) > 0) {
     po.tools = offered;
@@ -694,8 +695,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
 
 static int64_t request_raw(const al_history_t *h,
                            const al_provider_request_t *preq) {
-  return al__budget_raw(preq->body_len,
-                        json_array_size(al__history_to_json(h)));
+  return al__budget_raw_msgs(preq->body_len, al__history_to_json(h));
 }
 
 int64_t al__agent_projected(al_agent_t *a) {
@@ -1469,7 +1469,10 @@ static void tools_done(al_agent_t *a) {
     bool is_error;
 
     (void)al__agent_post_hook_result(box, call, &shown, &shown_len, &is_error);
-    js = al__json_string_text(shown, shown_len);
+    /* Content blocks (an MCP image) unless a hook replaced the result. */
+    js = call->blocks != NULL && !al__agent_post_replaced(call, shown)
+             ? json_incref(call->blocks)
+             : al__json_string_text(shown, shown_len);
     if (js != NULL) {
       al__history_add_tool_result(&a->history, call->id, js, is_error);
       json_decref(js);
@@ -2295,7 +2298,10 @@ int al_agent_cancel(al_agent_t *a) {
           al__agent_post_hook_result(box, call, &shown, &shown_len,
                                      &is_error) == 0) {
         if (old == AG_TOOLS && box == a->cur) {
-          json_t *js = al__json_string_text(shown, shown_len);
+          json_t *js = call->blocks != NULL &&
+                               !al__agent_post_replaced(call, shown)
+                           ? json_incref(call->blocks)
+                           : al__json_string_text(shown, shown_len);
 
           if (js != NULL) {
             al__history_add_tool_result(&a->history, call->id, js, is_error);

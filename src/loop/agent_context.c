@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/media.h"
 #include "loop/agent_priv.h"
 #include "loop/micro.h"
 #include "tools/clitool.h"
@@ -182,6 +183,22 @@ static void read_work(uv_work_t *w) {
   close(fd);
 }
 
+/* A saved output back to the model: a content array with images or PDFs
+ * as blocks again (their text view for events), anything else as text. */
+static void complete_saved(al_tool_ctx_t *ctx, const json_t *c,
+                           const char *raw, size_t raw_len) {
+  char *text;
+
+  if (json_is_array(c) && al__media_has_blocks(c)) {
+    text = al__media_text_view(c);
+    al__tool_ctx_complete_blocks(ctx, false, text != NULL ? text : "",
+                                 text != NULL ? strlen(text) : 0, c);
+    al_free(text);
+    return;
+  }
+  al_tool_ctx_complete(ctx, false, raw, raw_len);
+}
+
 static void read_done(uv_work_t *w, int status) {
   cache_job_t *j = AL_CONTAINER_OF(w, cache_job_t, w);
   al_agent_t *a = j->agent;
@@ -193,7 +210,12 @@ static void read_done(uv_work_t *w, int status) {
              al_strerror(status != 0 ? status : j->err));
     al_tool_ctx_complete(j->ctx, true, msg, strlen(msg));
   } else {
-    al_tool_ctx_complete(j->ctx, false, j->data, j->len);
+    json_t *c = j->len > 0 && j->data[0] == '['
+                    ? json_loadb(j->data, j->len, 0, NULL)
+                    : NULL;
+
+    complete_saved(j->ctx, c, j->data, j->len);
+    json_decref(c);
   }
   job_free(j);
   a->pending--;
@@ -214,8 +236,8 @@ static void read_run(al_tool_ctx_t *ctx, void *data) {
                            json_string_length(c));
     } else {
       text = json_dumps(c, JSON_COMPACT);
-      al_tool_ctx_complete(ctx, false, text != NULL ? text : "",
-                           text != NULL ? strlen(text) : 0);
+      complete_saved(ctx, c, text != NULL ? text : "",
+                     text != NULL ? strlen(text) : 0);
       al_free(text);
     }
     json_decref(in);
@@ -338,8 +360,7 @@ bool al__agent_micro(al_agent_t *a) {
   cleared = json_array();
   before = al__budget_project(
       &a->budget, a->model,
-      al__budget_raw(json_dumpb(msgs, NULL, 0, JSON_COMPACT),
-                     json_array_size(msgs)));
+      al__budget_raw_msgs(json_dumpb(msgs, NULL, 0, JSON_COMPACT), msgs));
   saved = al__micro_compact(msgs, &mo, originals, cleared);
   if (saved <= 0) {
     json_decref(originals);

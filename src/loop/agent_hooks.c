@@ -343,6 +343,10 @@ int al__agent_post_hook_result(const ag_exec_t *box, const al_tool_call_t *call,
   return 0;
 }
 
+bool al__agent_post_replaced(const al_tool_call_t *call, const char *shown) {
+  return call->content != NULL ? shown != call->content : shown[0] != '\0';
+}
+
 void al__agent_post_hooks_drop(ag_exec_t *box) {
   while (!al_list_empty(&box->posts)) {
     ag_post_t *p = AL_CONTAINER_OF(box->posts.next, ag_post_t, node);

@@ -190,7 +190,8 @@ static void call_done(al_mcp_call_t *c, bool is_error, const char *text,
   al_tool_call_t *call = data;
 
   call_end(call, call->tool_data, is_error, al__mcp_call_end(c));
-  al__executor_call_complete(call, is_error, text, len);
+  al__executor_call_complete_blocks(call, is_error, text, len,
+                                    al__mcp_call_blocks(c));
 }
 
 static int mcp_start(al_tool_call_t *call) {

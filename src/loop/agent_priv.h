@@ -331,6 +331,11 @@ bool al__agent_post_tool(al_agent_t *a, al_event_type_t type,
 /* The input as compact JSON (al_free), NULL when out of memory. */
 char *al__tool_input_text(const json_t *input);
 /* Completes call with an error result printf'd from fmt (two %s). */
+/* al_tool_ctx_complete with content blocks for the history (an image
+ * read back); content is their text view. */
+void al__tool_ctx_complete_blocks(al_tool_ctx_t *ctx, bool is_error,
+                                  const char *content, size_t len,
+                                  const json_t *blocks);
 void al__call_complete_fmt(al_tool_call_t *call, const char *fmt,
                            const char *a1, const char *a2);
 int al__agent_add_tool_impl(al_agent_t *a, al_tool_impl_t *inner,
@@ -371,6 +376,10 @@ void al__agent_post_hook_call(al_agent_t *a, struct ag_exec_s *box,
 int al__agent_post_hook_result(const struct ag_exec_s *box,
                                const al_tool_call_t *call, const char **text,
                                size_t *len, bool *is_error);
+/* Whether shown (from al__agent_post_hook_result) is a hook's text rather
+ * than the call's own result: then content blocks (an MCP image) give way
+ * to it. */
+bool al__agent_post_replaced(const al_tool_call_t *call, const char *shown);
 /* The box's calls are void or done: kills the hooks still running (nothing
  * is called back) and forgets every decision. */
 void al__agent_post_hooks_drop(struct ag_exec_s *box);

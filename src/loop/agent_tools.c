@@ -69,6 +69,12 @@ int al_tool_ctx_progress(al_tool_ctx_t *ctx, const char *text, size_t len) {
 
 void al_tool_ctx_complete(al_tool_ctx_t *ctx, bool is_error,
                           const char *content, size_t len) {
+  al__tool_ctx_complete_blocks(ctx, is_error, content, len, NULL);
+}
+
+void al__tool_ctx_complete_blocks(al_tool_ctx_t *ctx, bool is_error,
+                                  const char *content, size_t len,
+                                  const json_t *blocks) {
   if (ctx->completed) {
     return;
   }
@@ -76,9 +82,9 @@ void al_tool_ctx_complete(al_tool_ctx_t *ctx, bool is_error,
   uv_timer_stop(&ctx->timer);
   if (!ctx->exec_done) {
     ctx->exec_done = true;
-    al__executor_call_complete(ctx->call, is_error,
-                               content != NULL ? content : "",
-                               content != NULL ? len : 0);
+    al__executor_call_complete_blocks(ctx->call, is_error,
+                                      content != NULL ? content : "",
+                                      content != NULL ? len : 0, blocks);
   }
   uv_close((uv_handle_t *)&ctx->timer, ctx_on_close);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/media.h"
 
 void al__budget_init(al_budget_t *b) {
   memset(b, 0, sizeof(*b));
@@ -16,6 +17,16 @@ void al__budget_free(al_budget_t *b) {
 
 int64_t al__budget_raw(size_t body_len, size_t n_messages) {
   return (int64_t)((body_len + 16 * n_messages + 3) / 4);
+}
+
+int64_t al__budget_raw_msgs(size_t body_len, const json_t *messages) {
+  size_t b64 = 0;
+  int64_t images = 0;
+
+  al__media_scan(messages, &b64, &images);
+  return al__budget_raw(body_len - AL_MIN(body_len, b64),
+                        json_array_size(messages)) +
+         images;
 }
 
 double al__budget_ratio(const al_budget_t *b, const char *model) {

@@ -44,6 +44,11 @@ void al__budget_free(al_budget_t *b);
  * characters per message, over the request body as sent. */
 int64_t al__budget_raw(size_t body_len, size_t n_messages);
 
+/* The same for a body of body_len bytes that carries `messages` (the
+ * history it was built from): each image counts by its pixel size
+ * (al__media_image_tokens), not by its base64 (docs/context.md). */
+int64_t al__budget_raw_msgs(size_t body_len, const json_t *messages);
+
 /* The calibration ratio of `model` (1.0 before any observation). */
 double al__budget_ratio(const al_budget_t *b, const char *model);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/media.h"
 #include "loop/compact.h"
 #include "loop/micro.h"
 
@@ -32,9 +33,16 @@ static bool is_type(const json_t *b, const char *t) {
 }
 
 static int64_t msg_tokens(const json_t *m, double ratio) {
+  json_t *one = json_pack("[O]", m);
   size_t bytes = json_dumpb(m, NULL, 0, JSON_COMPACT) + 16;
+  size_t b64 = 0;
+  int64_t images = 0;
 
-  return (int64_t)((double)bytes / 4.0 * ratio) + 1;
+  /* An image costs its pixel size, not its base64 (common/media.h). */
+  al__media_scan(one, &b64, &images);
+  json_decref(one);
+  bytes -= AL_MIN(bytes, b64);
+  return (int64_t)(((double)bytes / 4.0 + (double)images) * ratio) + 1;
 }
 
 int64_t al__compact_tokens(const json_t *msgs, size_t from, double ratio) {

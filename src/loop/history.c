@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "common/media.h"
 #include "loop/history.h"
 
 void al__history_init(al_history_t *h) { memset(h, 0, sizeof(*h)); }
@@ -281,6 +282,30 @@ static bool is_open_id(const al_history_t *h, const char *id) {
   return false;
 }
 
+/* A list content as the API takes it inside a tool_result: text, image,
+ * document and search_result blocks, media well formed (a damaged image
+ * from a transcript must not make the history unsendable). */
+static bool result_blocks_ok(const json_t *content) {
+  size_t i;
+  const json_t *b;
+  char why[256];
+
+  json_array_foreach(content, i, b) {
+    if (is_type(b, "text")) {
+      if (!json_is_string(json_object_get(b, "text"))) {
+        return false;
+      }
+    } else if (is_type(b, "image") || is_type(b, "document")) {
+      if (al__media_check_block(b, why, sizeof(why)) != 0) {
+        return false;
+      }
+    } else if (!is_type(b, "search_result")) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int al__history_add_tool_result(al_history_t *h, const char *tool_use_id,
                                 const json_t *content, bool is_error) {
   json_t *blk;
@@ -291,7 +316,8 @@ int al__history_add_tool_result(al_history_t *h, const char *tool_use_id,
   if (json_object_get(h->results, tool_use_id) != NULL) {
     return AL_EEXIST;
   }
-  if (!json_is_string(content) && !json_is_array(content)) {
+  if (!json_is_string(content) &&
+      !(json_is_array(content) && result_blocks_ok(content))) {
     return AL_EINVAL;
   }
   blk = json_pack("{s:s,s:s,s:o}", "type", "tool_result", "tool_use_id",

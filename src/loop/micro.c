@@ -9,12 +9,22 @@
  *  - a cleared result stays cleared, and its placeholder depends only on
  *    the tool name, the call id and the original size, so the request's
  *    prefix stays byte-stable for the provider's prompt cache;
- *  - the `keep` most recent results of compactable tools are never
+ *  - a result holding images or PDFs is a candidate whatever its tool
+ *    (an image is the costliest output there is), and its size counts
+ *    its images by their token cost, not their base64;
+ *  - the request-size guard: when the images and PDFs left would exceed
+ *    what one request may carry (AL_MICRO_MEDIA_MAX_B64, AL_MICRO_MEDIA_MAX),
+ *    the oldest media results are cleared until they fit, whatever
+ *    min_tokens and keep say (an image is cheap in tokens but not in
+ *    bytes); the newest result always stays;
+ *  - otherwise the `keep` most recent results of compactable tools are never
  *    cleared, and nothing is cleared unless the total saved reaches
  *    min_tokens (a small saving would only break the cache). */
 #include <stdio.h>
 #include <string.h>
 
+#include "common/common.h"
+#include "common/media.h"
 #include "loop/micro.h"
 
 static const char *str(const json_t *o, const char *k) {
@@ -35,14 +45,31 @@ bool al__micro_is_cleared(const json_t *result) {
   return c != NULL && strncmp(c, AL_MICRO_PREFIX, strlen(AL_MICRO_PREFIX)) == 0;
 }
 
-/* Bytes of a result's content as the model sees it. */
+/* Bytes of a result's content as the model sees it; an image counts as
+ * 4 bytes per token it costs, not by its base64 (common/media.h). */
 static size_t content_bytes(const json_t *result) {
   const json_t *c = json_object_get(result, "content");
+  size_t bytes, b64 = 0;
+  int64_t tokens = 0;
+  json_t *wrap;
 
   if (json_is_string(c)) {
     return json_string_length(c);
   }
-  return json_dumpb(c, NULL, 0, JSON_COMPACT);
+  bytes = json_dumpb(c, NULL, 0, JSON_COMPACT);
+  /* al__media_scan walks messages: wrap the content as one. */
+  wrap = json_pack("[{s:O}]", "content", c);
+  al__media_scan(wrap, &b64, &tokens);
+  json_decref(wrap);
+  return bytes - AL_MIN(bytes, b64) + (size_t)tokens * 4;
+}
+
+/* A result that holds images or PDFs: cleared like the output of a
+ * compactable tool, whatever tool gave it. */
+static bool has_media(const json_t *result) {
+  const json_t *c = json_object_get(result, "content");
+
+  return json_is_array(c) && al__media_has_blocks(c);
 }
 
 int al__micro_placeholder(char *buf, size_t size, const char *tool,
@@ -65,15 +92,74 @@ static bool listed(const char *const *names, const char *name) {
   return false;
 }
 
+/* Base64 characters and count of the images and PDFs of a result. */
+static void media_size(const json_t *result, size_t *chars, size_t *count) {
+  const json_t *c = json_object_get(result, "content");
+  const json_t *b;
+  size_t i;
+
+  *chars = *count = 0;
+  json_array_foreach(c, i, b) {
+    const json_t *d = json_object_get(json_object_get(b, "source"), "data");
+
+    if ((is_type(b, "image") || is_type(b, "document")) && json_is_string(d)) {
+      *chars += json_string_length(d);
+      *count += 1;
+    }
+  }
+}
+
+static const json_t *cand_block(const json_t *msgs, const json_t *cand,
+                                size_t i) {
+  const json_t *at = json_array_get(cand, i);
+
+  return json_array_get(
+      json_object_get(json_array_get(msgs, (size_t)json_integer_value(
+                                               json_array_get(at, 0))),
+                      "content"),
+      (size_t)json_integer_value(json_array_get(at, 1)));
+}
+
+/* The request-size guard: the media results to clear, oldest first, so
+ * that what stays fits one request (AL_MICRO_MEDIA_MAX_B64 of base64,
+ * AL_MICRO_MEDIA_MAX images and PDFs), whatever min_tokens says; the
+ * newest result always stays. Sets force[i] per candidate; true when
+ * any. */
+static bool media_guard(const json_t *msgs, const json_t *cand, bool *force) {
+  size_t n = json_array_size(cand), i, chars, count;
+  size_t total = 0, items = 0;
+  bool any = false;
+
+  for (i = 0; i < n; i++) {
+    media_size(cand_block(msgs, cand, i), &chars, &count);
+    total += chars;
+    items += count;
+  }
+  for (i = 0; i + 1 < n && (total > AL_MICRO_MEDIA_MAX_B64 ||
+                            items > AL_MICRO_MEDIA_MAX);
+       i++) {
+    media_size(cand_block(msgs, cand, i), &chars, &count);
+    if (count > 0) {
+      force[i] = true;
+      any = true;
+      total -= chars;
+      items -= count;
+    }
+  }
+  return any;
+}
+
 int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
                           json_t *originals, json_t *cleared) {
   json_t *names = json_object(); /* call id -> tool name */
   json_t *cand = json_array();   /* [msg index, block index] of results */
   const json_t *m;
   size_t i, k;
-  int64_t saved_bytes = 0;
+  int64_t saved_bytes = 0, forced_bytes = 0;
   int64_t saved;
   size_t n_cand;
+  bool *force = NULL;
+  bool forced, regular;
 
   /* Every result of a compactable tool, oldest first. */
   json_array_foreach(msgs, i, m) {
@@ -84,20 +170,24 @@ int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
           str(b, "name") != NULL) {
         json_object_set_new(names, str(b, "id"), json_string(str(b, "name")));
       } else if (is_type(b, "tool_result") &&
-                 listed(o->compactable,
-                        str(names, str(b, "tool_use_id") ? str(b, "tool_use_id")
-                                                         : ""))) {
+                 (has_media(b) ||
+                  listed(o->compactable,
+                         str(names, str(b, "tool_use_id")
+                                        ? str(b, "tool_use_id")
+                                        : "")))) {
         json_array_append_new(cand, json_pack("[I,I]", (json_int_t)i,
                                               (json_int_t)k));
       }
     }
   }
   n_cand = json_array_size(cand);
-  if (n_cand <= o->keep) {
+  force = n_cand > 0 ? al_calloc(n_cand, sizeof(*force)) : NULL;
+  forced = force != NULL && media_guard(msgs, cand, force);
+  if (n_cand <= o->keep && !forced) {
     goto out_none;
   }
-  /* What clearing every older one would save. */
-  for (i = 0; i + o->keep < n_cand; i++) {
+  /* What clearing every older one (and the forced ones) would save. */
+  for (i = 0; i < n_cand; i++) {
     const json_t *at = json_array_get(cand, i);
     const json_t *b = json_array_get(
         json_object_get(json_array_get(msgs, (size_t)json_integer_value(
@@ -113,15 +203,23 @@ int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
       continue;
     }
     plen = al__micro_placeholder(ph, sizeof(ph), str(names, id), id, bytes);
-    if ((int64_t)bytes > plen) {
+    if ((int64_t)bytes > plen && i + o->keep < n_cand) {
       saved_bytes += (int64_t)bytes - plen;
+    }
+    if (force != NULL && force[i] && (int64_t)bytes > plen) {
+      /* tokens, as the estimate counts them (an image by its pixels) */
+      forced_bytes += (int64_t)bytes - plen;
     }
   }
   saved = (int64_t)((double)saved_bytes / 4.0 * o->ratio);
-  if (saved <= 0 || saved < o->min_tokens) {
+  regular = saved > 0 && saved >= o->min_tokens;
+  if (!regular && !forced) {
     goto out_none;
   }
-  for (i = 0; i + o->keep < n_cand; i++) {
+  if (!regular) {
+    saved = AL_MAX((int64_t)((double)forced_bytes / 4.0 * o->ratio), 1);
+  }
+  for (i = 0; i < n_cand; i++) {
     const json_t *at = json_array_get(cand, i);
     size_t mi = (size_t)json_integer_value(json_array_get(at, 0));
     size_t bi = (size_t)json_integer_value(json_array_get(at, 1));
@@ -134,12 +232,15 @@ int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
     json_t *nc;
     json_t *nm;
 
+    if (!(regular && i + o->keep < n_cand) && !(force != NULL && force[i])) {
+      continue;
+    }
     if (al__micro_is_cleared(b) || content_bytes(b) <= 1) {
       continue;
     }
     al__micro_placeholder(ph, sizeof(ph), str(names, id), id,
                           content_bytes(b));
-    if (strlen(ph) >= content_bytes(b)) {
+    if (strlen(ph) >= content_bytes(b) && !(force != NULL && force[i])) {
       continue; /* already shorter than its placeholder */
     }
     if (originals != NULL) {
@@ -159,10 +260,12 @@ int64_t al__micro_compact(json_t *msgs, const al_micro_options_t *o,
   }
   json_decref(names);
   json_decref(cand);
+  al_free(force);
   return saved;
 out_none:
   json_decref(names);
   json_decref(cand);
+  al_free(force);
   return 0;
 }
 

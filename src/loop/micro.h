@@ -10,6 +10,11 @@
 /* Defaults (issue 11, seed 002). */
 #define AL_MICRO_KEEP 3
 #define AL_MICRO_MIN_TOKENS 20000
+/* What the images and PDFs of a history may carry into one request:
+ * Anthropic's Messages API takes 32 MB per request and 100 images; 20 MiB
+ * of base64 leaves room for the rest of a long conversation. */
+#define AL_MICRO_MEDIA_MAX_B64 ((size_t)20 * 1024 * 1024)
+#define AL_MICRO_MEDIA_MAX 100
 /* The built-in tool that reads a cleared output back. */
 #define AL_MICRO_TOOL "read_tool_output"
 /* Every placeholder starts with this (how a cleared result is known). */

@@ -43,6 +43,7 @@ struct al_mcp_call_s {
   bool timer_closing;
   /* Why it ended when not by the server's answer (al__mcp_call_end). */
   const char *end;
+  json_t *blocks;     /* the result's content blocks, during on_done */
 };
 
 struct al_mcp_server_s {
@@ -259,6 +260,7 @@ static void call_on_timer_close(uv_handle_t *h) {
   al_mcp_call_t *c = h->data;
   al_mcp_t *m = c->server->m;
 
+  json_decref(c->blocks);
   al_free(c->tool);
   al_free(c);
   m->live--;
@@ -409,119 +411,6 @@ static void calls_fail_all(al_mcp_server_t *s, const char *end) {
 
 /* ---- results ------------------------------------------------------------------- */
 
-/* Checks the top-level type and required keys, the mismatches a server
- * makes when its schema and code drift apart. */
-static bool structured_ok(const json_t *sc, const json_t *schema,
-                          al_buf_t *why) {
-  const json_t *req = json_object_get(schema, "required");
-  const json_t *type = json_object_get(schema, "type");
-  size_t i;
-  json_t *v;
-
-  if (json_is_string(type) && strcmp(json_string_value(type), "object") == 0 &&
-      !json_is_object(sc)) {
-    al_buf_printf(why, "structuredContent is not an object");
-    return false;
-  }
-  json_array_foreach(req, i, v) {
-    if (json_is_string(v) && json_object_get(sc, json_string_value(v)) == NULL) {
-      al_buf_printf(why, "structuredContent lacks required property '%s'",
-                    json_string_value(v));
-      return false;
-    }
-  }
-  return true;
-}
-
-static void append_part(al_buf_t *b, const json_t *part) {
-  const char *type = json_string_value(json_object_get(part, "type"));
-  const char *s;
-
-  if (b->len > 0) {
-    al_buf_append(b, "\n", 1);
-  }
-  if (type == NULL) {
-    al_buf_printf(b, "[content part without a type]");
-  } else if (strcmp(type, "text") == 0) {
-    s = json_string_value(json_object_get(part, "text"));
-    al__utf8_sanitize_append(b, s != NULL ? s : "", s != NULL ? strlen(s) : 0);
-  } else if (strcmp(type, "image") == 0 || strcmp(type, "audio") == 0) {
-    const char *mime = json_string_value(json_object_get(part, "mimeType"));
-    size_t n = json_string_length(json_object_get(part, "data"));
-
-    al_buf_printf(b, "[%s %s, %zu bytes of base64 not shown]", type,
-                  mime != NULL ? mime : "", n);
-  } else if (strcmp(type, "resource_link") == 0) {
-    s = json_string_value(json_object_get(part, "uri"));
-    al_buf_printf(b, "[resource link %s]", s != NULL ? s : "");
-  } else if (strcmp(type, "resource") == 0) {
-    const json_t *r = json_object_get(part, "resource");
-
-    s = json_string_value(json_object_get(r, "text"));
-    if (s != NULL) {
-      al_buf_printf(b, "[resource %s]\n",
-                    json_string_value(json_object_get(r, "uri")) != NULL
-                        ? json_string_value(json_object_get(r, "uri"))
-                        : "");
-      al__utf8_sanitize_append(b, s, strlen(s));
-    } else {
-      al_buf_printf(b, "[binary resource %s not shown]",
-                    json_string_value(json_object_get(r, "uri")) != NULL
-                        ? json_string_value(json_object_get(r, "uri"))
-                        : "");
-    }
-  } else {
-    al_buf_printf(b, "[%s content not shown]", type);
-  }
-}
-
-char *al__mcp_format_result(const json_t *result, const json_t *output_schema,
-                            size_t max_chars, const char *tool,
-                            bool *is_error) {
-  const json_t *content = json_object_get(result, "content");
-  const json_t *sc = json_object_get(result, "structuredContent");
-  al_buf_t b, out;
-  size_t i, shown, total, cut;
-  json_t *part;
-  char *s;
-
-  al_buf_init(&b, (size_t)1 << 30);
-  *is_error = json_is_true(json_object_get(result, "isError"));
-  if (sc != NULL && output_schema != NULL && !*is_error) {
-    if (!structured_ok(sc, output_schema, &b)) {
-      *is_error = true;
-      s = NULL;
-      al_buf_init(&out, (size_t)1 << 20);
-      al_buf_printf(&out, "Error: MCP tool '%s' returned a result that does "
-                          "not match its outputSchema: %s",
-                    tool, b.data != NULL ? b.data : "");
-      al_buf_free(&b);
-      return out.data != NULL ? out.data : al_strdup("Error");
-    }
-  }
-  json_array_foreach(content, i, part) { append_part(&b, part); }
-  if (json_array_size(content) == 0 && sc != NULL) {
-    s = json_dumps(sc, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (s != NULL) {
-      al_buf_append_str(&b, s);
-      al_free(s);
-    }
-  }
-  if (b.len == 0) {
-    al_buf_append_str(&b, "(no output)");
-  }
-  cut = al__tool_display_cut(b.data, b.len, 0, max_chars, &shown, &total);
-  if (shown >= total) {
-    return b.data;
-  }
-  al_buf_init(&out, cut + 256);
-  al_buf_append(&out, b.data, cut);
-  al_buf_append(&out, "\n", 1);
-  al__tool_truncation_notice(&out, shown, total, tool);
-  al_buf_free(&b);
-  return out.data != NULL ? out.data : al_strdup("Error: out of memory");
-}
-
 static const json_t *tool_output_schema(al_mcp_server_t *s, const char *tool) {
   size_t i;
   json_t *t;
@@ -565,14 +454,19 @@ static void on_call_answer(al_mcp_server_t *s, al_mcp_call_t *c,
     }
     return;
   }
-  text = al__mcp_format_result(res, tool_output_schema(s, c->tool),
-                               s->m->o.result_max_chars, c->tool, &is_error);
+  text = al__mcp_result_content(res, tool_output_schema(s, c->tool),
+                                s->m->o.result_max_chars, c->tool, &is_error,
+                                &c->blocks);
   if (text == NULL) {
     call_finish(c, true, "Error: out of memory", 20);
     return;
   }
   call_finish(c, is_error, text, strlen(text));
   al_free(text);
+}
+
+const json_t *al__mcp_call_blocks(const al_mcp_call_t *c) {
+  return c->blocks;
 }
 
 /* ---- listing ------------------------------------------------------------------- */

@@ -248,6 +248,26 @@ const char *al__mcp_call_end(const al_mcp_call_t *c);
  * al__mcp_call_cancel). */
 uint64_t al__mcp_call_ms(const al_mcp_call_t *c);
 
+/* The content blocks of the result being delivered (see
+ * al__mcp_result_content), valid inside on_done only; NULL when the
+ * result is text alone. */
+const json_t *al__mcp_call_blocks(const al_mcp_call_t *c);
+
+/* Media one result may carry to the model (mcp_content.c): at most 20
+ * images/PDFs and 8 MiB of base64 in all, each image within the 5 MB
+ * base64 limit of the Anthropic API (AL_MEDIA_IMAGE_MAX_B64). */
+#define AL_MCP_RESULT_MAX_MEDIA 20
+#define AL_MCP_RESULT_MAX_MEDIA_B64 ((size_t)8 * 1024 * 1024)
+
+/* A tools/call result in both views (mcp_content.c): returns the text
+ * (as al__mcp_format_result) and, when blocks is not NULL and the result
+ * carries images or PDFs the model can take, *blocks gets a new array of
+ * Anthropic-shaped content blocks (text, image, document) in order, their
+ * text capped like the text view; else *blocks is NULL. */
+char *al__mcp_result_content(const json_t *result, const json_t *output_schema,
+                             size_t max_chars, const char *tool,
+                             bool *is_error, json_t **blocks);
+
 /* Formats a tools/call result (the `result` object) as the model's text:
  * text parts joined by newlines, images/audio/resources summarised,
  * structuredContent used when content is empty and checked against

@@ -38,6 +38,7 @@ enum {
   F_RFIELD = 1 << 4,
   F_THINK = 1 << 5,
   F_PRICES = 1 << 6,
+  F_IMAGES = 1 << 7,
 };
 
 typedef struct entry_s {
@@ -245,6 +246,16 @@ static bool entry_field(ctx_t *c, entry_t *e, const char *k, yaml_node_t *v) {
   if (strcmp(k, "echo_reasoning") == 0) {
     e->set |= F_ECHO;
     return get_bool(c, v, k, &e->v.echo_reasoning);
+  }
+  if (strcmp(k, "images") == 0) {
+    bool yes = true;
+
+    e->set |= F_IMAGES;
+    if (!get_bool(c, v, k, &yes)) {
+      return false;
+    }
+    e->v.no_images = !yes;
+    return true;
   }
   if (strcmp(k, "think_tags") == 0) {
     e->set |= F_THINK;
@@ -567,6 +578,9 @@ void al_models_lookup(const al_models_t *m, const char *model,
     }
     if (take & F_THINK) {
       out->think_tags = e->v.think_tags;
+    }
+    if (take & F_IMAGES) {
+      out->no_images = e->v.no_images;
     }
     if (take & F_PRICES) {
       out->has_prices = true;

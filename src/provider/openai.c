@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/media.h"
 #include "provider/provider.h"
 #include "provider/provider_int.h"
 
@@ -2051,30 +2052,53 @@ static int convert_message(json_t *messages, json_t *m,
     json_decref(calls);
     return json_array_append_new(messages, out);
   }
-  /* user: one role:"tool" message per tool_result, then the other text. */
-  for (i = 0; i < json_array_size(content); i++) {
-    json_t *blk = json_array_get(content, i);
-    json_t *t = json_object_get(blk, "type");
-    json_t *res;
-
-    if (!json_is_string(t) ||
-        strcmp(json_string_value(t), "tool_result") != 0) {
-      continue;
-    }
-    res = text_of(json_object_get(blk, "content"));
-    json_array_append_new(
-        messages,
-        json_pack("{s:s,s:O?,s:o}", "role", "tool", "tool_call_id",
-                  json_object_get(blk, "tool_use_id"), "content",
-                  res != NULL ? res : json_string("")));
-  }
+  /* user: one role:"tool" message per tool_result, then the other text.
+   * Tool messages are text only: their images and PDFs follow in the user
+   * message after them (media_oai.c). */
   {
-    json_t *text = text_of(content);
+    json_t *media = json_array();
+    json_t *text;
 
-    if (text != NULL) {
+    for (i = 0; i < json_array_size(content); i++) {
+      json_t *blk = json_array_get(content, i);
+      json_t *t = json_object_get(blk, "type");
+      json_t *c = json_object_get(blk, "content");
+      json_t *res;
+
+      if (!json_is_string(t) ||
+          strcmp(json_string_value(t), "tool_result") != 0) {
+        continue;
+      }
+      if (json_is_array(c) && al__media_has_blocks(c) && o->no_media) {
+        res = al__oai_tool_text(c, "not sent, this model takes no images");
+      } else if (json_is_array(c) && al__media_has_blocks(c) &&
+                 media != NULL) {
+        res = al__oai_tool_text(c, "in the user message after the tool "
+                                   "results");
+        al__oai_chat_media_parts(
+            c, json_string_value(json_object_get(blk, "tool_use_id")), media);
+      } else {
+        res = text_of(c);
+      }
+      json_array_append_new(
+          messages,
+          json_pack("{s:s,s:O?,s:o}", "role", "tool", "tool_call_id",
+                    json_object_get(blk, "tool_use_id"), "content",
+                    res != NULL ? res : json_string("")));
+    }
+    text = text_of(content);
+    if (json_array_size(media) > 0) {
+      if (text != NULL) {
+        json_array_append_new(media, json_pack("{s:s,s:o}", "type", "text",
+                                               "text", text));
+      }
+      json_array_append_new(messages, json_pack("{s:s,s:O}", "role", r,
+                                                "content", media));
+    } else if (text != NULL) {
       json_array_append_new(messages, json_pack("{s:s,s:o}", "role", r,
                                                 "content", text));
     }
+    json_decref(media);
   }
   return 0;
 }

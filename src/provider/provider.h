@@ -187,6 +187,10 @@ typedef struct al_provider_options_s {
    * without it. reasoning_details kept from OpenRouter go back always. */
   bool echo_reasoning;
   const char *reasoning_field;
+  /* The model takes no images or PDFs (catalogue `images: false`): the
+   * OpenAI builders send a tool result's text view only. Anthropic models
+   * all take them. */
+  bool no_media;
 } al_provider_options_t;
 
 void al_provider_options_init(al_provider_options_t *o);

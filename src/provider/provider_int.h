@@ -28,4 +28,19 @@ static inline bool al__provider_eq(const char *p, size_t n, const char *lit) {
   return n == l && memcmp(p, lit, l) == 0;
 }
 
+/* Tool-result media for the OpenAI APIs (media_oai.c). */
+bool al__oai_is_media(const json_t *blk);
+/* "data:<media_type>;base64,<data>" of an image/document block. */
+json_t *al__oai_data_url(const json_t *blk);
+/* The text of a tool_result content, each image/PDF named "[image
+ * image/png: <where>]". A string content as is. */
+json_t *al__oai_tool_text(const json_t *content, const char *where);
+/* Appends a naming text part and the image_url / file parts of a
+ * tool_result content's media to parts. 0 or AL_ENOMEM. */
+int al__oai_chat_media_parts(const json_t *content, const char *call_id,
+                             json_t *parts);
+/* function_call_output.output for an array content: input_text,
+ * input_image, input_file items. NULL for a string content. */
+json_t *al__oai_responses_output(const json_t *content);
+
 #endif

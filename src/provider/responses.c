@@ -39,6 +39,7 @@
 #include <stdlib.h>
 
 #include "provider/provider.h"
+#include "common/media.h"
 #include "provider/provider_int.h"
 
 /* ---- decoder ---------------------------------------------------------------- */
@@ -587,7 +588,7 @@ static void add_assistant(json_t *input, json_t *content) {
   }
 }
 
-static void add_user(json_t *input, json_t *content) {
+static void add_user(json_t *input, json_t *content, bool no_media) {
   size_t i;
   json_t *blk;
   json_t *text;
@@ -596,7 +597,15 @@ static void add_user(json_t *input, json_t *content) {
     const char *t = json_string_value(json_object_get(blk, "type"));
 
     if (t != NULL && strcmp(t, "tool_result") == 0) {
-      json_t *res = text_of(json_object_get(blk, "content"));
+      json_t *c = json_object_get(blk, "content");
+      /* With images or PDFs: output as an input_text/input_image/
+       * input_file array (media_oai.c). */
+      json_t *res = !json_is_array(c) || !al__media_has_blocks(c)
+                        ? text_of(c)
+                    : no_media
+                        ? al__oai_tool_text(c, "not sent, this model takes "
+                                               "no images")
+                        : al__oai_responses_output(c);
 
       json_array_append_new(
           input, json_pack("{s:s,s:O?,s:o}", "type", "function_call_output",
@@ -649,7 +658,7 @@ static int rsp_build(const json_t *history, const al_provider_options_t *o,
         add_assistant(input, content);
       }
     } else {
-      add_user(input, content);
+      add_user(input, content, o->no_media);
     }
   }
   json_object_set_new(body, "input", input);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/media.h"
 #include "provider/validate.h"
 
 static bool vfail(al_validate_verdict_t *v, int status, const char *type,
@@ -140,6 +141,53 @@ static bool need_str(al_validate_verdict_t *v, const json_t *blk, size_t n,
   return true;
 }
 
+/* An image or document block (path: where it sits, for the message). */
+static bool ant_media(al_validate_verdict_t *v, const json_t *blk,
+                      const char *path) {
+  char why[300];
+
+  if (al__media_check_block(blk, why, sizeof(why)) != 0) {
+    return ANT_FAIL("%s.%s.%s", path, json_string_value(json_object_get(blk,
+                                                                        "type")),
+                    why);
+  }
+  return true;
+}
+
+/* A tool_result's list content: text, image, document and search_result
+ * blocks only, each well formed. */
+static bool ant_result_content(al_validate_verdict_t *v, const json_t *c,
+                               size_t n, size_t m) {
+  size_t k;
+  const json_t *b;
+  char path[96];
+
+  json_array_foreach(c, k, b) {
+    const char *t = json_string_value(json_object_get(b, "type"));
+
+    snprintf(path, sizeof(path), "messages.%zu.content.%zu.content.%zu", n, m,
+             k);
+    if (!json_is_object(b) || t == NULL) {
+      return ANT_FAIL("%s: Unable to extract tag using discriminator 'type'",
+                      path);
+    }
+    if (strcmp(t, "text") == 0) {
+      if (!json_is_string(json_object_get(b, "text"))) {
+        return ANT_FAIL("%s.text.text: Field required", path);
+      }
+    } else if (strcmp(t, "image") == 0 || strcmp(t, "document") == 0) {
+      if (!ant_media(v, b, path)) {
+        return false;
+      }
+    } else if (strcmp(t, "search_result") != 0) {
+      return ANT_FAIL("%s.type: Input tag '%s' found using 'type' does not "
+                      "match any of the expected tags: 'text', 'image', "
+                      "'search_result', 'document'", path, t);
+    }
+  }
+  return true;
+}
+
 static bool ant_block(al_validate_verdict_t *v, const json_t *blk, size_t n,
                       size_t m, const char *role) {
   const json_t *t = json_object_get(blk, "type");
@@ -164,6 +212,16 @@ static bool ant_block(al_validate_verdict_t *v, const json_t *blk, size_t n,
   }
   if (strcmp(type, "text") == 0) {
     return need_str(v, blk, n, m, "text");
+  }
+  if (strcmp(type, "image") == 0 || strcmp(type, "document") == 0) {
+    char path[64];
+
+    if (strcmp(role, "user") != 0) {
+      return ANT_FAIL("messages.%zu.content.%zu: %s blocks can only be in "
+                      "user messages", n, m, type);
+    }
+    snprintf(path, sizeof(path), "messages.%zu.content.%zu", n, m);
+    return ant_media(v, blk, path);
   }
   if (strcmp(type, "tool_use") == 0) {
     if (strcmp(role, "assistant") != 0) {
@@ -200,7 +258,7 @@ static bool ant_block(al_validate_verdict_t *v, const json_t *blk, size_t n,
       return ANT_FAIL("messages.%zu.content.%zu.is_error: Input should be a "
                       "valid boolean", n, m);
     }
-    return true;
+    return !json_is_array(c) || ant_result_content(v, c, n, m);
   }
   if (strcmp(type, "thinking") == 0) {
     if (strcmp(role, "assistant") != 0) {
@@ -555,6 +613,112 @@ out:
 #define OAI_FAIL(param, ...) \
   vfail(v, 400, "invalid_request_error", param, __VA_ARGS__)
 
+/* A data: URL of base64 bytes that must be one of `image` (the four
+ * image types) or a PDF; http(s) URLs pass (the API fetches them). NULL
+ * when acceptable, else the problem. */
+static const char *oai_data_url(const char *url, bool image) {
+  const char *comma, *semi;
+  const char *seen;
+  size_t n;
+
+  if (url == NULL) {
+    return "a URL string is required";
+  }
+  if (strncmp(url, "https://", 8) == 0 || strncmp(url, "http://", 7) == 0) {
+    return image ? NULL : "a file needs file_data or file_id";
+  }
+  if (strncmp(url, "data:", 5) != 0 ||
+      (semi = strstr(url, ";base64,")) == NULL) {
+    return "Invalid image URL: expected an http(s) URL or a base64 data URL";
+  }
+  comma = semi + 8;
+  n = strlen(comma);
+  if (!al__media_b64_valid(comma, n, NULL)) {
+    return "Invalid base64 data in the data URL";
+  }
+  seen = al__media_sniff_b64(comma, n);
+  if (image ? !al__media_image_type(seen)
+            : (seen == NULL || strcmp(seen, "application/pdf") != 0)) {
+    return image ? "You uploaded an unsupported image. Please make sure your "
+                   "image is below 20 MB in size and is of one the following "
+                   "formats: ['png', 'jpeg', 'gif', 'webp']."
+                 : "The file data is not a PDF.";
+  }
+  return NULL;
+}
+
+/* One part of a Chat Completions content array; `allowed` is the role's
+ * part types ("text" alone for tool and system messages). */
+static bool oai_part(al_validate_verdict_t *v, const json_t *p, size_t n,
+                     size_t k, const char *allowed) {
+  const char *t = json_string_value(json_object_get(p, "type"));
+  char param[96];
+  const char *why = NULL;
+
+  snprintf(param, sizeof(param), "messages[%zu].content[%zu].type", n, k);
+  if (t == NULL) {
+    return OAI_FAIL(param, "Missing required parameter: '%s'.", param);
+  }
+  if (strcmp(t, "text") != 0 && strcmp(allowed, "text") == 0) {
+    return OAI_FAIL(param, "Invalid value: '%s'. Supported values are: "
+                    "'text'.", t);
+  }
+  if (strcmp(t, "text") != 0 && strcmp(t, "refusal") != 0 &&
+      strcmp(allowed, "assistant") == 0) {
+    return OAI_FAIL(param, "Invalid value: '%s'. Supported values are: "
+                    "'text' and 'refusal'.", t);
+  }
+  if (strcmp(t, "text") == 0) {
+    if (!json_is_string(json_object_get(p, "text"))) {
+      snprintf(param, sizeof(param), "messages[%zu].content[%zu].text", n, k);
+      return OAI_FAIL(param, "Missing required parameter: '%s'.", param);
+    }
+    return true;
+  }
+  if (strcmp(t, "image_url") == 0) {
+    why = oai_data_url(json_string_value(json_object_get(
+                           json_object_get(p, "image_url"), "url")),
+                       true);
+  } else if (strcmp(t, "file") == 0) {
+    const json_t *f = json_object_get(p, "file");
+
+    if (json_is_string(json_object_get(f, "file_id"))) {
+      return true;
+    }
+    why = !json_is_string(json_object_get(f, "filename"))
+              ? "Missing required parameter: 'file.filename'."
+              : oai_data_url(json_string_value(json_object_get(f, "file_data")),
+                             false);
+  } else if (strcmp(t, "input_audio") != 0 && strcmp(t, "refusal") != 0) {
+    return OAI_FAIL(param, "Invalid value: '%s'. Supported values are: "
+                    "'text', 'image_url', 'input_audio', 'refusal', 'audio', "
+                    "and 'file'.", t);
+  }
+  if (why != NULL) {
+    snprintf(param, sizeof(param), "messages[%zu].content[%zu]", n, k);
+    return OAI_FAIL(param, "%s", why);
+  }
+  return true;
+}
+
+static bool oai_parts(al_validate_verdict_t *v, const json_t *content,
+                      size_t n, const char *role) {
+  size_t k;
+  const json_t *p;
+  /* Tool, system and developer messages take text parts only (the API's
+   * ChatCompletionToolMessageParam: string or text parts). */
+  const char *allowed = strcmp(role, "user") == 0        ? "any"
+                        : strcmp(role, "assistant") == 0 ? "assistant"
+                                                         : "text";
+
+  json_array_foreach(content, k, p) {
+    if (!oai_part(v, p, n, k, allowed)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 static bool oai_missing_results(al_validate_verdict_t *v, const json_t *pending,
                                 size_t at) {
   char ids[900];
@@ -695,6 +859,9 @@ bool al__validate_openai_ex(const json_t *body, const json_t *headers,
         OAI_FAIL(param, "Missing required parameter: '%s'.", param);
         goto out;
       }
+      if (json_is_array(content) && !oai_parts(v, content, n, role)) {
+        goto out;
+      }
       continue;
     }
     /* Any other message closes the run of tool answers. */
@@ -753,6 +920,8 @@ bool al__validate_openai_ex(const json_t *body, const json_t *headers,
       snprintf(param, sizeof(param), "messages[%zu].content", n);
       OAI_FAIL(param, "Missing required parameter: '%s'.", param);
       goto out;
+    } else if (json_is_array(content) && !oai_parts(v, content, n, role)) {
+      goto out;
     }
   }
   if (!oai_missing_results(v, pending, last_asst)) {
@@ -765,6 +934,63 @@ out:
 }
 
 /* ---- OpenAI Responses ------------------------------------------------------- */
+
+/* input_text / input_image / input_file items (a user message's content,
+ * a function_call_output's output). */
+static bool rsp_parts(al_validate_verdict_t *v, const json_t *arr,
+                      const char *p) {
+  size_t k;
+  const json_t *it;
+  char param[96];
+
+  json_array_foreach(arr, k, it) {
+    const char *t = json_string_value(json_object_get(it, "type"));
+    const char *why = NULL;
+
+    snprintf(param, sizeof(param), "%s[%zu]", p, k);
+    if (t == NULL) {
+      return vfail(v, 400, "invalid_request_error", param,
+                   "Missing required parameter: '%s.type'.", param);
+    }
+    if (strcmp(t, "input_text") == 0) {
+      why = json_is_string(json_object_get(it, "text"))
+                ? NULL
+                : "Missing required parameter: 'text'.";
+    } else if (strcmp(t, "input_image") == 0) {
+      const char *d = json_string_value(json_object_get(it, "detail"));
+
+      if (json_is_string(json_object_get(it, "file_id"))) {
+        why = NULL;
+      } else {
+        why = oai_data_url(json_string_value(json_object_get(it, "image_url")),
+                           true);
+      }
+      if (why == NULL && json_object_get(it, "detail") != NULL &&
+          (d == NULL || (strcmp(d, "low") != 0 && strcmp(d, "high") != 0 &&
+                         strcmp(d, "auto") != 0))) {
+        why = "Invalid value for 'detail': expected 'low', 'high' or 'auto'.";
+      }
+    } else if (strcmp(t, "input_file") == 0) {
+      if (json_is_string(json_object_get(it, "file_id")) ||
+          json_is_string(json_object_get(it, "file_url"))) {
+        why = NULL;
+      } else if (!json_is_string(json_object_get(it, "filename"))) {
+        why = "Missing required parameter: 'filename'.";
+      } else {
+        why = oai_data_url(json_string_value(json_object_get(it, "file_data")),
+                           false);
+      }
+    } else {
+      return vfail(v, 400, "invalid_request_error", param,
+                   "Invalid value: '%s'. Supported values are: "
+                   "'input_text', 'input_image', and 'input_file'.", t);
+    }
+    if (why != NULL) {
+      return vfail(v, 400, "invalid_request_error", param, "%s", why);
+    }
+  }
+  return true;
+}
 
 bool al__validate_responses(const json_t *body, const json_t *headers,
                             al_validate_verdict_t *v) {
@@ -844,6 +1070,24 @@ bool al__validate_responses(const json_t *body, const json_t *headers,
                      "Duplicate function call output for call_id %s.", cid);
       }
       json_object_set_new(answered, cid, json_true());
+      {
+        const json_t *o = json_object_get(it, "output");
+        char op[48];
+
+        snprintf(op, sizeof(op), "%s.output", p);
+        if (!json_is_string(o) && !json_is_array(o)) {
+          json_decref(calls);
+          json_decref(answered);
+          return vfail(v, 400, "invalid_request_error", op,
+                       "Invalid type for '%s': expected a string or an array "
+                       "of input items.", op);
+        }
+        if (json_is_array(o) && !rsp_parts(v, o, op)) {
+          json_decref(calls);
+          json_decref(answered);
+          return false;
+        }
+      }
     } else if (strcmp(t, "reasoning") == 0) {
       const json_t *enc = json_object_get(it, "encrypted_content");
 
@@ -863,7 +1107,19 @@ bool al__validate_responses(const json_t *body, const json_t *headers,
                      "Encrypted reasoning needs store: false and include: "
                      "[\"reasoning.encrypted_content\"].");
       }
-    } else if (strcmp(t, "message") != 0) {
+    } else if (strcmp(t, "message") == 0) {
+      const json_t *c = json_object_get(it, "content");
+      const char *role = json_string_value(json_object_get(it, "role"));
+      char cp[48];
+
+      snprintf(cp, sizeof(cp), "%s.content", p);
+      if (json_is_array(c) && role != NULL && strcmp(role, "user") == 0 &&
+          !rsp_parts(v, c, cp)) {
+        json_decref(calls);
+        json_decref(answered);
+        return false;
+      }
+    } else {
       json_decref(calls);
       json_decref(answered);
       return vfail(v, 400, "invalid_request_error", p,

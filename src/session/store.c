@@ -10,6 +10,7 @@
  * jansson, skips bad lines with a count, and replays history records
  * through the history's own operations so merging rules are the same as
  * when the agent ran. */
+#include "common/media.h"
 #include "loop/micro.h"
 #include "session/session.h"
 
@@ -995,11 +996,28 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
         continue;
       }
       json_t *empty = c == NULL ? json_string("") : NULL;
+      bool err = json_is_true(json_object_get(b, "is_error"));
 
       /* A result the history refuses (unknown id, twice) is dropped; the
-       * turn is still closed below. */
-      al__history_add_tool_result(h, id, c != NULL ? c : empty,
-                                  json_is_true(json_object_get(b, "is_error")));
+       * turn is still closed below. Content blocks it refuses (a damaged
+       * image) come back as their text view, so the conversation stays
+       * sendable. */
+      if (al__history_add_tool_result(h, id, c != NULL ? c : empty, err) ==
+              AL_EINVAL &&
+          json_is_array(c)) {
+        char *t = al__media_text_view(c);
+        al_buf_t note;
+
+        al_buf_init(&note, (size_t)1 << 30);
+        al_buf_printf(&note, "%s\n[agentloop: this result's attachments "
+                            "were damaged in the transcript and are not "
+                             "shown]", t != NULL ? t : "");
+        if (note.data != NULL) {
+          al__history_add_tool_result_text(h, id, note.data, err);
+        }
+        al_buf_free(&note);
+        al_free(t);
+      }
       json_decref(empty);
     }
     if (al__history_pending(h) > 0) {

@@ -2135,6 +2135,194 @@ TEST_IMPL(cli_run_transcript_chained) {
   return 0;
 }
 
+/* An MCP image end to end (docs/mcp.md §Images): the real
+ * server-everything's get-tiny-image through `agentloop run` reaches the
+ * mock (which validates it as the API does) as an image block inside the
+ * tool_result; the stream shows its text view, not the base64; a
+ * --resume after the process ended sends the same blocks again; and the
+ * OpenAI APIs get it their way. */
+TEST_IMPL(cli_run_mcp_image_and_resume) {
+  static const char tiny_head[] = "iVBORw0KGgoAAAANSUhEUgAAABQAAAAU";
+  ws_t w;
+  cli_t c;
+  char mcp[1024];
+  char state[128];
+  char envs[2][200];
+  char *env[6];
+  char id[64];
+  const char *first[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                         "--cwd", NULL, "--mcp-config", NULL,
+                         "--output-format", "stream-json", "-p", "show me",
+                         NULL};
+  const char *resume[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                          "--cwd", NULL, "--output-format", "json",
+                          "--resume", NULL, "-p", "again", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *tr, *img, *blocks;
+  json_t *lines[64];
+  size_t n, i;
+  int users = 0;
+  struct stat st;
+
+  if (stat(AL_SOURCE_DIR "/tests/mcp/node_modules/@modelcontextprotocol/"
+                         "server-everything/dist/index.js",
+           &st) != 0) {
+    AL_TEST_FAIL("the MCP test servers are not installed: run "
+                 "scripts/test.sh (npm ci in tests/mcp)");
+  }
+  ws_make(&w);
+  snprintf(mcp, sizeof(mcp),
+           "{\"startup_wait_ms\":%d,\"mcpServers\":{\"ev\":{\"command\":"
+           "\"node\",\"args\":[\"%s\",\"stdio\"],\"sandbox\":false}}}",
+           30000 * al_test_timeout_multiplier(),
+           AL_SOURCE_DIR "/tests/mcp/node_modules/@modelcontextprotocol/"
+                         "server-everything/dist/index.js");
+  first[4] = resume[4] = w.dir;
+  first[6] = ws_file(&w, "mcp.json", mcp);
+  snprintf(state, sizeof(state), "%s/state", w.dir);
+  snprintf(envs[0], sizeof(envs[0]), "XDG_STATE_HOME=%s", state);
+  snprintf(envs[1], sizeof(envs[1]), "HOME=%s", w.dir);
+  env[0] = "PATH=/usr/bin:/bin:/usr/local/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = envs[0];
+  env[4] = envs[1];
+  env[5] = NULL;
+
+  start_mock(&c, "responses:\n"
+                 "  - reply: {content: [{tool_use: {id: img1, name: "
+                 "'mcp__ev__get-tiny-image', input: {}}}]}\n"
+                 "  - reply: {content: [{text: 'the MCP logo'}]}\n");
+  run_cli(&c, first, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  rec = al_mockllm_record_get(c.mock, 1);
+  tr = find_tool_result(rec->body, "img1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(!json_is_true(json_object_get(tr, "is_error")));
+  blocks = json_object_get(tr, "content");
+  ASSERT(json_is_array(blocks));
+  ASSERT_EQ(json_array_size(blocks), 3);
+  ASSERT_STR_EQ(jstr(json_array_get(blocks, 0), "text"),
+                "Here's the image you requested:");
+  img = json_array_get(blocks, 1);
+  ASSERT_STR_EQ(jstr(img, "type"), "image");
+  ASSERT_STR_EQ(jstr(json_object_get(img, "source"), "type"), "base64");
+  ASSERT_STR_EQ(jstr(json_object_get(img, "source"), "media_type"),
+                "image/png");
+  ASSERT(strncmp(jstr(json_object_get(img, "source"), "data"), tiny_head,
+                 strlen(tiny_head)) == 0);
+  ASSERT_STR_EQ(jstr(json_array_get(blocks, 2), "text"),
+                "The image above is the MCP logo.");
+  blocks = json_deep_copy(blocks);
+  /* The stream carries the text view. */
+  n = json_lines(&c, lines, 64);
+  ASSERT(n >= 1);
+  snprintf(id, sizeof(id), "%s", jstr(lines[0], "session_id"));
+  for (i = 0; i < n; i++) {
+    json_t *b = json_array_get(
+        json_object_get(json_object_get(lines[i], "message"), "content"), 0);
+
+    if (strcmp(jstr(lines[i], "type"), "user") == 0 &&
+        strcmp(jstr(b, "type"), "tool_result") == 0) {
+      const char *t = json_string_value(json_object_get(b, "content"));
+
+      ASSERT_NOT_NULL(t);
+      ASSERT_NOT_NULL(strstr(t, "Here's the image you requested:\n[image "
+                                "image/png, "));
+      ASSERT_NULL(strstr(t, tiny_head));
+      users++;
+    }
+    json_decref(lines[i]);
+  }
+  ASSERT_EQ(users, 1);
+  ASSERT(strncmp(id, "s_", 2) == 0);
+  finish(&c);
+
+  /* A new process resumes the session from its transcript. */
+  resume[8] = id;
+  start_mock(&c, "responses:\n  - reply: {content: [{text: 'same logo'}]}\n");
+  run_cli(&c, resume, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  rec = al_mockllm_record_get(c.mock, 0);
+  ASSERT_NOT_NULL(rec);
+  tr = find_tool_result(rec->body, "img1");
+  ASSERT_NOT_NULL(tr);
+  ASSERT(json_equal(json_object_get(tr, "content"), blocks));
+  json_decref(blocks);
+  finish(&c);
+
+  /* The same image through the OpenAI APIs: Chat Completions carries it in
+   * a user message after the tool message, Responses in the
+   * function_call_output; the mock validated both (rec->valid). */
+  {
+    static const char *const provs[] = {"openai", "openai-responses"};
+    char penv[64];
+    char *oenv[] = {"PATH=/usr/bin:/bin:/usr/local/bin", "NO_COLOR=1",
+                    "OPENAI_API_KEY=k", penv, envs[0], envs[1], NULL};
+    const char *oargs[] = {"run", "--base-url", "http://127.0.0.1:{PORT}/v1",
+                           "--cwd", w.dir, "--mcp-config", first[6], "-p",
+                           "show me", NULL};
+    char url[64];
+    int k;
+
+    snprintf(url, sizeof(url), "data:image/png;base64,%s", tiny_head);
+    for (k = 0; k < 2; k++) {
+      json_t *m, *items, *it;
+      const char *u = NULL;
+
+      snprintf(penv, sizeof(penv), "AGENTLOOP_PROVIDER=%s", provs[k]);
+      start_mock(&c, "responses:\n"
+                     "  - reply: {content: [{tool_use: {id: img1, name: "
+                     "'mcp__ev__get-tiny-image', input: {}}}]}\n"
+                     "  - reply: {content: [{text: 'the MCP logo'}]}\n");
+      run_cli(&c, oargs, oenv);
+      if (c.exit_status != 0) {
+        AL_TEST_FAIL("%s: exit %d: %s", provs[k], (int)c.exit_status, c.ebuf);
+      }
+      ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+      rec = al_mockllm_record_get(c.mock, 1);
+      ASSERT(rec->valid);
+      if (k == 0) {
+        items = json_object_get(rec->body, "messages");
+        m = json_array_get(items, json_array_size(items) - 2);
+        ASSERT_STR_EQ(jstr(m, "role"), "tool");
+        ASSERT_NOT_NULL(strstr(jstr(m, "content"), "[image image/png: in the "
+                                                   "user message after"));
+        m = json_array_get(items, json_array_size(items) - 1);
+        ASSERT_STR_EQ(jstr(m, "role"), "user");
+        it = json_array_get(json_object_get(m, "content"), 1);
+        ASSERT_STR_EQ(jstr(it, "type"), "image_url");
+        u = jstr(json_object_get(it, "image_url"), "url");
+      } else {
+        json_array_foreach(json_object_get(rec->body, "input"), i, m) {
+          if (jstr(m, "type") != NULL &&
+              strcmp(jstr(m, "type"), "function_call_output") == 0) {
+            it = json_array_get(json_object_get(m, "output"), 1);
+            ASSERT_STR_EQ(jstr(it, "type"), "input_image");
+            u = jstr(it, "image_url");
+          }
+        }
+      }
+      ASSERT_NOT_NULL(u);
+      ASSERT(strncmp(u, url, strlen(url)) == 0);
+      finish(&c);
+    }
+  }
+  {
+    char cmd[300];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s/state'", w.dir);
+    ASSERT_EQ(system(cmd), 0);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
 
 /* --output-format stream-json: Claude Code's line shapes, with
  * --include-partial-messages the stream_event lines too; the result has

@@ -250,7 +250,7 @@ TEST_IMPL(mcp_handshake_list_and_call) {
   ASSERT_STR_EQ(t.text, "Error: MCP error -32602: bad params on purpose");
   call_wait(&t, 0, "image", "{}");
   ASSERT(!t.is_error);
-  ASSERT_STR_EQ(t.text, "[image image/png, 12 bytes of base64 not shown]\ncaption");
+  ASSERT_STR_EQ(t.text, "[image image/png, 8 bytes]\ncaption");
   call_wait(&t, 0, "structured", "{\"ok\":true}");
   ASSERT(!t.is_error);
   ASSERT_STR_EQ(t.text, "{\"value\":42}");
@@ -836,7 +836,8 @@ static void fz_done(al_mcp_call_t *c, bool is_error, const char *text,
     ASSERT(strstr(text, "shutting down") != NULL);
     return;
   }
-  ASSERT(strstr(text, "hi\n[image image/png, 4 bytes of base64 not shown]\n"
+  ASSERT(strstr(text, "hi\n[image image/png, 4 bytes of base64 not shown: "
+                      "not a PNG, JPEG, GIF or WebP image]\n"
                       "[resource file:///a]\nbody") != NULL);
   *(int *)data += 1;
 }
