@@ -84,6 +84,14 @@ int al_test_timeout_multiplier(void) {
   return m > 0 ? m : 1;
 }
 
+void al_test_timeout_s(unsigned secs) {
+  struct itimerval itv;
+
+  memset(&itv, 0, sizeof(itv));
+  itv.it_value.tv_sec = (time_t)secs * al_test_timeout_multiplier();
+  setitimer(ITIMER_REAL, &itv, NULL);
+}
+
 static int run_one(const test_entry_t *t) {
   pid_t pid;
   int status;

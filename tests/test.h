@@ -114,6 +114,9 @@ const char *al_test_data_path(const char *rel);
 const char *al_test_exe(void);
 /* The timeout multiplier from AL_TEST_TIMEOUT_MULTIPLIER (default 1). */
 int al_test_timeout_multiplier(void);
+/* A test that must run longer than the runner's 5 s (it starts several
+ * real peers, say): its own budget, scaled like the default. */
+void al_test_timeout_s(unsigned secs);
 
 /* tests/bwrap_gate.c: bwrap mode (the real sandbox) here? `why` gets the
  * probe's detail (the cause when not). Probes once per process. */

@@ -1464,15 +1464,9 @@ static void tools_done(al_agent_t *a) {
     return;
   }
   while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    const char *shown;
-    size_t shown_len;
     bool is_error;
 
-    (void)al__agent_post_hook_result(box, call, &shown, &shown_len, &is_error);
-    /* Content blocks (an MCP image) unless a hook replaced the result. */
-    js = call->blocks != NULL && !al__agent_post_replaced(call, shown)
-             ? json_incref(call->blocks)
-             : al__json_string_text(shown, shown_len);
+    js = al__agent_post_content(box, call, &is_error);
     if (js != NULL) {
       al__history_add_tool_result(&a->history, call->id, js, is_error);
       json_decref(js);
@@ -2298,10 +2292,7 @@ int al_agent_cancel(al_agent_t *a) {
           al__agent_post_hook_result(box, call, &shown, &shown_len,
                                      &is_error) == 0) {
         if (old == AG_TOOLS && box == a->cur) {
-          json_t *js = call->blocks != NULL &&
-                               !al__agent_post_replaced(call, shown)
-                           ? json_incref(call->blocks)
-                           : al__json_string_text(shown, shown_len);
+          json_t *js = al__agent_post_content(box, call, &is_error);
 
           if (js != NULL) {
             al__history_add_tool_result(&a->history, call->id, js, is_error);

@@ -209,6 +209,8 @@ struct ag_post_s {
   al_hooks_run_t *run; /* NULL once decided */
   char *shown;         /* the text the model gets instead, or NULL */
   bool is_error;       /* with shown */
+  char *context;       /* a hook's context for a result with blocks: added
+                        * as a text block, so an image stays */
 };
 
 static void post_report(const al_hook_report_t *r, void *data) {
@@ -258,7 +260,13 @@ static void post_done(al_hooks_run_t *run, const al_hooks_result_t *res,
 
   (void)run;
   p->run = NULL;
-  p->shown = post_shown(p->call, res, &p->is_error);
+  if (p->call->blocks != NULL && res->decision != AL_HOOK_DENY &&
+      res->replace == NULL && res->context != NULL) {
+    p->context = al_strdup(res->context);
+    p->is_error = p->call->is_error;
+  } else {
+    p->shown = post_shown(p->call, res, &p->is_error);
+  }
   box->posts_pending--;
   /* The last hook of a turn whose calls are all done: commit. */
   if (box->posts_pending == 0 && a->cur == box && a->state == AG_TOOLS &&
@@ -343,8 +351,33 @@ int al__agent_post_hook_result(const ag_exec_t *box, const al_tool_call_t *call,
   return 0;
 }
 
-bool al__agent_post_replaced(const al_tool_call_t *call, const char *shown) {
-  return call->content != NULL ? shown != call->content : shown[0] != '\0';
+json_t *al__agent_post_content(const ag_exec_t *box,
+                               const al_tool_call_t *call, bool *is_error) {
+  const ag_post_t *p = post_find(box, call);
+  json_t *js;
+
+  *is_error = call->is_error;
+  if (p != NULL && p->shown != NULL) {
+    *is_error = p->is_error;
+    return al__json_string_text(p->shown, strlen(p->shown));
+  }
+  if (call->blocks == NULL) {
+    return al__json_string_text(call->content != NULL ? call->content : "",
+                                call->content_len);
+  }
+  if (p == NULL || p->context == NULL) {
+    return json_incref(call->blocks);
+  }
+  /* Blocks (an MCP image) and a hook's context after them. */
+  js = json_deep_copy(call->blocks);
+  if (js != NULL &&
+      json_array_append_new(
+          js, json_pack("{s:s, s:s+}", "type", "text", "text",
+                        "[hook context]\n", p->context)) != 0) {
+    json_decref(js);
+    js = NULL;
+  }
+  return js;
 }
 
 void al__agent_post_hooks_drop(ag_exec_t *box) {
@@ -357,6 +390,7 @@ void al__agent_post_hooks_drop(ag_exec_t *box) {
       al__hooks_cancel(p->run);
     }
     al_free(p->shown);
+    al_free(p->context);
     al_free(p);
   }
   box->posts_pending = 0;

@@ -376,10 +376,12 @@ void al__agent_post_hook_call(al_agent_t *a, struct ag_exec_s *box,
 int al__agent_post_hook_result(const struct ag_exec_s *box,
                                const al_tool_call_t *call, const char **text,
                                size_t *len, bool *is_error);
-/* Whether shown (from al__agent_post_hook_result) is a hook's text rather
- * than the call's own result: then content blocks (an MCP image) give way
- * to it. */
-bool al__agent_post_replaced(const al_tool_call_t *call, const char *shown);
+/* What the history gets for a decided call (new ref, NULL on OOM): its
+ * content blocks (an MCP image) or text, with its hooks' decision applied
+ * (a deny or replace is text; added context follows the blocks as a text
+ * block). */
+json_t *al__agent_post_content(const struct ag_exec_s *box,
+                               const al_tool_call_t *call, bool *is_error);
 /* The box's calls are void or done: kills the hooks still running (nothing
  * is called back) and forgets every decision. */
 void al__agent_post_hooks_drop(struct ag_exec_s *box);

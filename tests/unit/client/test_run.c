@@ -2164,6 +2164,9 @@ TEST_IMPL(cli_run_mcp_image_and_resume) {
   int users = 0;
   struct stat st;
 
+  /* Six starts of the real Node server (three APIs, run and resume). */
+  al_test_timeout_s(30);
+
   if (stat(AL_SOURCE_DIR "/tests/mcp/node_modules/@modelcontextprotocol/"
                          "server-everything/dist/index.js",
            &st) != 0) {
