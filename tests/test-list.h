@@ -35,3 +35,4 @@
 #include "list/mcp_http.h"
 #include "list/hooks.h"
 #include "list/run_durable.h"
+#include "list/cgroup.h"

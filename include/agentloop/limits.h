@@ -23,6 +23,14 @@ typedef struct al_limits_s {
   int64_t min_rate_bytes;     /* min_rate_bytes per min_rate_window_ms once
                                  the response started: 128 */
   int64_t min_rate_window_ms; /* 60 s */
+  /* What one sandboxed tool may hold (docs/sandbox.md): */
+  int64_t tool_processes;     /* tool_processes: processes and threads of
+                                 one tool (pids.max of its cgroup, and
+                                 RLIMIT_NPROC), 512 */
+  int64_t tool_memory_bytes;  /* tool_memory_bytes: memory one tool process
+                                 may write to (RLIMIT_DATA), and all of the
+                                 tool's memory (its cgroup's limit), 50 %
+                                 of the machine */
 } al_limits_t;
 
 /* Sets one limit by name from text: a decimal integer with an optional

@@ -19,7 +19,9 @@
   XX(header_count, false)                 \
   XX(total_time_ms, false)                \
   XX(min_rate_bytes, true)                \
-  XX(min_rate_window_ms, false)
+  XX(min_rate_window_ms, false)           \
+  XX(tool_processes, false)               \
+  XX(tool_memory_bytes, true)
 
 static const struct {
   const char *name;

@@ -23,6 +23,8 @@
  *   --supervise         stay as the parent: subreaper, forward TERM/INT,
  *                       and SIGKILL every remaining descendant once COMMAND
  *                       exits (the degraded mode has no PID namespace)
+ *   --cgroup DIR ...    (first) join a fresh cgroup with limits, then
+ *                       exec the command unconfined (cgroup_join.c)
  *   --probe             print "landlock=N seccomp=0|1" and exit 0
  *   --janitor           (alone) read "+PATH" / "-PATH" lines on stdin:
  *                       the placeholders agentloop has made in a
@@ -69,6 +71,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "exec/cgroup_join.h"
 
 /* linux-libc-dev 6.1 stops at ABI 2; newer rights are defined here. */
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
@@ -796,6 +800,9 @@ int main(int argc, char **argv) {
 
   memset(&o, 0, sizeof(o));
   o.abi_cap = -1;
+  if (argc > 1 && strcmp(argv[1], "--cgroup") == 0) {
+    return al_exec_cgroup_main(argc, argv);
+  }
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;

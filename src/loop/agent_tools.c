@@ -555,6 +555,17 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   cfg.n_write_roots = n_roots + 1;
   cfg.hidden = (const char *const *)a->denied_paths;
   cfg.n_hidden = count_list(a->denied_paths);
+  /* limits (agentloop/limits.h): 0 the default, "none" no bound */
+  if (o->limits.tool_processes != 0) {
+    cfg.nproc = o->limits.tool_processes > 0
+                    ? (uint64_t)o->limits.tool_processes
+                    : UINT64_MAX;
+  }
+  if (o->limits.tool_memory_bytes != 0) {
+    cfg.data_bytes = o->limits.tool_memory_bytes > 0
+                         ? (uint64_t)o->limits.tool_memory_bytes
+                         : UINT64_MAX;
+  }
   rc = al__sandbox_new(&cfg, &a->sandbox, &a->sandbox_info);
   al_free(roots);
   if (rc != 0) {

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "agentloop/sandbox.h"
 #include "mockllm/mockllm.h"
 #include "session/session.h"
 #include "test.h"
@@ -2198,6 +2199,21 @@ TEST_IMPL(cli_run_stream_json_input) {
   return 0;
 }
 
+/* The workspace as XDG_CONFIG_HOME: sub = its agentloop/ directory (made),
+ * path = the config.yaml there (not made), env the child's (5 slots). */
+static void config_env(const ws_t *w, char xdg[128], char sub[160],
+                       char path[200], char **env) {
+  snprintf(xdg, 128, "XDG_CONFIG_HOME=%s", w->dir);
+  snprintf(sub, 160, "%s/agentloop", w->dir);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(path, 200, "%s/config.yaml", sub);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = xdg;
+  env[4] = NULL;
+}
+
 /* sandbox.network in the user's configuration: bash keeps the host's
  * network namespace; without it, bash gets a private one (bwrap mode). */
 TEST_IMPL(cli_run_config_sandbox_network) {
@@ -2229,15 +2245,7 @@ TEST_IMPL(cli_run_config_sandbox_network) {
   host_ns[n] = '\0';
   ws_make(&w);
   args[4] = w.dir;
-  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", w.dir);
-  snprintf(sub, sizeof(sub), "%s/agentloop", w.dir);
-  ASSERT_EQ(mkdir(sub, 0700), 0);
-  snprintf(path, sizeof(path), "%s/config.yaml", sub);
-  env[0] = "PATH=/usr/bin:/bin";
-  env[1] = "NO_COLOR=1";
-  env[2] = "ANTHROPIC_API_KEY=k";
-  env[3] = xdg;
-  env[4] = NULL;
+  config_env(&w, xdg, sub, path, env);
   for (pass = 0; pass < 2; pass++) {
     f = fopen(path, "w");
     ASSERT_NOT_NULL(f);
@@ -2258,6 +2266,71 @@ TEST_IMPL(cli_run_config_sandbox_network) {
       ASSERT_NULL(strstr(seen, host_ns));
     } else {
       ASSERT_NOT_NULL(strstr(seen, host_ns));
+    }
+    finish(&c);
+  }
+  unlink(path);
+  rmdir(sub);
+  ws_remove(&w);
+  return 0;
+}
+
+/* limits.tool_processes reaches the tool: a bash call that forks 100
+ * sleepers gets fewer than the limit (its cgroup's pids.max, which binds
+ * for root too), from the flag and from the configuration file. */
+TEST_IMPL(cli_run_limit_tool_processes) {
+  cli_t c;
+  ws_t w;
+  char xdg[128], sub[160], path[200], buf[512];
+  char *env[5];
+  const char *seen;
+  FILE *f;
+  int pass;
+  al_sandbox_info_t si;
+  json_t *tr;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL, NULL, NULL};
+  static const char *yaml =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: f1, name: bash, input: "
+      "{command: \"perl -e 'my @k; for (1..100) { my $p = fork(); last "
+      "unless defined $p; if ($p == 0) { sleep 30; exit 0 } push @k, $p } "
+      "print qq(FORKED=) . scalar(@k); kill 9, @k; 1 while wait() > 0'\"}}}]}\n"
+      "  - reply: {content: [{text: done}]}\n";
+
+  al_test_need_bwrap();
+  (void)al_sandbox_probe(NULL, &si);
+  if (!si.cgroup_ok && (geteuid() == 0 || al_test_ci())) {
+    /* root without a pids cgroup has no process limit at all */
+    ASSERT(!al_test_ci());
+    fprintf(stderr, "not run: no tool cgroup here: %s\n", si.cgroup_detail);
+    return AL_TEST_SKIP_CODE;
+  }
+  ws_make(&w);
+  args[4] = w.dir;
+  config_env(&w, xdg, sub, path, env);
+  for (pass = 0; pass < 2; pass++) {
+    if (pass == 0) {
+      args[7] = "--limit";
+      args[8] = "tool_processes=40";
+    } else {
+      args[7] = NULL;
+      f = fopen(path, "w");
+      ASSERT_NOT_NULL(f);
+      fprintf(f, "limits:\n  tool_processes: 40\n");
+      fclose(f);
+    }
+    start_mock(&c, yaml);
+    run_cli(&c, args, env);
+    ASSERT_EQ(c.exit_status, 0);
+    tr = find_tool_result(al_mockllm_record_get(c.mock, 1)->body, "f1");
+    ASSERT_NOT_NULL(tr);
+    seen = content_text(json_object_get(tr, "content"), buf, sizeof(buf));
+    ASSERT_NOT_NULL(strstr(seen, "FORKED="));
+    if (atoi(strstr(seen, "FORKED=") + 7) >= 40 ||
+        atoi(strstr(seen, "FORKED=") + 7) == 0) {
+      AL_TEST_FAIL("pass %d: tool_processes=40, the tool forked: %s", pass,
+                   seen);
     }
     finish(&c);
   }
