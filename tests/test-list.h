@@ -36,3 +36,4 @@
 #include "list/hooks.h"
 #include "list/run_durable.h"
 #include "list/cgroup.h"
+#include "list/smallfs.h"

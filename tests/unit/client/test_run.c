@@ -11,6 +11,7 @@
 #include <math.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,9 +20,10 @@
 #include "agentloop/sandbox.h"
 #include "mockllm/mockllm.h"
 #include "session/session.h"
+#include "smallfs.h"
 #include "test.h"
 
-typedef struct {
+typedef struct cli_s {
   uv_loop_t loop;
   al_mockllm_t *mock;
   uv_process_t proc;
@@ -33,6 +35,8 @@ typedef struct {
   const char *stdin_text; /* piped to the child when not NULL */
   int kill_signal;        /* sent once the server has a request */
   const char *child_cwd;  /* the child's working directory (NULL: ours) */
+  /* Called instead of the kill once the server has the request. */
+  void (*on_request)(struct cli_s *c);
   char obuf[262144];
   size_t olen;
   char ebuf[65536];
@@ -113,7 +117,11 @@ static void on_kill_timer(uv_timer_t *t) {
 
   al_mockllm_stats(c->mock, &st);
   if (st.requests >= 1 && c->exits == 0) {
-    ASSERT_EQ(uv_process_kill(&c->proc, c->kill_signal), 0);
+    if (c->on_request != NULL) {
+      c->on_request(c);
+    } else {
+      ASSERT_EQ(uv_process_kill(&c->proc, c->kill_signal), 0);
+    }
     uv_close((uv_handle_t *)t, NULL);
   }
 }
@@ -201,7 +209,7 @@ static void run_cli(cli_t *c, const char *const *args, char **env) {
     ASSERT_EQ(uv_write(&c->wreq, (uv_stream_t *)&c->in, &b, 1,
                        on_stdin_written), 0);
   }
-  if (c->kill_signal != 0) {
+  if (c->kill_signal != 0 || c->on_request != NULL) {
     ASSERT_EQ(uv_timer_init(&c->loop, &c->kill_timer), 0);
     ASSERT_EQ(uv_timer_start(&c->kill_timer, on_kill_timer, 5, 5), 0);
   }
@@ -2342,29 +2350,38 @@ TEST_IMPL(cli_run_limit_tool_processes) {
 
 /* ---- durability that tells the truth (issue 15) ---------------------------- */
 
-/* A run whose transcript cannot be written (the binary's AL_TEST_TX_FAULT
- * seam: every write fails, or the first N) retries until the end of the
- * run; what is still unsaved then is said on stderr and as an error line
- * before the result, naming the errno, and the exit status is 4. A run
- * whose writes went through again before the end exits 0 with its whole
- * history on disk. */
+/* A run whose transcript cannot be written — its state directory on a
+ * real small filesystem (tests/smallfs.h): full (ENOSPC), then read-only
+ * (EROFS) — retries until the end of the run; what is still unsaved then is
+ * said on stderr and as an error line before the result, naming the errno,
+ * and the exit status is 4. A run whose disk gets room again before the
+ * end exits 0 with its whole history on disk. (EIO from fdatasync, which
+ * no tmpfs produces: tests/unit/session/test_tx_syncfail.c.) */
 static void durable_env(char **env, char envs[4][200], const char *state,
-                        const char *dir, const char *fault) {
+                        const char *dir) {
   snprintf(envs[0], sizeof(envs[0]), "XDG_STATE_HOME=%s", state);
   snprintf(envs[1], sizeof(envs[1]), "HOME=%s", dir);
-  snprintf(envs[2], sizeof(envs[2]), "AL_TEST_TX_FAULT=%s", fault);
   env[0] = "PATH=/usr/bin:/bin";
   env[1] = "NO_COLOR=1";
   env[2] = envs[0];
   env[3] = envs[1];
-  env[4] = envs[2];
-  env[5] = NULL;
+  env[4] = NULL;
+}
+
+static char g_fill[256]; /* the file that keeps the small filesystem full */
+
+/* The request has reached the server, whose reply waits: room again. */
+static void free_the_disk(cli_t *c) {
+  (void)c;
+  ASSERT_EQ(unlink(g_fill), 0);
 }
 
 TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   ws_t w;
   cli_t c;
   char state[128];
+  char sub[200];
+  char why[256];
   char envs[4][200];
   char *env[6];
   char id[64];
@@ -2376,6 +2393,11 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   const char *yaml = "on_exhausted: repeat_last\n"
                      "responses:\n"
                      "  - reply: {content: [{text: 'Seven.'}]}\n";
+  /* The reply waits until the test has freed the disk (free_the_disk runs
+   * from a 5 ms timer on this loop once the request is in, long before). */
+  const char *slow = "responses:\n"
+                     "  - first_byte_delay_ms: 400\n"
+                     "    reply: {content: [{text: 'Seven.'}]}\n";
   const char *nd[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
                       "--cwd", NULL, "--output-format", "ndjson", "-p",
                       "remember seven", NULL};
@@ -2387,10 +2409,27 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
 
   ws_make(&w);
   snprintf(state, sizeof(state), "%s/state", w.dir);
+  ASSERT_EQ(mkdir(state, 0700), 0);
+  if (!al_test_smallfs(state, "256k", why, sizeof(why))) {
+    ASSERT_EQ(rmdir(state), 0);
+    ws_remove(&w);
+    if (al_test_ci()) {
+      AL_TEST_FAIL("CI=true: no small filesystem: %s", why);
+    }
+    fprintf(stderr, "not run: no small filesystem here: %s\n", why);
+    return AL_TEST_SKIP_CODE;
+  }
+  snprintf(sub, sizeof(sub), "%s/agentloop", state);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(sub, sizeof(sub), "%s/agentloop/sessions", state);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  al_test_smallfs_fill(state);
+  snprintf(g_fill, sizeof(g_fill), "%s/fill", state);
   nd[4] = sj[4] = txt[4] = w.dir;
+  durable_env(env, envs, state, w.dir);
 
-  /* ENOSPC throughout, ndjson: the error event, then the result. */
-  durable_env(env, envs, state, w.dir, "ENOSPC");
+  /* The disk is full throughout, ndjson: the error event, then the
+   * result. */
   start_mock(&c, yaml);
   run_cli(&c, nd, env);
   ASSERT_EQ(c.exit_status, 4);
@@ -2416,15 +2455,15 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
     json_decref(lines[i]);
   }
   finish(&c);
-  /* Nothing reached the file (the seam failed every write). */
+  /* Nothing reached the file. */
   snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
   ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
   ASSERT(!l.has_header);
   ASSERT_EQ(l.records, 0);
   al__tx_loaded_free(&l);
+  ASSERT_EQ(unlink(path), 0);
 
-  /* EIO, stream-json: a system/error line before the result. */
-  durable_env(env, envs, state, w.dir, "EIO");
+  /* Still full, stream-json: a system/error line before the result. */
   start_mock(&c, yaml);
   run_cli(&c, sj, env);
   ASSERT_EQ(c.exit_status, 4);
@@ -2432,28 +2471,23 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   ASSERT(k >= 2);
   ASSERT_STR_EQ(jstr(lines[k - 2], "type"), "system");
   ASSERT_STR_EQ(jstr(lines[k - 2], "subtype"), "error");
-  ASSERT_STR_EQ(jstr(lines[k - 2], "code_name"), "EIO");
+  ASSERT_STR_EQ(jstr(lines[k - 2], "code_name"), "ENOSPC");
   ASSERT_STR_EQ(jstr(lines[k - 1], "type"), "result");
   ASSERT(json_is_true(json_object_get(lines[k - 1], "is_error")));
+  snprintf(id, sizeof(id), "%s", jstr(lines[k - 1], "session_id"));
   for (i = 0; i < k; i++) {
     json_decref(lines[i]);
   }
   finish(&c);
+  snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+  ASSERT_EQ(unlink(path), 0);
 
-  /* EROFS, text: the answer on stdout, the loss on stderr. */
-  durable_env(env, envs, state, w.dir, "EROFS");
-  start_mock(&c, yaml);
-  run_cli(&c, txt, env);
-  ASSERT_EQ(c.exit_status, 4);
-  ASSERT_STR_EQ(c.obuf, "Seven.\n");
-  ASSERT_NOT_NULL(strstr(c.ebuf, "not saved: EROFS"));
-  finish(&c);
-
-  /* The first write fails, the next attempt (the retry timer's, or the
-   * last one at the end of the run) goes through: exit 0, the whole
-   * history on disk, no loss reported. */
-  durable_env(env, envs, state, w.dir, "ENOSPC:1");
-  start_mock(&c, yaml);
+  /* The first writes fail; the disk gets room while the reply is on its
+   * way, and the next attempt (the retry timer's, or the last one at the
+   * end of the run) goes through: exit 0, the whole history on disk, no
+   * loss reported. */
+  start_mock(&c, slow);
+  c.on_request = free_the_disk;
   run_cli(&c, nd, env);
   ASSERT_EQ(c.exit_status, 0);
   ASSERT_NOT_NULL(strstr(c.ebuf, "cannot be written (ENOSPC"));
@@ -2474,12 +2508,19 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   ASSERT_EQ(l.bad_lines, 0);
   ASSERT_EQ(json_array_size(al__history_to_json(&l.history)), 2);
   al__tx_loaded_free(&l);
-  {
-    char cmd[600];
 
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", state);
-    ASSERT_EQ(system(cmd), 0);
-  }
+  /* The filesystem turns read-only, text: the answer on stdout, the loss
+   * on stderr. */
+  ASSERT(al_test_smallfs_readonly(state, why, sizeof(why)));
+  start_mock(&c, yaml);
+  run_cli(&c, txt, env);
+  ASSERT_EQ(c.exit_status, 4);
+  ASSERT_STR_EQ(c.obuf, "Seven.\n");
+  ASSERT_NOT_NULL(strstr(c.ebuf, "not saved: EROFS"));
+  finish(&c);
+  /* (the tmpfs goes with this test's mount namespace) */
+  ASSERT_EQ(umount2(state, MNT_DETACH), 0);
+  ASSERT_EQ(rmdir(state), 0);
   ws_remove(&w);
   return 0;
 }
