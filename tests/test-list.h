@@ -37,3 +37,4 @@
 #include "list/run_durable.h"
 #include "list/cgroup.h"
 #include "list/smallfs.h"
+#include "list/modeltext.h"

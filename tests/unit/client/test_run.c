@@ -1212,6 +1212,119 @@ TEST_IMPL(cli_run_binary_tool_output) {
   return 0;
 }
 
+#include "../loop/nulfx.h"
+
+/* Model text with NUL (issue 15): a text delta and a tool call's input
+ * with \u0000 enter the events, the history, the transcript and the next
+ * request with U+FFFD instead, so nothing downstream cuts the text short
+ * (the result line used to stop at the NUL); a resumed run's request,
+ * rebuilt from the transcript, is clean and valid too. */
+static void durable_env(char **env, char envs[4][200], const char *state,
+                        const char *dir);
+
+static void assert_no_nul(const json_t *body) {
+  char *dump = json_dumps(body, JSON_COMPACT);
+
+  ASSERT_NOT_NULL(dump);
+  if (strstr(dump, "\\u0000") != NULL) {
+    AL_TEST_FAIL("a NUL reached the request: %.2000s", dump);
+  }
+  free(dump);
+}
+
+TEST_IMPL(cli_run_model_text_nul) {
+  cli_t c;
+  ws_t w;
+  size_t i, k;
+  char state[128], envs[4][200], id[64], path[512];
+  char *env[6];
+  json_t *lines[64];
+  json_t *asst, *blk;
+  al_tx_loaded_t l;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "ndjson", "-p",
+                        "look", NULL, NULL, NULL};
+
+  ws_make(&w);
+  args[4] = w.dir;
+  snprintf(state, sizeof(state), "%s/state", w.dir);
+  durable_env(env, envs, state, w.dir);
+  env[4] = "ANTHROPIC_API_KEY=k";
+  env[5] = NULL;
+  start_mock(&c, nul_scenario);
+  run_cli(&c, args, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  for (i = 0; i < 2; i++) {
+    ASSERT(al_mockllm_record_get(c.mock, i)->valid);
+  }
+  /* The assistant message as the next request carries it. */
+  asst = json_array_get(
+      json_object_get(al_mockllm_record_get(c.mock, 1)->body, "messages"), 1);
+  blk = json_array_get(json_object_get(asst, "content"), 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(blk, "text")),
+                "before\xEF\xBF\xBD" "after");
+  blk = json_array_get(json_object_get(asst, "content"), 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(blk, "input"),
+                                                  "path")),
+                "no\xEF\xBF\xBDsuch");
+  assert_no_nul(al_mockllm_record_get(c.mock, 1)->body);
+  /* The events say the same (a subscriber rebuilds the stored text), and
+   * the result is the whole last text. */
+  /* (a tool-input delta shows the raw JSON text, where "\\u0000" is an
+   * escaped backslash, not a NUL) */
+  for (i = 0; i < c.olen; i++) {
+    if (strncmp(c.obuf + i, "\\u0000", 6) == 0 &&
+        (i == 0 || c.obuf[i - 1] != '\\')) {
+      AL_TEST_FAIL("a NUL in the events: %.300s", c.obuf + (i > 100 ? i - 100 : 0));
+    }
+  }
+  ASSERT_NOT_NULL(strstr(c.obuf, "before\xEF\xBF\xBD" "after"));
+  k = json_lines(&c, lines, 64);
+  ASSERT(k >= 1);
+  ASSERT_STR_EQ(jstr(lines[k - 1], "result"), "said \xEF\xBF\xBD again");
+  snprintf(id, sizeof(id), "%s", jstr(lines[k - 1], "session_id"));
+  for (i = 0; i < k; i++) {
+    json_decref(lines[i]);
+  }
+  finish(&c);
+  /* The transcript holds the clean text. */
+  snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(json_array_size(al__history_to_json(&l.history)), 4);
+  assert_no_nul(al__history_to_json(&l.history));
+  al__tx_loaded_free(&l);
+
+  /* Resumed: the history comes back from the transcript; the request is
+   * valid and clean. */
+  args[8] = "again";
+  args[9] = "--resume";
+  args[10] = id;
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("resume: exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  ASSERT(al_mockllm_record_get(c.mock, 0)->valid);
+  ASSERT_EQ(json_array_size(json_object_get(
+                al_mockllm_record_get(c.mock, 0)->body, "messages")),
+            5);
+  assert_no_nul(al_mockllm_record_get(c.mock, 0)->body);
+  finish(&c);
+  {
+    char cmd[300];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    ASSERT_EQ(system(cmd), 0);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
 /* ---- the configuration file (docs/config.md) --------------------------------- */
 
 /* The user's config.yaml gives provider settings, the model, max_tokens and
