@@ -504,13 +504,20 @@ static void free_tools_d(al_agent_t *a) {
   a->project_tools_d = NULL;
 }
 
-static bool dir_has_entry(const char *path) {
+/* Whether the directory holds a file the tools.d loader would read (a
+ * name ending .yaml or .yml, not hidden): a README or a .gitkeep is no
+ * tool to skip. */
+static bool dir_has_tool_file(const char *path) {
   DIR *d = opendir(path);
   struct dirent *de;
   bool any = false;
 
   while (d != NULL && !any && (de = readdir(d)) != NULL) {
-    any = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    size_t l = strlen(de->d_name);
+
+    any = de->d_name[0] != '.' &&
+          ((l > 5 && strcmp(de->d_name + l - 5, ".yaml") == 0) ||
+           (l > 4 && strcmp(de->d_name + l - 4, ".yml") == 0));
   }
   if (d != NULL) {
     closedir(d);
@@ -608,9 +615,11 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
     struct stat st;
 
     snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
-    /* An empty one holds no tools to skip (and may be the read-only
-     * placeholder a running sandboxed tool has in the workspace). */
-    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) && dir_has_entry(buf)) {
+    /* One without tool files holds no tools to skip (and may be the
+     * empty read-only placeholder a running sandboxed tool has in the
+     * workspace). */
+    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+        dir_has_tool_file(buf)) {
       a->project_tools_d = al_strdup(buf);
       if (a->project_tools_d == NULL) {
         return AL_ENOMEM;
