@@ -38,3 +38,4 @@
 #include "list/cgroup.h"
 #include "list/smallfs.h"
 #include "list/modeltext.h"
+#include "list/daemon_limits.h"

@@ -6,6 +6,7 @@
 #ifndef AGENTLOOP_LIMITS_H
 #define AGENTLOOP_LIMITS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -44,6 +45,15 @@ int al_limits_set_kv(al_limits_t *l, const char *kv);
 void al_limits_overlay(al_limits_t *dst, const al_limits_t *src);
 /* The names, NULL-terminated (for help texts and error messages). */
 extern const char *const al_limits_names[];
+/* Ceilings (agentloopd's own limits): every limit `ceiling` sets (non-zero,
+ * not "none") bounds what `ask` may set: a larger value or "none" there is
+ * a raise. 0, or AL_EINVAL with the first raised limit's name in *name and
+ * a sentence naming it, the ceiling and the value asked for in why. */
+int al_limits_check_ceiling(const al_limits_t *ceiling, const al_limits_t *ask,
+                            const char **name, char *why, size_t why_len);
+/* Lowers every limit of l above its ceiling (or "none" where the ceiling
+ * sets one) to the ceiling: for a session made under other ceilings. */
+void al_limits_clamp(al_limits_t *l, const al_limits_t *ceiling);
 
 #ifdef __cplusplus
 }
