@@ -96,7 +96,7 @@ static int scrub(json_t *v, size_t depth) {
           json_decref(copy);
           return AL_ENOMEM;
         }
-        n++;
+        n += has_nul(key, klen);
       }
       json_object_clear(v);
       if (json_object_update(v, copy) != 0) {
