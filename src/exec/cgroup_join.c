@@ -2,10 +2,12 @@
  * the command (bwrap, or the helper in degraded mode). See
  * src/sandbox/cgroup.h.
  *
- *   agentloop-exec --cgroup DIR [--cgroup DIR] [--pids-max N]
- *                  [--memory-max BYTES] -- COMMAND [ARGS...]
+ *   agentloop-exec --cgroup DIR [--cgroup DIR] [--owner PID]
+ *                  [--pids-max N] [--memory-max BYTES] -- COMMAND [ARGS...]
  *
- * In each DIR it makes agentloop-<parent pid>-<own pid>, writes the limits
+ * In each DIR it makes agentloop-<owner>-<own pid> (owner: the agentloop
+ * process that asked, named by it: a parent pid would read 1 once that
+ * parent is gone, and no sweep could tell), writes the limits
  * the controllers there take (pids.max; memory.max or
  * memory.limit_in_bytes), and moves itself in: before the exec, so
  * nothing the command starts is ever outside it. A directory removed by a
@@ -89,6 +91,7 @@ static int make_one(const char *dir, const char *pids, const char *mem) {
 int al_exec_cgroup_main(int argc, char **argv) {
   const char *bases[MAX_DIRS];
   const char *pids = NULL, *mem = NULL;
+  long owner = (long)getppid();
   char dirs[MAX_DIRS][768];
   char self[32];
   int n = 0, i, k, tries;
@@ -104,6 +107,8 @@ int al_exec_cgroup_main(int argc, char **argv) {
     }
     if (strcmp(argv[i], "--cgroup") == 0 && n < MAX_DIRS) {
       bases[n++] = argv[++i];
+    } else if (strcmp(argv[i], "--owner") == 0) {
+      owner = strtol(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--pids-max") == 0) {
       pids = argv[++i];
     } else if (strcmp(argv[i], "--memory-max") == 0) {
@@ -120,8 +125,8 @@ int al_exec_cgroup_main(int argc, char **argv) {
   }
   snprintf(self, sizeof(self), "%d\n", (int)getpid());
   for (k = 0; k < n; k++) {
-    snprintf(dirs[k], sizeof(dirs[k]), "%s/agentloop-%d-%d", bases[k],
-             (int)getppid(), (int)getpid());
+    snprintf(dirs[k], sizeof(dirs[k]), "%s/agentloop-%ld-%d", bases[k],
+             owner, (int)getpid());
     for (tries = 0;; tries++) {
       int err = make_one(dirs[k], pids, mem);
 

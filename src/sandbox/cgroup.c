@@ -274,8 +274,8 @@ void al__cgroup_probe(bool off, al_cgroup_state_t *out) {
 
 int al__cgroup_prefix(const al_cgroup_state_t *st, const char *helper,
                       uint64_t pids_max, uint64_t mem_max, char ***out) {
-  char *v[12];
-  char num[2][32];
+  char *v[14];
+  char num[3][32];
   size_t n = 0, i;
   char **r;
 
@@ -290,6 +290,9 @@ int al__cgroup_prefix(const al_cgroup_state_t *st, const char *helper,
     v[n++] = "--cgroup";
     v[n++] = (char *)st->memory;
   }
+  snprintf(num[2], sizeof(num[2]), "%d", (int)getpid());
+  v[n++] = "--owner";
+  v[n++] = num[2];
   if (pids_max > 0 && pids_max != UINT64_MAX) {
     snprintf(num[0], sizeof(num[0]), "%llu", (unsigned long long)pids_max);
     v[n++] = "--pids-max";

@@ -5,7 +5,7 @@
  *
  * When this process may create cgroups (root, or a delegated cgroup2
  * subtree it owns), every sandboxed tool runs as
- *   agentloop-exec --cgroup DIR [--cgroup DIR] --pids-max N
+ *   agentloop-exec --cgroup DIR [--cgroup DIR] --owner PID --pids-max N
  *                  --memory-max B -- bwrap ... (or the degraded helper)
  * The helper makes DIR/agentloop-<owner pid>-<its pid>, writes the limits,
  * moves itself in and only then execs: nothing the tool starts can be

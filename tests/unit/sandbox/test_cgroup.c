@@ -4,9 +4,12 @@
  * limit over all of its processes and its tmpfs pages; each is removed
  * once its tool has ended. Where cgroups cannot be made, the probe says
  * so and tools run as before. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sandbox/cgroup.h"
@@ -158,5 +161,97 @@ TEST_IMPL(sandbox_cgroup_reported) {
   sbx_call(&x, "bash", "{\"command\": \"cat /proc/self/cgroup\"}");
   ASSERT_NOT_NULL(strstr(x.content, "pids:/agentloop-"));
   sbx_finish(&x);
+  return 0;
+}
+
+/* The sweep: a cgroup left by an agentloop that died (SIGKILL: its tools
+ * die with it) is removed when empty; one of ours whose helper has exited
+ * is removed even with a straggler inside (killed first); one whose
+ * helper still runs stays. */
+TEST_IMPL(sandbox_cgroup_sweep) {
+  al_cgroup_state_t st;
+  char dead_dir[512], own_dir[512], live_dir[512], procs[600], pidtxt[32];
+  pid_t dead, straggler;
+  FILE *f;
+  int status;
+
+  al__cgroup_probe(false, &st);
+  if (!st.active) {
+    if (al_test_ci()) {
+      AL_TEST_FAIL("CI=true: tool cgroups are not available: %s", st.detail);
+    }
+    fprintf(stderr, "not run: tool cgroups cannot be made here: %s\n",
+            st.detail);
+    return AL_TEST_SKIP_CODE;
+  }
+  /* A pid that is surely gone: a child that exited and was reaped. */
+  dead = fork();
+  ASSERT(dead >= 0);
+  if (dead == 0) {
+    _exit(0);
+  }
+  ASSERT_EQ(waitpid(dead, &status, 0), dead);
+  snprintf(dead_dir, sizeof(dead_dir), "%s/agentloop-%d-1", st.pids,
+           (int)dead);
+  ASSERT_EQ(mkdir(dead_dir, 0755), 0);
+  /* Ours, its "helper" the dead pid, a sleeper inside. */
+  snprintf(own_dir, sizeof(own_dir), "%s/agentloop-%d-%d", st.pids,
+           (int)getpid(), (int)dead);
+  ASSERT_EQ(mkdir(own_dir, 0755), 0);
+  straggler = fork();
+  ASSERT(straggler >= 0);
+  if (straggler == 0) {
+    execl("/bin/sleep", "sleep", "1000", (char *)NULL);
+    _exit(127);
+  }
+  snprintf(procs, sizeof(procs), "%s/cgroup.procs", own_dir);
+  snprintf(pidtxt, sizeof(pidtxt), "%d\n", (int)straggler);
+  f = fopen(procs, "w");
+  ASSERT_NOT_NULL(f);
+  ASSERT(fputs(pidtxt, f) >= 0);
+  ASSERT_EQ(fclose(f), 0);
+  /* Ours, its helper alive (this process stands in for it). */
+  snprintf(live_dir, sizeof(live_dir), "%s/agentloop-%d-%d", st.pids,
+           (int)getpid(), (int)getpid());
+  ASSERT_EQ(mkdir(live_dir, 0755), 0);
+
+  ASSERT_EQ(al__cgroup_count_stale(&st), 1); /* own_dir */
+  ASSERT(al__cgroup_sweep(&st) >= 2);
+  ASSERT_NE(access(dead_dir, F_OK), 0);
+  ASSERT_NE(access(own_dir, F_OK), 0);
+  ASSERT_EQ(access(live_dir, F_OK), 0);
+  ASSERT_EQ(waitpid(straggler, &status, 0), straggler);
+  ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  ASSERT_EQ(rmdir(live_dir), 0);
+  return 0;
+}
+
+/* `agentloop doctor` says whether tools get their cgroup. */
+TEST_IMPL(doctor_reports_tool_cgroup) {
+  al_sandbox_info_t si;
+  char cmd[700], out[16384];
+  size_t n;
+  FILE *p;
+
+  (void)al_sandbox_probe(NULL, &si);
+  snprintf(cmd, sizeof(cmd),
+           "cd /tmp && XDG_CONFIG_HOME=/nonexistent NO_COLOR=1 "
+           "'%s/agentloop' doctor 2>&1",
+           AL_BINARY_DIR);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  (void)pclose(p); /* doctor's status depends on the rest of the checks */
+  if (si.mode == AL_SANDBOX_MODE_NONE) {
+    return 0; /* no sandbox: no tool runs, no cgroup line */
+  }
+  ASSERT_NOT_NULL(strstr(out, "tool cgroup"));
+  if (si.cgroup_ok) {
+    ASSERT_NOT_NULL(strstr(out, "each tool in its own cgroup: pids.max under"));
+    ASSERT_NOT_NULL(strstr(out, si.cgroup_pids));
+  } else {
+    ASSERT_NOT_NULL(strstr(out, "not available ("));
+  }
   return 0;
 }
