@@ -191,7 +191,7 @@ static const char *tools_json(const char *dir) {
 }
 
 static void put_file(const char *dir, const char *name, const char *text) {
-  char p[600];
+  char p[1400];
   FILE *f;
 
   snprintf(p, sizeof(p), "%s/%s", dir, name);
