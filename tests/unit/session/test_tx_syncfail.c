@@ -26,12 +26,13 @@ static int sync_hook(const char *path) {
 static int states[8];
 static int nstates;
 static bool lost_told;
+static al_tx_loss_t close_loss; /* what the loss dropped, when told */
 
 static void on_state(al_tx_t *tx, int err, bool lost, void *data) {
-  (void)tx;
   (void)data;
   if (lost) {
     lost_told = true;
+    al__tx_loss(tx, &close_loss);
     return;
   }
   if (nstates < 8) {
@@ -50,11 +51,10 @@ static void on_flush(al_tx_t *tx, void *data) {
 }
 
 static bool closed;
-static al_tx_loss_t close_loss;
 
 static void on_closed(al_tx_t *tx, void *data) {
+  (void)tx; /* already freed: only its address */
   (void)data;
-  al__tx_loss(tx, &close_loss);
   closed = true;
 }
 
@@ -82,6 +82,7 @@ static void setup(uv_loop_t *loop, char *dir, char *path, size_t n,
   al__tx_retry_max_ms = 8;
   nstates = 0;
   lost_told = false;
+  memset(&close_loss, 0, sizeof(close_loss));
   closed = false;
   sync_calls = 0;
   ASSERT_EQ(uv_loop_init(loop), 0);
