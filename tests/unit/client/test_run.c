@@ -1325,6 +1325,40 @@ TEST_IMPL(cli_run_model_text_nul) {
   return 0;
 }
 
+/* Invalid UTF-8 in the stream (bytes, not escapes: raw_base64) becomes
+ * U+FFFD as it is decoded, in the text and in a tool call's input; the
+ * next request carries the replaced text and passes the validator. */
+TEST_IMPL(cli_run_model_text_invalid_utf8) {
+  cli_t c;
+  ws_t w;
+  json_t *asst, *blk;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "look", NULL};
+
+  ws_make(&w);
+  args[4] = w.dir;
+  start_mock(&c, bad_utf8_scenario());
+  run_cli(&c, args, clean_env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_STR_EQ(c.obuf, "done\n");
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  ASSERT(al_mockllm_record_get(c.mock, 1)->valid);
+  asst = json_array_get(
+      json_object_get(al_mockllm_record_get(c.mock, 1)->body, "messages"), 1);
+  blk = json_array_get(json_object_get(asst, "content"), 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(blk, "text")),
+                "bad \xEF\xBF\xBD\xEF\xBF\xBD bytes");
+  blk = json_array_get(json_object_get(asst, "content"), 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(blk, "input"),
+                                                  "path")),
+                "x\xEF\xBF\xBDy");
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
 /* ---- the configuration file (docs/config.md) --------------------------------- */
 
 /* The user's config.yaml gives provider settings, the model, max_tokens and

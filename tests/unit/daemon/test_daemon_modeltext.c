@@ -69,3 +69,35 @@ TEST_IMPL(daemon_model_text_nul_resumes) {
   dt_finish(&t, cl, 2);
   return 0;
 }
+
+/* Invalid UTF-8 bytes in the stream: U+FFFD in the history; the next
+ * request is valid. */
+TEST_IMPL(daemon_model_text_invalid_utf8) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char p[512];
+  char sid[64];
+  char *dump;
+
+  dt_init(&t, bad_utf8_scenario());
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"look\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  dt_wait_event(&c, "final", 0);
+  dt_assert_valid(&t);
+  ASSERT_EQ(al_mockllm_record_count(t.mock), 2);
+  dump = json_dumps(al_mockllm_record_get(t.mock, 1)->body, JSON_COMPACT);
+  ASSERT_NOT_NULL(dump);
+  ASSERT_NOT_NULL(strstr(dump, "bad \xEF\xBF\xBD\xEF\xBF\xBD bytes"));
+  ASSERT_NOT_NULL(strstr(dump, "x\xEF\xBF\xBDy"));
+  free(dump);
+  dt_finish(&t, cl, 1);
+  return 0;
+}

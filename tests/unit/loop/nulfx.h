@@ -7,5 +7,9 @@
 /* Reply 1: text "before\u0000after", then list_directory {"path":
  * "no\u0000such"} (id t1); reply 2 and after: text "said \u0000 again". */
 extern const char nul_scenario[];
+/* The same shape with invalid UTF-8 bytes instead (raw_base64: YAML
+ * cannot carry them): text "bad \xff\xfe bytes", list_directory
+ * {"path": "x\xffy"} (id t1); then text "done". Static buffer. */
+const char *bad_utf8_scenario(void);
 
 #endif
