@@ -255,3 +255,59 @@ TEST_IMPL(doctor_reports_tool_cgroup) {
   }
   return 0;
 }
+
+/* agentloop-exec --cgroup itself: the command runs inside the new cgroup
+ * with its limit; a cgroup that cannot be made fails the start (exit 125,
+ * naming it) instead of running the command without its limits. */
+TEST_IMPL(exec_cgroup_join) {
+  al_cgroup_state_t st;
+  char cmd[1200], out[4096], want[128];
+  size_t n;
+  FILE *p;
+  int rc;
+
+  snprintf(cmd, sizeof(cmd),
+           "'%s/agentloop-exec' --cgroup /nonexistent/dir --pids-max 5 -- "
+           "/bin/echo RAN 2>&1",
+           AL_BINARY_DIR);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  rc = pclose(p);
+  ASSERT(WIFEXITED(rc) && WEXITSTATUS(rc) == 125);
+  ASSERT_NULL(strstr(out, "RAN"));
+  ASSERT_NOT_NULL(strstr(out, "agentloop-exec: cgroup /nonexistent/dir/"
+                              "agentloop-"));
+  ASSERT_NOT_NULL(strstr(out, ": mkdir: "));
+
+  al__cgroup_probe(false, &st);
+  if (!st.active) {
+    if (al_test_ci()) {
+      AL_TEST_FAIL("CI=true: tool cgroups are not available: %s", st.detail);
+    }
+    fprintf(stderr, "not run (the rest): no tool cgroups here: %s\n",
+            st.detail);
+    return AL_TEST_SKIP_CODE;
+  }
+  snprintf(cmd, sizeof(cmd),
+           "'%s/agentloop-exec' --cgroup '%s' --owner %d --pids-max 7 -- "
+           "/bin/sh -c 'cat /proc/self/cgroup; "
+           "d=$(grep -o \"agentloop-[0-9]*-[0-9]*\" /proc/self/cgroup | "
+           "head -n 1); cat \"%s/$d/pids.max\"' 2>&1",
+           AL_BINARY_DIR, st.pids, (int)getpid(), st.pids);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  rc = pclose(p);
+  ASSERT_EQ(rc, 0);
+  snprintf(want, sizeof(want), "/agentloop-%d-", (int)getpid());
+  ASSERT_NOT_NULL(strstr(out, want));
+  ASSERT_NOT_NULL(strstr(out, "\n7\n"));
+  /* Its helper is gone: swept. */
+  ASSERT(al__cgroup_count_stale(&st) >= 1);
+  (void)al__cgroup_sweep(&st);
+  ASSERT_EQ(al__cgroup_count_stale(&st), 0);
+  return 0;
+}
