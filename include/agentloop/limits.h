@@ -32,6 +32,10 @@ typedef struct al_limits_s {
                                  may write to (RLIMIT_DATA), and all of the
                                  tool's memory (its cgroup's limit), 50 %
                                  of the machine */
+  int64_t file_scan_bytes;    /* file_scan_bytes: read_file reads what it
+                                 shows plus at most this to count the
+                                 rest, 8 MiB */
+  int64_t file_time_ms;       /* file_time_ms: one file tool call, 20 s */
 } al_limits_t;
 
 /* Sets one limit by name from text: a decimal integer with an optional

@@ -21,7 +21,9 @@
   XX(min_rate_bytes, true)                \
   XX(min_rate_window_ms, false)           \
   XX(tool_processes, false)               \
-  XX(tool_memory_bytes, true)
+  XX(tool_memory_bytes, true)             \
+  XX(file_scan_bytes, true)               \
+  XX(file_time_ms, false)
 
 static const struct {
   const char *name;

@@ -439,6 +439,17 @@ int al__agent_tools_init(al_agent_t *a) {
   fo.n_allowed_paths = count_list(a->allowed_paths);
   fo.denied_paths = (const char *const *)a->denied_paths;
   fo.n_denied_paths = count_list(a->denied_paths);
+  /* limits (agentloop/limits.h): 0 the default, "none" no bound */
+  if (a->limits.file_scan_bytes != 0) {
+    fo.scan_max = a->limits.file_scan_bytes > 0
+                      ? (size_t)a->limits.file_scan_bytes
+                      : SIZE_MAX;
+  }
+  if (a->limits.file_time_ms != 0) {
+    fo.time_limit_ms = a->limits.file_time_ms > 0
+                           ? (uint64_t)a->limits.file_time_ms
+                           : 0;
+  }
 
   al__bash_options_init(&bo);
   bo.loop = a->loop;

@@ -2495,6 +2495,57 @@ TEST_IMPL(cli_run_limit_tool_processes) {
   return 0;
 }
 
+/* limits.file_scan_bytes reaches read_file: with 64K the count of a 1 MiB
+ * file stops early (the notice gives its size, not a total); with the
+ * default 8 MiB scan it is exact. */
+TEST_IMPL(cli_run_limit_file_scan) {
+  cli_t c;
+  ws_t w;
+  char *big, *dump;
+  int pass;
+  json_t *tr;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL, NULL, NULL};
+  static const char *yaml =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: r1, name: read_file, input: "
+      "{path: big.txt}}}]}\n"
+      "  - reply: {content: [{text: done}]}\n";
+
+  ws_make(&w);
+  args[4] = w.dir;
+  big = malloc((1 << 20) + 1);
+  ASSERT_NOT_NULL(big);
+  memset(big, 'a', 1 << 20);
+  for (pass = 63; pass < (1 << 20); pass += 64) {
+    big[pass] = '\n';
+  }
+  big[1 << 20] = '\0';
+  ws_file(&w, "big.txt", big);
+  free(big);
+  for (pass = 0; pass < 2; pass++) {
+    args[7] = pass == 0 ? "--limit" : NULL;
+    args[8] = "file_scan_bytes=64K";
+    start_mock(&c, yaml);
+    run_cli(&c, args, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    tr = find_tool_result(al_mockllm_record_get(c.mock, 1)->body, "r1");
+    ASSERT_NOT_NULL(tr);
+    dump = json_dumps(tr, JSON_COMPACT);
+    ASSERT_NOT_NULL(dump);
+    ASSERT_NOT_NULL(strstr(dump, "OUTPUT TRUNCATED"));
+    if ((strstr(dump, "of more than") != NULL) != (pass == 0)) {
+      AL_TEST_FAIL("pass %d (%s): %.300s", pass,
+                   pass == 0 ? "scan 64K" : "default scan",
+                   strstr(dump, "OUTPUT TRUNCATED"));
+    }
+    free(dump);
+    finish(&c);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
 /* ---- durability that tells the truth (issue 15) ---------------------------- */
 
 /* A run whose transcript cannot be written — its state directory on a
