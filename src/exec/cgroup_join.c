@@ -13,12 +13,14 @@
  * nothing the command starts is ever outside it. A directory removed by a
  * concurrent sweep between mkdir and the move is made again. Nothing else
  * is changed here: the confinement is the inner helper's job. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec/cgroup_join.h"
@@ -144,4 +146,37 @@ int al_exec_cgroup_main(int argc, char **argv) {
   execvp(argv[i], argv + i);
   fprintf(stderr, "agentloop-exec: %s: %s\n", argv[i], strerror(errno));
   return errno == ENOENT ? 127 : 126;
+}
+
+void al_exec_cgroup_sweep_owner(const char *base, long owner) {
+  char prefix[64];
+  char dir[1200];
+  struct timespec ms = {0, 1000000};
+  size_t pl;
+  int tries;
+
+  pl = (size_t)snprintf(prefix, sizeof(prefix), "agentloop-%ld-", owner);
+  for (tries = 0; tries < 200; tries++) {
+    DIR *d = opendir(base);
+    struct dirent *e;
+    bool busy = false;
+
+    if (d == NULL) {
+      return;
+    }
+    while ((e = readdir(d)) != NULL) {
+      if (strncmp(e->d_name, prefix, pl) != 0) {
+        continue;
+      }
+      snprintf(dir, sizeof(dir), "%s/%s", base, e->d_name);
+      if (rmdir(dir) != 0 && errno == EBUSY) {
+        busy = true; /* a tool still on its way out */
+      }
+    }
+    closedir(d);
+    if (!busy) {
+      return;
+    }
+    nanosleep(&ms, NULL);
+  }
 }

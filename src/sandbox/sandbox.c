@@ -1026,6 +1026,14 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
   rc = build_plan(sb, cfg);
   if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_BWRAP) {
     janitor_start(sb->helper); /* once per process */
+    if (sb->cg.active) {
+      /* What our tools' cgroups leave at our exit (unused warm
+       * sandboxes, a SIGKILL) goes with the janitor. */
+      janitor_note('c', sb->cg.pids);
+      if (sb->cg.memory[0] != '\0' && strcmp(sb->cg.memory, sb->cg.pids)) {
+        janitor_note('c', sb->cg.memory);
+      }
+    }
   }
   if (rc == 0 && sb->helper[0] != '\0') {
     /* A helper a tool could overwrite (agentloop run from its own build

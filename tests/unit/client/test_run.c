@@ -8,6 +8,7 @@
  * Nothing sleeps: signals are sent from a short repeating timer once the
  * server's stats show the request arrived; --timeout runs against a stream
  * that stalls after its headers. */
+#include <dirent.h>
 #include <math.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -2541,6 +2542,86 @@ TEST_IMPL(cli_run_limit_file_scan) {
     }
     free(dump);
     finish(&c);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
+/* Tool cgroups do not outlive `agentloop run`: the warm sandboxes it never
+ * used are killed at its exit, and its janitor removes their cgroups once
+ * it is gone (polled from a 5 ms timer, bounded). */
+typedef struct {
+  char dir[300];
+  char prefix[64];
+  int ticks;
+  int max_ticks;
+  bool gone;
+} cg_wait_t;
+
+static bool cg_left(const cg_wait_t *w) {
+  DIR *d = opendir(w->dir);
+  struct dirent *e;
+  bool any = false;
+
+  ASSERT_NOT_NULL(d);
+  while (!any && (e = readdir(d)) != NULL) {
+    any = strncmp(e->d_name, w->prefix, strlen(w->prefix)) == 0;
+  }
+  closedir(d);
+  return any;
+}
+
+static void on_cg_tick(uv_timer_t *t) {
+  cg_wait_t *w = t->data;
+
+  w->gone = !cg_left(w);
+  if (w->gone || ++w->ticks >= w->max_ticks) {
+    uv_close((uv_handle_t *)t, NULL);
+  }
+}
+
+TEST_IMPL(cli_run_leaves_no_cgroup) {
+  cli_t c;
+  ws_t w;
+  al_sandbox_info_t si;
+  cg_wait_t cw;
+  uv_loop_t loop;
+  uv_timer_t timer;
+  int pid;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL};
+  static const char *yaml =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: b1, name: bash, input: "
+      "{command: 'echo hi'}}}]}\n"
+      "  - reply: {content: [{text: done}]}\n";
+
+  al_test_need_bwrap();
+  (void)al_sandbox_probe(NULL, &si);
+  if (!si.cgroup_ok) {
+    ASSERT(!al_test_ci());
+    fprintf(stderr, "not run: no tool cgroup here: %s\n", si.cgroup_detail);
+    return AL_TEST_SKIP_CODE;
+  }
+  ws_make(&w);
+  args[4] = w.dir;
+  start_mock(&c, yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  pid = c.proc.pid;
+  finish(&c);
+  memset(&cw, 0, sizeof(cw));
+  snprintf(cw.dir, sizeof(cw.dir), "%s", si.cgroup_pids);
+  snprintf(cw.prefix, sizeof(cw.prefix), "agentloop-%d-", pid);
+  cw.max_ticks = 600 * al_test_timeout_multiplier(); /* 3 s x M */
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  ASSERT_EQ(uv_timer_init(&loop, &timer), 0);
+  timer.data = &cw;
+  ASSERT_EQ(uv_timer_start(&timer, on_cg_tick, 0, 5), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_LOOP_CLOSES(&loop);
+  if (!cw.gone) {
+    AL_TEST_FAIL("cgroups %s/%s* are left after the run", cw.dir, cw.prefix);
   }
   ws_remove(&w);
   return 0;
