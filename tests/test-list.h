@@ -39,3 +39,7 @@
 #include "list/post_hooks.h"
 #include "list/run_durable.h"
 #include "list/media.h"
+#include "list/cgroup.h"
+#include "list/smallfs.h"
+#include "list/modeltext.h"
+#include "list/daemon_limits.h"

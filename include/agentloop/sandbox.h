@@ -41,6 +41,7 @@ typedef struct al_sandbox_probe_options_s {
    * the running executable, then the installed one. */
   const char *helper;
   bool no_landlock;   /* test seam: act as if Landlock were missing */
+  bool no_cgroup;     /* test seam: act as if cgroups could not be made */
 } al_sandbox_probe_options_t;
 
 typedef struct al_sandbox_info_s {
@@ -56,6 +57,13 @@ typedef struct al_sandbox_info_s {
   char missing[512];
   /* Why bwrap or the helper failed, for doctor. */
   char detail[512];
+  /* Each tool in its own cgroup (pids.max, memory limit): the pids limit
+   * that binds for root too. cgroup_pids / cgroup_memory: where they are
+   * made ("" when not); cgroup_detail: why not, or what is missing. */
+  bool cgroup_ok;
+  char cgroup_pids[256];
+  char cgroup_memory[256];
+  char cgroup_detail[256];
 } al_sandbox_info_t;
 
 void al_sandbox_probe_options_init(al_sandbox_probe_options_t *o);
@@ -67,7 +75,8 @@ int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
                      al_sandbox_info_t *out);
 
 /* The probe as a JSON object text (al_free it): {"mode", "landlock_abi",
- * "bwrap", "helper", "seccomp", "missing": [...], "detail"}. AL_ENOMEM. */
+ * "bwrap", "helper", "seccomp", "missing": [...], "detail", "cgroup":
+ * {"active", "pids", "memory", "detail"}}. AL_ENOMEM. */
 int al_sandbox_info_json(const al_sandbox_info_t *info, char **out);
 
 /* "bwrap", "degraded" or "none". */

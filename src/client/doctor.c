@@ -333,6 +333,26 @@ static void check_sandbox(doctor_t *d) {
            "tools unless --sandbox=none%s%s (apt-get install bubblewrap)",
            si.detail[0] != '\0' ? "; " : "", si.detail);
     break;
+  }  if (si.mode == AL_SANDBOX_MODE_NONE) {
+    return;
+  }
+  /* The per-tool cgroup is what bounds a fork bomb for root (the kernel
+   * exempts uid 0 from RLIMIT_NPROC). */
+  if (si.cgroup_ok) {
+    report(d, OK, "tool cgroup", "each tool in its own cgroup: pids.max "
+           "under %s, memory limit %s%s", si.cgroup_pids,
+           si.cgroup_memory[0] != '\0' ? "under " : "off",
+           si.cgroup_memory);
+    if (si.cgroup_detail[0] != '\0') {
+      report(d, WARN, "tool cgroup", "%s", si.cgroup_detail);
+    }
+  } else {
+    report(d, geteuid() == 0 ? WARN : OK, "tool cgroup",
+           "not available (%s): tools have rlimits only%s",
+           si.cgroup_detail[0] != '\0' ? si.cgroup_detail : "unknown",
+           geteuid() == 0 ? "; as root RLIMIT_NPROC does not bind, so a "
+                            "fork bomb is bounded only by the tool timeout"
+                          : "");
   }
 }
 

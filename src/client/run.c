@@ -177,6 +177,9 @@ static void usage(FILE *f) {
       "                            header_bytes (64K), header_count (256),\n"
       "                            total_time_ms (1800000), min_rate_bytes\n"
       "                            (128) per min_rate_window_ms (60000);\n"
+      "                            and on tools: tool_processes (512),\n"
+      "                            tool_memory_bytes, file_scan_bytes (8M),\n"
+      "                            file_time_ms (20000);\n"
       "                            none disables one (docs/run.md)\n"
       "\n"
       "sessions (kept in $XDG_STATE_HOME/agentloop/sessions, as the chat's):\n"
@@ -1280,7 +1283,9 @@ int al_cli_run(int argc, char **argv) {
       if (lrc == AL_ENOTFOUND) {
         fail_usage("--limit %s: unknown limit (reply_bytes, "
                    "tool_input_bytes, header_bytes, header_count, "
-                   "total_time_ms, min_rate_bytes, min_rate_window_ms)",
+                   "total_time_ms, min_rate_bytes, min_rate_window_ms, "
+                   "tool_processes, tool_memory_bytes, file_scan_bytes, "
+                   "file_time_ms)",
                    optarg);
         return EXIT_USAGE;
       }

@@ -318,50 +318,11 @@ static void on_tx_state(al_tx_t *tx, int err, bool lost, void *data) {
   rs->failing = err;
 }
 
-/* Test seam for the spawned binary (tests/unit/client/test_run.c):
- * AL_TEST_TX_FAULT=ENOSPC|EIO|EROFS[:N] makes the first N transcript
- * writes (every one without N) fail with that error. */
-static int fault_err;
-static long fault_left = -1;
-
-static int env_fault(const char *path) {
-  (void)path;
-  if (fault_left == 0) {
-    return 0;
-  }
-  if (fault_left > 0) {
-    fault_left--;
-  }
-  return fault_err;
-}
-
-static void setup_fault_seam(void) {
-  const char *v = getenv("AL_TEST_TX_FAULT");
-  const char *colon;
-
-  if (v == NULL || v[0] == '\0') {
-    return;
-  }
-  if (strncmp(v, "ENOSPC", 6) == 0) {
-    fault_err = UV_ENOSPC;
-  } else if (strncmp(v, "EIO", 3) == 0) {
-    fault_err = UV_EIO;
-  } else if (strncmp(v, "EROFS", 5) == 0) {
-    fault_err = UV_EROFS;
-  } else {
-    return;
-  }
-  colon = strchr(v, ':');
-  fault_left = colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
-  al__tx_write_fault = env_fault;
-}
-
 int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
                            al_agent_t *agent, const al_tx_header_t *h,
                            char *err, size_t errlen) {
   int rc;
 
-  setup_fault_seam();
   rc = al__tx_open(loop, rs->path, TX_QUEUE_MAX, &rs->tx);
   if (rc != 0) {
     snprintf(err, errlen, "cannot open %s: %s", rs->path, al_strerror(rc));

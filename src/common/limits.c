@@ -19,7 +19,11 @@
   XX(header_count, false)                 \
   XX(total_time_ms, false)                \
   XX(min_rate_bytes, true)                \
-  XX(min_rate_window_ms, false)
+  XX(min_rate_window_ms, false)           \
+  XX(tool_processes, false)               \
+  XX(tool_memory_bytes, true)             \
+  XX(file_scan_bytes, true)               \
+  XX(file_time_ms, false)
 
 static const struct {
   const char *name;
@@ -88,6 +92,52 @@ const char *al_limits_expect(const char *name) {
   return name != NULL && strcmp(name, "header_bytes") == 0
              ? "a positive integer (K/M/G); this limit cannot be none"
              : "a positive integer (K/M/G for sizes) or none";
+}
+
+static int64_t field(const al_limits_t *l, size_t i) {
+  return *(const int64_t *)((const char *)l + fields[i].off);
+}
+
+int al_limits_check_ceiling(const al_limits_t *ceiling, const al_limits_t *ask,
+                            const char **name, char *why, size_t why_len) {
+  size_t i;
+
+  for (i = 0; i < AL_ARRAY_SIZE(fields); i++) {
+    int64_t c = field(ceiling, i);
+    int64_t v = field(ask, i);
+
+    if (c > 0 && (v < 0 || v > c)) {
+      char vs[32];
+
+      if (v < 0) {
+        snprintf(vs, sizeof(vs), "none");
+      } else {
+        snprintf(vs, sizeof(vs), "%lld", (long long)v);
+      }
+      if (name != NULL) {
+        *name = fields[i].name;
+      }
+      snprintf(why, why_len,
+               "limits.%s: %s is above the daemon's ceiling of %lld (a "
+               "session may lower a daemon limit, not raise it)",
+               fields[i].name, vs, (long long)c);
+      return AL_EINVAL;
+    }
+  }
+  return 0;
+}
+
+void al_limits_clamp(al_limits_t *l, const al_limits_t *ceiling) {
+  size_t i;
+
+  for (i = 0; i < AL_ARRAY_SIZE(fields); i++) {
+    int64_t c = field(ceiling, i);
+    int64_t *v = (int64_t *)((char *)l + fields[i].off);
+
+    if (c > 0 && (*v < 0 || *v > c)) {
+      *v = c;
+    }
+  }
 }
 
 void al_limits_overlay(al_limits_t *dst, const al_limits_t *src) {

@@ -77,5 +77,10 @@ bool al__text_looks_binary(const char *s, size_t len, bool nul_is_binary);
 int al__text_clean_note(al_buf_t *b, const al_text_clean_t *st);
 /* json_stringn of al__text_clean_append's result. */
 json_t *al__json_string_text(const char *s, size_t len);
+/* Every string in v (values and object keys, at any depth) that holds a
+ * NUL is replaced by its copy with U+FFFD for each NUL (json_scrub.c): for
+ * what the model sent with \u0000. Returns how many it changed, or
+ * AL_ENOMEM. */
+int al__json_scrub_nul(json_t *v);
 
 #endif

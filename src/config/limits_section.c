@@ -37,11 +37,14 @@ int al__config_limits_section(al_cfg_ctx_t *cx, const char *name,
     vs = (const char *)v->data.scalar.value;
     rc = al_limits_set(&l, ks, vs);
     if (rc == AL_ENOTFOUND) {
-      al__config_err(cx, k,
-                     "unknown limit '%s' (reply_bytes, tool_input_bytes, "
-                     "header_bytes, header_count, total_time_ms, "
-                     "min_rate_bytes, min_rate_window_ms)",
-                     ks);
+      char names[512] = "";
+      size_t i, n = 0;
+
+      for (i = 0; al_limits_names[i] != NULL && n < sizeof(names); i++) {
+        n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s",
+                              i > 0 ? ", " : "", al_limits_names[i]);
+      }
+      al__config_err(cx, k, "unknown limit '%s' (%s)", ks, names);
       ok = false;
     } else if (rc != 0) {
       al__config_err(cx, v, "limits.%s: %s, not '%s'", ks,

@@ -68,6 +68,11 @@ typedef struct {
   const char *mcp_config;
   /* Hooks of every session's agent (al_agent_options_t.hooks_config). */
   const char *hooks_config;
+  /* The daemon's limits (agentloop/limits.h; its config file's `limits:`
+   * and --limit): the defaults of every session, and ceilings that a
+   * session/create may lower but not raise. Zero fields: the agent's
+   * default, no ceiling. */
+  al_limits_t limits;
   void (*on_exit)(al_daemon_t *d, void *data);
   void *data;
 } al_daemon_options_t;

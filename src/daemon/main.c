@@ -38,11 +38,41 @@ static void usage(FILE *f) {
           "[--max-line BYTES] [--max-queue BYTES]\n"
           "                  [--mcp-config FILE] [--hooks-config FILE] "
           "(docs/mcp.md, docs/hooks.md)\n"
+          "                  [--limit NAME=VALUE]... (defaults and ceilings "
+          "of every session; docs/daemon.md)\n"
           "Environment: AGENTLOOP_SOCKET, AGENTLOOP_PROVIDER, "
           "AGENTLOOP_MODEL, AGENTLOOP_BASE_URL,\n"
           "  ANTHROPIC_API_KEY, OPENAI_API_KEY, XDG_RUNTIME_DIR, "
           "XDG_STATE_HOME, AGENTLOOP_LOG.\n"
           "Protocol: docs/protocol.md.\n");
+}
+
+/* The daemon's limits: its config file's `limits:` (an error there is
+ * fatal: the daemon would run with weaker bounds than written), then
+ * --limit. */
+static int daemon_limits(const al_config_t *cfg, const al_limits_t *flags,
+                         al_limits_t *out) {
+  char why[200];
+  const char *p = cfg->errors.data;
+
+  while (p != NULL && *p != '\0') {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl != NULL ? (size_t)(nl - p) : strlen(p);
+
+    if (memmem(p, n, "limit", 5) != NULL) {
+      fprintf(stderr, "agentloopd: config: %.*s\n", (int)n, p);
+      return -1;
+    }
+    p += n + (nl != NULL ? 1 : 0);
+  }
+  memset(out, 0, sizeof(*out));
+  if (al_limits_from_json(out, al_config_section(cfg, "limits"), why,
+                          sizeof(why)) != 0) {
+    fprintf(stderr, "agentloopd: config: %s\n", why);
+    return -1;
+  }
+  al_limits_overlay(out, flags);
+  return 0;
 }
 
 static const char *env(const char *name) {
@@ -107,6 +137,7 @@ int main(int argc, char **argv) {
   char *hooks_json = NULL;
   const char *mcp_file = NULL;
   const char *hooks_file = NULL;
+  al_limits_t flag_limits;
   int i;
   int rc;
 
@@ -117,6 +148,7 @@ int main(int argc, char **argv) {
   (void)al_sandbox_harden_process();
   al_log_init();
   al__daemon_options_init(&o);
+  memset(&flag_limits, 0, sizeof(flag_limits));
   o.provider = env("AGENTLOOP_PROVIDER");
   o.model = env("AGENTLOOP_MODEL");
   o.base_url = env("AGENTLOOP_BASE_URL");
@@ -159,6 +191,12 @@ int main(int argc, char **argv) {
       mcp_file = next;
     } else if (strcmp(a, "--hooks-config") == 0) {
       hooks_file = next;
+    } else if (strcmp(a, "--limit") == 0) {
+      if (al_limits_set_kv(&flag_limits, next) != 0) {
+        fprintf(stderr, "agentloopd: bad --limit %s (NAME=VALUE: a positive "
+                        "integer, K/M/G for sizes, or none)\n", next);
+        return 2;
+      }
     } else if (strcmp(a, "--log-level") == 0) {
       al_log_level_t lv;
 
@@ -217,6 +255,11 @@ int main(int argc, char **argv) {
         return 2;
       }
       al__hooks_free(h);
+    }
+    if (daemon_limits(&cfg, &flag_limits, &o.limits) != 0) {
+      al_buf_free(&cerr);
+      al_config_free(&cfg);
+      return 2;
     }
     al_buf_free(&cerr);
     al_config_free(&cfg);

@@ -146,16 +146,24 @@ static bool check_base_url(const call_t *k, const char *url) {
 }
 
 static bool check_limits(const call_t *k) {
+  const al_limits_t *ceil = &client_daemon(k->c)->o.limits;
   al_limits_t l;
-  char why[160];
+  const char *name = NULL;
+  char why[200];
 
   memset(&l, 0, sizeof(l));
   if (al_limits_from_json(&l, json_object_get(k->params, "limits"), why,
-                          sizeof(why)) == 0) {
-    return true;
+                          sizeof(why)) != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+    return false;
   }
-  al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
-  return false;
+  /* The daemon's own limits are ceilings (docs/daemon.md). */
+  if (al_limits_check_ceiling(ceil, &l, &name, why, sizeof(why)) != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why,
+                         json_pack("{s:s}", "limit", name));
+    return false;
+  }
+  return true;
 }
 
 static bool check_context(const call_t *k) {

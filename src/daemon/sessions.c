@@ -734,7 +734,10 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.data = s;
   /* Checked at session/create; a hand-edited header falls back to the
    * defaults for what it cannot parse. */
+  ao.limits = d->o.limits; /* the daemon's, then the session's own */
   (void)al_limits_from_json(&ao.limits, s->h.limits, why, why_len);
+  /* A session made under higher ceilings gets today's. */
+  al_limits_clamp(&ao.limits, &d->o.limits);
   /* Likewise the context: settings (checked whole before any applies). */
   (void)al__context_from_json(s->h.context, &ao, why, why_len);
   why[0] = '\0';

@@ -23,6 +23,8 @@
  *   --supervise         stay as the parent: subreaper, forward TERM/INT,
  *                       and SIGKILL every remaining descendant once COMMAND
  *                       exits (the degraded mode has no PID namespace)
+ *   --cgroup DIR ...    (first) join a fresh cgroup with limits, then
+ *                       exec the command unconfined (cgroup_join.c)
  *   --probe             print "landlock=N seccomp=0|1" and exit 0
  *   --janitor           (alone) read "+PATH" / "-PATH" lines on stdin:
  *                       the placeholders agentloop has made in a
@@ -30,6 +32,8 @@
  *                       parent has exited, remove those still there (an
  *                       empty directory or empty file only): a SIGKILLed
  *                       agentloop leaves the workspace as its tools did.
+ *                       "cDIR" lines name where its tool cgroups are
+ *                       made: those of the parent still there go too.
  *   --warm              (instead of "-- COMMAND") confine as above, then
  *                       wait for the command on stdin: a 4-byte
  *                       little-endian length, then NUL-terminated strings:
@@ -69,6 +73,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "exec/cgroup_join.h"
 
 /* linux-libc-dev 6.1 stops at ABI 2; newer rights are defined here. */
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
@@ -698,6 +704,7 @@ static int run_warm(const opts_t *o) {
 typedef struct jpath_s {
   struct jpath_s *next;
   long count;
+  bool cgroup; /* a cgroup parent directory, not a placeholder */
   char path[];
 } jpath_t;
 
@@ -705,6 +712,8 @@ static int run_janitor(void) {
   jpath_t *list = NULL, *j;
   char line[8192];
   bool pending = false;
+  bool cgroups = false;
+  long owner = (long)getppid();
   int ppfd;
   FILE *in;
 
@@ -726,9 +735,13 @@ static int run_janitor(void) {
     size_t n = strlen(line);
     char op = line[0];
 
-    if (n < 3 || line[n - 1] != '\n' || (op != '+' && op != '-')) {
+    if (n < 3 || line[n - 1] != '\n' ||
+        (op != '+' && op != '-' && op != 'c')) {
       continue;
     }
+    /* "cDIR": a directory where our parent's tool cgroups are made
+     * (cgroup_join.c); those left at its exit go too. */
+    cgroups = cgroups || op == 'c';
     line[n - 1] = '\0';
     for (j = list; j != NULL && strcmp(j->path, line + 1) != 0; j = j->next) {
     }
@@ -741,12 +754,13 @@ static int run_janitor(void) {
       j->next = list;
       list = j;
     }
-    j->count += op == '+' ? 1 : -1;
+    j->count += op == '+' || op == 'c' ? 1 : -1;
+    j->cgroup = j->cgroup || op == 'c';
   }
   for (j = list; j != NULL; j = j->next) {
     pending = pending || j->count > 0;
   }
-  if (!pending) {
+  if (!pending && !cgroups) {
     return 0;
   }
   /* EOF with placeholders left: our parent is dying. Its sandboxes die
@@ -760,6 +774,10 @@ static int run_janitor(void) {
   for (j = list; j != NULL; j = j->next) {
     struct stat st;
 
+    if (j->cgroup) {
+      al_exec_cgroup_sweep_owner(j->path, owner);
+      continue;
+    }
     if (j->count <= 0 || lstat(j->path, &st) != 0) {
       continue;
     }
@@ -796,6 +814,9 @@ int main(int argc, char **argv) {
 
   memset(&o, 0, sizeof(o));
   o.abi_cap = -1;
+  if (argc > 1 && strcmp(argv[1], "--cgroup") == 0) {
+    return al_exec_cgroup_main(argc, argv);
+  }
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -2062,6 +2062,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if ((rc = al__events_bus_new(&a->bus, NULL)) != 0) {
     goto fail;
   }
+  a->limits = o->limits; /* the tools read theirs (file_*) */
   if ((rc = al__agent_sandbox_init(a, o)) != 0 ||
       (o->builtin_tools && (rc = al__agent_tools_init(a)) != 0) ||
       (rc = al__agent_cli_tools_init(a)) != 0 ||
@@ -2083,7 +2084,6 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->idle_timeout_ms = co.idle_timeout_ms;
   a->progress_timeout_ms = co.progress_timeout_ms;
-  a->limits = o->limits;
   if (o->client != NULL) {
     a->client = o->client;
   } else if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {

@@ -445,6 +445,17 @@ int al__agent_tools_init(al_agent_t *a) {
   fo.n_allowed_paths = count_list(a->allowed_paths);
   fo.denied_paths = (const char *const *)a->denied_paths;
   fo.n_denied_paths = count_list(a->denied_paths);
+  /* limits (agentloop/limits.h): 0 the default, "none" no bound */
+  if (a->limits.file_scan_bytes != 0) {
+    fo.scan_max = a->limits.file_scan_bytes > 0
+                      ? (size_t)a->limits.file_scan_bytes
+                      : SIZE_MAX;
+  }
+  if (a->limits.file_time_ms != 0) {
+    fo.time_limit_ms = a->limits.file_time_ms > 0
+                           ? (uint64_t)a->limits.file_time_ms
+                           : 0;
+  }
 
   al__bash_options_init(&bo);
   bo.loop = a->loop;
@@ -510,13 +521,20 @@ static void free_tools_d(al_agent_t *a) {
   a->project_tools_d = NULL;
 }
 
-static bool dir_has_entry(const char *path) {
+/* Whether the directory holds a file the tools.d loader would read (a
+ * name ending .yaml or .yml, not hidden): a README or a .gitkeep is no
+ * tool to skip. */
+static bool dir_has_tool_file(const char *path) {
   DIR *d = opendir(path);
   struct dirent *de;
   bool any = false;
 
   while (d != NULL && !any && (de = readdir(d)) != NULL) {
-    any = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    size_t l = strlen(de->d_name);
+
+    any = de->d_name[0] != '.' &&
+          ((l > 5 && strcmp(de->d_name + l - 5, ".yaml") == 0) ||
+           (l > 4 && strcmp(de->d_name + l - 4, ".yml") == 0));
   }
   if (d != NULL) {
     closedir(d);
@@ -561,6 +579,17 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   cfg.n_write_roots = n_roots + 1;
   cfg.hidden = (const char *const *)a->denied_paths;
   cfg.n_hidden = count_list(a->denied_paths);
+  /* limits (agentloop/limits.h): 0 the default, "none" no bound */
+  if (o->limits.tool_processes != 0) {
+    cfg.nproc = o->limits.tool_processes > 0
+                    ? (uint64_t)o->limits.tool_processes
+                    : UINT64_MAX;
+  }
+  if (o->limits.tool_memory_bytes != 0) {
+    cfg.data_bytes = o->limits.tool_memory_bytes > 0
+                         ? (uint64_t)o->limits.tool_memory_bytes
+                         : UINT64_MAX;
+  }
   rc = al__sandbox_new(&cfg, &a->sandbox, &a->sandbox_info);
   al_free(roots);
   if (rc != 0) {
@@ -603,9 +632,11 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
     struct stat st;
 
     snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
-    /* An empty one holds no tools to skip (and may be the read-only
-     * placeholder a running sandboxed tool has in the workspace). */
-    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) && dir_has_entry(buf)) {
+    /* One without tool files holds no tools to skip (and may be the
+     * empty read-only placeholder a running sandboxed tool has in the
+     * workspace). */
+    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+        dir_has_tool_file(buf)) {
       a->project_tools_d = al_strdup(buf);
       if (a->project_tools_d == NULL) {
         return AL_ENOMEM;

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <mbedtls/base64.h>
 #include <yaml.h>
 
 #include "mockllm/mockllm_int.h"
@@ -705,6 +706,30 @@ static int parse_xfer(ctx_t *c, const yaml_node_t *v, al__mock_xfer_t *out) {
   return 0;
 }
 
+static int parse_raw_base64(ctx_t *c, const yaml_node_t *v,
+                            al__mock_response_t *r) {
+  size_t olen = 0;
+  const unsigned char *src = (const unsigned char *)scalar(v);
+
+  if (src == NULL) {
+    return fail(c, v, "raw_base64 must be a string (the response body)");
+  }
+  /* mbedtls sizes the output first (BUFFER_TOO_SMALL with olen set). */
+  (void)mbedtls_base64_decode(NULL, 0, &olen, src, v->data.scalar.length);
+  r->raw = al_malloc(olen + 1);
+  if (r->raw == NULL) {
+    return AL_ENOMEM;
+  }
+  if (mbedtls_base64_decode((unsigned char *)r->raw, olen + 1, &r->raw_len,
+                            src, v->data.scalar.length) != 0) {
+    al_free(r->raw);
+    r->raw = NULL;
+    return fail(c, v, "raw_base64 is not valid base64");
+  }
+  r->raw[r->raw_len] = '\0';
+  return 0;
+}
+
 static int parse_response(ctx_t *c, const yaml_node_t *n,
                           al__mock_response_t *r, size_t ri) {
   yaml_node_pair_t *p;
@@ -744,6 +769,10 @@ static int parse_response(ctx_t *c, const yaml_node_t *n,
       err = parse_headers(c, v, r);
     } else if (key_is(k, "expect_request")) {
       err = parse_expect(c, v, r);
+    } else if (key_is(k, "raw_base64")) {
+      /* The same, as base64: bytes YAML cannot carry (invalid UTF-8). */
+      err = parse_raw_base64(c, v, r);
+      have_reply = err == 0;
     } else if (key_is(k, "raw")) {
       /* A recorded body, played as is (PROTOCOLS: real servers' quirks). */
       if (scalar(v) == NULL) {
@@ -761,8 +790,8 @@ static int parse_response(ctx_t *c, const yaml_node_t *n,
       }
     } else {
       err = fail(c, k, "unknown key '%s' in a response (expected reply, "
-                 "raw, fault, delay_ms, first_byte_delay_ms, transfer, "
-                 "headers, expect_request)",
+                 "raw, raw_base64, fault, delay_ms, first_byte_delay_ms, "
+                 "transfer, headers, expect_request)",
                  scalar(k) ? scalar(k) : "?");
     }
   }

@@ -21,6 +21,7 @@
  * the open block; anything else is a typed decode error, never a crash. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "provider/provider.h"
 
@@ -233,6 +234,20 @@ static void fill_block_event(al_pevent_t *ev, al_pevent_type_t type,
   ev->block_type_name = b->type_name;
 }
 
+/* NUL the model sent (\u0000) becomes U+FFFD in text and tool calls
+ * (al__json_scrub_nul), never in thinking, whose bytes its signature
+ * covers. */
+static int scrub_block(json_t *block) {
+  al_block_type_t t =
+      al__provider_block_type(json_string_value(json_object_get(block, "type")));
+
+  if (t != AL_BLOCK_TEXT && t != AL_BLOCK_TOOL_USE &&
+      t != AL_BLOCK_SERVER_TOOL_USE) {
+    return 0;
+  }
+  return al__json_scrub_nul(block);
+}
+
 int al__agg_block_start(al_pstream_t *s, int64_t index, json_t *block) {
   al_pevent_t ev;
   json_t *copy;
@@ -256,7 +271,8 @@ int al__agg_block_start(al_pstream_t *s, int64_t index, json_t *block) {
   /* The SDK pushes a shallow copy ({...content_block}); a non-object
    * spreads to {}. */
   copy = json_is_object(block) ? json_copy(block) : json_object();
-  if (copy == NULL) {
+  if (copy == NULL || scrub_block(copy) < 0) {
+    json_decref(copy);
     return fail_decode(s, "out of memory");
   }
   if (json_array_append(json_object_get(s->message, "content"), copy) != 0 ||
@@ -306,6 +322,9 @@ static bool kind_matches(al_fj_kind_t kind, al_block_type_t t) {
     return false;
   }
 }
+
+static int delta_append(al_pstream_t *s, al__pblock_t *b, int index,
+                        al_fj_kind_t kind, const char *text, size_t len);
 
 static int emit_delta(al_pstream_t *s, al__pblock_t *b, int index,
                       al_fj_kind_t kind, const char *text, size_t len) {
@@ -381,6 +400,25 @@ int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
     len = s->joinbuf.len;
   }
   b->pending_hi = trail_hi;
+  if (kind == AL_FJ_TEXT && len > 0 && memchr(text, '\0', len) != NULL) {
+    /* \u0000 in model text: U+FFFD, in the event and the block alike
+     * (the tool input's NUL are replaced once it is parsed). */
+    al_buf_t clean;
+
+    al_buf_init(&clean, len * 3 + 4);
+    rc = al__text_clean_append(&clean, text, len, NULL);
+    if (rc == 0) {
+      rc = delta_append(s, b, (int)index, kind, clean.data, clean.len);
+    }
+    al_buf_free(&clean);
+    return rc;
+  }
+  return delta_append(s, b, (int)index, kind, text, len);
+}
+
+/* Adds one delta's text to its block and emits it. */
+static int delta_append(al_pstream_t *s, al__pblock_t *b, int index,
+                        al_fj_kind_t kind, const char *text, size_t len) {
   if (len > 0 && len < b->buf.cap - b->buf.len) {
     /* Room for it and the terminator (cap never exceeds max + 1). */
     memcpy(b->buf.data + b->buf.len, text, len);
@@ -392,7 +430,7 @@ int al__agg_delta(al_pstream_t *s, int64_t index, al_fj_kind_t kind,
     }
   }
   b->dirty = true;
-  return emit_delta(s, b, (int)index, kind, text, len);
+  return emit_delta(s, b, index, kind, text, len);
 }
 
 int al__agg_signature(al_pstream_t *s, int64_t index, json_t *sig) {
@@ -508,6 +546,10 @@ static int materialize_block(al__pblock_t *b) {
         json_object_set_new(v, "_raw",
                             al__json_string_utf8(b->buf.data, b->buf.len));
       }
+    }
+    if (v != NULL && al__json_scrub_nul(v) < 0) {
+      json_decref(v);
+      v = NULL;
     }
     if (v == NULL) {
       return AL_ENOMEM;

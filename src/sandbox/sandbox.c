@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "sandbox/cgroup.h"
 #include "sandbox/sandbox.h"
 
 #ifndef AL_EXEC_INSTALL_PATH
@@ -61,6 +62,7 @@ struct al_sandbox_s {
   size_t refs; /* the owner's, plus one per warm build in flight */
   void *pool;
   void (*pool_close)(void *pool);
+  al_cgroup_state_t cg; /* per-tool cgroups (cgroup.h) */
 };
 
 static int strv_push(strv_t *s, const char *str) {
@@ -491,6 +493,34 @@ static int parse_probe(const char *out, int *abi, bool *seccomp) {
   return 0;
 }
 
+/* Per-tool cgroups (cgroup.h): the pids limit for root, whom
+ * RLIMIT_NPROC does not bind; in degraded mode the only process limit. */
+static void probe_cgroup(const al_sandbox_probe_options_t *opts,
+                         al_sandbox_info_t *out) {
+  al_cgroup_state_t cg;
+
+  if (out->mode == AL_SANDBOX_MODE_NONE) {
+    return;
+  }
+  al__cgroup_probe(opts->no_cgroup, &cg);
+  out->cgroup_ok = cg.active;
+  snprintf(out->cgroup_pids, sizeof(out->cgroup_pids), "%s", cg.pids);
+  snprintf(out->cgroup_memory, sizeof(out->cgroup_memory), "%s", cg.memory);
+  snprintf(out->cgroup_detail, sizeof(out->cgroup_detail), "%s", cg.detail);
+  if (cg.active) {
+    if (out->mode == AL_SANDBOX_MODE_DEGRADED) {
+      /* pids.max stands in for the nproc limit degraded mode cannot set */
+      char *p = strstr(out->missing, ",nproc-limit");
+
+      if (p != NULL) {
+        memmove(p, p + 12, strlen(p + 12) + 1);
+      }
+    }
+  } else if (out->mode == AL_SANDBOX_MODE_BWRAP && geteuid() == 0) {
+    add_missing(out, "nproc-limit"); /* RLIMIT_NPROC spares uid 0 */
+  }
+}
+
 int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
                      al_sandbox_info_t *out) {
   al_sandbox_probe_options_t def;
@@ -595,6 +625,7 @@ int al_sandbox_probe(const al_sandbox_probe_options_t *opts,
     out->mode = AL_SANDBOX_MODE_NONE;
     add_missing(out, "all");
   }
+  probe_cgroup(opts, out);
   return 0;
 }
 
@@ -613,12 +644,18 @@ int al_sandbox_info_json(const al_sandbox_info_t *info, char **out) {
     json_array_append_new(miss, json_stringn(p, n));
     p += n + (c != NULL ? 1 : 0);
   }
-  o = json_pack("{s:s, s:i, s:s, s:b, s:s, s:b, s:b, s:o, s:s}", "mode",
-                al_sandbox_mode_name(info->mode), "landlock_abi",
+  o = json_pack("{s:s, s:i, s:s, s:b, s:s, s:b, s:b, s:o, s:s, "
+                "s:{s:b, s:s?, s:s?, s:s}}",
+                "mode", al_sandbox_mode_name(info->mode), "landlock_abi",
                 info->landlock_abi, "bwrap", info->bwrap, "bwrap_ok",
                 info->bwrap_ok, "helper", info->helper, "helper_ok",
                 info->helper_ok, "seccomp", info->seccomp_ok, "missing",
-                miss != NULL ? miss : json_array(), "detail", info->detail);
+                miss != NULL ? miss : json_array(), "detail", info->detail,
+                "cgroup", "active", info->cgroup_ok, "pids",
+                info->cgroup_pids[0] != '\0' ? info->cgroup_pids : NULL,
+                "memory",
+                info->cgroup_memory[0] != '\0' ? info->cgroup_memory : NULL,
+                "detail", info->cgroup_detail);
   if (o == NULL) {
     return AL_ENOMEM;
   }
@@ -862,6 +899,7 @@ static struct {
   char bwrap[256];
   char helper[1024];
   bool no_landlock;
+  bool no_cgroup;
   al_sandbox_info_t info;
 } g_probe_cache[PROBE_CACHE];
 static size_t g_probe_n;
@@ -880,7 +918,8 @@ static bool probe_lookup(const al_sandbox_probe_options_t *o,
   for (i = 0; i < g_probe_n && !found; i++) {
     if (strcmp(g_probe_cache[i].bwrap, bw) == 0 &&
         strcmp(g_probe_cache[i].helper, he) == 0 &&
-        g_probe_cache[i].no_landlock == o->no_landlock) {
+        g_probe_cache[i].no_landlock == o->no_landlock &&
+        g_probe_cache[i].no_cgroup == o->no_cgroup) {
       if (out != NULL) {
         *out = g_probe_cache[i].info;
       }
@@ -915,6 +954,7 @@ static void probe_cached(const al_sandbox_probe_options_t *o,
     snprintf(g_probe_cache[g_probe_n].helper,
              sizeof(g_probe_cache[0].helper), "%s", he);
     g_probe_cache[g_probe_n].no_landlock = o->no_landlock;
+    g_probe_cache[g_probe_n].no_cgroup = o->no_cgroup;
     g_probe_cache[g_probe_n].info = *out;
     g_probe_n++;
   }
@@ -971,6 +1011,12 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
     al__sandbox_free(sb);
     return AL_ENOTSUP;
   }
+  if (sb->info.cgroup_ok) {
+    sb->cg.active = true;
+    snprintf(sb->cg.pids, sizeof(sb->cg.pids), "%s", sb->info.cgroup_pids);
+    snprintf(sb->cg.memory, sizeof(sb->cg.memory), "%s",
+             sb->info.cgroup_memory);
+  }
   sb->bwrap = al_strdup(sb->info.bwrap[0] ? sb->info.bwrap : DEFAULT_BWRAP);
   sb->helper = al_strdup(sb->info.helper);
   if (sb->bwrap == NULL || sb->helper == NULL) {
@@ -980,6 +1026,14 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
   rc = build_plan(sb, cfg);
   if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_BWRAP) {
     janitor_start(sb->helper); /* once per process */
+    if (sb->cg.active) {
+      /* What our tools' cgroups leave at our exit (unused warm
+       * sandboxes, a SIGKILL) goes with the janitor. */
+      janitor_note('c', sb->cg.pids);
+      if (sb->cg.memory[0] != '\0' && strcmp(sb->cg.memory, sb->cg.pids)) {
+        janitor_note('c', sb->cg.memory);
+      }
+    }
   }
   if (rc == 0 && sb->helper[0] != '\0') {
     /* A helper a tool could overwrite (agentloop run from its own build
@@ -1135,7 +1189,7 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   size_t i;
   int rc = strv_push(a, sb->helper);
 
-  if (rc == 0 && sb->nproc > 0 && !supervise) {
+  if (rc == 0 && sb->nproc > 0 && sb->nproc != UINT64_MAX && !supervise) {
     /* bwrap mode has its own user namespace, where the process count
      * starts from zero; in degraded mode the count is the user's whole
      * session, so no limit is set there. */
@@ -1202,7 +1256,19 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
 
   *out = NULL;
   memset(&a, 0, sizeof(a));
-  if (mode == AL_SANDBOX_MODE_BWRAP) {
+  if (mode != AL_SANDBOX_MODE_NONE && sb->cg.active) {
+    /* First the helper that moves itself into the tool's cgroup and
+     * then execs what follows (cgroup.h). */
+    char **pre = NULL;
+
+    rc = al__cgroup_prefix(&sb->cg, sb->helper, sb->nproc, sb->data_bytes,
+                           &pre);
+    for (i = 0; rc == 0 && pre != NULL && pre[i] != NULL; i++) {
+      rc = strv_push(&a, pre[i]);
+    }
+    al__sandbox_argv_free(pre);
+  }
+  if (rc == 0 && mode == AL_SANDBOX_MODE_BWRAP) {
     rc = push_bwrap_base(&a, sb->bwrap, network);
     for (i = 0; rc == 0 && i < sb->hidden.n; i++) {
       if (!under_any_root(sb, sb->hidden.v[i])) {
@@ -1254,9 +1320,9 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
     if (rc == 0) {
       rc = push_helper(sb, &a, network, false, warm);
     }
-  } else if (mode == AL_SANDBOX_MODE_DEGRADED) {
+  } else if (rc == 0 && mode == AL_SANDBOX_MODE_DEGRADED) {
     rc = push_helper(sb, &a, network, true, warm);
-  } else if (warm) {
+  } else if (rc == 0 && warm) {
     rc = AL_EINVAL; /* nothing to warm without a sandbox */
   }
   for (i = 0; rc == 0 && argv != NULL && argv[i] != NULL; i++) {
@@ -1389,12 +1455,20 @@ bool al__sandbox_release_deferred(al_sandbox_t *sb) {
   }
   need = --sb->active == 0 && sb->placeholders.n > 0;
   pthread_mutex_unlock(&sb->lock);
-  return need;
+  /* The tool's cgroup goes too (al__sandbox_cleanup, off the loop). */
+  return need || sb->cg.active;
+}
+
+const al_cgroup_state_t *al__sandbox_cgroup(const al_sandbox_t *sb) {
+  static const al_cgroup_state_t off;
+
+  return sb != NULL ? &sb->cg : &off;
 }
 
 void al__sandbox_cleanup(al_sandbox_t *sb) {
   size_t i;
 
+  (void)al__cgroup_sweep(&sb->cg);
   pthread_mutex_lock(&sb->lock);
   if (sb->active > 0) {
     /* A new child started meanwhile: its plan may use them. The last

@@ -62,11 +62,13 @@ typedef struct al_sandbox_config_s {
   const char *const *hidden;
   size_t n_hidden;
   /* rlimits for the tool (0: the AL_SANDBOX_DEFAULT_* value; cpu 0: none;
-   * as_bytes UINT64_MAX: none, for sanitizer-built tools) */
+   * as_bytes UINT64_MAX: none, for sanitizer-built tools). nproc is also
+   * the pids.max of the tool's cgroup (UINT64_MAX: neither). */
   uint64_t nproc;
   uint64_t nofile;
   uint64_t as_bytes;
-  /* RLIMIT_DATA per process; 0: AL_SANDBOX_MEMORY_SHARE_PCT of
+  /* RLIMIT_DATA per process, and the memory limit of the tool's cgroup
+   * (all its processes); 0: AL_SANDBOX_MEMORY_SHARE_PCT of
    * al__sandbox_memory_base(); UINT64_MAX: none. */
   uint64_t data_bytes;
   uint64_t fsize_bytes;

@@ -83,9 +83,13 @@ int al__tx_flush(al_tx_t *tx, al_tx_flush_cb cb, void *data);
 typedef void (*al_tx_state_cb)(al_tx_t *tx, int err, bool lost, void *data);
 void al__tx_set_state_cb(al_tx_t *tx, al_tx_state_cb cb, void *data);
 bool al__tx_lost(const al_tx_t *tx);
-/* Test seams: a hook that makes the next write of a transcript fail with
- * the error it returns (0: write), and the retry delays in ms. */
+/* Test seams, set only by test binaries (nothing reads them from the
+ * environment): a hook that makes the next write of a transcript fail
+ * with the error it returns (0: write), one that makes an fdatasync report
+ * the error it returns (the EIO a small filesystem cannot produce), and
+ * the retry delays in ms. */
 extern int (*al__tx_write_fault)(const char *path);
+extern int (*al__tx_sync_fault)(const char *path);
 extern uint64_t al__tx_retry_min_ms;
 extern uint64_t al__tx_retry_max_ms;
 /* Queued + in-flight bytes. */

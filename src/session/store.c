@@ -96,6 +96,7 @@ struct al_tx_s {
   bool failed_sync;    /* the failure was an fdatasync: sync again */
   al_tx_loss_t loss;   /* what the loss dropped (al__tx_loss) */
   int inject_err;      /* test seam: this op's result (0: the real one) */
+  bool inject_sync;    /* ... and it stood in for an fdatasync */
   al_tx_state_cb on_state;
   void *state_data;
   char chain[AL_TX_HASH_HEX + 1]; /* the last chained record's hash */
@@ -104,11 +105,26 @@ struct al_tx_s {
 /* Test seam (session.h): when set, a write about to be issued fails with
  * the error it returns instead (no LD_PRELOAD needed). */
 int (*al__tx_write_fault)(const char *path) = NULL;
+int (*al__tx_sync_fault)(const char *path) = NULL;
 uint64_t al__tx_retry_min_ms = 1000;
 uint64_t al__tx_retry_max_ms = 30000;
 
 static void tx_kick(al_tx_t *tx);
 static void tx_close_deferred(uv_fs_t *req);
+static void tx_on_fs(uv_fs_t *req);
+
+/* Every fdatasync goes through here: the sync seam (session.h) makes a
+ * real one report the error it returns (a tmpfs cannot fail one). */
+static int tx_fdatasync(al_tx_t *tx) {
+  int fault = al__tx_sync_fault != NULL ? al__tx_sync_fault(tx->path) : 0;
+  int rc = uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs);
+
+  if (rc == 0 && fault != 0) {
+    tx->inject_err = fault;
+    tx->inject_sync = true;
+  }
+  return rc;
+}
 
 static void entry_free(tx_entry_t *e) {
   al__blob_unref(e->blob);
@@ -212,10 +228,12 @@ static void tx_on_fs(uv_fs_t *req) {
   uv_fs_req_cleanup(req);
   tx->busy = false;
   if (tx->inject_err != 0) {
-    /* The seam stood in for a write: report its error as the write's. */
-    type = UV_FS_WRITE;
+    /* The seam stood in for a write or an fdatasync: report its error as
+     * that operation's. */
+    type = tx->inject_sync ? UV_FS_FDATASYNC : UV_FS_WRITE;
     res = tx->inject_err;
     tx->inject_err = 0;
+    tx->inject_sync = false;
   }
   switch (type) {
   case UV_FS_OPEN:
@@ -389,7 +407,7 @@ static void tx_kick(al_tx_t *tx) {
   if (tx->fd >= 0 && !tx->waiting && al_list_empty(&tx->queue) &&
       (tx->sync_due || tx->failed_sync)) {
     tx->sync_due = false;
-    if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+    if (tx_fdatasync(tx) == 0) {
       tx->flush_synced = tx->flush_cb != NULL;
       tx->busy = true;
       return;
@@ -411,7 +429,7 @@ static void tx_kick(al_tx_t *tx) {
   if (tx->flush_cb != NULL && tx->fd >= 0 && !tx->waiting &&
       al_list_empty(&tx->queue)) {
     /* Nothing left to write: one fdatasync makes it durable. */
-    if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+    if (tx_fdatasync(tx) == 0) {
       tx->flush_synced = true;
       tx->busy = true;
       return;
@@ -509,7 +527,7 @@ int al__tx_flush(al_tx_t *tx, al_tx_flush_cb cb, void *data) {
   if (!tx->busy) {
     /* Idle: go through the threadpool so cb never runs inside. */
     if (tx->fd >= 0 && tx->err == 0 &&
-        uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+        tx_fdatasync(tx) == 0) {
       tx->flush_synced = al_list_empty(&tx->queue);
       tx->busy = true;
       return 0;
@@ -559,7 +577,7 @@ void al__tx_close(al_tx_t *tx, al_tx_close_cb cb, void *data) {
   /* Never call back inside the call: a final fdatasync when the file is
    * open (wanted anyway), else a cheap stat through the threadpool. */
   if (tx->fd >= 0 && tx->err == 0 && al_list_empty(&tx->queue)) {
-    if (uv_fs_fdatasync(tx->loop, &tx->req, tx->fd, tx_on_fs) == 0) {
+    if (tx_fdatasync(tx) == 0) {
       tx->busy = true;
       return;
     }

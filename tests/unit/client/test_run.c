@@ -8,19 +8,23 @@
  * Nothing sleeps: signals are sent from a short repeating timer once the
  * server's stats show the request arrived; --timeout runs against a stream
  * that stalls after its headers. */
+#include <dirent.h>
 #include <math.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "agentloop/sandbox.h"
 #include "mockllm/mockllm.h"
 #include "session/session.h"
+#include "smallfs.h"
 #include "test.h"
 
-typedef struct {
+typedef struct cli_s {
   uv_loop_t loop;
   al_mockllm_t *mock;
   uv_process_t proc;
@@ -32,6 +36,8 @@ typedef struct {
   const char *stdin_text; /* piped to the child when not NULL */
   int kill_signal;        /* sent once the server has a request */
   const char *child_cwd;  /* the child's working directory (NULL: ours) */
+  /* Called instead of the kill once the server has the request. */
+  void (*on_request)(struct cli_s *c);
   char obuf[262144];
   size_t olen;
   char ebuf[65536];
@@ -112,7 +118,11 @@ static void on_kill_timer(uv_timer_t *t) {
 
   al_mockllm_stats(c->mock, &st);
   if (st.requests >= 1 && c->exits == 0) {
-    ASSERT_EQ(uv_process_kill(&c->proc, c->kill_signal), 0);
+    if (c->on_request != NULL) {
+      c->on_request(c);
+    } else {
+      ASSERT_EQ(uv_process_kill(&c->proc, c->kill_signal), 0);
+    }
     uv_close((uv_handle_t *)t, NULL);
   }
 }
@@ -200,7 +210,7 @@ static void run_cli(cli_t *c, const char *const *args, char **env) {
     ASSERT_EQ(uv_write(&c->wreq, (uv_stream_t *)&c->in, &b, 1,
                        on_stdin_written), 0);
   }
-  if (c->kill_signal != 0) {
+  if (c->kill_signal != 0 || c->on_request != NULL) {
     ASSERT_EQ(uv_timer_init(&c->loop, &c->kill_timer), 0);
     ASSERT_EQ(uv_timer_start(&c->kill_timer, on_kill_timer, 5, 5), 0);
   }
@@ -1211,6 +1221,153 @@ TEST_IMPL(cli_run_binary_tool_output) {
   ASSERT_NOT_NULL(strstr(body, "looks like a binary file"));
   ASSERT_NULL(strstr(body, "\\u0000"));
   free(body);
+  finish(&c);
+  ws_remove(&w);
+  return 0;
+}
+
+#include "../loop/nulfx.h"
+
+/* Model text with NUL (issue 15): a text delta and a tool call's input
+ * with \u0000 enter the events, the history, the transcript and the next
+ * request with U+FFFD instead, so nothing downstream cuts the text short
+ * (the result line used to stop at the NUL); a resumed run's request,
+ * rebuilt from the transcript, is clean and valid too. */
+static void durable_env(char **env, char envs[4][200], const char *state,
+                        const char *dir);
+
+static void assert_no_nul(const json_t *body) {
+  char *dump = json_dumps(body, JSON_COMPACT);
+
+  ASSERT_NOT_NULL(dump);
+  if (strstr(dump, "\\u0000") != NULL) {
+    AL_TEST_FAIL("a NUL reached the request: %.2000s", dump);
+  }
+  free(dump);
+}
+
+TEST_IMPL(cli_run_model_text_nul) {
+  cli_t c;
+  ws_t w;
+  size_t i, k;
+  char state[128], envs[4][200], id[64], path[512];
+  char *env[6];
+  json_t *lines[64];
+  json_t *asst, *blk;
+  al_tx_loaded_t l;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--output-format", "ndjson", "-p",
+                        "look", NULL, NULL, NULL};
+
+  ws_make(&w);
+  args[4] = w.dir;
+  snprintf(state, sizeof(state), "%s/state", w.dir);
+  durable_env(env, envs, state, w.dir);
+  env[4] = "ANTHROPIC_API_KEY=k";
+  env[5] = NULL;
+  start_mock(&c, nul_scenario);
+  run_cli(&c, args, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  for (i = 0; i < 2; i++) {
+    ASSERT(al_mockllm_record_get(c.mock, i)->valid);
+  }
+  /* The assistant message as the next request carries it. */
+  asst = json_array_get(
+      json_object_get(al_mockllm_record_get(c.mock, 1)->body, "messages"), 1);
+  blk = json_array_get(json_object_get(asst, "content"), 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(blk, "text")),
+                "before\xEF\xBF\xBD" "after");
+  blk = json_array_get(json_object_get(asst, "content"), 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(blk, "input"),
+                                                  "path")),
+                "no\xEF\xBF\xBDsuch");
+  assert_no_nul(al_mockllm_record_get(c.mock, 1)->body);
+  /* The events say the same (a subscriber rebuilds the stored text), and
+   * the result is the whole last text. */
+  /* (a tool-input delta shows the raw JSON text, where "\\u0000" is an
+   * escaped backslash, not a NUL) */
+  for (i = 0; i < c.olen; i++) {
+    if (strncmp(c.obuf + i, "\\u0000", 6) == 0 &&
+        (i == 0 || c.obuf[i - 1] != '\\')) {
+      AL_TEST_FAIL("a NUL in the events: %.300s", c.obuf + (i > 100 ? i - 100 : 0));
+    }
+  }
+  ASSERT_NOT_NULL(strstr(c.obuf, "before\xEF\xBF\xBD" "after"));
+  k = json_lines(&c, lines, 64);
+  ASSERT(k >= 1);
+  ASSERT_STR_EQ(jstr(lines[k - 1], "result"), "said \xEF\xBF\xBD again");
+  snprintf(id, sizeof(id), "%s", jstr(lines[k - 1], "session_id"));
+  for (i = 0; i < k; i++) {
+    json_decref(lines[i]);
+  }
+  finish(&c);
+  /* The transcript holds the clean text. */
+  snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(json_array_size(al__history_to_json(&l.history)), 4);
+  assert_no_nul(al__history_to_json(&l.history));
+  al__tx_loaded_free(&l);
+
+  /* Resumed: the history comes back from the transcript; the request is
+   * valid and clean. */
+  args[8] = "again";
+  args[9] = "--resume";
+  args[10] = id;
+  start_mock(&c, text_yaml);
+  run_cli(&c, args, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("resume: exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  ASSERT(al_mockllm_record_get(c.mock, 0)->valid);
+  ASSERT_EQ(json_array_size(json_object_get(
+                al_mockllm_record_get(c.mock, 0)->body, "messages")),
+            5);
+  assert_no_nul(al_mockllm_record_get(c.mock, 0)->body);
+  finish(&c);
+  {
+    char cmd[300];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    ASSERT_EQ(system(cmd), 0);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
+/* Invalid UTF-8 in the stream (bytes, not escapes: raw_base64) becomes
+ * U+FFFD as it is decoded, in the text and in a tool call's input; the
+ * next request carries the replaced text and passes the validator. */
+TEST_IMPL(cli_run_model_text_invalid_utf8) {
+  cli_t c;
+  ws_t w;
+  json_t *asst, *blk;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "look", NULL};
+
+  ws_make(&w);
+  args[4] = w.dir;
+  start_mock(&c, bad_utf8_scenario());
+  run_cli(&c, args, clean_env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_STR_EQ(c.obuf, "done\n");
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  ASSERT(al_mockllm_record_get(c.mock, 1)->valid);
+  asst = json_array_get(
+      json_object_get(al_mockllm_record_get(c.mock, 1)->body, "messages"), 1);
+  blk = json_array_get(json_object_get(asst, "content"), 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(blk, "text")),
+                "bad \xEF\xBF\xBD\xEF\xBF\xBD bytes");
+  blk = json_array_get(json_object_get(asst, "content"), 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(blk, "input"),
+                                                  "path")),
+                "x\xEF\xBF\xBDy");
   finish(&c);
   ws_remove(&w);
   return 0;
@@ -2509,6 +2666,21 @@ TEST_IMPL(cli_run_stream_json_input) {
   return 0;
 }
 
+/* The workspace as XDG_CONFIG_HOME: sub = its agentloop/ directory (made),
+ * path = the config.yaml there (not made), env the child's (5 slots). */
+static void config_env(const ws_t *w, char xdg[128], char sub[160],
+                       char path[200], char **env) {
+  snprintf(xdg, 128, "XDG_CONFIG_HOME=%s", w->dir);
+  snprintf(sub, 160, "%s/agentloop", w->dir);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(path, 200, "%s/config.yaml", sub);
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "NO_COLOR=1";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = xdg;
+  env[4] = NULL;
+}
+
 /* sandbox.network in the user's configuration: bash keeps the host's
  * network namespace; without it, bash gets a private one (bwrap mode). */
 TEST_IMPL(cli_run_config_sandbox_network) {
@@ -2540,15 +2712,7 @@ TEST_IMPL(cli_run_config_sandbox_network) {
   host_ns[n] = '\0';
   ws_make(&w);
   args[4] = w.dir;
-  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", w.dir);
-  snprintf(sub, sizeof(sub), "%s/agentloop", w.dir);
-  ASSERT_EQ(mkdir(sub, 0700), 0);
-  snprintf(path, sizeof(path), "%s/config.yaml", sub);
-  env[0] = "PATH=/usr/bin:/bin";
-  env[1] = "NO_COLOR=1";
-  env[2] = "ANTHROPIC_API_KEY=k";
-  env[3] = xdg;
-  env[4] = NULL;
+  config_env(&w, xdg, sub, path, env);
   for (pass = 0; pass < 2; pass++) {
     f = fopen(path, "w");
     ASSERT_NOT_NULL(f);
@@ -2578,31 +2742,236 @@ TEST_IMPL(cli_run_config_sandbox_network) {
   return 0;
 }
 
+/* limits.tool_processes reaches the tool: a bash call that forks 100
+ * sleepers gets fewer than the limit (its cgroup's pids.max, which binds
+ * for root too), from the flag and from the configuration file. */
+TEST_IMPL(cli_run_limit_tool_processes) {
+  cli_t c;
+  ws_t w;
+  char xdg[128], sub[160], path[200], buf[512];
+  char *env[5];
+  const char *seen;
+  FILE *f;
+  int pass;
+  al_sandbox_info_t si;
+  json_t *tr;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL, NULL, NULL};
+  static const char *yaml =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: f1, name: bash, input: "
+      "{command: \"perl -e 'my @k; for (1..100) { my $p = fork(); last "
+      "unless defined $p; if ($p == 0) { sleep 30; exit 0 } push @k, $p } "
+      "print qq(FORKED=) . scalar(@k); kill 9, @k; 1 while wait() > 0'\"}}}]}\n"
+      "  - reply: {content: [{text: done}]}\n";
+
+  al_test_need_bwrap();
+  (void)al_sandbox_probe(NULL, &si);
+  if (!si.cgroup_ok && (geteuid() == 0 || al_test_ci())) {
+    /* root without a pids cgroup has no process limit at all */
+    ASSERT(!al_test_ci());
+    fprintf(stderr, "not run: no tool cgroup here: %s\n", si.cgroup_detail);
+    return AL_TEST_SKIP_CODE;
+  }
+  ws_make(&w);
+  args[4] = w.dir;
+  config_env(&w, xdg, sub, path, env);
+  for (pass = 0; pass < 2; pass++) {
+    if (pass == 0) {
+      args[7] = "--limit";
+      args[8] = "tool_processes=40";
+    } else {
+      args[7] = NULL;
+      f = fopen(path, "w");
+      ASSERT_NOT_NULL(f);
+      fprintf(f, "limits:\n  tool_processes: 40\n");
+      fclose(f);
+    }
+    start_mock(&c, yaml);
+    run_cli(&c, args, env);
+    ASSERT_EQ(c.exit_status, 0);
+    tr = find_tool_result(al_mockllm_record_get(c.mock, 1)->body, "f1");
+    ASSERT_NOT_NULL(tr);
+    seen = content_text(json_object_get(tr, "content"), buf, sizeof(buf));
+    ASSERT_NOT_NULL(strstr(seen, "FORKED="));
+    if (atoi(strstr(seen, "FORKED=") + 7) >= 40 ||
+        atoi(strstr(seen, "FORKED=") + 7) == 0) {
+      AL_TEST_FAIL("pass %d: tool_processes=40, the tool forked: %s", pass,
+                   seen);
+    }
+    finish(&c);
+  }
+  unlink(path);
+  rmdir(sub);
+  ws_remove(&w);
+  return 0;
+}
+
+/* limits.file_scan_bytes reaches read_file: with 64K the count of a 1 MiB
+ * file stops early (the notice gives its size, not a total); with the
+ * default 8 MiB scan it is exact. */
+TEST_IMPL(cli_run_limit_file_scan) {
+  cli_t c;
+  ws_t w;
+  char *big, *dump;
+  int pass;
+  json_t *tr;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL, NULL, NULL};
+  static const char *yaml =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: r1, name: read_file, input: "
+      "{path: big.txt}}}]}\n"
+      "  - reply: {content: [{text: done}]}\n";
+
+  ws_make(&w);
+  args[4] = w.dir;
+  big = malloc((1 << 20) + 1);
+  ASSERT_NOT_NULL(big);
+  memset(big, 'a', 1 << 20);
+  for (pass = 63; pass < (1 << 20); pass += 64) {
+    big[pass] = '\n';
+  }
+  big[1 << 20] = '\0';
+  ws_file(&w, "big.txt", big);
+  free(big);
+  for (pass = 0; pass < 2; pass++) {
+    args[7] = pass == 0 ? "--limit" : NULL;
+    args[8] = "file_scan_bytes=64K";
+    start_mock(&c, yaml);
+    run_cli(&c, args, clean_env);
+    ASSERT_EQ(c.exit_status, 0);
+    tr = find_tool_result(al_mockllm_record_get(c.mock, 1)->body, "r1");
+    ASSERT_NOT_NULL(tr);
+    dump = json_dumps(tr, JSON_COMPACT);
+    ASSERT_NOT_NULL(dump);
+    ASSERT_NOT_NULL(strstr(dump, "OUTPUT TRUNCATED"));
+    if ((strstr(dump, "of more than") != NULL) != (pass == 0)) {
+      AL_TEST_FAIL("pass %d (%s): %.300s", pass,
+                   pass == 0 ? "scan 64K" : "default scan",
+                   strstr(dump, "OUTPUT TRUNCATED"));
+    }
+    free(dump);
+    finish(&c);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
+/* Tool cgroups do not outlive `agentloop run`: the warm sandboxes it never
+ * used are killed at its exit, and its janitor removes their cgroups once
+ * it is gone (polled from a 5 ms timer, bounded). */
+typedef struct {
+  char dir[300];
+  char prefix[64];
+  int ticks;
+  int max_ticks;
+  bool gone;
+} cg_wait_t;
+
+static bool cg_left(const cg_wait_t *w) {
+  DIR *d = opendir(w->dir);
+  struct dirent *e;
+  bool any = false;
+
+  ASSERT_NOT_NULL(d);
+  while (!any && (e = readdir(d)) != NULL) {
+    any = strncmp(e->d_name, w->prefix, strlen(w->prefix)) == 0;
+  }
+  closedir(d);
+  return any;
+}
+
+static void on_cg_tick(uv_timer_t *t) {
+  cg_wait_t *w = t->data;
+
+  w->gone = !cg_left(w);
+  if (w->gone || ++w->ticks >= w->max_ticks) {
+    uv_close((uv_handle_t *)t, NULL);
+  }
+}
+
+TEST_IMPL(cli_run_leaves_no_cgroup) {
+  cli_t c;
+  ws_t w;
+  al_sandbox_info_t si;
+  cg_wait_t cw;
+  uv_loop_t loop;
+  uv_timer_t timer;
+  int pid;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "-p", "go", NULL};
+  static const char *yaml =
+      "responses:\n"
+      "  - reply: {content: [{tool_use: {id: b1, name: bash, input: "
+      "{command: 'echo hi'}}}]}\n"
+      "  - reply: {content: [{text: done}]}\n";
+
+  al_test_need_bwrap();
+  (void)al_sandbox_probe(NULL, &si);
+  if (!si.cgroup_ok) {
+    ASSERT(!al_test_ci());
+    fprintf(stderr, "not run: no tool cgroup here: %s\n", si.cgroup_detail);
+    return AL_TEST_SKIP_CODE;
+  }
+  ws_make(&w);
+  args[4] = w.dir;
+  start_mock(&c, yaml);
+  run_cli(&c, args, clean_env);
+  ASSERT_EQ(c.exit_status, 0);
+  pid = c.proc.pid;
+  finish(&c);
+  memset(&cw, 0, sizeof(cw));
+  snprintf(cw.dir, sizeof(cw.dir), "%s", si.cgroup_pids);
+  snprintf(cw.prefix, sizeof(cw.prefix), "agentloop-%d-", pid);
+  cw.max_ticks = 600 * al_test_timeout_multiplier(); /* 3 s x M */
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  ASSERT_EQ(uv_timer_init(&loop, &timer), 0);
+  timer.data = &cw;
+  ASSERT_EQ(uv_timer_start(&timer, on_cg_tick, 0, 5), 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_LOOP_CLOSES(&loop);
+  if (!cw.gone) {
+    AL_TEST_FAIL("cgroups %s/%s* are left after the run", cw.dir, cw.prefix);
+  }
+  ws_remove(&w);
+  return 0;
+}
+
 /* ---- durability that tells the truth (issue 15) ---------------------------- */
 
-/* A run whose transcript cannot be written (the binary's AL_TEST_TX_FAULT
- * seam: every write fails, or the first N) retries until the end of the
- * run; what is still unsaved then is said on stderr and as an error line
- * before the result, naming the errno, and the exit status is 4. A run
- * whose writes went through again before the end exits 0 with its whole
- * history on disk. */
+/* A run whose transcript cannot be written — its state directory on a
+ * real small filesystem (tests/smallfs.h): full (ENOSPC), then read-only
+ * (EROFS) — retries until the end of the run; what is still unsaved then is
+ * said on stderr and as an error line before the result, naming the errno,
+ * and the exit status is 4. A run whose disk gets room again before the
+ * end exits 0 with its whole history on disk. (EIO from fdatasync, which
+ * no tmpfs produces: tests/unit/session/test_tx_syncfail.c.) */
 static void durable_env(char **env, char envs[4][200], const char *state,
-                        const char *dir, const char *fault) {
+                        const char *dir) {
   snprintf(envs[0], sizeof(envs[0]), "XDG_STATE_HOME=%s", state);
   snprintf(envs[1], sizeof(envs[1]), "HOME=%s", dir);
-  snprintf(envs[2], sizeof(envs[2]), "AL_TEST_TX_FAULT=%s", fault);
   env[0] = "PATH=/usr/bin:/bin";
   env[1] = "NO_COLOR=1";
   env[2] = envs[0];
   env[3] = envs[1];
-  env[4] = envs[2];
-  env[5] = NULL;
+  env[4] = NULL;
+}
+
+static char g_fill[256]; /* the file that keeps the small filesystem full */
+
+/* The request has reached the server, whose reply waits: room again. */
+static void free_the_disk(cli_t *c) {
+  (void)c;
+  ASSERT_EQ(unlink(g_fill), 0);
 }
 
 TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   ws_t w;
   cli_t c;
   char state[128];
+  char sub[200];
+  char why[256];
   char envs[4][200];
   char *env[6];
   char id[64];
@@ -2614,6 +2983,11 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   const char *yaml = "on_exhausted: repeat_last\n"
                      "responses:\n"
                      "  - reply: {content: [{text: 'Seven.'}]}\n";
+  /* The reply waits until the test has freed the disk (free_the_disk runs
+   * from a 5 ms timer on this loop once the request is in, long before). */
+  const char *slow = "responses:\n"
+                     "  - first_byte_delay_ms: 400\n"
+                     "    reply: {content: [{text: 'Seven.'}]}\n";
   const char *nd[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
                       "--cwd", NULL, "--output-format", "ndjson", "-p",
                       "remember seven", NULL};
@@ -2625,10 +2999,27 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
 
   ws_make(&w);
   snprintf(state, sizeof(state), "%s/state", w.dir);
+  ASSERT_EQ(mkdir(state, 0700), 0);
+  if (!al_test_smallfs(state, "256k", why, sizeof(why))) {
+    ASSERT_EQ(rmdir(state), 0);
+    ws_remove(&w);
+    if (al_test_ci()) {
+      AL_TEST_FAIL("CI=true: no small filesystem: %s", why);
+    }
+    fprintf(stderr, "not run: no small filesystem here: %s\n", why);
+    return AL_TEST_SKIP_CODE;
+  }
+  snprintf(sub, sizeof(sub), "%s/agentloop", state);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  snprintf(sub, sizeof(sub), "%s/agentloop/sessions", state);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  al_test_smallfs_fill(state);
+  snprintf(g_fill, sizeof(g_fill), "%s/fill", state);
   nd[4] = sj[4] = txt[4] = w.dir;
+  durable_env(env, envs, state, w.dir);
 
-  /* ENOSPC throughout, ndjson: the error event, then the result. */
-  durable_env(env, envs, state, w.dir, "ENOSPC");
+  /* The disk is full throughout, ndjson: the error event, then the
+   * result. */
   start_mock(&c, yaml);
   run_cli(&c, nd, env);
   ASSERT_EQ(c.exit_status, 4);
@@ -2654,15 +3045,15 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
     json_decref(lines[i]);
   }
   finish(&c);
-  /* Nothing reached the file (the seam failed every write). */
+  /* Nothing reached the file. */
   snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
   ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
   ASSERT(!l.has_header);
   ASSERT_EQ(l.records, 0);
   al__tx_loaded_free(&l);
+  ASSERT_EQ(unlink(path), 0);
 
-  /* EIO, stream-json: a system/error line before the result. */
-  durable_env(env, envs, state, w.dir, "EIO");
+  /* Still full, stream-json: a system/error line before the result. */
   start_mock(&c, yaml);
   run_cli(&c, sj, env);
   ASSERT_EQ(c.exit_status, 4);
@@ -2670,28 +3061,23 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   ASSERT(k >= 2);
   ASSERT_STR_EQ(jstr(lines[k - 2], "type"), "system");
   ASSERT_STR_EQ(jstr(lines[k - 2], "subtype"), "error");
-  ASSERT_STR_EQ(jstr(lines[k - 2], "code_name"), "EIO");
+  ASSERT_STR_EQ(jstr(lines[k - 2], "code_name"), "ENOSPC");
   ASSERT_STR_EQ(jstr(lines[k - 1], "type"), "result");
   ASSERT(json_is_true(json_object_get(lines[k - 1], "is_error")));
+  snprintf(id, sizeof(id), "%s", jstr(lines[k - 1], "session_id"));
   for (i = 0; i < k; i++) {
     json_decref(lines[i]);
   }
   finish(&c);
+  snprintf(path, sizeof(path), "%s/agentloop/sessions/%s.jsonl", state, id);
+  ASSERT_EQ(unlink(path), 0);
 
-  /* EROFS, text: the answer on stdout, the loss on stderr. */
-  durable_env(env, envs, state, w.dir, "EROFS");
-  start_mock(&c, yaml);
-  run_cli(&c, txt, env);
-  ASSERT_EQ(c.exit_status, 4);
-  ASSERT_STR_EQ(c.obuf, "Seven.\n");
-  ASSERT_NOT_NULL(strstr(c.ebuf, "not saved: EROFS"));
-  finish(&c);
-
-  /* The first write fails, the next attempt (the retry timer's, or the
-   * last one at the end of the run) goes through: exit 0, the whole
-   * history on disk, no loss reported. */
-  durable_env(env, envs, state, w.dir, "ENOSPC:1");
-  start_mock(&c, yaml);
+  /* The first writes fail; the disk gets room while the reply is on its
+   * way, and the next attempt (the retry timer's, or the last one at the
+   * end of the run) goes through: exit 0, the whole history on disk, no
+   * loss reported. */
+  start_mock(&c, slow);
+  c.on_request = free_the_disk;
   run_cli(&c, nd, env);
   ASSERT_EQ(c.exit_status, 0);
   ASSERT_NOT_NULL(strstr(c.ebuf, "cannot be written (ENOSPC"));
@@ -2712,12 +3098,19 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
   ASSERT_EQ(l.bad_lines, 0);
   ASSERT_EQ(json_array_size(al__history_to_json(&l.history)), 2);
   al__tx_loaded_free(&l);
-  {
-    char cmd[600];
 
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", state);
-    ASSERT_EQ(system(cmd), 0);
-  }
+  /* The filesystem turns read-only, text: the answer on stdout, the loss
+   * on stderr. */
+  ASSERT(al_test_smallfs_readonly(state, why, sizeof(why)));
+  start_mock(&c, yaml);
+  run_cli(&c, txt, env);
+  ASSERT_EQ(c.exit_status, 4);
+  ASSERT_STR_EQ(c.obuf, "Seven.\n");
+  ASSERT_NOT_NULL(strstr(c.ebuf, "not saved: EROFS"));
+  finish(&c);
+  /* (the tmpfs goes with this test's mount namespace) */
+  ASSERT_EQ(umount2(state, MNT_DETACH), 0);
+  ASSERT_EQ(rmdir(state), 0);
   ws_remove(&w);
   return 0;
 }

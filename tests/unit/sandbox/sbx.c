@@ -19,6 +19,7 @@
 
 uint64_t sbx_pool_idle_ms;
 uint64_t sbx_data_bytes;
+bool sbx_no_cgroup;
 
 #include "tools/bash.h"
 
@@ -299,6 +300,7 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   al__sandbox_config_init(&cfg);
   cfg.policy = AL_SANDBOX_AUTO;
   cfg.probe.helper = AL_BINARY_DIR "/agentloop-exec";
+  cfg.probe.no_cgroup = sbx_no_cgroup;
   if (mode == SBX_DEGRADED) {
     /* A bwrap that fails the way a userns-restricted one does. */
     cfg.probe.bwrap = "/bin/false";

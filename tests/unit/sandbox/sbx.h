@@ -71,6 +71,8 @@ extern uint64_t sbx_pool_idle_ms;
 /* RLIMIT_DATA of the tools for the next sbx_init (0: the default share of
  * the machine). */
 extern uint64_t sbx_data_bytes;
+/* The next sbx_init acts as if cgroups could not be made here. */
+extern bool sbx_no_cgroup;
 
 /* Builds everything; the sandbox mode must come out as asked (a failing
  * probe fails the test: nothing is skipped). */

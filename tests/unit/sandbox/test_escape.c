@@ -44,12 +44,7 @@ enum {
   F_NORUN = 1 << 1,  /* ... too dangerous to try there */
   F_TOOLSD = 1 << 2, /* ws/tools.d exists before */
   F_NOGIT = 1 << 3,  /* ws/.git does not exist before */
-  F_HL = 1 << 4,     /* ws/hl is a hard link to out/canary */
-  /* Not run as root in any mode: the kernel exempts uid 0 from
-   * RLIMIT_NPROC (also inside bwrap's user namespace, which maps to it),
-   * so a fork bomb is bounded only by the tool's timeout and starves the
-   * machine meanwhile. Run as a normal user it is contained. */
-  F_NOROOT = 1 << 5
+  F_HL = 1 << 4      /* ws/hl is a hard link to out/canary */
 };
 
 typedef struct attempt_s {
@@ -263,7 +258,7 @@ static const attempt_t k_attempts[] = {
     {"sh_fork_bomb", "bash",
      "{\"command\": \"bash -c \\\"$(echo YigpeyBiIHwgYiAmIH07IGI= | base64 "
      "-d)\\\" ${MARK}\", \"timeout\": 0.5}",
-     C_NOPROC | C_SENTINEL, NULL, NULL, F_GAP | F_NORUN | F_NOROOT,
+     C_NOPROC | C_SENTINEL, NULL, NULL, F_GAP | F_NORUN,
      "nproc limit (counts the whole uid without a user namespace)"},
     {"sh_double_fork", "bash",
      SH("(bash -c 'exec -a ${MARK} sleep 1000' &) ; echo started"),
@@ -541,15 +536,6 @@ static int run_attempt(const char *id, sbx_mode_t mode) {
 
   /* Degraded cases of F_NORUN attempts are not registered at all. */
   ASSERT(!(mode == SBX_DEGRADED && (a->flags & F_NORUN)));
-  if ((a->flags & F_NOROOT) && geteuid() == 0) {
-    fprintf(stderr, "not run: %s as root: the kernel exempts uid 0 from "
-                    "RLIMIT_NPROC, so the attempt is bounded only by the "
-                    "tool's timeout and would starve the machine; run the "
-                    "suite as a normal user to try it\n",
-            a->id);
-    fflush(stdout);
-    exit(AL_TEST_SKIP_CODE);
-  }
   snprintf(mark, sizeof(mark), "ALMARK%d_%s", (int)getpid(), a->id);
   sbx_init(&x, mode);
   if (a->flags & F_TOOLSD) {

@@ -171,18 +171,13 @@ TEST_IMPL(sandbox_sigkill_mid_tool_leaves_tree) {
   return 0;
 }
 
-/* An empty tools.d (what a running tool's placeholder looks like) holds no
- * tools: `agentloop tools` has nothing to say about it. */
-TEST_IMPL(tools_cmd_quiet_on_empty_tools_d) {
-  char dir[] = "/var/tmp/al_emptytd_XXXXXX";
+/* `agentloop tools --json` run in dir (static buffer). */
+static const char *tools_json(const char *dir) {
+  static char out[8192];
   char cmd[1200];
-  char out[8192];
   size_t n;
   FILE *p;
 
-  ASSERT_NOT_NULL(mkdtemp(dir));
-  snprintf(cmd, sizeof(cmd), "%s/tools.d", dir);
-  ASSERT_EQ(mkdir(cmd, 0755), 0);
   snprintf(cmd, sizeof(cmd),
            "cd '%s' && XDG_CONFIG_HOME='%s/cfg' '%s/agentloop' tools --json",
            dir, dir, AL_BINARY_DIR);
@@ -192,9 +187,48 @@ TEST_IMPL(tools_cmd_quiet_on_empty_tools_d) {
   out[n] = '\0';
   ASSERT_EQ(pclose(p), 0);
   ASSERT_NOT_NULL(strstr(out, "\"sandbox\""));
+  return out;
+}
+
+static void put_file(const char *dir, const char *name, const char *text) {
+  char p[1400];
+  FILE *f;
+
+  snprintf(p, sizeof(p), "%s/%s", dir, name);
+  f = fopen(p, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A tools.d without tool files (an empty one is what a running tool's
+ * placeholder looks like; a README or .gitkeep is no tool either) holds
+ * no tools: `agentloop tools` has nothing to say about it. One with a
+ * .yaml file in an untrusted project is reported. */
+TEST_IMPL(tools_cmd_quiet_on_empty_tools_d) {
+  char dir[] = "/var/tmp/al_emptytd_XXXXXX";
+  char td[600];
+  char cmd[700];
+  const char *out;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(td, sizeof(td), "%s/tools.d", dir);
+  ASSERT_EQ(mkdir(td, 0755), 0);
+  out = tools_json(dir);
   if (strstr(out, "project_tools_d") != NULL) {
     AL_TEST_FAIL("an empty tools.d was reported: %s", out);
   }
+  put_file(td, "README.md", "tools go here\n");
+  put_file(td, ".gitkeep", "");
+  out = tools_json(dir);
+  if (strstr(out, "project_tools_d") != NULL) {
+    AL_TEST_FAIL("a tools.d without tool files was reported: %s", out);
+  }
+  put_file(td, "hello.yaml", "name: hello\ndescription: hi\n"
+                             "command: [echo, hi]\n");
+  out = tools_json(dir);
+  ASSERT_NOT_NULL(strstr(out, "project_tools_d"));
+  ASSERT_NOT_NULL(strstr(out, "\"trusted\":false"));
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   ASSERT_EQ(system(cmd), 0);
   return 0;

@@ -1,0 +1,12 @@
+/* per-tool cgroups (pids.max, memory limit): TEST_ENTRY lines only. */
+TEST_ENTRY(sandbox_cgroup_pids_limit)
+TEST_ENTRY(sandbox_cgroup_pids_limit_degraded)
+TEST_ENTRY(sandbox_cgroup_memory_limit)
+TEST_ENTRY(sandbox_cgroup_memory_limit_degraded)
+TEST_ENTRY(sandbox_cgroup_unavailable_reported)
+TEST_ENTRY(sandbox_cgroup_reported)
+TEST_ENTRY(cli_run_limit_tool_processes)
+TEST_ENTRY(sandbox_cgroup_sweep)
+TEST_ENTRY(doctor_reports_tool_cgroup)
+TEST_ENTRY(exec_cgroup_join)
+TEST_ENTRY(cli_run_leaves_no_cgroup)
