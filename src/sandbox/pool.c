@@ -737,6 +737,9 @@ int al__pool_start(uv_loop_t *loop, al_sandbox_t *sb, size_t cap,
 
 static void unclaim_work(uv_work_t *req) { al__sandbox_cleanup(req->data); }
 
+/* The lock was busy on the loop: the whole release runs here instead. */
+static void release_work(uv_work_t *req) { al__sandbox_release(req->data); }
+
 static void unclaim_done(uv_work_t *req, int status) {
   (void)status;
   al__sandbox_unref(req->data);
@@ -747,20 +750,23 @@ static void unclaim_done(uv_work_t *req, int status) {
  * placeholders (when it was the last) are removed on the threadpool. */
 static void unclaim(al_pool_t *p) {
   uv_work_t *req;
+  int r = al__sandbox_release_try(p->sb);
 
-  if (!al__sandbox_release_deferred(p->sb)) {
+  if (r == 0) {
     return;
   }
   req = al_calloc(1, sizeof(*req));
   al__sandbox_ref(p->sb);
   if (req != NULL) {
     req->data = p->sb;
-    if (uv_queue_work(p->loop, req, unclaim_work, unclaim_done) == 0) {
+    if (uv_queue_work(p->loop, req, r < 0 ? release_work : unclaim_work,
+                      unclaim_done) == 0) {
       return;
     }
     al_free(req);
   }
-  /* Out of memory: left for the next release (or the janitor). */
+  /* Out of memory: left for the next release (or the janitor); a count
+   * not taken back keeps the placeholders until the sandbox is freed. */
   al__sandbox_unref(p->sb);
 }
 
@@ -818,6 +824,7 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
   size_t len;
   ssize_t sent;
   uint64_t gen;
+  int rc;
 
   if (p == NULL || p->closing) {
     return AL_ENOENT;
@@ -860,7 +867,15 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
   }
   /* Counted as a wrapped child, released by the caller when the command
    * is gone; its placeholders are removed as for a cold start. */
-  if (al__sandbox_protect_claim(sb, p->plan_need) != 0) {
+  if ((rc = al__sandbox_protect_claim(sb, p->plan_need)) != 0) {
+    if (rc == AL_EBUSY) {
+      /* A clean-up holds the lock (threadpool): start cold, which waits
+       * for it there, never on the loop; this one waits for the next. */
+      e->next = p->idle[k];
+      p->idle[k] = e;
+      p->n_idle[k]++;
+      return AL_ENOENT;
+    }
     entry_destroy(e);
     p->retired++;
     fill(p);
@@ -888,7 +903,7 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
                      : -1;
   if (sent < 0 || (size_t)sent != len) {
     /* Too big for the socket buffer (or it died): cold start instead. */
-    int rc = msg == NULL ? AL_ENOMEM : AL_EPIPE;
+    rc = msg == NULL ? AL_ENOMEM : AL_EPIPE;
 
     al_free(msg);
     entry_destroy(e);

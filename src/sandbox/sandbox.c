@@ -189,6 +189,43 @@ static void janitor_start(const char *helper) {
   pthread_mutex_unlock(&g_janitor_lock);
 }
 
+/* Several lines in one send (a warm hand-off registers all its
+ * placeholders at once: one syscall instead of one each). */
+static void janitor_note_all(char op, char *const *paths) {
+  char buf[4096];
+  size_t n = 0, i;
+  ssize_t k;
+
+  pthread_mutex_lock(&g_janitor_lock);
+  for (i = 0; g_janitor >= 0 && paths[i] != NULL; i++) {
+    size_t len = strlen(paths[i]);
+
+    if (len + 2 > sizeof(buf)) {
+      continue; /* longer than any path a plan holds */
+    }
+    if (n + len + 2 > sizeof(buf)) {
+      k = send(g_janitor, buf, n, MSG_NOSIGNAL);
+      if (k < 0 || (size_t)k != n) {
+        close(g_janitor);
+        g_janitor = -1;
+      }
+      n = 0;
+    }
+    buf[n++] = op;
+    memcpy(buf + n, paths[i], len);
+    n += len;
+    buf[n++] = '\n';
+  }
+  if (g_janitor >= 0 && n > 0) {
+    k = send(g_janitor, buf, n, MSG_NOSIGNAL);
+    if (k < 0 || (size_t)k != n) {
+      close(g_janitor); /* gone: nothing more to tell it */
+      g_janitor = -1;
+    }
+  }
+  pthread_mutex_unlock(&g_janitor_lock);
+}
+
 static void janitor_note(char op, const char *path) {
   char line[PATH_MAX + 4];
   int n = snprintf(line, sizeof(line), "%c%s\n", op, path);
@@ -1317,17 +1354,28 @@ int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need) {
 }
 
 int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need) {
-  size_t i;
+  char *fresh[AL_ARRAY_SIZE(AL_SANDBOX_PROTECTED) + 1];
+  size_t i, n = 0;
   int rc = 0;
 
-  pthread_mutex_lock(&sb->lock);
+  /* The loop never waits here: a clean-up holding the lock on the
+   * threadpool (removing placeholders) makes this start cold instead. */
+  if (pthread_mutex_trylock(&sb->lock) != 0) {
+    return AL_EBUSY;
+  }
   for (i = 0; rc == 0 && need[i] != NULL; i++) {
     if (!strv_has(&sb->placeholders, need[i])) {
       rc = strv_push(&sb->placeholders, need[i]);
-      if (rc == 0) {
+      if (rc == 0 && n + 1 < AL_ARRAY_SIZE(fresh)) {
+        fresh[n++] = need[i];
+      } else if (rc == 0) {
         janitor_note('+', need[i]);
       }
     }
+  }
+  fresh[n] = NULL;
+  if (n > 0) {
+    janitor_note_all('+', fresh);
   }
   if (rc == 0) {
     sb->active++;
@@ -1374,6 +1422,24 @@ bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
   }
   snprintf(real, size, "%s", buf);
   return true;
+}
+
+int al__sandbox_release_try(al_sandbox_t *sb) {
+  int need;
+
+  if (sb == NULL) {
+    return 0;
+  }
+  if (pthread_mutex_trylock(&sb->lock) != 0) {
+    return -1;
+  }
+  if (sb->active == 0) {
+    pthread_mutex_unlock(&sb->lock);
+    return 0;
+  }
+  need = --sb->active == 0 && sb->placeholders.n > 0;
+  pthread_mutex_unlock(&sb->lock);
+  return need;
 }
 
 bool al__sandbox_release_deferred(al_sandbox_t *sb) {

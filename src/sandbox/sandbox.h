@@ -115,6 +115,12 @@ void al__sandbox_release(al_sandbox_t *sb);
  * whether placeholders now wait for removal; the second (any thread,
  * hold a reference) removes them unless a new child started meanwhile. */
 bool al__sandbox_release_deferred(al_sandbox_t *sb);
+/* The first half for the loop thread, which never waits on the lock (a
+ * clean-up may hold it on the threadpool while it removes placeholders):
+ * 1 released and placeholders wait for removal, 0 released, -1 the lock
+ * was busy and nothing was done (call al__sandbox_release on the
+ * threadpool instead). */
+int al__sandbox_release_try(al_sandbox_t *sb);
 void al__sandbox_cleanup(al_sandbox_t *sb);
 
 /* The warm pool (pool.h) builds on the threadpool: these are safe from
@@ -132,9 +138,10 @@ int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out);
  * (NULL-terminated, maybe empty). Valid only while none of the paths
  * al__sandbox_each_path names changes (the pool watches them). AL_ENOMEM. */
 int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need);
-/* Uses such a plan (loop thread, no file-system call): registers its
- * placeholders for removal and counts one wrapped child, as
- * a cold al__sandbox_wrap does (al__sandbox_release once it is gone). AL_ENOMEM. */
+/* Uses such a plan (loop thread, no file-system call, never waits):
+ * registers its placeholders for removal and counts one wrapped child, as
+ * a cold al__sandbox_wrap does (al__sandbox_release once it is gone).
+ * AL_ENOMEM; AL_EBUSY when the lock is held (a clean-up is running). */
 int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need);
 /* Whether `path` is a registered placeholder: 1 or 0, -1 when the lock
  * is busy (never waits: for the loop thread). */
