@@ -35,7 +35,9 @@
  *                       little-endian length, then NUL-terminated strings:
  *                       the working directory, the environment entries,
  *                       an empty string, the argv. stdin becomes
- *                       /dev/null, then chdir and exec. The sandbox set-up
+ *                       the fd passed along the message (SCM_RIGHTS,
+ *                       the command's stdin pipe) or /dev/null, then
+ *                       chdir and exec. The sandbox set-up
  *                       is paid before the command exists (the warm pool,
  *                       src/sandbox/pool.h); one command per process.
  *
@@ -479,6 +481,53 @@ static bool read_full(int fd, void *buf, size_t n) {
   return true;
 }
 
+/* The first bytes of the message, and the fd passed along it (the
+ * command's stdin; -1 when none came). */
+static bool recv_head(int fd, unsigned char *buf, size_t n, int *in_fd) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct iovec iov = {buf, n};
+  struct msghdr mh;
+  struct cmsghdr *c;
+  ssize_t r;
+
+  *in_fd = -1;
+  memset(&mh, 0, sizeof(mh));
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.buf;
+  mh.msg_controllen = sizeof(u.buf);
+  do {
+    r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0 && errno == ENOTSOCK) {
+    return read_full(fd, buf, n); /* a plain pipe: no fd can come */
+  }
+  if (r <= 0) {
+    return false;
+  }
+  for (c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      size_t k, nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+      for (k = 0; k < nfd; k++) {
+        int got;
+
+        memcpy(&got, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+        if (*in_fd < 0) {
+          *in_fd = got;
+        } else {
+          close(got); /* only one is expected */
+        }
+      }
+    }
+  }
+  return read_full(fd, buf + r, n - (size_t)r);
+}
+
 /* Fills *cwd, *env, *ops and *argv (pointers into one buffer, never
  * freed: we exec or exit). Exits 125 on a short or malformed message; a
  * parent that closes without a message (the pool retiring us) exits 0
@@ -490,6 +539,7 @@ static void warm_receive(char **cwd, char ***env, char ***ops, char ***argv) {
   size_t n_str = 0, i = 0, k, m;
   char **strs;
   int devnull;
+  int in_fd;
 
   /* Confined and waiting: tell the pool (which then knows the mounts are
    * in place). A plain pipe on stdin cannot carry it back; that is fine. */
@@ -498,7 +548,7 @@ static void warm_receive(char **cwd, char ***env, char ***ops, char ***argv) {
     die("/dev/null", errno);
   }
   (void)!write(0, "R", 1);
-  if (!read_full(0, hdr, sizeof(hdr))) {
+  if (!recv_head(0, hdr, sizeof(hdr), &in_fd)) {
     exit(0);
   }
   len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
@@ -540,10 +590,14 @@ static void warm_receive(char **cwd, char ***env, char ***ops, char ***argv) {
   *ops = strs + k + 1;
   *argv = strs + m + 1;
   strs[n_str] = NULL;
-  if (dup2(devnull, 0) != 0) {
+  /* The command's stdin: the pipe passed along, else /dev/null. */
+  if (dup2(in_fd >= 0 ? in_fd : devnull, 0) != 0) {
     die("stdin", errno);
   }
   close(devnull);
+  if (in_fd >= 0) {
+    close(in_fd);
+  }
 }
 
 /* The mount flags a read-only remount of a bind of `path` must keep (the

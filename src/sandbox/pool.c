@@ -814,8 +814,35 @@ static char *encode(const char *cwd, char *const *env, char *const *ops,
   return buf;
 }
 
+/* The message, with the command's stdin (when given) passed along it. */
+static ssize_t send_command(int ctl, const char *msg, size_t len, int in_fd) {
+  struct iovec iov = {(void *)msg, len};
+  struct msghdr mh;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+
+  memset(&mh, 0, sizeof(mh));
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (in_fd >= 0) {
+    struct cmsghdr *c;
+
+    memset(&u, 0, sizeof(u));
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof(u.buf);
+    c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &in_fd, sizeof(int));
+  }
+  return sendmsg(ctl, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
-                     char *const *env, const char *const *argv,
+                     char *const *env, const char *const *argv, int in_fd,
                      al_warm_t *w) {
   al_pool_t *p = al__sandbox_pool(sb);
   int k = network ? 1 : 0;
@@ -899,8 +926,7 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
     return AL_ENOENT;
   }
   msg = encode(cwd, env, p->plan_ops, argv, &len);
-  sent = msg != NULL ? send(e->ctl, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-                     : -1;
+  sent = msg != NULL ? send_command(e->ctl, msg, len, in_fd) : -1;
   if (sent < 0 || (size_t)sent != len) {
     /* Too big for the socket buffer (or it died): cold start instead. */
     rc = msg == NULL ? AL_ENOMEM : AL_EPIPE;

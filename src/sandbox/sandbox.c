@@ -694,20 +694,18 @@ void *al__sandbox_pool(const al_sandbox_t *sb) {
   return sb != NULL ? sb->pool : NULL;
 }
 
+/* Atomic, not under the lock: the loop takes references (a build, a
+ * clean-up, a plan queued) and must never wait for a clean-up that holds
+ * the lock on the threadpool. */
 void al__sandbox_ref(al_sandbox_t *sb) {
-  pthread_mutex_lock(&sb->lock);
-  sb->refs++;
-  pthread_mutex_unlock(&sb->lock);
+  __atomic_add_fetch(&sb->refs, 1, __ATOMIC_RELAXED);
 }
 
 static void sandbox_destroy(al_sandbox_t *sb);
 
 void al__sandbox_unref(al_sandbox_t *sb) {
-  size_t left;
+  size_t left = __atomic_sub_fetch(&sb->refs, 1, __ATOMIC_ACQ_REL);
 
-  pthread_mutex_lock(&sb->lock);
-  left = --sb->refs;
-  pthread_mutex_unlock(&sb->lock);
   if (left == 0) {
     sandbox_destroy(sb);
   }
@@ -1422,6 +1420,14 @@ bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
   }
   snprintf(real, size, "%s", buf);
   return true;
+}
+
+void al__sandbox_test_hold(al_sandbox_t *sb, bool hold) {
+  if (hold) {
+    pthread_mutex_lock(&sb->lock);
+  } else {
+    pthread_mutex_unlock(&sb->lock);
+  }
 }
 
 int al__sandbox_release_try(al_sandbox_t *sb) {

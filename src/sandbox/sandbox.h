@@ -121,6 +121,9 @@ bool al__sandbox_release_deferred(al_sandbox_t *sb);
  * was busy and nothing was done (call al__sandbox_release on the
  * threadpool instead). */
 int al__sandbox_release_try(al_sandbox_t *sb);
+/* Tests: takes (true) or drops the lock as a clean-up on the threadpool
+ * would hold it. */
+void al__sandbox_test_hold(al_sandbox_t *sb, bool hold);
 void al__sandbox_cleanup(al_sandbox_t *sb);
 
 /* The warm pool (pool.h) builds on the threadpool: these are safe from

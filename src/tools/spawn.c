@@ -216,17 +216,18 @@ static void on_close(uv_handle_t *h) {
      * that, so whoever reads it sees the workspace as the tool left it.
      * A busy lock (another run's clean-up) is waited for there too. */
     sp->cleanup.data = sp;
-    al__sandbox_ref(sp->sandbox);
     if (uv_queue_work(sp->loop, &sp->cleanup,
                       r < 0 ? release_work : cleanup_work,
                       cleanup_done) == 0) {
-      return;
+      return; /* cleanup_done drops the run's reference */
     }
     if (r < 0) {
       al__sandbox_release(sp->sandbox);
     } else {
       al__sandbox_cleanup(sp->sandbox);
     }
+  }
+  if (sp->sandbox != NULL) {
     al__sandbox_unref(sp->sandbox);
   }
   finish_free(sp);
@@ -565,6 +566,14 @@ static int start_child(al_spawn_t *sp, char *const *args, const char *cwd,
       close(w->err);
       sp->eof[1] = true;
     }
+    if (sp->warm_in >= 0) {
+      if (uv_pipe_open(&sp->in, sp->warm_in) == 0) {
+        sp->has_in = true;
+      } else {
+        close(sp->warm_in); /* the command reads EOF */
+      }
+      sp->warm_in = -1;
+    }
   } else {
     rc = fast_spawn(sp, (const char *const *)args, cwd, env, stdin_pipe);
   }
@@ -626,10 +635,12 @@ static void plan_done(uv_work_t *req, int status) {
   int rc;
 
   sp->planning = false;
-  al__sandbox_unref(sp->plan_sb);
   if (status == 0 && sp->plan_rc == 0) {
-    sp->sandbox = sp->plan_sb; /* counted: released when the run is freed */
+    /* Counted: released (and unreferenced) when the run is freed. */
+    sp->sandbox = sp->plan_sb;
+    al__sandbox_ref(sp->sandbox);
   }
+  al__sandbox_unref(sp->plan_sb);
   if (sp->killing || sp->status != 0) {
     /* Cancelled or timed out before it existed: it never starts. */
     plan_free(sp);
@@ -647,6 +658,31 @@ static void plan_done(uv_work_t *req, int status) {
     sp->status = rc;
     finish_unstarted(sp);
   }
+}
+
+/* The warm hand-off, with a stdin pipe passed along when one is asked
+ * for (its write end is then the run's `in`). 0: *w runs the command. */
+static int warm_start(al_spawn_t *sp, const al_spawn_options_t *opts,
+                      char **env, al_warm_t *w) {
+  int fin[2] = {-1, -1};
+  int rc;
+
+  if (opts->stdin_pipe && pipe2(fin, O_CLOEXEC) != 0) {
+    return AL_ENOENT; /* cold, which reports it */
+  }
+  rc = al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
+                        opts->argv, fin[0], w);
+  if (fin[0] >= 0) {
+    close(fin[0]); /* the helper has its own copy now (or none: failed) */
+  }
+  if (rc != 0) {
+    if (fin[1] >= 0) {
+      close(fin[1]);
+    }
+    return rc;
+  }
+  sp->warm_in = fin[1];
+  return 0;
 }
 
 static char **strv_dup(const char *const *v) {
@@ -691,10 +727,10 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     return AL_ENOMEM;
   }
   sp->pidfd = -1;
-  if (opts->sandbox != NULL && !opts->stdin_pipe &&
-      al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
-                       opts->argv, &warm) == 0) {
+  sp->warm_in = -1;
+  if (opts->sandbox != NULL && warm_start(sp, opts, env, &warm) == 0) {
     sp->sandbox = opts->sandbox; /* the warm one was counted when built */
+    al__sandbox_ref(sp->sandbox);
   } else if (opts->sandbox != NULL && opts->async_start &&
              al__sandbox_mode(opts->sandbox) == AL_SANDBOX_MODE_BWRAP) {
     warm.pid = 0;
@@ -722,6 +758,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
       return rc;
     }
     sp->sandbox = opts->sandbox;
+    al__sandbox_ref(sp->sandbox);
   }
   sp->loop = loop;
   sp->data = opts->data;

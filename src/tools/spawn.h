@@ -148,7 +148,10 @@ struct al_spawn_s {
   bool finished;
   bool refused; /* uv_spawn failed: free silently after the closes */
   bool proc_init; /* uv_spawn was called (proc must be closed) */
-  al_sandbox_t *sandbox; /* released when the run is freed */
+  /* Released, and its reference dropped, when the run is freed: a run
+   * keeps its sandbox alive until its placeholders are handled, even if
+   * the owner frees it first (the close of a session with a run ending). */
+  al_sandbox_t *sandbox;
   uv_work_t cleanup;     /* its placeholders removed off the loop */
   /* async_start: the plan on the threadpool and what it needs. */
   uv_work_t plan;
@@ -163,6 +166,7 @@ struct al_spawn_s {
   char **plan_env;
   char *plan_cwd;
   char program[256];
+  int warm_in; /* a warm start's stdin pipe, until `in` owns it */
 };
 
 /* Defaults: the AL_SPAWN_DEFAULT_* values, everything else NULL. */
