@@ -102,6 +102,7 @@ typedef struct {
   uint64_t started_ts;
   series_t s[M_COUNT][K_COUNT];
   modestat_t ms[M_COUNT];
+  int settle_ticks;
   bool failed;
   char why[256];
 } tb_t;
@@ -241,6 +242,7 @@ static size_t below_us(double *pss, double *rss, double *uss) {
 }
 
 static void on_next(uv_timer_t *t);
+static void on_settled(uv_timer_t *t);
 
 static uint64_t read_stamp(const char *path) {
   FILE *f = fopen(path, "re");
@@ -292,21 +294,15 @@ static void on_event(const al_event_t *ev, void *data) {
   }
   case AL_EVENT_FINAL:
     if (b->mode == M_WARM) {
-      double pss, rss, uss;
-      size_t warm = below_us(&pss, &rss, &uss);
       al_pool_stats_t st;
 
       if (al__pool_stats(al__agent_sandbox(b->agent), &st)) {
         ms->served += st.served;
         ms->misses += st.misses;
       }
-
-      if (warm > 0) {
-        ms->pss_kb_sum += pss / (double)warm;
-        ms->rss_kb_sum += rss / (double)warm;
-        ms->uss_kb_sum += uss / (double)warm;
-        ms->mem_samples++;
-      }
+      b->settle_ticks = 0;
+      uv_timer_start(&b->next, on_settled, 5, 0);
+      break;
     }
     uv_timer_start(&b->next, on_next, 0, 0);
     break;
@@ -318,6 +314,36 @@ static void on_event(const al_event_t *ev, void *data) {
   default:
     break;
   }
+}
+
+/* The memory of the idle warm sandboxes, once the pool is at rest: the
+ * replacement of the last call's sandbox is still being built when the
+ * run ends (bwrap mid-set-up, the helper compiling its filter), and a
+ * sample then counted a half-made sandbox as an idle one (the 1.3-2.2 MB
+ * "per idle sandbox" of earlier runs under load were such samples). */
+static void on_settled(uv_timer_t *t) {
+  tb_t *b = AL_CONTAINER_OF(t, tb_t, next);
+  modestat_t *ms = &b->ms[M_WARM];
+  al_pool_stats_t st;
+  double pss, rss, uss;
+  size_t warm;
+
+  if (!al__pool_stats(al__agent_sandbox(b->agent), &st)) {
+    uv_timer_start(&b->next, on_next, 0, 0);
+    return;
+  }
+  if (st.building > 0 && ++b->settle_ticks < 400) {
+    uv_timer_start(&b->next, on_settled, 5, 0);
+    return;
+  }
+  warm = below_us(&pss, &rss, &uss);
+  if (st.building == 0 && warm > 0 && warm == st.idle) {
+    ms->pss_kb_sum += pss / (double)warm;
+    ms->rss_kb_sum += rss / (double)warm;
+    ms->uss_kb_sum += uss / (double)warm;
+    ms->mem_samples++;
+  }
+  uv_timer_start(&b->next, on_next, 0, 0);
 }
 
 static void on_closed(al_agent_t *a) {
