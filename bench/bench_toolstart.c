@@ -79,6 +79,7 @@ typedef struct {
   size_t mem_samples;
   uint64_t served; /* warm pool: commands started warm */
   uint64_t misses;
+  uint64_t replans; /* the protected paths' mounts planned again */
 } modestat_t;
 
 typedef struct {
@@ -299,6 +300,7 @@ static void on_event(const al_event_t *ev, void *data) {
       if (al__pool_stats(al__agent_sandbox(b->agent), &st)) {
         ms->served += st.served;
         ms->misses += st.misses;
+        ms->replans += st.replans;
       }
       b->settle_ticks = 0;
       uv_timer_start(&b->next, on_settled, 5, 0);
@@ -534,8 +536,10 @@ static void report(tb_t *b, bool json) {
       printf("}");
     }
     printf("},\"warm_served\":%llu,\"warm_misses\":%llu,"
+           "\"warm_plans\":%llu,"
            "\"warm_sandbox_kb\":{\"pss\":%.0f,\"rss\":%.0f,\"uss\":%.0f}}\n",
            (unsigned long long)w->served, (unsigned long long)w->misses,
+           (unsigned long long)w->replans,
            avg(w->pss_kb_sum, w->mem_samples),
            avg(w->rss_kb_sum, w->mem_samples),
            avg(w->uss_kb_sum, w->mem_samples));
@@ -572,8 +576,9 @@ static void report(tb_t *b, bool json) {
            f[M_WARM][k].p99 - f[M_NONE][k].p99);
   }
   printf("  bwrap warm: %llu calls started in a warm sandbox, %llu found none "
-         "ready (started cold)\n",
-         (unsigned long long)w->served, (unsigned long long)w->misses);
+         "ready (started cold), %llu protected-path plans made\n",
+         (unsigned long long)w->served, (unsigned long long)w->misses,
+         (unsigned long long)w->replans);
   if (w->mem_samples) {
     printf("  one idle warm sandbox (bwrap, its init, agentloop-exec): "
            "PSS %.0f kB, RSS %.0f kB, USS %.0f kB\n",

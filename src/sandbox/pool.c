@@ -356,6 +356,68 @@ static bool own_placeholder(al_pool_t *p, const struct inotify_event *ev) {
   return own;
 }
 
+/* Which placeholder of the current plan the event names (its index in
+ * plan_need), -1 when none or not sure (busy lock, no current plan).
+ * Loop thread; never waits. */
+static int need_index(al_pool_t *p, const struct inotify_event *ev) {
+  char path[PATH_MAX];
+  int hit = -1;
+  size_t i;
+
+  if (p->plan_need == NULL || p->plan_gen != p->pgen ||
+      pthread_mutex_trylock(&p->wd_lock) != 0) {
+    return -1;
+  }
+  for (i = 0; i < p->n_wds; i++) {
+    if (p->wds[i].wd == ev->wd) {
+      int n = snprintf(path, sizeof(path), "%s/%s", p->wds[i].dir, ev->name);
+
+      if (n > 0 && (size_t)n < sizeof(path)) {
+        size_t k;
+
+        for (k = 0; p->plan_need[k] != NULL && k < 64 && hit < 0; k++) {
+          if (strcmp(p->plan_need[k], path) == 0) {
+            hit = (int)k;
+          }
+        }
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->wd_lock);
+  return hit;
+}
+
+/* True only when sure: the watched directory itself went, and it is a
+ * placeholder of the current plan (watched as the directory above a
+ * protected path while one of our commands had made it; its removal
+ * after the command leaves it missing, as planned), with no hidden path
+ * or writable root below it. Loop thread; never waits. */
+static bool placeholder_gone(al_pool_t *p, const struct inotify_event *ev) {
+  bool hit = false;
+  size_t i, k;
+
+  if ((ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) == 0 ||
+      (ev->mask & IN_Q_OVERFLOW) != 0 || p->plan_need == NULL ||
+      p->plan_gen != p->pgen || pthread_mutex_trylock(&p->wd_lock) != 0) {
+    return false;
+  }
+  for (i = 0; i < p->n_wds; i++) {
+    if (p->wds[i].wd == ev->wd) {
+      const char *dir = p->wds[i].dir;
+      const char *base = strrchr(dir, '/');
+
+      for (k = 0; p->plan_need[k] != NULL && !hit; k++) {
+        hit = strcmp(p->plan_need[k], dir) == 0;
+      }
+      hit = hit && base != NULL && !relevant_name(p, 0, base + 1);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->wd_lock);
+  return hit;
+}
+
 /* Reads the queued events (non-blocking; no file-system call): a change
  * to a path component a plan depends on bumps the generation and
  * retires the warm sandboxes made before it (their replacements are
@@ -364,6 +426,12 @@ static bool own_placeholder(al_pool_t *p, const struct inotify_event *ev) {
 static void drain(al_pool_t *p) {
   char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
   bool changed = false, pchanged = false;
+  /* Placeholders of the plan that appeared (not as ours) and are not
+   * gone again yet: the plan assumed them missing. One that is removed
+   * later in the queue is missing again, as planned: our own clean-up
+   * after each command, which otherwise made the plan again (2-3 plans
+   * per call in the tool-start bench; a start during one goes cold). */
+  uint64_t appeared = 0;
   ssize_t n;
 
   if (p->ino < 0) {
@@ -379,11 +447,21 @@ static void drain(al_pool_t *p) {
       if ((ev->mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF |
                        IN_MOVE_SELF)) != 0 ||
           ev->len == 0) {
-        changed = pchanged = true;
+        if (!placeholder_gone(p, ev)) {
+          changed = pchanged = true;
+        }
       } else {
+        int k = relevant_name(p, 1, ev->name) ? need_index(p, ev) : -1;
+
         changed = changed || relevant_name(p, 0, ev->name);
-        pchanged = pchanged || (relevant_name(p, 1, ev->name) &&
-                                !own_placeholder(p, ev));
+        if (k >= 0 && (ev->mask & (IN_DELETE | IN_MOVED_FROM)) != 0) {
+          appeared &= ~((uint64_t)1 << k);
+        } else if (k >= 0 && !own_placeholder(p, ev)) {
+          appeared |= (uint64_t)1 << k;
+        } else if (k < 0) {
+          pchanged = pchanged || (relevant_name(p, 1, ev->name) &&
+                                  !own_placeholder(p, ev));
+        }
       }
       off += sizeof(struct inotify_event) + ev->len;
     }
@@ -392,7 +470,7 @@ static void drain(al_pool_t *p) {
     p->gen++;
     retire_idle(p);
   }
-  if (pchanged) {
+  if (pchanged || appeared != 0) {
     p->pgen++;
     replan(p);
   }

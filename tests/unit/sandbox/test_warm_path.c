@@ -302,3 +302,36 @@ TEST_IMPL(loop_never_waits_on_sandbox_lock) {
   sbx_finish(&x);
   return 0;
 }
+
+/* The clean-up of our own placeholders after each command (their
+ * directories removed, watches on them gone) is no change to the plan:
+ * command after command starts warm without the protected paths being
+ * planned again and without a warm sandbox being retired. */
+TEST_IMPL(pool_own_cleanup_keeps_plan) {
+  const char *argv[] = {"/bin/sh", "-c", "echo again", NULL};
+  al_spawn_options_t o;
+  al_spawn_t *sp = NULL;
+  sbx_t x;
+  run_t r;
+  uint64_t replans, retired, served;
+  int i;
+
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  replans = stats(&x).replans;
+  retired = stats(&x).retired;
+  served = stats(&x).served;
+  for (i = 0; i < 4; i++) {
+    opts_for(&x, &o, argv, &r);
+    ASSERT_EQ(al__spawn_start(&x.loop, &o, &sp), 0);
+    run_wait(&x, &r);
+    ASSERT_STR_EQ(r.out, "again\n");
+    no_placeholders(&x); /* removed before the result was delivered */
+    sbx_wait_warm(&x);   /* drains what the removal queued */
+  }
+  ASSERT_EQ(stats(&x).served, served + 4);
+  ASSERT_EQ(stats(&x).replans, replans);
+  ASSERT_EQ(stats(&x).retired, retired);
+  sbx_finish(&x);
+  return 0;
+}
