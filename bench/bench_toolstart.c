@@ -76,7 +76,11 @@ typedef struct {
   double rss_kb_sum;
   double uss_kb_sum; /* private pages only (PSS varies with how many other
                       * processes on the machine share the libraries) */
+  double dirty_kb_sum; /* private dirty: what one more sandbox adds (clean
+                        * private pages are file pages no other process
+                        * maps yet, so USS too falls as the pool grows) */
   size_t mem_samples;
+  size_t sandboxes_sum; /* idle sandboxes at each sample */
   uint64_t served; /* warm pool: commands started warm */
   uint64_t misses;
   uint64_t replans; /* the protected paths' mounts planned again */
@@ -148,13 +152,14 @@ static double pct(const uint64_t *sorted, size_t n, double p) {
  * warm sandbox (a child of ours named bwrap, and everything below it: its
  * init and agentloop-exec); returns how many such children there are. The
  * janitor (agentloop-exec --janitor, also our child) is not counted. */
-static size_t below_us(double *pss, double *rss, double *uss) {
+static size_t below_us(double *pss, double *rss, double *uss,
+                       double *dirty) {
   int pids[1024], top[1024];
   bool sandbox[1024];
   size_t n = 0, i, k, direct = 0;
   bool grew = true;
 
-  *pss = *rss = *uss = 0;
+  *pss = *rss = *uss = *dirty = 0;
   pids[n] = (int)getpid();
   top[n] = -1;
   sandbox[n++] = false;
@@ -232,9 +237,11 @@ static size_t below_us(double *pss, double *rss, double *uss) {
         *pss += v;
       } else if (sscanf(line, "Rss: %lf", &v) == 1) {
         *rss += v;
-      } else if (sscanf(line, "Private_Clean: %lf", &v) == 1 ||
-                 sscanf(line, "Private_Dirty: %lf", &v) == 1) {
+      } else if (sscanf(line, "Private_Clean: %lf", &v) == 1) {
         *uss += v;
+      } else if (sscanf(line, "Private_Dirty: %lf", &v) == 1) {
+        *uss += v;
+        *dirty += v;
       }
     }
     fclose(f);
@@ -327,7 +334,7 @@ static void on_settled(uv_timer_t *t) {
   tb_t *b = AL_CONTAINER_OF(t, tb_t, next);
   modestat_t *ms = &b->ms[M_WARM];
   al_pool_stats_t st;
-  double pss, rss, uss;
+  double pss, rss, uss, dirty;
   size_t warm;
 
   if (!al__pool_stats(al__agent_sandbox(b->agent), &st)) {
@@ -338,11 +345,13 @@ static void on_settled(uv_timer_t *t) {
     uv_timer_start(&b->next, on_settled, 5, 0);
     return;
   }
-  warm = below_us(&pss, &rss, &uss);
+  warm = below_us(&pss, &rss, &uss, &dirty);
   if (st.building == 0 && warm > 0 && warm == st.idle) {
     ms->pss_kb_sum += pss / (double)warm;
     ms->rss_kb_sum += rss / (double)warm;
     ms->uss_kb_sum += uss / (double)warm;
+    ms->dirty_kb_sum += dirty / (double)warm;
+    ms->sandboxes_sum += warm;
     ms->mem_samples++;
   }
   uv_timer_start(&b->next, on_next, 0, 0);
@@ -537,12 +546,14 @@ static void report(tb_t *b, bool json) {
     }
     printf("},\"warm_served\":%llu,\"warm_misses\":%llu,"
            "\"warm_plans\":%llu,"
-           "\"warm_sandbox_kb\":{\"pss\":%.0f,\"rss\":%.0f,\"uss\":%.0f}}\n",
+           "\"warm_sandbox_kb\":{\"pss\":%.0f,\"rss\":%.0f,\"uss\":%.0f,"
+           "\"private_dirty\":%.0f}}\n",
            (unsigned long long)w->served, (unsigned long long)w->misses,
            (unsigned long long)w->replans,
            avg(w->pss_kb_sum, w->mem_samples),
            avg(w->rss_kb_sum, w->mem_samples),
-           avg(w->uss_kb_sum, w->mem_samples));
+           avg(w->uss_kb_sum, w->mem_samples),
+           avg(w->dirty_kb_sum, w->mem_samples));
     return;
   }
   printf("tool start: content_block_stop sent -> the command's first "
@@ -581,10 +592,14 @@ static void report(tb_t *b, bool json) {
          (unsigned long long)w->replans);
   if (w->mem_samples) {
     printf("  one idle warm sandbox (bwrap, its init, agentloop-exec): "
-           "PSS %.0f kB, RSS %.0f kB, USS %.0f kB\n",
+           "private dirty %.0f kB, USS %.0f kB, PSS %.0f kB, RSS %.0f kB\n"
+           "    (%.1f idle sandboxes per sample; USS and PSS fall as more "
+           "processes share the same pages)\n",
+           avg(w->dirty_kb_sum, w->mem_samples),
+           avg(w->uss_kb_sum, w->mem_samples),
            avg(w->pss_kb_sum, w->mem_samples),
            avg(w->rss_kb_sum, w->mem_samples),
-           avg(w->uss_kb_sum, w->mem_samples));
+           avg((double)w->sandboxes_sum, w->mem_samples));
   }
   for (k = K_COUNT - 1; k >= 0; k--) {
     printf("  target bwrap warm (%s): p50 <= %.0f us (%s), p99 <= %.0f us "
