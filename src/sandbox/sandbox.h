@@ -105,8 +105,9 @@ al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
  * NULL-terminated, every string al_malloc'd (al__sandbox_argv_free). In
  * mode NONE it is a copy of argv. network: the tool declared it needs the
  * network. Each successful call must be paired with one
- * al__sandbox_release() once that child is gone. Loop thread; a few
- * lstat() calls on the protected paths. AL_ENOMEM. */
+ * al__sandbox_release() once that child is gone. Any thread (a cold
+ * start in bwrap mode calls it on the threadpool: a few lstat() calls on
+ * the protected paths, and it waits for the lock). AL_ENOMEM. */
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out);
 void al__sandbox_release(al_sandbox_t *sb);

@@ -354,8 +354,7 @@ static void on_pidfd(uv_poll_t *h, int status, int events) {
 
 /* One buffer per thread serves every pipe of every run on its loop: each
  * read is consumed (copied or counted) before the next allocation. Not a
- * field of the run: 64 KB allocated per spawn cost ~0.1 ms of page faults
- * and brk calls between a tool block's stop and its command's start. */
+ * field of the run, which stays small (see run_alloc). */
 static _Thread_local char g_readbuf[65536];
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
