@@ -335,3 +335,35 @@ TEST_IMPL(pool_own_cleanup_keeps_plan) {
   sbx_finish(&x);
   return 0;
 }
+
+/* The timeout counts from the call, the plan included: a run whose
+ * timeout fires while its plan waits (here: on the lock) never starts. */
+TEST_IMPL(cold_timeout_during_async_plan_starts_nothing) {
+  char cmd[600], marker[400];
+  const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  al_spawn_options_t o;
+  al_spawn_t *sp = NULL;
+  sbx_t x;
+  run_t r;
+
+  sbx_init(&x, SBX_BWRAP);
+  snprintf(marker, sizeof(marker), "%s/started", x.ws);
+  snprintf(cmd, sizeof(cmd), "touch '%s'; exec sleep 1000", marker);
+  opts_for(&x, &o, argv, &r);
+  o.timeout_ms = 1;
+  al__sandbox_test_hold(x.sb, true);
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &sp), 0);
+  ASSERT(sp->planning);
+  while (!sp->killing) { /* the timeout fires; the plan still waits */
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  ASSERT(sp->planning);
+  al__sandbox_test_hold(x.sb, false);
+  run_wait(&x, &r);
+  ASSERT_EQ(r.status, AL_ETIMEDOUT);
+  ASSERT_EQ(r.pid, 0);
+  ASSERT(!exists(marker));
+  no_placeholders(&x);
+  sbx_finish(&x);
+  return 0;
+}
