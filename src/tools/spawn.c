@@ -144,11 +144,17 @@ static al_spawn_t *run_alloc(void) {
 }
 
 static void run_free(al_spawn_t *sp) {
+#if defined(__SANITIZE_ADDRESS__)
+  /* Under ASan every run is freed, so a use after on_done is caught
+   * instead of landing in the next run. */
+  al_free(sp);
+#else
   if (g_spare == NULL) {
     g_spare = sp;
   } else {
     al_free(sp);
   }
+#endif
 }
 
 static void finish_free(al_spawn_t *sp) {
