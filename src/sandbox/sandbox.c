@@ -190,13 +190,19 @@ static void janitor_start(const char *helper) {
 }
 
 /* Several lines in one send (a warm hand-off registers all its
- * placeholders at once: one syscall instead of one each). */
-static void janitor_note_all(char op, char *const *paths) {
+ * placeholders at once: one syscall instead of one each). try: for the
+ * loop thread, which never waits for the lock (a clean-up on the
+ * threadpool may hold it): -1 when busy, nothing sent. */
+static int janitor_note_all(char op, char *const *paths, bool try) {
   char buf[4096];
   size_t n = 0, i;
   ssize_t k;
 
-  pthread_mutex_lock(&g_janitor_lock);
+  if (!try) {
+    pthread_mutex_lock(&g_janitor_lock);
+  } else if (pthread_mutex_trylock(&g_janitor_lock) != 0) {
+    return -1;
+  }
   for (i = 0; g_janitor >= 0 && paths[i] != NULL; i++) {
     size_t len = strlen(paths[i]);
 
@@ -224,6 +230,7 @@ static void janitor_note_all(char op, char *const *paths) {
     }
   }
   pthread_mutex_unlock(&g_janitor_lock);
+  return 0;
 }
 
 static void janitor_note(char op, const char *path) {
@@ -1361,19 +1368,24 @@ int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need) {
   if (pthread_mutex_trylock(&sb->lock) != 0) {
     return AL_EBUSY;
   }
-  for (i = 0; rc == 0 && need[i] != NULL; i++) {
+  for (i = 0; need[i] != NULL; i++) {
     if (!strv_has(&sb->placeholders, need[i])) {
-      rc = strv_push(&sb->placeholders, need[i]);
-      if (rc == 0 && n + 1 < AL_ARRAY_SIZE(fresh)) {
-        fresh[n++] = need[i];
-      } else if (rc == 0) {
-        janitor_note('+', need[i]);
+      if (n + 1 >= AL_ARRAY_SIZE(fresh)) {
+        pthread_mutex_unlock(&sb->lock);
+        return AL_EBUSY; /* more than the list can need: start cold */
       }
+      fresh[n++] = need[i];
     }
   }
   fresh[n] = NULL;
-  if (n > 0) {
-    janitor_note_all('+', fresh);
+  /* The janitor hears of them before the helper makes them; its lock,
+   * too, is only tried (a clean-up may be telling it of removals). */
+  if (n > 0 && janitor_note_all('+', fresh, true) != 0) {
+    pthread_mutex_unlock(&sb->lock);
+    return AL_EBUSY;
+  }
+  for (i = 0; rc == 0 && i < n; i++) {
+    rc = strv_push(&sb->placeholders, fresh[i]);
   }
   if (rc == 0) {
     sb->active++;
@@ -1420,6 +1432,14 @@ bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
   }
   snprintf(real, size, "%s", buf);
   return true;
+}
+
+void al__sandbox_test_hold_janitor(bool hold) {
+  if (hold) {
+    pthread_mutex_lock(&g_janitor_lock);
+  } else {
+    pthread_mutex_unlock(&g_janitor_lock);
+  }
 }
 
 void al__sandbox_test_hold(al_sandbox_t *sb, bool hold) {
@@ -1489,7 +1509,9 @@ void al__sandbox_cleanup(al_sandbox_t *sb) {
         (void)unlink(p);
       }
     }
-    janitor_note('-', p);
+  }
+  if (sb->placeholders.v != NULL) {
+    (void)janitor_note_all('-', sb->placeholders.v, false);
   }
   strv_free(&sb->placeholders);
   pthread_mutex_unlock(&sb->lock);

@@ -125,6 +125,9 @@ int al__sandbox_release_try(al_sandbox_t *sb);
 /* Tests: takes (true) or drops the lock as a clean-up on the threadpool
  * would hold it. */
 void al__sandbox_test_hold(al_sandbox_t *sb, bool hold);
+/* Tests: the same for the janitor's lock (held while it is told of
+ * placeholders made or removed). */
+void al__sandbox_test_hold_janitor(bool hold);
 void al__sandbox_cleanup(al_sandbox_t *sb);
 
 /* The warm pool (pool.h) builds on the threadpool: these are safe from

@@ -367,3 +367,36 @@ TEST_IMPL(cold_timeout_during_async_plan_starts_nothing) {
   sbx_finish(&x);
   return 0;
 }
+
+/* The janitor's lock (held while a clean-up tells it of removals) is only
+ * tried by the loop too: with it held, a start goes cold and the loop
+ * runs on; the command runs once the lock is free. Were it waited for on
+ * the loop thread, this test would deadlock. */
+TEST_IMPL(loop_never_waits_on_janitor_lock) {
+  const char *echo[] = {"/bin/sh", "-c", "echo janitor-ok", NULL};
+  al_spawn_options_t o;
+  al_spawn_t *sp = NULL;
+  sbx_t x;
+  run_t r;
+  uint64_t served;
+  int i;
+
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  served = stats(&x).served;
+  al__sandbox_test_hold_janitor(true);
+  opts_for(&x, &o, echo, &r);
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &sp), 0);
+  ASSERT_EQ(stats(&x).served, served);
+  ASSERT(sp->planning);
+  for (i = 0; i < 20; i++) {
+    uv_run(&x.loop, UV_RUN_NOWAIT);
+  }
+  ASSERT_EQ(r.done, 0);
+  al__sandbox_test_hold_janitor(false);
+  run_wait(&x, &r);
+  ASSERT_STR_EQ(r.out, "janitor-ok\n");
+  no_placeholders(&x);
+  sbx_finish(&x);
+  return 0;
+}
