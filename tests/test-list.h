@@ -15,6 +15,7 @@
 #include "list/bash.h"
 #include "list/sandbox.h"
 #include "list/pool.h"
+#include "list/warm_path.h"
 #include "list/toolmem.h"
 #include "list/notrace.h"
 #include "list/agent.h"

@@ -356,6 +356,68 @@ static bool own_placeholder(al_pool_t *p, const struct inotify_event *ev) {
   return own;
 }
 
+/* Which placeholder of the current plan the event names (its index in
+ * plan_need), -1 when none or not sure (busy lock, no current plan).
+ * Loop thread; never waits. */
+static int need_index(al_pool_t *p, const struct inotify_event *ev) {
+  char path[PATH_MAX];
+  int hit = -1;
+  size_t i;
+
+  if (p->plan_need == NULL || p->plan_gen != p->pgen ||
+      pthread_mutex_trylock(&p->wd_lock) != 0) {
+    return -1;
+  }
+  for (i = 0; i < p->n_wds; i++) {
+    if (p->wds[i].wd == ev->wd) {
+      int n = snprintf(path, sizeof(path), "%s/%s", p->wds[i].dir, ev->name);
+
+      if (n > 0 && (size_t)n < sizeof(path)) {
+        size_t k;
+
+        for (k = 0; p->plan_need[k] != NULL && k < 64 && hit < 0; k++) {
+          if (strcmp(p->plan_need[k], path) == 0) {
+            hit = (int)k;
+          }
+        }
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->wd_lock);
+  return hit;
+}
+
+/* True only when sure: the watched directory itself went, and it is a
+ * placeholder of the current plan (watched as the directory above a
+ * protected path while one of our commands had made it; its removal
+ * after the command leaves it missing, as planned), with no hidden path
+ * or writable root below it. Loop thread; never waits. */
+static bool placeholder_gone(al_pool_t *p, const struct inotify_event *ev) {
+  bool hit = false;
+  size_t i, k;
+
+  if ((ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) == 0 ||
+      (ev->mask & IN_Q_OVERFLOW) != 0 || p->plan_need == NULL ||
+      p->plan_gen != p->pgen || pthread_mutex_trylock(&p->wd_lock) != 0) {
+    return false;
+  }
+  for (i = 0; i < p->n_wds; i++) {
+    if (p->wds[i].wd == ev->wd) {
+      const char *dir = p->wds[i].dir;
+      const char *base = strrchr(dir, '/');
+
+      for (k = 0; p->plan_need[k] != NULL && !hit; k++) {
+        hit = strcmp(p->plan_need[k], dir) == 0;
+      }
+      hit = hit && base != NULL && !relevant_name(p, 0, base + 1);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->wd_lock);
+  return hit;
+}
+
 /* Reads the queued events (non-blocking; no file-system call): a change
  * to a path component a plan depends on bumps the generation and
  * retires the warm sandboxes made before it (their replacements are
@@ -364,6 +426,12 @@ static bool own_placeholder(al_pool_t *p, const struct inotify_event *ev) {
 static void drain(al_pool_t *p) {
   char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
   bool changed = false, pchanged = false;
+  /* Placeholders of the plan that appeared (not as ours) and are not
+   * gone again yet: the plan assumed them missing. One that is removed
+   * later in the queue is missing again, as planned: our own clean-up
+   * after each command, which otherwise made the plan again (2-3 plans
+   * per call in the tool-start bench; a start during one goes cold). */
+  uint64_t appeared = 0;
   ssize_t n;
 
   if (p->ino < 0) {
@@ -379,11 +447,21 @@ static void drain(al_pool_t *p) {
       if ((ev->mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF |
                        IN_MOVE_SELF)) != 0 ||
           ev->len == 0) {
-        changed = pchanged = true;
+        if (!placeholder_gone(p, ev)) {
+          changed = pchanged = true;
+        }
       } else {
+        int k = relevant_name(p, 1, ev->name) ? need_index(p, ev) : -1;
+
         changed = changed || relevant_name(p, 0, ev->name);
-        pchanged = pchanged || (relevant_name(p, 1, ev->name) &&
-                                !own_placeholder(p, ev));
+        if (k >= 0 && (ev->mask & (IN_DELETE | IN_MOVED_FROM)) != 0) {
+          appeared &= ~((uint64_t)1 << k);
+        } else if (k >= 0 && !own_placeholder(p, ev)) {
+          appeared |= (uint64_t)1 << k;
+        } else if (k < 0) {
+          pchanged = pchanged || (relevant_name(p, 1, ev->name) &&
+                                  !own_placeholder(p, ev));
+        }
       }
       off += sizeof(struct inotify_event) + ev->len;
     }
@@ -392,7 +470,7 @@ static void drain(al_pool_t *p) {
     p->gen++;
     retire_idle(p);
   }
-  if (pchanged) {
+  if (pchanged || appeared != 0) {
     p->pgen++;
     replan(p);
   }
@@ -737,6 +815,9 @@ int al__pool_start(uv_loop_t *loop, al_sandbox_t *sb, size_t cap,
 
 static void unclaim_work(uv_work_t *req) { al__sandbox_cleanup(req->data); }
 
+/* The lock was busy on the loop: the whole release runs here instead. */
+static void release_work(uv_work_t *req) { al__sandbox_release(req->data); }
+
 static void unclaim_done(uv_work_t *req, int status) {
   (void)status;
   al__sandbox_unref(req->data);
@@ -747,20 +828,23 @@ static void unclaim_done(uv_work_t *req, int status) {
  * placeholders (when it was the last) are removed on the threadpool. */
 static void unclaim(al_pool_t *p) {
   uv_work_t *req;
+  int r = al__sandbox_release_try(p->sb);
 
-  if (!al__sandbox_release_deferred(p->sb)) {
+  if (r == 0) {
     return;
   }
   req = al_calloc(1, sizeof(*req));
   al__sandbox_ref(p->sb);
   if (req != NULL) {
     req->data = p->sb;
-    if (uv_queue_work(p->loop, req, unclaim_work, unclaim_done) == 0) {
+    if (uv_queue_work(p->loop, req, r < 0 ? release_work : unclaim_work,
+                      unclaim_done) == 0) {
       return;
     }
     al_free(req);
   }
-  /* Out of memory: left for the next release (or the janitor). */
+  /* Out of memory: left for the next release (or the janitor); a count
+   * not taken back keeps the placeholders until the sandbox is freed. */
   al__sandbox_unref(p->sb);
 }
 
@@ -808,8 +892,35 @@ static char *encode(const char *cwd, char *const *env, char *const *ops,
   return buf;
 }
 
+/* The message, with the command's stdin (when given) passed along it. */
+static ssize_t send_command(int ctl, const char *msg, size_t len, int in_fd) {
+  struct iovec iov = {(void *)msg, len};
+  struct msghdr mh;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+
+  memset(&mh, 0, sizeof(mh));
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (in_fd >= 0) {
+    struct cmsghdr *c;
+
+    memset(&u, 0, sizeof(u));
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof(u.buf);
+    c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &in_fd, sizeof(int));
+  }
+  return sendmsg(ctl, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
-                     char *const *env, const char *const *argv,
+                     char *const *env, const char *const *argv, int in_fd,
                      al_warm_t *w) {
   al_pool_t *p = al__sandbox_pool(sb);
   int k = network ? 1 : 0;
@@ -818,6 +929,7 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
   size_t len;
   ssize_t sent;
   uint64_t gen;
+  int rc;
 
   if (p == NULL || p->closing) {
     return AL_ENOENT;
@@ -860,7 +972,15 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
   }
   /* Counted as a wrapped child, released by the caller when the command
    * is gone; its placeholders are removed as for a cold start. */
-  if (al__sandbox_protect_claim(sb, p->plan_need) != 0) {
+  if ((rc = al__sandbox_protect_claim(sb, p->plan_need)) != 0) {
+    if (rc == AL_EBUSY) {
+      /* A clean-up holds the lock (threadpool): start cold, which waits
+       * for it there, never on the loop; this one waits for the next. */
+      e->next = p->idle[k];
+      p->idle[k] = e;
+      p->n_idle[k]++;
+      return AL_ENOENT;
+    }
     entry_destroy(e);
     p->retired++;
     fill(p);
@@ -884,11 +1004,10 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
     return AL_ENOENT;
   }
   msg = encode(cwd, env, p->plan_ops, argv, &len);
-  sent = msg != NULL ? send(e->ctl, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-                     : -1;
+  sent = msg != NULL ? send_command(e->ctl, msg, len, in_fd) : -1;
   if (sent < 0 || (size_t)sent != len) {
     /* Too big for the socket buffer (or it died): cold start instead. */
-    int rc = msg == NULL ? AL_ENOMEM : AL_EPIPE;
+    rc = msg == NULL ? AL_ENOMEM : AL_EPIPE;
 
     al_free(msg);
     entry_destroy(e);

@@ -75,13 +75,15 @@ typedef struct al_pool_stats_s {
 int al__pool_start(uv_loop_t *loop, al_sandbox_t *sb, size_t cap,
                    uint64_t idle_ms);
 
-/* Takes a warm sandbox for this network flag and sends it the command.
+/* Takes a warm sandbox for this network flag and sends it the command,
+ * with in_fd (the read end of the command's stdin pipe; -1: /dev/null)
+ * passed along (SCM_RIGHTS: the caller still owns and closes its copy).
  * 0: *w is running it (its wrapped-child count is released by the caller
  * with al__sandbox_release once it is gone). AL_ENOENT: none ready or the
  * plan changed (start it cold; the pool adapts); other errors: the send
  * failed (the warm one was retired; start cold). Loop thread. */
 int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
-                     char *const *env, const char *const *argv,
+                     char *const *env, const char *const *argv, int in_fd,
                      al_warm_t *w);
 
 /* Retires the warm sandboxes whose plan no longer matches the file

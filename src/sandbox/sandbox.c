@@ -191,6 +191,50 @@ static void janitor_start(const char *helper) {
   pthread_mutex_unlock(&g_janitor_lock);
 }
 
+/* Several lines in one send (a warm hand-off registers all its
+ * placeholders at once: one syscall instead of one each). try: for the
+ * loop thread, which never waits for the lock (a clean-up on the
+ * threadpool may hold it): -1 when busy, nothing sent. */
+static int janitor_note_all(char op, char *const *paths, bool try) {
+  char buf[4096];
+  size_t n = 0, i;
+  ssize_t k;
+
+  if (!try) {
+    pthread_mutex_lock(&g_janitor_lock);
+  } else if (pthread_mutex_trylock(&g_janitor_lock) != 0) {
+    return -1;
+  }
+  for (i = 0; g_janitor >= 0 && paths[i] != NULL; i++) {
+    size_t len = strlen(paths[i]);
+
+    if (len + 2 > sizeof(buf)) {
+      continue; /* longer than any path a plan holds */
+    }
+    if (n + len + 2 > sizeof(buf)) {
+      k = send(g_janitor, buf, n, MSG_NOSIGNAL);
+      if (k < 0 || (size_t)k != n) {
+        close(g_janitor);
+        g_janitor = -1;
+      }
+      n = 0;
+    }
+    buf[n++] = op;
+    memcpy(buf + n, paths[i], len);
+    n += len;
+    buf[n++] = '\n';
+  }
+  if (g_janitor >= 0 && n > 0) {
+    k = send(g_janitor, buf, n, MSG_NOSIGNAL);
+    if (k < 0 || (size_t)k != n) {
+      close(g_janitor); /* gone: nothing more to tell it */
+      g_janitor = -1;
+    }
+  }
+  pthread_mutex_unlock(&g_janitor_lock);
+  return 0;
+}
+
 static void janitor_note(char op, const char *path) {
   char line[PATH_MAX + 4];
   int n = snprintf(line, sizeof(line), "%c%s\n", op, path);
@@ -694,20 +738,18 @@ void *al__sandbox_pool(const al_sandbox_t *sb) {
   return sb != NULL ? sb->pool : NULL;
 }
 
+/* Atomic, not under the lock: the loop takes references (a build, a
+ * clean-up, a plan queued) and must never wait for a clean-up that holds
+ * the lock on the threadpool. */
 void al__sandbox_ref(al_sandbox_t *sb) {
-  pthread_mutex_lock(&sb->lock);
-  sb->refs++;
-  pthread_mutex_unlock(&sb->lock);
+  __atomic_add_fetch(&sb->refs, 1, __ATOMIC_RELAXED);
 }
 
 static void sandbox_destroy(al_sandbox_t *sb);
 
 void al__sandbox_unref(al_sandbox_t *sb) {
-  size_t left;
+  size_t left = __atomic_sub_fetch(&sb->refs, 1, __ATOMIC_ACQ_REL);
 
-  pthread_mutex_lock(&sb->lock);
-  left = --sb->refs;
-  pthread_mutex_unlock(&sb->lock);
   if (left == 0) {
     sandbox_destroy(sb);
   }
@@ -1383,17 +1425,33 @@ int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need) {
 }
 
 int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need) {
-  size_t i;
+  char *fresh[AL_ARRAY_SIZE(AL_SANDBOX_PROTECTED) + 1];
+  size_t i, n = 0;
   int rc = 0;
 
-  pthread_mutex_lock(&sb->lock);
-  for (i = 0; rc == 0 && need[i] != NULL; i++) {
+  /* The loop never waits here: a clean-up holding the lock on the
+   * threadpool (removing placeholders) makes this start cold instead. */
+  if (pthread_mutex_trylock(&sb->lock) != 0) {
+    return AL_EBUSY;
+  }
+  for (i = 0; need[i] != NULL; i++) {
     if (!strv_has(&sb->placeholders, need[i])) {
-      rc = strv_push(&sb->placeholders, need[i]);
-      if (rc == 0) {
-        janitor_note('+', need[i]);
+      if (n + 1 >= AL_ARRAY_SIZE(fresh)) {
+        pthread_mutex_unlock(&sb->lock);
+        return AL_EBUSY; /* more than the list can need: start cold */
       }
+      fresh[n++] = need[i];
     }
+  }
+  fresh[n] = NULL;
+  /* The janitor hears of them before the helper makes them; its lock,
+   * too, is only tried (a clean-up may be telling it of removals). */
+  if (n > 0 && janitor_note_all('+', fresh, true) != 0) {
+    pthread_mutex_unlock(&sb->lock);
+    return AL_EBUSY;
+  }
+  for (i = 0; rc == 0 && i < n; i++) {
+    rc = strv_push(&sb->placeholders, fresh[i]);
   }
   if (rc == 0) {
     sb->active++;
@@ -1440,6 +1498,40 @@ bool al__sandbox_helper_in_roots(const al_sandbox_t *sb, char *real,
   }
   snprintf(real, size, "%s", buf);
   return true;
+}
+
+void al__sandbox_test_hold_janitor(bool hold) {
+  if (hold) {
+    pthread_mutex_lock(&g_janitor_lock);
+  } else {
+    pthread_mutex_unlock(&g_janitor_lock);
+  }
+}
+
+void al__sandbox_test_hold(al_sandbox_t *sb, bool hold) {
+  if (hold) {
+    pthread_mutex_lock(&sb->lock);
+  } else {
+    pthread_mutex_unlock(&sb->lock);
+  }
+}
+
+int al__sandbox_release_try(al_sandbox_t *sb) {
+  int need;
+
+  if (sb == NULL) {
+    return 0;
+  }
+  if (pthread_mutex_trylock(&sb->lock) != 0) {
+    return -1;
+  }
+  if (sb->active == 0) {
+    pthread_mutex_unlock(&sb->lock);
+    return 0;
+  }
+  need = --sb->active == 0 && sb->placeholders.n > 0;
+  pthread_mutex_unlock(&sb->lock);
+  return need;
 }
 
 bool al__sandbox_release_deferred(al_sandbox_t *sb) {
@@ -1491,7 +1583,9 @@ void al__sandbox_cleanup(al_sandbox_t *sb) {
         (void)unlink(p);
       }
     }
-    janitor_note('-', p);
+  }
+  if (sb->placeholders.v != NULL) {
+    (void)janitor_note_all('-', sb->placeholders.v, false);
   }
   strv_free(&sb->placeholders);
   pthread_mutex_unlock(&sb->lock);

@@ -107,8 +107,9 @@ al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
  * NULL-terminated, every string al_malloc'd (al__sandbox_argv_free). In
  * mode NONE it is a copy of argv. network: the tool declared it needs the
  * network. Each successful call must be paired with one
- * al__sandbox_release() once that child is gone. Loop thread; a few
- * lstat() calls on the protected paths. AL_ENOMEM. */
+ * al__sandbox_release() once that child is gone. Any thread (a cold
+ * start in bwrap mode calls it on the threadpool: a few lstat() calls on
+ * the protected paths, and it waits for the lock). AL_ENOMEM. */
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out);
 void al__sandbox_release(al_sandbox_t *sb);
@@ -117,6 +118,18 @@ void al__sandbox_release(al_sandbox_t *sb);
  * whether placeholders now wait for removal; the second (any thread,
  * hold a reference) removes them unless a new child started meanwhile. */
 bool al__sandbox_release_deferred(al_sandbox_t *sb);
+/* The first half for the loop thread, which never waits on the lock (a
+ * clean-up may hold it on the threadpool while it removes placeholders):
+ * 1 released and placeholders wait for removal, 0 released, -1 the lock
+ * was busy and nothing was done (call al__sandbox_release on the
+ * threadpool instead). */
+int al__sandbox_release_try(al_sandbox_t *sb);
+/* Tests: takes (true) or drops the lock as a clean-up on the threadpool
+ * would hold it. */
+void al__sandbox_test_hold(al_sandbox_t *sb, bool hold);
+/* Tests: the same for the janitor's lock (held while it is told of
+ * placeholders made or removed). */
+void al__sandbox_test_hold_janitor(bool hold);
 void al__sandbox_cleanup(al_sandbox_t *sb);
 
 /* The warm pool (pool.h) builds on the threadpool: these are safe from
@@ -134,9 +147,10 @@ int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out);
  * (NULL-terminated, maybe empty). Valid only while none of the paths
  * al__sandbox_each_path names changes (the pool watches them). AL_ENOMEM. */
 int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need);
-/* Uses such a plan (loop thread, no file-system call): registers its
- * placeholders for removal and counts one wrapped child, as
- * a cold al__sandbox_wrap does (al__sandbox_release once it is gone). AL_ENOMEM. */
+/* Uses such a plan (loop thread, no file-system call, never waits):
+ * registers its placeholders for removal and counts one wrapped child, as
+ * a cold al__sandbox_wrap does (al__sandbox_release once it is gone).
+ * AL_ENOMEM; AL_EBUSY when the lock is held (a clean-up is running). */
 int al__sandbox_protect_claim(al_sandbox_t *sb, char *const *need);
 /* Whether `path` is a registered placeholder: 1 or 0, -1 when the lock
  * is busy (never waits: for the loop thread). */

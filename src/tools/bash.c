@@ -482,6 +482,7 @@ static int bash_start(al_tool_call_t *call) {
   so.on_done = on_spawn_done;
   so.data = run;
   so.sandbox = tool->sandbox;
+  so.async_start = true; /* bwrap cold: planned off the loop */
   so.network = tool->network;
   rc = al__spawn_start(tool->loop, &so, &run->sp);
   if (rc != 0) {

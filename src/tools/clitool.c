@@ -452,6 +452,7 @@ static int cli_start(al_tool_call_t *call) {
   so.on_done = on_done;
   so.data = r;
   so.sandbox = tool->sandbox;
+  so.async_start = true; /* bwrap cold: planned off the loop */
   so.network = tool->def->network;
   rc = al__spawn_start(tool->loop, &so, &r->sp);
   al__sandbox_argv_free(argv);

@@ -55,6 +55,16 @@ void al__tool_format_spawn(const al_spawn_result_t *res, const char *tool,
   size_t hidden = 0;
   int rc = 0;
 
+  if (res->start_error != 0) {
+    /* An asynchronous start that failed: the words of a refused one. */
+    *is_error = true;
+    if (al_buf_printf(b, "Error: could not start %s: %s",
+                      res->program != NULL ? res->program : tool,
+                      al_strerror(res->start_error)) != 0) {
+      al_buf_reset(b);
+    }
+    return;
+  }
   memset(&st, 0, sizeof(st));
   al_buf_init(&body, (size_t)-1);
   /* Binary stdout is named, not pasted; any other NUL or bad byte becomes

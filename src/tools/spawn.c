@@ -124,6 +124,39 @@ static void kill_group(al_spawn_t *sp, int sig) {
   }
 }
 
+/* The last freed run, kept for the next start. A run is over 1 KB: glibc
+ * serves such a request only after merging every free small chunk
+ * (malloc_consolidate), and after a turn of JSON work there are
+ * thousands: 0.1-0.2 ms measured between a tool block's stop and its
+ * command's hand-off. Reusing one skips that; the merge happens at some
+ * later large allocation, off the critical path. */
+static _Thread_local al_spawn_t *g_spare;
+
+static al_spawn_t *run_alloc(void) {
+  al_spawn_t *sp = g_spare;
+
+  if (sp == NULL) {
+    return al_calloc(1, sizeof(*sp));
+  }
+  g_spare = NULL;
+  memset(sp, 0, sizeof(*sp));
+  return sp;
+}
+
+static void run_free(al_spawn_t *sp) {
+#if defined(__SANITIZE_ADDRESS__)
+  /* Under ASan every run is freed, so a use after on_done is caught
+   * instead of landing in the next run. */
+  al_free(sp);
+#else
+  if (g_spare == NULL) {
+    g_spare = sp;
+  } else {
+    al_free(sp);
+  }
+#endif
+}
+
 static void finish_free(al_spawn_t *sp) {
   al_spawn_result_t res;
   int i;
@@ -141,6 +174,8 @@ static void finish_free(al_spawn_t *sp) {
     res.err_len = sp->bufs[1].len;
     res.err_total = sp->totals[1];
     res.drain_killed = sp->drain_killed;
+    res.start_error = sp->start_error;
+    res.program = sp->program;
     sp->on_done(sp, &res);
   }
   for (i = 0; i < 2; i++) {
@@ -149,13 +184,20 @@ static void finish_free(al_spawn_t *sp) {
   if (sp->pidfd >= 0) {
     close(sp->pidfd);
   }
-  al_free(sp);
+  run_free(sp);
 }
 
 static void cleanup_work(uv_work_t *req) {
   al_spawn_t *sp = req->data;
 
   al__sandbox_cleanup(sp->sandbox);
+}
+
+/* The lock was busy on the loop: the whole release, here. */
+static void release_work(uv_work_t *req) {
+  al_spawn_t *sp = req->data;
+
+  al__sandbox_release(sp->sandbox);
 }
 
 static void cleanup_done(uv_work_t *req, int status) {
@@ -168,21 +210,30 @@ static void cleanup_done(uv_work_t *req, int status) {
 
 static void on_close(uv_handle_t *h) {
   al_spawn_t *sp = h->data;
+  int r;
 
   if (--sp->pending_closes > 0 || !sp->finished) {
     return; /* more to come, or only the early stdin close */
   }
-  if (al__sandbox_release_deferred(sp->sandbox)) {
+  r = al__sandbox_release_try(sp->sandbox);
+  if (r != 0) {
     /* The last sandboxed child of this plan is gone: its placeholders
      * are removed on the threadpool, and the result is delivered after
-     * that, so whoever reads it sees the workspace as the tool left it. */
+     * that, so whoever reads it sees the workspace as the tool left it.
+     * A busy lock (another run's clean-up) is waited for there too. */
     sp->cleanup.data = sp;
-    al__sandbox_ref(sp->sandbox);
-    if (uv_queue_work(sp->loop, &sp->cleanup, cleanup_work, cleanup_done) ==
-        0) {
-      return;
+    if (uv_queue_work(sp->loop, &sp->cleanup,
+                      r < 0 ? release_work : cleanup_work,
+                      cleanup_done) == 0) {
+      return; /* cleanup_done drops the run's reference */
     }
-    al__sandbox_cleanup(sp->sandbox);
+    if (r < 0) {
+      al__sandbox_release(sp->sandbox);
+    } else {
+      al__sandbox_cleanup(sp->sandbox);
+    }
+  }
+  if (sp->sandbox != NULL) {
     al__sandbox_unref(sp->sandbox);
   }
   finish_free(sp);
@@ -191,14 +242,19 @@ static void on_close(uv_handle_t *h) {
 static void close_all(al_spawn_t *sp) {
   int i;
 
-  sp->pending_closes += 6;
+  sp->pending_closes += 5;
   if (!uv_is_closing((uv_handle_t *)&sp->in)) {
     sp->pending_closes++;
     sp->has_in = false;
     uv_close((uv_handle_t *)&sp->in, on_close);
   }
-  uv_close(sp->fast ? (uv_handle_t *)&sp->pidpoll : (uv_handle_t *)&sp->proc,
-           on_close);
+  /* No process handle when it never started (async plan cancelled). */
+  if (sp->fast || sp->proc_init) {
+    sp->pending_closes++;
+    uv_close(sp->fast ? (uv_handle_t *)&sp->pidpoll
+                      : (uv_handle_t *)&sp->proc,
+             on_close);
+  }
   for (i = 0; i < 2; i++) {
     uv_close((uv_handle_t *)&sp->pipes[i], on_close);
   }
@@ -302,13 +358,16 @@ static void on_pidfd(uv_poll_t *h, int status, int events) {
   }
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  al_spawn_t *sp = h->data;
+/* One buffer per thread serves every pipe of every run on its loop: each
+ * read is consumed (copied or counted) before the next allocation. Not a
+ * field of the run, which stays small (see run_alloc). */
+static _Thread_local char g_readbuf[65536];
 
-  /* One buffer serves both pipes: each read is consumed before the next
-   * allocation. */
-  buf->base = sp->readbuf;
-  buf->len = sizeof(sp->readbuf);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  buf->base = g_readbuf;
+  buf->len = sizeof(g_readbuf);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -464,14 +523,197 @@ fail_pipes:
   return rc;
 }
 
+/* Starts the process of a run whose handles are initialized: the warm
+ * sandbox already running (w->pid > 0), else posix_spawn, else uv_spawn.
+ * 0 or the error (nothing runs then; the handles stay to be closed). */
+static int start_child(al_spawn_t *sp, char *const *args, const char *cwd,
+                       char **env, bool stdin_pipe, al_warm_t *w) {
+  uv_process_options_t po;
+  uv_stdio_container_t stdio[3];
+  int rc;
+  int i;
+
+  memset(&po, 0, sizeof(po));
+  memset(stdio, 0, sizeof(stdio));
+  if (stdin_pipe) {
+    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
+    stdio[0].data.stream = (uv_stream_t *)&sp->in;
+  } else {
+    stdio[0].flags = UV_IGNORE; /* libuv opens /dev/null for it */
+  }
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&sp->pipes[0];
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&sp->pipes[1];
+  po.exit_cb = on_exit_cb;
+  po.file = args[0];
+  po.args = (char **)args;
+  po.env = env;
+  po.cwd = cwd;
+  po.flags = UV_PROCESS_DETACHED;
+  po.stdio_count = 3;
+  po.stdio = stdio;
+
+  if (w != NULL && w->pid > 0) {
+    /* Already running, waiting for nothing but the exec. */
+    rc = 0;
+    sp->pid = w->pid;
+    sp->pidfd = w->pidfd;
+    sp->fast = true;
+    uv_poll_init(sp->loop, &sp->pidpoll, sp->pidfd);
+    sp->pidpoll.data = sp;
+    uv_poll_start(&sp->pidpoll, UV_READABLE, on_pidfd);
+    if (uv_pipe_open(&sp->pipes[0], w->out) != 0) {
+      close(w->out);
+      sp->eof[0] = true;
+    }
+    if (uv_pipe_open(&sp->pipes[1], w->err) != 0) {
+      close(w->err);
+      sp->eof[1] = true;
+    }
+    if (sp->warm_in >= 0) {
+      if (uv_pipe_open(&sp->in, sp->warm_in) == 0) {
+        sp->has_in = true;
+      } else {
+        close(sp->warm_in); /* the command reads EOF */
+      }
+      sp->warm_in = -1;
+    }
+  } else {
+    rc = fast_spawn(sp, (const char *const *)args, cwd, env, stdin_pipe);
+  }
+  if (rc != 0) {
+    /* Not possible here, or it failed: uv_spawn reports the failure the
+     * usual way (and initializes the handle close_all closes). */
+    sp->proc_init = true;
+    rc = uv_spawn(sp->loop, &sp->proc, &po);
+    if (rc == 0) {
+      sp->pid = sp->proc.pid;
+      sp->has_in = stdin_pipe;
+    }
+  }
+  if (rc != 0) {
+    return rc;
+  }
+  for (i = 0; i < 2; i++) {
+    if (sp->eof[i]) {
+      continue;
+    }
+    if (uv_read_start((uv_stream_t *)&sp->pipes[i], on_alloc, on_read) != 0) {
+      sp->eof[i] = true; /* nothing will come; the join does not wait */
+    }
+  }
+  return 0;
+}
+
+/* A run that ends without its process ever starting (cancelled, timed
+ * out or failed while its sandbox was planned): on_done still fires, from
+ * the last close callback. */
+static void finish_unstarted(al_spawn_t *sp) {
+  sp->exited = true;
+  sp->eof[0] = sp->eof[1] = true;
+  uv_timer_stop(&sp->timers[T_TIMEOUT]);
+  maybe_finish(sp);
+}
+
+static void plan_work(uv_work_t *req) {
+  al_spawn_t *sp = req->data;
+
+  /* The lstat/realpath calls of bwrap's argv, and the wait for the lock a
+   * clean-up may hold: here, not on the loop. */
+  sp->plan_rc = al__sandbox_wrap(sp->plan_sb, sp->plan_cwd, sp->plan_network,
+                                 (const char *const *)sp->plan_argv,
+                                 &sp->plan_wrapped);
+}
+
+static void plan_free(al_spawn_t *sp) {
+  al__sandbox_argv_free(sp->plan_argv);
+  al__sandbox_argv_free(sp->plan_wrapped);
+  al__spawn_env_free(sp->plan_env);
+  al_free(sp->plan_cwd);
+  sp->plan_argv = sp->plan_wrapped = sp->plan_env = NULL;
+  sp->plan_cwd = NULL;
+}
+
+static void plan_done(uv_work_t *req, int status) {
+  al_spawn_t *sp = req->data;
+  int rc;
+
+  sp->planning = false;
+  if (status == 0 && sp->plan_rc == 0) {
+    /* Counted: released (and unreferenced) when the run is freed. */
+    sp->sandbox = sp->plan_sb;
+    al__sandbox_ref(sp->sandbox);
+  }
+  al__sandbox_unref(sp->plan_sb);
+  if (sp->killing || sp->status != 0) {
+    /* Cancelled or timed out before it existed: it never starts. */
+    plan_free(sp);
+    finish_unstarted(sp);
+    return;
+  }
+  rc = status != 0 ? status : sp->plan_rc;
+  if (rc == 0) {
+    rc = start_child(sp, sp->plan_wrapped, sp->plan_cwd, sp->plan_env,
+                     sp->plan_stdin, NULL);
+  }
+  plan_free(sp);
+  if (rc != 0) {
+    sp->start_error = rc;
+    sp->status = rc;
+    finish_unstarted(sp);
+  }
+}
+
+/* The warm hand-off, with a stdin pipe passed along when one is asked
+ * for (its write end is then the run's `in`). 0: *w runs the command. */
+static int warm_start(al_spawn_t *sp, const al_spawn_options_t *opts,
+                      char **env, al_warm_t *w) {
+  int fin[2] = {-1, -1};
+  int rc;
+
+  if (opts->stdin_pipe && pipe2(fin, O_CLOEXEC) != 0) {
+    return AL_ENOENT; /* cold, which reports it */
+  }
+  rc = al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
+                        opts->argv, fin[0], w);
+  if (fin[0] >= 0) {
+    close(fin[0]); /* the helper has its own copy now (or none: failed) */
+  }
+  if (rc != 0) {
+    if (fin[1] >= 0) {
+      close(fin[1]);
+    }
+    return rc;
+  }
+  sp->warm_in = fin[1];
+  return 0;
+}
+
+static char **strv_dup(const char *const *v) {
+  size_t n = 0, i;
+  char **d;
+
+  while (v[n] != NULL) {
+    n++;
+  }
+  d = al_calloc(n + 1, sizeof(*d));
+  for (i = 0; d != NULL && i < n; i++) {
+    if ((d[i] = al_strdup(v[i])) == NULL) {
+      al__sandbox_argv_free(d);
+      return NULL;
+    }
+  }
+  return d;
+}
+
 int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
                     al_spawn_t **out) {
   al_spawn_t *sp;
   char **env = NULL;
   char **wrapped = NULL;
   al_warm_t warm = {0, -1, -1, -1};
-  uv_process_options_t po;
-  uv_stdio_container_t stdio[3];
+  bool async = false;
   int rc;
   int i;
 
@@ -484,25 +726,44 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   if (rc != 0) {
     return rc;
   }
-  sp = al_calloc(1, sizeof(*sp));
+  sp = run_alloc();
   if (sp == NULL) {
     al__spawn_env_free(env);
     return AL_ENOMEM;
   }
-  if (opts->sandbox != NULL && !opts->stdin_pipe &&
-      al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
-                       opts->argv, &warm) == 0) {
+  sp->pidfd = -1;
+  sp->warm_in = -1;
+  if (opts->sandbox != NULL && warm_start(sp, opts, env, &warm) == 0) {
     sp->sandbox = opts->sandbox; /* the warm one was counted when built */
+    al__sandbox_ref(sp->sandbox);
+  } else if (opts->sandbox != NULL && opts->async_start &&
+             al__sandbox_mode(opts->sandbox) == AL_SANDBOX_MODE_BWRAP) {
+    warm.pid = 0;
+    async = true;
+    sp->plan_argv = strv_dup(opts->argv);
+    sp->plan_cwd = al_strdup(opts->cwd);
+    if (sp->plan_argv == NULL || sp->plan_cwd == NULL) {
+      plan_free(sp);
+      al__spawn_env_free(env);
+      run_free(sp);
+      return AL_ENOMEM;
+    }
+    sp->plan_env = env;
+    env = NULL;
+    sp->plan_sb = opts->sandbox;
+    sp->plan_network = opts->network;
+    sp->plan_stdin = opts->stdin_pipe;
   } else if (opts->sandbox != NULL) {
     warm.pid = 0;
     rc = al__sandbox_wrap(opts->sandbox, opts->cwd, opts->network,
                           opts->argv, &wrapped);
     if (rc != 0) {
       al__spawn_env_free(env);
-      al_free(sp);
+      run_free(sp);
       return rc;
     }
     sp->sandbox = opts->sandbox;
+    al__sandbox_ref(sp->sandbox);
   }
   sp->loop = loop;
   sp->data = opts->data;
@@ -515,6 +776,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   sp->kill_grace_ms = opts->kill_grace_ms ? opts->kill_grace_ms
                                           : AL_SPAWN_DEFAULT_KILL_GRACE_MS;
   sp->drain_ms = opts->drain_ms ? opts->drain_ms : AL_SPAWN_DEFAULT_DRAIN_MS;
+  snprintf(sp->program, sizeof(sp->program), "%s", opts->argv[0]);
   for (i = 0; i < 2; i++) {
     /* +1: the NUL terminator counts against an al_buf's max. */
     al_buf_init(&sp->bufs[i], sp->output_max + 1);
@@ -529,75 +791,31 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   }
   sp->proc.data = sp;
 
-  memset(&po, 0, sizeof(po));
-  memset(stdio, 0, sizeof(stdio));
-  if (opts->stdin_pipe) {
-    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
-    stdio[0].data.stream = (uv_stream_t *)&sp->in;
-  } else {
-    stdio[0].flags = UV_IGNORE; /* libuv opens /dev/null for it */
-  }
-  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[1].data.stream = (uv_stream_t *)&sp->pipes[0];
-  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[2].data.stream = (uv_stream_t *)&sp->pipes[1];
-  po.exit_cb = on_exit_cb;
-  po.file = wrapped != NULL ? wrapped[0] : opts->argv[0];
-  po.args = wrapped != NULL ? wrapped : (char **)opts->argv;
-  po.env = env;
-  po.cwd = opts->cwd;
-  po.flags = UV_PROCESS_DETACHED;
-  po.stdio_count = 3;
-  po.stdio = stdio;
-
-  sp->pidfd = -1;
-  if (warm.pid > 0) {
-    /* Already running, waiting for nothing but the exec. */
-    rc = 0;
-    sp->pid = warm.pid;
-    sp->pidfd = warm.pidfd;
-    sp->fast = true;
-    uv_poll_init(loop, &sp->pidpoll, sp->pidfd);
-    sp->pidpoll.data = sp;
-    uv_poll_start(&sp->pidpoll, UV_READABLE, on_pidfd);
-    if (uv_pipe_open(&sp->pipes[0], warm.out) != 0) {
-      close(warm.out);
-      sp->eof[0] = true;
-    }
-    if (uv_pipe_open(&sp->pipes[1], warm.err) != 0) {
-      close(warm.err);
-      sp->eof[1] = true;
-    }
-  } else {
-    rc = fast_spawn(sp, (const char *const *)po.args, opts->cwd, env,
-                    opts->stdin_pipe);
-  }
-  if (rc != 0) {
-    /* Not possible here, or it failed: uv_spawn reports the failure the
-     * usual way (and initializes the handle close_all closes). */
-    rc = uv_spawn(loop, &sp->proc, &po);
-    if (rc == 0) {
-      sp->pid = sp->proc.pid;
-      sp->has_in = opts->stdin_pipe;
-    }
-  }
-  al__spawn_env_free(env);
-  al__sandbox_argv_free(wrapped);
-  if (rc != 0) {
-    /* The handles were initialized: close them, free without a callback.
-     * (uv_close on a uv_process_t that never spawned is fine.) */
-    sp->refused = true;
-    sp->finished = true;
-    close_all(sp);
-    return rc;
-  }
-  for (i = 0; i < 2; i++) {
-    if (sp->eof[i]) {
-      continue;
-    }
-    rc = uv_read_start((uv_stream_t *)&sp->pipes[i], on_alloc, on_read);
+  if (async) {
+    sp->plan.data = sp;
+    al__sandbox_ref(sp->plan_sb);
+    rc = uv_queue_work(loop, &sp->plan, plan_work, plan_done);
     if (rc != 0) {
-      sp->eof[i] = true; /* nothing will come; the join does not wait */
+      al__sandbox_unref(sp->plan_sb);
+      plan_free(sp);
+      sp->refused = true;
+      sp->finished = true;
+      close_all(sp);
+      return rc;
+    }
+    sp->planning = true;
+  } else {
+    rc = start_child(sp, wrapped != NULL ? wrapped : (char **)opts->argv,
+                     opts->cwd, env, opts->stdin_pipe, &warm);
+    al__spawn_env_free(env);
+    al__sandbox_argv_free(wrapped);
+    if (rc != 0) {
+      /* The handles were initialized: close them, free without a
+       * callback. */
+      sp->refused = true;
+      sp->finished = true;
+      close_all(sp);
+      return rc;
     }
   }
   if (!opts->no_timeout) {

@@ -66,6 +66,11 @@ typedef struct al_spawn_result_s {
   /* The pipes were still open drain_ms after the exit; the group was
    * killed and the pipes closed. */
   bool drain_killed;
+  /* async_start only: the child never started, for this reason (the error
+   * al__spawn_start returns when it starts synchronously); status is the
+   * same error then. program is the argv[0] the caller gave. */
+  int start_error;
+  const char *program;
 } al_spawn_result_t;
 
 /* The result and its buffers are valid only inside the callback; sp is
@@ -100,6 +105,14 @@ typedef struct al_spawn_options_s {
   /* No timeout: a long-lived child (an MCP server) ends by al__spawn_kill
    * or on its own. timeout_ms is ignored. */
   bool no_timeout;
+  /* A cold start in bwrap mode plans bwrap's argv (lstat/realpath of the
+   * protected and hidden paths, the placeholder lock) on the threadpool
+   * and spawns from the loop when that is done: al__spawn_start returns
+   * before the child exists. A kill or the timeout before then means it
+   * never starts (on_done: AL_ECANCELED / AL_ETIMEDOUT, pid 0); a failure
+   * to start arrives as on_done with start_error set instead of a return
+   * code. Warm starts and other modes are unchanged. */
+  bool async_start;
 } al_spawn_options_t;
 
 struct al_spawn_s {
@@ -134,9 +147,26 @@ struct al_spawn_s {
   bool drain_killed;
   bool finished;
   bool refused; /* uv_spawn failed: free silently after the closes */
-  al_sandbox_t *sandbox; /* released when the run is freed */
+  bool proc_init; /* uv_spawn was called (proc must be closed) */
+  /* Released, and its reference dropped, when the run is freed: a run
+   * keeps its sandbox alive until its placeholders are handled, even if
+   * the owner frees it first (the close of a session with a run ending). */
+  al_sandbox_t *sandbox;
   uv_work_t cleanup;     /* its placeholders removed off the loop */
-  char readbuf[65536];
+  /* async_start: the plan on the threadpool and what it needs. */
+  uv_work_t plan;
+  bool planning;
+  bool plan_network;
+  bool plan_stdin;
+  int plan_rc;
+  int start_error;
+  al_sandbox_t *plan_sb;
+  char **plan_argv;
+  char **plan_wrapped;
+  char **plan_env;
+  char *plan_cwd;
+  char program[256];
+  int warm_in; /* a warm start's stdin pipe, until `in` owns it */
 };
 
 /* Defaults: the AL_SPAWN_DEFAULT_* values, everything else NULL. */

@@ -184,6 +184,15 @@ static const attempt_t k_attempts[] = {
     {"sh_no_new_privs_no_caps", "bash",
      SH("grep -E '^(NoNewPrivs|CapEff)' /proc/self/status"), C_HAS, NULL,
      "CapEff:\t0000000000000000\nNoNewPrivs:\t1", 0, NULL},
+    /* Every capability set empty, the bounding set included (the warm
+     * helper drops that one before its command arrives). */
+    {"sh_no_caps_any_set", "bash",
+     SH("grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status"), C_HAS,
+     NULL,
+     "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n"
+     "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n"
+     "CapAmb:\t0000000000000000",
+     0, NULL},
     {"sh_setuid_copy", "bash",
      SH("cp /bin/sh ./suid && chmod 4755 ./suid && ./suid -c 'grep CapEff "
         "/proc/self/status'"),
