@@ -1531,7 +1531,9 @@ int al__sandbox_release_try(al_sandbox_t *sb) {
   }
   need = --sb->active == 0 && sb->placeholders.n > 0;
   pthread_mutex_unlock(&sb->lock);
-  return need;
+  /* The tool's cgroup goes too (al__sandbox_cleanup, off the loop),
+   * before its result is delivered. */
+  return need || sb->cg.active;
 }
 
 bool al__sandbox_release_deferred(al_sandbox_t *sb) {
