@@ -36,8 +36,9 @@ typedef struct cli_s {
   const char *stdin_text; /* piped to the child when not NULL */
   int kill_signal;        /* sent once the server has a request */
   const char *child_cwd;  /* the child's working directory (NULL: ours) */
-  /* Called instead of the kill once the server has the request. */
-  void (*on_request)(struct cli_s *c);
+  /* Called instead of the kill once the server has the request, again
+   * on each tick until it returns true. */
+  bool (*on_request)(struct cli_s *c);
   char obuf[262144];
   size_t olen;
   char ebuf[65536];
@@ -119,7 +120,9 @@ static void on_kill_timer(uv_timer_t *t) {
   al_mockllm_stats(c->mock, &st);
   if (st.requests >= 1 && c->exits == 0) {
     if (c->on_request != NULL) {
-      c->on_request(c);
+      if (!c->on_request(c)) {
+        return; /* not yet: the next tick asks again */
+      }
     } else {
       ASSERT_EQ(uv_process_kill(&c->proc, c->kill_signal), 0);
     }
@@ -2960,10 +2963,15 @@ static void durable_env(char **env, char envs[4][200], const char *state,
 
 static char g_fill[256]; /* the file that keeps the small filesystem full */
 
-/* The request has reached the server, whose reply waits: room again. */
-static void free_the_disk(cli_t *c) {
-  (void)c;
+/* The request has reached the server, whose reply waits, and the run has
+ * said that its writes fail (not before: on a loaded machine the request
+ * can be in before the first write was tried): room again. */
+static bool free_the_disk(cli_t *c) {
+  if (memmem(c->ebuf, c->elen, "cannot be written (ENOSPC", 25) == NULL) {
+    return false;
+  }
   ASSERT_EQ(unlink(g_fill), 0);
+  return true;
 }
 
 TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
@@ -2984,9 +2992,10 @@ TEST_IMPL(cli_run_transcript_not_saved_exit_4) {
                      "responses:\n"
                      "  - reply: {content: [{text: 'Seven.'}]}\n";
   /* The reply waits until the test has freed the disk (free_the_disk runs
-   * from a 5 ms timer on this loop once the request is in, long before). */
+   * from a 5 ms timer on this loop once the request is in and the failure
+   * was said, long before). */
   const char *slow = "responses:\n"
-                     "  - first_byte_delay_ms: 400\n"
+                     "  - first_byte_delay_ms: 1000\n"
                      "    reply: {content: [{text: 'Seven.'}]}\n";
   const char *nd[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
                       "--cwd", NULL, "--output-format", "ndjson", "-p",
