@@ -1153,8 +1153,27 @@ static int push_hide(strv_t *a, const char *p) {
   return strv_push(a, p);
 }
 
+/* The highest placeholder of ours on p's path (p itself or an ancestor)
+ * into out: a sibling sandbox's mount point, which exists on disk but is
+ * not the user's. Caller holds sb->lock. */
+static bool own_placeholder_on(const al_sandbox_t *sb, const char *p,
+                               char *out, size_t len) {
+  size_t i;
+  size_t best = 0;
+
+  for (i = 0; i < sb->placeholders.n; i++) {
+    const char *ph = sb->placeholders.v[i];
+
+    if (path_under(p, ph) && (best == 0 || strlen(ph) < best)) {
+      best = strlen(ph);
+      snprintf(out, len, "%s", ph);
+    }
+  }
+  return best > 0;
+}
+
 /* A protected path: read-only if it exists, else a read-only placeholder
- * at its first missing component below the root. */
+ * at its first missing component below the root. Caller holds sb->lock. */
 static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
                         bool is_file, strv_t *need) {
   char buf[PATH_MAX];
@@ -1162,6 +1181,16 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
   char *slash;
   int rc;
 
+  if (own_placeholder_on(sb, p, buf, sizeof(buf))) {
+    /* Covered by the same placeholder (.git for .git/hooks too): made
+     * as for a missing path, and nothing is made inside it, which a
+     * sibling could not remove and would leave behind (QA: an empty .git
+     * left in the workspace after three sandboxed servers started). */
+    if (strcmp(buf, p) != 0) {
+      is_file = false;
+    }
+    goto placeholder;
+  }
   if (lstat(p, &st) == 0) {
     if (S_ISLNK(st.st_mode)) {
       /* A symlink cannot be a mount point; its target is outside our
@@ -1193,6 +1222,7 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
     }
     is_file = false; /* an ancestor is a directory */
   }
+placeholder:
   if (!under_any_root(sb, buf)) {
     return 0;
   }
@@ -1403,10 +1433,13 @@ int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need) {
   *ops = *need = NULL;
   memset(&a, 0, sizeof(a));
   memset(&n, 0, sizeof(n));
-  /* Reads only what al__sandbox_new fixed: no lock. */
+  /* On the threadpool: the lock (for the placeholders of sibling
+   * sandboxes) may be waited for here. */
+  pthread_mutex_lock(&sb->lock);
   for (i = 0; rc == 0 && i < sb->protect.n; i++) {
     rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i], &n);
   }
+  pthread_mutex_unlock(&sb->lock);
   if (rc == 0 && a.v == NULL) {
     rc = strv_push(&a, "--"); /* nothing to protect: a non-empty list */
   }

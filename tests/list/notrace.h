@@ -1,3 +1,4 @@
 /* no trace of the sandbox in the workspace (issue 15, point 8). */
 TEST_ENTRY(sandbox_sigkill_mid_tool_leaves_tree)
+TEST_ENTRY(sandbox_sibling_placeholders_leave_nothing)
 TEST_ENTRY(tools_cmd_quiet_on_empty_tools_d)

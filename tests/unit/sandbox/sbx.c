@@ -20,6 +20,7 @@
 uint64_t sbx_pool_idle_ms;
 uint64_t sbx_data_bytes;
 bool sbx_no_cgroup;
+bool sbx_no_pool;
 
 #include "tools/bash.h"
 
@@ -326,7 +327,7 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   }
 
   ASSERT_EQ(uv_loop_init(&x->loop), 0);
-  if (mode == SBX_BWRAP) {
+  if (mode == SBX_BWRAP && !sbx_no_pool) {
     /* Every bwrap-mode attempt goes through a warm sandbox (sbx_call
      * checks that it did), as agents run them. */
     ASSERT_EQ(al__pool_start(&x->loop, x->sb, 4, sbx_pool_idle_ms), 0);

@@ -73,6 +73,8 @@ extern uint64_t sbx_pool_idle_ms;
 extern uint64_t sbx_data_bytes;
 /* The next sbx_init acts as if cgroups could not be made here. */
 extern bool sbx_no_cgroup;
+/* bwrap mode without the warm pool: every start plans its sandbox cold. */
+extern bool sbx_no_pool;
 
 /* Builds everything; the sandbox mode must come out as asked (a failing
  * probe fails the test: nothing is skipped). */

@@ -19,6 +19,7 @@
 #include "common/common.h"
 #include "mockllm/mockllm.h"
 #include "test.h"
+#include "tools/spawn.h"
 #include "unit/sandbox/sbx.h"
 
 static al_buf_t g_list;
@@ -231,5 +232,97 @@ TEST_IMPL(tools_cmd_quiet_on_empty_tools_d) {
   ASSERT_NOT_NULL(strstr(out, "\"trusted\":false"));
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   ASSERT_EQ(system(cmd), 0);
+  return 0;
+}
+
+/* Two sandboxed children of one agent, the second started (cold) while
+ * the first's placeholder .git stands in a workspace without one: the
+ * second must take it for what it is (a placeholder of ours, not the
+ * user's .git) and make nothing inside it, so that when both end the
+ * workspace is as before (QA: an empty .git was left behind when three
+ * sandboxed MCP servers started together). */
+static int sib_done;
+
+static void sib_on_done(al_spawn_t *sp, const al_spawn_result_t *res) {
+  (void)sp;
+  (void)res;
+  sib_done++;
+}
+
+static bool file_there(const char *dir, const char *name) {
+  char p[1024];
+  struct stat st;
+
+  snprintf(p, sizeof(p), "%s/%s", dir, name);
+  return stat(p, &st) == 0;
+}
+
+TEST_IMPL(sandbox_sibling_placeholders_leave_nothing) {
+  static const char *const a_argv[] = {
+      "sh", "-c",
+      "touch a.started; while [ ! -e a.go ]; do sleep 0.01; done", NULL};
+  static const char *const b_argv[] = {"true", NULL};
+  sbx_t x;
+  al_spawn_options_t o;
+  al_spawn_t *a = NULL;
+  al_spawn_t *b = NULL;
+  char p[400];
+  char *before;
+  char *after;
+  struct stat st;
+  FILE *f;
+
+  sbx_no_pool = true;
+  sbx_init(&x, SBX_BWRAP);
+  sbx_no_pool = false;
+  {
+    /* The harness's workspace has a .git (and the other protected
+     * paths) of its own: this case needs one without. */
+    char cmd[1024];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s/.git %s/.agentloop %s/tools.d",
+             x.ws, x.ws, x.ws);
+    ASSERT_EQ(system(cmd), 0);
+  }
+  before = listing(x.ws);
+  sib_done = 0;
+  al__spawn_options_init(&o);
+  o.cwd = x.ws;
+  o.sandbox = x.sb;
+  o.on_done = sib_on_done;
+  o.argv = a_argv;
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &a), 0);
+  while (!file_there(x.ws, "a.started")) {
+    uv_run(&x.loop, UV_RUN_NOWAIT);
+    usleep(2000); /* the child's progress, not a timing assumption */
+  }
+  /* The case under test: a placeholder .git of the first child. */
+  snprintf(p, sizeof(p), "%s/.git", x.ws);
+  ASSERT_EQ(stat(p, &st), 0);
+  ASSERT(S_ISDIR(st.st_mode));
+  ASSERT(!file_there(p, "hooks"));
+  o.argv = b_argv;
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &b), 0);
+  while (sib_done < 1) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  /* Nothing was made inside the first one's placeholder. */
+  ASSERT(!file_there(p, "hooks"));
+  ASSERT(!file_there(p, "config"));
+  snprintf(p, sizeof(p), "%s/a.go", x.ws);
+  f = fopen(p, "w");
+  ASSERT_NOT_NULL(f);
+  fclose(f);
+  while (sib_done < 2) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(unlink(p), 0);
+  snprintf(p, sizeof(p), "%s/a.started", x.ws);
+  ASSERT_EQ(unlink(p), 0);
+  after = listing(x.ws);
+  ASSERT_STR_EQ(after, before);
+  al_free(before);
+  al_free(after);
+  sbx_finish(&x);
   return 0;
 }
