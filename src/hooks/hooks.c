@@ -44,7 +44,6 @@ typedef struct slot_s {
   const al_hook_def_t *def; /* NULL: the in-process callback */
   al_spawn_t *sp;
   char *input; /* the JSON line for stdin */
-  uv_write_t wreq;
   uint64_t t0;
   bool done;
   bool reported;
@@ -593,7 +592,16 @@ static void on_hook_done(al_spawn_t *sp, const al_spawn_result_t *res) {
   s->done = true;
   r->pending--;
   if (!r->cancelled) {
-    if (res->status == AL_ETIMEDOUT) {
+    if (res->start_error != 0) {
+      /* An asynchronous start that failed (its sandbox could not be
+       * planned, the program is missing). */
+      outcome = "crash";
+      char fmt[300];
+
+      snprintf(fmt, sizeof(fmt), "hook '%%s' could not start: %s%%.0d",
+               uv_strerror(res->start_error));
+      slot_failed(s, fmt, s->def->name, 0);
+    } else if (res->status == AL_ETIMEDOUT) {
       outcome = "timeout";
       slot_failed(s, "hook '%s' timed out after %d ms", s->def->name,
                   (int)s->def->timeout_ms);
@@ -652,16 +660,6 @@ static void on_timer(uv_timer_t *t) {
     }
   }
   deliver(r);
-}
-
-static void on_stdin_written(uv_write_t *req, int status) {
-  slot_t *s = req->data;
-
-  (void)status;
-  /* End of input: the hook reads until EOF. */
-  if (s->sp != NULL) {
-    al__spawn_close_stdin(s->sp);
-  }
 }
 
 static void run_callback(al_hooks_t *h, al_hooks_run_t *r, slot_t *s,
@@ -733,7 +731,6 @@ int al__hooks_run(al_hooks_t *h, al_hook_event_t ev, const char *tool,
     const al_hook_def_t *d = &h->defs[i];
     slot_t *s;
     al_spawn_options_t so;
-    uv_buf_t b;
     int rc;
 
     if (!def_matches(d, ev, tool, category)) {
@@ -752,7 +749,21 @@ int al__hooks_run(al_hooks_t *h, al_hook_event_t ev, const char *tool,
     if (h->o.kill_grace_ms > 0) {
       so.kill_grace_ms = h->o.kill_grace_ms;
     }
-    so.stdin_pipe = true;
+    /* The JSON line goes in once the hook exists (a cold sandboxed start
+     * plans bwrap's arguments on the threadpool first), then EOF. */
+    s->input = al_malloc(strlen(text) + 2);
+    if (s->input == NULL) {
+      s->done = true;
+      s->reason = al_strdup("out of memory");
+      s->decision = d->on_failure;
+      continue;
+    }
+    memcpy(s->input, text, strlen(text));
+    s->input[strlen(text)] = '\n';
+    s->input[strlen(text) + 1] = '\0';
+    so.stdin_text = s->input;
+    so.stdin_len = strlen(s->input);
+    so.async_start = true;
     so.on_done = on_hook_done;
     so.data = s;
     so.sandbox = d->sandbox ? h->o.sandbox : NULL;
@@ -769,23 +780,6 @@ int al__hooks_run(al_hooks_t *h, al_hook_event_t ev, const char *tool,
       continue;
     }
     r->pending++;
-    s->input = al_malloc(strlen(text) + 2);
-    if (s->input != NULL) {
-      size_t tl = strlen(text);
-
-      memcpy(s->input, text, tl);
-      s->input[tl] = '\n';
-      s->input[tl + 1] = '\0';
-      b = uv_buf_init(s->input, (unsigned)(tl + 1));
-      s->wreq.data = s;
-      if (al__spawn_stdin(s->sp) == NULL ||
-          uv_write(&s->wreq, al__spawn_stdin(s->sp), &b, 1,
-                   on_stdin_written) != 0) {
-        al__spawn_close_stdin(s->sp);
-      }
-    } else {
-      al__spawn_close_stdin(s->sp);
-    }
   }
   r->n = n;
   al_free(text);

@@ -144,6 +144,8 @@ static al_spawn_t *run_alloc(void) {
 }
 
 static void run_free(al_spawn_t *sp) {
+  al_free(sp->feed); /* never written: the child never started */
+  sp->feed = NULL;
 #if defined(__SANITIZE_ADDRESS__)
   /* Under ASan every run is freed, so a use after on_done is caught
    * instead of landing in the next run. */
@@ -606,6 +608,32 @@ static int start_child(al_spawn_t *sp, char *const *args, const char *cwd,
   return 0;
 }
 
+static void on_fed(uv_write_t *req, int status) {
+  al_spawn_t *sp = req->data;
+
+  (void)status; /* a child that left early reads nothing: its business */
+  al_free(sp->feed);
+  sp->feed = NULL;
+  al__spawn_close_stdin(sp);
+}
+
+/* stdin_text, now that the child exists (any start path). */
+static void feed_stdin(al_spawn_t *sp) {
+  uv_buf_t b;
+
+  if (sp->feed == NULL) {
+    return;
+  }
+  b = uv_buf_init(sp->feed, (unsigned)sp->feed_len);
+  sp->feed_req.data = sp;
+  if (!sp->has_in ||
+      uv_write(&sp->feed_req, (uv_stream_t *)&sp->in, &b, 1, on_fed) != 0) {
+    al_free(sp->feed);
+    sp->feed = NULL;
+    al__spawn_close_stdin(sp);
+  }
+}
+
 /* A run that ends without its process ever starting (cancelled, timed
  * out or failed while its sandbox was planned): on_done still fires, from
  * the last close callback. */
@@ -658,6 +686,9 @@ static void plan_done(uv_work_t *req, int status) {
                      sp->plan_stdin, NULL);
   }
   plan_free(sp);
+  if (rc == 0) {
+    feed_stdin(sp);
+  }
   if (rc != 0) {
     sp->start_error = rc;
     sp->status = rc;
@@ -709,6 +740,7 @@ static char **strv_dup(const char *const *v) {
 
 int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
                     al_spawn_t **out) {
+  al_spawn_options_t with_pipe;
   al_spawn_t *sp;
   char **env = NULL;
   char **wrapped = NULL;
@@ -733,6 +765,22 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
   }
   sp->pidfd = -1;
   sp->warm_in = -1;
+  if (opts->stdin_text != NULL) {
+    sp->feed = al_malloc(opts->stdin_len > 0 ? opts->stdin_len : 1);
+    if (sp->feed == NULL) {
+      al__spawn_env_free(env);
+      run_free(sp);
+      return AL_ENOMEM;
+    }
+    memcpy(sp->feed, opts->stdin_text, opts->stdin_len);
+    sp->feed_len = opts->stdin_len;
+    if (!opts->stdin_pipe) {
+      /* The pipe it needs: the rest of the start reads opts. */
+      with_pipe = *opts;
+      with_pipe.stdin_pipe = true;
+      opts = &with_pipe;
+    }
+  }
   if (opts->sandbox != NULL && warm_start(sp, opts, env, &warm) == 0) {
     sp->sandbox = opts->sandbox; /* the warm one was counted when built */
     al__sandbox_ref(sp->sandbox);
@@ -817,6 +865,7 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
       close_all(sp);
       return rc;
     }
+    feed_stdin(sp);
   }
   if (!opts->no_timeout) {
     uv_timer_start(&sp->timers[T_TIMEOUT], on_timeout, sp->timeout_ms, 0);

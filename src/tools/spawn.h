@@ -102,6 +102,12 @@ typedef struct al_spawn_options_s {
   bool network; /* the tool declared it needs the network */
   /* stdin is a pipe (al__spawn_stdin) instead of /dev/null. */
   bool stdin_pipe;
+  /* Written to the child's stdin once it exists (copied; implies
+   * stdin_pipe), then stdin is closed: what a caller that starts
+   * asynchronously cannot write itself, the child not existing yet when
+   * al__spawn_start returns. */
+  const char *stdin_text;
+  size_t stdin_len;
   /* No timeout: a long-lived child (an MCP server) ends by al__spawn_kill
    * or on its own. timeout_ms is ignored. */
   bool no_timeout;
@@ -167,6 +173,9 @@ struct al_spawn_s {
   char *plan_cwd;
   char program[256];
   int warm_in; /* a warm start's stdin pipe, until `in` owns it */
+  char *feed;   /* stdin_text's copy, until written */
+  size_t feed_len;
+  uv_write_t feed_req;
 };
 
 /* Defaults: the AL_SPAWN_DEFAULT_* values, everything else NULL. */

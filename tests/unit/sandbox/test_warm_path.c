@@ -400,3 +400,41 @@ TEST_IMPL(loop_never_waits_on_janitor_lock) {
   sbx_finish(&x);
   return 0;
 }
+
+/* stdin_text reaches the child whichever way it starts: not confined
+ * (synchronous), a cold sandbox planned on the threadpool (the child does
+ * not exist yet when al__spawn_start returns: the hooks' case), and a warm
+ * hand-off; then EOF, so a reader to the end finishes. */
+TEST_IMPL(spawn_stdin_text_every_start) {
+  const char *cat[] = {"/bin/sh", "-c", "cat; echo END", NULL};
+  static const char text[] = "{\"event\":\"pre_tool_use\"}\n";
+  al_spawn_options_t o;
+  al_spawn_t *sp = NULL;
+  sbx_t x;
+  run_t r;
+  int way;
+
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  for (way = 0; way < 3; way++) {
+    opts_for(&x, &o, cat, &r);
+    o.stdin_text = text;
+    o.stdin_len = strlen(text);
+    if (way == 0) {
+      o.sandbox = NULL;
+    } else if (way == 1) {
+      o.network = true; /* no warm sandbox for it: planned cold */
+    }
+    ASSERT_EQ(al__spawn_start(&x.loop, &o, &sp), 0);
+    if (way == 1) {
+      ASSERT(sp->planning);
+    }
+    run_wait(&x, &r);
+    ASSERT_EQ(r.status, 0);
+    if (strcmp(r.out, "{\"event\":\"pre_tool_use\"}\nEND\n") != 0) {
+      AL_TEST_FAIL("start %d: got '%s'", way, r.out);
+    }
+  }
+  sbx_finish(&x);
+  return 0;
+}
