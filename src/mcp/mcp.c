@@ -89,10 +89,6 @@ struct al_mcp_s {
   void *close_data;
 };
 
-typedef struct wreq_s {
-  uv_write_t req;
-  char *buf;
-} wreq_t;
 
 static const char *const accepted_versions[] = {
     "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", "2024-10-07",
@@ -149,20 +145,10 @@ static void set_state(al_mcp_server_t *s, al_mcp_state_t st) {
 
 /* ---- writing ------------------------------------------------------------------- */
 
-static void on_written(uv_write_t *req, int status) {
-  wreq_t *w = (wreq_t *)req;
-
-  (void)status; /* a dead child shows as its exit, not here */
-  al_free(w->buf);
-  al_free(w);
-}
-
 static void send_msg(al_mcp_server_t *s, json_t *msg) {
-  uv_stream_t *in = s->sp != NULL ? al__spawn_stdin(s->sp) : NULL;
   char *text;
+  char *line;
   size_t n;
-  wreq_t *w;
-  uv_buf_t b;
 
   if (s->http != NULL && msg != NULL) {
     json_object_set_new(msg, "jsonrpc", json_string("2.0"));
@@ -170,33 +156,27 @@ static void send_msg(al_mcp_server_t *s, json_t *msg) {
     json_decref(msg);
     return;
   }
-  if (in == NULL) {
+  if (s->sp == NULL) {
     json_decref(msg);
     return;
   }
   json_object_set_new(msg, "jsonrpc", json_string("2.0"));
   text = json_dumps(msg, JSON_COMPACT);
   json_decref(msg);
-  w = al_calloc(1, sizeof(*w));
-  if (text == NULL || w == NULL) {
-    al_free(text);
-    al_free(w);
+  if (text == NULL) {
     return;
   }
   n = strlen(text);
-  w->buf = al_realloc(text, n + 2);
-  if (w->buf == NULL) {
+  line = al_realloc(text, n + 2);
+  if (line == NULL) {
     al_free(text);
-    al_free(w);
     return;
   }
-  w->buf[n] = '\n';
-  w->buf[n + 1] = '\0';
-  b = uv_buf_init(w->buf, (unsigned)(n + 1));
-  if (uv_write(&w->req, in, &b, 1, on_written) != 0) {
-    al_free(w->buf);
-    al_free(w);
-  }
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  /* Queued by the spawn layer while a sandboxed start is still being
+   * planned on the threadpool (the initialize request, say). */
+  (void)al__spawn_write(s->sp, line, n + 1);
 }
 
 static int64_t send_request(al_mcp_server_t *s, const char *method,
@@ -816,11 +796,17 @@ static void on_spawn_done(al_spawn_t *sp, const al_spawn_result_t *res) {
 
   if (s->sp == sp) {
     s->sp = NULL;
+    if (res->pid > 0) {
+      s->pid = res->pid; /* known only now after an asynchronous start */
+    }
     if (s->closing) {
       server_close_timer(s);
     } else if (s->state == AL_MCP_STARTING || s->state == AL_MCP_READY) {
-      /* It ended on its own. */
-      if (res->term_signal != 0) {
+      /* It ended on its own, or (an asynchronous start) never began. */
+      if (res->start_error != 0) {
+        server_fail(s, "could not start '%s': %s", s->cfg.argv[0],
+                    uv_strerror(res->start_error));
+      } else if (res->term_signal != 0) {
         server_fail(s, "exited on signal %d", res->term_signal);
       } else {
         server_fail(s, "exited with status %" PRId64, res->exit_status);
@@ -989,6 +975,9 @@ static void spawn_server(al_mcp_server_t *s) {
   so.data = s;
   so.sandbox = s->cfg.sandbox ? m->o.sandbox : NULL;
   so.network = s->cfg.network;
+  /* A cold sandboxed start plans bwrap's arguments on the threadpool:
+   * the pid is known once it exists (al__mcp_server_pid). */
+  so.async_start = true;
   al_buf_reset(&s->errring);
   al_buf_free(&s->rx);
   s->next_id = 0;
@@ -1095,13 +1084,15 @@ const al_mcp_server_config_t *al__mcp_server_config(const al_mcp_server_t *s) {
 const char *al__mcp_server_error(const al_mcp_server_t *s) { return s->error; }
 uint64_t al__mcp_server_ms(const al_mcp_server_t *s) { return s->ms; }
 const char *al__mcp_server_version(const al_mcp_server_t *s) { return s->version; }
-int al__mcp_server_pid(const al_mcp_server_t *s) { return s->pid; }
+int al__mcp_server_pid(const al_mcp_server_t *s) {
+  return s->sp != NULL && s->sp->pid > 0 ? s->sp->pid : s->pid;
+}
 
 json_t *al__mcp_server_json(const al_mcp_server_t *s) {
   json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:i}", "name", s->cfg.name,
                         "state", al__mcp_state_name(s->state), "tools",
                         (json_int_t)json_array_size(s->tools), "ms",
-                        (json_int_t)s->ms, "pid", s->pid);
+                        (json_int_t)s->ms, "pid", al__mcp_server_pid(s));
 
   if (o != NULL) {
     json_object_set_new(o, "error",

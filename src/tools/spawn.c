@@ -143,9 +143,12 @@ static al_spawn_t *run_alloc(void) {
   return sp;
 }
 
+static void flush_early(al_spawn_t *sp, bool started);
+
 static void run_free(al_spawn_t *sp) {
   al_free(sp->feed); /* never written: the child never started */
   sp->feed = NULL;
+  flush_early(sp, false);
 #if defined(__SANITIZE_ADDRESS__)
   /* Under ASan every run is freed, so a use after on_done is caught
    * instead of landing in the next run. */
@@ -608,6 +611,70 @@ static int start_child(al_spawn_t *sp, char *const *args, const char *cwd,
   return 0;
 }
 
+typedef struct al_spawn_early_s {
+  struct al_spawn_early_s *next;
+  uv_write_t req;
+  char *buf;
+  size_t len;
+} early_t;
+
+static void on_early_written(uv_write_t *req, int status) {
+  early_t *e = req->data;
+
+  (void)status; /* a child that left shows as its exit */
+  al_free(e->buf);
+  al_free(e);
+}
+
+static int write_now(al_spawn_t *sp, early_t *e) {
+  uv_buf_t b = uv_buf_init(e->buf, (unsigned)e->len);
+
+  e->req.data = e;
+  if (!sp->has_in || uv_write(&e->req, (uv_stream_t *)&sp->in, &b, 1,
+                              on_early_written) != 0) {
+    al_free(e->buf);
+    al_free(e);
+    return UV_EPIPE;
+  }
+  return 0;
+}
+
+int al__spawn_write(al_spawn_t *sp, char *buf, size_t len) {
+  early_t *e = al_calloc(1, sizeof(*e));
+  early_t **tail;
+
+  if (e == NULL) {
+    al_free(buf);
+    return AL_ENOMEM;
+  }
+  e->buf = buf;
+  e->len = len;
+  if (sp->planning) {
+    for (tail = &sp->early; *tail != NULL; tail = &(*tail)->next) {
+    }
+    *tail = e;
+    return 0;
+  }
+  return write_now(sp, e);
+}
+
+/* What was written before the child existed, in order (or dropped when
+ * it never started). */
+static void flush_early(al_spawn_t *sp, bool started) {
+  while (sp->early != NULL) {
+    early_t *e = sp->early;
+
+    sp->early = e->next;
+    e->next = NULL;
+    if (started) {
+      (void)write_now(sp, e);
+    } else {
+      al_free(e->buf);
+      al_free(e);
+    }
+  }
+}
+
 static void on_fed(uv_write_t *req, int status) {
   al_spawn_t *sp = req->data;
 
@@ -689,6 +756,7 @@ static void plan_done(uv_work_t *req, int status) {
   if (rc == 0) {
     feed_stdin(sp);
   }
+  flush_early(sp, rc == 0);
   if (rc != 0) {
     sp->start_error = rc;
     sp->status = rc;

@@ -176,6 +176,7 @@ struct al_spawn_s {
   char *feed;   /* stdin_text's copy, until written */
   size_t feed_len;
   uv_write_t feed_req;
+  struct al_spawn_early_s *early; /* al__spawn_write before the child */
 };
 
 /* Defaults: the AL_SPAWN_DEFAULT_* values, everything else NULL. */
@@ -199,6 +200,11 @@ void al__spawn_kill(al_spawn_t *sp);
 /* The child's stdin (stdin_pipe), for uv_write; NULL when there is none
  * or it was closed. Writes pending at close are cancelled (UV_ECANCELED). */
 uv_stream_t *al__spawn_stdin(al_spawn_t *sp);
+/* Writes len bytes of buf (taken: freed once written, or at once on
+ * failure) to the child's stdin; before the child exists (an
+ * asynchronous start) they wait and go first once it does. 0, or
+ * UV_EPIPE when stdin is not open. */
+int al__spawn_write(al_spawn_t *sp, char *buf, size_t len);
 /* Closes the child's stdin (end of input). Idempotent. */
 void al__spawn_close_stdin(al_spawn_t *sp);
 

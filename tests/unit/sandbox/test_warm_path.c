@@ -438,3 +438,32 @@ TEST_IMPL(spawn_stdin_text_every_start) {
   sbx_finish(&x);
   return 0;
 }
+
+/* al__spawn_write before the child exists (an MCP server's initialize
+ * request right after an asynchronous start): the lines wait and reach
+ * the child first, in order; later ones go straight through. */
+TEST_IMPL(spawn_write_before_child_exists) {
+  const char *cat[] = {"/bin/sh", "-c", "head -n 3", NULL};
+  al_spawn_options_t o;
+  al_spawn_t *sp = NULL;
+  sbx_t x;
+  run_t r;
+
+  sbx_init(&x, SBX_BWRAP);
+  opts_for(&x, &o, cat, &r);
+  o.network = true; /* no warm sandbox for it: planned cold */
+  o.stdin_pipe = true;
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &sp), 0);
+  ASSERT(sp->planning);
+  ASSERT_EQ(al__spawn_write(sp, al_strdup("one\n"), 4), 0);
+  ASSERT_EQ(al__spawn_write(sp, al_strdup("two\n"), 4), 0);
+  while (sp->planning) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(al__spawn_write(sp, al_strdup("three\n"), 6), 0);
+  run_wait(&x, &r);
+  ASSERT_EQ(r.status, 0);
+  ASSERT_STR_EQ(r.out, "one\ntwo\nthree\n");
+  sbx_finish(&x);
+  return 0;
+}
