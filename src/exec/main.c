@@ -26,12 +26,16 @@
  *   --cgroup DIR ...    (first) join a fresh cgroup with limits, then
  *                       exec the command unconfined (cgroup_join.c)
  *   --probe             print "landlock=N seccomp=0|1" and exit 0
- *   --janitor           (alone) read "+PATH" / "-PATH" lines on stdin:
+ *   --janitor [DIR]     (alone) read "+PATH" / "-PATH" lines on stdin:
  *                       the placeholders agentloop has made in a
  *                       workspace and removed again. At EOF, once the
  *                       parent has exited, remove those still there (an
- *                       empty directory or empty file only): a SIGKILLed
- *                       agentloop leaves the workspace as its tools did.
+ *                       empty directory or empty file only, and only if
+ *                       no other agent's sandbox has it mounted): a
+ *                       SIGKILLed agentloop leaves the workspace as its
+ *                       tools did. DIR: the placeholder registry shared
+ *                       by all agents (src/sandbox/phreg.h); first, what
+ *                       agents killed with their janitor left is swept.
  *                       "cDIR" lines name where its tool cgroups are
  *                       made: those of the parent still there go too.
  *   --warm              (instead of "-- COMMAND") confine as above, then
@@ -75,9 +79,11 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "exec/cgroup_join.h"
+#include "sandbox/phreg.h"
 
 /* linux-libc-dev 6.1 stops at ABI 2; newer rights are defined here. */
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
@@ -789,7 +795,21 @@ typedef struct jpath_s {
   char path[];
 } jpath_t;
 
-static int run_janitor(void) {
+/* A placeholder of our dead parent may still be mounted for a moment by
+ * one of its sandboxes on its way out (the kernel tears the namespace
+ * down as its last process exits): a few short waits for that, then it
+ * belongs to another agent's sandbox, whose agent removes it. */
+static void janitor_release(const char *dir, const char *path) {
+  int i;
+
+  for (i = 0; i < 50 && !al_phreg_release(dir, path); i++) {
+    struct timespec ts = {0, 20 * 1000 * 1000};
+
+    nanosleep(&ts, NULL);
+  }
+}
+
+static int run_janitor(const char *phreg) {
   jpath_t *list = NULL, *j;
   char line[8192];
   bool pending = false;
@@ -808,6 +828,9 @@ static int run_janitor(void) {
     return 125;
   }
   ppfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+  /* Before anything of our parent's is made: its placeholders are not in
+   * the registry yet. */
+  al_phreg_sweep(phreg);
   in = fdopen(0, "r");
   if (in == NULL) {
     return 125;
@@ -853,19 +876,12 @@ static int run_janitor(void) {
     }
   }
   for (j = list; j != NULL; j = j->next) {
-    struct stat st;
-
     if (j->cgroup) {
       al_exec_cgroup_sweep_owner(j->path, owner);
       continue;
     }
-    if (j->count <= 0 || lstat(j->path, &st) != 0) {
-      continue;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      (void)rmdir(j->path); /* only if empty: anything else stays */
-    } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
-      (void)unlink(j->path);
+    if (j->count > 0) {
+      janitor_release(phreg, j->path);
     }
   }
   return 0;
@@ -907,7 +923,7 @@ int main(int argc, char **argv) {
       break;
     }
     if (strcmp(a, "--janitor") == 0) {
-      return run_janitor();
+      return run_janitor(v);
     }
     if (strcmp(a, "--probe") == 0) {
       o.probe = true;

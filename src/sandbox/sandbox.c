@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "sandbox/cgroup.h"
+#include "sandbox/phreg.h"
 #include "sandbox/sandbox.h"
 
 #ifndef AL_EXEC_INSTALL_PATH
@@ -51,6 +52,9 @@ struct al_sandbox_s {
   strv_t protect;    /* absolute paths (may not exist) */
   bool *protect_file;
   strv_t placeholders; /* created by bwrap, removed on the last release */
+  /* The placeholder registry shared with other agents (phreg.h):
+   * $XDG_STATE_HOME/agentloop/placeholders; NULL when unknown. */
+  char *phreg;
   size_t active;
   uint64_t nproc, nofile, as_bytes, data_bytes, fsize_bytes, cpu_secs;
   /* Degraded mode: a private temporary directory (TMPDIR of every tool,
@@ -160,10 +164,10 @@ static bool path_under(const char *path, const char *root) {
 static int g_janitor = -1;
 static pthread_mutex_t g_janitor_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void janitor_start(const char *helper) {
+static void janitor_start(const char *helper, const char *phreg) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
-  char *const argv[] = {(char *)helper, "--janitor", NULL};
+  char *const argv[] = {(char *)helper, "--janitor", (char *)phreg, NULL};
   char *const envp[] = {NULL};
   int sv[2];
   pid_t pid;
@@ -783,6 +787,7 @@ static void sandbox_destroy(al_sandbox_t *sb) {
   strv_free(&sb->hidden);
   strv_free(&sb->protect);
   strv_free(&sb->placeholders);
+  al_free(sb->phreg);
   al_free(sb->protect_file);
   pthread_mutex_destroy(&sb->lock);
   al_free(sb);
@@ -891,8 +896,10 @@ static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
     rc = add_hidden(sb, p);
   }
   if (rc == 0 && (p = xdg("XDG_STATE_HOME", ".local/state")) != NULL) {
+    snprintf(buf, sizeof(buf), "%s/agentloop/placeholders", p);
+    sb->phreg = al_strdup(buf);
     snprintf(buf, sizeof(buf), "%s/agentloop", p);
-    rc = add_hidden(sb, buf);
+    rc = sb->phreg == NULL ? AL_ENOMEM : add_hidden(sb, buf);
   }
   if (rc == 0 && (p = xdg("XDG_CONFIG_HOME", ".config")) != NULL) {
     snprintf(buf, sizeof(buf), "%s/agentloop", p);
@@ -1067,7 +1074,7 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
   }
   rc = build_plan(sb, cfg);
   if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_BWRAP) {
-    janitor_start(sb->helper); /* once per process */
+    janitor_start(sb->helper, sb->phreg); /* once per process */
     if (sb->cg.active) {
       /* What our tools' cgroups leave at our exit (unused warm
        * sandboxes, a SIGKILL) goes with the janitor. */
@@ -1172,6 +1179,69 @@ static bool own_placeholder_on(const al_sandbox_t *sb, const char *p,
   return best > 0;
 }
 
+static bool dir_is_empty(const char *path) {
+  struct dirent *e;
+  bool empty = true;
+  DIR *d = opendir(path);
+
+  if (d == NULL) {
+    return false;
+  }
+  while (empty && (e = readdir(d)) != NULL) {
+    empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+  }
+  closedir(d);
+  return empty;
+}
+
+/* The highest existing placeholder of another agent (or of another
+ * sandbox of ours) on p's path, from the shared registry (phreg.h): an
+ * empty directory that is not the user's. Caller holds sb->lock. */
+static bool agent_placeholder_on(const al_sandbox_t *sb, const char *p,
+                                 char *out, size_t len) {
+  char buf[PATH_MAX];
+  const char *root = NULL;
+  struct stat st;
+  size_t i;
+  char *s;
+
+  for (i = 0; i < sb->roots.n; i++) {
+    if (path_under(p, sb->roots.v[i]) &&
+        (root == NULL || strlen(sb->roots.v[i]) > strlen(root))) {
+      root = sb->roots.v[i];
+    }
+  }
+  if (sb->phreg == NULL || root == NULL || strcmp(root, p) == 0 ||
+      snprintf(buf, sizeof(buf), "%s", p) >= (int)sizeof(buf)) {
+    return false;
+  }
+  /* From the component below the root down to p itself. */
+  s = buf + (strcmp(root, "/") == 0 ? 0 : strlen(root));
+  for (;;) {
+    char *next = strchr(s + 1, '/');
+
+    if (next != NULL) {
+      *next = '\0';
+    }
+    if (lstat(buf, &st) != 0) {
+      return false; /* missing: a placeholder of our own goes here */
+    }
+    /* A placeholder is empty on disk (its content is a mount inside
+     * the sandbox); one with something in it is the user's now. */
+    if (((S_ISDIR(st.st_mode) && st.st_nlink <= 2 && dir_is_empty(buf)) ||
+         (S_ISREG(st.st_mode) && st.st_size == 0)) &&
+        al_phreg_known(sb->phreg, buf)) {
+      snprintf(out, len, "%s", buf);
+      return true;
+    }
+    if (next == NULL) {
+      return false;
+    }
+    *next = '/';
+    s = next;
+  }
+}
+
 /* A protected path: read-only if it exists, else a read-only placeholder
  * at its first missing component below the root. Caller holds sb->lock. */
 static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
@@ -1181,7 +1251,8 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
   char *slash;
   int rc;
 
-  if (own_placeholder_on(sb, p, buf, sizeof(buf))) {
+  if (own_placeholder_on(sb, p, buf, sizeof(buf)) ||
+      agent_placeholder_on(sb, p, buf, sizeof(buf))) {
     /* Covered by the same placeholder (.git for .git/hooks too): made
      * as for a missing path, and nothing is made inside it, which a
      * sibling could not remove and would leave behind (QA: an empty .git
@@ -1231,16 +1302,19 @@ placeholder:
   }
   if (need != NULL) {
     /* A plan made ahead (any thread): the caller registers these when
-     * the plan is used (al__sandbox_protect_claim). */
+     * the plan is used (al__sandbox_protect_claim). The shared registry
+     * hears of them now, before the helper makes them. */
     if ((rc = strv_push(need, buf)) != 0) {
       return rc;
     }
+    (void)al_phreg_note(sb->phreg, buf);
   } else if (!strv_has(&sb->placeholders, buf)) {
     if ((rc = strv_push(&sb->placeholders, buf)) != 0) {
       return rc;
     }
     /* Before bwrap (or the warm helper) makes it. */
     janitor_note('+', buf);
+    (void)al_phreg_note(sb->phreg, buf);
   }
   if (is_file) {
     if ((rc = strv_push(a, "--ro-bind")) != 0 ||
@@ -1609,15 +1683,10 @@ void al__sandbox_cleanup(al_sandbox_t *sb) {
    * from a placeholder about to vanish. */
   for (i = 0; i < sb->placeholders.n; i++) {
     const char *p = sb->placeholders.v[i];
-    struct stat st;
 
-    if (lstat(p, &st) == 0) {
-      if (S_ISDIR(st.st_mode)) {
-        (void)rmdir(p);
-      } else if (S_ISREG(st.st_mode) && st.st_size == 0) {
-        (void)unlink(p);
-      }
-    }
+    /* Not while another agent's sandbox has it mounted: removing it
+     * would unmount it there; that agent removes it when it ends. */
+    (void)al_phreg_release(sb->phreg, p);
   }
   if (sb->placeholders.v != NULL) {
     (void)janitor_note_all('-', sb->placeholders.v, false);
