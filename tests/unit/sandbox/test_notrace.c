@@ -3,6 +3,7 @@
  * was (the read-only placeholders bwrap needs as mount points for
  * protected paths that do not exist, tools.d and .agentloop here, are
  * removed by the janitor once the runner is gone), and nothing runs on. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -321,6 +323,331 @@ TEST_IMPL(sandbox_sibling_placeholders_leave_nothing) {
   ASSERT_EQ(unlink(p), 0);
   after = listing(x.ws);
   ASSERT_STR_EQ(after, before);
+  al_free(before);
+  al_free(after);
+  sbx_finish(&x);
+  return 0;
+}
+
+/* ---- two agents on one workspace ---------------------------------------- */
+
+static void put_marker(const char *dir, const char *name) {
+  put_file(dir, name, "");
+}
+
+static void drop_marker(const char *dir, const char *name) {
+  char p[1024];
+
+  snprintf(p, sizeof(p), "%s/%s", dir, name);
+  ASSERT_EQ(unlink(p), 0);
+}
+
+/* Runs x's loop (serving the mock) until `name` exists in dir. */
+static void serve_until_file(sbx_t *x, const char *dir, const char *name) {
+  while (!file_there(dir, name)) {
+    uv_run(&x->loop, UV_RUN_NOWAIT);
+    usleep(2000); /* the children's progress, not a timing assumption */
+  }
+}
+
+/* Runs x's loop (serving the mock) until child exits; its status. */
+static int serve_until_exit(sbx_t *x, pid_t child) {
+  int st = 0;
+
+  while (waitpid(child, &st, WNOHANG) == 0) {
+    uv_run(&x->loop, UV_RUN_NOWAIT);
+    usleep(2000);
+  }
+  return st;
+}
+
+/* `agentloop run` in x's workspace whose one bash call is `command`, with
+ * its own home but the fixture's state directory (where the placeholder
+ * registry every agent of the user shares lives). */
+static pid_t start_run(sbx_t *x, const char *url, const char *home,
+                       char **envbuf) {
+  char bin[4096];
+  char *argv[12];
+  char *envp[8];
+  pid_t child;
+  posix_spawn_file_actions_t fa;
+
+  snprintf(bin, sizeof(bin), "%s/agentloop", AL_BINARY_DIR);
+  envbuf[0] = al_strdup("PATH=/usr/bin:/bin");
+  envbuf[1] = al_strdup("ANTHROPIC_API_KEY=k");
+  envbuf[2] = al_malloc(600);
+  snprintf(envbuf[2], 600, "HOME=%s", home);
+  envbuf[3] = al_malloc(600);
+  snprintf(envbuf[3], 600, "XDG_RUNTIME_DIR=%s", home);
+  envbuf[4] = al_malloc(600);
+  snprintf(envbuf[4], 600, "XDG_STATE_HOME=%s/.local/state", x->home);
+  memcpy(envp, envbuf, 5 * sizeof(*envp));
+  envp[5] = NULL;
+  argv[0] = bin;
+  argv[1] = "run";
+  argv[2] = "--cwd";
+  argv[3] = x->ws;
+  argv[4] = "--base-url";
+  argv[5] = (char *)url;
+  argv[6] = "--sandbox";
+  argv[7] = "required";
+  argv[8] = "-p";
+  argv[9] = "go";
+  argv[10] = NULL;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  ASSERT_EQ(posix_spawn(&child, bin, &fa, NULL, argv, envp), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return child;
+}
+
+static void free_env(char **envbuf) {
+  size_t i;
+
+  for (i = 0; i < 5; i++) {
+    al_free(envbuf[i]);
+  }
+}
+
+static al_mockllm_t *start_mock(sbx_t *x, const char *command, char *url,
+                                size_t url_len) {
+  char yaml[2048];
+  char err[256] = "";
+  al_mockllm_options_t mo;
+  al_mockllm_t *mock = NULL;
+
+  snprintf(yaml, sizeof(yaml),
+           "responses:\n"
+           "  - reply:\n"
+           "      content:\n"
+           "        - tool_use: {id: t1, name: bash, input: {command: \"%s\"}}\n"
+           "  - reply: {content: [{text: done}]}\n",
+           command);
+  al_mockllm_options_init(&mo);
+  mo.scenario_yaml = yaml;
+  mo.err = err;
+  mo.err_len = sizeof(err);
+  ASSERT_EQ(al_mockllm_new(&x->loop, &mo, &mock), 0);
+  snprintf(url, url_len, "http://127.0.0.1:%d", al_mockllm_port(mock));
+  return mock;
+}
+
+static void no_protected_paths(sbx_t *x) {
+  char cmd[1024];
+
+  /* The fixture's workspace has a .git (and the other protected paths)
+   * of its own: these cases need one without. */
+  snprintf(cmd, sizeof(cmd), "rm -rf %s/.git %s/.agentloop %s/tools.d",
+           x->ws, x->ws, x->ws);
+  ASSERT_EQ(system(cmd), 0);
+}
+
+/* Agent A (this process) and agent B (`agentloop run`, another process)
+ * in one workspace without .git: A's sandboxed command makes the
+ * placeholder .git; B's starts while it stands; A's ends first. A must not
+ * remove the placeholder B's sandbox has mounted (that would unmount it
+ * there, and B's tool could then create .git/hooks), and B, taking it for
+ * an agent's placeholder, removes it when it ends: the workspace is as
+ * before. */
+TEST_IMPL(sandbox_two_agents_share_placeholders) {
+  static const char *const a_argv[] = {
+      "sh", "-c",
+      "touch a.started; while [ ! -e a.go ]; do sleep 0.01; done", NULL};
+  sbx_t x;
+  al_spawn_options_t o;
+  al_spawn_t *a = NULL;
+  al_mockllm_t *mock;
+  char url[64], homeb[400];
+  char *envbuf[5];
+  char *before, *after;
+  pid_t b;
+  int st;
+
+  sbx_no_pool = true;
+  sbx_init(&x, SBX_BWRAP);
+  sbx_no_pool = false;
+  no_protected_paths(&x);
+  snprintf(homeb, sizeof(homeb), "%s/homeb", x.base);
+  ASSERT_EQ(mkdir(homeb, 0700), 0);
+  before = listing(x.ws);
+
+  sib_done = 0;
+  al__spawn_options_init(&o);
+  o.cwd = x.ws;
+  o.sandbox = x.sb;
+  o.on_done = sib_on_done;
+  o.argv = a_argv;
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &a), 0);
+  serve_until_file(&x, x.ws, "a.started");
+  ASSERT(file_there(x.ws, ".git")); /* A's placeholder */
+
+  mock = start_mock(&x,
+                    "touch b.started; while [ ! -e b.go ]; do sleep 0.01; "
+                    "done; mkdir -p .git/hooks && touch .git/hooks/pre-commit "
+                    "&& touch breach; mkdir tools.d/x && touch breach; true",
+                    url, sizeof(url));
+  b = start_run(&x, url, homeb, envbuf);
+  serve_until_file(&x, x.ws, "b.started");
+
+  put_marker(x.ws, "a.go");
+  while (sib_done < 1) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  /* A has ended and cleaned up: B still runs, so its mount stays. */
+  ASSERT(file_there(x.ws, ".git"));
+  put_marker(x.ws, "b.go");
+  st = serve_until_exit(&x, b);
+  ASSERT(WIFEXITED(st));
+  ASSERT_EQ(WEXITSTATUS(st), 0);
+  if (file_there(x.ws, "breach")) {
+    AL_TEST_FAIL("B's tool wrote a protected path once A had ended:\n%s",
+                 listing(x.ws));
+  }
+  drop_marker(x.ws, "a.go");
+  drop_marker(x.ws, "a.started");
+  drop_marker(x.ws, "b.go");
+  drop_marker(x.ws, "b.started");
+  after = listing(x.ws);
+  if (strcmp(before, after) != 0) {
+    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
+                 after);
+  }
+  al_free(before);
+  al_free(after);
+  free_env(envbuf);
+  al_mockllm_close(mock, NULL);
+  sbx_finish(&x);
+  return 0;
+}
+
+/* The pid of a process whose parent is `ppid` and whose command line
+ * contains `needle`, or 0. */
+static pid_t child_with(pid_t ppid, const char *needle) {
+  char p[300], buf[4096];
+  struct dirent *e;
+  pid_t found = 0;
+  DIR *d = opendir("/proc");
+
+  ASSERT_NOT_NULL(d);
+  while (found == 0 && (e = readdir(d)) != NULL) {
+    FILE *f;
+    size_t n, i;
+    long pp = -1;
+
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') {
+      continue;
+    }
+    snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
+    f = fopen(p, "r");
+    if (f == NULL) {
+      continue;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (strrchr(buf, ')') == NULL ||
+        sscanf(strrchr(buf, ')') + 2, "%*c %ld", &pp) != 1 || pp != ppid) {
+      continue;
+    }
+    snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
+    f = fopen(p, "r");
+    if (f == NULL) {
+      continue;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    for (i = 0; i < n; i++) {
+      buf[i] = buf[i] == '\0' ? ' ' : buf[i];
+    }
+    buf[n] = '\0';
+    if (strstr(buf, needle) != NULL) {
+      found = (pid_t)atoi(e->d_name);
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+/* The one case the janitor cannot cover: it is SIGKILLed together with
+ * its agent (the OOM killer taking both) while a tool runs, so the
+ * placeholders stay. The next agent of the user sweeps them (its janitor
+ * does, before anything else): the workspace is as before. */
+TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
+  sbx_t x;
+  al_mockllm_t *mock;
+  char url[64], homeb[400];
+  char *envbuf[5];
+  char *before, *after;
+  int fds[SBX_MAX_TREE];
+  size_t n;
+  pid_t b, jan;
+
+  sbx_no_pool = true;
+  sbx_init(&x, SBX_BWRAP);
+  sbx_no_pool = false;
+  no_protected_paths(&x);
+  snprintf(homeb, sizeof(homeb), "%s/homeb", x.base);
+  ASSERT_EQ(mkdir(homeb, 0700), 0);
+  before = listing(x.ws);
+
+  mock = start_mock(&x,
+                    "touch b.started; while [ ! -e b.go ]; do sleep 0.01; "
+                    "done",
+                    url, sizeof(url));
+  b = start_run(&x, url, homeb, envbuf);
+  serve_until_file(&x, x.ws, "b.started");
+  ASSERT(file_there(x.ws, ".git") && file_there(x.ws, "tools.d"));
+  jan = child_with(b, "--janitor");
+  ASSERT(jan > 0);
+  n = sbx_tree_pidfds(b, fds, SBX_MAX_TREE);
+  /* The janitor first, so it never sees its agent go. */
+  ASSERT_EQ(kill(jan, SIGKILL), 0);
+  ASSERT_EQ(kill(b, SIGKILL), 0);
+  ASSERT_EQ(waitpid(b, NULL, 0), b);
+  ASSERT(sbx_all_exit(fds, n));
+  /* Left behind: what this test is about. */
+  ASSERT(file_there(x.ws, ".git") && file_there(x.ws, "tools.d"));
+  al_mockllm_close(mock, NULL);
+  free_env(envbuf);
+  drop_marker(x.ws, "b.started");
+
+  /* The next agent: a run whose reply has no tool call. */
+  {
+    char yaml[] = "responses:\n  - reply: {content: [{text: hi}]}\n";
+    char err[256] = "";
+    al_mockllm_options_t mo;
+    int st;
+
+    al_mockllm_options_init(&mo);
+    mo.scenario_yaml = yaml;
+    mo.err = err;
+    mo.err_len = sizeof(err);
+    ASSERT_EQ(al_mockllm_new(&x.loop, &mo, &mock), 0);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", al_mockllm_port(mock));
+    b = start_run(&x, url, homeb, envbuf);
+    /* Its janitor starts with its sandbox, before the request. */
+    while ((jan = child_with(b, "--janitor")) == 0) {
+      ASSERT_EQ(waitpid(b, &st, WNOHANG), 0);
+      uv_run(&x.loop, UV_RUN_NOWAIT);
+      usleep(2000);
+    }
+    fds[0] = (int)syscall(SYS_pidfd_open, jan, 0);
+    ASSERT(fds[0] >= 0);
+    st = serve_until_exit(&x, b);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+    /* Its janitor (which swept first thing) has ended too. */
+    ASSERT(sbx_all_exit(fds, 1));
+    al_mockllm_close(mock, NULL);
+    free_env(envbuf);
+  }
+  after = listing(x.ws);
+  if (strcmp(before, after) != 0) {
+    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
+                 after);
+  }
   al_free(before);
   al_free(after);
   sbx_finish(&x);
