@@ -802,7 +802,7 @@ typedef struct jpath_s {
 static void janitor_release(const char *dir, const char *path) {
   int i;
 
-  for (i = 0; i < 50 && !al_phreg_release(dir, path); i++) {
+  for (i = 0; i < 50 && !al_phreg_release(dir, path, NULL); i++) {
     struct timespec ts = {0, 20 * 1000 * 1000};
 
     nanosleep(&ts, NULL);
@@ -861,8 +861,10 @@ static int run_janitor(const char *phreg) {
     j->count += op == '+' || op == 'c' ? 1 : -1;
     j->cgroup = j->cgroup || op == 'c';
   }
+  /* Any placeholder ever: at least our parent's lines in the registry
+   * go once it is gone. */
   for (j = list; j != NULL; j = j->next) {
-    pending = pending || j->count > 0;
+    pending = pending || !j->cgroup;
   }
   if (!pending && !cgroups) {
     return 0;
@@ -884,6 +886,8 @@ static int run_janitor(const char *phreg) {
       janitor_release(phreg, j->path);
     }
   }
+  /* Our parent's lines (and any other dead agent's) off the registry. */
+  al_phreg_sweep(phreg);
   return 0;
 }
 

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -163,9 +165,24 @@ static int mkdirs(const char *dir) {
   return 0;
 }
 
+/* An entry's text: the path on its first line, then one line per noter
+ * ("PID ID"). Whole lines only; "" when unreadable. */
+static void entry_text(int fd, char *out, size_t len) {
+  ssize_t k;
+  size_t n = 0;
+
+  while (n + 1 < len && (k = pread(fd, out + n, len - 1 - n, (off_t)n)) > 0) {
+    n += (size_t)k;
+  }
+  while (n > 0 && out[n - 1] != '\n') {
+    n--; /* a torn last line */
+  }
+  out[n] = '\0';
+}
+
 /* The path an entry file holds, or "" when unreadable or torn. */
 static void entry_read(const char *file, char *out, size_t len) {
-  ssize_t k;
+  char *nl;
   int fd;
 
   out[0] = '\0';
@@ -173,44 +190,140 @@ static void entry_read(const char *file, char *out, size_t len) {
   if (fd < 0) {
     return;
   }
-  k = read(fd, out, len - 1);
+  entry_text(fd, out, len);
   close(fd);
-  if (k <= 1 || out[k - 1] != '\n') {
+  nl = strchr(out, '\n');
+  if (nl == NULL) {
     out[0] = '\0';
     return;
   }
-  out[k - 1] = '\0';
+  *nl = '\0';
 }
 
-int al_phreg_note(const char *dir, const char *path) {
+/* Is another live noter than `me` on the entry's lines after the first?
+ * me NULL: anyone counts. */
+static bool other_noter(const char *text, const char *me) {
+  const char *line = strchr(text, '\n');
+
+  while (line != NULL && line[1] != '\0') {
+    const char *end = strchr(line + 1, '\n');
+    size_t n = end != NULL ? (size_t)(end - line - 1) : strlen(line + 1);
+    long pid = strtol(line + 1, NULL, 10);
+
+    if (me == NULL || strlen(me) != n || strncmp(line + 1, me, n) != 0) {
+      if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+        return true;
+      }
+    }
+    line = end;
+  }
+  return false;
+}
+
+/* Rewrites the entry without its dead noters' lines; the entry goes when
+ * no live noter is left. Unchanged when every noter lives. Under the
+ * entry's lock. */
+static void entry_prune(const char *file, int fd, const char *text) {
+  char out[8192];
+  const char *line = strchr(text, '\n');
+  size_t n;
+  bool any = false;
+  bool dead = false;
+
+  n = (size_t)(line - text) + 1;
+  memcpy(out, text, n);
+  while (line != NULL && line[1] != '\0') {
+    const char *end = strchr(line + 1, '\n');
+    size_t k = end != NULL ? (size_t)(end - line - 1) : strlen(line + 1);
+    long pid = strtol(line + 1, NULL, 10);
+
+    if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM) &&
+        n + k + 1 < sizeof(out)) {
+      memcpy(out + n, line + 1, k + 1);
+      n += k + 1;
+      any = true;
+    } else {
+      dead = true;
+    }
+    line = end;
+  }
+  if (!dead && any) {
+    return;
+  }
+  /* Shortened in place, never truncated to 0 first: ext4 flushes a file
+   * at close after that (auto_da_alloc), a millisecond here. */
+  if (!any) {
+    (void)unlink(file);
+  } else if (pwrite(fd, out, n, 0) == (ssize_t)n) {
+    (void)!ftruncate(fd, (off_t)n);
+  }
+}
+
+/* Opens and locks (exclusively, briefly: readers and writers of one
+ * entry are agents' threadpools and janitors) the entry of `path`; the
+ * same file as the name still names, or retried. -1 when it cannot. */
+static int entry_lock(const char *file, bool create) {
+  int tries;
+
+  for (tries = 0; tries < 8; tries++) {
+    struct stat a, b;
+    int fd = open(file, (create ? O_RDWR | O_CREAT : O_RDWR) | O_CLOEXEC |
+                            O_NOFOLLOW,
+                  0600);
+
+    if (fd < 0) {
+      return -1;
+    }
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+    /* Unlinked by its last noter meanwhile: take the new one. */
+    if (fstat(fd, &a) == 0 && stat(file, &b) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev) {
+      return fd;
+    }
+    close(fd);
+  }
+  return -1;
+}
+
+int al_phreg_note(const char *dir, const char *path, const char *me) {
   char file[PATH_MAX];
+  char text[8192];
+  char line[64];
   size_t n = strlen(path);
   int rc, fd;
 
-  if (dir == NULL || dir[0] == '\0') {
+  if (dir == NULL || dir[0] == '\0' || me == NULL) {
     return EINVAL;
+  }
+  if (n + 2 > PATH_MAX) {
+    return ENAMETOOLONG;
   }
   if ((rc = mkdirs(dir)) != 0) {
     return rc;
   }
   entry_name(dir, path, file, sizeof(file));
-  fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-            0600);
-  if (fd < 0) {
-    return errno;
+  if ((fd = entry_lock(file, true)) < 0) {
+    return errno != 0 ? errno : EIO;
   }
-  rc = 0;
-  /* One write of path + newline: a concurrent noter writes the same. */
-  {
-    char buf[PATH_MAX + 1];
-
-    if (n + 1 > sizeof(buf)) {
-      close(fd);
-      return ENAMETOOLONG;
+  entry_text(fd, text, sizeof(text));
+  if (text[0] == '\0' || strncmp(text, path, n) != 0 || text[n] != '\n') {
+    /* New (or a colliding path's: the newer one has it; written over,
+     * then cut, for the reason in entry_drop). */
+    if (pwrite(fd, path, n, 0) != (ssize_t)n ||
+        pwrite(fd, "\n", 1, (off_t)n) != 1 ||
+        ftruncate(fd, (off_t)n + 1) != 0) {
+      rc = errno != 0 ? errno : EIO;
     }
-    memcpy(buf, path, n);
-    buf[n] = '\n';
-    if (write(fd, buf, n + 1) != (ssize_t)(n + 1)) {
+    text[0] = '\0';
+  }
+  snprintf(line, sizeof(line), "\n%s\n", me);
+  if (rc == 0 && strstr(text, line) == NULL) {
+    struct stat st;
+
+    if (fstat(fd, &st) != 0 ||
+        pwrite(fd, line + 1, strlen(line + 1), st.st_size) !=
+            (ssize_t)strlen(line + 1)) {
       rc = errno != 0 ? errno : EIO;
     }
   }
@@ -230,20 +343,6 @@ bool al_phreg_known(const char *dir, const char *path) {
   return strcmp(got, path) == 0;
 }
 
-static void forget(const char *dir, const char *path) {
-  char file[PATH_MAX];
-  char got[PATH_MAX + 2];
-
-  if (dir == NULL || dir[0] == '\0') {
-    return;
-  }
-  entry_name(dir, path, file, sizeof(file));
-  entry_read(file, got, sizeof(got));
-  if (strcmp(got, path) == 0) {
-    (void)unlink(file);
-  }
-}
-
 static bool dir_empty(const char *path) {
   struct dirent *e;
   bool empty = true;
@@ -259,23 +358,56 @@ static bool dir_empty(const char *path) {
   return empty;
 }
 
-bool al_phreg_release(const char *dir, const char *path) {
+bool al_phreg_release(const char *dir, const char *path, const char *me) {
+  char file[PATH_MAX];
+  char text[8192];
   struct stat st;
+  int fd = -1;
 
+  text[0] = '\0';
+  if (dir != NULL && dir[0] != '\0') {
+    entry_name(dir, path, file, sizeof(file));
+    fd = entry_lock(file, false);
+    if (fd >= 0) {
+      size_t n = strlen(path);
+
+      entry_text(fd, text, sizeof(text));
+      if (strncmp(text, path, n) != 0 || text[n] != '\n') {
+        close(fd); /* another path's (a hash collision) */
+        fd = -1;
+        text[0] = '\0';
+      }
+    }
+  }
   if (lstat(path, &st) == 0) {
     bool dir_ph = S_ISDIR(st.st_mode) && dir_empty(path);
     bool file_ph = S_ISREG(st.st_mode) && st.st_size == 0;
 
-    if (dir_ph || file_ph) {
-      if (al_phreg_mounted_elsewhere(path)) {
-        return false; /* its last user removes it */
+    /* Only when another agent (or another sandbox of ours) has noted it
+     * are the mount tables read: alone, nobody else can have it mounted,
+     * and the common case costs nothing. */
+    if ((dir_ph || file_ph) && (me == NULL || fd < 0 || other_noter(text, me)) &&
+        al_phreg_mounted_elsewhere(path)) {
+      if (fd >= 0) {
+        close(fd);
       }
+      return false; /* its last user removes it */
+    }
+    if (dir_ph || file_ph) {
       /* Only if still empty (rmdir) or still a file; anything a user put
        * there meanwhile stays. */
       (void)(dir_ph ? rmdir(path) : unlink(path));
     }
   }
-  forget(dir, path);
+  /* A noter stays one for its life (its plans made ahead name the same
+   * placeholders again): only the janitor and the sweep (me NULL) take
+   * the lines of agents that are gone, and the entry with the last. */
+  if (fd >= 0) {
+    if (me == NULL) {
+      entry_prune(file, fd, text);
+    }
+    close(fd);
+  }
   return true;
 }
 
@@ -297,7 +429,7 @@ void al_phreg_sweep(const char *dir) {
     }
     entry_read(file, path, sizeof(path));
     if (path[0] == '/') {
-      (void)al_phreg_release(dir, path);
+      (void)al_phreg_release(dir, path, NULL);
     }
   }
   closedir(d);

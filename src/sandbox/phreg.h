@@ -31,18 +31,22 @@
 bool al_phreg_mounted_elsewhere(const char *path);
 
 /* Records `path` as a placeholder in the registry directory `dir`
- * (created 0700 when missing). 0 or an errno. */
-int al_phreg_note(const char *dir, const char *path);
+ * (created 0700 when missing), noted by `me` ("PID ID": one sandbox of
+ * one agent). 0 or an errno. */
+int al_phreg_note(const char *dir, const char *path, const char *me);
 
 /* True when `path` is recorded in `dir`. */
 bool al_phreg_known(const char *dir, const char *path);
 
 /* Removes the placeholder at `path` if it is an empty directory or an
- * empty file and nothing is mounted on it elsewhere, then forgets it
- * (also when it is gone or holds something: no longer a placeholder).
+ * empty file and nothing is mounted on it elsewhere. The mount tables are
+ * read only when another live noter than `me` is on its entry (me NULL:
+ * always), so an agent alone pays nothing for them. A noter stays one for
+ * its life; me NULL (the janitor, the sweep) also takes the lines of
+ * agents that are gone off the entry, and the entry with the last.
  * Returns false when it stays because another sandbox still uses it: that
  * sandbox's agent removes it when it ends. dir may be NULL (no registry). */
-bool al_phreg_release(const char *dir, const char *path);
+bool al_phreg_release(const char *dir, const char *path, const char *me);
 
 /* Releases every placeholder recorded in `dir` that no sandbox uses: what
  * agents that were killed together with their janitor left behind. */

@@ -7,6 +7,7 @@
 #include <linux/landlock.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ struct al_sandbox_s {
   /* The placeholder registry shared with other agents (phreg.h):
    * $XDG_STATE_HOME/agentloop/placeholders; NULL when unknown. */
   char *phreg;
+  char phme[48]; /* this sandbox as a noter: "PID ID" */
   size_t active;
   uint64_t nproc, nofile, as_bytes, data_bytes, fsize_bytes, cpu_secs;
   /* Degraded mode: a private temporary directory (TMPDIR of every tool,
@@ -897,7 +899,11 @@ static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
   }
   if (rc == 0 && (p = xdg("XDG_STATE_HOME", ".local/state")) != NULL) {
     snprintf(buf, sizeof(buf), "%s/agentloop/placeholders", p);
+    static atomic_uint next_id;
+
     sb->phreg = al_strdup(buf);
+    snprintf(sb->phme, sizeof(sb->phme), "%ld %u", (long)getpid(),
+             atomic_fetch_add(&next_id, 1) + 1);
     snprintf(buf, sizeof(buf), "%s/agentloop", p);
     rc = sb->phreg == NULL ? AL_ENOMEM : add_hidden(sb, buf);
   }
@@ -1307,14 +1313,14 @@ placeholder:
     if ((rc = strv_push(need, buf)) != 0) {
       return rc;
     }
-    (void)al_phreg_note(sb->phreg, buf);
+    (void)al_phreg_note(sb->phreg, buf, sb->phme);
   } else if (!strv_has(&sb->placeholders, buf)) {
     if ((rc = strv_push(&sb->placeholders, buf)) != 0) {
       return rc;
     }
     /* Before bwrap (or the warm helper) makes it. */
     janitor_note('+', buf);
-    (void)al_phreg_note(sb->phreg, buf);
+    (void)al_phreg_note(sb->phreg, buf, sb->phme);
   }
   if (is_file) {
     if ((rc = strv_push(a, "--ro-bind")) != 0 ||
@@ -1686,7 +1692,7 @@ void al__sandbox_cleanup(al_sandbox_t *sb) {
 
     /* Not while another agent's sandbox has it mounted: removing it
      * would unmount it there; that agent removes it when it ends. */
-    (void)al_phreg_release(sb->phreg, p);
+    (void)al_phreg_release(sb->phreg, p, sb->phme);
   }
   if (sb->placeholders.v != NULL) {
     (void)janitor_note_all('-', sb->placeholders.v, false);
