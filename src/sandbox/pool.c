@@ -573,7 +573,10 @@ static void build_done(uv_work_t *req, int status) {
     p->idle[k] = b->e;
     p->n_idle[k]++;
     p->fails_in_row = 0;
-    /* Idle time counts from the pool's last activity. */
+    /* Idle time counts from the pool's last activity: now, not the
+     * loop's time cached before a poll that may have waited for this
+     * build longer than the idle time (then it was retired at once). */
+    uv_update_time(p->loop);
     uv_timer_start(&p->timer, on_idle, p->idle_ms, 0);
   } else if (b->rc == 0 && status == 0) {
     /* Closing, or the target dropped while it was built (idle). */
@@ -731,6 +734,12 @@ static void retire_idle(al_pool_t *p) {
 static void on_idle(uv_timer_t *t) {
   al_pool_t *p = t->data;
 
+  if (p->building[0] + p->building[1] > 0) {
+    /* Idle time counts once one is ready (build_done starts it again):
+     * a build slower than the idle time (a loaded machine) is not thrown
+     * away as it lands. */
+    return;
+  }
   /* Nobody started a tool for idle_ms: give the memory back; the next
    * start is cold and the pool grows again from there. */
   retire_idle(p);
