@@ -653,3 +653,82 @@ TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
   sbx_finish(&x);
   return 0;
 }
+
+/* Two sandboxes of one process on one workspace (two agentloopd sessions
+ * in one project): the same rule as between processes. A's placeholder
+ * .git stands when B's command starts; A ends first and must leave it to
+ * B, whose command then still cannot write .git/hooks; B removes it. */
+TEST_IMPL(sandbox_two_sessions_share_placeholders) {
+  static const char *const a_argv[] = {
+      "sh", "-c",
+      "touch a.started; while [ ! -e a.go ]; do sleep 0.01; done", NULL};
+  static const char *const b_argv[] = {
+      "sh", "-c",
+      "touch b.started; while [ ! -e b.go ]; do sleep 0.01; done; "
+      "mkdir -p .git/hooks && touch .git/hooks/pre-commit && touch breach; "
+      "true",
+      NULL};
+  const char *roots[1];
+  al_sandbox_config_t cfg;
+  al_sandbox_info_t info;
+  al_sandbox_t *sb2 = NULL;
+  sbx_t x;
+  al_spawn_options_t o;
+  al_spawn_t *a = NULL;
+  al_spawn_t *b = NULL;
+  char *before, *after;
+
+  sbx_no_pool = true;
+  sbx_init(&x, SBX_BWRAP);
+  sbx_no_pool = false;
+  no_protected_paths(&x);
+  al__sandbox_config_init(&cfg);
+  cfg.policy = AL_SANDBOX_REQUIRED;
+  cfg.probe.helper = AL_BINARY_DIR "/agentloop-exec";
+  roots[0] = x.ws;
+  cfg.write_roots = roots;
+  cfg.n_write_roots = 1;
+  ASSERT_EQ(al__sandbox_new(&cfg, &sb2, &info), 0);
+  before = listing(x.ws);
+
+  sib_done = 0;
+  al__spawn_options_init(&o);
+  o.cwd = x.ws;
+  o.on_done = sib_on_done;
+  o.sandbox = x.sb;
+  o.argv = a_argv;
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &a), 0);
+  serve_until_file(&x, x.ws, "a.started");
+  ASSERT(file_there(x.ws, ".git"));
+  o.sandbox = sb2;
+  o.argv = b_argv;
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &b), 0);
+  serve_until_file(&x, x.ws, "b.started");
+  put_marker(x.ws, "a.go");
+  while (sib_done < 1) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  ASSERT(file_there(x.ws, ".git")); /* B's mount stays */
+  put_marker(x.ws, "b.go");
+  while (sib_done < 2) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  if (file_there(x.ws, "breach")) {
+    AL_TEST_FAIL("B's command wrote a protected path once A had ended:\n%s",
+                 listing(x.ws));
+  }
+  drop_marker(x.ws, "a.go");
+  drop_marker(x.ws, "a.started");
+  drop_marker(x.ws, "b.go");
+  drop_marker(x.ws, "b.started");
+  after = listing(x.ws);
+  if (strcmp(before, after) != 0) {
+    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
+                 after);
+  }
+  al_free(before);
+  al_free(after);
+  al__sandbox_free(sb2);
+  sbx_finish(&x);
+  return 0;
+}
