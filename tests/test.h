@@ -118,6 +118,13 @@ int al_test_timeout_multiplier(void);
  * real peers, say): its own budget, scaled like the default. */
 void al_test_timeout_s(unsigned secs);
 
+/* Every entry below root, one line each: path (from root), mode, size
+ * (files); malloc'd. Two listings of an unchanged tree are equal. */
+char *al_test_tree_listing(const char *root);
+/* The pid of a live process whose parent is ppid and whose command line
+ * contains needle, or 0. */
+int al_test_child_with(int ppid, const char *needle);
+
 /* tests/bwrap_gate.c: bwrap mode (the real sandbox) here? `why` gets the
  * probe's detail (the cause when not). Probes once per process. */
 bool al_test_bwrap_available(char *why, size_t len);

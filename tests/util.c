@@ -1,4 +1,12 @@
 /* Shared helpers for tests (blocking file reads are fine outside a loop). */
+#include <dirent.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/common.h"
 #include "test.h"
 
 char *al_test_read_file(const char *path, size_t *len_out) {
@@ -42,4 +50,75 @@ const char *al_test_data_path(const char *rel) {
 
   snprintf(path, sizeof(path), "%s/%s", AL_TEST_DATA_DIR, rel);
   return path;
+}
+
+/* ---- al_test_tree_listing, al_test_child_with ------------------------- */
+
+static al_buf_t g_list;
+static size_t g_root_len;
+
+static int list_entry(const char *path, const struct stat *st, int flag,
+                      struct FTW *f) {
+  (void)flag;
+  (void)f;
+  al_buf_printf(&g_list, "%s %o %lld\n", path + g_root_len,
+                (unsigned)st->st_mode, S_ISREG(st->st_mode)
+                                           ? (long long)st->st_size
+                                           : 0LL);
+  return 0;
+}
+
+/* nftw walks an unchanged tree in a stable order. */
+char *al_test_tree_listing(const char *root) {
+  al_buf_init(&g_list, 1 << 20);
+  g_root_len = strlen(root);
+  ASSERT_EQ(nftw(root, list_entry, 16, FTW_PHYS), 0);
+  return g_list.data != NULL ? g_list.data : al_strdup("");
+}
+
+int al_test_child_with(int ppid, const char *needle) {
+  char p[300], buf[4096];
+  struct dirent *e;
+  int found = 0;
+  DIR *d = opendir("/proc");
+
+  ASSERT_NOT_NULL(d);
+  while (found == 0 && (e = readdir(d)) != NULL) {
+    FILE *f;
+    size_t n, i;
+    long pp = -1;
+
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') {
+      continue;
+    }
+    snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
+    f = fopen(p, "r");
+    if (f == NULL) {
+      continue;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* pid (comm) state ppid: comm may hold spaces and parentheses. */
+    if (strrchr(buf, ')') == NULL ||
+        sscanf(strrchr(buf, ')') + 2, "%*c %ld", &pp) != 1 || pp != ppid) {
+      continue;
+    }
+    snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
+    f = fopen(p, "r");
+    if (f == NULL) {
+      continue;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    for (i = 0; i < n; i++) {
+      buf[i] = buf[i] == '\0' ? ' ' : buf[i];
+    }
+    buf[n] = '\0';
+    if (strstr(buf, needle) != NULL) {
+      found = atoi(e->d_name);
+    }
+  }
+  closedir(d);
+  return found;
 }

@@ -4,8 +4,10 @@
  * request the mock's validator accepts. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "dtest.h"
@@ -1431,4 +1433,70 @@ TEST_IMPL(daemon_sigkill_before_compaction_record) {
 
 TEST_IMPL(daemon_sigkill_after_compaction_record) {
   return kill_around_compaction(true);
+}
+
+/* No trace in the workspace (issue 15, point 8) in the daemon: agentloopd
+ * SIGKILLed while a session's bash tool runs in bwrap mode leaves the
+ * workspace as it was: the placeholders its sandbox had (tools.d,
+ * .agentloop and .git, none of which the workspace has) are removed by
+ * its janitor once the daemon and its sandboxes are gone. */
+TEST_IMPL(daemon_sigkill_mid_tool_leaves_tree) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  char p[512], sid[64], started[300], home[200];
+  char envs[5][256];
+  char *env[6];
+  char *before, *after;
+  struct pollfd pf;
+  int jan;
+
+  al_test_need_bwrap();
+  dt_init(&t, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: toolu_n1, name: bash, input: "
+              "{command: \"touch started; sleep 30\"}}\n"
+              "  - reply: {content: [{text: done}]}\n");
+  daemon_env(&t, envs, env);
+  snprintf(home, sizeof(home), "%s/home", t.root);
+  ASSERT_EQ(mkdir(home, 0700), 0);
+  snprintf(envs[4], 256, "HOME=%s", home);
+  env[4] = envs[4];
+  env[5] = NULL;
+  before = al_test_tree_listing(t.work);
+  spawn_daemon(&t, &proc, env);
+  dt_run_until(&t, sock_exists, t.sock);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  dt_call(&c, 3, "turn/send", p);
+  snprintf(started, sizeof(started), "%s/started", t.work);
+  dt_run_until(&t, sock_exists, started); /* (any path) */
+  snprintf(p, sizeof(p), "%s/tools.d", t.work);
+  ASSERT(sock_exists(p)); /* the crash path under test: placeholders */
+  jan = al_test_child_with(proc.pid, "--janitor");
+  ASSERT(jan > 0);
+  pf.fd = (int)syscall(SYS_pidfd_open, jan, 0);
+  pf.events = POLLIN;
+  ASSERT(pf.fd >= 0);
+  ASSERT_EQ(uv_process_kill(&proc, SIGKILL), 0);
+  dt_run_until(&t, child_gone, NULL);
+  dt_wait_eof(&c);
+  /* The janitor ends once its clean-up is done. */
+  ASSERT_EQ(poll(&pf, 1, 3000 * al_test_timeout_multiplier()), 1);
+  close(pf.fd);
+  ASSERT_EQ(unlink(started), 0);
+  after = al_test_tree_listing(t.work);
+  if (strcmp(before, after) != 0) {
+    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
+                 after);
+  }
+  al_free(before);
+  al_free(after);
+  dt_finish(&t, cl, 1);
+  return 0;
 }

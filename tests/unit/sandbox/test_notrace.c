@@ -24,29 +24,6 @@
 #include "tools/spawn.h"
 #include "unit/sandbox/sbx.h"
 
-static al_buf_t g_list;
-static size_t g_root_len;
-
-static int list_entry(const char *path, const struct stat *st, int flag,
-                      struct FTW *f) {
-  (void)flag;
-  (void)f;
-  al_buf_printf(&g_list, "%s %o %lld\n", path + g_root_len,
-                (unsigned)st->st_mode, S_ISREG(st->st_mode)
-                                           ? (long long)st->st_size
-                                           : 0LL);
-  return 0;
-}
-
-/* Every entry below root: name, mode, size (sorted by nftw's walk of an
- * unchanged tree, which is stable). */
-static char *listing(const char *root) {
-  al_buf_init(&g_list, 1 << 20);
-  g_root_len = strlen(root);
-  ASSERT_EQ(nftw(root, list_entry, 16, FTW_PHYS), 0);
-  return g_list.data != NULL ? g_list.data : al_strdup("");
-}
-
 /* Stops once the command has been seen on two polls in a row: a single
  * sighting can be a process on its way out (seen once in CI, gone by the
  * next look). */
@@ -92,7 +69,7 @@ TEST_IMPL(sandbox_sigkill_mid_tool_leaves_tree) {
   ASSERT_NOT_NULL(f);
   fputs("int main(void) { return 0; }\n", f);
   fclose(f);
-  before = listing(ws);
+  before = al_test_tree_listing(ws);
 
   snprintf(mark, sizeof(mark), "ALNOTRACE%d", (int)getpid());
   snprintf(yaml, sizeof(yaml),
@@ -148,7 +125,7 @@ TEST_IMPL(sandbox_sigkill_mid_tool_leaves_tree) {
   /* The crash path is the one under test: placeholders are there now. */
   snprintf(p, sizeof(p), "%s/tools.d", ws);
   if (access(p, F_OK) != 0) {
-    AL_TEST_FAIL("no placeholder while the tool runs:\n%s", listing(ws));
+    AL_TEST_FAIL("no placeholder while the tool runs:\n%s", al_test_tree_listing(ws));
   }
 
   n = sbx_tree_pidfds(child, fds, SBX_MAX_TREE);
@@ -158,7 +135,7 @@ TEST_IMPL(sandbox_sigkill_mid_tool_leaves_tree) {
   /* Everything it started ends, the janitor last (after its clean-up). */
   ASSERT(sbx_all_exit(fds, n));
   ASSERT(!sbx_process_with(mark));
-  after = listing(ws);
+  after = al_test_tree_listing(ws);
   if (strcmp(before, after) != 0) {
     AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
                  after);
@@ -286,7 +263,7 @@ TEST_IMPL(sandbox_sibling_placeholders_leave_nothing) {
              x.ws, x.ws, x.ws);
     ASSERT_EQ(system(cmd), 0);
   }
-  before = listing(x.ws);
+  before = al_test_tree_listing(x.ws);
   sib_done = 0;
   al__spawn_options_init(&o);
   o.cwd = x.ws;
@@ -321,7 +298,7 @@ TEST_IMPL(sandbox_sibling_placeholders_leave_nothing) {
   ASSERT_EQ(unlink(p), 0);
   snprintf(p, sizeof(p), "%s/a.started", x.ws);
   ASSERT_EQ(unlink(p), 0);
-  after = listing(x.ws);
+  after = al_test_tree_listing(x.ws);
   ASSERT_STR_EQ(after, before);
   al_free(before);
   al_free(after);
@@ -471,7 +448,7 @@ TEST_IMPL(sandbox_two_agents_share_placeholders) {
   no_protected_paths(&x);
   snprintf(homeb, sizeof(homeb), "%s/homeb", x.base);
   ASSERT_EQ(mkdir(homeb, 0700), 0);
-  before = listing(x.ws);
+  before = al_test_tree_listing(x.ws);
 
   sib_done = 0;
   al__spawn_options_init(&o);
@@ -503,13 +480,13 @@ TEST_IMPL(sandbox_two_agents_share_placeholders) {
   ASSERT_EQ(WEXITSTATUS(st), 0);
   if (file_there(x.ws, "breach")) {
     AL_TEST_FAIL("B's tool wrote a protected path once A had ended:\n%s",
-                 listing(x.ws));
+                 al_test_tree_listing(x.ws));
   }
   drop_marker(x.ws, "a.go");
   drop_marker(x.ws, "a.started");
   drop_marker(x.ws, "b.go");
   drop_marker(x.ws, "b.started");
-  after = listing(x.ws);
+  after = al_test_tree_listing(x.ws);
   if (strcmp(before, after) != 0) {
     AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
                  after);
@@ -520,54 +497,6 @@ TEST_IMPL(sandbox_two_agents_share_placeholders) {
   al_mockllm_close(mock, NULL);
   sbx_finish(&x);
   return 0;
-}
-
-/* The pid of a process whose parent is `ppid` and whose command line
- * contains `needle`, or 0. */
-static pid_t child_with(pid_t ppid, const char *needle) {
-  char p[300], buf[4096];
-  struct dirent *e;
-  pid_t found = 0;
-  DIR *d = opendir("/proc");
-
-  ASSERT_NOT_NULL(d);
-  while (found == 0 && (e = readdir(d)) != NULL) {
-    FILE *f;
-    size_t n, i;
-    long pp = -1;
-
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') {
-      continue;
-    }
-    snprintf(p, sizeof(p), "/proc/%s/stat", e->d_name);
-    f = fopen(p, "r");
-    if (f == NULL) {
-      continue;
-    }
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    if (strrchr(buf, ')') == NULL ||
-        sscanf(strrchr(buf, ')') + 2, "%*c %ld", &pp) != 1 || pp != ppid) {
-      continue;
-    }
-    snprintf(p, sizeof(p), "/proc/%s/cmdline", e->d_name);
-    f = fopen(p, "r");
-    if (f == NULL) {
-      continue;
-    }
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    for (i = 0; i < n; i++) {
-      buf[i] = buf[i] == '\0' ? ' ' : buf[i];
-    }
-    buf[n] = '\0';
-    if (strstr(buf, needle) != NULL) {
-      found = (pid_t)atoi(e->d_name);
-    }
-  }
-  closedir(d);
-  return found;
 }
 
 /* The one case the janitor cannot cover: it is SIGKILLed together with
@@ -590,7 +519,7 @@ TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
   no_protected_paths(&x);
   snprintf(homeb, sizeof(homeb), "%s/homeb", x.base);
   ASSERT_EQ(mkdir(homeb, 0700), 0);
-  before = listing(x.ws);
+  before = al_test_tree_listing(x.ws);
 
   mock = start_mock(&x,
                     "touch b.started; while [ ! -e b.go ]; do sleep 0.01; "
@@ -599,7 +528,7 @@ TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
   b = start_run(&x, url, homeb, envbuf);
   serve_until_file(&x, x.ws, "b.started");
   ASSERT(file_there(x.ws, ".git") && file_there(x.ws, "tools.d"));
-  jan = child_with(b, "--janitor");
+  jan = al_test_child_with(b, "--janitor");
   ASSERT(jan > 0);
   n = sbx_tree_pidfds(b, fds, SBX_MAX_TREE);
   /* The janitor first, so it never sees its agent go. */
@@ -628,7 +557,7 @@ TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", al_mockllm_port(mock));
     b = start_run(&x, url, homeb, envbuf);
     /* Its janitor starts with its sandbox, before the request. */
-    while ((jan = child_with(b, "--janitor")) == 0) {
+    while ((jan = al_test_child_with(b, "--janitor")) == 0) {
       ASSERT_EQ(waitpid(b, &st, WNOHANG), 0);
       uv_run(&x.loop, UV_RUN_NOWAIT);
       usleep(2000);
@@ -643,7 +572,7 @@ TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
     al_mockllm_close(mock, NULL);
     free_env(envbuf);
   }
-  after = listing(x.ws);
+  after = al_test_tree_listing(x.ws);
   if (strcmp(before, after) != 0) {
     AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
                  after);
@@ -689,7 +618,7 @@ TEST_IMPL(sandbox_two_sessions_share_placeholders) {
   cfg.write_roots = roots;
   cfg.n_write_roots = 1;
   ASSERT_EQ(al__sandbox_new(&cfg, &sb2, &info), 0);
-  before = listing(x.ws);
+  before = al_test_tree_listing(x.ws);
 
   sib_done = 0;
   al__spawn_options_init(&o);
@@ -715,13 +644,13 @@ TEST_IMPL(sandbox_two_sessions_share_placeholders) {
   }
   if (file_there(x.ws, "breach")) {
     AL_TEST_FAIL("B's command wrote a protected path once A had ended:\n%s",
-                 listing(x.ws));
+                 al_test_tree_listing(x.ws));
   }
   drop_marker(x.ws, "a.go");
   drop_marker(x.ws, "a.started");
   drop_marker(x.ws, "b.go");
   drop_marker(x.ws, "b.started");
-  after = listing(x.ws);
+  after = al_test_tree_listing(x.ws);
   if (strcmp(before, after) != 0) {
     AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
                  after);
