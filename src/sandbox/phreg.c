@@ -343,7 +343,7 @@ bool al_phreg_known(const char *dir, const char *path) {
   return strcmp(got, path) == 0;
 }
 
-static bool dir_empty(const char *path) {
+bool al_phreg_dir_empty(const char *path) {
   struct dirent *e;
   bool empty = true;
   DIR *d = opendir(path);
@@ -380,7 +380,7 @@ bool al_phreg_release(const char *dir, const char *path, const char *me) {
     }
   }
   if (lstat(path, &st) == 0) {
-    bool dir_ph = S_ISDIR(st.st_mode) && dir_empty(path);
+    bool dir_ph = S_ISDIR(st.st_mode) && al_phreg_dir_empty(path);
     bool file_ph = S_ISREG(st.st_mode) && st.st_size == 0;
 
     /* Only when another agent (or another sandbox of ours) has noted it

@@ -30,6 +30,9 @@
  * caller's) has a mount whose mount point is `path`. */
 bool al_phreg_mounted_elsewhere(const char *path);
 
+/* True when `path` is a directory with nothing in it. */
+bool al_phreg_dir_empty(const char *path);
+
 /* Records `path` as a placeholder in the registry directory `dir`
  * (created 0700 when missing), noted by `me` ("PID ID": one sandbox of
  * one agent). 0 or an errno. */

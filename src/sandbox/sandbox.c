@@ -1185,21 +1185,6 @@ static bool own_placeholder_on(const al_sandbox_t *sb, const char *p,
   return best > 0;
 }
 
-static bool dir_is_empty(const char *path) {
-  struct dirent *e;
-  bool empty = true;
-  DIR *d = opendir(path);
-
-  if (d == NULL) {
-    return false;
-  }
-  while (empty && (e = readdir(d)) != NULL) {
-    empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
-  }
-  closedir(d);
-  return empty;
-}
-
 /* The highest existing placeholder of another agent (or of another
  * sandbox of ours) on p's path, from the shared registry (phreg.h): an
  * empty directory that is not the user's. Caller holds sb->lock. */
@@ -1234,7 +1219,7 @@ static bool agent_placeholder_on(const al_sandbox_t *sb, const char *p,
     }
     /* A placeholder is empty on disk (its content is a mount inside
      * the sandbox); one with something in it is the user's now. */
-    if (((S_ISDIR(st.st_mode) && st.st_nlink <= 2 && dir_is_empty(buf)) ||
+    if (((S_ISDIR(st.st_mode) && st.st_nlink <= 2 && al_phreg_dir_empty(buf)) ||
          (S_ISREG(st.st_mode) && st.st_size == 0)) &&
         al_phreg_known(sb->phreg, buf)) {
       snprintf(out, len, "%s", buf);

@@ -421,6 +421,28 @@ static void no_protected_paths(sbx_t *x) {
   ASSERT_EQ(system(cmd), 0);
 }
 
+/* After A and B: B's command could not write a protected path once A
+ * had ended, and without the markers the workspace is as before. */
+static void no_breach_same_tree(sbx_t *x, char *before) {
+  char *after;
+
+  if (file_there(x->ws, "breach")) {
+    AL_TEST_FAIL("B's command wrote a protected path once A had ended:\n%s",
+                 al_test_tree_listing(x->ws));
+  }
+  drop_marker(x->ws, "a.go");
+  drop_marker(x->ws, "a.started");
+  drop_marker(x->ws, "b.go");
+  drop_marker(x->ws, "b.started");
+  after = al_test_tree_listing(x->ws);
+  if (strcmp(before, after) != 0) {
+    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
+                 after);
+  }
+  al_free(before);
+  al_free(after);
+}
+
 /* Agent A (this process) and agent B (`agentloop run`, another process)
  * in one workspace without .git: A's sandboxed command makes the
  * placeholder .git; B's starts while it stands; A's ends first. A must not
@@ -438,7 +460,7 @@ TEST_IMPL(sandbox_two_agents_share_placeholders) {
   al_mockllm_t *mock;
   char url[64], homeb[400];
   char *envbuf[5];
-  char *before, *after;
+  char *before;
   pid_t b;
   int st;
 
@@ -478,21 +500,7 @@ TEST_IMPL(sandbox_two_agents_share_placeholders) {
   st = serve_until_exit(&x, b);
   ASSERT(WIFEXITED(st));
   ASSERT_EQ(WEXITSTATUS(st), 0);
-  if (file_there(x.ws, "breach")) {
-    AL_TEST_FAIL("B's tool wrote a protected path once A had ended:\n%s",
-                 al_test_tree_listing(x.ws));
-  }
-  drop_marker(x.ws, "a.go");
-  drop_marker(x.ws, "a.started");
-  drop_marker(x.ws, "b.go");
-  drop_marker(x.ws, "b.started");
-  after = al_test_tree_listing(x.ws);
-  if (strcmp(before, after) != 0) {
-    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
-                 after);
-  }
-  al_free(before);
-  al_free(after);
+  no_breach_same_tree(&x, before);
   free_env(envbuf);
   al_mockllm_close(mock, NULL);
   sbx_finish(&x);
@@ -605,7 +613,7 @@ TEST_IMPL(sandbox_two_sessions_share_placeholders) {
   al_spawn_options_t o;
   al_spawn_t *a = NULL;
   al_spawn_t *b = NULL;
-  char *before, *after;
+  char *before;
 
   sbx_no_pool = true;
   sbx_init(&x, SBX_BWRAP);
@@ -642,21 +650,7 @@ TEST_IMPL(sandbox_two_sessions_share_placeholders) {
   while (sib_done < 2) {
     uv_run(&x.loop, UV_RUN_ONCE);
   }
-  if (file_there(x.ws, "breach")) {
-    AL_TEST_FAIL("B's command wrote a protected path once A had ended:\n%s",
-                 al_test_tree_listing(x.ws));
-  }
-  drop_marker(x.ws, "a.go");
-  drop_marker(x.ws, "a.started");
-  drop_marker(x.ws, "b.go");
-  drop_marker(x.ws, "b.started");
-  after = al_test_tree_listing(x.ws);
-  if (strcmp(before, after) != 0) {
-    AL_TEST_FAIL("the workspace changed:\nbefore:\n%s\nafter:\n%s", before,
-                 after);
-  }
-  al_free(before);
-  al_free(after);
+  no_breach_same_tree(&x, before);
   al__sandbox_free(sb2);
   sbx_finish(&x);
   return 0;
