@@ -18,6 +18,7 @@
 #include "list/warm_path.h"
 #include "list/toolmem.h"
 #include "list/notrace.h"
+#include "list/shdirect.h"
 #include "list/agent.h"
 #include "list/tui.h"
 #include "list/daemon.h"
