@@ -4,6 +4,11 @@
  *
  *   agentloop-exec --cgroup DIR [--cgroup DIR] [--owner PID]
  *                  [--pids-max N] [--memory-max BYTES] -- COMMAND [ARGS...]
+ *   ... [--memory-max BYTES] --launch
+ *
+ * --launch: a launcher joined ahead of its command (src/sandbox/launch.h):
+ * once inside, it waits on its stdin for the command as --warm does and
+ * execs it, so a cold start does not pay the join.
  *
  * In each DIR it makes agentloop-<owner>-<own pid> (owner: the agentloop
  * process that asked, named by it: a parent pid would read 1 once that
@@ -113,17 +118,22 @@ static int make_one(const char *dir, const char *pids, const char *mem) {
   return exists(dir, "cgroup.procs") ? 0 : ENOENT;
 }
 
-int al_exec_cgroup_main(int argc, char **argv) {
+int al_exec_cgroup_main(int argc, char **argv, int (*launch)(long owner)) {
   const char *bases[MAX_DIRS];
   const char *pids = NULL, *mem = NULL;
   long owner = (long)getppid();
   char dirs[MAX_DIRS][768];
   char self[32];
+  bool launcher = false;
   int n = 0, i, k, tries;
 
   for (i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) {
       i++;
+      break;
+    }
+    if (strcmp(argv[i], "--launch") == 0 && i + 1 == argc) {
+      launcher = true;
       break;
     }
     if (i + 1 >= argc) {
@@ -144,7 +154,7 @@ int al_exec_cgroup_main(int argc, char **argv) {
       return 125;
     }
   }
-  if (i >= argc) {
+  if (i >= argc && !launcher) {
     fprintf(stderr, "agentloop-exec: no command after --cgroup\n");
     return 125;
   }
@@ -165,6 +175,9 @@ int al_exec_cgroup_main(int argc, char **argv) {
         fail("cgroup.procs", dirs[k], err);
       }
     }
+  }
+  if (launcher) {
+    return launch(owner);
   }
   execvp(argv[i], argv + i);
   fprintf(stderr, "agentloop-exec: %s: %s\n", argv[i], strerror(errno));

@@ -17,24 +17,6 @@
 #include "test.h"
 #include "unit/sandbox/sbx.h"
 
-/* The tests below need cgroups: outside CI they do not run where the
- * probe finds none (the reason is printed), under CI=true they fail. */
-static void need_cgroup(sbx_t *x) {
-  const al_sandbox_info_t *info = al__sandbox_info(x->sb);
-
-  if (info->cgroup_ok) {
-    return;
-  }
-  if (al_test_ci()) {
-    AL_TEST_FAIL("CI=true: tool cgroups are not available: %s",
-                 info->cgroup_detail);
-  }
-  fprintf(stderr, "not run: tool cgroups cannot be made here: %s\n",
-          info->cgroup_detail);
-  sbx_finish(x);
-  exit(AL_TEST_SKIP_CODE);
-}
-
 /* A tool forks 200 sleepers without ever retrying (perl's fork returns
  * undef at EAGAIN): under pids.max 64 (the sandbox's nproc) most fail,
  * root or not. Without the cgroup, as root, all 200 succeed. */
@@ -44,7 +26,7 @@ static void pids_case(sbx_mode_t mode) {
   const char *p;
 
   sbx_init(&x, mode);
-  need_cgroup(&x);
+  sbx_need_cgroup(&x);
   sbx_call(&x, "bash",
            "{\"command\": \"perl -e 'my @k; for (1..200) { my $p = fork(); "
            "last unless defined $p; if ($p == 0) { sleep 30; exit 0 } push "
@@ -96,7 +78,7 @@ static void memory_case(sbx_mode_t mode) {
   sbx_data_bytes = (uint64_t)128 << 20;
   sbx_init(&x, mode);
   sbx_data_bytes = 0;
-  need_cgroup(&x);
+  sbx_need_cgroup(&x);
   if (al__sandbox_info(x.sb)->cgroup_memory[0] == '\0') {
     AL_TEST_FAIL("pids cgroup without a memory one: %s",
                  al__sandbox_info(x.sb)->cgroup_detail);
@@ -158,7 +140,7 @@ TEST_IMPL(sandbox_cgroup_reported) {
   sbx_t x;
 
   sbx_init(&x, SBX_DEGRADED);
-  need_cgroup(&x);
+  sbx_need_cgroup(&x);
   info = al__sandbox_info(x.sb);
   /* pids.max stands in for the nproc limit degraded mode lacks */
   ASSERT_NULL(strstr(info->missing, "nproc-limit"));
