@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -713,16 +714,18 @@ static void finish_unstarted(al_spawn_t *sp) {
 }
 
 static int cold_start(al_spawn_t *sp, char ***wrapped, const char *cwd,
-                      char **env, bool stdin_pipe);
+                      char **env, bool stdin_pipe, bool launch);
 
 static void plan_work(uv_work_t *req) {
   al_spawn_t *sp = req->data;
+  struct stat st;
 
   /* The lstat/realpath calls of bwrap's argv, and the wait for the lock a
    * clean-up may hold: here, not on the loop. */
   sp->plan_rc = al__sandbox_wrap_joined(
       sp->plan_sb, sp->plan_cwd, sp->plan_network,
       (const char *const *)sp->plan_argv, &sp->plan_wrapped);
+  sp->plan_cwd_ok = stat(sp->plan_cwd, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static void plan_free(al_spawn_t *sp) {
@@ -754,7 +757,7 @@ static void plan_done(uv_work_t *req, int status) {
   rc = status != 0 ? status : sp->plan_rc;
   if (rc == 0) {
     rc = cold_start(sp, &sp->plan_wrapped, sp->plan_cwd, sp->plan_env,
-                    sp->plan_stdin);
+                    sp->plan_stdin, sp->plan_cwd_ok);
   }
   plan_free(sp);
   if (rc == 0) {
@@ -805,16 +808,16 @@ static int warm_start(al_spawn_t *sp, const al_spawn_options_t *opts,
 }
 
 /* A cold start's argv, planned without the cgroup helper in front: a
- * pre-joined launcher execs it when one is ready, so the start does not
- * pay the cgroup join (launch.h); else the helper goes in front and it
- * starts as before. */
+ * pre-joined launcher execs it when one is ready and `launch` allows,
+ * so the start does not pay the cgroup join (launch.h); else the helper
+ * goes in front and it starts as before. */
 static int cold_start(al_spawn_t *sp, char ***wrapped, const char *cwd,
-                      char **env, bool stdin_pipe) {
+                      char **env, bool stdin_pipe, bool launch) {
   al_warm_t w = {0, -1, -1, -1};
   int fin[2];
   int rc;
 
-  if (handoff_pipe(stdin_pipe, fin)) {
+  if (launch && handoff_pipe(stdin_pipe, fin)) {
     rc = al__launch_handoff(sp->sandbox, cwd, env,
                             (const char *const *)*wrapped, fin[0], &w);
     handoff_end(sp, fin, rc);
@@ -962,7 +965,8 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     sp->planning = true;
   } else {
     rc = wrapped != NULL
-             ? cold_start(sp, &wrapped, opts->cwd, env, opts->stdin_pipe)
+             ? cold_start(sp, &wrapped, opts->cwd, env, opts->stdin_pipe,
+                          true)
              : start_child(sp, (char **)opts->argv, opts->cwd, env,
                            opts->stdin_pipe, &warm);
     al__spawn_env_free(env);
