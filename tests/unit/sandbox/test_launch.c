@@ -217,7 +217,11 @@ TEST_IMPL(launch_owner_sigkill_leaves_no_process) {
   int pfd[2];
   pid_t child;
   int p = 0, fd, status;
-  char dir[600];
+  char dir[600], cmd[600];
+  struct msg_s {
+    int pid;
+    char base[200];
+  } m;
   struct stat sb;
 
   ASSERT_EQ(pipe(pfd), 0);
@@ -225,18 +229,19 @@ TEST_IMPL(launch_owner_sigkill_leaves_no_process) {
   ASSERT(child >= 0);
   if (child == 0) {
     sbx_t x;
-    int lp;
 
     close(pfd[0]);
     init(&x, SBX_DEGRADED);
-    lp = wait_ready(&x);
-    (void)!write(pfd[1], &lp, sizeof(lp));
+    memset(&m, 0, sizeof(m));
+    m.pid = wait_ready(&x);
+    snprintf(m.base, sizeof(m.base), "%s", x.base);
+    (void)!write(pfd[1], &m, sizeof(m));
     for (;;) {
       pause();
     }
   }
   close(pfd[1]);
-  if (read(pfd[0], &p, sizeof(p)) != (ssize_t)sizeof(p)) {
+  if (read(pfd[0], &m, sizeof(m)) != (ssize_t)sizeof(m)) {
     /* The child skipped (no cgroups here) or failed: say which. */
     ASSERT_EQ(waitpid(child, &status, 0), child);
     close(pfd[0]);
@@ -246,6 +251,7 @@ TEST_IMPL(launch_owner_sigkill_leaves_no_process) {
     AL_TEST_FAIL("the owner failed before its launcher was ready");
   }
   close(pfd[0]);
+  p = m.pid;
   ASSERT_EQ(sbx_tree_pidfds(p, &fd, 1), 1);
   ASSERT_EQ(kill(child, SIGKILL), 0);
   ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -257,5 +263,9 @@ TEST_IMPL(launch_owner_sigkill_leaves_no_process) {
   (void)al__cgroup_sweep(&st);
   snprintf(dir, sizeof(dir), "%s/agentloop-%d-%d", st.pids, (int)child, p);
   ASSERT_NE(stat(dir, &sb), 0);
+  /* The fixture's directories of the owner that could not finish. */
+  snprintf(cmd, sizeof(cmd), "chmod -R u+rwX '%s' 2>/dev/null; rm -rf '%s'",
+           m.base, m.base);
+  ASSERT_EQ(system(cmd), 0);
   return 0;
 }
