@@ -42,6 +42,7 @@
 #include "list/run_durable.h"
 #include "list/media.h"
 #include "list/cgroup.h"
+#include "list/launch.h"
 #include "list/smallfs.h"
 #include "list/modeltext.h"
 #include "list/daemon_limits.h"

@@ -24,7 +24,10 @@
  *                       and SIGKILL every remaining descendant once COMMAND
  *                       exits (the degraded mode has no PID namespace)
  *   --cgroup DIR ...    (first) join a fresh cgroup with limits, then
- *                       exec the command unconfined (cgroup_join.c)
+ *                       exec the command unconfined (cgroup_join.c); with
+ *                       --launch instead of "-- COMMAND", wait for the
+ *                       command on stdin as --warm does (no mounts) and
+ *                       exec it: a launcher joined ahead of its command
  *   --probe             print "landlock=N seccomp=0|1" and exit 0
  *   --janitor [DIR]     (alone) read "+PATH" / "-PATH" lines on stdin:
  *                       the placeholders agentloop has made in a
@@ -728,12 +731,22 @@ static void apply_ops(char **ops) {
   }
 }
 
+/* chdir and exec of a command received on stdin; returns only on failure
+ * (the exit code). */
+static int exec_command(char **cmd);
+
+static int exec_in(const char *cwd, char **cmd) {
+  if (chdir(cwd) != 0) {
+    fprintf(stderr, "agentloop-exec: %s: %s\n", cwd, strerror(errno));
+    return 125;
+  }
+  return exec_command(cmd);
+}
+
 /* The warm path (see the header): everything that does not depend on the
  * command is done before it arrives; after it, only the protected paths'
  * mounts, the capability drop and two syscalls that cannot come earlier
  * (Landlock and seccomp would forbid the mounts). */
-static int exec_command(char **cmd);
-
 static int run_warm(const opts_t *o) {
   extern char **environ;
   struct sock_fprog prog;
@@ -779,11 +792,35 @@ static int run_warm(const opts_t *o) {
   if (o->tmpdir != NULL && setenv("TMPDIR", o->tmpdir, 1) != 0) {
     die("setenv", errno);
   }
-  if (chdir(cwd) != 0) {
-    fprintf(stderr, "agentloop-exec: %s: %s\n", cwd, strerror(errno));
+  return exec_in(cwd, cmd);
+}
+
+/* ---- launch: a cgroup joined ahead of the command -------------------------- */
+
+/* Inside its cgroup already (cgroup_join.c): waits for the command (the
+ * wrapped one: bwrap, or the helper in degraded mode) and execs it, with
+ * no confinement of its own (what it execs confines). Dies with the
+ * agentloop that started it. */
+static int run_launch(long owner) {
+  extern char **environ;
+  char *cwd;
+  char **env, **ops, **cmd;
+
+  /* The owner's end of the socket closing ends the wait (warm_receive
+   * exits at EOF); PDEATHSIG also ends it while it joins or reads, and an
+   * owner gone before it was set shows in the parent check. It stays set
+   * into what is exec'd (bwrap and the degraded helper set it again). */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 ||
+      (long)getppid() != owner) {
     return 125;
   }
-  return exec_command(cmd);
+  warm_receive(&cwd, &env, &ops, &cmd);
+  if (ops[0] != NULL) {
+    fprintf(stderr, "agentloop-exec: a launcher mounts nothing\n");
+    return 125;
+  }
+  environ = env;
+  return exec_in(cwd, cmd);
 }
 
 /* ---- the command --------------------------------------------------------- */
@@ -1030,7 +1067,7 @@ int main(int argc, char **argv) {
   memset(&o, 0, sizeof(o));
   o.abi_cap = -1;
   if (argc > 1 && strcmp(argv[1], "--cgroup") == 0) {
-    return al_exec_cgroup_main(argc, argv);
+    return al_exec_cgroup_main(argc, argv, run_launch);
   }
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];

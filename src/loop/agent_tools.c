@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "loop/agent_priv.h"
+#include "sandbox/launch.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
 #include "tools/bash.h"
@@ -599,6 +600,11 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
                       a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
   /* bwrap mode: the first sandboxes are built now, on the threadpool. */
   rc = al__pool_start(a->loop, a->sandbox, (size_t)a->concurrency, 0);
+  if (rc != 0) {
+    return rc;
+  }
+  /* Where tools get a cgroup: a cold start finds it joined already. */
+  rc = al__launch_start(a->loop, a->sandbox, 0);
   if (rc != 0) {
     return rc;
   }

@@ -99,31 +99,40 @@ static void close_fd(int *fd) {
 
 /* SIGKILL to its group and reap it (it dies at once: it was only waiting
  * on its stdin). */
-static void entry_destroy(entry_t *e) {
+void al__pool_waiting_kill(al_warm_t *w, int *ctl) {
   siginfo_t si;
 
-  if (e->w.pid > 0) {
-    (void)kill(-(pid_t)e->w.pid, SIGKILL);
-    while (waitid(P_PIDFD, (id_t)e->w.pidfd, &si, WEXITED) != 0 &&
+  if (w->pid > 0) {
+    (void)kill(-(pid_t)w->pid, SIGKILL);
+    while (waitid(P_PIDFD, (id_t)w->pidfd, &si, WEXITED) != 0 &&
            errno == EINTR) {
     }
+    w->pid = 0;
   }
-  close_fd(&e->ctl);
-  close_fd(&e->w.out);
-  close_fd(&e->w.err);
-  close_fd(&e->w.pidfd);
+  close_fd(ctl);
+  close_fd(&w->out);
+  close_fd(&w->err);
+  close_fd(&w->pidfd);
+}
+
+static void entry_destroy(entry_t *e) {
+  al__pool_waiting_kill(&e->w, &e->ctl);
   al_free(e);
 }
 
-static bool entry_alive(const entry_t *e) {
+bool al__pool_waiting_alive(const al_warm_t *w) {
   siginfo_t si;
 
   memset(&si, 0, sizeof(si));
-  if (waitid(P_PIDFD, (id_t)e->w.pidfd, &si, WEXITED | WNOHANG | WNOWAIT) !=
+  if (waitid(P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) !=
       0) {
     return false;
   }
   return si.si_pid == 0;
+}
+
+static bool entry_alive(const entry_t *e) {
+  return al__pool_waiting_alive(&e->w);
 }
 
 /* Threadpool: watches every existing directory above `path` (the events
@@ -173,17 +182,89 @@ static void arm_path(void *arg, const char *path, bool is_protected) {
   }
 }
 
-/* Threadpool: the argv (lstat/realpath of the plan), the fds, the spawn. */
-static void build_work(uv_work_t *req) {
-  build_t *b = req->data;
-  char **argv = NULL;
+int al__pool_spawn_waiting(char *const *argv, al_warm_t *w, int *ctl) {
   char *const envp[] = {NULL};
-  int ctl[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  int c[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   sigset_t none, all;
-  entry_t *e;
   pid_t pid;
+  int rc;
+
+  w->pid = 0;
+  w->pidfd = w->out = w->err = *ctl = -1;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, c) != 0 ||
+      pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    rc = -errno;
+    goto fail;
+  }
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  sigemptyset(&none);
+  sigfillset(&all);
+  /* As spawn.c's fast path: own session and group, clean signal state. */
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawn_file_actions_adddup2(&fa, c[1], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawn_file_actions_addchdir_np(&fa, "/");
+  rc = posix_spawn(&pid, argv[0], &fa, &attr, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    rc = -rc;
+    goto fail;
+  }
+  w->pid = (int)pid;
+  w->pidfd = (int)pidfd_open(pid, 0);
+  if (w->pidfd < 0) {
+    rc = -errno;
+    (void)kill(-pid, SIGKILL);
+    (void)waitpid(pid, NULL, 0);
+    w->pid = 0;
+    goto fail;
+  }
+  close_fd(&c[1]);
+  close_fd(&out[1]);
+  close_fd(&err[1]);
+  *ctl = c[0];
+  w->out = out[0];
+  w->err = err[0];
+  /* Wait (on this pool thread, never the loop) for the helper's "ready":
+   * bwrap's mounts (or the launcher's cgroup) are then in place, so the
+   * hand-off pays none of it. */
+  {
+    struct pollfd pfd = {*ctl, POLLIN, 0};
+    char ch = 0;
+    int pr;
+
+    do {
+      pr = poll(&pfd, 1, READY_TIMEOUT_MS);
+    } while (pr < 0 && errno == EINTR);
+    if (pr != 1 || recv(*ctl, &ch, 1, 0) != 1 || ch != 'R') {
+      al__pool_waiting_kill(w, ctl); /* it failed: its stderr says why */
+      return AL_ECANCELED;
+    }
+  }
+  return 0;
+fail:
+  close_fd(&c[0]);
+  close_fd(&c[1]);
+  close_fd(&out[0]);
+  close_fd(&out[1]);
+  close_fd(&err[0]);
+  close_fd(&err[1]);
+  return rc;
+}
+
+/* Threadpool: the argv (lstat/realpath of the plan), the spawn. */
+static void build_work(uv_work_t *req) {
+  build_t *b = req->data;
+  char **argv = NULL;
+  entry_t *e;
   int rc;
 
   b->rc = AL_ENOMEM;
@@ -203,82 +284,17 @@ static void build_work(uv_work_t *req) {
     }
   }
   rc = al__sandbox_wrap_warm(b->sb, b->network, &argv);
+  if (rc == 0) {
+    rc = al__pool_spawn_waiting(argv, &e->w, &e->ctl);
+    al__sandbox_argv_free(argv);
+  }
   if (rc != 0) {
     al_free(e);
     b->rc = rc;
     return;
   }
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0 ||
-      pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-    rc = -errno;
-    goto fail;
-  }
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&attr);
-  sigemptyset(&none);
-  sigfillset(&all);
-  /* As spawn.c's fast path: own session and group, clean signal state. */
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawn_file_actions_adddup2(&fa, ctl[1], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_addchdir_np(&fa, "/");
-  rc = posix_spawn(&pid, argv[0], &fa, &attr, argv, envp);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    rc = -rc;
-    goto fail;
-  }
-  e->w.pid = (int)pid;
-  e->w.pidfd = (int)pidfd_open(pid, 0);
-  if (e->w.pidfd < 0) {
-    rc = -errno;
-    (void)kill(-pid, SIGKILL);
-    (void)waitpid(pid, NULL, 0);
-    e->w.pid = 0;
-    goto fail;
-  }
-  close_fd(&ctl[1]);
-  close_fd(&out[1]);
-  close_fd(&err[1]);
-  e->ctl = ctl[0];
-  e->w.out = out[0];
-  e->w.err = err[0];
-  al__sandbox_argv_free(argv);
-  argv = NULL;
-  /* Wait (on this pool thread, never the loop) for the helper's "ready":
-   * bwrap's mounts are then in place, so the hand-off pays none of it. */
-  {
-    struct pollfd pfd = {e->ctl, POLLIN, 0};
-    char c = 0;
-    int pr;
-
-    do {
-      pr = poll(&pfd, 1, READY_TIMEOUT_MS);
-    } while (pr < 0 && errno == EINTR);
-    if (pr != 1 || recv(e->ctl, &c, 1, 0) != 1 || c != 'R') {
-      entry_destroy(e); /* bwrap failed: its stderr says why */
-      b->rc = AL_ECANCELED;
-      return;
-    }
-  }
   b->e = e;
   b->rc = 0;
-  return;
-fail:
-  close_fd(&ctl[0]);
-  close_fd(&ctl[1]);
-  close_fd(&out[0]);
-  close_fd(&out[1]);
-  close_fd(&err[0]);
-  close_fd(&err[1]);
-  al__sandbox_argv_free(argv);
-  al_free(e);
-  b->rc = rc;
 }
 
 /* ---- the pool -------------------------------------------------------------- */
@@ -928,15 +944,33 @@ static ssize_t send_command(int ctl, const char *msg, size_t len, int in_fd) {
   return sendmsg(ctl, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+int al__pool_send(int *ctl, const char *cwd, char *const *env,
+                  char *const *ops, const char *const *argv, int in_fd) {
+  char *msg;
+  size_t len;
+  ssize_t sent;
+
+  msg = encode(cwd, env, ops, argv, &len);
+  if (msg == NULL) {
+    return AL_ENOMEM;
+  }
+  sent = send_command(*ctl, msg, len, in_fd);
+  al_free(msg);
+  if (sent < 0 || (size_t)sent != len) {
+    return AL_EPIPE;
+  }
+  /* Its only command: the helper closes its side as it reads it; ours
+   * goes now, so a second message can never reach it. */
+  close_fd(ctl);
+  return 0;
+}
+
 int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
                      char *const *env, const char *const *argv, int in_fd,
                      al_warm_t *w) {
   al_pool_t *p = al__sandbox_pool(sb);
   int k = network ? 1 : 0;
   entry_t *e;
-  char *msg;
-  size_t len;
-  ssize_t sent;
   uint64_t gen;
   int rc;
 
@@ -1012,23 +1046,15 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
     }
     return AL_ENOENT;
   }
-  msg = encode(cwd, env, p->plan_ops, argv, &len);
-  sent = msg != NULL ? send_command(e->ctl, msg, len, in_fd) : -1;
-  if (sent < 0 || (size_t)sent != len) {
+  rc = al__pool_send(&e->ctl, cwd, env, p->plan_ops, argv, in_fd);
+  if (rc != 0) {
     /* Too big for the socket buffer (or it died): cold start instead. */
-    rc = msg == NULL ? AL_ENOMEM : AL_EPIPE;
-
-    al_free(msg);
     entry_destroy(e);
     unclaim(p);
     p->retired++;
     fill(p);
     return rc;
   }
-  al_free(msg);
-  /* Its only command: the helper closes its side as it reads it; ours
-   * goes now, so a second message can never reach it. */
-  close_fd(&e->ctl);
   *w = e->w;
   al_free(e);
   p->served++;

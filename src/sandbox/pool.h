@@ -93,4 +93,21 @@ void al__pool_prune(al_sandbox_t *sb);
 /* False when no pool is attached. */
 bool al__pool_stats(const al_sandbox_t *sb, al_pool_stats_t *st);
 
+/* The process side of a warm sandbox, shared with the pre-joined
+ * launchers (launch.h): a process waiting on its stdin (a socket, *ctl
+ * ours) for one command.
+ * al__pool_spawn_waiting starts argv (own session, stdout and stderr
+ * pipes in *w) and waits for its "R" (blocking: the threadpool); 0, or
+ * the error with nothing left running. al__pool_send sends the command
+ * (message format: src/exec/main.c --warm; ops NULL-terminated, maybe
+ * empty; in_fd passed along when >= 0) and closes *ctl, so no second
+ * command can reach it; AL_ENOMEM, AL_EPIPE (it is then still ours to
+ * kill). al__pool_waiting_kill SIGKILLs its group, reaps it and closes
+ * every fd; al__pool_waiting_alive does not wait. */
+int al__pool_spawn_waiting(char *const *argv, al_warm_t *w, int *ctl);
+int al__pool_send(int *ctl, const char *cwd, char *const *env,
+                  char *const *ops, const char *const *argv, int in_fd);
+void al__pool_waiting_kill(al_warm_t *w, int *ctl);
+bool al__pool_waiting_alive(const al_warm_t *w);
+
 #endif

@@ -68,6 +68,8 @@ struct al_sandbox_s {
   size_t refs; /* the owner's, plus one per warm build in flight */
   void *pool;
   void (*pool_close)(void *pool);
+  void *launch; /* the pre-joined launchers (launch.h) */
+  void (*launch_close)(void *launch);
   al_cgroup_state_t cg; /* per-tool cgroups (cgroup.h) */
 };
 
@@ -744,6 +746,16 @@ void *al__sandbox_pool(const al_sandbox_t *sb) {
   return sb != NULL ? sb->pool : NULL;
 }
 
+void al__sandbox_set_launch(al_sandbox_t *sb, void *launch,
+                            void (*close_fn)(void *launch)) {
+  sb->launch = launch;
+  sb->launch_close = close_fn;
+}
+
+void *al__sandbox_launch(const al_sandbox_t *sb) {
+  return sb != NULL ? sb->launch : NULL;
+}
+
 /* Atomic, not under the lock: the loop takes references (a build, a
  * clean-up, a plan queued) and must never wait for a clean-up that holds
  * the lock on the threadpool. */
@@ -772,6 +784,12 @@ void al__sandbox_free(al_sandbox_t *sb) {
 
     sb->pool = NULL;
     sb->pool_close(pool);
+  }
+  if (sb->launch != NULL) {
+    void *launch = sb->launch;
+
+    sb->launch = NULL;
+    sb->launch_close(launch);
   }
   al__sandbox_unref(sb);
 }
@@ -1384,8 +1402,11 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   return rc;
 }
 
+/* joined: without the cgroup helper in front (a pre-joined launcher
+ * runs it, or al__sandbox_cgroup_wrap adds the helper later). */
 static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
-                     const char *const *argv, bool warm, char ***out) {
+                     const char *const *argv, bool warm, bool joined,
+                     char ***out) {
   strv_t a;
   size_t i;
   int rc = 0;
@@ -1393,7 +1414,7 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
 
   *out = NULL;
   memset(&a, 0, sizeof(a));
-  if (mode != AL_SANDBOX_MODE_NONE && sb->cg.active) {
+  if (mode != AL_SANDBOX_MODE_NONE && sb->cg.active && !joined) {
     /* First the helper that moves itself into the tool's cgroup and
      * then execs what follows (cgroup.h). */
     char **pre = NULL;
@@ -1483,11 +1504,83 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
 
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out) {
-  return wrap_impl(sb, cwd, network, argv, false, out);
+  return wrap_impl(sb, cwd, network, argv, false, false, out);
+}
+
+int al__sandbox_wrap_joined(al_sandbox_t *sb, const char *cwd, bool network,
+                            const char *const *argv, char ***out) {
+  return wrap_impl(sb, cwd, network, argv, false, true, out);
 }
 
 int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out) {
-  return wrap_impl(sb, NULL, network, NULL, true, out);
+  return wrap_impl(sb, NULL, network, NULL, true, false, out);
+}
+
+static int cgroup_prefix(const al_sandbox_t *sb, char ***pre) {
+  *pre = NULL;
+  if (al__sandbox_mode(sb) == AL_SANDBOX_MODE_NONE || !sb->cg.active) {
+    return 0;
+  }
+  return al__cgroup_prefix(&sb->cg, sb->helper, sb->nproc, sb->data_bytes,
+                           pre);
+}
+
+int al__sandbox_cgroup_wrap(const al_sandbox_t *sb, char ***argv) {
+  char **pre, **v;
+  size_t np = 0, na = 0, i;
+  int rc = cgroup_prefix(sb, &pre);
+
+  if (rc != 0 || pre == NULL) {
+    return rc;
+  }
+  while (pre[np] != NULL) {
+    np++;
+  }
+  while ((*argv)[na] != NULL) {
+    na++;
+  }
+  v = al_calloc(np + na + 1, sizeof(*v));
+  if (v == NULL) {
+    al__sandbox_argv_free(pre);
+    return AL_ENOMEM;
+  }
+  /* The strings move: neither list is copied. */
+  for (i = 0; i < np; i++) {
+    v[i] = pre[i];
+  }
+  for (i = 0; i < na; i++) {
+    v[np + i] = (*argv)[i];
+  }
+  al_free(pre);
+  al_free(*argv);
+  *argv = v;
+  return 0;
+}
+
+int al__sandbox_launch_argv(const al_sandbox_t *sb, char ***out) {
+  char **pre;
+  size_t n = 0;
+  int rc = cgroup_prefix(sb, &pre);
+
+  *out = NULL;
+  if (rc != 0) {
+    return rc;
+  }
+  if (pre == NULL) {
+    return AL_EINVAL;
+  }
+  while (pre[n] != NULL) {
+    n++;
+  }
+  /* "... --" ends the prefix: the launcher waits instead of a command. */
+  al_free(pre[n - 1]);
+  pre[n - 1] = al_strdup("--launch");
+  if (pre[n - 1] == NULL) {
+    al__sandbox_argv_free(pre);
+    return AL_ENOMEM;
+  }
+  *out = pre;
+  return 0;
 }
 
 int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need) {

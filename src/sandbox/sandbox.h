@@ -113,6 +113,18 @@ al_sandbox_mode_t al__sandbox_mode(const al_sandbox_t *sb);
 int al__sandbox_wrap(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, char ***out);
 void al__sandbox_release(al_sandbox_t *sb);
+/* al__sandbox_wrap without the cgroup helper in front (counted the
+ * same): for a pre-joined launcher (launch.h) to exec. When none is
+ * ready, al__sandbox_cgroup_wrap puts the helper in front (string work
+ * only, no file-system call: the loop may call it; *argv is replaced,
+ * unchanged when tools get no cgroup). AL_ENOMEM. */
+int al__sandbox_wrap_joined(al_sandbox_t *sb, const char *cwd, bool network,
+                            const char *const *argv, char ***out);
+int al__sandbox_cgroup_wrap(const al_sandbox_t *sb, char ***argv);
+/* A launcher's argv: the cgroup helper with "--launch" in place of the
+ * command (al__sandbox_argv_free). AL_EINVAL when tools get no cgroup or
+ * run unsandboxed; AL_ENOMEM. Any thread. */
+int al__sandbox_launch_argv(const al_sandbox_t *sb, char ***out);
 /* al__sandbox_release in two halves, so the file-system work can run on
  * the threadpool: the first (loop thread) drops the count and says
  * whether placeholders now wait for removal; the second (any thread,
@@ -171,6 +183,10 @@ void al__sandbox_unref(al_sandbox_t *sb);
 void al__sandbox_set_pool(al_sandbox_t *sb, void *pool,
                           void (*close_fn)(void *pool));
 void *al__sandbox_pool(const al_sandbox_t *sb);
+/* The same for the pre-joined launchers (launch.h), closed after it. */
+void al__sandbox_set_launch(al_sandbox_t *sb, void *launch,
+                            void (*close_fn)(void *launch));
+void *al__sandbox_launch(const al_sandbox_t *sb);
 void al__sandbox_argv_free(char **argv);
 
 /* The memory a tool's share is taken from: MemTotal, or the lowest

@@ -13,10 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sandbox/launch.h"
 #include "sandbox/pool.h"
 #include "tools/spawn.h"
 
@@ -711,14 +713,19 @@ static void finish_unstarted(al_spawn_t *sp) {
   maybe_finish(sp);
 }
 
+static int cold_start(al_spawn_t *sp, char ***wrapped, const char *cwd,
+                      char **env, bool stdin_pipe, bool launch);
+
 static void plan_work(uv_work_t *req) {
   al_spawn_t *sp = req->data;
+  struct stat st;
 
   /* The lstat/realpath calls of bwrap's argv, and the wait for the lock a
    * clean-up may hold: here, not on the loop. */
-  sp->plan_rc = al__sandbox_wrap(sp->plan_sb, sp->plan_cwd, sp->plan_network,
-                                 (const char *const *)sp->plan_argv,
-                                 &sp->plan_wrapped);
+  sp->plan_rc = al__sandbox_wrap_joined(
+      sp->plan_sb, sp->plan_cwd, sp->plan_network,
+      (const char *const *)sp->plan_argv, &sp->plan_wrapped);
+  sp->plan_cwd_ok = stat(sp->plan_cwd, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static void plan_free(al_spawn_t *sp) {
@@ -749,8 +756,8 @@ static void plan_done(uv_work_t *req, int status) {
   }
   rc = status != 0 ? status : sp->plan_rc;
   if (rc == 0) {
-    rc = start_child(sp, sp->plan_wrapped, sp->plan_cwd, sp->plan_env,
-                     sp->plan_stdin, NULL);
+    rc = cold_start(sp, &sp->plan_wrapped, sp->plan_cwd, sp->plan_env,
+                    sp->plan_stdin, sp->plan_cwd_ok);
   }
   plan_free(sp);
   if (rc == 0) {
@@ -764,29 +771,65 @@ static void plan_done(uv_work_t *req, int status) {
   }
 }
 
-/* The warm hand-off, with a stdin pipe passed along when one is asked
- * for (its write end is then the run's `in`). 0: *w runs the command. */
-static int warm_start(al_spawn_t *sp, const al_spawn_options_t *opts,
-                      char **env, al_warm_t *w) {
-  int fin[2] = {-1, -1};
-  int rc;
+/* A hand-off to a waiting process (a warm sandbox, a launcher) passes
+ * the command's stdin along when one is asked for: handoff_pipe makes
+ * it (false: cannot, start the usual way, which reports it), handoff_end
+ * closes the end that went along and keeps the write end as the run's
+ * `in` when the hand-off (rc) succeeded. */
+static bool handoff_pipe(bool want, int fin[2]) {
+  fin[0] = fin[1] = -1;
+  return !want || pipe2(fin, O_CLOEXEC) == 0;
+}
 
-  if (opts->stdin_pipe && pipe2(fin, O_CLOEXEC) != 0) {
-    return AL_ENOENT; /* cold, which reports it */
-  }
-  rc = al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
-                        opts->argv, fin[0], w);
+static void handoff_end(al_spawn_t *sp, int fin[2], int rc) {
   if (fin[0] >= 0) {
     close(fin[0]); /* the helper has its own copy now (or none: failed) */
   }
-  if (rc != 0) {
-    if (fin[1] >= 0) {
-      close(fin[1]);
+  if (rc == 0) {
+    sp->warm_in = fin[1];
+  } else if (fin[1] >= 0) {
+    close(fin[1]);
+  }
+}
+
+/* The warm hand-off. 0: *w runs the command. */
+static int warm_start(al_spawn_t *sp, const al_spawn_options_t *opts,
+                      char **env, al_warm_t *w) {
+  int fin[2];
+  int rc;
+
+  if (!handoff_pipe(opts->stdin_pipe, fin)) {
+    return AL_ENOENT;
+  }
+  rc = al__pool_handoff(opts->sandbox, opts->network, opts->cwd, env,
+                        opts->argv, fin[0], w);
+  handoff_end(sp, fin, rc);
+  return rc;
+}
+
+/* A cold start's argv, planned without the cgroup helper in front: a
+ * pre-joined launcher execs it when one is ready and `launch` allows,
+ * so the start does not pay the cgroup join (launch.h); else the helper
+ * goes in front and it starts as before. */
+static int cold_start(al_spawn_t *sp, char ***wrapped, const char *cwd,
+                      char **env, bool stdin_pipe, bool launch) {
+  al_warm_t w = {0, -1, -1, -1};
+  int fin[2];
+  int rc;
+
+  if (launch && handoff_pipe(stdin_pipe, fin)) {
+    rc = al__launch_handoff(sp->sandbox, cwd, env,
+                            (const char *const *)*wrapped, fin[0], &w);
+    handoff_end(sp, fin, rc);
+    if (rc == 0) {
+      return start_child(sp, *wrapped, cwd, env, stdin_pipe, &w);
     }
+  }
+  rc = al__sandbox_cgroup_wrap(sp->sandbox, wrapped);
+  if (rc != 0) {
     return rc;
   }
-  sp->warm_in = fin[1];
-  return 0;
+  return start_child(sp, *wrapped, cwd, env, stdin_pipe, NULL);
 }
 
 static char **strv_dup(const char *const *v) {
@@ -871,8 +914,8 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     sp->plan_stdin = opts->stdin_pipe;
   } else if (opts->sandbox != NULL) {
     warm.pid = 0;
-    rc = al__sandbox_wrap(opts->sandbox, opts->cwd, opts->network,
-                          opts->argv, &wrapped);
+    rc = al__sandbox_wrap_joined(opts->sandbox, opts->cwd, opts->network,
+                                 opts->argv, &wrapped);
     if (rc != 0) {
       al__spawn_env_free(env);
       run_free(sp);
@@ -921,8 +964,11 @@ int al__spawn_start(uv_loop_t *loop, const al_spawn_options_t *opts,
     }
     sp->planning = true;
   } else {
-    rc = start_child(sp, wrapped != NULL ? wrapped : (char **)opts->argv,
-                     opts->cwd, env, opts->stdin_pipe, &warm);
+    rc = wrapped != NULL
+             ? cold_start(sp, &wrapped, opts->cwd, env, opts->stdin_pipe,
+                          true)
+             : start_child(sp, (char **)opts->argv, opts->cwd, env,
+                           opts->stdin_pipe, &warm);
     al__spawn_env_free(env);
     al__sandbox_argv_free(wrapped);
     if (rc != 0) {

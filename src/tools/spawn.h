@@ -164,6 +164,10 @@ struct al_spawn_s {
   bool planning;
   bool plan_network;
   bool plan_stdin;
+  /* The working directory is one (read with the plan): only then may a
+   * launcher take the start, whose failing chdir would be an exit 125,
+   * not the start error a cold start reports. */
+  bool plan_cwd_ok;
   int plan_rc;
   int start_error;
   al_sandbox_t *plan_sb;

@@ -1,6 +1,7 @@
 /* per-tool cgroups (pids.max, memory limit): TEST_ENTRY lines only. */
 TEST_ENTRY(sandbox_cgroup_pids_limit)
 TEST_ENTRY(sandbox_cgroup_pids_limit_degraded)
+TEST_ENTRY(sandbox_cgroup_pids_limit_cold)
 TEST_ENTRY(sandbox_cgroup_memory_limit)
 TEST_ENTRY(sandbox_cgroup_memory_limit_degraded)
 TEST_ENTRY(sandbox_cgroup_unavailable_reported)
@@ -9,4 +10,5 @@ TEST_ENTRY(cli_run_limit_tool_processes)
 TEST_ENTRY(sandbox_cgroup_sweep)
 TEST_ENTRY(doctor_reports_tool_cgroup)
 TEST_ENTRY(exec_cgroup_join)
+TEST_ENTRY(exec_cgroup_join_thread)
 TEST_ENTRY(cli_run_leaves_no_cgroup)

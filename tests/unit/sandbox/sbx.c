@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "sandbox/launch.h"
 #include "sandbox/pool.h"
 #include "unit/sandbox/sbx.h"
 
@@ -333,6 +334,9 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
     ASSERT_EQ(al__pool_start(&x->loop, x->sb, 4, sbx_pool_idle_ms), 0);
     ASSERT(al__pool_stats(x->sb, &(al_pool_stats_t){0}));
   }
+  /* Cold starts find their cgroup joined, as agents run them (where
+   * tools get a cgroup). */
+  ASSERT_EQ(al__launch_start(&x->loop, x->sb, sbx_pool_idle_ms), 0);
   al__executor_options_init(&eo);
   eo.lookup = lookup;
   eo.on_completed = on_completed;
@@ -572,6 +576,59 @@ void sbx_finish(sbx_t *x) {
   snprintf(cmd, sizeof(cmd), "chmod -R u+rwX '%s' 2>/dev/null; rm -rf '%s'",
            x->base, x->base);
   ASSERT_EQ(system(cmd), 0);
+}
+
+static void run_done(al_spawn_t *sp, const al_spawn_result_t *r) {
+  sbx_run_t *w = sp->data;
+
+  w->done = true;
+  w->status = r->status;
+  w->pid = r->pid;
+  w->exit_status = r->exit_status;
+  snprintf(w->out, sizeof(w->out), "%.*s%.*s", (int)r->out_len, r->out,
+           (int)r->err_len, r->err);
+}
+
+al_spawn_t *sbx_run_start(sbx_t *x, const char *cmd, sbx_run_t *w,
+                          uint64_t timeout_ms) {
+  const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  al_spawn_options_t o;
+  al_spawn_t *sp = NULL;
+
+  memset(w, 0, sizeof(*w));
+  al__spawn_options_init(&o);
+  o.argv = argv;
+  o.cwd = x->ws;
+  o.on_done = run_done;
+  o.data = w;
+  o.sandbox = x->sb;
+  o.timeout_ms = timeout_ms;
+  o.kill_grace_ms = 100;
+  o.drain_ms = 200;
+  ASSERT_EQ(al__spawn_start(&x->loop, &o, &sp), 0);
+  return sp;
+}
+
+void sbx_run_wait(sbx_t *x, sbx_run_t *w) {
+  while (!w->done) {
+    uv_run(&x->loop, UV_RUN_ONCE);
+  }
+}
+
+void sbx_need_cgroup(sbx_t *x) {
+  const al_sandbox_info_t *info = al__sandbox_info(x->sb);
+
+  if (info->cgroup_ok) {
+    return;
+  }
+  if (al_test_ci()) {
+    AL_TEST_FAIL("CI=true: tool cgroups are not available: %s",
+                 info->cgroup_detail);
+  }
+  fprintf(stderr, "not run: tool cgroups cannot be made here: %s\n",
+          info->cgroup_detail);
+  sbx_finish(x);
+  exit(AL_TEST_SKIP_CODE);
 }
 
 /* ---- process trees --------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include "executor/executor.h"
 #include "sandbox/sandbox.h"
 #include "tools/clitool.h"
+#include "tools/spawn.h"
 #include "tools/tools.h"
 
 #define SBX_CANARY1 "sk-ant-CANARY-ALPHA-7f3a9e"
@@ -103,5 +104,22 @@ bool sbx_process_with(const char *mark);
  * no process has `mark`. */
 bool sbx_wait_no_process(sbx_t *x, const char *mark);
 void sbx_finish(sbx_t *x);
+/* A command (`/bin/sh -c cmd`) started through the spawn wrapper
+ * directly, so each result carries its pid; timeout_ms 0: the default.
+ * A warm sandbox or a launcher, when ready, takes it inside
+ * sbx_run_start (no threadpool hop). */
+typedef struct sbx_run_s {
+  bool done;
+  int status;
+  int pid;
+  int64_t exit_status;
+  char out[8192];
+} sbx_run_t;
+al_spawn_t *sbx_run_start(sbx_t *x, const char *cmd, sbx_run_t *w,
+                          uint64_t timeout_ms);
+void sbx_run_wait(sbx_t *x, sbx_run_t *w);
+/* Returns when tools get a cgroup here; else, outside CI, finishes x and
+ * exits the test as not run (the reason printed); under CI=true, fails. */
+void sbx_need_cgroup(sbx_t *x);
 
 #endif

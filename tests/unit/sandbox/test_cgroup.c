@@ -17,24 +17,6 @@
 #include "test.h"
 #include "unit/sandbox/sbx.h"
 
-/* The tests below need cgroups: outside CI they do not run where the
- * probe finds none (the reason is printed), under CI=true they fail. */
-static void need_cgroup(sbx_t *x) {
-  const al_sandbox_info_t *info = al__sandbox_info(x->sb);
-
-  if (info->cgroup_ok) {
-    return;
-  }
-  if (al_test_ci()) {
-    AL_TEST_FAIL("CI=true: tool cgroups are not available: %s",
-                 info->cgroup_detail);
-  }
-  fprintf(stderr, "not run: tool cgroups cannot be made here: %s\n",
-          info->cgroup_detail);
-  sbx_finish(x);
-  exit(AL_TEST_SKIP_CODE);
-}
-
 /* A tool forks 200 sleepers without ever retrying (perl's fork returns
  * undef at EAGAIN): under pids.max 64 (the sandbox's nproc) most fail,
  * root or not. Without the cgroup, as root, all 200 succeed. */
@@ -44,7 +26,7 @@ static void pids_case(sbx_mode_t mode) {
   const char *p;
 
   sbx_init(&x, mode);
-  need_cgroup(&x);
+  sbx_need_cgroup(&x);
   sbx_call(&x, "bash",
            "{\"command\": \"perl -e 'my @k; for (1..200) { my $p = fork(); "
            "last unless defined $p; if ($p == 0) { sleep 30; exit 0 } push "
@@ -73,6 +55,15 @@ TEST_IMPL(sandbox_cgroup_pids_limit_degraded) {
   return 0;
 }
 
+/* A cold bwrap start (no warm sandbox: the helper joins at the command's
+ * start, not ahead of it) is bound the same way. */
+TEST_IMPL(sandbox_cgroup_pids_limit_cold) {
+  sbx_no_pool = true;
+  pids_case(SBX_BWRAP);
+  sbx_no_pool = false;
+  return 0;
+}
+
 /* Shared anonymous memory is not counted by RLIMIT_DATA (nor is a tmpfs
  * file): only the memory cgroup bounds it. 300 MiB under a 128 MiB
  * limit is refused (the OOM killer ends the writer); 48 MiB is fine. */
@@ -87,7 +78,7 @@ static void memory_case(sbx_mode_t mode) {
   sbx_data_bytes = (uint64_t)128 << 20;
   sbx_init(&x, mode);
   sbx_data_bytes = 0;
-  need_cgroup(&x);
+  sbx_need_cgroup(&x);
   if (al__sandbox_info(x.sb)->cgroup_memory[0] == '\0') {
     AL_TEST_FAIL("pids cgroup without a memory one: %s",
                  al__sandbox_info(x.sb)->cgroup_detail);
@@ -149,7 +140,7 @@ TEST_IMPL(sandbox_cgroup_reported) {
   sbx_t x;
 
   sbx_init(&x, SBX_DEGRADED);
-  need_cgroup(&x);
+  sbx_need_cgroup(&x);
   info = al__sandbox_info(x.sb);
   /* pids.max stands in for the nproc limit degraded mode lacks */
   ASSERT_NULL(strstr(info->missing, "nproc-limit"));
@@ -309,5 +300,106 @@ TEST_IMPL(exec_cgroup_join) {
   ASSERT(al__cgroup_count_stale(&st) >= 1);
   (void)al__cgroup_sweep(&st);
   ASSERT_EQ(al__cgroup_count_stale(&st), 0);
+  return 0;
+}
+
+/* Runs agentloop-exec --cgroup BASE --owner 4242 --pids-max 7 -- /bin/true
+ * and returns its pid, after making its cgroup directory beforehand as a
+ * plain directory with empty stand-ins for the files it writes (`tasks`
+ * only when with_tasks): the helper takes an existing directory as
+ * made, so the files show what it wrote, on any machine. */
+static pid_t run_fake_join(const char *base, bool with_tasks, char *dir,
+                           size_t size) {
+  static const char *const files[] = {"pids.max", "cgroup.procs", "tasks"};
+  char helper[1100], path[1200];
+  int go[2];
+  pid_t pid;
+  size_t i;
+  int status;
+  char c = 0;
+
+  snprintf(helper, sizeof(helper), "%s/agentloop-exec", AL_BINARY_DIR);
+  ASSERT_EQ(pipe(go), 0);
+  pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    close(go[1]);
+    if (read(go[0], &c, 1) != 1) {
+      _exit(99);
+    }
+    execl(helper, helper, "--cgroup", base, "--owner", "4242", "--pids-max",
+          "7", "--", "/bin/true", (char *)NULL);
+    _exit(98);
+  }
+  close(go[0]);
+  snprintf(dir, size, "%s/agentloop-4242-%d", base, (int)pid);
+  ASSERT_EQ(mkdir(dir, 0755), 0);
+  for (i = 0; i < (with_tasks ? 3u : 2u); i++) {
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+    f = fopen(path, "w");
+    ASSERT_NOT_NULL(f);
+    ASSERT_EQ(fclose(f), 0);
+  }
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  close(go[1]);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return pid;
+}
+
+static void read_small(const char *dir, const char *file, char *buf,
+                       size_t size) {
+  char path[1200];
+  FILE *f;
+  size_t n;
+
+  snprintf(path, sizeof(path), "%s/%s", dir, file);
+  f = fopen(path, "r");
+  ASSERT_NOT_NULL(f);
+  n = fread(buf, 1, size - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+static void remove_fake(const char *dir) {
+  static const char *const files[] = {"pids.max", "cgroup.procs", "tasks"};
+  char path[1200];
+  size_t i;
+
+  for (i = 0; i < 3; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+    (void)unlink(path);
+  }
+  ASSERT_EQ(rmdir(dir), 0);
+}
+
+/* How the helper moves itself in. A v1 hierarchy (it has `tasks`): "0"
+ * there, which moves the calling thread without the kernel's threadgroup
+ * rwsem (cgroup.procs waits for an RCU grace period under it: ~10 ms per
+ * cold start here); cgroup.procs stays untouched. cgroup2 (no `tasks`):
+ * its own pid in cgroup.procs. */
+TEST_IMPL(exec_cgroup_join_thread) {
+  char base[] = "/var/tmp/al-cgjoin-XXXXXX";
+  char dir[600], text[64], want[32];
+  pid_t pid;
+
+  ASSERT_NOT_NULL(mkdtemp(base));
+  pid = run_fake_join(base, true, dir, sizeof(dir));
+  read_small(dir, "tasks", text, sizeof(text));
+  ASSERT_STR_EQ(text, "0");
+  read_small(dir, "cgroup.procs", text, sizeof(text));
+  ASSERT_STR_EQ(text, "");
+  read_small(dir, "pids.max", text, sizeof(text));
+  ASSERT_STR_EQ(text, "7");
+  remove_fake(dir);
+
+  pid = run_fake_join(base, false, dir, sizeof(dir));
+  snprintf(want, sizeof(want), "%d\n", (int)pid);
+  read_small(dir, "cgroup.procs", text, sizeof(text));
+  ASSERT_STR_EQ(text, want);
+  remove_fake(dir);
+  ASSERT_EQ(rmdir(base), 0);
   return 0;
 }

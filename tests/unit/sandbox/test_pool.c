@@ -24,51 +24,6 @@
 #include "unit/loop/agent_fx.h"
 #include "unit/sandbox/sbx.h"
 
-typedef struct run_s {
-  bool done;
-  int status;
-  int pid;
-  int64_t exit_status;
-  char out[8192];
-} run_t;
-
-static void run_done(al_spawn_t *sp, const al_spawn_result_t *r) {
-  run_t *w = sp->data;
-
-  w->done = true;
-  w->status = r->status;
-  w->pid = r->pid;
-  w->exit_status = r->exit_status;
-  snprintf(w->out, sizeof(w->out), "%.*s%.*s", (int)r->out_len, r->out,
-           (int)r->err_len, r->err);
-}
-
-static al_spawn_t *run_start(sbx_t *x, const char *cmd, run_t *w,
-                             uint64_t timeout_ms) {
-  const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  al_spawn_options_t o;
-  al_spawn_t *sp = NULL;
-
-  memset(w, 0, sizeof(*w));
-  al__spawn_options_init(&o);
-  o.argv = argv;
-  o.cwd = x->ws;
-  o.on_done = run_done;
-  o.data = w;
-  o.sandbox = x->sb;
-  o.timeout_ms = timeout_ms;
-  o.kill_grace_ms = 100;
-  o.drain_ms = 200;
-  ASSERT_EQ(al__spawn_start(&x->loop, &o, &sp), 0);
-  return sp;
-}
-
-static void run_wait(sbx_t *x, run_t *w) {
-  while (!w->done) {
-    uv_run(&x->loop, UV_RUN_ONCE);
-  }
-}
-
 static al_pool_stats_t stats(sbx_t *x) {
   al_pool_stats_t st;
 
@@ -90,14 +45,14 @@ static bool exists(const char *p) {
  * one that ran something before (other PID and mount namespaces). */
 TEST_IMPL(pool_one_command_per_sandbox) {
   sbx_t x;
-  run_t a, b;
+  sbx_run_t a, b;
   int p1, p2;
 
   sbx_init(&x, SBX_BWRAP);
   sbx_wait_warm(&x);
   p1 = stats(&x).idle_pids[0];
-  run_start(&x, "readlink /proc/self/ns/pid /proc/self/ns/mnt", &a, 0);
-  run_wait(&x, &a);
+  sbx_run_start(&x, "readlink /proc/self/ns/pid /proc/self/ns/mnt", &a, 0);
+  sbx_run_wait(&x, &a);
   ASSERT_EQ(a.exit_status, 0);
   ASSERT_EQ(a.pid, p1); /* it ran in the warm one */
   ASSERT(gone(p1));
@@ -105,8 +60,8 @@ TEST_IMPL(pool_one_command_per_sandbox) {
   sbx_wait_warm(&x);
   p2 = stats(&x).idle_pids[0];
   ASSERT_NE(p2, p1);
-  run_start(&x, "readlink /proc/self/ns/pid /proc/self/ns/mnt", &b, 0);
-  run_wait(&x, &b);
+  sbx_run_start(&x, "readlink /proc/self/ns/pid /proc/self/ns/mnt", &b, 0);
+  sbx_run_wait(&x, &b);
   ASSERT_EQ(b.pid, p2);
   ASSERT(strcmp(a.out, b.out) != 0);
   ASSERT_EQ(stats(&x).served, 2);
@@ -119,7 +74,7 @@ TEST_IMPL(pool_one_command_per_sandbox) {
  * in a sandbox that hides the new one. */
 TEST_IMPL(pool_plan_change_retires_warm) {
   sbx_t x;
-  run_t r;
+  sbx_run_t r;
   char a[512], b[512];
   int p1;
   uint64_t retired;
@@ -138,8 +93,8 @@ TEST_IMPL(pool_plan_change_retires_warm) {
   ASSERT_NOT_NULL(f);
   fputs(SBX_FILE_CANARY "\n", f);
   fclose(f);
-  run_start(&x, "cat \"$HOME/.ssh/id_rsa\"; echo end", &r, 0);
-  run_wait(&x, &r);
+  sbx_run_start(&x, "cat \"$HOME/.ssh/id_rsa\"; echo end", &r, 0);
+  sbx_run_wait(&x, &r);
   ASSERT_NOT_NULL(strstr(r.out, "end"));
   if (strstr(r.out, SBX_FILE_CANARY) != NULL) {
     AL_TEST_FAIL("the new ~/.ssh was readable: %s", r.out);
@@ -157,7 +112,7 @@ TEST_IMPL(pool_plan_change_retires_warm) {
  * hand-off itself reads no path: the change arrives as an event. */
 TEST_IMPL(pool_protected_path_appearing_after_build) {
   sbx_t x;
-  run_t r;
+  sbx_run_t r;
   char d[512], f[600], y[600];
   const char *cmd = "cat .agentloop/x; echo bad > .agentloop/y; echo end";
   uint64_t served;
@@ -178,8 +133,8 @@ TEST_IMPL(pool_protected_path_appearing_after_build) {
   for (round = 0; round < 2; round++) {
     served = stats(&x).served;
     p1 = stats(&x).idle_pids[0];
-    run_start(&x, cmd, &r, 0);
-    run_wait(&x, &r);
+    sbx_run_start(&x, cmd, &r, 0);
+    sbx_run_wait(&x, &r);
     ASSERT_NOT_NULL(strstr(r.out, "end"));
     if (strstr(r.out, SBX_FILE_CANARY) == NULL) {
       AL_TEST_FAIL("round %d: the new .agentloop was covered: %s", round,
@@ -202,7 +157,7 @@ TEST_IMPL(pool_protected_path_appearing_after_build) {
  * retire anything: only the components the plans read count. */
 TEST_IMPL(pool_unrelated_write_keeps_warm) {
   sbx_t x;
-  run_t r;
+  sbx_run_t r;
   char p[512];
   uint64_t retired;
   int p1;
@@ -219,8 +174,8 @@ TEST_IMPL(pool_unrelated_write_keeps_warm) {
   snprintf(p, sizeof(p), "%s/src", x.ws);
   ASSERT_EQ(mkdir(p, 0755), 0);
   al__pool_prune(x.sb); /* reads the events */
-  run_start(&x, "echo ok", &r, 0);
-  run_wait(&x, &r);
+  sbx_run_start(&x, "echo ok", &r, 0);
+  sbx_run_wait(&x, &r);
   ASSERT_NOT_NULL(strstr(r.out, "ok"));
   ASSERT_EQ(r.pid, p1);
   ASSERT_EQ(stats(&x).retired, retired);
@@ -233,7 +188,7 @@ TEST_IMPL(pool_unrelated_write_keeps_warm) {
  * another that just made them still starts warm, without a new plan. */
 TEST_IMPL(pool_own_placeholders_keep_plan) {
   sbx_t x;
-  run_t a, b;
+  sbx_run_t a, b;
   al_spawn_t *sp;
   char p[512];
   uint64_t replans;
@@ -244,19 +199,19 @@ TEST_IMPL(pool_own_placeholders_keep_plan) {
   replans = stats(&x).replans;
   snprintf(p, sizeof(p), "%s/.agentloop", x.ws);
   ASSERT(!exists(p));
-  sp = run_start(&x, "exec sleep 1000", &a, 0);
+  sp = sbx_run_start(&x, "exec sleep 1000", &a, 0);
   while (!exists(p)) { /* its helper makes the placeholder */
     uv_run(&x.loop, UV_RUN_NOWAIT);
   }
   sbx_wait_warm(&x);
   ASSERT_EQ(stats(&x).replans, replans);
   p2 = stats(&x).idle_pids[0];
-  run_start(&x, "echo ok", &b, 0);
-  run_wait(&x, &b);
+  sbx_run_start(&x, "echo ok", &b, 0);
+  sbx_run_wait(&x, &b);
   ASSERT_NOT_NULL(strstr(b.out, "ok"));
   ASSERT_EQ(b.pid, p2);
   al__spawn_kill(sp);
-  run_wait(&x, &a);
+  sbx_run_wait(&x, &a);
   ASSERT(!exists(p));
   sbx_finish(&x);
   return 0;
@@ -264,7 +219,7 @@ TEST_IMPL(pool_own_placeholders_keep_plan) {
 
 static void handoff_kill_case(bool timeout) {
   sbx_t x;
-  run_t r;
+  sbx_run_t r;
   al_spawn_t *sp;
   char mark[64];
   char cmd[256];
@@ -277,11 +232,11 @@ static void handoff_kill_case(bool timeout) {
            mark, mark);
   sbx_init(&x, SBX_BWRAP);
   sbx_wait_warm(&x);
-  sp = run_start(&x, cmd, &r, timeout ? 1 : 0);
+  sp = sbx_run_start(&x, cmd, &r, timeout ? 1 : 0);
   if (!timeout) {
     al__spawn_kill(sp); /* before the helper has even read its command */
   }
-  run_wait(&x, &r);
+  sbx_run_wait(&x, &r);
   ASSERT_EQ(r.status, timeout ? AL_ETIMEDOUT : AL_ECANCELED);
   ASSERT_EQ(stats(&x).served, 1);
   ASSERT(sbx_wait_no_process(&x, mark));
@@ -367,22 +322,22 @@ TEST_IMPL(pool_idle_time_retires_warm) {
  * not past its cap), and the next three start warm. */
 TEST_IMPL(pool_grows_with_concurrent_tools) {
   sbx_t x;
-  run_t r[3];
-  run_t many[6];
+  sbx_run_t r[3];
+  sbx_run_t many[6];
   al_pool_stats_t st;
   int i;
 
   sbx_init(&x, SBX_BWRAP);
   sbx_wait_warm(&x);
   for (i = 0; i < 3; i++) {
-    run_start(&x, "echo ok", &r[i], 0);
+    sbx_run_start(&x, "echo ok", &r[i], 0);
   }
   st = stats(&x);
   ASSERT_EQ(st.served, 1);
   ASSERT_EQ(st.misses, 2);
   ASSERT_EQ(st.target[0], 3);
   for (i = 0; i < 3; i++) {
-    run_wait(&x, &r[i]);
+    sbx_run_wait(&x, &r[i]);
     ASSERT_NOT_NULL(strstr(r[i].out, "ok"));
   }
   do {
@@ -391,19 +346,19 @@ TEST_IMPL(pool_grows_with_concurrent_tools) {
     ASSERT_EQ(st.failed, 0);
   } while (st.idle_k[0] < 3 || !st.planned);
   for (i = 0; i < 3; i++) {
-    run_start(&x, "echo ok", &r[i], 0);
+    sbx_run_start(&x, "echo ok", &r[i], 0);
   }
   ASSERT_EQ(stats(&x).served, 4);
   for (i = 0; i < 3; i++) {
-    run_wait(&x, &r[i]);
+    sbx_run_wait(&x, &r[i]);
   }
   /* Never above the cap (4 here), however many start at once. */
   sbx_wait_warm(&x);
   for (i = 0; i < 6; i++) {
-    run_start(&x, "echo ok", &many[i], 0);
+    sbx_run_start(&x, "echo ok", &many[i], 0);
   }
   for (i = 0; i < 6; i++) {
-    run_wait(&x, &many[i]);
+    sbx_run_wait(&x, &many[i]);
   }
   ASSERT_EQ(stats(&x).target[0], 4);
   sbx_finish(&x);
@@ -430,7 +385,7 @@ TEST_IMPL(pool_parent_sigkill_leaves_no_process) {
   ASSERT(child >= 0);
   if (child == 0) {
     sbx_t x;
-    run_t r;
+    sbx_run_t r;
     char c[256];
     char line[600];
 
@@ -438,7 +393,7 @@ TEST_IMPL(pool_parent_sigkill_leaves_no_process) {
     sbx_init(&x, SBX_BWRAP);
     sbx_wait_warm(&x);
     snprintf(c, sizeof(c), "bash -c 'exec -a %s sleep 1000'", mark);
-    run_start(&x, c, &r, 0);
+    sbx_run_start(&x, c, &r, 0);
     while (!sbx_process_with(mark)) {
       uv_run(&x.loop, UV_RUN_NOWAIT);
     }

@@ -1,0 +1,8 @@
+/* pre-joined launchers (cold starts): TEST_ENTRY lines only. */
+TEST_ENTRY(launch_cold_start_in_its_cgroup)
+TEST_ENTRY(launch_cold_start_in_its_cgroup_degraded)
+TEST_ENTRY(launch_one_command_per_launcher)
+TEST_ENTRY(launch_cancel_during_handoff_leaves_nothing)
+TEST_ENTRY(launch_timeout_during_handoff_leaves_nothing)
+TEST_ENTRY(launch_closed_with_its_sandbox)
+TEST_ENTRY(launch_owner_sigkill_leaves_no_process)
