@@ -118,6 +118,7 @@ typedef struct opts_s {
   bool probe;
   bool warm;
   const char *tmpdir;
+  long owner; /* --owner: the agentloop process whose tool this is */
 } opts_t;
 
 static void die(const char *what, int err) {
@@ -960,6 +961,80 @@ static void janitor_release(const char *dir, const char *path) {
   }
 }
 
+/* A bwrap whose command line starts our helper for `owner`: its
+ * sandbox. */
+static bool sandbox_of(const char *pid, const char *owner) {
+  char p[300];
+  char buf[16384];
+  ssize_t n;
+  size_t at;
+  int fd;
+
+  snprintf(p, sizeof(p), "/proc/%s/comm", pid);
+  fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false;
+  }
+  n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n != 6 || memcmp(buf, "bwrap\n", 6) != 0) {
+    return false;
+  }
+  snprintf(p, sizeof(p), "/proc/%s/cmdline", pid);
+  fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false;
+  }
+  n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) {
+    return false;
+  }
+  buf[n] = '\0';
+  for (at = 0; at < (size_t)n; at += strlen(buf + at) + 1) {
+    if (strcmp(buf + at, "--owner") == 0 &&
+        at + 8 < (size_t)n && strcmp(buf + at + 8, owner) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* bwrap's parent-death signals leave a gap: a sandbox whose agentloop
+ * died while bwrap was still setting up can be left waiting for ever for
+ * its outer half (seen after SIGKILLs of agentloopd), or its init can miss
+ * the signal and run the command on. Its command line names its owner
+ * (--owner): once that owner is gone, each one left is killed (its init:
+ * the whole namespace goes). */
+static void kill_orphans(long owner) {
+  char own[32];
+  int round;
+  bool found = true;
+
+  snprintf(own, sizeof(own), "%ld", owner);
+  /* Again after a kill, until none is left (one dying meanwhile). */
+  for (round = 0; round < 10 && found; round++) {
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    struct dirent *e;
+    DIR *d = opendir("/proc");
+
+    if (d == NULL) {
+      return;
+    }
+    found = false;
+    while ((e = readdir(d)) != NULL) {
+      if (e->d_name[0] >= '1' && e->d_name[0] <= '9' &&
+          sandbox_of(e->d_name, own)) {
+        found = kill((pid_t)atol(e->d_name), SIGKILL) == 0 || found;
+      }
+    }
+    closedir(d);
+    if (found) {
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
 static int run_janitor(const char *phreg) {
   jpath_t *list = NULL, *j;
   char line[8192];
@@ -1017,16 +1092,18 @@ static int run_janitor(const char *phreg) {
   for (j = list; j != NULL; j = j->next) {
     pending = pending || !j->cgroup;
   }
-  if (!pending && !cgroups) {
-    return 0;
-  }
-  /* EOF with placeholders left: our parent is dying. Its sandboxes die
-   * with it (--die-with-parent); wait until it is gone entirely. */
+  /* EOF: our parent is exiting. Its sandboxes die with it
+   * (--die-with-parent); wait until it is gone entirely, then end those
+   * that did not (bwrap still setting up when it died). */
   if (ppfd >= 0) {
     struct pollfd p = {ppfd, POLLIN, 0};
 
     while (poll(&p, 1, -1) < 0 && errno == EINTR) {
     }
+  }
+  kill_orphans(owner);
+  if (!pending && !cgroups) {
+    return 0;
   }
   for (j = list; j != NULL; j = j->next) {
     if (j->cgroup) {
@@ -1040,6 +1117,85 @@ static int run_janitor(const char *phreg) {
   /* Our parent's lines (and any other dead agent's) off the registry. */
   al_phreg_sweep(phreg);
   return 0;
+}
+
+/* ---- the owner ------------------------------------------------------------- */
+
+/* The agentloop that started this tool holds a read lock on byte `owner`
+ * of this very binary (al__sandbox_owner_lock) for as long as it lives;
+ * the binary is the same file inside the sandbox. Gone: no lock. This
+ * closes the window bwrap leaves with --die-with-parent: when agentloop
+ * dies while bwrap is still setting up, the sandbox's init can miss its
+ * parent-death signal and the command would run on with nobody to stop it
+ * (seen after a SIGKILL of agentloopd about 1 run in 4). */
+static bool owner_gone(long owner) {
+  struct flock fl;
+  bool gone;
+  int fd;
+
+  if (owner <= 0) {
+    return false;
+  }
+  fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false; /* cannot tell: the parent-death signals remain */
+  }
+  memset(&fl, 0, sizeof(fl));
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = (off_t)owner;
+  fl.l_len = 1;
+  gone = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
+  close(fd);
+  return gone;
+}
+
+/* bwrap mode only: a process that waits for the owner's lock to go and
+ * then kills everything in this PID namespace. The check above misses one
+ * case: bwrap's init sets its parent-death signal only after it has
+ * forked us, so an agentloop that dies in between (after our check) leaves
+ * the sandbox running with nobody to stop it. Forked before the command
+ * is exec'd (for a warm sandbox, before it waits for one); it holds no fd
+ * of ours, no capability, and ends with us (its own parent-death signal)
+ * or with the namespace. */
+static void watch_owner(long owner) {
+  pid_t w;
+
+  /* The first child of a PID namespace's init: only there does kill(-1)
+   * mean this sandbox and nothing else. */
+  if (owner <= 0 || getpid() != 2 || getppid() != 1) {
+    return;
+  }
+  w = fork();
+  if (w != 0) {
+    return; /* the command goes on (a failed fork: the check alone) */
+  }
+  (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (getppid() != 2) {
+    _exit(0);
+  }
+  (void)syscall(SYS_close_range, 0U, ~0U, 0U);
+  drop_caps();
+  (void)prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  /* Looked at a few times a second: waiting for the lock itself would
+   * take a write lock, which needs the binary open for writing. */
+  while (!owner_gone(owner)) {
+    struct timespec ts = {0, 200 * 1000 * 1000};
+
+    nanosleep(&ts, NULL);
+  }
+  (void)kill(-1, SIGKILL);
+  _exit(0);
+}
+
+static void check_owner(long owner) {
+  if (owner_gone(owner)) {
+    fprintf(stderr,
+            "agentloop-exec: agentloop (pid %ld) is gone: the command is not "
+            "started\n",
+            owner);
+    exit(125);
+  }
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -1115,6 +1271,8 @@ int main(int argc, char **argv) {
       o.nofile = num(argv[++i]);
     } else if (strcmp(a, "--nproc") == 0) {
       o.nproc = num(argv[++i]);
+    } else if (strcmp(a, "--owner") == 0) {
+      o.owner = (long)num(argv[++i]);
     } else {
       fprintf(stderr, "agentloop-exec: bad option '%s'\n", a);
       return 125;
@@ -1133,6 +1291,12 @@ int main(int argc, char **argv) {
     sc = apply_seccomp(&o);
     printf("landlock=%d seccomp=%d\n", abi, sc == 0 ? 1 : 0);
     return 0;
+  }
+  /* bwrap mode: our parent, the sandbox's init, has its parent-death
+   * signal set by now; whether it was in time is what this tells. */
+  check_owner(o.owner);
+  if (!o.supervise) {
+    watch_owner(o.owner);
   }
   if (i >= argc && !o.warm) {
     fprintf(stderr, "agentloop-exec: no command (usage: agentloop-exec "
@@ -1173,8 +1337,10 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
       die("PR_SET_CHILD_SUBREAPER", errno);
     }
-    /* The daemon's death ends us, and the sweep below ends the rest. */
+    /* The daemon's death ends us, and the sweep below ends the rest;
+     * a death before this point shows in the owner's lock. */
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    check_owner(o.owner);
   }
   if (apply_seccomp(&o) != 0) {
     fprintf(stderr, "agentloop-exec: cannot load the seccomp filter\n");

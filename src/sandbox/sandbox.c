@@ -1097,6 +1097,9 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
     return AL_ENOMEM;
   }
   rc = build_plan(sb, cfg);
+  if (rc == 0 && sb->info.mode != AL_SANDBOX_MODE_NONE) {
+    (void)al__sandbox_owner_lock(sb->helper); /* once per process */
+  }
   if (rc == 0 && sb->info.mode == AL_SANDBOX_MODE_BWRAP) {
     janitor_start(sb->helper, sb->phreg); /* once per process */
     if (sb->cg.active) {
@@ -1339,10 +1342,49 @@ placeholder:
   return strv_push(a, buf);
 }
 
+/* ---- the owner's lock -------------------------------------------------------- */
+
+/* A read lock on byte getpid() of the helper binary, held for this
+ * process's life: agentloop-exec --owner looks for it before it starts a
+ * command, so a tool whose agentloop died while bwrap set up never runs
+ * (src/exec/main.c, owner_gone). -1 until taken; 0 when it cannot be. */
+static atomic_int g_owner_lock = -1;
+static pthread_mutex_t g_owner_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int al__sandbox_owner_lock(const char *helper) {
+  struct flock fl;
+  int fd, ok;
+
+  pthread_mutex_lock(&g_owner_mu);
+  if (g_owner_lock < 0 && helper != NULL && helper[0] != '\0') {
+    g_owner_lock = 0;
+    fd = open(helper, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      memset(&fl, 0, sizeof(fl));
+      fl.l_type = F_RDLCK;
+      fl.l_whence = SEEK_SET;
+      fl.l_start = (off_t)getpid();
+      fl.l_len = 1;
+      if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+        g_owner_lock = fd; /* kept open: the lock lasts as long */
+      } else {
+        close(fd);
+      }
+    }
+  }
+  ok = g_owner_lock > 0;
+  pthread_mutex_unlock(&g_owner_mu);
+  return ok ? 0 : AL_ENOTSUP;
+}
+
 static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
                        bool supervise, bool warm) {
   size_t i;
   int rc = strv_push(a, sb->helper);
+
+  if (rc == 0 && g_owner_lock > 0 && (rc = strv_push(a, "--owner")) == 0) {
+    rc = strv_pushf(a, "%llu", (unsigned long long)getpid());
+  }
 
   if (rc == 0 && sb->nproc > 0 && sb->nproc != UINT64_MAX && !supervise) {
     /* bwrap mode has its own user namespace, where the process count

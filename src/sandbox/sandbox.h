@@ -188,6 +188,11 @@ void al__sandbox_set_launch(al_sandbox_t *sb, void *launch,
                             void (*close_fn)(void *launch));
 void *al__sandbox_launch(const al_sandbox_t *sb);
 void al__sandbox_argv_free(char **argv);
+/* Takes (once per process) the lock agentloop-exec --owner looks for:
+ * byte getpid() of the helper, read-locked for this process's life. 0, or
+ * AL_ENOTSUP when the file system takes no such lock (then no --owner is
+ * passed and the parent-death signals alone stop orphaned tools). */
+int al__sandbox_owner_lock(const char *helper);
 
 /* The memory a tool's share is taken from: MemTotal, or the lowest
  * memory limit of this process's cgroup and its ancestors (v2

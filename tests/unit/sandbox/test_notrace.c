@@ -5,6 +5,7 @@
  * removed by the janitor once the runner is gone), and nothing runs on. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <ftw.h>
 #include <signal.h>
 #include <spawn.h>
@@ -652,6 +653,73 @@ TEST_IMPL(sandbox_two_sessions_share_placeholders) {
   }
   no_breach_same_tree(&x, before);
   al__sandbox_free(sb2);
+  sbx_finish(&x);
+  return 0;
+}
+
+/* A sandbox whose agentloop died while bwrap was still setting up can be
+ * left waiting for ever (the inner half of bwrap on its outer half, seen
+ * after SIGKILLs of agentloopd). The janitor ends, once its agentloop is
+ * gone, every bwrap whose command line names that agentloop as the owner.
+ * Here a stand-in: a bwrap held on --block-fd whose helper names the run
+ * as its owner. */
+TEST_IMPL(janitor_kills_orphaned_sandbox) {
+  char helper[4096], own[32];
+  char url[64], homeb[400];
+  char *envbuf[5];
+  int fds[SBX_MAX_TREE];
+  int hold[2];
+  size_t n;
+  sbx_t x;
+  al_mockllm_t *mock;
+  struct pollfd pf;
+  posix_spawn_file_actions_t fa;
+  pid_t b, orphan;
+  int st;
+
+  sbx_no_pool = true;
+  sbx_init(&x, SBX_BWRAP);
+  sbx_no_pool = false;
+  snprintf(homeb, sizeof(homeb), "%s/homeb", x.base);
+  ASSERT_EQ(mkdir(homeb, 0700), 0);
+  mock = start_mock(&x, "touch b.started; sleep 1000", url, sizeof(url));
+  b = start_run(&x, url, homeb, envbuf);
+  serve_until_file(&x, x.ws, "b.started");
+  n = sbx_tree_pidfds(b, fds, SBX_MAX_TREE);
+
+  snprintf(helper, sizeof(helper), "%s/agentloop-exec", AL_BINARY_DIR);
+  snprintf(own, sizeof(own), "%ld", (long)b);
+  ASSERT_EQ(pipe(hold), 0);
+  {
+    char *argv[] = {"/usr/bin/bwrap", "--ro-bind", "/", "/", "--block-fd",
+                    "3", "--", helper, "--owner", own, "--", "true", NULL};
+    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, hold[0], 3);
+    ASSERT_EQ(posix_spawn(&orphan, argv[0], &fa, NULL, argv, envp), 0);
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  close(hold[0]);
+  ASSERT_EQ(waitpid(orphan, &st, WNOHANG), 0); /* held */
+
+  ASSERT_EQ(kill(b, SIGKILL), 0);
+  ASSERT_EQ(waitpid(b, NULL, 0), b);
+  ASSERT(sbx_all_exit(fds, n)); /* the janitor too, after its work */
+  pf.fd = (int)syscall(SYS_pidfd_open, orphan, 0);
+  pf.events = POLLIN;
+  ASSERT(pf.fd >= 0);
+  if (poll(&pf, 1, 2000 * al_test_timeout_multiplier()) != 1) {
+    kill(orphan, SIGKILL);
+    waitpid(orphan, NULL, 0);
+    AL_TEST_FAIL("the janitor left its agentloop's sandbox running");
+  }
+  close(pf.fd);
+  ASSERT_EQ(waitpid(orphan, &st, 0), orphan);
+  ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  close(hold[1]);
+  free_env(envbuf);
+  al_mockllm_close(mock, NULL);
   sbx_finish(&x);
   return 0;
 }
