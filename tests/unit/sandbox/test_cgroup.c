@@ -207,7 +207,9 @@ TEST_IMPL(sandbox_cgroup_sweep) {
   ASSERT_EQ(mkdir(live_dir, 0755), 0);
 
   ASSERT_EQ(al__cgroup_count_stale(&st), 1); /* own_dir */
-  ASSERT(al__cgroup_sweep(&st) >= 2);
+  /* dead_dir may already be gone: any agentloop's sweep (another test
+   * running beside this one) removes the cgroups of a dead owner. */
+  ASSERT(al__cgroup_sweep(&st) >= 1);
   ASSERT_NE(access(dead_dir, F_OK), 0);
   ASSERT_NE(access(own_dir, F_OK), 0);
   ASSERT_EQ(access(live_dir, F_OK), 0);
