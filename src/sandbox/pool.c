@@ -974,8 +974,8 @@ int al__pool_handoff(al_sandbox_t *sb, bool network, const char *cwd,
   uint64_t gen;
   int rc;
 
-  if (p == NULL || p->closing) {
-    return AL_ENOENT;
+  if (p == NULL || p->closing || al__sandbox_cmd_in_tmp(sb, argv)) {
+    return AL_ENOENT; /* cold (a program under /tmp: see sandbox.h) */
   }
   uv_timer_start(&p->timer, on_idle, p->idle_ms, 0);
   gen = p->gen;

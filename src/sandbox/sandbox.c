@@ -1446,6 +1446,13 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
 
 /* joined: without the cgroup helper in front (a pre-joined launcher
  * runs it, or al__sandbox_cgroup_wrap adds the helper later). */
+bool al__sandbox_cmd_in_tmp(const al_sandbox_t *sb,
+                            const char *const *argv) {
+  return sb != NULL && argv != NULL && argv[0] != NULL &&
+         path_under(argv[0], "/tmp") && strcmp(argv[0], "/tmp") != 0 &&
+         !under_any_root(sb, argv[0]);
+}
+
 static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, bool warm, bool joined,
                      char ***out) {
@@ -1485,6 +1492,13 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
       if (under_any_root(sb, sb->hidden.v[i])) {
         rc = push_hide(&a, sb->hidden.v[i]);
       }
+    }
+    if (rc == 0 && !warm && al__sandbox_cmd_in_tmp(sb, argv) &&
+        (rc = strv_push(&a, "--ro-bind")) == 0 &&
+        (rc = strv_push(&a, argv[0])) == 0) {
+      /* A program under /tmp (a server or tool built there, a checkout
+       * there): the private /tmp would hide it; it alone, read-only. */
+      rc = strv_push(&a, argv[0]);
     }
     if (warm) {
       /* The protected paths are mounted by the helper itself when its

@@ -193,6 +193,11 @@ void al__sandbox_argv_free(char **argv);
  * AL_ENOTSUP when the file system takes no such lock (then no --owner is
  * passed and the parent-death signals alone stop orphaned tools). */
 int al__sandbox_owner_lock(const char *helper);
+/* True when argv[0] is a program under /tmp outside the writable roots:
+ * bwrap mode's private /tmp hides it, so a cold start binds it read-only
+ * and no warm sandbox (built without it) can run it. */
+bool al__sandbox_cmd_in_tmp(const al_sandbox_t *sb,
+                            const char *const *argv);
 
 /* The memory a tool's share is taken from: MemTotal, or the lowest
  * memory limit of this process's cgroup and its ancestors (v2

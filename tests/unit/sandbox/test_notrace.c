@@ -723,3 +723,66 @@ TEST_IMPL(janitor_kills_orphaned_sandbox) {
   sbx_finish(&x);
   return 0;
 }
+
+/* A program under /tmp (an MCP server or tools.d command built there, or
+ * a checkout there) runs sandboxed although bwrap mode gives every tool a
+ * private /tmp: it alone is bound in, read-only, and it starts cold (a
+ * warm sandbox was built without it). */
+static char tmp_out[256];
+static int tmp_done;
+
+static void tmp_on_output(al_spawn_t *sp, int stream, const char *data,
+                          size_t len) {
+  size_t n = strlen(tmp_out);
+
+  (void)sp;
+  (void)stream;
+  if (n + len < sizeof(tmp_out)) {
+    memcpy(tmp_out + n, data, len);
+    tmp_out[n + len] = '\0';
+  }
+}
+
+static void tmp_on_done(al_spawn_t *sp, const al_spawn_result_t *res) {
+  (void)sp;
+  tmp_done = res->exit_status == 0 && res->term_signal == 0 ? 1 : 2;
+}
+
+TEST_IMPL(sandbox_runs_program_under_tmp) {
+  char dir[] = "/tmp/al_tmpprog_XXXXXX";
+  char prog[300], cmd[400];
+  const char *argv[2];
+  al_spawn_options_t o;
+  al_spawn_t *sp = NULL;
+  sbx_t x;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(prog, sizeof(prog), "%s/prog", dir);
+  put_file(dir, "prog", "#!/bin/sh\necho from-tmp; ls /tmp | wc -l\n");
+  ASSERT_EQ(chmod(prog, 0755), 0);
+  sbx_init(&x, SBX_BWRAP);
+  sbx_wait_warm(&x);
+  argv[0] = prog;
+  argv[1] = NULL;
+  al__spawn_options_init(&o);
+  o.cwd = x.ws;
+  o.sandbox = x.sb;
+  o.argv = argv;
+  o.on_done = tmp_on_done;
+  o.on_output = tmp_on_output;
+  tmp_out[0] = '\0';
+  tmp_done = 0;
+  ASSERT_EQ(al__spawn_start(&x.loop, &o, &sp), 0);
+  while (tmp_done == 0) {
+    uv_run(&x.loop, UV_RUN_ONCE);
+  }
+  if (tmp_done != 1 || strstr(tmp_out, "from-tmp\n") == NULL) {
+    AL_TEST_FAIL("the program under /tmp did not run: %s", tmp_out);
+  }
+  /* Still a private /tmp: the program's directory is all it sees there. */
+  ASSERT_NOT_NULL(strstr(tmp_out, "from-tmp\n1\n"));
+  sbx_finish(&x);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  ASSERT_EQ(system(cmd), 0);
+  return 0;
+}
