@@ -961,6 +961,8 @@ static void janitor_release(const char *dir, const char *path) {
   }
 }
 
+static bool owner_gone(long owner);
+
 /* A bwrap whose command line starts our helper for `owner`: its
  * sandbox. */
 static bool sandbox_of(const char *pid, const char *owner) {
@@ -1012,8 +1014,10 @@ static void kill_orphans(long owner) {
   bool found = true;
 
   snprintf(own, sizeof(own), "%ld", owner);
-  /* Again after a kill, until none is left (one dying meanwhile). */
-  for (round = 0; round < 10 && found; round++) {
+  /* Again after a kill, until none is left (one dying meanwhile). A new
+   * agentloop that got the same pid holds the lock again: its sandboxes
+   * name the same owner and are not ours to end. */
+  for (round = 0; round < 10 && found && owner_gone(owner); round++) {
     struct timespec ts = {0, 50 * 1000 * 1000};
     struct dirent *e;
     DIR *d = opendir("/proc");
