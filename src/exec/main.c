@@ -836,7 +836,7 @@ static int run_launch(long owner) {
  * messages for a command it cannot run are reproduced; a command killed
  * by a signal is reported as killed rather than as dash's 128+N. */
 static const char *const SH_BUILTINS[] = {
-    "alias", "bg", "break", "case", "cd", "chdir", "command", "continue",
+    ".", ":", "alias", "bg", "break", "case", "cd", "chdir", "command", "continue",
     "do", "done", "elif", "else", "esac", "eval", "echo", "exec", "exit",
     "export", "false", "fc", "fg", "fi", "for", "getopts", "hash", "if",
     "in", "jobs", "kill", "local", "printf", "pwd", "read", "readonly",

@@ -93,6 +93,7 @@ TEST_IMPL(sh_direct_matches_dash) {
       "echo hi", "pwd", "true", "false", "A=1 printenv A", "ls | wc -l",
       "cat f1; cat f2", "echo $HOME", "echo 'a  b'", "ls *", "cd sub",
       "kill -0 1", "test -e f1", "exit 3", "", "   ", "# comment",
+      ". ./noshebang", ": anything", "command -v ls", "type ls",
       "~/x", "ls > /dev/null", NULL};
   char dir[] = "/var/tmp/al_shdirect_XXXXXX";
   char p[600], link[600];
