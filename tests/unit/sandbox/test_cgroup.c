@@ -222,20 +222,31 @@ TEST_IMPL(sandbox_cgroup_sweep) {
 /* `agentloop doctor` says whether tools get their cgroup. */
 TEST_IMPL(doctor_reports_tool_cgroup) {
   al_sandbox_info_t si;
-  char cmd[700], out[16384];
+  char cmd[1200], out[16384];
+  char home[] = "/var/tmp/al_doctor_XXXXXX";
   size_t n;
   FILE *p;
 
   (void)al_sandbox_probe(NULL, &si);
+  /* doctor starts the daemon it checks: a home and runtime directory of
+   * this test's own, and the daemon stopped after, so nothing is left
+   * running on the user's socket. */
+  ASSERT_NOT_NULL(mkdtemp(home));
   snprintf(cmd, sizeof(cmd),
-           "cd /tmp && XDG_CONFIG_HOME=/nonexistent NO_COLOR=1 "
+           "cd /tmp && HOME='%s' XDG_RUNTIME_DIR='%s' "
+           "XDG_CONFIG_HOME=/nonexistent NO_COLOR=1 "
            "'%s/agentloop' doctor 2>&1",
-           AL_BINARY_DIR);
+           home, home, AL_BINARY_DIR);
   p = popen(cmd, "r");
   ASSERT_NOT_NULL(p);
   n = fread(out, 1, sizeof(out) - 1, p);
   out[n] = '\0';
   (void)pclose(p); /* doctor's status depends on the rest of the checks */
+  snprintf(cmd, sizeof(cmd),
+           "HOME='%s' XDG_RUNTIME_DIR='%s' XDG_CONFIG_HOME=/nonexistent "
+           "'%s/agentloop' daemon stop >/dev/null 2>&1; rm -rf '%s'",
+           home, home, AL_BINARY_DIR, home);
+  (void)system(cmd);
   if (si.mode == AL_SANDBOX_MODE_NONE) {
     return 0; /* no sandbox: no tool runs, no cgroup line */
   }
