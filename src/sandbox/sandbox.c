@@ -1349,6 +1349,10 @@ placeholder:
  * command, so a tool whose agentloop died while bwrap set up never runs
  * (src/exec/main.c, owner_gone). -1 until taken; 0 when it cannot be. */
 static atomic_int g_owner_lock = -1;
+/* The pid whose byte is locked: --owner names it (a process forked after
+ * the lock was taken passes its parent's until it makes a sandbox of its
+ * own, which takes a lock for its own pid). */
+static atomic_long g_owner_pid;
 static pthread_mutex_t g_owner_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int al__sandbox_owner_lock(const char *helper) {
@@ -1356,6 +1360,12 @@ int al__sandbox_owner_lock(const char *helper) {
   int fd, ok;
 
   pthread_mutex_lock(&g_owner_mu);
+  if (g_owner_lock > 0 && g_owner_pid != (long)getpid()) {
+    /* A forked child: the inherited descriptor is its parent's lock,
+     * which it would keep alive past its parent. */
+    close(g_owner_lock);
+    g_owner_lock = -1;
+  }
   if (g_owner_lock < 0 && helper != NULL && helper[0] != '\0') {
     g_owner_lock = 0;
     fd = open(helper, O_RDONLY | O_CLOEXEC);
@@ -1366,6 +1376,7 @@ int al__sandbox_owner_lock(const char *helper) {
       fl.l_start = (off_t)getpid();
       fl.l_len = 1;
       if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+        g_owner_pid = (long)getpid();
         g_owner_lock = fd; /* kept open: the lock lasts as long */
       } else {
         close(fd);
@@ -1383,7 +1394,7 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   int rc = strv_push(a, sb->helper);
 
   if (rc == 0 && g_owner_lock > 0 && (rc = strv_push(a, "--owner")) == 0) {
-    rc = strv_pushf(a, "%llu", (unsigned long long)getpid());
+    rc = strv_pushf(a, "%llu", (unsigned long long)g_owner_pid);
   }
 
   if (rc == 0 && sb->nproc > 0 && sb->nproc != UINT64_MAX && !supervise) {

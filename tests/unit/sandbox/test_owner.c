@@ -162,3 +162,40 @@ TEST_IMPL(exec_owner_watcher_ends_sandbox) {
   ASSERT_EQ(rmdir(dir), 0);
   return 0;
 }
+
+/* A process forked after the lock was taken (an embedder that forks its
+ * workers) takes a lock for its own pid when it makes a sandbox, and its
+ * parent's stays. */
+TEST_IMPL(exec_owner_lock_after_fork) {
+  char dir[] = "/var/tmp/al_ownerf_XXXXXX";
+  char file[200], helper[4096], err[512];
+  pid_t child;
+  int st;
+
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  snprintf(file, sizeof(file), "%s/ran", dir);
+  snprintf(helper, sizeof(helper), "%s/agentloop-exec", AL_BINARY_DIR);
+  ASSERT_EQ(al__sandbox_owner_lock(helper), 0);
+  child = fork();
+  ASSERT(child >= 0);
+  if (child == 0) {
+    char f2[220];
+
+    snprintf(f2, sizeof(f2), "%s.child", file);
+    if (al__sandbox_owner_lock(helper) != 0 ||
+        run_touch(getpid(), f2, err, sizeof(err)) != 0) {
+      _exit(1);
+    }
+    _exit(0);
+  }
+  ASSERT_EQ(waitpid(child, &st, 0), child);
+  ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  /* The child is gone, and so is its lock; ours stands. */
+  ASSERT_EQ(run_touch(child, file, err, sizeof(err)), 125);
+  ASSERT_EQ(run_touch(getpid(), file, err, sizeof(err)), 0);
+  ASSERT_EQ(unlink(file), 0);
+  snprintf(file, sizeof(file), "%s/ran.child", dir);
+  ASSERT_EQ(unlink(file), 0);
+  ASSERT_EQ(rmdir(dir), 0);
+  return 0;
+}
