@@ -836,13 +836,12 @@ static int run_launch(long owner) {
  * messages for a command it cannot run are reproduced; a command killed
  * by a signal is reported as killed rather than as dash's 128+N. */
 static const char *const SH_BUILTINS[] = {
-    ".", ":", "alias", "bg", "break", "case", "cd", "chdir", "command", "continue",
-    "do", "done", "elif", "else", "esac", "eval", "echo", "exec", "exit",
-    "export", "false", "fc", "fg", "fi", "for", "getopts", "hash", "if",
-    "in", "jobs", "kill", "local", "printf", "pwd", "read", "readonly",
-    "return", "set", "shift", "test", "then", "times", "trap", "true",
-    "type", "ulimit", "umask", "unalias", "unset", "until", "wait",
-    "while", NULL};
+    ".", ":", "alias", "bg", "break", "case", "cd", "chdir", "command",
+    "continue", "do", "done", "elif", "else", "esac", "eval", "echo", "exec",
+    "exit", "export", "false", "fc", "fg", "fi", "for", "getopts", "hash",
+    "if", "in", "jobs", "kill", "local", "printf", "pwd", "read", "readonly",
+    "return", "set", "shift", "test", "then", "times", "trap", "true", "type",
+    "ulimit", "umask", "unalias", "unset", "until", "wait", "while", NULL};
 
 static bool sh_is_dash(const char *sh) {
   char real[PATH_MAX];
@@ -855,38 +854,44 @@ static bool sh_is_dash(const char *sh) {
   return strcmp(base != NULL ? base + 1 : real, "dash") == 0;
 }
 
-/* The words of cmd[2] (split in place) when the rule above holds. */
-static char **sh_simple_words(char **cmd) {
+/* The words of cmd[2] (a copy, split) when the rule above holds, and
+ * AGENTLOOP_SH_DIRECT=0 (tests compare the two ways) does not say no. */
+static char **sh_simple_words(char *const *cmd) {
   static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                            "0123456789_./:,@%+=- \t";
+  const char *off = getenv("AGENTLOOP_SH_DIRECT");
   char **w;
-  char *p;
+  char *copy, *p;
   size_t n = 0;
   size_t i;
 
   if (cmd[0] == NULL || strcmp(cmd[0], "/bin/sh") != 0 || cmd[1] == NULL ||
       strcmp(cmd[1], "-c") != 0 || cmd[2] == NULL || cmd[3] != NULL ||
-      cmd[2][strspn(cmd[2], ok)] != '\0' || !sh_is_dash(cmd[0])) {
+      cmd[2][strspn(cmd[2], ok)] != '\0' ||
+      (off != NULL && strcmp(off, "0") == 0) || !sh_is_dash(cmd[0])) {
     return NULL;
   }
+  copy = strdup(cmd[2]);
   w = calloc(strlen(cmd[2]) / 2 + 2, sizeof(*w));
-  if (w == NULL) {
+  if (copy == NULL || w == NULL) {
+    free(copy);
+    free(w);
     return NULL;
   }
-  for (p = strtok(cmd[2], " \t"); p != NULL; p = strtok(NULL, " \t")) {
+  for (p = strtok(copy, " \t"); p != NULL; p = strtok(NULL, " \t")) {
     w[n++] = p;
   }
-  if (n == 0 || strchr(w[0], '=') != NULL) {
-    free(w); /* an assignment; nothing at all */
-    return NULL;
-  }
-  for (i = 0; SH_BUILTINS[i] != NULL; i++) {
+  for (i = 0; n > 0 && SH_BUILTINS[i] != NULL; i++) {
     if (strcmp(w[0], SH_BUILTINS[i]) == 0) {
-      free(w);
-      return NULL;
+      n = 0;
     }
   }
-  return w;
+  if (n == 0 || strchr(w[0], '=') != NULL) {
+    free(copy); /* nothing, a builtin or keyword, an assignment: dash's */
+    free(w);
+    return NULL;
+  }
+  return w; /* the words point into the copy: both live until the exec */
 }
 
 /* What dash exports: PWD, kept when it names the working directory. */
@@ -906,20 +911,9 @@ static void sh_pwd(void) {
 
 /* Execs the command; returns only on failure, with its exit code. */
 static int exec_command(char **cmd) {
-  char *copy = cmd[0] != NULL && cmd[1] != NULL && cmd[2] != NULL
-                   ? strdup(cmd[2])
-                   : NULL;
-  const char *off = getenv("AGENTLOOP_SH_DIRECT"); /* "0": tests compare */
-  char **w = NULL;
+  char **w = sh_simple_words(cmd);
   int e;
 
-  if (copy != NULL && (off == NULL || strcmp(off, "0") != 0)) {
-    char *saved = cmd[2];
-
-    cmd[2] = copy;
-    w = sh_simple_words(cmd);
-    cmd[2] = saved;
-  }
   if (w != NULL) {
     sh_pwd();
     execvp(w[0], w);
@@ -931,7 +925,6 @@ static int exec_command(char **cmd) {
     return strchr(w[0], '/') == NULL || e == ENOENT || e == ENOTDIR ? 127
                                                                      : 126;
   }
-  free(copy);
   execvp(cmd[0], cmd);
   e = errno;
   fprintf(stderr, "agentloop-exec: %s: %s\n", cmd[0], strerror(e));
@@ -972,14 +965,7 @@ static bool sandbox_of(const char *pid, const char *owner) {
   size_t at;
   int fd;
 
-  snprintf(p, sizeof(p), "/proc/%s/comm", pid);
-  fd = open(p, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return false;
-  }
-  n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n != 6 || memcmp(buf, "bwrap\n", 6) != 0) {
+  if (!al_phreg_is_bwrap(pid)) {
     return false;
   }
   snprintf(p, sizeof(p), "/proc/%s/cmdline", pid);
@@ -1296,10 +1282,12 @@ int main(int argc, char **argv) {
     printf("landlock=%d seccomp=%d\n", abi, sc == 0 ? 1 : 0);
     return 0;
   }
-  /* bwrap mode: our parent, the sandbox's init, has its parent-death
-   * signal set by now; whether it was in time is what this tells. */
-  check_owner(o.owner);
   if (!o.supervise) {
+    /* bwrap mode: the owner may have died while bwrap set up, before
+     * its init armed the parent-death signal (it does so only after
+     * forking us): the check tells now, the watcher later. Degraded mode
+     * checks below, once its own parent-death signal is set. */
+    check_owner(o.owner);
     watch_owner(o.owner);
   }
   if (i >= argc && !o.warm) {

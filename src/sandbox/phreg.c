@@ -6,11 +6,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +70,22 @@ static bool ns_has_mount(const char *pid, const char *path) {
   return hit;
 }
 
+bool al_phreg_is_bwrap(const char *pid) {
+  char p[300];
+  char comm[32];
+  ssize_t k;
+  int fd;
+
+  snprintf(p, sizeof(p), "/proc/%s/comm", pid);
+  fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false; /* gone meanwhile */
+  }
+  k = read(fd, comm, sizeof(comm));
+  close(fd);
+  return k == 6 && memcmp(comm, "bwrap\n", 6) == 0;
+}
+
 bool al_phreg_mounted_elsewhere(const char *path) {
   struct stat self, st;
   ino_t seen[MAX_NS];
@@ -90,26 +106,10 @@ bool al_phreg_mounted_elsewhere(const char *path) {
    * sandbox exists: those are the namespaces a placeholder is mounted in. */
   while (!hit && (e = readdir(d)) != NULL) {
     char p[300];
-    char comm[32];
-    ssize_t k;
     size_t i;
-    int fd;
 
-    if (!isdigit((unsigned char)e->d_name[0])) {
-      continue;
-    }
-    snprintf(p, sizeof(p), "/proc/%s/comm", e->d_name);
-    fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      continue;
-    }
-    k = read(fd, comm, sizeof(comm) - 1);
-    close(fd);
-    if (k <= 0) {
-      continue;
-    }
-    comm[k] = '\0';
-    if (strcmp(comm, "bwrap\n") != 0) {
+    if (!isdigit((unsigned char)e->d_name[0]) ||
+        !al_phreg_is_bwrap(e->d_name)) {
       continue;
     }
     snprintf(p, sizeof(p), "/proc/%s/ns/mnt", e->d_name);
@@ -200,20 +200,22 @@ static void entry_read(const char *file, char *out, size_t len) {
   *nl = '\0';
 }
 
-/* Is another live noter than `me` on the entry's lines after the first?
- * me NULL: anyone counts. */
+static bool pid_alive(long pid) {
+  return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* Is a live noter other than `me` on the entry's lines after the first? */
 static bool other_noter(const char *text, const char *me) {
   const char *line = strchr(text, '\n');
+  size_t m = strlen(me);
 
   while (line != NULL && line[1] != '\0') {
     const char *end = strchr(line + 1, '\n');
     size_t n = end != NULL ? (size_t)(end - line - 1) : strlen(line + 1);
-    long pid = strtol(line + 1, NULL, 10);
 
-    if (me == NULL || strlen(me) != n || strncmp(line + 1, me, n) != 0) {
-      if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
-        return true;
-      }
+    if ((n != m || strncmp(line + 1, me, n) != 0) &&
+        pid_alive(strtol(line + 1, NULL, 10))) {
+      return true;
     }
     line = end;
   }
@@ -235,10 +237,7 @@ static void entry_prune(const char *file, int fd, const char *text) {
   while (line != NULL && line[1] != '\0') {
     const char *end = strchr(line + 1, '\n');
     size_t k = end != NULL ? (size_t)(end - line - 1) : strlen(line + 1);
-    long pid = strtol(line + 1, NULL, 10);
-
-    if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM) &&
-        n + k + 1 < sizeof(out)) {
+    if (pid_alive(strtol(line + 1, NULL, 10)) && n + k + 1 < sizeof(out)) {
       memcpy(out + n, line + 1, k + 1);
       n += k + 1;
       any = true;
@@ -267,8 +266,8 @@ static int entry_lock(const char *file, bool create) {
 
   for (tries = 0; tries < 8; tries++) {
     struct stat a, b;
-    int fd = open(file, (create ? O_RDWR | O_CREAT : O_RDWR) | O_CLOEXEC |
-                            O_NOFOLLOW,
+    int fd = open(file,
+                  (create ? O_RDWR | O_CREAT : O_RDWR) | O_CLOEXEC | O_NOFOLLOW,
                   0600);
 
     if (fd < 0) {
@@ -309,7 +308,7 @@ int al_phreg_note(const char *dir, const char *path, const char *me) {
   entry_text(fd, text, sizeof(text));
   if (text[0] == '\0' || strncmp(text, path, n) != 0 || text[n] != '\n') {
     /* New (or a colliding path's: the newer one has it; written over,
-     * then cut, for the reason in entry_drop). */
+     * then cut, for the reason in entry_prune). */
     if (pwrite(fd, path, n, 0) != (ssize_t)n ||
         pwrite(fd, "\n", 1, (off_t)n) != 1 ||
         ftruncate(fd, (off_t)n + 1) != 0) {
@@ -343,7 +342,7 @@ bool al_phreg_known(const char *dir, const char *path) {
   return strcmp(got, path) == 0;
 }
 
-bool al_phreg_dir_empty(const char *path) {
+static bool dir_empty(const char *path) {
   struct dirent *e;
   bool empty = true;
   DIR *d = opendir(path);
@@ -356,6 +355,13 @@ bool al_phreg_dir_empty(const char *path) {
   }
   closedir(d);
   return empty;
+}
+
+bool al_phreg_empty(const char *path, const struct stat *st) {
+  /* A directory with subdirectories (a link count over 2, where the file
+   * system counts them) holds something without a look inside. */
+  return (S_ISDIR(st->st_mode) && st->st_nlink <= 2 && dir_empty(path)) ||
+         (S_ISREG(st->st_mode) && st->st_size == 0);
 }
 
 bool al_phreg_release(const char *dir, const char *path, const char *me) {
@@ -379,25 +385,20 @@ bool al_phreg_release(const char *dir, const char *path, const char *me) {
       }
     }
   }
-  if (lstat(path, &st) == 0) {
-    bool dir_ph = S_ISDIR(st.st_mode) && al_phreg_dir_empty(path);
-    bool file_ph = S_ISREG(st.st_mode) && st.st_size == 0;
-
+  if (lstat(path, &st) == 0 && al_phreg_empty(path, &st)) {
     /* Only when another agent (or another sandbox of ours) has noted it
      * are the mount tables read: alone, nobody else can have it mounted,
      * and the common case costs nothing. */
-    if ((dir_ph || file_ph) && (me == NULL || fd < 0 || other_noter(text, me)) &&
+    if ((me == NULL || fd < 0 || other_noter(text, me)) &&
         al_phreg_mounted_elsewhere(path)) {
       if (fd >= 0) {
         close(fd);
       }
       return false; /* its last user removes it */
     }
-    if (dir_ph || file_ph) {
-      /* Only if still empty (rmdir) or still a file; anything a user put
-       * there meanwhile stays. */
-      (void)(dir_ph ? rmdir(path) : unlink(path));
-    }
+    /* Only if still empty (rmdir) or still a file; anything a user put
+     * there meanwhile stays. */
+    (void)(S_ISDIR(st.st_mode) ? rmdir(path) : unlink(path));
   }
   /* A noter stays one for its life (its plans made ahead name the same
    * placeholders again): only the janitor and the sweep (me NULL) take
@@ -422,9 +423,8 @@ void al_phreg_sweep(const char *dir) {
     char file[PATH_MAX];
     char path[PATH_MAX + 2];
 
-    if (e->d_name[0] == '.' ||
-        snprintf(file, sizeof(file), "%s/%s", dir, e->d_name) >=
-            (int)sizeof(file)) {
+    if (e->d_name[0] == '.' || snprintf(file, sizeof(file), "%s/%s", dir,
+                                        e->d_name) >= (int)sizeof(file)) {
       continue;
     }
     entry_read(file, path, sizeof(path));

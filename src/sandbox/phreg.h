@@ -25,13 +25,19 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
+
+/* True when /proc/<pid> is a bwrap process. */
+bool al_phreg_is_bwrap(const char *pid);
 
 /* True when some bwrap sandbox (a mount namespace other than the
  * caller's) has a mount whose mount point is `path`. */
 bool al_phreg_mounted_elsewhere(const char *path);
 
-/* True when `path` is a directory with nothing in it. */
-bool al_phreg_dir_empty(const char *path);
+/* True when `path` (lstat'ed into st) is what a placeholder is on disk:
+ * an empty directory or an empty regular file (its content, if any, is a
+ * mount inside a sandbox). */
+bool al_phreg_empty(const char *path, const struct stat *st);
 
 /* Records `path` as a placeholder in the registry directory `dir`
  * (created 0700 when missing), noted by `me` ("PID ID": one sandbox of

@@ -916,9 +916,9 @@ static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
     rc = add_hidden(sb, p);
   }
   if (rc == 0 && (p = xdg("XDG_STATE_HOME", ".local/state")) != NULL) {
-    snprintf(buf, sizeof(buf), "%s/agentloop/placeholders", p);
     static atomic_uint next_id;
 
+    snprintf(buf, sizeof(buf), "%s/agentloop/placeholders", p);
     sb->phreg = al_strdup(buf);
     snprintf(sb->phme, sizeof(sb->phme), "%ld %u", (long)getpid(),
              atomic_fetch_add(&next_id, 1) + 1);
@@ -1240,9 +1240,7 @@ static bool agent_placeholder_on(const al_sandbox_t *sb, const char *p,
     }
     /* A placeholder is empty on disk (its content is a mount inside
      * the sandbox); one with something in it is the user's now. */
-    if (((S_ISDIR(st.st_mode) && st.st_nlink <= 2 && al_phreg_dir_empty(buf)) ||
-         (S_ISREG(st.st_mode) && st.st_size == 0)) &&
-        al_phreg_known(sb->phreg, buf)) {
+    if (al_phreg_empty(buf, &st) && al_phreg_known(sb->phreg, buf)) {
       snprintf(out, len, "%s", buf);
       return true;
     }
@@ -1455,8 +1453,6 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   return rc;
 }
 
-/* joined: without the cgroup helper in front (a pre-joined launcher
- * runs it, or al__sandbox_cgroup_wrap adds the helper later). */
 bool al__sandbox_cmd_in_tmp(const al_sandbox_t *sb,
                             const char *const *argv) {
   return sb != NULL && argv != NULL && argv[0] != NULL &&
@@ -1464,6 +1460,17 @@ bool al__sandbox_cmd_in_tmp(const al_sandbox_t *sb,
          !under_any_root(sb, argv[0]);
 }
 
+static int cgroup_prefix(const al_sandbox_t *sb, char ***pre) {
+  *pre = NULL;
+  if (al__sandbox_mode(sb) == AL_SANDBOX_MODE_NONE || !sb->cg.active) {
+    return 0;
+  }
+  return al__cgroup_prefix(&sb->cg, sb->helper, sb->nproc, sb->data_bytes,
+                           pre);
+}
+
+/* joined: without the cgroup helper in front (a pre-joined launcher
+ * runs it, or al__sandbox_cgroup_wrap adds the helper later). */
 static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
                      const char *const *argv, bool warm, bool joined,
                      char ***out) {
@@ -1474,13 +1481,12 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
 
   *out = NULL;
   memset(&a, 0, sizeof(a));
-  if (mode != AL_SANDBOX_MODE_NONE && sb->cg.active && !joined) {
+  if (!joined) {
     /* First the helper that moves itself into the tool's cgroup and
-     * then execs what follows (cgroup.h). */
+     * then execs what follows (cgroup.h), where tools get one. */
     char **pre = NULL;
 
-    rc = al__cgroup_prefix(&sb->cg, sb->helper, sb->nproc, sb->data_bytes,
-                           &pre);
+    rc = cgroup_prefix(sb, &pre);
     for (i = 0; rc == 0 && pre != NULL && pre[i] != NULL; i++) {
       rc = strv_push(&a, pre[i]);
     }
@@ -1581,15 +1587,6 @@ int al__sandbox_wrap_joined(al_sandbox_t *sb, const char *cwd, bool network,
 
 int al__sandbox_wrap_warm(al_sandbox_t *sb, bool network, char ***out) {
   return wrap_impl(sb, NULL, network, NULL, true, false, out);
-}
-
-static int cgroup_prefix(const al_sandbox_t *sb, char ***pre) {
-  *pre = NULL;
-  if (al__sandbox_mode(sb) == AL_SANDBOX_MODE_NONE || !sb->cg.active) {
-    return 0;
-  }
-  return al__cgroup_prefix(&sb->cg, sb->helper, sb->nproc, sb->data_bytes,
-                           pre);
 }
 
 int al__sandbox_cgroup_wrap(const al_sandbox_t *sb, char ***argv) {
