@@ -1028,8 +1028,6 @@ static void kill_orphans(long owner) {
 static int run_janitor(const char *phreg) {
   jpath_t *list = NULL, *j;
   char line[8192];
-  bool pending = false;
-  bool cgroups = false;
   long owner = (long)getppid();
   int ppfd;
   FILE *in;
@@ -1061,7 +1059,6 @@ static int run_janitor(const char *phreg) {
     }
     /* "cDIR": a directory where our parent's tool cgroups are made
      * (cgroup_join.c); those left at its exit go too. */
-    cgroups = cgroups || op == 'c';
     line[n - 1] = '\0';
     for (j = list; j != NULL && strcmp(j->path, line + 1) != 0; j = j->next) {
     }
@@ -1077,11 +1074,6 @@ static int run_janitor(const char *phreg) {
     j->count += op == '+' || op == 'c' ? 1 : -1;
     j->cgroup = j->cgroup || op == 'c';
   }
-  /* Any placeholder ever: at least our parent's lines in the registry
-   * go once it is gone. */
-  for (j = list; j != NULL; j = j->next) {
-    pending = pending || !j->cgroup;
-  }
   /* EOF: our parent is exiting. Its sandboxes die with it
    * (--die-with-parent); wait until it is gone entirely, then end those
    * that did not (bwrap still setting up when it died). */
@@ -1092,9 +1084,6 @@ static int run_janitor(const char *phreg) {
     }
   }
   kill_orphans(owner);
-  if (!pending && !cgroups) {
-    return 0;
-  }
   for (j = list; j != NULL; j = j->next) {
     if (j->cgroup) {
       al_exec_cgroup_sweep_owner(j->path, owner);
@@ -1104,7 +1093,9 @@ static int run_janitor(const char *phreg) {
       janitor_release(phreg, j->path);
     }
   }
-  /* Our parent's lines (and any other dead agent's) off the registry. */
+  /* Our parent's lines (and any other dead agent's) off the registry,
+   * and the placeholders only dead agents noted: also those a plan of
+   * our parent's noted while a sweep left them to it (a live noter). */
   al_phreg_sweep(phreg);
   return 0;
 }

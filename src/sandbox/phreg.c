@@ -204,16 +204,17 @@ static bool pid_alive(long pid) {
   return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
 }
 
-/* Is a live noter other than `me` on the entry's lines after the first? */
+/* Is a live noter other than `me` (NULL: any) on the entry's lines after
+ * the first? */
 static bool other_noter(const char *text, const char *me) {
   const char *line = strchr(text, '\n');
-  size_t m = strlen(me);
+  size_t m = me != NULL ? strlen(me) : 0;
 
   while (line != NULL && line[1] != '\0') {
     const char *end = strchr(line + 1, '\n');
     size_t n = end != NULL ? (size_t)(end - line - 1) : strlen(line + 1);
 
-    if ((n != m || strncmp(line + 1, me, n) != 0) &&
+    if ((me == NULL || n != m || strncmp(line + 1, me, n) != 0) &&
         pid_alive(strtol(line + 1, NULL, 10))) {
       return true;
     }
@@ -384,6 +385,13 @@ bool al_phreg_release(const char *dir, const char *path, const char *me) {
         text[0] = '\0';
       }
     }
+  }
+  if (me == NULL && fd >= 0 && other_noter(text, NULL)) {
+    /* The janitor or a sweep, and a live agent noted it: that agent may
+     * be making it right now (bwrap's mkdir comes before its mount, so
+     * the mount tables cannot tell yet), and removes it itself. */
+    close(fd);
+    return false;
   }
   if (lstat(path, &st) == 0 && al_phreg_empty(path, &st)) {
     /* Only when another agent (or another sandbox of ours) has noted it
