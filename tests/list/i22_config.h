@@ -1,0 +1,6 @@
+/* issue 22, configuration and YAML (defects 3, 4, 15) and rules of the
+ * loop no other test guarded (defect 14): TEST_ENTRY(name) lines only. */
+TEST_ENTRY(yaml_billion_laughs_refused_in_every_loader)
+TEST_ENTRY(yaml_aliases_within_bounds)
+TEST_ENTRY(yaml_deep_nesting_refused)
+TEST_ENTRY(yaml_load_work_linear)
