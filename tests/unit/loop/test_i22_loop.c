@@ -185,3 +185,246 @@ TEST_IMPL(budget_outlier_bounded) {
   al__budget_free(&b);
   return 0;
 }
+
+/* ---- defect 14: the validity gate's orphan beside real results ------------ */
+
+static json_t *J(const char *text) {
+  json_error_t e;
+  json_t *j = json_loads(text, 0, &e);
+
+  if (j == NULL) {
+    AL_TEST_FAIL("bad test JSON: %s: %s", e.text, text);
+  }
+  return j;
+}
+
+#define U(c) "{\"role\":\"user\",\"content\":[" c "]}"
+#define A(c) "{\"role\":\"assistant\",\"content\":[" c "]}"
+#define T(s) "{\"type\":\"text\",\"text\":\"" s "\"}"
+#define USE(id) \
+  "{\"type\":\"tool_use\",\"id\":\"" id "\",\"name\":\"x\",\"input\":{}}"
+#define RES(id)                                                       \
+  "{\"type\":\"tool_result\",\"tool_use_id\":\"" id "\",\"content\":" \
+  "\"r" id "\"}"
+
+/* One message answers the calls a and b and holds a result of a call no
+ * one made (between, before and after the real ones): only that one goes,
+ * the real results stay whole and in order, one repair named. */
+static void orphan_case(const char *in, const char *want_text) {
+  json_t *msgs = J(in);
+  json_t *want = J(want_text);
+  json_t *done = json_array();
+  char *got;
+
+  ASSERT_EQ(al__validity_repair(msgs, done), 1);
+  if (!json_equal(msgs, want)) {
+    got = json_dumps(msgs, JSON_COMPACT);
+    AL_TEST_FAIL("repair of %s\n  got:      %s\n  expected: %s", in, got,
+                 want_text);
+  }
+  got = json_dumps(done, JSON_COMPACT);
+  ASSERT_STR_EQ(got, "[{\"rule\":\"tool_result_without_use\",\"message\":2,"
+                     "\"id\":\"ghost\"}]");
+  free(got);
+  json_decref(done);
+  json_decref(want);
+  json_decref(msgs);
+}
+
+static void gate_drops_orphan(const char *provider) {
+  fx_t f;
+  json_t *u;
+  json_t *before;
+  const json_t *sent;
+  const json_t *ev;
+  char *text;
+
+  fx_init_proto(&f,
+                "responses:\n"
+                "  - reply: {content: [{tool_use: {id: t1, name: "
+                "list_directory, input: {path: .}}}]}\n"
+                "  - reply: {content: [{text: listed}]}\n"
+                "  - reply: {content: [{text: again}]}\n",
+                provider);
+  fx_start(&f);
+  fx_run(&f, "list");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  u = json_array_get(al__agent_messages(f.agent), 2);
+  before = json_deep_copy(json_object_get(u, "content"));
+  json_array_append_new(json_object_get(u, "content"), J(RES("ghost")));
+  fx_run(&f, "and again");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  fx_assert_valid(&f);
+  ASSERT_EQ(fx_count(&f, "history_repaired"), 1);
+  ev = fx_event(&f, fx_find(&f, "history_repaired", NULL, 0));
+  text = json_dumps(json_object_get(ev, "repairs"), JSON_COMPACT);
+  ASSERT_STR_EQ(text, "[{\"rule\":\"tool_result_without_use\",\"message\":2,"
+                      "\"id\":\"ghost\"}]");
+  free(text);
+  /* The history the agent keeps answers t1 with its own result only. */
+  u = json_array_get(al__agent_messages(f.agent), 2);
+  ASSERT(json_equal(json_object_get(u, "content"), before));
+  /* And the request carried t1's result, not the ghost's. */
+  sent = fx_request(&f, 2)->body;
+  text = json_dumps(sent, JSON_COMPACT);
+  ASSERT_NULL(strstr(text, "ghost"));
+  ASSERT_NOT_NULL(strstr(text, "t1"));
+  free(text);
+  json_decref(before);
+  fx_finish(&f);
+}
+
+TEST_IMPL(validity_orphan_beside_real_results) {
+  orphan_case("[" U(T("go")) "," A(USE("a") "," USE("b")) "," U(RES("a") "," RES("ghost") "," RES("b")) "]",
+              "[" U(T("go")) "," A(USE("a") "," USE("b")) "," U(RES("a") "," RES("b")) "]");
+  orphan_case("[" U(T("go")) "," A(USE("a") "," USE("b")) "," U(RES("ghost") "," RES("a") "," RES("b") "," T("note")) "]",
+              "[" U(T("go")) "," A(USE("a") "," USE("b")) "," U(RES("a") "," RES("b") "," T("note")) "]");
+  orphan_case("[" U(T("go")) "," A(USE("a")) "," U(RES("a") "," RES("ghost")) "," A(T("ok")) "]",
+              "[" U(T("go")) "," A(USE("a")) "," U(RES("a")) "," A(T("ok")) "]");
+  gate_drops_orphan("anthropic");
+  gate_drops_orphan("openai");
+  return 0;
+}
+
+/* ---- defect 14: the 95% refusal after compaction, at its edge ------------- */
+
+/* A first prompt nothing can be compacted out of (one message): the
+ * automatic compaction finds nothing to drop, and the request then
+ * needs P tokens. With a window where P is 95% (floor) it is sent; where
+ * it is 96%, the run ends with context_limit_exceeded. P is what an agent
+ * holding that one message projects before anything was sent. */
+TEST_IMPL(compact_refusal_at_95_edge) {
+  static const char *const yaml = "responses:\n"
+                                  "  - reply: {content: [{text: sent}]}\n";
+  char *big = malloc(48001);
+  json_t *h;
+  char *hist;
+  int64_t p;
+  int pct;
+  fx_t f;
+
+  memset(big, 'z', 48000);
+  memcpy(big, "GOAL ", 5);
+  big[48000] = '\0';
+  h = json_pack("{s:n, s:[{s:s, s:[{s:s, s:s}]}]}", "system", "messages",
+                "role", "user", "content", "type", "text", "text", big);
+  hist = json_dumps(h, JSON_COMPACT);
+  json_decref(h);
+  fx_init(&f, yaml);
+  f.opts.context_window = 1000000;
+  f.opts.micro_min_tokens = -1;
+  fx_start(&f);
+  ASSERT_EQ(al_agent_load_history_json(f.agent, hist, strlen(hist)), 0);
+  p = al__agent_projected(f.agent);
+  ASSERT(p > 12000);
+  fx_finish(&f);
+  free(hist);
+  for (pct = 95; pct <= 96; pct++) {
+    const json_t *e;
+
+    fx_init(&f, yaml);
+    /* The middle of the window range where P is pct% (floor). */
+    f.opts.context_window = (uint32_t)(p * 1000 / (pct * 10 + 5));
+    f.opts.micro_min_tokens = -1;
+    fx_start(&f);
+    fx_run(&f, big);
+    ASSERT_EQ(fx_count(&f, "compaction_completed"), 1);
+    e = fx_event(&f, fx_find(&f, "compaction_completed", NULL, 0));
+    ASSERT_EQ(jint(e, "tokens_after") * 100 / f.opts.context_window, pct);
+    if (pct == 95) {
+      ASSERT_STR_EQ(fx_last_type(&f), "final");
+      ASSERT_EQ(fx_requests(&f), 1);
+    } else {
+      ASSERT_STR_EQ(fx_last_type(&f), "error");
+      e = fx_event(&f, fx_find(&f, "error", NULL, 0));
+      ASSERT_STR_EQ(jstr(e, "code_name"), "ECONTEXT");
+      ASSERT_NOT_NULL(strstr(jstr(e, "message"),
+                             "(96% of the"));
+      ASSERT_NOT_NULL(strstr(jstr(e, "message"),
+                             "remain after compaction"));
+      ASSERT_EQ(fx_requests(&f), 0);
+    }
+    fx_finish(&f);
+  }
+  free(big);
+  return 0;
+}
+
+/* ---- defect 14: the first user message's blocks survive compaction ------ */
+
+/* The first user message has two text blocks (the prompt and, say, what a
+ * hook added): after a compaction the first message starts with both,
+ * byte for byte, then the summary. */
+TEST_IMPL(compact_keeps_first_message_blocks) {
+  static const char *const hook_text =
+      "HOOK-CONTEXT-81: branch main, 3 files changed \\u00e9\\n";
+  json_t *msgs = json_array();
+  json_t *first;
+  json_t *h;
+  const json_t *m0;
+  const json_t *c;
+  char *text;
+  char *bigq = malloc(4001);
+  int i;
+
+  memset(bigq, 'q', 4000);
+  bigq[4000] = '\0';
+  first = json_pack("{s:s, s:[{s:s, s:s}, {s:s, s:s}]}", "role", "user",
+                    "content", "type", "text", "text",
+                    "GOAL-ZEBRA-42: count the x", "type", "text", "text",
+                    hook_text);
+  json_array_append(msgs, first);
+  for (i = 0; i < 20; i++) {
+    char id[16];
+
+    snprintf(id, sizeof(id), "old%d", i);
+    json_array_append_new(
+        msgs, json_pack("{s:s, s:[{s:s, s:s, s:s, s:{s:s}}]}", "role",
+                        "assistant", "content", "type", "tool_use", "id", id,
+                        "name", "read_file", "input", "path", "f1"));
+    json_array_append_new(
+        msgs, json_pack("{s:s, s:[{s:s, s:s, s:s}]}", "role", "user",
+                        "content", "type", "tool_result", "tool_use_id", id,
+                        "content", bigq));
+  }
+  json_array_append_new(msgs, json_pack("{s:s, s:[{s:s, s:s}]}", "role",
+                                        "assistant", "content", "type", "text",
+                                        "text", "ok"));
+  h = json_pack("{s:n, s:o}", "system", "messages", msgs);
+  text = json_dumps(h, JSON_COMPACT);
+  json_decref(h);
+  free(bigq);
+  {
+    fx_t f;
+
+    fx_init(&f, "usage_from_request: {bytes_per_token: 4}\n"
+                "responses:\n"
+                "  - reply: {content: [{text: \"## Goal\\nsummed\"}]}\n"
+                "  - reply: {content: [{text: done}]}\n");
+    f.opts.context_window = 10000;
+    f.opts.micro_min_tokens = -1;
+    fx_start(&f);
+    ASSERT_EQ(al_agent_load_history_json(f.agent, text, strlen(text)), 0);
+    fx_run(&f, "continue");
+    ASSERT_STR_EQ(fx_last_type(&f), "final");
+    ASSERT_EQ(fx_count(&f, "compaction_completed"), 1);
+    ASSERT_EQ(fx_requests(&f), 2);
+    m0 = json_array_get(json_object_get(fx_request(&f, 1)->body, "messages"),
+                        0);
+    c = json_object_get(m0, "content");
+    ASSERT(json_array_size(c) >= 3);
+    ASSERT(json_equal(json_array_get(c, 0),
+                      json_array_get(json_object_get(first, "content"), 0)));
+    ASSERT(json_equal(json_array_get(c, 1),
+                      json_array_get(json_object_get(first, "content"), 1)));
+    ASSERT_NOT_NULL(strstr(jstr(json_array_get(c, 2), "text"), "summed"));
+    /* The history the agent keeps too. */
+    m0 = json_array_get(al__agent_messages(f.agent), 0);
+    ASSERT(json_equal(json_array_get(json_object_get(m0, "content"), 1),
+                      json_array_get(json_object_get(first, "content"), 1)));
+    fx_finish(&f);
+  }
+  json_decref(first);
+  free(text);
+  return 0;
+}
