@@ -428,3 +428,94 @@ TEST_IMPL(compact_keeps_first_message_blocks) {
   free(text);
   return 0;
 }
+
+/* ---- defect 14: NUL in a content_block_start block's own payload -------- */
+
+/* Text and a tool call whose NUL (\u0000) arrive in content_block_start
+ * itself, not in a delta: they become U+FFFD in the events, the history
+ * and the next request, as NUL from deltas do; the thinking block before
+ * them is sent back as it came. */
+TEST_IMPL(nul_in_block_start_payload) {
+  static const char *const sse =
+      "event: message_start\n"
+      "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_n1\","
+      "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"mock-model\","
+      "\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
+      "\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\n"
+      "event: content_block_start\n"
+      "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":"
+      "{\"type\":\"thinking\",\"thinking\":\"think\",\"signature\":"
+      "\"\"}}\n\n"
+      "event: content_block_delta\n"
+      "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":"
+      "\"signature_delta\",\"signature\":\"c2ln\"}}\n\n"
+      "event: content_block_stop\n"
+      "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+      "event: content_block_start\n"
+      "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":"
+      "{\"type\":\"text\",\"text\":\"pre\\u0000start\"}}\n\n"
+      "event: content_block_delta\n"
+      "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":"
+      "\"text_delta\",\"text\":\" more\"}}\n\n"
+      "event: content_block_stop\n"
+      "data: {\"type\":\"content_block_stop\",\"index\":1}\n\n"
+      "event: content_block_start\n"
+      "data: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":"
+      "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"list_directory\","
+      "\"input\":{\"path\":\"no\\u0000such\"}}}\n\n"
+      "event: content_block_stop\n"
+      "data: {\"type\":\"content_block_stop\",\"index\":2}\n\n"
+      "event: message_delta\n"
+      "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+      "\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}"
+      "\n\n"
+      "event: message_stop\n"
+      "data: {\"type\":\"message_stop\"}\n\n";
+  const json_t *msgs;
+  const json_t *a;
+  const json_t *c;
+  char *body;
+  al_buf_t y;
+  size_t i;
+  fx_t f;
+
+  al_buf_init(&y, (size_t)1 << 20);
+  al_buf_append_str(&y, "responses:\n");
+  append_raw(&y, sse);
+  al_buf_append_str(&y, "  - reply: {content: [{text: done}]}\n");
+  fx_init(&f, y.data);
+  fx_start(&f);
+  fx_run(&f, "go");
+  if (strcmp(fx_last_type(&f), "final") != 0) {
+    long e = fx_find(&f, "error", NULL, 0);
+
+    AL_TEST_FAIL("ended with %s: %s", fx_last_type(&f),
+                 e >= 0 ? jstr(fx_event(&f, e), "message") : "");
+  }
+  ASSERT_EQ(fx_requests(&f), 2);
+  fx_assert_valid(&f);
+  /* The assistant message as the next request carried it. */
+  msgs = json_object_get(fx_request(&f, 1)->body, "messages");
+  a = json_array_get(msgs, 1);
+  ASSERT_STR_EQ(jstr(a, "role"), "assistant");
+  c = json_object_get(a, "content");
+  ASSERT_STR_EQ(jstr(json_array_get(c, 0), "thinking"), "think");
+  ASSERT_STR_EQ(jstr(json_array_get(c, 0), "signature"), "c2ln");
+  ASSERT_STR_EQ(jstr(json_array_get(c, 1), "text"),
+                "pre\xef\xbf\xbdstart more");
+  ASSERT_STR_EQ(jstr(json_object_get(json_array_get(c, 2), "input"), "path"),
+                "no\xef\xbf\xbdsuch");
+  /* The tool was called with the cleaned path. */
+  i = (size_t)fx_find(&f, "tool_use_started", NULL, 0);
+  body = json_dumps(fx_event(&f, (long)i), JSON_COMPACT);
+  ASSERT_NULL(strstr(body, "\\u0000"));
+  ASSERT_NOT_NULL(strstr(body, "no\xef\xbf\xbdsuch"));
+  free(body);
+  /* Nothing in the history holds a NUL. */
+  body = json_dumps(al__agent_messages(f.agent), JSON_COMPACT);
+  ASSERT_NULL(strstr(body, "\\u0000"));
+  free(body);
+  fx_finish(&f);
+  al_buf_free(&y);
+  return 0;
+}
