@@ -7,6 +7,7 @@
  * linear in the file's size (a 2x input's time ratio, measured in CPU time
  * within one run, loosely). */
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -407,5 +408,91 @@ TEST_IMPL(yaml_load_work_linear) {
     free(one);
     free(two);
   }
+  return 0;
+}
+
+/* Runs bin with argv and env; returns its exit status, stderr into err. */
+static int run_bin(char *const argv[], char *const env[], char *err,
+                   size_t err_len) {
+  int fds[2];
+  pid_t pid;
+  int status;
+  size_t got = 0;
+  ssize_t n;
+
+  ASSERT_EQ(pipe(fds), 0);
+  pid = fork();
+  ASSERT(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execve(argv[0], argv, env);
+    _exit(127);
+  }
+  close(fds[1]);
+  while (got + 1 < err_len &&
+         (n = read(fds[0], err + got, err_len - 1 - got)) > 0) {
+    got += (size_t)n;
+  }
+  err[got] = '\0';
+  close(fds[0]);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* The programs a user meets: `agentloop run` with a 10-line billion laughs
+ * as the user's config.yaml stops with the file's place before anything
+ * is sent (it never finished before), and agentloop-mockllm refuses such
+ * a scenario file at start. */
+TEST_IMPL(yaml_billion_laughs_refused_by_programs) {
+  char root[] = "/tmp/al_laughs_XXXXXX";
+  char dir[128], path[160], xdg[160], home[160], bin[4096], err[4096];
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", xdg, home,
+                 "ANTHROPIC_API_KEY=k", NULL};
+  char *run_argv[] = {bin, "run", "--base-url", "http://127.0.0.1:9",
+                      "-p", "hi", NULL};
+  char *mock_argv[] = {bin, "--scenario", path, NULL};
+  char *doc;
+  FILE *f;
+  int st;
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s", root);
+  snprintf(home, sizeof(home), "HOME=%s", root);
+  snprintf(dir, sizeof(dir), "%s/agentloop", root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof(path), "%s/config.yaml", dir);
+  doc = laughs_doc(K_CONFIG, 10, 60);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(doc, f);
+  fclose(f);
+  free(doc);
+  snprintf(bin, sizeof(bin), "%s/agentloop", AL_BINARY_DIR);
+  st = run_bin(run_argv, env, err, sizeof(err));
+  if (st != 2 || strstr(err, "config.yaml:") == NULL ||
+      strstr(err, "billion laughs") == NULL) {
+    AL_TEST_FAIL("agentloop run: exit %d: %s", st, err);
+  }
+  unlink(path);
+
+  snprintf(path, sizeof(path), "%s/s.yaml", root);
+  doc = laughs_doc(K_SCENARIO, 10, 60);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(doc, f);
+  fclose(f);
+  free(doc);
+  snprintf(bin, sizeof(bin), "%s/agentloop-mockllm", AL_BINARY_DIR);
+  st = run_bin(mock_argv, env, err, sizeof(err));
+  if (st == 0 || strstr(err, "s.yaml:") == NULL ||
+      strstr(err, "billion laughs") == NULL) {
+    AL_TEST_FAIL("agentloop-mockllm: exit %d: %s", st, err);
+  }
+  unlink(path);
+  rmdir(dir);
+  rmdir(root);
   return 0;
 }
