@@ -117,6 +117,25 @@ static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
   }
 }
 
+/* A ready server's server stream degraded or was given up (mcp_http.c):
+ * mcp_server_state with the state `degraded` and the notice as error; the
+ * server's own state is still ready (its calls work). */
+static void on_notice(al_mcp_t *m, al_mcp_server_t *s, const char *text,
+                      void *data) {
+  al_agent_t *a = data;
+  al_event_t ev;
+
+  (void)m;
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_MCP_SERVER_STATE;
+  ev.u.mcp.server = ag_slice(al__mcp_server_name(s));
+  ev.u.mcp.state = ag_slice("degraded");
+  ev.u.mcp.error = ag_slice(text);
+  ev.u.mcp.tools = (uint32_t)json_array_size(al__mcp_server_tools(s));
+  ev.u.mcp.ms = al__mcp_server_ms(s);
+  al__agent_post(a, &ev);
+}
+
 /* ---- the tool ------------------------------------------------------------------ */
 
 static int mcp_start(al_tool_call_t *call);
@@ -768,6 +787,7 @@ static void mcp_start_text(al_agent_t *a, const char *text) {
     mo.restart_base_ms = a->mcp_restart_base_ms;
   }
   mo.on_state = on_state;
+  mo.on_notice = on_notice;
   mo.data = a;
   rc = al__mcp_new(&mo, &cfg, &a->mcp);
   al__mcp_config_free(&cfg);

@@ -905,6 +905,15 @@ static void on_http_fail(void *data, const char *why) {
   server_fail((al_mcp_server_t *)data, "%s", why);
 }
 
+static void on_http_notice(void *data, const char *text) {
+  al_mcp_server_t *s = data;
+  al_mcp_t *m = s->m;
+
+  if (m->o.on_notice != NULL && !m->closing && !s->closing) {
+    m->o.on_notice(m, s, text, m->o.data);
+  }
+}
+
 static void on_http_closed(void *data) {
   al_mcp_t *m = data;
 
@@ -937,6 +946,8 @@ static void connect_server(al_mcp_server_t *s) {
   ho.close_grace_ms = m->o.shutdown_grace_ms;
   ho.on_message = on_http_message;
   ho.on_fail = on_http_fail;
+  ho.on_notice = on_http_notice;
+  ho.backoff = m->o.stream_backoff;
   ho.data = s;
   s->next_id = 0;
   s->t_spawn = uv_now(m->o.loop);
