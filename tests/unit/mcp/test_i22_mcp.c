@@ -40,7 +40,7 @@ static void server_entry(al_buf_t *b, const char *name, const char *args,
                 keys != NULL ? keys : SANDBOX_KEY);
 }
 
-__attribute__((unused)) static char *cfg1(const char *extra, const char *name, const char *args,
+static char *cfg1(const char *extra, const char *name, const char *args,
                   const char *keys) {
   al_buf_t b;
 
@@ -66,7 +66,7 @@ static void dump(const fx_t *f) {
   }
 }
 
-__attribute__((unused)) static bool offers(const fx_t *f, size_t req, const char *name) {
+static bool offers(const fx_t *f, size_t req, const char *name) {
   const json_t *tools = json_object_get(fx_request(f, req)->body, "tools");
   size_t i;
   json_t *t;
@@ -146,5 +146,228 @@ TEST_IMPL(mcp_stdio_server_env_has_no_keys) {
   }
   unsetenv("AL_T_I22_PLAIN");
   al_buf_free(&b);
+  return 0;
+}
+
+/* ---- 7: calls to a server that is still starting ------------------------------------ */
+
+static long find_state(const fx_t *f, const char *server, const char *state) {
+  size_t i;
+  json_t *e;
+
+  json_array_foreach(f->events, i, e) {
+    if (strcmp(jstr(e, "type"), "mcp_server_state") == 0 &&
+        strcmp(jstr(e, "server"), server) == 0 &&
+        strcmp(jstr(e, "state"), state) == 0) {
+      return (long)i;
+    }
+  }
+  return -1;
+}
+
+/* The gate opens (the server may answer initialize) only once the call
+ * to its tool is queued: the call cannot find the server ready. */
+static void open_gate_on_queued(fx_t *f, const al_event_t *ev,
+                                const json_t *j) {
+  if (ev->type == AL_EVENT_TOOL_USE_QUEUED &&
+      strcmp(jstr(j, "call_id"), "m1") == 0) {
+    fx_write(f, "gate", "open");
+  }
+}
+
+/* The run does not wait for the server (startup_wait_ms 0); the model
+ * calls its tool anyway (it knew the name): the call waits for the server
+ * and gets the tool's answer, and the next request offers the tools. */
+TEST_IMPL(agent_mcp_call_waits_for_starting_server) {
+  fx_t f;
+  char *cfg = cfg1("\"startup_wait_ms\":0,", "slow",
+                   "\"--init-gate\",\"gate\"", NULL);
+  const json_t *r;
+  long ready, started;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: m1, name: mcp__slow__echo, input: "
+              "{text: 'waited for it'}}\n"
+              "  - reply: {content: [{text: 'done'}]}\n");
+  f.opts.mcp_config = cfg;
+  f.hook = open_gate_on_queued;
+  fx_start(&f);
+  fx_run(&f, "go");
+  dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT(!offers(&f, 0, "mcp__slow__echo"));
+  r = fx_tool_result(&f, 1, "m1");
+  ASSERT_NOT_NULL(r);
+  ASSERT_STR_EQ(jstr(r, "content"), "waited for it");
+  ASSERT(!json_is_true(json_object_get(r, "is_error")));
+  /* Queued before the server was ready, started after. */
+  ready = find_state(&f, "slow", "ready");
+  started = fx_find(&f, "tool_use_started", "m1", 0);
+  ASSERT(fx_find(&f, "tool_use_queued", "m1", 0) < ready);
+  ASSERT(ready < started);
+  ASSERT(fx_find(&f, "mcp_tool_call_begin", "m1", 0) > started);
+  ASSERT(offers(&f, 1, "mcp__slow__echo"));
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  al_free(cfg);
+  return 0;
+}
+
+/* A server that never finishes starting: the call waits for its startup
+ * timeout and then says which server did not start and why. */
+TEST_IMPL(agent_mcp_call_to_server_that_fails_to_start) {
+  fx_t f;
+  char keys[128];
+  char *cfg;
+  const json_t *r;
+  const char *text;
+
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(keys, sizeof(keys), "%s,\"startup_timeout_ms\":%d", SANDBOX_KEY,
+           200 * al_test_timeout_multiplier());
+  cfg = cfg1("\"startup_wait_ms\":0,", "hung", "\"--hang-init\"", keys);
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: m1, name: mcp__hung__echo, input: "
+              "{text: x}}\n"
+              "  - reply: {content: [{text: 'done'}]}\n");
+  f.opts.mcp_config = cfg;
+  fx_start(&f);
+  fx_run(&f, "go");
+  dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  r = fx_tool_result(&f, 1, "m1");
+  ASSERT_NOT_NULL(r);
+  ASSERT(json_is_true(json_object_get(r, "is_error")));
+  text = jstr(r, "content");
+  if (strstr(text, "Unknown tool") != NULL ||
+      strstr(text, "MCP server 'hung' did not start") == NULL ||
+      strstr(text, "did not finish starting within") == NULL) {
+    AL_TEST_FAIL("result: %s", text);
+  }
+  ASSERT(find_state(&f, "hung", "restarting") <
+         fx_find(&f, "tool_use_completed", "m1", 0));
+  fx_finish(&f);
+  al_free(cfg);
+  return 0;
+}
+
+/* Over the tool budget (1 tool): a deferred tool named directly runs and
+ * is sent from the next turn on; a name the server does not have, and one
+ * of no server, get an error pointing at mcp_tool_search. */
+TEST_IMPL(agent_mcp_direct_call_loads_deferred_tool) {
+  fx_t f;
+  char *cfg = cfg1("\"startup_wait_ms\":5000,\"tool_budget_max_tools\":1,",
+                   "f", "", NULL);
+  const json_t *r;
+  const char *text;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: d1, name: mcp__f__echo, input: "
+              "{text: direct}}\n"
+              "        - tool_use: {id: d2, name: mcp__f__nosuch, input: {}}\n"
+              "        - tool_use: {id: d3, name: mcp__nobody__echo, input: "
+              "{}}\n"
+              "  - reply: {content: [{text: 'done'}]}\n");
+  f.opts.mcp_config = cfg;
+  fx_start(&f);
+  fx_run(&f, "go");
+  dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT(offers(&f, 0, "mcp_tool_search"));
+  ASSERT(!offers(&f, 0, "mcp__f__echo"));
+  r = fx_tool_result(&f, 1, "d1");
+  ASSERT_STR_EQ(jstr(r, "content"), "direct");
+  ASSERT(offers(&f, 1, "mcp__f__echo"));
+  r = fx_tool_result(&f, 1, "d2");
+  text = jstr(r, "content");
+  ASSERT(json_is_true(json_object_get(r, "is_error")));
+  if (strstr(text, "MCP server 'f' has no tool named 'mcp__f__nosuch'") ==
+          NULL ||
+      strstr(text, "mcp_tool_search") == NULL) {
+    AL_TEST_FAIL("d2: %s", text);
+  }
+  r = fx_tool_result(&f, 1, "d3");
+  text = jstr(r, "content");
+  ASSERT(json_is_true(json_object_get(r, "is_error")));
+  ASSERT(strstr(text, "mcp_tool_search") != NULL);
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  al_free(cfg);
+  return 0;
+}
+
+/* ---- 7: startup_wait_ms of a project's .mcp.json ------------------------------------ */
+
+static uint64_t wait_of(const char *text) {
+  al_mcp_config_t c;
+  al_buf_t err;
+  uint64_t ms;
+
+  ASSERT_NOT_NULL(text);
+  al_buf_init(&err, 4096);
+  if (al__mcp_config_parse(text, strlen(text), &c, &err) != 0) {
+    AL_TEST_FAIL("%s: %s", text, err.data);
+  }
+  ms = c.startup_wait_ms;
+  al__mcp_config_free(&c);
+  al_buf_free(&err);
+  return ms;
+}
+
+/* docs/mcp.md shows startup_wait_ms in a project's .mcp.json: `run` (load2)
+ * and the daemon (config_project) honour it; config.yaml's mcp_servers:
+ * may set it too; the user's --mcp-config file wins over both. */
+TEST_IMPL(mcp_project_startup_wait_honoured) {
+  char ws[] = "/tmp/al-i22-ws-XXXXXX";
+  char path[256];
+  const char *proj = "{\"startup_wait_ms\":4321,\"mcpServers\":{\"p\":"
+                     "{\"command\":\"x\"}}}";
+  const char *user = "{\"startup_wait_ms\":100,\"mcpServers\":{}}";
+  json_t *section;
+  al_buf_t err;
+  char *out = NULL;
+  FILE *f;
+
+  ASSERT_NOT_NULL(mkdtemp(ws));
+  snprintf(path, sizeof(path), "%s/.mcp.json", ws);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(proj, f);
+  fclose(f);
+  al_buf_init(&err, 4096);
+  /* agentloop run: the project's file, trusted. */
+  ASSERT_EQ(al__mcp_config_load2(NULL, NULL, ws, true, &out, &err), 0);
+  ASSERT_EQ(wait_of(out), 4321);
+  al_free(out);
+  /* The daemon's session: base without one, then the project's. */
+  ASSERT_EQ(al__mcp_config_project("{\"mcpServers\":{\"d\":{\"command\":"
+                                   "\"y\"}}}",
+                                   ws, true, &out, NULL, &err),
+            0);
+  ASSERT_EQ(wait_of(out), 4321);
+  al_free(out);
+  /* The user's value wins. */
+  ASSERT_EQ(al__mcp_config_project(user, ws, true, &out, NULL, &err), 0);
+  ASSERT_EQ(wait_of(out), 100);
+  al_free(out);
+  /* config.yaml's section: a setting, not a server named
+   * startup_wait_ms; over the project's. */
+  section = json_pack("{s:i, s:{s:s}}", "startup_wait_ms", 777, "a",
+                      "command", "x");
+  ASSERT_EQ(al__mcp_config_load2(NULL, section, ws, true, &out, &err), 0);
+  ASSERT_EQ(wait_of(out), 777);
+  al_free(out);
+  json_decref(section);
+  al_buf_free(&err);
+  unlink(path);
+  rmdir(ws);
   return 0;
 }
