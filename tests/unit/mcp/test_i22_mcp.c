@@ -304,6 +304,59 @@ TEST_IMPL(agent_mcp_direct_call_loads_deferred_tool) {
   return 0;
 }
 
+static uv_timer_t cancel_timer;
+
+static void cancel_now(uv_timer_t *t) {
+  fx_t *f = t->data;
+
+  ASSERT_EQ(al_agent_cancel(f->agent), 0);
+  uv_close((uv_handle_t *)t, NULL);
+}
+
+/* The call is queued; it starts (and waits) in the same pass of the
+ * executor, so the zero timer cancels a waiting call. */
+static void cancel_after_queued(fx_t *f, const al_event_t *ev,
+                                const json_t *j) {
+  if (ev->type == AL_EVENT_TOOL_USE_QUEUED &&
+      strcmp(jstr(j, "call_id"), "m1") == 0) {
+    uv_timer_init(&f->loop, &cancel_timer);
+    cancel_timer.data = f;
+    uv_timer_start(&cancel_timer, cancel_now, 0, 0);
+  }
+}
+
+/* A cancel while the call waits for its server (which never starts: its
+ * gate is never opened): the call completes as cancelled, the run is
+ * interrupted, and nothing of the wait is left on the loop. */
+TEST_IMPL(agent_mcp_cancel_while_waiting_for_server) {
+  fx_t f;
+  char *cfg = cfg1("\"startup_wait_ms\":0,", "slow",
+                   "\"--init-gate\",\"never\"", NULL);
+  long done;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: m1, name: mcp__slow__echo, input: "
+              "{text: x}}\n"
+              "  - reply: {content: [{text: 'done'}]}\n");
+  f.opts.mcp_config = cfg;
+  f.hook = cancel_after_queued;
+  fx_start(&f);
+  fx_run(&f, "go");
+  dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "interrupted");
+  done = fx_find(&f, "tool_use_completed", "m1", 0);
+  ASSERT(done >= 0);
+  ASSERT(done < fx_find(&f, "interrupted", NULL, 0));
+  ASSERT_EQ(fx_find(&f, "tool_use_started", "m1", 0), -1);
+  ASSERT_EQ(find_state(&f, "slow", "ready"), -1);
+  fx_finish(&f); /* the loop closes: no timer of the wait is left */
+  al_free(cfg);
+  return 0;
+}
+
 /* ---- 7: startup_wait_ms of a project's .mcp.json ------------------------------------ */
 
 static uint64_t wait_of(const char *text) {
