@@ -1100,10 +1100,14 @@ int al__mcp_server_pid(const al_mcp_server_t *s) {
 }
 
 json_t *al__mcp_server_json(const al_mcp_server_t *s) {
+  /* A server still starting: how long so far (listings show it). */
+  uint64_t ms = s->state == AL_MCP_STARTING && !s->m->closing
+                    ? uv_now(s->m->o.loop) - s->t_spawn
+                    : s->ms;
   json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:i}", "name", s->cfg.name,
                         "state", al__mcp_state_name(s->state), "tools",
                         (json_int_t)json_array_size(s->tools), "ms",
-                        (json_int_t)s->ms, "pid", al__mcp_server_pid(s));
+                        (json_int_t)ms, "pid", al__mcp_server_pid(s));
 
   if (o != NULL) {
     json_object_set_new(o, "error",

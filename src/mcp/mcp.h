@@ -253,7 +253,8 @@ uint64_t al__mcp_server_ms(const al_mcp_server_t *s);
 const char *al__mcp_server_version(const al_mcp_server_t *s);
 int al__mcp_server_pid(const al_mcp_server_t *s);
 /* JSON {name, state, tools, ms, error, pid, protocol} for tools --json and
- * doctor. New reference. */
+ * doctor (ms: of a server still starting, how long so far). New
+ * reference. */
 json_t *al__mcp_server_json(const al_mcp_server_t *s);
 
 /* ---- calls ------------------------------------------------------------------ */

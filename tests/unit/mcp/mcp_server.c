@@ -24,6 +24,7 @@
  * structured {ok} (structuredContent checked against outputSchema), image
  * (an image part), destroy (destructiveHint); cancelled (not listed):
  * the request ids of the notifications/cancelled it got, "2,5,". */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,7 +293,14 @@ HELPER_IMPL(mcp_server) {
     }
     if (strcmp(method, "initialize") == 0) {
       while (init_gate != NULL && access(init_gate, F_OK) != 0) {
-        sleep_ms(5); /* a helper process: it may block */
+        /* A helper process: it may block. End of input ends it at once
+         * (the client closes before the gate opened). */
+        struct pollfd pfd = {0, POLLIN, 0};
+        char byte;
+
+        if (poll(&pfd, 1, 5) > 0 && read(0, &byte, 1) <= 0) {
+          return 0;
+        }
       }
       if (!hang_init) {
         out(json_pack("{s:O, s:{s:s, s:{s:{s:b}}, s:{s:s, s:s}}}", "id", id,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -422,5 +423,98 @@ TEST_IMPL(mcp_project_startup_wait_honoured) {
   al_buf_free(&err);
   unlink(path);
   rmdir(ws);
+  return 0;
+}
+
+/* ---- 7: listings show servers that are starting ----------------------------------- */
+
+/* Runs `agentloop ARGS` with an empty configuration home; its stdout in
+ * out, its exit status returned. */
+static int run_agentloop(const char *home, const char *args, char *out,
+                         size_t cap) {
+  char cmd[4096];
+  FILE *p;
+  size_t n = 0, got;
+  int st;
+
+  snprintf(cmd, sizeof(cmd),
+           "env -i PATH=/usr/bin:/bin HOME=%s XDG_CONFIG_HOME=%s/xdg "
+           "%s/agentloop %s 2>/dev/null",
+           home, home, AL_BINARY_DIR, args);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  while (n + 1 < cap && (got = fread(out + n, 1, cap - 1 - n, p)) > 0) {
+    n += got;
+  }
+  out[n] = '\0';
+  st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `agentloop mcp list --wait MS` lists a server still starting as such
+ * (text and JSON, exit status 1), beside a ready one. The agent's own
+ * listing (al_agent_tools_json, the daemon's tools/list that the chat's
+ * /tools shows) has it too, with how long it has been starting. */
+TEST_IMPL(mcp_listings_show_starting_server) {
+  char ws[] = "/tmp/al-i22-list-XXXXXX";
+  char path[256], args[1024], out[16384];
+  al_buf_t b;
+  FILE *f;
+  fx_t fx;
+  char *cfg, *tools;
+  json_t *j, *s;
+
+  ASSERT_NOT_NULL(mkdtemp(ws));
+  al_buf_init(&b, 1 << 16);
+  al_buf_append_str(&b, "{\"mcpServers\":{");
+  server_entry(&b, "ok", "", ",\"sandbox\":false");
+  al_buf_append_str(&b, ",");
+  server_entry(&b, "slow", "\"--init-gate\",\"never\"", ",\"sandbox\":false");
+  al_buf_append_str(&b, "}}");
+  snprintf(path, sizeof(path), "%s/servers.json", ws);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(b.data, f);
+  fclose(f);
+  snprintf(args, sizeof(args), "mcp list --wait %d --cwd %s --mcp-config %s",
+           500 * al_test_timeout_multiplier(), ws, path);
+  ASSERT_EQ(run_agentloop(ws, args, out, sizeof(out)), 1);
+  if (strstr(out, "slow: starting (") == NULL ||
+      strstr(out, "ok: ready, 11 tools") == NULL) {
+    AL_TEST_FAIL("mcp list:\n%s", out);
+  }
+  snprintf(args, sizeof(args),
+           "mcp list --json --wait %d --cwd %s --mcp-config %s",
+           500 * al_test_timeout_multiplier(), ws, path);
+  ASSERT_EQ(run_agentloop(ws, args, out, sizeof(out)), 1);
+  j = json_loads(out, 0, NULL);
+  ASSERT_NOT_NULL(j);
+  s = json_array_get(json_object_get(j, "servers"), 1);
+  ASSERT_STR_EQ(jstr(s, "name"), "slow");
+  ASSERT_STR_EQ(jstr(s, "state"), "starting");
+  json_decref(j);
+  unlink(path);
+  rmdir(ws);
+
+  /* The agent's listing while the server is held at start-up. */
+  cfg = cfg1("\"startup_wait_ms\":0,", "slow", "\"--init-gate\",\"never\"",
+             NULL);
+  fx_init(&fx, NULL);
+  fx.opts.mcp_config = cfg;
+  fx_start(&fx);
+  while (find_state(&fx, "slow", "starting") < 0) {
+    uv_run(&fx.loop, UV_RUN_ONCE);
+  }
+  ASSERT_EQ(al_agent_tools_json(fx.agent, &tools), 0);
+  j = json_loads(tools, 0, NULL);
+  al_free(tools);
+  s = json_array_get(json_object_get(j, "mcp_servers"), 0);
+  ASSERT_STR_EQ(jstr(s, "name"), "slow");
+  ASSERT_STR_EQ(jstr(s, "state"), "starting");
+  ASSERT(json_is_integer(json_object_get(s, "ms")));
+  json_decref(j);
+  fx_finish(&fx);
+  al_free(cfg);
+  al_buf_free(&b);
   return 0;
 }
