@@ -9,12 +9,14 @@
  * machine can only lower them: every bound asserted is one the backoff
  * guarantees however late the timers fire, and without the backoff each
  * is exceeded many times over. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "../transport/tsrv.h"
+#include "client/run_int.h"
 #include "mcp/mcp.h"
 #include "test.h"
 
@@ -275,5 +277,35 @@ TEST_IMPL(mcp_http_server_stream_gives_up_with_notice) {
   ASSERT_EQ(t.gets, 5);
   ASSERT_EQ(json_array_size(t.notices), 2);
   bk_finish(&t);
+  return 0;
+}
+
+/* `agentloop run`'s text view shows the degraded notice (a ready state
+ * is routine and is not). */
+TEST_IMPL(mcp_view_run_text_degraded) {
+  al__cli_view_t v;
+  al_event_t ev[2];
+  char *out = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&out, &len);
+
+  ASSERT_NOT_NULL(f);
+  memset(ev, 0, sizeof(ev));
+  ev[0].type = AL_EVENT_MCP_SERVER_STATE;
+  ev[0].u.mcp.server = (al_slice_t){"web", 3};
+  ev[0].u.mcp.state = (al_slice_t){"ready", 5};
+  ev[1] = ev[0];
+  ev[1].u.mcp.state = (al_slice_t){"degraded", 8};
+  ev[1].u.mcp.error = (al_slice_t){"the server stream ended", 23};
+  al__cli_view_init(&v, f, false);
+  al__cli_view_event(&v, &ev[0]);
+  al__cli_view_event(&v, &ev[1]);
+  al__cli_view_flush(&v);
+  fclose(f);
+  if (strstr(out, "mcp web: the server stream ended\n") == NULL ||
+      strstr(out, "ready") != NULL) {
+    AL_TEST_FAIL("view: %s", out);
+  }
+  free(out);
   return 0;
 }
