@@ -477,7 +477,7 @@ TEST_IMPL(mcp_listings_show_starting_server) {
   fputs(b.data, f);
   fclose(f);
   snprintf(args, sizeof(args), "mcp list --wait %d --cwd %s --mcp-config %s",
-           500 * al_test_timeout_multiplier(), ws, path);
+           800 * al_test_timeout_multiplier(), ws, path);
   ASSERT_EQ(run_agentloop(ws, args, out, sizeof(out)), 1);
   if (strstr(out, "slow: starting (") == NULL ||
       strstr(out, "ok: ready, 11 tools") == NULL) {
@@ -485,7 +485,7 @@ TEST_IMPL(mcp_listings_show_starting_server) {
   }
   snprintf(args, sizeof(args),
            "mcp list --json --wait %d --cwd %s --mcp-config %s",
-           500 * al_test_timeout_multiplier(), ws, path);
+           800 * al_test_timeout_multiplier(), ws, path);
   ASSERT_EQ(run_agentloop(ws, args, out, sizeof(out)), 1);
   j = json_loads(out, 0, NULL);
   ASSERT_NOT_NULL(j);
