@@ -217,6 +217,41 @@ TEST_IMPL(agent_mcp_call_waits_for_starting_server) {
   return 0;
 }
 
+/* The same for a server of the project's .mcp.json (the daemon's
+ * sessions: the file is read in the pool while the run goes on, and the
+ * call may come before the server exists). */
+TEST_IMPL(agent_mcp_call_waits_for_project_server) {
+  fx_t f;
+  char *proj = cfg1("", "proj", "\"--init-gate\",\"gate\"", NULL);
+  const json_t *r;
+
+  signal(SIGPIPE, SIG_IGN);
+  fx_init(&f, "responses:\n"
+              "  - reply:\n"
+              "      content:\n"
+              "        - tool_use: {id: m1, name: mcp__proj__echo, input: "
+              "{text: 'project server'}}\n"
+              "  - reply: {content: [{text: 'done'}]}\n");
+  fx_write(&f, ".mcp.json", proj);
+  f.opts.mcp_config = "{\"startup_wait_ms\":0,\"mcpServers\":{}}";
+  f.opts.mcp_project = true;
+  f.opts.trust_project = true;
+  f.hook = open_gate_on_queued;
+  fx_start(&f);
+  fx_run(&f, "go");
+  dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  r = fx_tool_result(&f, 1, "m1");
+  ASSERT_NOT_NULL(r);
+  ASSERT_STR_EQ(jstr(r, "content"), "project server");
+  ASSERT(!json_is_true(json_object_get(r, "is_error")));
+  ASSERT(fx_find(&f, "tool_use_queued", "m1", 0) <
+         find_state(&f, "proj", "ready"));
+  fx_finish(&f);
+  al_free(proj);
+  return 0;
+}
+
 /* A server that never finishes starting: the call waits for its startup
  * timeout and then says which server did not start and why. */
 TEST_IMPL(agent_mcp_call_to_server_that_fails_to_start) {
