@@ -87,6 +87,10 @@ static const char *const secret_vars[][2] = {
     {"OPENAI_API_KEY", "sk-i22-secret-openai"},
     {"ANTHROPIC_AUTH_TOKEN", "i22-secret-auth-token"},
     {"AL_T_I22_LLM_KEY", "i22-secret-api-key-env"}, /* an api_key_env */
+    /* What the process hardening scrubs too (sandbox/harden.c marks). */
+    {"GITHUB_TOKEN", "i22-secret-github"},
+    {"AWS_SECRET_ACCESS_KEY", "i22-secret-aws"},
+    {"AL_T_I22_DB_PASSWORD", "i22-secret-password"},
     {NULL, NULL}};
 
 /* The servers' `env` tool output: their whole environment. Two servers,
