@@ -47,3 +47,4 @@
 #include "list/modeltext.h"
 #include "list/daemon_limits.h"
 #include "list/i22_config.h"
+#include "list/i22_mcp.h"

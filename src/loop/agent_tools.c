@@ -204,7 +204,7 @@ const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name) {
   ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
   ag_tool_t *t = al__agent_tool_find(box->agent, name);
 
-  return t != NULL ? &t->gate : NULL;
+  return t != NULL ? &t->gate : al__agent_mcp_lookup(box->agent, name);
 }
 
 static bool name_ok(const char *name) {
