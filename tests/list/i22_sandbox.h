@@ -1,0 +1,6 @@
+/* issue 22: project trust bound to content, no placeholders in the tree
+ * (point 8); seccomp and --die-with-parent guarded (point 14). */
+TEST_ENTRY(project_trust_bound_to_content)
+TEST_ENTRY(project_trust_run_says_what_changed)
+TEST_ENTRY(sandbox_no_placeholder_in_git_workspace)
+TEST_ENTRY(sandbox_no_git_still_protected)
