@@ -59,6 +59,7 @@ struct al_sandbox_s {
   char *phreg;
   char phme[48]; /* this sandbox as a noter: "PID ID" */
   size_t active;
+  bool no_owner; /* the test seam test_no_owner */
   uint64_t nproc, nofile, as_bytes, data_bytes, fsize_bytes, cpu_secs;
   /* Degraded mode: a private temporary directory (TMPDIR of every tool,
    * writable to it); removed with its content by al__sandbox_free. */
@@ -1068,6 +1069,7 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
                                      : AL_SANDBOX_DEFAULT_FSIZE;
   sb->cpu_secs = cfg->cpu_secs;
   sb->data_bytes = cfg->data_bytes;
+  sb->no_owner = cfg->test_no_owner;
   if (sb->data_bytes == 0) {
     char from[128];
     uint64_t base = al__sandbox_memory_base(from, sizeof(from));
@@ -1407,7 +1409,8 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   size_t i;
   int rc = strv_push(a, sb->helper);
 
-  if (rc == 0 && g_owner_lock > 0 && (rc = strv_push(a, "--owner")) == 0) {
+  if (rc == 0 && g_owner_lock > 0 && !sb->no_owner &&
+      (rc = strv_push(a, "--owner")) == 0) {
     rc = strv_pushf(a, "%llu", (unsigned long long)g_owner_pid);
   }
 

@@ -79,6 +79,11 @@ typedef struct al_sandbox_config_s {
   uint64_t data_bytes;
   uint64_t fsize_bytes;
   uint64_t cpu_secs;
+  /* Test seam (set only by tests/, never from the environment): no
+   * `--owner` for the helper, so neither its owner check and watcher nor
+   * the janitor's kill of a dead owner's sandboxes apply, and a tool
+   * outlives its agentloop only if bwrap's --die-with-parent fails. */
+  bool test_no_owner;
 } al_sandbox_config_t;
 
 void al__sandbox_config_init(al_sandbox_config_t *c);
