@@ -266,7 +266,8 @@ static char *list_during_call(sbx_t *x, sbx_run_t *w) {
   (void)sbx_run_start(x, "ls -A; : > started; cat fifo", w, 0);
   wait_for(x, started);
   outside = al_test_tree_listing(x->ws);
-  fd = open(fifo, O_WRONLY | O_NONBLOCK);
+  /* Blocks until the command's cat opens it (right after `started`). */
+  fd = open(fifo, O_WRONLY);
   ASSERT(fd >= 0);
   close(fd);
   sbx_run_wait(x, w);
