@@ -41,11 +41,12 @@
 
 #include "tools/clitool.h"
 
-/* Bounds on what is hashed: a project over them is not trusted (say so,
- * rather than hash for minutes). */
+/* Bounds on what is hashed: a project over them is not trusted (said so,
+ * rather than hash for long: a daemon creates its agents, and with them
+ * checks trust, on its loop, as it reads tools.d). */
 #define TRUST_MAX_FILES 4096
 #define TRUST_MAX_DEPTH 16
-#define TRUST_MAX_BYTES ((uint64_t)256 << 20)
+#define TRUST_MAX_BYTES ((uint64_t)32 << 20)
 #define TRUST_MANIFEST_MAX ((size_t)TRUST_MAX_FILES * (PATH_MAX + 80))
 #define TRUST_RECORDS_MAX ((size_t)16 << 20)
 
@@ -412,11 +413,8 @@ int al__tools_project_trust(const char *workspace, al_project_trust_t *t) {
   if (realpath(workspace, t->real) == NULL) {
     return -errno;
   }
-  if ((rc = al__tools_project_manifest(t->real, &t->manifest, t->hash)) !=
-      0) {
-    t->state = AL_TRUST_UNREADABLE;
-    return rc;
-  }
+  /* The record first: a project never trusted (the common case) costs no
+   * hashing. */
   if (al__tools_config_dir(dir, sizeof(dir)) == NULL) {
     return 0;
   }
@@ -429,6 +427,11 @@ int al__tools_project_trust(const char *workspace, al_project_trust_t *t) {
     return 0;
   }
   al_buf_free(&rec);
+  if ((rc = al__tools_project_manifest(t->real, &t->manifest, t->hash)) !=
+      0) {
+    t->state = AL_TRUST_UNREADABLE;
+    return rc;
+  }
   if (t->recorded[0] == '\0') {
     t->state = AL_TRUST_UNBOUND;
     return diff(NULL, t->manifest.data, &t->changes);
@@ -535,9 +538,16 @@ static int trust_project(const char *workspace, al_project_trust_t *t) {
   if (t->state == AL_TRUST_TRUSTED) {
     return 0;
   }
-  if (t->state == AL_TRUST_NONE && t->changes.len == 0 &&
-      (rc = diff(NULL, t->manifest.data, &t->changes)) != 0) {
-    return rc;
+  if (t->state == AL_TRUST_NONE) {
+    /* No record: nothing was hashed yet, and every file is new. */
+    if ((rc = al__tools_project_manifest(t->real, &t->manifest, t->hash)) !=
+        0) {
+      t->state = AL_TRUST_UNREADABLE;
+      return rc;
+    }
+    if ((rc = diff(NULL, t->manifest.data, &t->changes)) != 0) {
+      return rc;
+    }
   }
   if (al__tools_config_dir(dir, sizeof(dir)) == NULL) {
     return -ENOENT;
