@@ -83,6 +83,13 @@ int al__cli_config_load_for(al_config_t *cfg, const char *cwd, bool trust,
         }
       }
     }
+    if (tr.state == AL_TRUST_UNREADABLE) {
+      fprintf(stderr,
+              "%s: note: %s: the project's tools.d/ and .agentloop/ could "
+              "not be read whole (over 4096 files, 32 MiB or 16 levels, "
+              "or unreadable): it is not trusted\n",
+              who, tr.real);
+    }
     al__project_trust_free(&tr);
   }
   if (al_config_load(cfg, ws, trusted, env_get) != 0) {
