@@ -146,8 +146,7 @@ static void walk(walk_t *w, const char *rel, int depth) {
   if (w->err != 0) {
     return;
   }
-  if (snprintf(full, sizeof(full), "%s/%s", w->ws, rel) >=
-      (int)sizeof(full)) {
+  if (snprintf(full, sizeof(full), "%s/%s", w->ws, rel) >= (int)sizeof(full)) {
     w->err = AL_ETOOBIG;
     return;
   }
@@ -282,7 +281,7 @@ int al__tools_project_manifest(const char *workspace, al_buf_t *out,
   return 0;
 }
 
-/* ---- the records ---------------------------------------------------------- */
+/* ---- the records ------------------------------------------------------- */
 
 static int read_all(const char *path, size_t max, al_buf_t *out) {
   char buf[8192];
@@ -327,8 +326,8 @@ static int find_record(const char *text, const char *real, char hash[65]) {
       hash[0] = '\0';
       return 1;
     }
-    if (n == 7 + 64 + 1 + rl && memcmp(p, "sha256:", 7) == 0 &&
-        p[71] == ' ' && memcmp(p + 72, real, rl) == 0) {
+    if (n == 7 + 64 + 1 + rl && memcmp(p, "sha256:", 7) == 0 && p[71] == ' ' &&
+        memcmp(p + 72, real, rl) == 0) {
       memcpy(hash, p + 7, 64);
       hash[64] = '\0';
       return 1;
@@ -347,8 +346,7 @@ static void manifest_path(const char *dir, const char *real, char *out,
 }
 
 /* The line of `path` in a manifest ("HASH PATH"), or NULL. */
-static const char *manifest_find(const char *m, const char *path,
-                                 size_t plen) {
+static const char *manifest_find(const char *m, const char *path, size_t plen) {
   const char *p = m;
 
   while (p != NULL && *p != '\0') {
@@ -372,9 +370,8 @@ static int diff(const char *old, const char *now, al_buf_t *out) {
   for (p = now; rc == 0 && p != NULL && *p != '\0';) {
     const char *e = strchr(p, '\n');
     size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
-    const char *o = old != NULL && n > 65
-                        ? manifest_find(old, p + 65, n - 65)
-                        : NULL;
+    const char *o =
+        old != NULL && n > 65 ? manifest_find(old, p + 65, n - 65) : NULL;
 
     if (n > 65 && (o == NULL || memcmp(o, p, 64) != 0)) {
       rc = al_buf_printf(out, "%s %.*s\n", o == NULL ? "added" : "modified",
@@ -427,8 +424,7 @@ int al__tools_project_trust(const char *workspace, al_project_trust_t *t) {
     return 0;
   }
   al_buf_free(&rec);
-  if ((rc = al__tools_project_manifest(t->real, &t->manifest, t->hash)) !=
-      0) {
+  if ((rc = al__tools_project_manifest(t->real, &t->manifest, t->hash)) != 0) {
     t->state = AL_TRUST_UNREADABLE;
     return rc;
   }
@@ -448,8 +444,8 @@ int al__tools_project_trust(const char *workspace, al_project_trust_t *t) {
     /* Said as a difference only when the stored manifest is the one the
      * record approved; else every file is new to us. */
     manifest_hash(old.data, old.len, h);
-    rc = diff(strcmp(h, t->recorded) == 0 ? old.data : NULL,
-              t->manifest.data, &t->changes);
+    rc = diff(strcmp(h, t->recorded) == 0 ? old.data : NULL, t->manifest.data,
+              &t->changes);
     al_buf_free(&old);
     return rc;
   }
@@ -563,8 +559,8 @@ static int trust_project(const char *workspace, al_project_trust_t *t) {
     return -errno;
   }
   manifest_path(dir, t->real, path, sizeof(path));
-  if ((rc = write_atomic(path, t->manifest.data, t->manifest.len, NULL,
-                         0)) != 0) {
+  if ((rc = write_atomic(path, t->manifest.data, t->manifest.len, NULL, 0)) !=
+      0) {
     return rc;
   }
   /* The other projects' lines kept, this one's replaced. */
@@ -601,11 +597,16 @@ static int trust_project(const char *workspace, al_project_trust_t *t) {
 
 const char *al__trust_state_name(al_trust_state_t s) {
   switch (s) {
-  case AL_TRUST_NONE: return "untrusted";
-  case AL_TRUST_TRUSTED: return "trusted";
-  case AL_TRUST_CHANGED: return "changed";
-  case AL_TRUST_UNBOUND: return "unbound";
-  case AL_TRUST_UNREADABLE: return "unreadable";
+    case AL_TRUST_NONE:
+      return "untrusted";
+    case AL_TRUST_TRUSTED:
+      return "trusted";
+    case AL_TRUST_CHANGED:
+      return "changed";
+    case AL_TRUST_UNBOUND:
+      return "unbound";
+    case AL_TRUST_UNREADABLE:
+      return "unreadable";
   }
   return "untrusted";
 }

@@ -88,7 +88,8 @@ TEST_IMPL(seccomp_refuses_clone_newuser) {
   return 0;
 }
 
-/* ---- --die-with-parent alone ---------------------------------------------- */
+/* ---- --die-with-parent alone ----------------------------------------------
+ */
 
 /* Pids of live processes whose command line holds mark. */
 static int pids_with(const char *mark, pid_t *out, int max) {
@@ -123,7 +124,9 @@ static int pids_with(const char *mark, pid_t *out, int max) {
   return n;
 }
 
-static void on_tick(uv_timer_t *t) { uv_stop(t->loop); }
+static void on_tick(uv_timer_t *t) {
+  uv_stop(t->loop);
+}
 
 TEST_IMPL(sandbox_die_with_parent_alone) {
   char mark[64], base[300], started[400];
@@ -194,8 +197,10 @@ TEST_IMPL(sandbox_die_with_parent_alone) {
     (void)!system(cmd);
   }
   if (n > 0) {
-    AL_TEST_FAIL("the tool ran on after its agentloop was SIGKILLed (%d "
-                 "processes): --die-with-parent did not end it", n);
+    AL_TEST_FAIL(
+        "the tool ran on after its agentloop was SIGKILLed (%d "
+        "processes): --die-with-parent did not end it",
+        n);
   }
   return 0;
 }

@@ -22,9 +22,8 @@
 
 static pid_t start_daemon(dt_t *t, char **env) {
   char exe[600];
-  char *args[] = {exe,        "--foreground", "--socket", t->sock,
-                  "--state-dir", t->state,    "--log-level", "warn",
-                  NULL};
+  char *args[] = {exe,      "--foreground", "--socket", t->sock, "--state-dir",
+                  t->state, "--log-level",  "warn",     NULL};
   posix_spawn_file_actions_t fa;
   pid_t pid;
 
@@ -76,15 +75,16 @@ TEST_IMPL(daemon_sigkill_two_sessions_restart_sweeps) {
   int jan, i;
 
   al_test_need_bwrap();
-  dt_init(&t, "responses:\n"
-              "  - reply:\n"
-              "      content:\n"
-              "        - tool_use: {id: toolu_a1, name: bash, input: "
-              "{command: \"touch a.started; sleep 30\"}}\n"
-              "  - reply:\n"
-              "      content:\n"
-              "        - tool_use: {id: toolu_b1, name: bash, input: "
-              "{command: \"touch b.started; sleep 30\"}}\n");
+  dt_init(&t,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: toolu_a1, name: bash, input: "
+          "{command: \"touch a.started; sleep 30\"}}\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: toolu_b1, name: bash, input: "
+          "{command: \"touch b.started; sleep 30\"}}\n");
   snprintf(envs[0], 256, "AGENTLOOP_BASE_URL=%s", t.url);
   snprintf(envs[1], 256, "ANTHROPIC_API_KEY=test-key");
   snprintf(envs[2], 256, "AGENTLOOP_MODEL=mock-model");
@@ -143,9 +143,10 @@ TEST_IMPL(daemon_sigkill_two_sessions_restart_sweeps) {
   ASSERT_EQ(unlink(p), 0);
   after = al_test_tree_listing(t.work);
   if (strcmp(before, after) != 0) {
-    AL_TEST_FAIL("the workspace changed through the SIGKILL, a restart "
-                 "and a stop:\nbefore:\n%s\nafter:\n%s",
-                 before, after);
+    AL_TEST_FAIL(
+        "the workspace changed through the SIGKILL, a restart "
+        "and a stop:\nbefore:\n%s\nafter:\n%s",
+        before, after);
   }
   al_free(before);
   al_free(after);

@@ -30,8 +30,8 @@ static void put(const char *dir, const char *name, const char *text) {
 
 /* `agentloop tools ARGS` in dir with its own config home: stdout, or
  * stdout and stderr (err); exit 0 asserted. */
-static const char *tools_out(const char *dir, const char *cfg,
-                             const char *args, bool err) {
+static const char *tools_out(const char *dir, const char *cfg, const char *args,
+                             bool err) {
   static char out[65536];
   char cmd[1600];
   size_t n;
@@ -66,8 +66,7 @@ static bool has_change(json_t *o, const char *change, const char *path) {
 
   json_array_foreach(
       json_object_get(json_object_get(o, "project_trust"), "changes"), i, c) {
-    if (strcmp(json_string_value(json_object_get(c, "change")), change) ==
-            0 &&
+    if (strcmp(json_string_value(json_object_get(c, "change")), change) == 0 &&
         strcmp(json_string_value(json_object_get(c, "path")), path) == 0) {
       return true;
     }
@@ -238,7 +237,9 @@ static bool listing_has(const char *listing, const char *name) {
          strncmp(listing, needle + 1, strlen(needle + 1)) == 0;
 }
 
-static void on_tick(uv_timer_t *t) { uv_stop(t->loop); }
+static void on_tick(uv_timer_t *t) {
+  uv_stop(t->loop);
+}
 
 /* Runs the loop until path exists (a 5 ms timer wakes it). */
 static void wait_for(sbx_t *x, const char *path) {
@@ -299,10 +300,11 @@ TEST_IMPL(sandbox_no_placeholder_in_git_workspace) {
                    w.out);
     }
     ASSERT_NOT_NULL(strstr(w.out, ".git"));
-    if (listing_has(outside, "tools.d") ||
-        listing_has(outside, ".agentloop")) {
-      AL_TEST_FAIL("a placeholder in the workspace during the call "
-                   "(pass %d):\n%s", pass, outside);
+    if (listing_has(outside, "tools.d") || listing_has(outside, ".agentloop")) {
+      AL_TEST_FAIL(
+          "a placeholder in the workspace during the call "
+          "(pass %d):\n%s",
+          pass, outside);
     }
     al_free(outside);
   }
