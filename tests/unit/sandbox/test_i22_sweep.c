@@ -136,6 +136,18 @@ TEST_IMPL(daemon_sigkill_two_sessions_restart_sweeps) {
     wait_janitor(jan);
   }
   ASSERT_EQ(waitpid(d2, NULL, 0), d2);
+  /* The restarted daemon's janitor may have been started after the
+   * look above, and sweeps as it ends: its progress, bounded (2 s,
+   * scaled), while d1 is still a zombie (reaping it would hide the
+   * bug). */
+  {
+    uint64_t end = uv_hrtime() +
+                   (uint64_t)2000000000 * al_test_timeout_multiplier();
+
+    while (path_there(git) && uv_hrtime() < end) {
+      usleep(5000);
+    }
+  }
   ASSERT_EQ(waitpid(d1, NULL, 0), d1);
   snprintf(p, sizeof(p), "%s/a.started", t.work);
   ASSERT_EQ(unlink(p), 0);
