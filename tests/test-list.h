@@ -48,3 +48,4 @@
 #include "list/daemon_limits.h"
 #include "list/i22_config.h"
 #include "list/i22_mcp.h"
+#include "list/i22_sandbox.h"
