@@ -519,3 +519,74 @@ TEST_IMPL(nul_in_block_start_payload) {
   al_buf_free(&y);
   return 0;
 }
+
+/* NUL in a thinking block stays: its bytes are what the signature covers, so
+ * the scrub leaves it, and the next request must carry it as \u0000 (valid
+ * JSON the API accepts) instead of being refused by the validity gate as
+ * "not valid JSON" (jansson refuses \u0000 unless told to allow it). */
+TEST_IMPL(nul_in_thinking_replayed) {
+  static const char *const sse =
+      "event: message_start\n"
+      "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_n2\","
+      "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"mock-model\","
+      "\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
+      "\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\n"
+      "event: content_block_start\n"
+      "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":"
+      "{\"type\":\"thinking\",\"thinking\":\"th\\u0000ink\",\"signature\":"
+      "\"\"}}\n\n"
+      "event: content_block_delta\n"
+      "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":"
+      "\"thinking_delta\",\"thinking\":\" on\\u0000\"}}\n\n"
+      "event: content_block_delta\n"
+      "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":"
+      "\"signature_delta\",\"signature\":\"c2ln\"}}\n\n"
+      "event: content_block_stop\n"
+      "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+      "event: content_block_start\n"
+      "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":"
+      "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"list_directory\","
+      "\"input\":{\"path\":\".\"}}}\n\n"
+      "event: content_block_stop\n"
+      "data: {\"type\":\"content_block_stop\",\"index\":1}\n\n"
+      "event: message_delta\n"
+      "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+      "\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}"
+      "\n\n"
+      "event: message_stop\n"
+      "data: {\"type\":\"message_stop\"}\n\n";
+  static const char want[] = "th\0ink on\0";
+  const json_t *th;
+  al_buf_t y;
+  fx_t f;
+
+  al_buf_init(&y, (size_t)1 << 20);
+  al_buf_append_str(&y, "responses:\n");
+  append_raw(&y, sse);
+  al_buf_append_str(&y, "  - reply: {content: [{text: done}]}\n");
+  fx_init(&f, y.data);
+  fx_start(&f);
+  fx_run(&f, "go");
+  if (strcmp(fx_last_type(&f), "final") != 0) {
+    long e = fx_find(&f, "error", NULL, 0);
+
+    AL_TEST_FAIL("ended with %s: %s", fx_last_type(&f),
+                 e >= 0 ? jstr(fx_event(&f, e), "message") : "");
+  }
+  ASSERT_EQ(fx_requests(&f), 2);
+  th = json_array_get(
+      json_object_get(
+          json_array_get(json_object_get(fx_request(&f, 1)->body, "messages"),
+                         1),
+          "content"),
+      0);
+  ASSERT_STR_EQ(jstr(th, "type"), "thinking");
+  ASSERT_EQ(json_string_length(json_object_get(th, "thinking")),
+            sizeof(want) - 1);
+  ASSERT(memcmp(json_string_value(json_object_get(th, "thinking")), want,
+                sizeof(want) - 1) == 0);
+  ASSERT_STR_EQ(jstr(th, "signature"), "c2ln");
+  fx_finish(&f);
+  al_buf_free(&y);
+  return 0;
+}
