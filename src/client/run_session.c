@@ -34,24 +34,6 @@
 #define TX_QUEUE_MAX (256u * 1024 * 1024)
 #define REPLAY_KEEP (1u) /* events are not replayed here: keep none */
 
-static bool valid_id(const char *id) {
-  size_t i;
-  size_t n = strlen(id);
-
-  if (n == 0 || n > 63) {
-    return false;
-  }
-  for (i = 0; i < n; i++) {
-    char ch = id[i];
-
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
-
 static bool sessions_dir(char *buf, size_t n) {
   char dir[PATH_MAX];
   int w;
@@ -166,7 +148,7 @@ int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
     return rc;
   }
   if (resume_id != NULL) {
-    if (!valid_id(resume_id)) {
+    if (!al__session_id_valid(resume_id)) {
       snprintf(err, errlen, "--resume: '%s' is not a session id", resume_id);
       return AL_EINVAL;
     }
@@ -329,8 +311,12 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     return rc;
   }
   al__tx_set_state_cb(rs->tx, on_tx_state, rs);
+  /* A new session's chain binds its id; a resumed one goes on after its
+   * last good record, in the file's format. */
   if (rs->resumed) {
-    al__tx_set_chain(rs->tx, rs->loaded.chain);
+    al__tx_set_chain(rs->tx, rs->loaded.chain, rs->loaded.chain_id);
+  } else {
+    al__tx_set_chain(rs->tx, "", rs->id);
   }
   if (!rs->resumed) {
     al_blob_t *b = al__tx_header_record(rs->id, h);
@@ -360,11 +346,8 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
   if (rs->loaded.synthetic != NULL) {
     /* A tool turn the last process left open was closed on load: the
      * transcript records the results that closed it. */
-    json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",
-                            rs->loaded.synthetic);
-    al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+    al_blob_t *b = al__tx_synthetic_record(rs->loaded.synthetic);
 
-    json_decref(rec);
     put(rs, b, true, true);
     if (b != NULL) {
       al__blob_unref(b);
@@ -393,11 +376,17 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
 
 void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
                             const char *message, size_t len, void *data) {
-  static const char *const kinds[] = {"user", "assistant", "tool_results"};
   al__run_session_t *rs = data;
-  al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
+  al_blob_t *b = al__tx_commit_record(kind, message, len);
 
   (void)agent;
+  if (b == NULL && rs->tx != NULL && rs->err == 0) {
+    /* Never silently: a commit that cannot be recorded makes the
+     * transcript incomplete. */
+    rs->err = al__tx_commit_kind_name(kind) == NULL ? AL_EINVAL : AL_ENOMEM;
+    fprintf(stderr, "agentloop: a history commit cannot be recorded in "
+                    "%s: %s\n", rs->path, al_strerror(rs->err));
+  }
   put(rs, b, true, true);
   if (b != NULL) {
     al__blob_unref(b);
