@@ -104,7 +104,11 @@ struct al_tx_s {
 };
 
 /* Test seam (session.h): when set, a write about to be issued fails with
- * the error it returns instead (no LD_PRELOAD needed). */
+ * the error it returns instead (no LD_PRELOAD needed). The programs link
+ * the same static library as al_tests, so the pointers are in them too,
+ * NULL for ever: only test code assigns them, nothing reads them from
+ * the environment or a file (shipped_binaries_have_no_test_seam_names
+ * checks that no AL_TEST_ name is in a shipped program). */
 int (*al__tx_write_fault)(const char *path) = NULL;
 int (*al__tx_sync_fault)(const char *path) = NULL;
 uint64_t al__tx_retry_min_ms = 1000;

@@ -702,3 +702,37 @@ TEST_IMPL(transcript_safety_net_cuts_to_valid_prefix) {
   al__tx_loaded_free(&l);
   return 0;
 }
+
+/* ---- 11. no test seam reachable from a shipped binary -------------------- */
+
+/* The installed programs carry no test variable's name: a test seam that
+ * an environment variable (AL_TEST_*) could reach would show here. The
+ * writer's fault hooks (al__tx_write_fault, al__tx_sync_fault) are
+ * function pointers in the one static library the programs and al_tests
+ * link; only test code assigns them, and nothing reads them from the
+ * environment or a file. */
+TEST_IMPL(shipped_binaries_have_no_test_seam_names) {
+  static const char *const bins[] = {"agentloop", "agentloopd",
+                                     "agentloop-exec", "agentloop-mockllm"};
+  size_t i;
+
+  for (i = 0; i < sizeof(bins) / sizeof(bins[0]); i++) {
+    char path[4200];
+    size_t n;
+    char *b;
+    const char *hit;
+
+    snprintf(path, sizeof(path), "%s/%s", AL_BINARY_DIR, bins[i]);
+    b = al_test_read_file(path, &n);
+    if (b == NULL) {
+      AL_TEST_FAIL("cannot read %s", path);
+    }
+    hit = memmem(b, n, "AL_TEST_", 8);
+    if (hit != NULL) {
+      AL_TEST_FAIL("%s holds \"%.40s\": a test seam in a shipped binary",
+                   bins[i], hit);
+    }
+    free(b);
+  }
+  return 0;
+}
