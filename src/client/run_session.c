@@ -138,6 +138,7 @@ int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
   int rc;
 
   memset(rs, 0, sizeof(*rs));
+  al__tx_deltas_init(&rs->deltas, AL_TX_REPLY_DELTAS_MAX);
   if (!sessions_dir(dir, sizeof(dir))) {
     snprintf(err, errlen, "no state directory (set HOME or XDG_STATE_HOME)");
     return AL_EINVAL;
@@ -365,11 +366,19 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
   }
   al_buf_init(&line, 64u * 1024 * 1024);
   if (al__events_encode_line(ev, &line) == 0) {
-    b = al__blob_new(line.data, line.len);
-    put(rs, b, false, false);
-    if (b != NULL) {
-      al__blob_unref(b);
+    al_blob_t *note = NULL;
+
+    /* A reply's deltas past their bound stay out (a reply rejected at
+     * its limit leaves a bounded trace): the daemon's rule. */
+    if (al__tx_deltas_keep(&rs->deltas, ev, line.len, &note)) {
+      put(rs, note, false, true);
+      b = al__blob_new(line.data, line.len);
+      put(rs, b, false, false);
+      if (b != NULL) {
+        al__blob_unref(b);
+      }
     }
+    al__blob_unref(note);
   }
   al_buf_free(&line);
 }

@@ -77,6 +77,7 @@ struct session_s {
   bool closing;
   al_agent_t *agent;
   al_tx_t *tx;
+  al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
   /* Recent events, oldest first: a circular array (seqs increase, so a
    * seq is found by binary search). */
   ring_entry_t *ring;

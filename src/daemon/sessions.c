@@ -438,7 +438,20 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   }
   json_decref(j);
   line->data[n] = '\n';
-  al__session_tx_put(s, line, false);
+  {
+    /* A reply's deltas past their bound stay out of the transcript (a
+     * reply rejected at its limit leaves a bounded trace); they are
+     * still delivered live below. */
+    al_blob_t *note = NULL;
+
+    if (al__tx_deltas_keep(&s->deltas, ev, line->len, &note)) {
+      if (note != NULL && s->tx != NULL) {
+        al__tx_append_chained(s->tx, note, false);
+      }
+      al__session_tx_put(s, line, false);
+    }
+    al__blob_unref(note);
+  }
   /* Only `final` says "done": error and interrupted keep their place
    * before turn/cancel's answer (al_agent_cancel's contract). */
   last = ev->type == AL_EVENT_FINAL;
@@ -518,6 +531,7 @@ session_t *al__session_alloc(al_daemon_t *d, const char *id) {
   al_list_init(&s->held);
   al_list_init(&s->resumes);
   s->next_seq = 1;
+  al__tx_deltas_init(&s->deltas, AL_TX_REPLY_DELTAS_MAX);
   al_list_insert_tail(&d->sessions, &s->node);
   d->nknown++;
   return s;

@@ -161,6 +161,37 @@ al_blob_t *al__tx_commit_record(al_commit_kind_t kind, const char *message,
  * on load (al_tx_loaded_t.synthetic); NULL on OOM. */
 al_blob_t *al__tx_synthetic_record(const json_t *synthetic);
 
+/* ---- what a reply's streamed deltas leave behind ---------------------------- */
+
+/* A reply's deltas (text_delta, thinking_delta, tool_input_delta events)
+ * go to the transcript up to max bytes of event lines per attempt (from
+ * its stream_request_start); the rest are not written (they are still
+ * published live). A reply is bounded (limits.reply_bytes, 64 MiB), but
+ * one rejected at its bound would otherwise leave all of it as deltas;
+ * an accepted reply is whole in its content_block_completed events and
+ * its assistant record anyway. When deltas were left out, the next other
+ * event (the api_error of a rejected reply, or the reply's end) is
+ * preceded by one {"rec":"elided",...} record saying what was left out
+ * and which event ended the span. Shared by agentloopd and agentloop run. */
+#define AL_TX_REPLY_DELTAS_MAX ((size_t)1 << 20)
+typedef struct {
+  size_t max;          /* bytes of delta lines written per attempt */
+  size_t kept;         /* of the current attempt */
+  uint64_t elided;     /* delta events left out since the last record */
+  uint64_t elided_bytes;
+  uint64_t first_seq;  /* of the first left out */
+  uint64_t last_seq;
+  uint64_t run;
+  uint32_t turn;
+} al_tx_deltas_t;
+
+void al__tx_deltas_init(al_tx_deltas_t *d, size_t max);
+/* For one event whose encoded line is line_len bytes: true when the line
+ * is to be written. *note (NULL unless set) is an "elided" record to
+ * write, chained, before the event's line; the caller unrefs it. */
+bool al__tx_deltas_keep(al_tx_deltas_t *d, const al_event_t *ev,
+                        size_t line_len, al_blob_t **note);
+
 /* ---- the header ------------------------------------------------------------ */
 
 /* A session's settings, as its first record keeps them. This file alone

@@ -679,6 +679,59 @@ bool al__session_id_valid(const char *id) {
   return true;
 }
 
+/* ---- a reply's deltas --------------------------------------------------------- */
+
+void al__tx_deltas_init(al_tx_deltas_t *d, size_t max) {
+  memset(d, 0, sizeof(*d));
+  d->max = max;
+}
+
+static bool is_delta(al_event_type_t t) {
+  return t == AL_EVENT_TEXT_DELTA || t == AL_EVENT_THINKING_DELTA ||
+         t == AL_EVENT_TOOL_INPUT_DELTA;
+}
+
+bool al__tx_deltas_keep(al_tx_deltas_t *d, const al_event_t *ev,
+                        size_t line_len, al_blob_t **note) {
+  *note = NULL;
+  if (is_delta(ev->type)) {
+    if (d->kept + line_len <= d->max) {
+      d->kept += line_len;
+      return true;
+    }
+    if (d->elided == 0) {
+      d->first_seq = ev->seq;
+      d->run = ev->run;
+      d->turn = ev->turn;
+    }
+    d->elided++;
+    d->elided_bytes += line_len;
+    d->last_seq = ev->seq;
+    return false;
+  }
+  if (d->elided > 0) {
+    /* The span ends here: say what it held and what ended it (a rejected
+     * reply's api_error, or the reply's own end). */
+    const char *by = al_event_type_name(ev->type);
+    json_t *rec = json_pack(
+        "{s:s, s:{s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:s}}", "rec", "elided",
+        "message", "run", (json_int_t)d->run, "turn", (int)d->turn,
+        "first_seq", (json_int_t)d->first_seq, "last_seq",
+        (json_int_t)d->last_seq, "events", (json_int_t)d->elided, "bytes",
+        (json_int_t)d->elided_bytes, "max_bytes", (json_int_t)d->max,
+        "ended_by", by != NULL ? by : "?");
+
+    *note = rec != NULL ? al__tx_record(rec) : NULL;
+    json_decref(rec);
+    d->elided = 0;
+    d->elided_bytes = 0;
+  }
+  if (ev->type == AL_EVENT_STREAM_REQUEST_START) {
+    d->kept = 0; /* a new attempt: a retry's deltas are the reply again */
+  }
+  return true;
+}
+
 /* ---- the hash chain ----------------------------------------------------------- */
 
 /* The hash of a chained record, in hex. Format 1 (id ""): sha256(prev ||
@@ -1192,6 +1245,9 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
       if (al__tx_header_parse(o, &l->header)) {
         l->has_header = true;
       }
+    } else if (strcmp(kind, "elided") == 0) {
+      /* A note on deltas left out (al__tx_deltas_keep): nothing to
+       * replay. */
     } else if (!replay(l, kind, json_object_get(o, "message"))) {
       note_bad(l, lineno, "history record does not fit the history");
       json_decref(o);

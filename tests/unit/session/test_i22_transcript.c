@@ -736,3 +736,117 @@ TEST_IMPL(shipped_binaries_have_no_test_seam_names) {
   }
   return 0;
 }
+
+/* ---- 16. a rejected reply leaves a bounded trace --------------------------- */
+
+/* A reply rejected at its bound (here --limit reply_bytes=4M, the mock
+ * streaming 4.8 MB of text in 8 KB deltas) leaves at most
+ * AL_TX_REPLY_DELTAS_MAX of delta events in the transcript, one "elided"
+ * record saying what was left out and that the api_error ended it, and
+ * the api_error itself; the transcript loads clean. Before, every delta
+ * was written: about 4 MB here, 70 MB at the default 64 MiB bound. */
+TEST_IMPL(cli_run_rejected_reply_bounded_in_transcript) {
+  ws_t w;
+  cli_t c;
+  char *yaml;
+  char piece[8001];
+  char id[64];
+  char path[300];
+  char *tx;
+  size_t len;
+  size_t deltas = 0;
+  const char *p;
+  al_tx_loaded_t l;
+  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", NULL, "--limit", "reply_bytes=4M",
+                        "--output-format", "json", "-p", "write a lot", NULL};
+
+  ws_make(&w);
+  w.env[4] = "ANTHROPIC_API_KEY=k";
+  args[4] = w.dir;
+  memset(piece, 'z', 8000);
+  piece[8000] = '\0';
+  yaml = al_malloc(9000);
+  ASSERT_NOT_NULL(yaml);
+  snprintf(yaml, 9000,
+           "responses:\n  - reply:\n      content:\n"
+           "        - repeat_text: {count: 600, text: \"%s\"}\n",
+           piece);
+  start_mock(&c, yaml);
+  run_cli(&c, args, w.env);
+  ASSERT_EQ(c.exit_status, 1);
+  ASSERT_NOT_NULL(strstr(c.ebuf, "exceeds the limit of 4194304 bytes"));
+  result_session(&c, id, sizeof(id));
+  finish(&c);
+  al_free(yaml);
+
+  tx_path(&w, id, path, sizeof(path));
+  tx = al_test_read_file(path, &len);
+  ASSERT_NOT_NULL(tx);
+  for (p = tx; (p = strstr(p, "{\"type\":\"text_delta\"")) != NULL; p++) {
+    deltas++;
+  }
+  if (len > AL_TX_REPLY_DELTAS_MAX + 64 * 1024) {
+    AL_TEST_FAIL("the transcript holds %zu bytes (%zu text deltas) of a "
+                 "rejected reply", len, deltas);
+  }
+  ASSERT_GE(deltas, 1); /* the head of the reply is kept */
+  p = strstr(tx, "{\"rec\":\"elided\"");
+  ASSERT_NOT_NULL(p);
+  ASSERT_NOT_NULL(strstr(p, "\"ended_by\":\"api_error\""));
+  ASSERT_NOT_NULL(strstr(p, "{\"type\":\"api_error\""));
+  ASSERT_NOT_NULL(strstr(tx, "reply_too_large"));
+  free(tx);
+  memset(&l, 0, sizeof(l));
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(l.chain_breaks, 0);
+  al__tx_loaded_free(&l);
+  ws_remove(&w);
+  return 0;
+}
+
+/* The bound is per attempt: a retry's stream_request_start starts it
+ * again; other events pass; the note comes once, before the event that
+ * ends the span. */
+TEST_IMPL(transcript_deltas_bound_per_attempt) {
+  al_tx_deltas_t d;
+  al_event_t ev;
+  al_blob_t *note;
+  int i;
+  int kept = 0;
+
+  al__tx_deltas_init(&d, 250);
+  memset(&ev, 0, sizeof(ev));
+  ev.run = 1;
+  ev.turn = 1;
+  ev.type = AL_EVENT_STREAM_REQUEST_START;
+  ASSERT(al__tx_deltas_keep(&d, &ev, 100, &note));
+  ASSERT_NULL(note);
+  for (i = 0; i < 5; i++) {
+    ev.type = AL_EVENT_TEXT_DELTA;
+    ev.seq = 10 + (uint64_t)i;
+    kept += al__tx_deltas_keep(&d, &ev, 100, &note);
+    ASSERT_NULL(note);
+  }
+  ASSERT_EQ(kept, 2);
+  ev.type = AL_EVENT_API_ERROR;
+  ASSERT(al__tx_deltas_keep(&d, &ev, 100, &note));
+  ASSERT_NOT_NULL(note);
+  ASSERT_NOT_NULL(strstr(note->data, "\"first_seq\":12"));
+  ASSERT_NOT_NULL(strstr(note->data, "\"last_seq\":14"));
+  ASSERT_NOT_NULL(strstr(note->data, "\"events\":3"));
+  ASSERT_NOT_NULL(strstr(note->data, "\"ended_by\":\"api_error\""));
+  al__blob_unref(note);
+  ev.type = AL_EVENT_RETRY;
+  ASSERT(al__tx_deltas_keep(&d, &ev, 100, &note));
+  ASSERT_NULL(note);
+  ev.type = AL_EVENT_STREAM_REQUEST_START;
+  ASSERT(al__tx_deltas_keep(&d, &ev, 100, &note));
+  ev.type = AL_EVENT_THINKING_DELTA;
+  ASSERT(al__tx_deltas_keep(&d, &ev, 100, &note));
+  ev.type = AL_EVENT_TOOL_INPUT_DELTA;
+  ASSERT(al__tx_deltas_keep(&d, &ev, 100, &note));
+  ASSERT(!al__tx_deltas_keep(&d, &ev, 100, &note));
+  return 0;
+}
