@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "../daemon/dtest.h"
 #include "mockllm/mockllm.h"
 #include "session/session.h"
 #include "test.h"
@@ -848,5 +849,76 @@ TEST_IMPL(transcript_deltas_bound_per_attempt) {
   ev.type = AL_EVENT_TOOL_INPUT_DELTA;
   ASSERT(al__tx_deltas_keep(&d, &ev, 100, &note));
   ASSERT(!al__tx_deltas_keep(&d, &ev, 100, &note));
+  return 0;
+}
+
+static const char *g_tx; /* the transcript dt_run_until watches */
+
+static bool tx_has_error(void *data) {
+  size_t n;
+  char *b = al_test_read_file(g_tx, &n);
+  bool ok = b != NULL && strstr(b, "{\"type\":\"error\"") != NULL;
+
+  (void)data;
+  free(b);
+  return ok;
+}
+
+/* The same bound in agentloopd (the rule is shared): a session limited
+ * to 2 MiB replies gets a 2.4 MB reply; its subscriber still receives
+ * every delta live, and the transcript keeps at most the bound of them,
+ * the "elided" record and the api_error. */
+TEST_IMPL(daemon_rejected_reply_bounded_in_transcript) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[512];
+  char sid[64];
+  char path[300];
+  char piece[8001];
+  char *yaml;
+  char *tx;
+  size_t len, i, live = 0;
+
+  memset(piece, 'y', 8000);
+  piece[8000] = '\0';
+  yaml = al_malloc(9000);
+  ASSERT_NOT_NULL(yaml);
+  snprintf(yaml, 9000,
+           "responses:\n  - reply:\n      content:\n"
+           "        - repeat_text: {count: 300, text: \"%s\"}\n",
+           piece);
+  dt_init(&t, yaml);
+  al_free(yaml);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"limits\":{\"reply_bytes\":\"2M\"}}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"hi\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  dt_wait_event(&c, "error", 0);
+  for (i = 0; i < json_array_size(c.msgs); i++) {
+    const char *ty = json_string_value(json_object_get(
+        json_object_get(json_array_get(c.msgs, i), "params"), "type"));
+
+    live += ty != NULL && strcmp(ty, "text_delta") == 0;
+  }
+  snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, sid);
+  g_tx = path;
+  dt_run_until(&t, tx_has_error, NULL);
+  tx = al_test_read_file(path, &len);
+  ASSERT_NOT_NULL(tx);
+  if (len > AL_TX_REPLY_DELTAS_MAX + 64 * 1024) {
+    AL_TEST_FAIL("the transcript holds %zu bytes of a rejected reply", len);
+  }
+  ASSERT_GE(live, 200); /* live, nothing was left out */
+  ASSERT_NOT_NULL(strstr(tx, "{\"rec\":\"elided\""));
+  ASSERT_NOT_NULL(strstr(tx, "\"ended_by\":\"api_error\""));
+  free(tx);
+  dt_finish(&t, cs, 1);
   return 0;
 }
