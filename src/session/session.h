@@ -2,9 +2,12 @@
  *
  * A transcript is one file per session. Each line is one record:
  *  - {"rec":"session",...}  the header: id, created_ms, cwd, model, ...
- *  - {"rec":"user"|"assistant"|"tool_results","message":{...}}  history
- *    commits from the agent's commit hook, in order; replaying them with
- *    the history's own operations rebuilds the conversation exactly;
+ *  - {"rec":"user"|"assistant"|"tool_results"|"compaction"|"micro",
+ *    "message":{...}}  history commits from the agent's commit hook, in
+ *    order (one table of kinds, al__tx_commit_record, for every writer);
+ *    replaying them with the history's own operations rebuilds the
+ *    conversation exactly;
+ *  - {"rec":"elided",...}  a reply's deltas left out (al__tx_deltas_keep);
  *  - a LoopEvent object (docs/events.md: it has "type" and "seq", no
  *    "rec"), for the subscribers' since_seq replay.
  * A record is written when its '\n' is: a shorter tail is torn and is cut

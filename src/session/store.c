@@ -726,8 +726,14 @@ bool al__tx_deltas_keep(al_tx_deltas_t *d, const al_event_t *ev,
     d->elided = 0;
     d->elided_bytes = 0;
   }
-  if (ev->type == AL_EVENT_STREAM_REQUEST_START) {
-    d->kept = 0; /* a new attempt: a retry's deltas are the reply again */
+  if (ev->type == AL_EVENT_STREAM_REQUEST_START ||
+      ev->type == AL_EVENT_TURN_STARTED ||
+      ev->type == AL_EVENT_RUN_STARTED ||
+      ev->type == AL_EVENT_COMPACTION_STARTED) {
+    /* A new attempt (a retry's deltas are the reply again) or a new
+     * stream (a summary's): its own budget. Other events in the middle
+     * of a reply (a block completed) do not reset it. */
+    d->kept = 0;
   }
   return true;
 }
