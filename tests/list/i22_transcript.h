@@ -1,6 +1,7 @@
 /* issue 22, the transcript (tests/unit/session/test_i22_transcript.c):
  * TEST_ENTRY(name) lines only. */
 TEST_ENTRY(cli_run_resume_compacted_same_request)
+TEST_ENTRY(cli_run_resume_summary_same_request)
 TEST_ENTRY(transcript_commit_kinds_one_table)
 TEST_ENTRY(transcript_splice_from_other_session)
 TEST_ENTRY(transcript_format1_still_loads)

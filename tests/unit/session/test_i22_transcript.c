@@ -305,52 +305,65 @@ static const char *live_yaml =
     "  - reply: {content: [{text: first done}]}\n"
     "  - reply: {content: [{text: next done}]}\n";
 
-/* `agentloop run` records a micro-compaction and a compaction (here the
- * message-count trim, recorded like a summary) as the daemon does: a
- * session continued with --continue sends, byte for byte, the request
- * the live session sent for the same question (one process, two
- * questions on stdin), and loads without a damaged record. Before the
- * one table, run indexed a 3-name table with the kinds 3 and 4: micro
- * records came out as {"rec":"cwd"} (or worse) and compactions were not
- * written, so the resumed request was the whole uncompacted history. */
-TEST_IMPL(cli_run_resume_compacted_same_request) {
+static const char *summary_yaml =
+    "usage_from_request: {bytes_per_token: 4}\n"
+    "responses:\n"
+    "  - reply: {content: [{tool_use: {id: t1, name: read_file, input: {path: f1}}}]}\n"
+    "  - reply: {content: [{tool_use: {id: t2, name: read_file, input: {path: f2}}}]}\n"
+    "  - reply: {content: [{text: \"## Goal\\ncount\\n## Next step\\nSUMMARY-MARK-9\"}]}\n"
+    "  - reply: {content: [{text: first done}]}\n"
+    "  - reply: {content: [{text: next done}]}\n";
+
+/* Runs GOAL then "next question" once in one process (both on stdin) and
+ * once as `run -p GOAL` then `run --continue -p "next question"`, with
+ * the same flags (extra, NULL-terminated) and f1, f2 of big bytes, f3 of
+ * 100; the live session's last request must hold mark (what the
+ * compaction left), the second process's request must be that one, byte
+ * for byte, and the transcript must hold each record kind of want. */
+static void resume_same_request(const char *yaml, size_t big,
+                                const char *const *extra, size_t live_reqs,
+                                const char *const *want, const char *mark) {
   ws_t w;
   cli_t c;
-  char big[6001];
+  char *fill = al_malloc(big + 1);
   char *live;
   char *resumed;
   char id[64];
   char path[300];
   char *tx;
-  size_t len;
-  size_t live_n;
+  size_t len, i, k;
   al_tx_loaded_t l;
-  const char *live_args[] = {
-      "run", "--base-url", "http://127.0.0.1:{PORT}", "--cwd", NULL,
-      "--micro-min-tokens", "2000", "--max-messages", "10", "--input-format",
-      "stream-json", "--output-format", "stream-json", NULL};
-  const char *first[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                         "--cwd", NULL, "--micro-min-tokens", "2000",
-                         "--max-messages", "10", "--output-format", "json",
-                         "-p", GOAL, NULL};
-  const char *cont[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                        "--cwd", NULL, "--micro-min-tokens", "2000",
-                        "--max-messages", "10", "--output-format", "json",
-                        "--continue", "-p", "next question", NULL};
+  const char *live_args[24] = {"run", "--base-url",
+                               "http://127.0.0.1:{PORT}", "--cwd", NULL,
+                               "--input-format", "stream-json",
+                               "--output-format", "stream-json"};
+  const char *first[24] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                           "--cwd", NULL, "--output-format", "json", "-p",
+                           GOAL};
+  const char *cont[24] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
+                          "--cwd", NULL, "--output-format", "json",
+                          "--continue", "-p", "next question"};
 
+  ASSERT_NOT_NULL(fill);
   ws_make(&w);
   live_args[4] = first[4] = cont[4] = w.dir;
-  memset(big, 'b', 6000);
-  big[6000] = '\0';
-  ws_file(&w, "f1", big);
-  memset(big, 'c', 6000);
-  ws_file(&w, "f2", big);
-  big[100] = '\0';
-  ws_file(&w, "f3", big);
+  for (k = 0; extra[k] != NULL; k++) {
+    ASSERT(k < 12);
+    live_args[9 + k] = first[9 + k] = extra[k];
+    cont[10 + k] = extra[k];
+  }
+  memset(fill, 'b', big);
+  fill[big] = '\0';
+  ws_file(&w, "f1", fill);
+  memset(fill, 'c', big);
+  ws_file(&w, "f2", fill);
+  fill[100] = '\0';
+  ws_file(&w, "f3", fill);
+  al_free(fill);
   w.env[4] = "ANTHROPIC_API_KEY=k";
 
   /* The live session: both questions in one process. */
-  start_mock(&c, live_yaml);
+  start_mock(&c, yaml);
   c.stdin_text = "{\"type\":\"user\",\"message\":{\"role\":\"user\","
                  "\"content\":\"" GOAL "\"}}\n"
                  "{\"type\":\"user\",\"message\":{\"role\":\"user\","
@@ -359,13 +372,30 @@ TEST_IMPL(cli_run_resume_compacted_same_request) {
   if (c.exit_status != 0) {
     AL_TEST_FAIL("live: exit %d: %s", (int)c.exit_status, c.ebuf);
   }
-  live_n = al_mockllm_record_count(c.mock);
-  ASSERT_EQ(live_n, 7);
-  live = body_text(&c, live_n - 1);
+  if (al_mockllm_record_count(c.mock) != live_reqs) {
+    for (i = 0; i < al_mockllm_record_count(c.mock); i++) {
+      char *b = body_text(&c, i);
+
+      fprintf(stderr, "request %zu: %zu bytes: tool_choice %d, ends %s\n", i,
+              strlen(b), strstr(b, "tool_choice") != NULL,
+              b + (strlen(b) > 400 ? strlen(b) - 400 : 0));
+      free(b);
+    }
+    fprintf(stderr, "%s\n", c.ebuf);
+    AL_TEST_FAIL("live: %zu requests, not %zu",
+                 al_mockllm_record_count(c.mock), live_reqs);
+  }
+  for (i = 0; i < live_reqs; i++) {
+    ASSERT(al_mockllm_record_get(c.mock, i)->valid);
+  }
+  live = body_text(&c, live_reqs - 1);
   finish(&c);
+  if (mark != NULL && strstr(live, mark) == NULL) {
+    AL_TEST_FAIL("the live request after the compaction lacks %s", mark);
+  }
 
   /* The same session in two processes. */
-  start_mock(&c, live_yaml);
+  start_mock(&c, yaml);
   run_cli(&c, first, w.env);
   if (c.exit_status != 0) {
     AL_TEST_FAIL("first: exit %d: %s", (int)c.exit_status, c.ebuf);
@@ -375,9 +405,14 @@ TEST_IMPL(cli_run_resume_compacted_same_request) {
   tx_path(&w, id, path, sizeof(path));
   tx = al_test_read_file(path, &len);
   ASSERT_NOT_NULL(tx);
-  ASSERT_NOT_NULL(strstr(tx, "{\"rec\":\"micro\""));
-  ASSERT_NOT_NULL(strstr(tx, "{\"rec\":\"compaction\""));
-  ASSERT_NULL(strstr(tx, "{\"rec\":\"cwd\""));
+  for (k = 0; want[k] != NULL; k++) {
+    char pat[64];
+
+    snprintf(pat, sizeof(pat), "{\"rec\":\"%s\"", want[k]);
+    if (strstr(tx, pat) == NULL) {
+      AL_TEST_FAIL("no %s record in the transcript", want[k]);
+    }
+  }
   free(tx);
   memset(&l, 0, sizeof(l));
   ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
@@ -392,6 +427,7 @@ TEST_IMPL(cli_run_resume_compacted_same_request) {
   }
   ASSERT_NULL(strstr(c.ebuf, "damaged or forged"));
   ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  ASSERT(al_mockllm_record_get(c.mock, 0)->valid);
   resumed = body_text(&c, 0);
   finish(&c);
   if (strcmp(live, resumed) != 0) {
@@ -402,6 +438,33 @@ TEST_IMPL(cli_run_resume_compacted_same_request) {
   free(live);
   free(resumed);
   ws_remove(&w);
+}
+
+/* `agentloop run` records a micro-compaction and a compaction (here the
+ * message-count trim, recorded like a summary) as the daemon does: a
+ * session continued with --continue sends, byte for byte, the request
+ * the live session sent for the same question, and loads without a
+ * damaged record. Before the one table, run indexed a 3-name table with
+ * the kinds 3 and 4: micro records came out as {"rec":"cwd"} (or worse)
+ * and compactions were not written, so the resumed request was the whole
+ * uncompacted history. */
+TEST_IMPL(cli_run_resume_compacted_same_request) {
+  static const char *const extra[] = {"--micro-min-tokens", "2000",
+                                      "--max-messages", "10", NULL};
+  static const char *const want[] = {"micro", "compaction", NULL};
+
+  resume_same_request(live_yaml, 6000, extra, 7, want, "agentloop cleared");
+  return 0;
+}
+
+/* The same with a summary compaction: a 32000-token window, two 40 KB
+ * reads, an automatic compaction (the mock's third reply is the
+ * summary) in the middle of the first run. */
+TEST_IMPL(cli_run_resume_summary_same_request) {
+  static const char *const extra[] = {"--context-window", "32000", NULL};
+  static const char *const want[] = {"compaction", NULL};
+
+  resume_same_request(summary_yaml, 40000, extra, 5, want, "SUMMARY-MARK-9");
   return 0;
 }
 
