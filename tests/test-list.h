@@ -49,3 +49,4 @@
 #include "list/i22_config.h"
 #include "list/i22_mcp.h"
 #include "list/i22_sandbox.h"
+#include "list/i22_transcript.h"

@@ -155,7 +155,7 @@ TEST_IMPL(transcript_cut_every_offset) {
       al_blob_t *e = al__blob_new(extra, sizeof(extra) - 1);
       char h[AL_TX_HASH_HEX + 1];
 
-      chained_extra = al__tx_chain_record(l.chain, e, h);
+      chained_extra = al__tx_chain_record(l.chain_id, l.chain, e, h);
       al__blob_unref(e);
       ASSERT_NOT_NULL(chained_extra);
     }
