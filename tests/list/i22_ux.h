@@ -1,0 +1,5 @@
+/* Issue 22, defect 10: what a user meets in the first hour. */
+TEST_ENTRY(ux_tool_output_cut_says_how_much)
+TEST_ENTRY(ux_md_wide_table_fits_terminal)
+TEST_ENTRY(ux_compaction_not_shown_as_answer)
+TEST_ENTRY(ux_usage_cost_text)
