@@ -497,13 +497,10 @@ static void end_run(run_t *r) {
 
     al_agent_model_info(r->agent, &mi);
     r->has_cost = mi.has_prices;
-    r->cost_usd =
-        ((double)r->stats.input_tokens * mi.prices.input +
-         (double)r->stats.output_tokens * mi.prices.output +
-         (double)r->stats.cache_read_input_tokens * mi.prices.cache_read +
-         (double)r->stats.cache_creation_input_tokens *
-             mi.prices.cache_write) /
-        1e6;
+    r->cost_usd = al_model_cost_usd(
+        &mi, r->stats.input_tokens, r->stats.output_tokens,
+        r->stats.cache_read_input_tokens,
+        r->stats.cache_creation_input_tokens);
   }
   sid = al_agent_session(r->agent);
   al_free(r->session);
@@ -619,12 +616,10 @@ static void run_result_now(run_t *r) {
   al_agent_stats(r->agent, &r->stats);
   al_agent_model_info(r->agent, &mi);
   r->has_cost = mi.has_prices;
-  r->cost_usd =
-      ((double)r->stats.input_tokens * mi.prices.input +
-       (double)r->stats.output_tokens * mi.prices.output +
-       (double)r->stats.cache_read_input_tokens * mi.prices.cache_read +
-       (double)r->stats.cache_creation_input_tokens * mi.prices.cache_write) /
-      1e6;
+  r->cost_usd = al_model_cost_usd(&mi, r->stats.input_tokens,
+                                  r->stats.output_tokens,
+                                  r->stats.cache_read_input_tokens,
+                                  r->stats.cache_creation_input_tokens);
   al_free(r->session);
   r->session = al_agent_session(r->agent) != NULL
                    ? al_strdup(al_agent_session(r->agent))
@@ -873,6 +868,17 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     return err == AL_EINVAL ? EXIT_USAGE : EXIT_FAIL;
   }
   report_tool_errors(r->agent, o->sandbox);
+  {
+    al_model_info_t mi;
+    char why[512];
+
+    /* From the catalogue's end_of_life: the run goes on, but the user
+     * learns before the provider starts refusing the model. */
+    al_agent_model_info(r->agent, &mi);
+    if (al_model_deprecation(&mi, o->model, why, sizeof(why))) {
+      fprintf(stderr, "agentloop: warning: %s\n", why);
+    }
+  }
   if (!check_tool_names(r->agent, r->flag_allow, r->flag_deny)) {
     al_agent_close(r->agent, on_agent_closed);
     uv_run(&r->loop, UV_RUN_DEFAULT);

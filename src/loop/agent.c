@@ -1952,7 +1952,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   a->model_main = al_strdup(
       o->model != NULL ? o->model
       : a->provider->kind != AL_PROVIDER_ANTHROPIC ? "gpt-4o-mini"
-                                                   : "claude-sonnet-4-5");
+                                                   : "claude-sonnet-5-5");
   a->model = dup_or_null(a->model_main);
   a->fallback_model = dup_or_null(o->fallback_model);
   if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||
