@@ -1047,6 +1047,7 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
   al__tui_usage_t u;
   al__tui_usage_t last;
   char line[256];
+  char cost[160];
 
   (void)data;
   if (error != NULL) {
@@ -1056,9 +1057,13 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
   usage_from_json(&u, s);
   usage_from_json(&last, json_object_get(result, "last_run"));
   al__tui_usage_line(&last, &u, line, sizeof(line));
-  say(c, NULL, "last run: %s · %" PRId64 " run%s", line,
+  al__tui_cost_text(json_object_get(s, "cost_usd"),
+                    json_object_get(json_object_get(result, "last_run"),
+                                    "cost_usd"),
+                    cost, sizeof(cost));
+  say(c, NULL, "last run: %s · %" PRId64 " run%s · %s", line,
       (int64_t)json_integer_value(json_object_get(s, "runs")),
-      json_integer_value(json_object_get(s, "runs")) == 1 ? "" : "s");
+      json_integer_value(json_object_get(s, "runs")) == 1 ? "" : "s", cost);
 }
 
 static void on_tools(al__conn_t *conn, json_t *result, json_t *error,
