@@ -7,8 +7,8 @@
  * need --allow-tool), subscribes to its LoopEvents, starts the run and lets
  * the loop drive everything. It prints:
  *
- *   text    the final text on stdout at the end (the demo view, -v or a
- *           terminal on stderr, shows progress and streamed text there)
+ *   text    the final text on stdout at the end (the demo view, -v, shows
+ *           progress and streamed text on stderr)
  *   json    one `result` object at the end
  *   ndjson  every LoopEvent as a line as it happens, then the `result`
  *
@@ -136,9 +136,8 @@ static void usage(FILE *f) {
       "                            ({\"type\":\"user\",\"message\":{...}}), one\n"
       "                            run each, in one session, until EOF\n"
       "  -v, --verbose             live log on stderr: turns, streamed text,\n"
-      "                            tools, retries (default in text mode when\n"
-      "                            stderr is a terminal)\n"
-      "  -q, --quiet               no live log\n"
+      "                            tools, retries (default: off)\n"
+      "  -q, --quiet               no live log (the default)\n"
       "      --color WHEN          auto (default), always, never\n"
       "      --no-color            same as --color never\n"
       "\n"
@@ -1592,9 +1591,9 @@ int al_cli_run(int argc, char **argv) {
                                                    : FMT_TEXT;
   al__stream_json_init(&r->sj, stdout, partial);
   r->stream_in = stream_in;
-  r->verbose = verbose == 1 ||
-               (verbose == -1 && r->format == FMT_TEXT &&
-                isatty(STDERR_FILENO));
+  /* The answer alone unless -v asks for the view, on a terminal too (as
+   * `claude -p` does): the view streamed the answer a second time. */
+  r->verbose = verbose == 1;
   r->timeout_s = timeout_s;
   r->timeout_ms = timeout_s > 0 ? (uint64_t)ceil(timeout_s * 1000.0) : 0;
   r->end_type = AL_EVENT_ERROR;
