@@ -136,16 +136,22 @@ static bool is_loopback_url(const char *url) {
   }
   n = strcspn(h, ":/?#");
   return (n == 9 && strncasecmp(h, "localhost", 9) == 0) ||
-         strncmp(h, "127.", 4) == 0;
+         (n >= 7 && strncmp(h, "127.", 4) == 0 &&
+          strspn(h, "0123456789.") == n); /* an address, not a name */
 }
+
+static void mask_url(const char *url, char *buf, size_t n);
 
 static void check_keys(doctor_t *d) {
   if (d->has_key) {
     report(d, OK, "API key", "%s set (%zu characters; provider %s)",
            d->key_var, d->key_len, d->provider);
   } else if (is_loopback_url(d->base_url)) {
+    char shown[1024];
+
+    mask_url(d->base_url, shown, sizeof(shown));
     report(d, OK, "API key", "none needed for the local server at %s",
-           d->base_url);
+           shown);
   } else {
     report(d, WARN, "API key",
            "%s not set (provider %s): the daemon cannot call the model",

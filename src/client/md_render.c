@@ -358,8 +358,9 @@ static void fit_columns(size_t *widths, unsigned ncols, size_t avail) {
 }
 
 /* Copies a cell's text cut to max_w columns, the last one "…"; our SGR
- * codes pass through at no width. */
-static void put_cut(render_t *r, const char *s, size_t n, size_t max_w) {
+ * codes pass through at no width. Returns the columns written (max_w, or
+ * one less when a wide character did not fit). */
+static size_t put_cut(render_t *r, const char *s, size_t n, size_t max_w) {
   size_t i = 0;
   size_t w = 0;
 
@@ -398,6 +399,7 @@ static void put_cut(render_t *r, const char *s, size_t n, size_t max_w) {
   }
   puts_(r, "…");
   sgr(r, AL_SGR_RESET);
+  return w + 1;
 }
 
 static void table_render(render_t *r) {
@@ -453,7 +455,11 @@ static void table_render(render_t *r) {
         sgr(r, AL_SGR_BOLD);
       }
       if (cut) {
-        put_cut(r, c->text.data ? c->text.data : "", c->text.len, w);
+        size_t wrote = put_cut(r, c->text.data ? c->text.data : "",
+                               c->text.len, w);
+
+        space = w > wrote ? w - wrote : 0; /* a wide character left out */
+        left = 0;
       } else {
         put(r, c->text.data ? c->text.data : "", c->text.len);
       }

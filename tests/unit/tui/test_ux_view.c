@@ -145,6 +145,23 @@ TEST_IMPL(ux_md_wide_table_fits_terminal) {
             0);
   assert_lines_fit(b.data, 30);
   al_buf_reset(&b);
+  /* Wide characters cut at an odd width: the row is padded to the column
+   * so the separators stay aligned. */
+  {
+    const char *cjk = "| 名前名前名前名前名前 | x |\n|---|---|\n"
+                      "| abcdefghijklmnopqrstuvwxyz | y |\n";
+
+    ASSERT_EQ(al__md_render_cols(cjk, strlen(cjk), false, 14, &b), 0);
+  }
+  assert_lines_fit(b.data, 14);
+  {
+    const char *l2 = strchr(b.data, '\n') + 1;
+    const char *l3 = strchr(l2, '\n') + 1;
+
+    ASSERT_EQ(al__tui_width(b.data, (size_t)(strstr(b.data, " | ") - b.data)),
+              al__tui_width(l3, (size_t)(strstr(l3, " | ") - l3)));
+  }
+  al_buf_reset(&b);
   /* No limit: the table as it was. */
   ASSERT_EQ(al__md_render_cols(wide_table, strlen(wide_table), false, 0, &b),
             0);
