@@ -146,6 +146,7 @@ static void usage(FILE *f) {
       "                            or openai\n"
       "      --model NAME          default $AGENTLOOP_MODEL, else the\n"
       "                            provider's default model\n"
+      "                            (claude-sonnet-5-5, gpt-4o-mini)\n"
       "      --fallback-model NAME used after repeated overloaded errors\n"
       "      --base-url URL        default $AGENTLOOP_BASE_URL, then\n"
       "                            $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL,\n"
