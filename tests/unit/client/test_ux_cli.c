@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "agentloop/agent.h"
+#include "agentloop/alloc.h"
 #include "agentloop/models.h"
 #include "mockllm/mockllm.h"
 #include "test.h"
@@ -293,7 +294,7 @@ TEST_IMPL(ux_models_end_of_life) {
             0);
   ASSERT_NOT_NULL(err);
   ASSERT_NOT_NULL(strstr(err, "u.yaml:3:"));
-  free(err);
+  al_free(err);
   return 0;
 }
 
@@ -329,7 +330,7 @@ TEST_IMPL(ux_run_deprecated_model_warns) {
   return 0;
 }
 
-/* ---- Ctrl-C keeps the partial reply --------------------------------------- */
+/* ---- Ctrl-C keeps the partial reply -------------------------------------- */
 
 typedef struct {
   int deltas;
@@ -418,7 +419,7 @@ TEST_IMPL(ux_interrupt_keeps_partial_reply) {
   return 0;
 }
 
-/* ---- doctor reaches the configured base URL -------------------------------- */
+/* ---- doctor reaches the configured base URL ------------------------------ */
 
 typedef struct {
   char home[64];
@@ -568,7 +569,7 @@ TEST_IMPL(ux_doctor_connects_tls) {
   return 0;
 }
 
-/* ---- the chat warns of a deprecated model ---------------------------------- */
+/* ---- the chat warns of a deprecated model -------------------------------- */
 
 typedef struct {
   ux_t *c;
@@ -687,8 +688,8 @@ TEST_IMPL(ux_chat_deprecated_model_warns) {
   }
   uv_poll_stop(&t.poll);
   uv_close((uv_handle_t *)&t.poll, NULL);
+  doc_env_done(&c, &d); /* runs the loop: the poll handle is closed */
   close(t.master);
-  doc_env_done(&c, &d);
   if (!t.seen) {
     AL_TEST_FAIL("no '%s' on the chat's screen:\n%s", t.want, t.buf);
   }
