@@ -2370,11 +2370,23 @@ int al_agent_cancel(al_agent_t *a) {
  * user cut it (dropping it made the model repeat itself or contradict what
  * the user had read). The transcript gets both through on_commit. */
 static void keep_partial(al_agent_t *a) {
-  json_t *msg = json_pack("{s:s, s:[{s:s, s:s%}]}", "role", "assistant",
-                          "content", "type", "text", "text", a->partial.data,
-                          a->partial.len);
+  json_t *msg;
   json_t *note;
+  size_t i;
 
+  /* The API refuses a text block of only white space. */
+  for (i = 0; i < a->partial.len; i++) {
+    char ch = a->partial.data[i];
+
+    if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') {
+      break;
+    }
+  }
+  if (i == a->partial.len) {
+    return;
+  }
+  msg = json_pack("{s:s, s:[{s:s, s:s%}]}", "role", "assistant", "content",
+                  "type", "text", "text", a->partial.data, a->partial.len);
   if (msg == NULL || al__history_commit_assistant(&a->history, msg) != 0) {
     json_decref(msg); /* not UTF-8 or out of memory: dropped as before */
     return;

@@ -372,7 +372,15 @@ TEST_IMPL(ux_interrupt_keeps_partial_reply) {
            "          delay_ms: 60000\n"
            "  - reply:\n"
            "      content:\n"
-           "        - text: \"ok\"\n",
+           "        - text: \"ok\"\n"
+           "  - reply:\n"
+           "      content:\n"
+           "        - text: \"\\n\\n\"\n"
+           "        - text: \"later\"\n"
+           "          delay_ms: 60000\n"
+           "  - reply:\n"
+           "      content:\n"
+           "        - text: \"fine\"\n",
            false);
   memset(&f, 0, sizeof(f));
   snprintf(url, sizeof(url), "http://127.0.0.1:%d", al_mockllm_port(c.mock));
@@ -414,6 +422,26 @@ TEST_IMPL(ux_interrupt_keeps_partial_reply) {
                     json_array_get(json_object_get(m2, "content"), 1),
                     "text")),
                 "go on");
+
+  /* Only white space streamed: nothing to keep (the API refuses a blank
+   * text block), the next question follows the last answer. */
+  ASSERT_EQ(al_agent_run(a, "third"), 0);
+  while (f.deltas < 4 && uv_run(&c.loop, UV_RUN_ONCE) != 0) {
+  }
+  ASSERT_EQ(al_agent_cancel(a), 0);
+  ASSERT_EQ(al_agent_run(a, "fourth"), 0);
+  while (f.ends < 4 && uv_run(&c.loop, UV_RUN_ONCE) != 0) {
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 4);
+  rec = al_mockllm_record_get(c.mock, 3);
+  ASSERT(rec->valid);
+  msgs = json_object_get(rec->body, "messages");
+  ASSERT_EQ(json_array_size(msgs), 5);
+  m2 = json_array_get(msgs, 4);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(json_object_get(m2, "content"), 0),
+                    "text")),
+                "third");
   al_agent_close(a, NULL);
   ux_finish(&c);
   return 0;
