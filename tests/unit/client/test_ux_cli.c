@@ -37,6 +37,9 @@ typedef struct {
   int exits;
   int eofs;
   int want_eofs;
+  const char *cwd;        /* the child's working directory (NULL: ours) */
+  const char *sigint_at;  /* SIGINT once stdout holds this text */
+  bool sigint_sent;
 } ux_t;
 
 static void maybe_done(ux_t *c) {
@@ -64,6 +67,11 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     if (s == (uv_stream_t *)&c->out) {
       c->olen += (size_t)n;
       c->obuf[c->olen] = '\0';
+      if (c->sigint_at != NULL && !c->sigint_sent && c->exits == 0 &&
+          strstr(c->obuf, c->sigint_at) != NULL) {
+        c->sigint_sent = true;
+        ASSERT_EQ(uv_process_kill(&c->proc, SIGINT), 0);
+      }
     } else {
       c->elen += (size_t)n;
       c->ebuf[c->elen] = '\0';
@@ -166,6 +174,7 @@ static void ux_run(ux_t *c, const char *bin_name, const char *const *args,
   po.file = bin;
   po.args = argv;
   po.env = env;
+  po.cwd = c->cwd;
   po.stdio = stdio;
   po.stdio_count = 3;
   po.exit_cb = on_exit_cb;
@@ -443,6 +452,76 @@ TEST_IMPL(ux_interrupt_keeps_partial_reply) {
                     "text")),
                 "third");
   al_agent_close(a, NULL);
+  ux_finish(&c);
+  return 0;
+}
+
+/* The same through `agentloop run`: Ctrl-C while the reply streams, then
+ * `run --continue` - the transcript kept the partial reply and the note,
+ * so the resumed session's request holds them before the new question. */
+TEST_IMPL(ux_run_interrupt_then_continue) {
+  ux_t c;
+  char home[] = "/var/tmp/al_uxint_XXXXXX";
+  char e_home[96], e_state[128], e_url[96], cmd[160];
+  char *env[8];
+  const char *first[] = {"run", "--sandbox", "none", "--output-format",
+                         "ndjson", "-p", "hello", NULL};
+  const char *again[] = {"run", "--sandbox", "none", "--continue", "-p",
+                         "go on", NULL};
+  const al_mockllm_record_t *rec;
+  json_t *msgs, *m;
+
+  ux_start(&c,
+           "responses:\n"
+           "  - reply:\n"
+           "      content:\n"
+           "        - text: \"I was saying that\"\n"
+           "        - text: \" and more\"\n"
+           "          delay_ms: 60000\n"
+           "  - reply:\n"
+           "      content:\n"
+           "        - text: \"ok\"\n",
+           false);
+  ASSERT_NOT_NULL(mkdtemp(home));
+  snprintf(e_home, sizeof(e_home), "HOME=%s", home);
+  snprintf(e_state, sizeof(e_state), "XDG_STATE_HOME=%s/state", home);
+  snprintf(e_url, sizeof(e_url), "AGENTLOOP_BASE_URL=http://127.0.0.1:%d",
+           al_mockllm_port(c.mock));
+  env[0] = "PATH=/usr/bin:/bin";
+  env[1] = "XDG_CONFIG_HOME=/nonexistent";
+  env[2] = "ANTHROPIC_API_KEY=k";
+  env[3] = e_home;
+  env[4] = e_state;
+  env[5] = e_url;
+  env[6] = NULL;
+  c.cwd = home;
+  c.sigint_at = "I was saying that";
+  ux_run(&c, "agentloop", first, env, false);
+  ASSERT(c.sigint_sent);
+  ASSERT_EQ(c.exit_status, 130);
+  c.sigint_at = NULL;
+  ux_run(&c, "agentloop", again, env, false);
+  ASSERT_EQ(c.exit_status, 0);
+  ASSERT_STR_EQ(c.obuf, "ok\n");
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
+  rec = al_mockllm_record_get(c.mock, 1);
+  ASSERT(rec->valid);
+  msgs = json_object_get(rec->body, "messages");
+  ASSERT_EQ(json_array_size(msgs), 3);
+  m = json_array_get(msgs, 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(m, "role")), "assistant");
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(json_object_get(m, "content"), 0), "text")),
+                "I was saying that");
+  m = json_array_get(msgs, 2);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(json_object_get(m, "content"), 0), "text")),
+                "[the user interrupted this reply]");
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(json_object_get(m, "content"), 1), "text")),
+                "go on");
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", home);
+  ASSERT_EQ(system(cmd), 0);
   ux_finish(&c);
   return 0;
 }
