@@ -470,6 +470,8 @@ TEST_IMPL(ux_run_interrupt_then_continue) {
                          "go on", NULL};
   const al_mockllm_record_t *rec;
   json_t *msgs, *m;
+  bool sent;
+  int64_t status;
 
   ux_start(&c,
            "responses:\n"
@@ -497,10 +499,14 @@ TEST_IMPL(ux_run_interrupt_then_continue) {
   c.cwd = home;
   c.sigint_at = "I was saying that";
   ux_run(&c, "agentloop", first, env, false);
-  ASSERT(c.sigint_sent);
-  ASSERT_EQ(c.exit_status, 130);
+  sent = c.sigint_sent;
+  status = c.exit_status;
   c.sigint_at = NULL;
   ux_run(&c, "agentloop", again, env, false);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", home);
+  ASSERT_EQ(system(cmd), 0); /* before any assertion */
+  ASSERT(sent);
+  ASSERT_EQ(status, 130);
   ASSERT_EQ(c.exit_status, 0);
   ASSERT_STR_EQ(c.obuf, "ok\n");
   ASSERT_EQ(al_mockllm_record_count(c.mock), 2);
@@ -520,8 +526,6 @@ TEST_IMPL(ux_run_interrupt_then_continue) {
   ASSERT_STR_EQ(json_string_value(json_object_get(
                     json_array_get(json_object_get(m, "content"), 1), "text")),
                 "go on");
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", home);
-  ASSERT_EQ(system(cmd), 0);
   ux_finish(&c);
   return 0;
 }
