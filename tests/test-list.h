@@ -50,3 +50,4 @@
 #include "list/i22_mcp.h"
 #include "list/i22_sandbox.h"
 #include "list/i22_transcript.h"
+#include "list/i22_ux.h"

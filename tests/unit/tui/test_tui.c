@@ -278,8 +278,8 @@ TEST_IMPL(tui_view_context_notices) {
   ASSERT_STR_EQ(f.err,
                 "context 80% full (161000 of 200000 tokens): /compact frees it\n"
                 "cleared 3 old tool outputs (30000 tokens saved)\n"
-                "history compacted (auto): 150000 -> 20000 tokens, 40 messages "
-                "summarized (the summary failed: trimmed instead)\n"
+                "context compacted (auto): 150,000 → 20,000 tokens, 40 "
+                "messages summarized (the summary failed: trimmed instead)\n"
                 "history repaired before sending (1 fixes)\n");
   vfix_free(&f);
   return 0;
