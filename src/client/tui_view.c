@@ -793,6 +793,20 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
     tools_clear(v);
   } else if (strcmp(type, "citation") == 0) {
     source_add(v, ev);
+  } else if (strcmp(type, "mcp_server_state") == 0 ||
+             strcmp(type, "mcp_warning") == 0) {
+    /* ready/starting are routine (/tools lists them); a server that failed,
+     * one whose server stream degraded or was given up, and warnings are
+     * said, as `run` says them. */
+    const char *st = str(ev, "state");
+
+    if (strcmp(type, "mcp_warning") == 0 || strcmp(st, "failed") == 0 ||
+        strcmp(st, "degraded") == 0) {
+      al__tui_view_settle(v);
+      al__tui_view_notice(v, AL_SGR_YELLOW, "mcp %s: %s", str(ev, "server"),
+                          str(ev, "error")[0] != '\0' ? str(ev, "error")
+                                                      : str(ev, "message"));
+    }
   } else if (strcmp(type, "provider_notice") == 0) {
     /* pause_turn continued, a finish_reason inferred: said, not alarming. */
     al__tui_view_notice(v, AL_SGR_DIM, "%s",
