@@ -92,6 +92,7 @@ static int scrub_environ(void) {
     }
     copy[g_n_secrets] = al_strdup(e);
     if (copy[g_n_secrets] == NULL) {
+      al_free(g_secrets); /* its strings moved to copy */
       g_secrets = copy;
       return AL_ENOMEM;
     }
@@ -105,6 +106,9 @@ static int scrub_environ(void) {
     unsetenv(name);
     /* unsetenv shifted the array: look at index i again. */
   }
+  /* A second call (a process making a second sandbox config) keeps the
+   * strings of the first, now in copy; the old array goes. */
+  al_free(g_secrets);
   g_secrets = copy;
   return 0;
 }

@@ -25,38 +25,6 @@
 #include "test.h"
 #include "unit/sandbox/sbx.h"
 
-/* In the sandbox: tries one refused call and prints "NAME errno=N" (0
- * when it went through). */
-HELPER_IMPL(seccomp_try) {
-  int e = 0;
-
-  if (argc < 1) {
-    return 2;
-  }
-  if (strcmp(argv[0], "tiocsti") == 0) {
-    char c = 'x';
-
-    /* On /dev/null the kernel would say ENOTTY: the filter runs first
-     * and says EPERM. */
-    e = ioctl(0, TIOCSTI, &c) == 0 ? 0 : errno;
-  } else if (strcmp(argv[0], "newuser") == 0) {
-    long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWUSER | SIGCHLD),
-                       NULL, NULL, NULL, NULL);
-
-    if (pid == 0) {
-      _exit(0);
-    }
-    if (pid > 0) {
-      (void)waitpid((pid_t)pid, NULL, 0);
-    }
-    e = pid >= 0 ? 0 : errno;
-  } else {
-    return 2;
-  }
-  printf("%s errno=%d\n", argv[0], e);
-  return 0;
-}
-
 static void try_in(sbx_mode_t mode, const char *what) {
   sbx_t x;
   sbx_run_t w;
@@ -64,8 +32,7 @@ static void try_in(sbx_mode_t mode, const char *what) {
 
   sbx_no_pool = true; /* the same filter warm or cold; cold is simpler */
   sbx_init(&x, mode);
-  snprintf(cmd, sizeof(cmd), "'%s' --helper seccomp_try %s", al_test_exe(),
-           what);
+  snprintf(cmd, sizeof(cmd), "'%s' %s", AL_SECCOMP_TRY, what);
   (void)sbx_run_start(&x, cmd, &w, 0);
   sbx_run_wait(&x, &w);
   snprintf(want, sizeof(want), "%s errno=%d\n", what, EPERM);
