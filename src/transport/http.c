@@ -184,8 +184,8 @@ struct al_http_request_s {
   bool handles_closing;
   uint64_t last_rx;
   uint64_t last_progress;
-  bool idle_graced;     /* the idle deadline passed once: one poll pass left */
-  bool progress_graced; /* the same for the progress deadline */
+  bool idle_graced;     /* idle deadline passed, no byte since: one pass left */
+  bool progress_graced; /* the same for the progress deadline and content */
   bool cancelled;
   bool done;
   bool reused;
@@ -1221,6 +1221,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     al_http_request_t *rq = conn->req;
 
     rq->last_rx = uv_now(conn->client->loop);
+    rq->idle_graced = false;
     if (rq->window_start == 0 && rq->min_rate_bytes > 0 &&
         rq->min_rate_window_ms > 0) {
       rq->window_start = rq->last_rx;
@@ -1786,8 +1787,10 @@ static void req_on_conn_error(al_http_request_t *r, int status) {
 /* A stall deadline has passed, but the loop may have been late (a loaded
  * machine, a stopped process): timers run before the poll, so bytes that
  * came meanwhile are still unread and would be judged absent. The verdict
- * waits for one poll pass (a 1 ms re-arm); only a deadline still passed
- * after it is a stall. Returns true while that pass is pending. */
+ * waits for one poll pass (a 1 ms re-arm); a byte (or, for progress,
+ * content) in it gives the next late deadline its own pass, and only a
+ * deadline still passed after a pass that brought nothing is a stall.
+ * Returns true while that pass is pending. */
 static bool stall_grace(uv_timer_t *t, uv_timer_cb cb, bool *graced) {
   if (*graced) {
     return false;
@@ -1802,7 +1805,6 @@ static void idle_timer_cb(uv_timer_t *t) {
   uint64_t elapsed = uv_now(r->client->loop) - r->last_rx;
 
   if (elapsed < (uint64_t)r->idle_timeout_ms) {
-    r->idle_graced = false;
     uv_timer_start(t, idle_timer_cb,
                    (uint64_t)r->idle_timeout_ms - elapsed, 0);
     return;
@@ -1820,7 +1822,6 @@ static void progress_timer_cb(uv_timer_t *t) {
   uint64_t elapsed = uv_now(r->client->loop) - r->last_progress;
 
   if (elapsed < (uint64_t)r->progress_timeout_ms) {
-    r->progress_graced = false;
     uv_timer_start(t, progress_timer_cb,
                    (uint64_t)r->progress_timeout_ms - elapsed, 0);
     return;
@@ -2186,6 +2187,7 @@ void al_http_request_set_data(al_http_request_t *r, void *data) {
 void al_http_request_progress(al_http_request_t *r) {
   if (!r->done) {
     r->last_progress = uv_now(r->client->loop);
+    r->progress_graced = false;
   }
 }
 

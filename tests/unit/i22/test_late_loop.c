@@ -4,7 +4,9 @@
  * The loop is made late on purpose: a data callback holds it for three
  * times the stall timeout, so the server's next bytes and the client's
  * stall deadline come due in the same timer pass, and libuv runs timers
- * before it polls. What this simulates is a descheduled process, so the
+ * before it polls. It does so twice in a row: the second hold is inside
+ * the pass that reads the bytes sent during the first (a machine loaded
+ * for a while), which must earn the next deadline its own pass. What this simulates is a descheduled process, so the
  * test holds the loop with a clock wait; nothing waits for an outcome. */
 #include <time.h>
 
@@ -15,7 +17,7 @@
 #include "unit/transport/tsrv.h"
 
 #define PINGS 10      /* the chunks the server sends, one every 5 ms */
-#define LATE_AT 3     /* the data callback that holds the loop */
+#define LATE_AT 3     /* the first data callback that holds the loop */
 #define TIMEOUT_MS 40 /* the stall timeout under test */
 
 typedef struct {
@@ -57,7 +59,7 @@ static void on_data(al_http_request_t *req, const char *p, size_t n) {
   if (l->progress) {
     al_http_request_progress(req);
   }
-  if (l->ndata == LATE_AT) {
+  if (l->ndata == LATE_AT || l->ndata == LATE_AT + 1) {
     hold_loop_ms(3 * TIMEOUT_MS);
   }
 }
