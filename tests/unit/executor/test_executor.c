@@ -4,11 +4,10 @@
  * completes from a uv timer after that many milliseconds (armed when the
  * step that started it ends, so no step's trace depends on the machine's
  * speed); otherwise the test completes it by hand (manual_complete)
- * between loop steps. Every
- * owner callback appends to a trace string, so each test asserts the exact
- * sequence of queued (Q), started (S), completed (C), aborted (A) and idle
- * (I) events, and checks that no callback runs while an executor function
- * is on the stack (in_api). */
+ * between loop steps. Every owner callback appends to a trace string, so
+ * each test asserts the exact sequence of queued (Q), started (S),
+ * completed (C), aborted (A) and idle (I) events, and checks that no
+ * callback runs while an executor function is on the stack (in_api). */
 #include <jansson.h>
 
 #include "common/common.h"
