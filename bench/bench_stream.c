@@ -75,6 +75,7 @@ typedef struct {
   unsigned seg_deltas;
   unsigned seg_ms;
   unsigned iterations;
+  const char *toolstart_calls; /* NULL: toolstart's own default */
   /* throughput, latency: measured rounds after one warm-up of each
    * reader; the floor goes first in even rounds, the agent in odd ones */
   unsigned rounds;
@@ -162,6 +163,7 @@ static int parse_opts(opts_t *o, int argc, char **argv, char **rest,
     NUM("--segment-deltas", seg_deltas, (unsigned)strtoul(v, NULL, 10))
     NUM("--segment-ms", seg_ms, (unsigned)strtoul(v, NULL, 10))
     NUM("--e2e-iterations", iterations, (unsigned)strtoul(v, NULL, 10))
+    NUM("--toolstart-calls", toolstart_calls, v)
     NUM("--rounds", rounds, (unsigned)strtoul(v, NULL, 10))
     NUM("--provider", provider, v)
 #undef NUM
@@ -1486,13 +1488,25 @@ int al_bench_tools(int argc, char **argv) {
   }
   /* The headline: the sandboxed tool start (bench_toolstart.c). */
   {
-    char *ts_argv[] = {"toolstart", "--json", NULL};
+    char *ts_argv[5];
+    int ts_argc = 0;
 
+    ts_argv[ts_argc++] = "toolstart";
+    if (op.json) {
+      ts_argv[ts_argc++] = "--json";
+    }
+    if (op.toolstart_calls != NULL) {
+      /* A smoke run's bound: 300 calls per mode took a third of the test
+       * suite's time on a loaded machine. */
+      ts_argv[ts_argc++] = "--calls";
+      ts_argv[ts_argc++] = (char *)op.toolstart_calls;
+    }
+    ts_argv[ts_argc] = NULL;
     if (op.json) {
       printf("{\"scenario\":\"tools\",\"toolstart\":");
       fflush(stdout);
     }
-    rc = al_bench_toolstart(op.json ? 2 : 1, ts_argv);
+    rc = al_bench_toolstart(ts_argc, ts_argv);
     fflush(stdout);
     if (rc != 0) {
       free(rest);

@@ -35,7 +35,8 @@ static const scenario_t scenarios[] = {
      "          (its options pass through), then the end-to-end turn time\n"
      "          of a multi-tool reply, streaming execution vs SDK-style\n"
      "          [--tools N (4)] [--tool-ms MS (50)] [--segment-deltas N (10)]\n"
-     "          [--segment-ms MS (5)] [--e2e-iterations N (5)]"},
+     "          [--segment-ms MS (5)] [--e2e-iterations N (5)]\n"
+     "          [--toolstart-calls N (toolstart's --calls)]"},
     {"toolstart", al_bench_toolstart,
      "content_block_stop on the wire -> the sandboxed command's first\n"
      "          instruction: bwrap warm pool / cold, degraded, none\n"

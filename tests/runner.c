@@ -14,6 +14,7 @@
  * exits with that code, which ctest reports as not run. */
 #include <errno.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,12 +85,19 @@ int al_test_timeout_multiplier(void) {
   return m > 0 ? m : 1;
 }
 
+/* The limit in force in the test's child, shared with the runner so that
+ * a timeout names the test's own budget, not the default. */
+static unsigned *limit_s;
+
 void al_test_timeout_s(unsigned secs) {
   struct itimerval itv;
 
   memset(&itv, 0, sizeof(itv));
   itv.it_value.tv_sec = (time_t)secs * al_test_timeout_multiplier();
   setitimer(ITIMER_REAL, &itv, NULL);
+  if (limit_s != NULL) {
+    *limit_s = secs * (unsigned)al_test_timeout_multiplier();
+  }
 }
 
 static int run_one(const test_entry_t *t) {
@@ -107,6 +115,15 @@ static int run_one(const test_entry_t *t) {
     itv.it_value.tv_sec = secs;
   }
 
+  if (limit_s == NULL) {
+    void *m = mmap(NULL, sizeof(*limit_s), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    limit_s = m != MAP_FAILED ? m : NULL;
+  }
+  if (limit_s != NULL) {
+    *limit_s = secs;
+  }
   fflush(stdout);
   fflush(stderr);
   pid = fork();
@@ -139,7 +156,8 @@ static int run_one(const test_entry_t *t) {
     return AL_TEST_SKIP_CODE;
   }
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
-    printf("FAIL   %s (timeout after %u s)\n", t->name, secs);
+    printf("FAIL   %s (timeout after %u s)\n", t->name,
+           limit_s != NULL ? *limit_s : secs);
   } else if (WIFSIGNALED(status)) {
     printf("FAIL   %s (signal %d)\n", t->name, WTERMSIG(status));
   } else {

@@ -51,3 +51,4 @@
 #include "list/i22_sandbox.h"
 #include "list/i22_transcript.h"
 #include "list/i22_ux.h"
+#include "list/i22_tests.h"

@@ -121,6 +121,9 @@ void al_test_timeout_s(unsigned secs);
 /* Every entry below root, one line each: path (from root), mode, size
  * (files); malloc'd. Two listings of an unchanged tree are equal. */
 char *al_test_tree_listing(const char *root);
+/* rm -rf in this process (a fork of sh and rm per call cost 10-20 ms on a
+ * loaded machine, in loops of many runs): 0, or -1 with errno. */
+int al_test_rm_tree(const char *root);
 /* The pid of a live process whose parent is ppid and whose command line
  * contains needle, or 0. */
 int al_test_child_with(int ppid, const char *needle);

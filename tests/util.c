@@ -1,5 +1,6 @@
 /* Shared helpers for tests (blocking file reads are fine outside a loop). */
 #include <dirent.h>
+#include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,4 +122,21 @@ int al_test_child_with(int ppid, const char *needle) {
   }
   closedir(d);
   return found;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+                    struct FTW *f) {
+  (void)st;
+  (void)flag;
+  (void)f;
+  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int al_test_rm_tree(const char *root) {
+  struct stat st;
+
+  if (lstat(root, &st) != 0 && errno == ENOENT) {
+    return 0;
+  }
+  return nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -184,6 +184,8 @@ struct al_http_request_s {
   bool handles_closing;
   uint64_t last_rx;
   uint64_t last_progress;
+  bool idle_graced;     /* idle deadline passed, no byte since: one pass left */
+  bool progress_graced; /* the same for the progress deadline and content */
   bool cancelled;
   bool done;
   bool reused;
@@ -1219,6 +1221,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     al_http_request_t *rq = conn->req;
 
     rq->last_rx = uv_now(conn->client->loop);
+    rq->idle_graced = false;
     if (rq->window_start == 0 && rq->min_rate_bytes > 0 &&
         rq->min_rate_window_ms > 0) {
       rq->window_start = rq->last_rx;
@@ -1571,6 +1574,7 @@ static int hp_headers_complete(llhttp_t *p) {
   if (status >= 200 && status <= 299) {
     if (r->progress_timeout_ms > 0) {
       r->last_progress = uv_now(r->client->loop);
+      r->progress_graced = false;
       uv_timer_start(&r->progress, progress_timer_cb,
                      (uint64_t)r->progress_timeout_ms, 0);
     }
@@ -1780,6 +1784,22 @@ static void req_on_conn_error(al_http_request_t *r, int status) {
 
 /* ---- requests: timers ------------------------------------------------------ */
 
+/* A stall deadline has passed, but the loop may have been late (a loaded
+ * machine, a stopped process): timers run before the poll, so bytes that
+ * came meanwhile are still unread and would be judged absent. The verdict
+ * waits for one poll pass (a 1 ms re-arm); a byte (or, for progress,
+ * content) in it gives the next late deadline its own pass, and only a
+ * deadline still passed after a pass that brought nothing is a stall.
+ * Returns true while that pass is pending. */
+static bool stall_grace(uv_timer_t *t, uv_timer_cb cb, bool *graced) {
+  if (*graced) {
+    return false;
+  }
+  *graced = true;
+  uv_timer_start(t, cb, 1, 0);
+  return true;
+}
+
 static void idle_timer_cb(uv_timer_t *t) {
   al_http_request_t *r = AL_CONTAINER_OF(t, al_http_request_t, idle);
   uint64_t elapsed = uv_now(r->client->loop) - r->last_rx;
@@ -1787,6 +1807,9 @@ static void idle_timer_cb(uv_timer_t *t) {
   if (elapsed < (uint64_t)r->idle_timeout_ms) {
     uv_timer_start(t, idle_timer_cb,
                    (uint64_t)r->idle_timeout_ms - elapsed, 0);
+    return;
+  }
+  if (stall_grace(t, idle_timer_cb, &r->idle_graced)) {
     return;
   }
   req_finish(r, AL_ESTALL, AL_HTTP_ERR_STALL_IDLE, NULL,
@@ -1801,6 +1824,9 @@ static void progress_timer_cb(uv_timer_t *t) {
   if (elapsed < (uint64_t)r->progress_timeout_ms) {
     uv_timer_start(t, progress_timer_cb,
                    (uint64_t)r->progress_timeout_ms - elapsed, 0);
+    return;
+  }
+  if (stall_grace(t, progress_timer_cb, &r->progress_graced)) {
     return;
   }
   req_finish(r, AL_ESTALL, AL_HTTP_ERR_STALL_PROGRESS, NULL,
@@ -1876,6 +1902,7 @@ static void req_send(al_http_request_t *r) {
   r->head_bytes = 0;
   reset_headers(r);
   r->last_rx = uv_now(r->client->loop);
+  r->idle_graced = false;
   if (r->idle_timeout_ms > 0) {
     uv_timer_start(&r->idle, idle_timer_cb, (uint64_t)r->idle_timeout_ms, 0);
   }
@@ -2160,6 +2187,7 @@ void al_http_request_set_data(al_http_request_t *r, void *data) {
 void al_http_request_progress(al_http_request_t *r) {
   if (!r->done) {
     r->last_progress = uv_now(r->client->loop);
+    r->progress_graced = false;
   }
 }
 

@@ -18,7 +18,8 @@
 # temp dir removed. On failure the screen and the daemon log are printed.
 #
 # Synchronization: never a bare sleep - wait_for polls capture-pane every
-# 50 ms until the text appears, bounded by 15 s x AL_TEST_TIMEOUT_MULTIPLIER.
+# 50 ms until the text appears, bounded by 15 s x AL_TEST_TIMEOUT_MULTIPLIER;
+# the whole case by 120 s x the same.
 set -euo pipefail
 
 CASE=${1:?case}
@@ -27,18 +28,25 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MULT=${AL_TEST_TIMEOUT_MULTIPLIER:-1}
 TIMEOUT=$((15 * MULT))
 
+# The whole case's limit, scaled like every wait (ctest's TIMEOUT is only
+# a backstop, as for al_tests). timeout(1) runs the case in a process
+# group of its own and sends TERM to all of it, so a hung tmux client ends
+# too; the TERM trap below then prints the screen and cleans up.
+CASE_LIMIT=$((120 * MULT))
+if [ -z "${AL_TUI_LIMITED:-}" ]; then
+  AL_TUI_LIMITED=1 exec timeout -k 15 "$CASE_LIMIT" bash "${BASH_SOURCE[0]}" "$@"
+fi
+
 command -v tmux >/dev/null || { echo "tmux is not installed"; exit 1; }
 
 W=$(mktemp -d "${TMPDIR:-/tmp}/al-tui.XXXXXX")
 TM=(tmux -u -L "al-tui-$$" -f /dev/null)
 MOCK_PID=
 
+# One pgrep, not a process per /proc entry: on a busy machine (750
+# processes) that walk took 3 s a call, and cleanup makes several.
 daemon_pids() {
-  local p cmd
-  for p in /proc/[0-9]*; do
-    cmd=$( { tr "\\0" " " <"$p/cmdline"; } 2>/dev/null) || continue
-    case $cmd in *agentloopd*"$W/"*) echo "${p#/proc/}" ;; esac
-  done
+  pgrep -f -- "agentloopd.*${W//./\\.}/" || true
 }
 
 cleanup() {
@@ -64,6 +72,7 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
+trap 'fail "the case ran past its limit of $CASE_LIMIT s"' TERM
 
 mkdir -p "$W/home" "$W/run" "$W/state" "$W/config" "$W/work"
 chmod 700 "$W/run"
@@ -300,9 +309,8 @@ EOF
   local deadline=$((SECONDS + TIMEOUT)) left p
   while :; do
     left=
-    for p in /proc/[0-9]*; do
-      [ "$( { cat "$p/comm"; } 2>/dev/null)" = sleep ] || continue
-      { grep -qF "$W/home" "$p/environ"; } 2>/dev/null && left=${p#/proc/}
+    for p in $(pgrep -x sleep || true); do
+      { grep -qF "$W/home" "/proc/$p/environ"; } 2>/dev/null && left=$p
     done
     [ -z "$left" ] && break
     [ "$SECONDS" -ge "$deadline" ] && fail "the interrupted tool still runs"

@@ -90,12 +90,6 @@ static void on_agent_closed(al_agent_t *a) {
   }
 }
 
-static void rm_rf(const char *path) {
-  char cmd[512];
-
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
-  ASSERT_EQ(system(cmd), 0);
-}
 
 void fx_finish(fx_t *f) {
   if (f->agent != NULL) {
@@ -104,7 +98,7 @@ void fx_finish(fx_t *f) {
   }
   al_mockllm_close(f->mock, NULL);
   ASSERT_LOOP_CLOSES(&f->loop);
-  rm_rf(f->workspace);
+  ASSERT_EQ(al_test_rm_tree(f->workspace), 0);
   json_decref(f->events);
 }
 

@@ -116,11 +116,16 @@ static void long_session(const char *provider) {
 }
 
 TEST_IMPL(long_session_anthropic) {
+  /* Many turns and compactions: 0.4 s of CPU, 2.5 s on a loaded 2-core
+   * machine (issue 22). */
+  al_test_timeout_s(30);
   long_session("anthropic");
   return 0;
 }
 
 TEST_IMPL(long_session_openai) {
+  /* As long_session_anthropic: 3.4 s loaded. */
+  al_test_timeout_s(30);
   long_session("openai");
   return 0;
 }

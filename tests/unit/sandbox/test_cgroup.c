@@ -75,6 +75,9 @@ static void memory_case(sbx_mode_t mode) {
   char cmd[512];
   sbx_t x;
 
+  /* A sandbox, two Python starts and an OOM kill: under 1 s idle, over
+   * 5 s on a loaded 2-core machine (issue 22). */
+  al_test_timeout_s(20);
   sbx_data_bytes = (uint64_t)128 << 20;
   sbx_init(&x, mode);
   sbx_data_bytes = 0;

@@ -687,6 +687,9 @@ TEST_IMPL(sse_vectors_bytewise) {
 }
 
 TEST_IMPL(sse_vectors_split2) {
+  /* Every vector at every 2-way split: 3.2 s on a loaded 2-core machine
+   * (issue 22). */
+  al_test_timeout_s(30);
   vectors_run(RUN_SPLIT2);
   return 0;
 }
@@ -1254,6 +1257,9 @@ TEST_IMPL(sse_random_differential_blocks) {
                                    18, 1, 2, 6, 4, 7, 6, 1, 1, 4, 5};
   toks_t t = {tok, tok_len, AL_ARRAY_SIZE(tok)};
 
+  /* A long random differential run: 0.4 s of CPU, 2.5 s on a loaded 2-core
+   * machine (issue 22). */
+  al_test_timeout_s(30);
   differential(&t, 0xB10C5B10C5ULL);
   return 0;
 }
