@@ -46,3 +46,4 @@
 #include "list/smallfs.h"
 #include "list/modeltext.h"
 #include "list/daemon_limits.h"
+#include "list/i22_daemon.h"

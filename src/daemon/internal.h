@@ -75,6 +75,10 @@ struct session_s {
    * headless `agentloop run` wrote since); dropped if its load fails. */
   bool discovered;
   bool closing;
+  /* Unloading to give its descriptors back (al__session_unload): the
+   * agent and the writer are closing; it stays known, and a
+   * session/resume loads it again once they are closed. */
+  bool unloading;
   al_agent_t *agent;
   al_tx_t *tx;
   /* Recent events, oldest first: a circular array (seqs increase, so a
@@ -124,6 +128,10 @@ struct al_daemon_s {
   al_list_t sessions;
   size_t nloaded;
   size_t nknown;
+  /* Descriptors (issue 22): the RLIMIT_NOFILE soft limit the daemon
+   * plans for, and the sessions unloading to stay under it. */
+  size_t fd_limit;
+  size_t nunloading;
   bool shutting_down;
   bool exiting;
   int final;   /* last handles closing */
@@ -138,6 +146,19 @@ static inline al_daemon_t *client_daemon(const client_t *c) {
 /* daemon.c */
 void al__daemon_maybe_exit(al_daemon_t *d);
 void al__daemon_idle_check(al_daemon_t *d);
+/* Descriptors in use by the process (its /proc/self/fd entries; 0 when
+ * that cannot be read: no accounting then). */
+size_t al__daemon_fds_in_use(void);
+/* Whether `need` more descriptors fit under the limit with the daemon's
+ * reserve left (clients, transcript loads, a tool start) and, when not,
+ * replies the typed error AL_RPC_FD_LIMIT to (c, id) naming the limit.
+ * Either way it unloads idle sessions when room runs short, so a later
+ * request finds it. */
+bool al__daemon_fd_admit(al_daemon_t *d, client_t *c, const json_t *id,
+                         size_t need, const char *what);
+/* Unloads idle sessions (least recently active first) until `want`
+ * descriptors are free or will be once their closes finish. */
+void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use);
 
 /* sessions.c */
 uint64_t al__wall_ms(void);
@@ -170,6 +191,12 @@ int al__session_reconfigure(session_t *s, const json_t *params,
                             bool *changed, char *why, size_t why_len);
 json_t *al__session_info(const session_t *s);
 void al__session_maybe_free(session_t *s);
+/* Whether s is loaded with nothing going on: no run, watcher, pending
+ * request, held event or load; such a session may be unloaded. */
+bool al__session_is_idle(const session_t *s);
+/* Closes an idle session's agent and writer and keeps it known, not
+ * loaded (its transcript has everything). */
+void al__session_unload(session_t *s);
 void al__session_close(session_t *s);
 void al__session_unsubscribe_all(session_t *s, const char *reason);
 void al__session_load_work(uv_work_t *w);

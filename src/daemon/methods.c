@@ -72,7 +72,7 @@ static session_t *need_session(const call_t *k, bool loaded) {
               json_pack("{s:s}", "session", id));
     return NULL;
   }
-  if (loaded && !s->loaded) {
+  if (loaded && (!s->loaded || s->unloading)) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_UNKNOWN_SESSION,
               "session not loaded: call session/resume first",
               json_pack("{s:s, s:b}", "session", id, "loaded", 0));
@@ -310,6 +310,10 @@ static void m_session_create(const call_t *k) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
     return;
   }
+  if (!al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
+                           "create a session")) {
+    return;
+  }
   if (!new_session_id(id, sizeof(id)) || (s = al__session_alloc(d, id)) == NULL) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
     return;
@@ -545,6 +549,11 @@ static void m_turn_send(const call_t *k) {
   if (al_agent_running(s->agent)) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE, "a run is active",
               json_pack("{s:I}", "run", (json_int_t)s->run));
+    return;
+  }
+  /* A run's tools need descriptors of their own (pipes, a pidfd): the
+   * reserve must be there, as it is for a new session. */
+  if (!al__daemon_fd_admit(s->d, k->c, k->id, 0, "start a run")) {
     return;
   }
   rc = al_agent_run(s->agent, json_string_value(input));
@@ -819,6 +828,20 @@ static void m_session_resume(const call_t *k) {
       !popt_str(k, "provider", &v) || !check_provider(k, v)) {
     return;
   }
+  if (s->unloading) {
+    /* Its unload finishes first; then this load starts (unload_done). */
+    p = al_calloc(1, sizeof(*p));
+    if (p == NULL) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
+                           "out of memory", NULL);
+      return;
+    }
+    p->c = k->c;
+    p->id = json_deep_copy(k->id);
+    p->params = k->params != NULL ? json_incref(k->params) : NULL;
+    al_list_insert_tail(&s->resumes, &p->node);
+    return;
+  }
   if (s->loaded) {
     /* In memory already: the client's settings (model, provider,
      * base_url, key) replace the agent's when no run is active; during a
@@ -837,6 +860,14 @@ static void m_session_resume(const call_t *k) {
   }
   if (client_daemon(k->c)->nloaded >= client_daemon(k->c)->o.max_sessions) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
+    return;
+  }
+  if (!s->loading &&
+      !al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
+                           "load the session")) {
+    if (s->discovered && !s->loaded && al_list_empty(&s->resumes)) {
+      al__session_free(s);
+    }
     return;
   }
   p = al_calloc(1, sizeof(*p));

@@ -860,12 +860,104 @@ static void on_session_agent_closed(al_agent_t *agent) {
   al__session_maybe_free(s);
 }
 
+bool al__session_is_idle(const session_t *s) {
+  return s->loaded && !s->loading && !s->closing && !s->unloading &&
+         !s->running && !s->holding && s->agent != NULL &&
+         !al_agent_running(s->agent) && al_list_empty(&s->subs) &&
+         al_list_empty(&s->resumes) && al_list_empty(&s->held);
+}
+
+/* Answers the resumes waiting on s with an error (no load will). */
+static void resumes_fail(session_t *s, int code, const char *msg) {
+  while (!al_list_empty(&s->resumes)) {
+    pending_resume_t *p =
+        AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
+
+    al_list_remove(&p->node);
+    if (p->c != NULL && !p->c->closing) {
+      al__daemon_reply_err(p->c, p->id, code, msg, NULL);
+    }
+    json_decref(p->id);
+    json_decref(p->params);
+    al_free(p);
+  }
+}
+
+/* The end of an unload: the session is known, not loaded; a resume that
+ * came meanwhile starts its load now, a shutdown frees it. */
+static void unload_done(session_t *s) {
+  al_daemon_t *d = s->d;
+
+  s->unloading = false;
+  s->loaded = false;
+  d->nloaded--;
+  d->nunloading--;
+  d->stats.unloaded++;
+  if (s->closing) {
+    resumes_fail(s, AL_RPC_OVERLOADED, "the daemon is shutting down");
+    al__session_maybe_free(s);
+    return;
+  }
+  s->agent_closed = false;
+  s->tx_closed = false;
+  if (!al_list_empty(&s->resumes) && !s->loading) {
+    if (uv_queue_work(d->loop, &s->work, al__session_load_work,
+                      al__session_load_done) == 0) {
+      s->loading = true;
+      d->pending++;
+    } else {
+      resumes_fail(s, AL_RPC_INTERNAL_ERROR, "cannot queue the load");
+    }
+  }
+  al__daemon_maybe_exit(d);
+}
+
+static void on_unload_tx_closed(al_tx_t *tx, void *data) {
+  session_t *s = data;
+
+  (void)tx;
+  s->tx = NULL;
+  s->tx_closed = true;
+  unload_done(s);
+}
+
+static void on_unload_agent_closed(al_agent_t *agent) {
+  session_t *s = al_agent_get_data(agent);
+
+  s->agent = NULL;
+  s->agent_closed = true;
+  if (s->tx != NULL) {
+    al__tx_close(s->tx, on_unload_tx_closed, s);
+  } else {
+    s->tx_closed = true;
+    unload_done(s);
+  }
+}
+
+void al__session_unload(session_t *s) {
+  if (!al__session_is_idle(s)) {
+    return;
+  }
+  s->unloading = true;
+  s->d->nunloading++;
+  /* The load rebuilds it from the transcript. */
+  ring_free(s);
+  json_decref(s->recovered);
+  s->recovered = NULL;
+  al_agent_close(s->agent, on_unload_agent_closed);
+}
+
 void al__session_close(session_t *s) {
   if (s->closing) {
     return;
   }
   s->closing = true;
   s->d->pending++;
+  if (s->unloading) {
+    /* Its agent and writer are closing already: unload_done frees it. */
+    al__session_unsubscribe_all(s, "shutdown");
+    return;
+  }
   /* Cancel first: the run's interrupted event reaches the watchers and
    * the transcript before they are told the session closed. */
   if (s->agent != NULL && al_agent_running(s->agent)) {

@@ -38,6 +38,10 @@
 #define AL_RPC_LINE_TOO_LONG -32005
 #define AL_RPC_NOT_SUPPORTED -32006
 #define AL_RPC_NO_SUCH_APPROVAL -32007
+/* The daemon would pass its open-file limit (RLIMIT_NOFILE): a new or
+ * resumed session or a run is refused before any descriptor runs out;
+ * data {"limit":"open_files","max","in_use"}. */
+#define AL_RPC_FD_LIMIT -32008
 
 /* ---- socket path ---------------------------------------------------------- */
 

@@ -1,0 +1,4 @@
+/* Issue 22, the daemon (tests/unit/daemon/test_daemon_i22.c): open-file
+ * limits, the client's configuration at session/create and resume, a
+ * restart after SIGKILL on a full state disk. TEST_ENTRY lines only. */
+TEST_ENTRY(daemon_500_sessions_at_1024_fds)

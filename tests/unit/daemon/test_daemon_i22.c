@@ -1,0 +1,224 @@
+/* Issue 22, the daemon: a real agentloopd under an open-file limit of
+ * 1024 (soft and hard, so raising the soft limit gains nothing) serves
+ * 500 sessions: each request gets an answer or the typed AL_RPC_FD_LIMIT,
+ * never an internal error, and sessions keep working (idle ones are
+ * unloaded and load again on resume). */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtest.h"
+
+static int child_exit = -1;
+
+static void on_child(uv_process_t *p, int64_t status, int sig) {
+  (void)sig;
+  child_exit = (int)status;
+  uv_close((uv_handle_t *)p, NULL);
+}
+
+static bool child_gone(void *data) {
+  (void)data;
+  return child_exit >= 0;
+}
+
+/* agentloopd --foreground with the test's socket and state dir, a config
+ * home under the root, and the mock as its model; stderr to err_path. */
+static void spawn_daemon(dt_t *t, uv_process_t *p, const char *err_path) {
+  static char envs[6][300];
+  static char *env[7];
+  char exe[600];
+  char *args[10];
+  int n, fd;
+  uv_process_options_t po;
+  uv_stdio_container_t io[3];
+
+  snprintf(envs[0], sizeof(envs[0]), "AGENTLOOP_BASE_URL=%s", t->url);
+  snprintf(envs[1], sizeof(envs[1]), "ANTHROPIC_API_KEY=test-key");
+  snprintf(envs[2], sizeof(envs[2]), "AGENTLOOP_MODEL=mock-model");
+  snprintf(envs[3], sizeof(envs[3]), "PATH=/usr/bin:/bin");
+  snprintf(envs[4], sizeof(envs[4]), "XDG_CONFIG_HOME=%s/cfg", t->root);
+  snprintf(envs[5], sizeof(envs[5]), "HOME=%s", t->root);
+  for (n = 0; n < 6; n++) {
+    env[n] = envs[n];
+  }
+  env[6] = NULL;
+  n = 0;
+  snprintf(exe, sizeof(exe), "%s/agentloopd", AL_BINARY_DIR);
+  args[n++] = exe;
+  args[n++] = "--foreground";
+  args[n++] = "--socket";
+  args[n++] = t->sock;
+  args[n++] = "--state-dir";
+  args[n++] = t->state;
+  args[n++] = "--log-level";
+  args[n++] = "info";
+  args[n] = NULL;
+  fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT(fd >= 0);
+  memset(&po, 0, sizeof(po));
+  io[0].flags = UV_IGNORE;
+  io[1].flags = UV_IGNORE;
+  io[2].flags = UV_INHERIT_FD;
+  io[2].data.fd = fd;
+  po.file = exe;
+  po.args = args;
+  po.env = env;
+  po.exit_cb = on_child;
+  po.stdio = io;
+  po.stdio_count = 3;
+  child_exit = -1;
+  ASSERT_EQ(uv_spawn(&t->loop, p, &po), 0);
+  close(fd);
+}
+
+/* The run from index `from` on: its bash call succeeded and it ended
+ * with final (an error or interrupted fails the test, never hangs it). */
+static void assert_bash_ran(dt_client_t *c, size_t from) {
+  size_t i = from;
+  bool bash_ok = false;
+
+  for (;;) {
+    for (; i < json_array_size(c->msgs); i++) {
+      const char *type = dt_ev_type(c, i);
+      const json_t *ev = json_object_get(json_array_get(c->msgs, i),
+                                         "params");
+
+      if (strcmp(type, "tool_use_completed") == 0) {
+        if (json_is_true(json_object_get(ev, "is_error"))) {
+          AL_TEST_FAIL("bash failed: %s",
+                       json_string_value(json_object_get(ev, "content")));
+        }
+        bash_ok = true;
+      } else if (strcmp(type, "error") == 0 ||
+                 strcmp(type, "interrupted") == 0) {
+        AL_TEST_FAIL("the run ended with %s: %s", type,
+                     json_string_value(json_object_get(ev, "message")));
+      } else if (strcmp(type, "final") == 0) {
+        ASSERT(bash_ok);
+        return;
+      }
+    }
+    ASSERT(!c->eof);
+    uv_run(&c->t->loop, UV_RUN_ONCE);
+  }
+}
+
+/* A turn on session sid (subscribed for it, unsubscribed after, so the
+ * session is idle again): the mock asks for bash, then answers. */
+static void use_session(dt_client_t *c, int *id, const char *sid) {
+  char p[200];
+  size_t from;
+  json_t *r;
+
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(c, (*id)++, "session/subscribe", p);
+  ASSERT_EQ(dt_err(r), 0);
+  from = json_array_size(c->msgs);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  r = dt_call(c, (*id)++, "turn/send", p);
+  ASSERT_EQ(dt_err(r), 0);
+  assert_bash_ran(c, from);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(c, (*id)++, "session/unsubscribe", p);
+  ASSERT_EQ(dt_err(r), 0);
+}
+
+/* An error is the typed one, naming the limit. */
+static void assert_fd_limit(const json_t *r) {
+  const json_t *e = json_object_get(r, "error");
+  const char *msg = json_string_value(json_object_get(e, "message"));
+
+  ASSERT_EQ(dt_err(r), AL_RPC_FD_LIMIT);
+  ASSERT_NOT_NULL(msg);
+  ASSERT_NOT_NULL(strstr(msg, "open-file limit"));
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(e, "data"), "limit")),
+                "open_files");
+}
+
+TEST_IMPL(daemon_500_sessions_at_1024_fds) {
+  static const char yaml[] =
+      "on_exhausted: cycle\n"
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - tool_use: {name: bash, input: {command: \"echo hi\"}}\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - text: \"done\"\n";
+  enum { N = 500, USE_EVERY = 50 };
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  struct rlimit rl = {1024, 1024};
+  char errp[300], p[400];
+  static char sids[N][64];
+  size_t ok = 0, refused = 0, i;
+  int id = 10;
+  uint64_t t0;
+  json_t *r;
+
+  /* Sessions are created one after another, each header synced, with a
+   * bash call in every 50th: about 15 s on a loaded 2-core machine. */
+  al_test_timeout_s(120);
+  dt_init(&t, yaml);
+  snprintf(errp, sizeof(errp), "%s/err.txt", t.root);
+  /* The daemon inherits a hard limit of 1024: raising its soft limit to
+   * the hard one gains nothing. */
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  spawn_daemon(&t, &proc, errp);
+  dt_connect_ready(&t, &c);
+  t0 = uv_hrtime();
+  for (i = 0; i < N; i++) {
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+    r = dt_call(&c, id++, "session/create", p);
+    if (dt_err(r) != 0) {
+      assert_fd_limit(r);
+      refused++;
+      sids[i][0] = '\0';
+      continue;
+    }
+    ok++;
+    snprintf(sids[i], sizeof(sids[i]), "%s",
+             json_string_value(json_object_get(json_object_get(r, "result"),
+                                               "session")));
+    if (i % USE_EVERY == 0) {
+      use_session(&c, &id, sids[i]);
+    }
+  }
+  fprintf(stderr, "500 sessions: %zu created, %zu refused, %.1f s\n", ok,
+          refused, (double)(uv_hrtime() - t0) / 1e9);
+  /* Idle sessions give their descriptors back: nearly all fit. */
+  ASSERT(ok >= N * 9 / 10);
+  /* An early session was unloaded long ago: it loads again and works,
+   * and so does the newest. (Not one that ran: the mock's cycle would
+   * send the same tool_use id again, which the history refuses.) */
+  for (i = 1; i < N; i += N - 2) {
+    size_t j = i;
+
+    while (sids[j][0] == '\0') {
+      j++;
+    }
+    snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sids[j]);
+    r = dt_call(&c, id++, "session/resume", p);
+    ASSERT_EQ(dt_err(r), 0);
+    use_session(&c, &id, sids[j]);
+  }
+  r = dt_call(&c, id++, "session/list", NULL);
+  ASSERT_EQ(json_array_size(json_object_get(json_object_get(r, "result"),
+                                            "sessions")),
+            ok);
+  r = dt_call(&c, id++, "shutdown", NULL);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
+  dt_assert_valid(&t);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
