@@ -2,3 +2,4 @@
  * limits, the client's configuration at session/create and resume, a
  * restart after SIGKILL on a full state disk. TEST_ENTRY lines only. */
 TEST_ENTRY(daemon_500_sessions_at_1024_fds)
+TEST_ENTRY(daemon_fd_limit_typed_refusal)

@@ -205,7 +205,7 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
     while (sids[j][0] == '\0') {
       j++;
     }
-    snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sids[j]);
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\"}", sids[j]);
     r = dt_call(&c, id++, "session/resume", p);
     ASSERT_EQ(dt_err(r), 0);
     use_session(&c, &id, sids[j]);
@@ -219,6 +219,85 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
   dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_exit, 0);
   dt_assert_valid(&t);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* Watched sessions are not idle and stay loaded: creating more meets the
+ * limit as the typed error (never -32603, never a broken session), a
+ * watched session still runs bash there, and once one is unwatched the
+ * next create finds room again. */
+TEST_IMPL(daemon_fd_limit_typed_refusal) {
+  static const char yaml[] =
+      "on_exhausted: cycle\n"
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - tool_use: {name: bash, input: {command: \"echo hi\"}}\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - text: \"done\"\n";
+  enum { N = 500 };
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  uv_process_t proc;
+  struct rlimit rl = {1024, 1024};
+  char errp[300], p[400];
+  static char sids[N][64];
+  size_t ok = 0, i;
+  int id = 10;
+  json_t *r = NULL;
+
+  al_test_timeout_s(120);
+  dt_init(&t, yaml);
+  snprintf(errp, sizeof(errp), "%s/err.txt", t.root);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  spawn_daemon(&t, &proc, errp);
+  dt_connect_ready(&t, &c);
+  for (i = 0; i < N; i++) {
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+    r = dt_call(&c, id++, "session/create", p);
+    if (dt_err(r) != 0) {
+      break;
+    }
+    snprintf(sids[ok], sizeof(sids[ok]), "%s",
+             json_string_value(json_object_get(json_object_get(r, "result"),
+                                               "session")));
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\"}", sids[ok]);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
+    ok++;
+  }
+  ASSERT(i < N);
+  assert_fd_limit(r);
+  ASSERT(ok >= 50);
+  /* At the limit, a watched session's bash call still works: the
+   * reserve is there for it. */
+  {
+    size_t from = json_array_size(c.msgs);
+
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"input\":\"go\"}",
+             sids[ok - 1]);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "turn/send", p)), 0);
+    assert_bash_ran(&c, from);
+  }
+  /* Two left alone become idle: the next create unloads one. */
+  for (i = 0; i < 2; i++) {
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\"}", sids[i]);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "session/unsubscribe", p)), 0);
+  }
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  r = dt_call(&c, id++, "session/create", p);
+  if (dt_err(r) != 0) {
+    /* The unload started by the refusal may still be closing. */
+    assert_fd_limit(r);
+    r = dt_call(&c, id++, "session/create", p);
+  }
+  ASSERT_EQ(dt_err(r), 0);
+  r = dt_call(&c, id++, "shutdown", NULL);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_run_until(&t, child_gone, NULL);
+  ASSERT_EQ(child_exit, 0);
   dt_finish(&t, cl, 1);
   return 0;
 }
