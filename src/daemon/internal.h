@@ -64,6 +64,15 @@ struct session_s {
   /* The API key the client sent (session/create, resume, configure):
    * memory only, never in the transcript. NULL: the daemon's own. */
   char *api_key;
+  /* The MCP servers and hooks the creating client's configuration names
+   * (session/create mcp_config, hooks_config; JSON text, NULL: none), so
+   * a config.yaml edited after the daemon started applies to new
+   * sessions. Memory only, like the key: a session loaded after a restart
+   * gets the daemon's, read from the same file at its start. own_config:
+   * the client sent them (else the daemon's apply). */
+  char *mcp_config;
+  char *hooks_config;
+  bool own_config;
   uint64_t next_run; /* the number the agent gives its next run */
   char *title;
   uint64_t updated_ms;
@@ -185,10 +194,12 @@ int al__session_start(session_t *s, uint64_t first_seq, uint64_t first_run,
  * api_key; strings or absent) to a loaded, idle session: a new agent with
  * the same history and numbering replaces its agent, and a new header
  * record keeps the settings for a later load. *changed says whether
- * anything differed. AL_EBUSY during a run; AL_EINVAL (why) when the
+ * anything differed; when it did, every watcher but `by` (the client that
+ * asked; may be NULL) gets session/configured. AL_EBUSY during a run; AL_EINVAL (why) when the
  * agent refuses them (the old one stays). */
 int al__session_reconfigure(session_t *s, const json_t *params,
-                            bool *changed, char *why, size_t why_len);
+                            client_t *by, bool *changed, char *why,
+                            size_t why_len);
 json_t *al__session_info(const session_t *s);
 void al__session_maybe_free(session_t *s);
 /* Whether s is loaded with nothing going on: no run, watcher, pending

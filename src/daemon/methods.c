@@ -10,6 +10,7 @@
 
 #include "agentloop/version.h"
 #include "config/context.h"
+#include "hooks/hooks.h"
 
 static char *dup_or_null(const char *s) {
   return s != NULL ? al_strdup(s) : NULL;
@@ -177,6 +178,59 @@ static bool check_context(const call_t *k) {
   return false;
 }
 
+/* mcp_config and hooks_config: the client's configuration (objects in
+ * al_agent_options_t's shapes, or absent: the daemon's own). A bad hook
+ * is named here, not found as a failed agent. */
+static bool check_client_config(const call_t *k) {
+  json_t *mc = json_object_get(k->params, "mcp_config");
+  json_t *hc = json_object_get(k->params, "hooks_config");
+  char *txt;
+  al_hooks_options_t ho;
+  al_hooks_t *h = NULL;
+  al_buf_t err;
+  int rc;
+
+  if ((mc != NULL && !json_is_object(mc)) ||
+      (hc != NULL && !json_is_object(hc))) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                         "mcp_config and hooks_config must be objects",
+                         NULL);
+    return false;
+  }
+  if (hc == NULL || json_object_size(hc) == 0) {
+    return true;
+  }
+  txt = json_dumps(hc, JSON_COMPACT);
+  if (txt == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory",
+                         NULL);
+    return false;
+  }
+  memset(&ho, 0, sizeof(ho));
+  ho.workspace = "/";
+  al_buf_init(&err, 4096);
+  rc = al__hooks_new(&ho, txt, &h, &err);
+  al_free(txt);
+  if (rc != 0) {
+    char msg[600];
+
+    snprintf(msg, sizeof(msg), "hooks_config: %s",
+             err.data != NULL ? err.data : "out of memory");
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
+  } else {
+    al__hooks_free(h);
+  }
+  al_buf_free(&err);
+  return rc == 0;
+}
+
+/* A configuration object as the agent's JSON text; NULL for none. */
+static char *config_text(const json_t *o) {
+  return json_is_object(o) && json_object_size(o) > 0
+             ? json_dumps(o, JSON_COMPACT)
+             : NULL;
+}
+
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
   const char *cwd, *model, *provider, *base_url, *system, *key, *sandbox;
@@ -291,6 +345,9 @@ static void m_session_create(const call_t *k) {
       return;
     }
   }
+  if (!check_client_config(k)) {
+    return;
+  }
   if (cwd == NULL) {
     size_t n = sizeof(cwdbuf);
 
@@ -324,6 +381,13 @@ static void m_session_create(const call_t *k) {
   s->h.base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
   s->h.system = dup_or_null(system);
   s->api_key = dup_or_null(key); /* memory only */
+  if (json_object_get(k->params, "mcp_config") != NULL ||
+      json_object_get(k->params, "hooks_config") != NULL) {
+    s->own_config = true;
+    s->mcp_config = config_text(json_object_get(k->params, "mcp_config"));
+    s->hooks_config =
+        config_text(json_object_get(k->params, "hooks_config"));
+  }
   s->h.sandbox = dup_or_null(sandbox);
   s->h.max_tokens = json_integer_value(json_object_get(k->params,
                                                        "max_tokens"));
@@ -843,14 +907,17 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (s->loaded) {
-    /* In memory already: the client's settings (model, provider,
-     * base_url, key) replace the agent's when no run is active; during a
-     * run they wait for session/configure. */
-    bool changed;
+    /* In memory already: it keeps its settings (another shell resuming
+     * it must not re-point the chat attached to it, issue 22) unless the
+     * client asks ("configure": true); then, as session/configure, when
+     * no run is active (during a run they wait for session/configure),
+     * and the other watchers are told. */
+    bool changed = false;
     char why[256];
 
-    if (al__session_reconfigure(s, k->params, &changed, why, sizeof(why)) !=
-            0 &&
+    if (json_is_true(json_object_get(k->params, "configure")) &&
+        al__session_reconfigure(s, k->params, k->c, &changed, why,
+                                sizeof(why)) != 0 &&
         changed && !al_agent_running(s->agent)) {
       al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
       return;
@@ -908,7 +975,8 @@ static void m_session_configure(const call_t *k) {
       !check_provider(k, v)) {
     return;
   }
-  rc = al__session_reconfigure(s, k->params, &changed, why, sizeof(why));
+  rc = al__session_reconfigure(s, k->params, k->c, &changed, why,
+                               sizeof(why));
   if (rc == AL_EBUSY) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE, why,
                          json_pack("{s:I}", "run", (json_int_t)s->run));

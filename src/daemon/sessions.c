@@ -538,6 +538,8 @@ void al__session_free(session_t *s) {
     memset(s->api_key, 0, strlen(s->api_key));
     al_free(s->api_key);
   }
+  al_free(s->mcp_config);
+  al_free(s->hooks_config);
   al_free(s->title);
   al_free(s);
 }
@@ -727,10 +729,12 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_base_ms = d->o.retry_base_ms;
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
-  ao.mcp_config = d->o.mcp_config;
+  /* The client's configuration when it sent one (issue 22: the daemon's
+   * was read when it started, perhaps before the user's last edit). */
+  ao.mcp_config = s->own_config ? s->mcp_config : d->o.mcp_config;
   /* A trusted project's .mcp.json too, read off the loop by the agent. */
   ao.mcp_project = true;
-  ao.hooks_config = d->o.hooks_config;
+  ao.hooks_config = s->own_config ? s->hooks_config : d->o.hooks_config;
   ao.data = s;
   /* Checked at session/create; a hand-edited header falls back to the
    * defaults for what it cannot parse. */
@@ -1007,24 +1011,35 @@ void al__session_load_work(uv_work_t *w) {
   al_free(path);
 }
 
+/* A resuming client's settings fill in what the session lacks (a header
+ * that never reached the disk, a key lost with a restart) and replace
+ * what it has only when the client asks ("configure": true): a chat
+ * resumed from another shell must not re-point the session, and the chat
+ * already attached to it, at that shell's model and URL (issue 22). */
 static void resume_apply_params(session_t *s, json_t *params) {
+  bool force = json_is_true(json_object_get(params, "configure"));
   const char *v;
 
-  if ((v = json_string_value(json_object_get(params, "model"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "model"))) != NULL &&
+      (force || s->h.model == NULL)) {
     al__set_str(&s->h.model, v);
   }
   if ((v = json_string_value(json_object_get(params, "provider"))) != NULL &&
+      (force || s->h.provider == NULL) &&
       (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0 ||
        strcmp(v, "openai-responses") == 0)) {
     al__set_str(&s->h.provider, v);
   }
-  if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL &&
+      (force || s->h.base_url == NULL)) {
     al__set_str(&s->h.base_url, v);
   }
-  if ((v = json_string_value(json_object_get(params, "system"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "system"))) != NULL &&
+      (force || s->h.system == NULL)) {
     al__set_str(&s->h.system, v);
   }
-  if ((v = json_string_value(json_object_get(params, "api_key"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "api_key"))) != NULL &&
+      (force || s->api_key == NULL)) {
     al__set_str(&s->api_key, v);
   }
 }
@@ -1246,8 +1261,32 @@ static bool differs(const char *a, const char *b) {
   return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
 }
 
+/* session/configured to every watcher but `by`: the settings the next
+ * run uses, and who changed them. */
+static void configured_notify(session_t *s, client_t *by) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &s->subs) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    if (sub->c == by) {
+      continue;
+    }
+    al__dclient_send(
+        sub->c,
+        al_rpc_notification_new(
+            "session/configured",
+            json_pack("{s:s, s:s?, s:s, s:s?, s:s?}", "session", s->id,
+                      "model", s->h.model, "provider",
+                      s->h.provider != NULL ? s->h.provider : "anthropic",
+                      "base_url", s->h.base_url, "by",
+                      by != NULL ? by->id : NULL)));
+  }
+}
+
 int al__session_reconfigure(session_t *s, const json_t *params,
-                            bool *changed, char *why, size_t why_len) {
+                            client_t *by, bool *changed, char *why,
+                            size_t why_len) {
   static const char *const keys[] = {"model", "provider", "base_url",
                                      "api_key"};
   char **fields[] = {&s->h.model, &s->h.provider, &s->h.base_url,
@@ -1320,5 +1359,6 @@ int al__session_reconfigure(session_t *s, const json_t *params,
     al__session_tx_put_rec(s, b); /* in the hash chain like every rec */
     al__blob_unref(b);
   }
+  configured_notify(s, by);
   return 0;
 }

@@ -152,4 +152,13 @@ char *al_rpc_dump_line_alloc(const json_t *msg, size_t *len);
 #define AL_RPC_EVENT_PREFIX "{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":"
 #define AL_RPC_EVENT_SUFFIX "}\n"
 
+/* Adds the client configuration cfg's MCP servers and hooks to
+ * session/create params as mcp_config and hooks_config (objects in
+ * al_agent_options_t's shapes, {} for none), so a session uses the file
+ * as it is now, not as the daemon read it at its start. AL_EINVAL (a bad
+ * section: FILE:LINE:COL in why), AL_ENOMEM. Blocking: start-up work. */
+struct al_config_s;
+int al__rpc_client_config(const struct al_config_s *cfg, json_t *params,
+                          char *why, size_t why_len);
+
 #endif

@@ -3,3 +3,4 @@
  * restart after SIGKILL on a full state disk. TEST_ENTRY lines only. */
 TEST_ENTRY(daemon_500_sessions_at_1024_fds)
 TEST_ENTRY(daemon_fd_limit_typed_refusal)
+TEST_ENTRY(daemon_new_session_uses_current_config)

@@ -4,6 +4,7 @@
  * never an internal error, and sessions keep working (idle ones are
  * unloaded and load again on resume). */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "dtest.h"
 
 static int child_exit = -1;
@@ -322,6 +324,127 @@ TEST_IMPL(daemon_fd_limit_typed_refusal) {
   ASSERT_EQ(dt_err(r), 0);
   dt_run_until(&t, child_gone, NULL);
   ASSERT_EQ(child_exit, 0);
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* ---- the client's configuration (defect 9) ------------------------------ */
+
+/* The first request must carry the hook's context; the model then calls
+ * the configured server's tool. */
+static const char cfg_scn[] =
+    "responses:\n"
+    "  - expect_request: {contains: \"HOOK-CTX-42\"}\n"
+    "    reply: {content: [{tool_use: {id: m1, name: mcp__cfg__echo, "
+    "input: {text: 'from config.yaml'}}}]}\n"
+    "  - reply: {content: [{text: 'finished'}]}\n";
+
+static bool wait_ready_ev(dt_client_t *c, size_t *at) {
+  for (; *at < json_array_size(c->msgs); (*at)++) {
+    const json_t *ev = json_object_get(json_array_get(c->msgs, *at),
+                                       "params");
+
+    if (strcmp(dt_ev_type(c, *at), "mcp_server_state") == 0 &&
+        strcmp(json_string_value(json_object_get(ev, "state")), "ready") ==
+            0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* A config.yaml written after the daemon started (which read no hooks and
+ * no servers): the client's session/create carries its mcp_servers: and
+ * hooks: (al__rpc_client_config, as the chat sends them), and the new
+ * session runs that hook and reaches that server. */
+TEST_IMPL(daemon_new_session_uses_current_config) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char dir[300], text[1200], why[600], p[200], sid[64];
+  al_config_t cfg;
+  json_t *params, *r;
+  char *pj;
+  size_t at = 0, i;
+  FILE *f;
+
+  signal(SIGPIPE, SIG_IGN);
+  dt_init(&t, cfg_scn);
+  snprintf(dir, sizeof(dir), "%s/cfg", t.root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  ASSERT_EQ(setenv("XDG_CONFIG_HOME", dir, 1), 0);
+  t.o.kill_grace_ms = 50;
+  dt_start(&t); /* no config.yaml yet: no hooks, no servers */
+  snprintf(dir, sizeof(dir), "%s/cfg/agentloop", t.root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(text, sizeof(text),
+           "mcp_servers:\n"
+           "  cfg:\n"
+           "    command: %s\n"
+           "    args: [--helper, mcp_server]\n"
+           "    sandbox: false\n"
+           "hooks:\n"
+           "  user_prompt_submit:\n"
+           "    - name: ctx\n"
+           "      command: [sh, -c, 'echo "
+           "\"{\\\"additional_context\\\":\\\"HOOK-CTX-42\\\"}\"']\n"
+           "      sandbox: false\n",
+           al_test_exe());
+  snprintf(dir, sizeof(dir), "%s/cfg/agentloop/config.yaml", t.root);
+  f = fopen(dir, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(text, f);
+  ASSERT_EQ(fclose(f), 0);
+
+  al_config_init(&cfg);
+  ASSERT_EQ(al_config_load(&cfg, NULL, false, NULL), 0);
+  params = json_pack("{s:s}", "cwd", t.work);
+  if (al__rpc_client_config(&cfg, params, why, sizeof(why)) != 0) {
+    AL_TEST_FAIL("client config: %s", why);
+  }
+  al_config_free(&cfg);
+  ASSERT(json_object_size(json_object_get(params, "hooks_config")) > 0);
+  ASSERT(json_object_size(json_object_get(params, "mcp_config")) > 0);
+  pj = json_dumps(params, JSON_COMPACT);
+  json_decref(params);
+
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  r = dt_call(&c, 2, "session/create", pj);
+  free(pj);
+  ASSERT_EQ(dt_err(r), 0);
+  snprintf(sid, sizeof(sid), "%s",
+           json_string_value(json_object_get(json_object_get(r, "result"),
+                                             "session")));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"since_seq\":0}", sid);
+  ASSERT_EQ(dt_err(dt_call(&c, 3, "session/subscribe", p)), 0);
+  /* The server is up before the turn: no start-up wait decides it. */
+  while (!wait_ready_ev(&c, &at)) {
+    ASSERT(!c.eof);
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  ASSERT_EQ(dt_err(dt_call(&c, 4, "turn/send", p)), 0);
+  i = dt_wait_event(&c, "tool_use_completed", at);
+  {
+    const json_t *ev = json_object_get(json_array_get(c.msgs, i), "params");
+
+    ASSERT(!json_is_true(json_object_get(ev, "is_error")));
+    ASSERT_STR_EQ(json_string_value(json_object_get(ev, "content")),
+                  "from config.yaml");
+  }
+  dt_wait_event(&c, "final", i);
+  dt_assert_valid(&t); /* the hook's context was in the request */
+
+  /* A bad hook is named at create, not found as a broken agent. */
+  snprintf(text, sizeof(text),
+           "{\"cwd\":\"%s\",\"hooks_config\":{\"hooks\":{\"nope\":[]}}}",
+           t.work);
+  r = dt_call(&c, 5, "session/create", text);
+  ASSERT_EQ(dt_err(r), AL_RPC_INVALID_PARAMS);
+  ASSERT_NOT_NULL(strstr(json_string_value(json_object_get(
+                             json_object_get(r, "error"), "message")),
+                         "hooks_config"));
   dt_finish(&t, cl, 1);
   return 0;
 }
