@@ -4,3 +4,4 @@
 TEST_ENTRY(daemon_500_sessions_at_1024_fds)
 TEST_ENTRY(daemon_fd_limit_typed_refusal)
 TEST_ENTRY(daemon_new_session_uses_current_config)
+TEST_ENTRY(daemon_resume_keeps_session_settings)

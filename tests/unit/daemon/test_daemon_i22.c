@@ -448,3 +448,98 @@ TEST_IMPL(daemon_new_session_uses_current_config) {
   dt_finish(&t, cl, 1);
   return 0;
 }
+
+static const char *rec_str(const dt_t *t, size_t i, const char *where,
+                           const char *key) {
+  const al_mockllm_record_t *r = al_mockllm_record_get(t->mock, i);
+
+  ASSERT_NOT_NULL(r);
+  return json_string_value(json_object_get(
+      strcmp(where, "body") == 0 ? r->body : r->headers, key));
+}
+
+static size_t count_method(const dt_client_t *c, const char *method) {
+  size_t i, n = 0;
+
+  for (i = 0; i < json_array_size(c->msgs); i++) {
+    const char *m = json_string_value(
+        json_object_get(json_array_get(c->msgs, i), "method"));
+
+    n += m != NULL && strcmp(m, method) == 0;
+  }
+  return n;
+}
+
+/* A second client resuming a session another one is attached to (another
+ * shell: another model, URL and key) changes nothing unless it asks
+ * ("configure": true, the chat's --model); when it asks, the attached
+ * client is told (session/configured, naming who). */
+TEST_IMPL(daemon_resume_keeps_session_settings) {
+  static const char scn[] =
+      "responses:\n"
+      "  - reply: {content: [{text: one}]}\n"
+      "  - reply: {content: [{text: two}]}\n";
+  dt_t t;
+  dt_client_t a, b;
+  dt_client_t *cl[] = {&a, &b};
+  char p[600], sid[64];
+  json_t *r;
+  const json_t *res;
+  size_t at, n;
+
+  dt_init(&t, scn);
+  dt_start(&t);
+  dt_connect(&t, &a);
+  dt_init_client(&a);
+  snprintf(p, sizeof(p),
+           "{\"cwd\":\"%s\",\"model\":\"m-first\",\"base_url\":\"%s\","
+           "\"api_key\":\"key-first-shell\"}",
+           t.work, t.url);
+  dt_create(&a, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  ASSERT_EQ(dt_err(dt_call(&a, 3, "session/subscribe", p)), 0);
+
+  /* Another shell resumes it with its own settings, as the chat does. */
+  dt_connect(&t, &b);
+  dt_init_client(&b);
+  snprintf(p, sizeof(p),
+           "{\"session\":\"%s\",\"model\":\"m-second\",\"base_url\":"
+           "\"http://127.0.0.1:9\",\"api_key\":\"key-second-shell\"}",
+           sid);
+  r = dt_call(&b, 2, "session/resume", p);
+  ASSERT_EQ(dt_err(r), 0);
+  res = json_object_get(r, "result");
+  ASSERT_STR_EQ(json_string_value(json_object_get(res, "model")), "m-first");
+  ASSERT_STR_EQ(json_string_value(json_object_get(res, "base_url")), t.url);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"hi\"}", sid);
+  ASSERT_EQ(dt_err(dt_call(&a, 4, "turn/send", p)), 0);
+  at = dt_wait_event(&a, "final", 0);
+  ASSERT_STR_EQ(rec_str(&t, 0, "body", "model"), "m-first");
+  ASSERT_STR_EQ(rec_str(&t, 0, "headers", "x-api-key"), "key-first-shell");
+  ASSERT_EQ(count_method(&a, "session/configured"), 0);
+
+  /* It asks: the session changes, and the first client is told. */
+  snprintf(p, sizeof(p),
+           "{\"session\":\"%s\",\"model\":\"m-second\",\"configure\":true}",
+           sid);
+  r = dt_call(&b, 3, "session/resume", p);
+  ASSERT_EQ(dt_err(r), 0);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(r, "result"), "model")),
+                "m-second");
+  n = dt_wait_notification(&a, "session/configured", at);
+  res = json_object_get(json_array_get(a.msgs, n), "params");
+  ASSERT_STR_EQ(json_string_value(json_object_get(res, "session")), sid);
+  ASSERT_STR_EQ(json_string_value(json_object_get(res, "model")),
+                "m-second");
+  ASSERT_NOT_NULL(json_string_value(json_object_get(res, "by")));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"again\"}", sid);
+  ASSERT_EQ(dt_err(dt_call(&a, 5, "turn/send", p)), 0);
+  dt_wait_event(&a, "final", at + 1);
+  ASSERT_STR_EQ(rec_str(&t, 1, "body", "model"), "m-second");
+  /* The one who asked got its answer, not the notice. */
+  ASSERT_EQ(count_method(&b, "session/configured"), 0);
+  dt_assert_valid(&t);
+  dt_finish(&t, cl, 2);
+  return 0;
+}
