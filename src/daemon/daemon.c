@@ -215,30 +215,45 @@ size_t al__daemon_fds_in_use(void) {
   return n > 0 ? n - 1 : 0; /* not the directory's own */
 }
 
+/* The least recently active idle session (NULL: none), and how many
+ * there are. */
+static session_t *idle_lru(al_daemon_t *d, size_t *n) {
+  session_t *lru = NULL;
+  al_list_t *pos;
+
+  *n = 0;
+  al_list_foreach(pos, &d->sessions) {
+    session_t *s = AL_CONTAINER_OF(pos, session_t, node);
+
+    if (al__session_is_idle(s)) {
+      (*n)++;
+      if (lru == NULL || s->last_active < lru->last_active) {
+        lru = s;
+      }
+    }
+  }
+  return lru;
+}
+
 void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use) {
   size_t per = d->o.session_fds;
   /* Room for two more sessions beyond the reserve: the next create finds
    * it even though an unload takes a few loop turns to finish. */
   size_t want = AL_DAEMON_FD_RESERVE + 2 * per;
   size_t coming = d->nunloading * per;
+  size_t nidle;
+  session_t *lru;
 
-  while (in_use + want > d->fd_limit + coming) {
-    session_t *lru = NULL;
-    al_list_t *pos;
+  while ((lru = idle_lru(d, &nidle)) != NULL) {
+    bool short_of_fds = d->fd_limit != 0 && in_use != 0 &&
+                        in_use + want > d->fd_limit + coming;
 
-    al_list_foreach(pos, &d->sessions) {
-      session_t *s = AL_CONTAINER_OF(pos, session_t, node);
-
-      if (al__session_is_idle(s) &&
-          (lru == NULL || s->last_active < lru->last_active)) {
-        lru = s;
-      }
-    }
-    if (lru == NULL) {
+    if (!short_of_fds && nidle <= d->o.max_idle_sessions) {
       return;
     }
-    al_log(AL_LOG_INFO, "session %s unloaded: %zu of %zu descriptors in "
-                        "use", lru->id, in_use, d->fd_limit);
+    al_log(AL_LOG_INFO, "session %s unloaded (%zu idle; %zu of %zu "
+                        "descriptors in use)", lru->id, nidle, in_use,
+           d->fd_limit);
     al__session_unload(lru);
     coming += per;
   }
@@ -249,10 +264,11 @@ bool al__daemon_fd_admit(al_daemon_t *d, client_t *c, const json_t *id,
   size_t in_use;
   char msg[300];
 
-  if (d->fd_limit == 0 || (in_use = al__daemon_fds_in_use()) == 0) {
+  in_use = d->fd_limit != 0 ? al__daemon_fds_in_use() : 0;
+  al__daemon_fd_relieve(d, in_use != 0 ? in_use + need : 0);
+  if (in_use == 0) {
     return true; /* no limit, or no way to count: as before */
   }
-  al__daemon_fd_relieve(d, in_use + need);
   if (in_use + need + AL_DAEMON_FD_RESERVE <= d->fd_limit) {
     return true;
   }
@@ -454,6 +470,9 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   }
   if (d->o.max_clients == 0) {
     d->o.max_clients = 1024;
+  }
+  if (d->o.max_idle_sessions == 0) {
+    d->o.max_idle_sessions = AL_DAEMON_MAX_IDLE;
   }
   if (d->o.session_fds == 0) {
     d->o.session_fds = AL_DAEMON_SESSION_FDS;

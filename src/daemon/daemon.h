@@ -39,6 +39,7 @@ typedef struct al_daemon_s al_daemon_t;
 /* Kept free beyond the sessions' share: clients, a transcript load, the
  * HTTP client's connections, the log. */
 #define AL_DAEMON_FD_RESERVE 64
+#define AL_DAEMON_MAX_IDLE 32
 
 typedef struct {
   const char *socket_path; /* required: already resolved and checked */
@@ -74,6 +75,12 @@ typedef struct {
    * AL_RPC_FD_LIMIT, before any descriptor runs out. */
   size_t fd_limit;
   size_t session_fds;
+  /* Loaded sessions with nothing going on (no run, watcher or request)
+   * kept beyond this many are unloaded, least recently active first,
+   * when a session is created, loaded or run: each holds descriptors, an
+   * inotify instance (its warm pool; 128 per user by default) and
+   * memory. 0: AL_DAEMON_MAX_IDLE; SIZE_MAX: no bound. */
+  size_t max_idle_sessions;
   size_t max_clients;      /* 0: 1024 */
   uint64_t idle_exit_ms;   /* 0: never */
   bool handle_signals;     /* SIGTERM/SIGINT start a shutdown */

@@ -592,14 +592,15 @@ static void m_session_unsubscribe(const call_t *k) {
   al__daemon_reply(k->c, k->id, json_pack("{s:b}", "unsubscribed", sub != NULL));
 }
 
-static void m_turn_send(const call_t *k) {
-  session_t *s = need_session(k, true);
+static void queue_load(const call_t *k, session_t *s, bool send);
+
+void al__daemon_turn_send(session_t *s, client_t *c, const json_t *id,
+                          const json_t *params) {
+  call_t kk = {c, id, (json_t *)params};
+  const call_t *k = &kk;
   json_t *input = json_object_get(k->params, "input");
   int rc;
 
-  if (s == NULL) {
-    return;
-  }
   if (!json_is_string(input) || json_string_length(input) == 0) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
               "input must be a non-empty string", NULL);
@@ -635,6 +636,21 @@ static void m_turn_send(const call_t *k) {
   }
   al__daemon_reply(k->c, k->id, json_pack("{s:I}", "run", (json_int_t)s->run));
   al__daemon_idle_check(s->d);
+}
+
+/* A session the daemon unloaded (idle, for descriptors) loads again
+ * first: its clients need not know (issue 22). */
+static void m_turn_send(const call_t *k) {
+  session_t *s = need_session(k, false);
+
+  if (s == NULL) {
+    return;
+  }
+  if (!s->loaded || s->unloading) {
+    queue_load(k, s, true);
+    return;
+  }
+  al__daemon_turn_send(s, k->c, k->id, k->params);
 }
 
 static void m_turn_cancel(const call_t *k) {
@@ -864,10 +880,58 @@ void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id) {
                   s->recovered != NULL ? s->recovered : json_null());
   al__daemon_reply(c, id, info);
 }
+/* Queues k (a session/resume, or with send a turn/send) on s's load:
+ * started now, or when s's load or unload in flight ends; answered by
+ * al__session_load_done. Replies itself when it cannot. */
+static void queue_load(const call_t *k, session_t *s, bool send) {
+  al_daemon_t *d = client_daemon(k->c);
+  pending_resume_t *p;
+
+  if (!s->loading && !s->unloading) {
+    if (d->nloaded >= d->o.max_sessions) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED,
+                           "too many sessions", NULL);
+      return;
+    }
+    if (!al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
+                             "load the session")) {
+      if (s->discovered && !s->loaded && al_list_empty(&s->resumes)) {
+        al__session_free(s);
+      }
+      return;
+    }
+  }
+  p = al_calloc(1, sizeof(*p));
+  if (p == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
+                         "out of memory", NULL);
+    return;
+  }
+  p->c = k->c;
+  p->id = json_deep_copy(k->id);
+  p->params = k->params != NULL ? json_incref(k->params) : NULL;
+  p->send = send;
+  al_list_insert_tail(&s->resumes, &p->node);
+  if (s->loading || s->unloading) {
+    return;
+  }
+  if (uv_queue_work(d->loop, &s->work, al__session_load_work,
+                    al__session_load_done) != 0) {
+    al_list_remove(&p->node);
+    json_decref(p->id);
+    json_decref(p->params);
+    al_free(p);
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
+                         "cannot queue the load", NULL);
+    return;
+  }
+  s->loading = true;
+  d->pending++;
+}
+
 static void m_session_resume(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
   session_t *s;
-  pending_resume_t *p;
   const char *v;
   const char *id = NULL;
 
@@ -893,17 +957,7 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (s->unloading) {
-    /* Its unload finishes first; then this load starts (unload_done). */
-    p = al_calloc(1, sizeof(*p));
-    if (p == NULL) {
-      al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
-                           "out of memory", NULL);
-      return;
-    }
-    p->c = k->c;
-    p->id = json_deep_copy(k->id);
-    p->params = k->params != NULL ? json_incref(k->params) : NULL;
-    al_list_insert_tail(&s->resumes, &p->node);
+    queue_load(k, s, false); /* after the unload (unload_done) */
     return;
   }
   if (s->loaded) {
@@ -925,40 +979,7 @@ static void m_session_resume(const call_t *k) {
     al__daemon_resume_reply(s, k->c, k->id);
     return;
   }
-  if (client_daemon(k->c)->nloaded >= client_daemon(k->c)->o.max_sessions) {
-    al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
-    return;
-  }
-  if (!s->loading &&
-      !al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
-                           "load the session")) {
-    if (s->discovered && !s->loaded && al_list_empty(&s->resumes)) {
-      al__session_free(s);
-    }
-    return;
-  }
-  p = al_calloc(1, sizeof(*p));
-  if (p == NULL) {
-    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
-    return;
-  }
-  p->c = k->c;
-  p->id = json_deep_copy(k->id);
-  p->params = k->params != NULL ? json_incref(k->params) : NULL;
-  al_list_insert_tail(&s->resumes, &p->node);
-  if (!s->loading) {
-    if (uv_queue_work(client_daemon(k->c)->loop, &s->work, al__session_load_work, al__session_load_done) != 0) {
-      al_list_remove(&p->node);
-      json_decref(p->id);
-      json_decref(p->params);
-      al_free(p);
-      al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "cannot queue the load",
-                NULL);
-      return;
-    }
-    s->loading = true;
-    client_daemon(k->c)->pending++;
-  }
+  queue_load(k, s, false);
 }
 
 /* session/configure: the client's settings for the next run (/model). */

@@ -30,9 +30,10 @@ static bool child_gone(void *data) {
 
 /* agentloopd --foreground with the test's socket and state dir, a config
  * home under the root, and the mock as its model; stderr to err_path. */
-static void spawn_daemon(dt_t *t, uv_process_t *p, const char *err_path) {
-  static char envs[6][300];
-  static char *env[7];
+static void spawn_daemon(dt_t *t, uv_process_t *p, const char *err_path,
+                         const char *extra_env) {
+  static char envs[7][300];
+  static char *env[8];
   char exe[600];
   char *args[10];
   int n, fd;
@@ -45,10 +46,12 @@ static void spawn_daemon(dt_t *t, uv_process_t *p, const char *err_path) {
   snprintf(envs[3], sizeof(envs[3]), "PATH=/usr/bin:/bin");
   snprintf(envs[4], sizeof(envs[4]), "XDG_CONFIG_HOME=%s/cfg", t->root);
   snprintf(envs[5], sizeof(envs[5]), "HOME=%s", t->root);
-  for (n = 0; n < 6; n++) {
+  snprintf(envs[6], sizeof(envs[6]), "%s",
+           extra_env != NULL ? extra_env : "AGENTLOOP_LOG=info");
+  for (n = 0; n < 7; n++) {
     env[n] = envs[n];
   }
-  env[6] = NULL;
+  env[7] = NULL;
   n = 0;
   snprintf(exe, sizeof(exe), "%s/agentloopd", AL_BINARY_DIR);
   args[n++] = exe;
@@ -143,6 +146,24 @@ static void assert_fd_limit(const json_t *r) {
                 "open_files");
 }
 
+/* session/list's `loaded` for sid. */
+static bool session_loaded(dt_client_t *c, int *id, const char *sid) {
+  json_t *r = dt_call(c, (*id)++, "session/list", NULL);
+  const json_t *a = json_object_get(json_object_get(r, "result"),
+                                    "sessions");
+  size_t i;
+  json_t *v;
+
+  json_array_foreach(a, i, v) {
+    if (strcmp(json_string_value(json_object_get(v, "session")), sid) ==
+        0) {
+      return json_is_true(json_object_get(v, "loaded"));
+    }
+  }
+  AL_TEST_FAIL("session %s not listed", sid);
+  return false;
+}
+
 TEST_IMPL(daemon_500_sessions_at_1024_fds) {
   static const char yaml[] =
       "on_exhausted: cycle\n"
@@ -174,7 +195,7 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
   /* The daemon inherits a hard limit of 1024: raising its soft limit to
    * the hard one gains nothing. */
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
-  spawn_daemon(&t, &proc, errp);
+  spawn_daemon(&t, &proc, errp, NULL);
   dt_connect_ready(&t, &c);
   t0 = uv_hrtime();
   for (i = 0; i < N; i++) {
@@ -212,6 +233,23 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
     ASSERT_EQ(dt_err(r), 0);
     use_session(&c, &id, sids[j]);
   }
+  /* A turn/send to an unloaded session loads it first; its events are
+   * there for a subscriber replaying from the start. */
+  {
+    size_t from;
+
+    ASSERT(sids[2][0] != '\0');
+    ASSERT(!session_loaded(&c, &id, sids[2]));
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"input\":\"go\"}",
+             sids[2]);
+    r = dt_call(&c, id++, "turn/send", p);
+    ASSERT_EQ(dt_err(r), 0);
+    from = json_array_size(c.msgs);
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"since_seq\":0}",
+             sids[2]);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
+    assert_bash_ran(&c, from);
+  }
   r = dt_call(&c, id++, "session/list", NULL);
   ASSERT_EQ(json_array_size(json_object_get(json_object_get(r, "result"),
                                             "sessions")),
@@ -223,24 +261,6 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
   dt_assert_valid(&t);
   dt_finish(&t, cl, 1);
   return 0;
-}
-
-/* session/list's `loaded` for sid. */
-static bool session_loaded(dt_client_t *c, int *id, const char *sid) {
-  json_t *r = dt_call(c, (*id)++, "session/list", NULL);
-  const json_t *a = json_object_get(json_object_get(r, "result"),
-                                    "sessions");
-  size_t i;
-  json_t *v;
-
-  json_array_foreach(a, i, v) {
-    if (strcmp(json_string_value(json_object_get(v, "session")), sid) ==
-        0) {
-      return json_is_true(json_object_get(v, "loaded"));
-    }
-  }
-  AL_TEST_FAIL("session %s not listed", sid);
-  return false;
 }
 
 /* Watched sessions are not idle and stay loaded: creating more meets the
@@ -273,7 +293,10 @@ TEST_IMPL(daemon_fd_limit_typed_refusal) {
   dt_init(&t, yaml);
   snprintf(errp, sizeof(errp), "%s/err.txt", t.root);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
-  spawn_daemon(&t, &proc, errp);
+  /* No warm pools: every session here stays loaded, and each pool holds
+   * an inotify instance (128 per user), which tests beside this one need
+   * too; the descriptors are what this test is about. */
+  spawn_daemon(&t, &proc, errp, "AGENTLOOP_WARM=0");
   dt_connect_ready(&t, &c);
   for (i = 0; i < N; i++) {
     snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
