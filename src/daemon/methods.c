@@ -233,6 +233,7 @@ static char *config_text(const json_t *o) {
 
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
+  int rc;
   const char *cwd, *model, *provider, *base_url, *system, *key, *sandbox;
   char id[40];
   char cwdbuf[4096];
@@ -417,12 +418,18 @@ static void m_session_create(const call_t *k) {
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';
-  if (al__session_start(s, 1, 1, why, sizeof(why)) != 0) {
-    int code = strstr(why, "agent") != NULL ? AL_RPC_INVALID_PARAMS
-                                           : AL_RPC_INTERNAL_ERROR;
+  if ((rc = al__session_start(s, 1, 1, why, sizeof(why))) != 0) {
+    /* The agent refusing its settings, or the transcript not opening
+     * (the state directory: typed, as for a failed header sync). */
+    bool agent = strstr(why, "agent") != NULL;
 
     al__session_free(s);
-    al__daemon_reply_err(k->c, k->id, code, why, NULL);
+    al__daemon_reply_err(k->c, k->id,
+                         agent ? AL_RPC_INVALID_PARAMS : AL_RPC_STORAGE, why,
+                         agent ? NULL
+                               : json_pack("{s:s, s:s}", "error",
+                                           al_err_name(rc), "code",
+                                           al_strerror(rc)));
     return;
   }
   b = al__tx_header_record(s->id, &s->h);
@@ -466,9 +473,14 @@ void al__daemon_on_created(al_tx_t *tx, void *data) {
       } else {
         char msg[160];
 
+        /* Typed (issue 22): a full state disk is the user's to fix, not
+         * an internal error. */
         snprintf(msg, sizeof(msg), "cannot write the transcript: %s",
                  al_strerror(err));
-        al__daemon_reply_err(p->c, p->id, AL_RPC_INTERNAL_ERROR, msg, NULL);
+        al__daemon_reply_err(p->c, p->id, AL_RPC_STORAGE, msg,
+                             json_pack("{s:s, s:s}", "error",
+                                       al_err_name(err), "code",
+                                       al_strerror(err)));
       }
     }
     json_decref(p->id);

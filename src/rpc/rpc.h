@@ -42,6 +42,10 @@
  * resumed session or a run is refused before any descriptor runs out;
  * data {"limit":"open_files","max","in_use"}. */
 #define AL_RPC_FD_LIMIT -32008
+/* The state directory cannot be written (a full disk, a read-only or
+ * failing filesystem): a session/create whose transcript cannot be made
+ * or synced; data {"error": "ENOSPC"|..., "code": text}. */
+#define AL_RPC_STORAGE -32009
 
 /* ---- socket path ---------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "dtest.h"
+#include "smallfs.h"
 
 static int child_exit = -1;
 
@@ -563,6 +564,103 @@ TEST_IMPL(daemon_resume_keeps_session_settings) {
   /* The one who asked got its answer, not the notice. */
   ASSERT_EQ(count_method(&b, "session/configured"), 0);
   dt_assert_valid(&t);
+  dt_finish(&t, cl, 2);
+  return 0;
+}
+
+/* ---- a restart after SIGKILL on a full state disk (defect 13) ----------- */
+
+static bool rc_exited(void *data) {
+  (void)data;
+  return child_exit >= 0;
+}
+
+/* The first connection to a restarted daemon whose state disk is full
+ * and whose predecessor was SIGKILLed mid-tool: every request on it gets
+ * an answer (initialize, the list, a resume of each session the kill cut
+ * short), and a new session that cannot be written gets the typed
+ * -32009 naming ENOSPC, never -32603 or silence. A real 256 KiB tmpfs in
+ * a private mount namespace (root or a user namespace; else not run). */
+TEST_IMPL(daemon_sigkill_full_disk_restart_answers) {
+  static const char yaml[] =
+      "responses:\n" /* the last repeats: every run calls the tool */
+      "  - reply:\n"
+      "      content:\n"
+      "        - text: \"some text for the transcript\"\n"
+      "        - tool_use: {name: bash, input: {command: \"sleep 30\"}}\n";
+  dt_t t;
+  dt_client_t c, c2;
+  dt_client_t *cl[] = {&c, &c2};
+  uv_process_t proc, proc2;
+  char errp[300], p[400], why[300];
+  static char sids[3][64];
+  const json_t *list;
+  json_t *r, *v;
+  size_t i;
+  int id = 10;
+
+  al_test_timeout_s(60);
+  dt_init(&t, yaml);
+  ASSERT_EQ(mkdir(t.state, 0700), 0);
+  if (!al_test_smallfs(t.state, "256k", why, sizeof(why))) {
+    if (al_test_ci()) {
+      AL_TEST_FAIL("CI=true: no small filesystem: %s", why);
+    }
+    fprintf(stderr, "not run: no small filesystem here: %s\n", why);
+    dt_finish(&t, NULL, 0);
+    return AL_TEST_SKIP_CODE;
+  }
+  snprintf(errp, sizeof(errp), "%s/err.txt", t.root);
+  spawn_daemon(&t, &proc, errp, NULL);
+  dt_connect_ready(&t, &c);
+  /* Three sessions, each with a tool running when the kill comes. */
+  for (i = 0; i < 3; i++) {
+    size_t from;
+
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+    r = dt_call(&c, id++, "session/create", p);
+    ASSERT_EQ(dt_err(r), 0);
+    snprintf(sids[i], sizeof(sids[i]), "%s",
+             json_string_value(json_object_get(json_object_get(r, "result"),
+                                               "session")));
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\"}", sids[i]);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
+    from = json_array_size(c.msgs);
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"input\":\"go\"}",
+             sids[i]);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "turn/send", p)), 0);
+    dt_wait_event(&c, "tool_use_started", from);
+  }
+  al_test_smallfs_fill(t.state);
+  ASSERT_EQ(uv_process_kill(&proc, SIGKILL), 0);
+  dt_run_until(&t, rc_exited, NULL);
+  dt_wait_eof(&c);
+
+  spawn_daemon(&t, &proc2, errp, NULL);
+  /* Not dt_connect_ready: a connection closed before its answer is what
+   * this test is about, so it must fail here, not be retried. */
+  dt_connect_retry(&t, &c2);
+  dt_init_client(&c2);
+  r = dt_call(&c2, id++, "session/list", NULL);
+  ASSERT_EQ(dt_err(r), 0);
+  list = json_object_get(json_object_get(r, "result"), "sessions");
+  ASSERT_EQ(json_array_size(list), 3);
+  json_array_foreach(list, i, v) {
+    snprintf(p, sizeof(p), "{\"session\":\"%s\"}",
+             json_string_value(json_object_get(v, "session")));
+    r = dt_call(&c2, id++, "session/resume", p);
+    ASSERT_EQ(dt_err(r), 0);
+  }
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  r = dt_call(&c2, id++, "session/create", p);
+  ASSERT_EQ(dt_err(r), AL_RPC_STORAGE);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(json_object_get(r, "error"), "data"),
+                    "error")),
+                "ENOSPC");
+  r = dt_call(&c2, id++, "shutdown", NULL);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_run_until(&t, rc_exited, NULL);
   dt_finish(&t, cl, 2);
   return 0;
 }
