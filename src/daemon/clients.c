@@ -255,6 +255,8 @@ void al__dclients_on_connection(uv_stream_t *server, int status) {
     /* Another uid (or no credentials): closed before a byte is read or
      * written (RELIABILITY G2). */
     cs->refused++;
+    al_log(AL_LOG_INFO, "connection refused (peer, shutdown or client "
+                        "limit)");
     c->closing = true;
     uv_close((uv_handle_t *)&c->pipe, on_refused_closed);
     return;
@@ -265,6 +267,7 @@ void al__dclients_on_connection(uv_stream_t *server, int status) {
   al_rpc_framer_init(&c->framer, cs->max_line);
   al_list_insert_tail(&cs->clients, &c->node);
   cs->n++;
+  al_log(AL_LOG_DEBUG, "client %s accepted", c->id);
   cs->cb.on_accepted(c);
   if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
     al__dclient_close(c);
