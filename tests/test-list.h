@@ -46,4 +46,8 @@
 #include "list/smallfs.h"
 #include "list/modeltext.h"
 #include "list/daemon_limits.h"
+#include "list/i22_config.h"
+#include "list/i22_mcp.h"
+#include "list/i22_sandbox.h"
+#include "list/i22_transcript.h"
 #include "list/i22_daemon.h"

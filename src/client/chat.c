@@ -41,6 +41,7 @@
 #include <editline/readline.h>
 
 #include "client/chat.h"
+#include "client/cli.h"
 #include "client/conn.h"
 #include "client/tui.h"
 
@@ -1092,6 +1093,28 @@ static void on_tools(al__conn_t *conn, json_t *result, json_t *error,
                json_is_string(t) ? json_string_value(t)
                                  : json_string_value(json_object_get(t, "message")));
     say(c, AL_SGR_RED, "  error: %s", line);
+  }
+  /* MCP servers in every state: one still starting has no tools above
+   * yet, but its calls wait for it (docs/mcp.md). */
+  json_array_foreach(json_object_get(result, "mcp_servers"), i, t) {
+    const char *st = json_string_value(json_object_get(t, "state"));
+    al_buf_t b;
+    char line[512];
+
+    al_buf_init(&b, 4096);
+    al__cli_mcp_line(t, &b);
+    clean_line(line, sizeof(line), b.data != NULL ? b.data : "");
+    al_buf_free(&b);
+    if (i == 0) {
+      say(c, NULL, "MCP servers:");
+    }
+    say(c, st != NULL && strcmp(st, "ready") == 0 ? NULL : AL_SGR_YELLOW,
+        "  %s", line);
+    if (json_is_string(json_object_get(t, "error"))) {
+      clean_line(line, sizeof(line),
+                 json_string_value(json_object_get(t, "error")));
+      say(c, AL_SGR_RED, "    error: %s", line);
+    }
   }
 }
 

@@ -32,6 +32,15 @@ int al__cli_mcp_load(const char *cwd, const char *file, bool trust,
  * restarts), closes them, and gives [{name, state, tools, ms, error, pid,
  * protocol, tool_list}]. Runs its own loop: call it outside any loop. */
 int al__cli_mcp_states(const char *cwd, const char *json, json_t **out);
+/* The same, waiting at most wait_ms (0: until every server settled); a
+ * server still starting then is listed with state "starting" and the ms
+ * it has been starting. */
+int al__cli_mcp_states_wait(const char *cwd, const char *json,
+                            uint64_t wait_ms, json_t **out);
+/* One server of a listing ({name, state, tools, ms, error?, protocol?})
+ * as a line without its newline: "fs: ready, 14 tools, 812 ms, protocol
+ * 2025-11-25", "slow: starting (2300 ms so far)" (mcp list, /tools). */
+void al__cli_mcp_line(const json_t *server, al_buf_t *out);
 /* --sandbox auto|required|none; false for anything else (tools_cmd.c). */
 bool al__cli_sandbox_policy(const char *arg, al_sandbox_policy_t *out);
 

@@ -48,15 +48,51 @@ int al__cli_config_load_for(al_config_t *cfg, const char *cwd, bool trust,
                             const char *provider_flag, const char *who) {
   char here[PATH_MAX];
   const char *ws = cwd;
+  al_project_trust_t tr;
+  bool trusted = trust;
 
   if (ws == NULL) {
     ws = getcwd(here, sizeof(here)) != NULL ? here : NULL;
   }
   al_config_init(cfg);
   cfg->provider_hint = provider_flag;
-  if (al_config_load(cfg, ws, trust || (ws != NULL &&
-                                        al__tools_project_trusted(ws)),
-                     env_get) != 0) {
+  if (!trust && ws != NULL) {
+    /* Every run reads its configuration here first: the one place to say
+     * that the project's approved files changed (src/tools/trust.c). */
+    (void)al__tools_project_trust(ws, &tr);
+    trusted = tr.state == AL_TRUST_TRUSTED;
+    if (tr.state == AL_TRUST_CHANGED || tr.state == AL_TRUST_UNBOUND) {
+      fprintf(stderr,
+              "%s: note: %s: %s; its tools.d/, .agentloop/ and .mcp.json "
+              "are not used until `agentloop tools --trust-project` "
+              "approves them again (it lists the changes):\n",
+              who, tr.real,
+              tr.state == AL_TRUST_CHANGED
+                  ? "files changed since you trusted this project"
+                  : "this project was trusted before trust was bound to "
+                    "its files' content");
+      {
+        const char *p = tr.changes.data;
+
+        while (p != NULL && *p != '\0') {
+          const char *e = strchr(p, '\n');
+          size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
+
+          fprintf(stderr, "%s:   %.*s\n", who, (int)n, p);
+          p = e != NULL ? e + 1 : NULL;
+        }
+      }
+    }
+    if (tr.state == AL_TRUST_UNREADABLE) {
+      fprintf(stderr,
+              "%s: note: %s: the project's tools.d/ and .agentloop/ could "
+              "not be read whole (over 4096 files, 32 MiB or 16 levels, "
+              "or unreadable): it is not trusted\n",
+              who, tr.real);
+    }
+    al__project_trust_free(&tr);
+  }
+  if (al_config_load(cfg, ws, trusted, env_get) != 0) {
     fprintf(stderr, "%s: out of memory reading the configuration\n", who);
     return 1;
   }

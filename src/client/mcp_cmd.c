@@ -9,9 +9,11 @@
  *   --mcp-config FILE  more servers
  *   --trust-project    read the workspace's .mcp.json for this command
  *   --json             one JSON object on stdout
+ *   --wait MS          wait at most MS for the servers; those still
+ *                      starting then are shown as `starting`
  *
- * Exit status: 0 all listed servers ready, 1 some failed, 2 usage or
- * configuration error. */
+ * Exit status: 0 all listed servers ready, 1 some failed (or still
+ * starting), 2 usage or configuration error. */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,15 +32,18 @@
 typedef struct {
   al_mcp_t *m;
   bool closed;
+  bool waited; /* --wait ran out */
 } mc_t;
 
 static void usage(FILE *f) {
   fputs("usage: agentloop mcp list [--json] [--cwd DIR] [--mcp-config FILE]\n"
-        "                          [--trust-project]\n"
+        "                          [--trust-project] [--wait MS]\n"
         "       agentloop mcp get NAME [same options]\n"
         "\n"
         "Starts the configured MCP servers (docs/mcp.md), waits for each to\n"
-        "be ready or to fail, and shows its state, tools and last error.\n",
+        "be ready or to fail (--wait MS: at most that long; the ones still\n"
+        "starting are shown as such), and shows its state, tools and last\n"
+        "error.\n",
         f);
 }
 
@@ -68,8 +73,35 @@ int al__cli_mcp_load(const char *cwd, const char *file, bool trust,
   return rc;
 }
 
+void al__cli_mcp_line(const json_t *s, al_buf_t *out) {
+  const char *st = json_string_value(json_object_get(s, "state"));
+  long long ms = (long long)json_integer_value(json_object_get(s, "ms"));
+
+  al_buf_printf(out, "%s: %s", json_string_value(json_object_get(s, "name")),
+                st != NULL ? st : "?");
+  if (st != NULL && strcmp(st, "starting") == 0) {
+    al_buf_printf(out, " (%lld ms so far)", ms);
+    return;
+  }
+  al_buf_printf(out, ", %lld tools, %lld ms",
+                (long long)json_integer_value(json_object_get(s, "tools")),
+                ms);
+  if (json_is_string(json_object_get(s, "protocol"))) {
+    al_buf_printf(out, ", protocol %s",
+                  json_string_value(json_object_get(s, "protocol")));
+  }
+}
+
+static void on_wait_over(uv_timer_t *t) { ((mc_t *)t->data)->waited = true; }
+
 int al__cli_mcp_states(const char *cwd, const char *json, json_t **out) {
+  return al__cli_mcp_states_wait(cwd, json, 0, out);
+}
+
+int al__cli_mcp_states_wait(const char *cwd, const char *json,
+                            uint64_t wait_ms, json_t **out) {
   uv_loop_t loop;
+  uv_timer_t wait;
   al_mcp_config_t cfg;
   al_mcp_options_t o;
   al_buf_t err;
@@ -98,9 +130,15 @@ int al__cli_mcp_states(const char *cwd, const char *json, json_t **out) {
     return rc;
   }
   al__mcp_start(mc.m);
-  while (!al__mcp_settled(mc.m)) {
+  uv_timer_init(&loop, &wait);
+  wait.data = &mc;
+  if (wait_ms > 0) {
+    uv_timer_start(&wait, on_wait_over, wait_ms, 0);
+  }
+  while (!al__mcp_settled(mc.m) && !mc.waited) {
     uv_run(&loop, UV_RUN_ONCE);
   }
+  uv_close((uv_handle_t *)&wait, NULL);
   arr = json_array();
   for (i = 0; i < al__mcp_count(mc.m); i++) {
     al_mcp_server_t *s = al__mcp_server(mc.m, i);
@@ -133,18 +171,21 @@ int al__cli_mcp_states(const char *cwd, const char *json, json_t **out) {
 }
 
 int al_cli_mcp(int argc, char **argv) {
-  enum { O_CWD = 256, O_FILE, O_TRUST, O_JSON };
+  enum { O_CWD = 256, O_FILE, O_TRUST, O_JSON, O_WAIT };
   static const struct option longopts[] = {
       {"cwd", required_argument, NULL, O_CWD},
       {"mcp-config", required_argument, NULL, O_FILE},
       {"trust-project", no_argument, NULL, O_TRUST},
       {"json", no_argument, NULL, O_JSON},
+      {"wait", required_argument, NULL, O_WAIT},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *cwd = NULL;
   const char *file = NULL;
   const char *want = NULL;
   bool trust = false, as_json = false, get;
+  uint64_t wait_ms = 0;
+  char *end;
   char cwdbuf[4096];
   size_t n = sizeof(cwdbuf);
   char *json = NULL;
@@ -169,6 +210,13 @@ int al_cli_mcp(int argc, char **argv) {
     case O_FILE: file = optarg; break;
     case O_TRUST: trust = true; break;
     case O_JSON: as_json = true; break;
+    case O_WAIT:
+      wait_ms = strtoull(optarg, &end, 10);
+      if (end == optarg || *end != '\0' || wait_ms == 0) {
+        fprintf(stderr, "agentloop mcp: --wait wants a number of ms > 0\n");
+        return 2;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     default:
       usage(stderr);
@@ -201,7 +249,7 @@ int al_cli_mcp(int argc, char **argv) {
     }
     return want != NULL ? 2 : 0;
   }
-  if (al__cli_mcp_states(cwd, json, &states) != 0) {
+  if (al__cli_mcp_states_wait(cwd, json, wait_ms, &states) != 0) {
     al_free(json);
     fprintf(stderr, "agentloop mcp: cannot start the servers\n");
     return 2;
@@ -232,6 +280,7 @@ int al_cli_mcp(int argc, char **argv) {
     const char *e = json_string_value(json_object_get(s, "error"));
     size_t k;
     json_t *t;
+    al_buf_t line;
 
     if (want != NULL && strcmp(name, want) != 0) {
       continue;
@@ -241,13 +290,10 @@ int al_cli_mcp(int argc, char **argv) {
     if (as_json) {
       continue;
     }
-    printf("%s: %s, %lld tools, %lld ms", name, st,
-           (long long)json_integer_value(json_object_get(s, "tools")),
-           (long long)json_integer_value(json_object_get(s, "ms")));
-    if (json_is_string(json_object_get(s, "protocol"))) {
-      printf(", protocol %s", json_string_value(json_object_get(s, "protocol")));
-    }
-    putchar('\n');
+    al_buf_init(&line, 64 * 1024);
+    al__cli_mcp_line(s, &line);
+    printf("%s\n", line.data != NULL ? line.data : name);
+    al_buf_free(&line);
     if (e != NULL) {
       printf("  error: %s\n", e);
     }

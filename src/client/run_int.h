@@ -113,6 +113,7 @@ typedef struct al__run_session_s {
   int failing;
   bool last_try; /* the end's one last attempt is made */
   al_tx_loss_t loss;
+  al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
 } al__run_session_t;
 
 /* Before the loop: a new session, or (resume_id / cont) an existing one,

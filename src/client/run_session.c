@@ -34,24 +34,6 @@
 #define TX_QUEUE_MAX (256u * 1024 * 1024)
 #define REPLAY_KEEP (1u) /* events are not replayed here: keep none */
 
-static bool valid_id(const char *id) {
-  size_t i;
-  size_t n = strlen(id);
-
-  if (n == 0 || n > 63) {
-    return false;
-  }
-  for (i = 0; i < n; i++) {
-    char ch = id[i];
-
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
-
 static bool sessions_dir(char *buf, size_t n) {
   char dir[PATH_MAX];
   int w;
@@ -156,6 +138,7 @@ int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
   int rc;
 
   memset(rs, 0, sizeof(*rs));
+  al__tx_deltas_init(&rs->deltas, AL_TX_REPLY_DELTAS_MAX);
   if (!sessions_dir(dir, sizeof(dir))) {
     snprintf(err, errlen, "no state directory (set HOME or XDG_STATE_HOME)");
     return AL_EINVAL;
@@ -166,7 +149,7 @@ int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
     return rc;
   }
   if (resume_id != NULL) {
-    if (!valid_id(resume_id)) {
+    if (!al__session_id_valid(resume_id)) {
       snprintf(err, errlen, "--resume: '%s' is not a session id", resume_id);
       return AL_EINVAL;
     }
@@ -329,8 +312,12 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     return rc;
   }
   al__tx_set_state_cb(rs->tx, on_tx_state, rs);
+  /* A new session's chain binds its id; a resumed one goes on after its
+   * last good record, in the file's format. */
   if (rs->resumed) {
-    al__tx_set_chain(rs->tx, rs->loaded.chain);
+    al__tx_set_chain(rs->tx, rs->loaded.chain, rs->loaded.chain_id);
+  } else {
+    al__tx_set_chain(rs->tx, "", rs->id);
   }
   if (!rs->resumed) {
     al_blob_t *b = al__tx_header_record(rs->id, h);
@@ -360,11 +347,8 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
   if (rs->loaded.synthetic != NULL) {
     /* A tool turn the last process left open was closed on load: the
      * transcript records the results that closed it. */
-    json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",
-                            rs->loaded.synthetic);
-    al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+    al_blob_t *b = al__tx_synthetic_record(rs->loaded.synthetic);
 
-    json_decref(rec);
     put(rs, b, true, true);
     if (b != NULL) {
       al__blob_unref(b);
@@ -382,22 +366,36 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
   }
   al_buf_init(&line, 64u * 1024 * 1024);
   if (al__events_encode_line(ev, &line) == 0) {
-    b = al__blob_new(line.data, line.len);
-    put(rs, b, false, false);
-    if (b != NULL) {
-      al__blob_unref(b);
+    al_blob_t *note = NULL;
+
+    /* A reply's deltas past their bound stay out (a reply rejected at
+     * its limit leaves a bounded trace): the daemon's rule. */
+    if (al__tx_deltas_keep(&rs->deltas, ev, line.len, &note)) {
+      put(rs, note, false, true);
+      b = al__blob_new(line.data, line.len);
+      put(rs, b, false, false);
+      if (b != NULL) {
+        al__blob_unref(b);
+      }
     }
+    al__blob_unref(note);
   }
   al_buf_free(&line);
 }
 
 void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
                             const char *message, size_t len, void *data) {
-  static const char *const kinds[] = {"user", "assistant", "tool_results"};
   al__run_session_t *rs = data;
-  al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
+  al_blob_t *b = al__tx_commit_record(kind, message, len);
 
   (void)agent;
+  if (b == NULL && rs->tx != NULL && rs->err == 0) {
+    /* Never silently: a commit that cannot be recorded makes the
+     * transcript incomplete. */
+    rs->err = al__tx_commit_kind_name(kind) == NULL ? AL_EINVAL : AL_ENOMEM;
+    fprintf(stderr, "agentloop: a history commit cannot be recorded in "
+                    "%s: %s\n", rs->path, al_strerror(rs->err));
+  }
   put(rs, b, true, true);
   if (b != NULL) {
     al__blob_unref(b);

@@ -450,10 +450,13 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
     break;
   case AL_EVENT_MCP_SERVER_STATE:
   case AL_EVENT_MCP_WARNING:
-    /* ready/starting are routine; failures and warnings are shown. */
+    /* ready/starting are routine; failures, a degraded server stream
+     * (its notice) and warnings are shown. */
     if (ev->type == AL_EVENT_MCP_SERVER_STATE &&
         (ev->u.mcp.state.len != 6 ||
-         memcmp(ev->u.mcp.state.ptr, "failed", 6) != 0)) {
+         memcmp(ev->u.mcp.state.ptr, "failed", 6) != 0) &&
+        (ev->u.mcp.state.len != 8 ||
+         memcmp(ev->u.mcp.state.ptr, "degraded", 8) != 0)) {
       break;
     }
     v->streaming = false;

@@ -7,8 +7,11 @@
  *
  *   --cwd DIR          the workspace (default: .)
  *   --tools-dir DIR    another tools.d directory (repeatable)
- *   --trust-project    record that this workspace's tools.d may load
- *                      (in $XDG_CONFIG_HOME/agentloop/trusted-projects)
+ *   --trust-project    approve this workspace's tools.d/, .agentloop/ and
+ *                      .mcp.json as they are now (their hash goes into
+ *                      $XDG_CONFIG_HOME/agentloop/trusted-projects) and
+ *                      list what was added, removed or modified since
+ *                      the last approval
  *   --sandbox MODE     auto | required | none, as for run
  *   --json             one JSON object (al_agent_tools_json) on stdout
  *
@@ -36,8 +39,11 @@ static void usage(FILE *f) {
         "\n"
         "Lists the tools a run would offer (built-ins, tools.d CLI tools),\n"
         "the tools.d files that failed to load (FILE:LINE:COL: reason) and\n"
-        "the sandbox mode. The project's tools.d loads only when trusted:\n"
-        "--trust-project records that decision for this workspace.\n",
+        "the sandbox mode. The project's tools.d/, .agentloop/ and\n"
+        ".mcp.json are used only when trusted: --trust-project approves\n"
+        "them as they are now and lists what changed since the last\n"
+        "approval; a file added or changed after it is not used until\n"
+        "approved again.\n",
         f);
 }
 
@@ -76,6 +82,45 @@ static void print_text(json_t *o) {
       printf("  %s\n", json_string_value(t));
     }
   }
+  t = json_object_get(o, "project_trust");
+  {
+    const char *st = json_string_value(json_object_get(t, "state"));
+    json_t *ch = json_object_get(t, "changes");
+    bool approved = json_is_true(json_object_get(t, "approved"));
+
+    if (approved) {
+      printf("trusted: %s (%zu change%s approved since the last time)\n",
+             json_string_value(json_object_get(t, "path")),
+             json_array_size(ch), json_array_size(ch) == 1 ? "" : "s");
+    } else if (st != NULL && (strcmp(st, "changed") == 0 ||
+                              strcmp(st, "unbound") == 0)) {
+      printf("note: %s: %s; its tools.d/, .agentloop/ and .mcp.json are "
+             "not used until `agentloop tools --trust-project` approves "
+             "them again:\n",
+             json_string_value(json_object_get(t, "path")),
+             strcmp(st, "changed") == 0
+                 ? "files changed since you trusted this project"
+                 : "this project was trusted before trust was bound to "
+                   "its files' content");
+    } else if (st != NULL && strcmp(st, "unreadable") == 0) {
+      printf("note: %s: the project's files could not be read whole "
+             "(over %s); it is not trusted\n",
+             json_string_value(json_object_get(t, "path")),
+             "4096 files, 32 MiB or 16 levels, or unreadable");
+    }
+    if (approved || (st != NULL && (strcmp(st, "changed") == 0 ||
+                                    strcmp(st, "unbound") == 0))) {
+      json_array_foreach(ch, i, m) {
+        printf("  %-8s %s\n",
+               json_string_value(json_object_get(m, "change")),
+               json_string_value(json_object_get(m, "path")));
+      }
+    }
+    if (st != NULL && (strcmp(st, "changed") == 0 ||
+                       strcmp(st, "unbound") == 0)) {
+      return; /* said above, with what to approve */
+    }
+  }
   m = json_object_get(o, "project_tools_d");
   if (m != NULL && !json_is_true(json_object_get(m, "trusted"))) {
     printf("note: %s was not loaded: its tools are code from the project's "
@@ -83,6 +128,30 @@ static void print_text(json_t *o) {
            "`agentloop tools --trust-project` trusts it\n",
            json_string_value(json_object_get(m, "path")));
   }
+}
+
+/* {"path", "state", "changes": [{"change", "path"}], "approved"}: the
+ * project's trust (src/tools/trust.c); approved when --trust-project just
+ * recorded it, and changes are then what it approved. */
+static json_t *trust_json(const al_project_trust_t *t, bool approved) {
+  json_t *ch = json_array();
+  const char *p = t->changes.data;
+
+  while (p != NULL && *p != '\0') {
+    const char *e = strchr(p, '\n');
+    size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
+    const char *sp = memchr(p, ' ', n);
+
+    if (sp != NULL) {
+      json_array_append_new(
+          ch, json_pack("{s:s%, s:s%}", "change", p, (size_t)(sp - p),
+                        "path", sp + 1, (size_t)(n - (size_t)(sp - p) - 1)));
+    }
+    p = e != NULL ? e + 1 : NULL;
+  }
+  return json_pack("{s:s, s:s, s:o, s:b}", "path", t->real, "state",
+                   al__trust_state_name(t->state), "changes", ch, "approved",
+                   approved);
 }
 
 bool al__cli_sandbox_policy(const char *arg, al_sandbox_policy_t *out) {
@@ -120,6 +189,7 @@ int al_cli_tools(int argc, char **argv) {
   uv_loop_t loop;
   char *text = NULL;
   json_t *obj;
+  al_project_trust_t tr;
   int c;
   int rc;
 
@@ -159,12 +229,19 @@ int al_cli_tools(int argc, char **argv) {
   }
   cwd = real;
   if (trust) {
-    rc = al__tools_trust_project(cwd);
+    rc = al__tools_trust_project(cwd, &tr);
     if (rc != 0) {
       fprintf(stderr, "agentloop tools: cannot record trust for %s: %s\n",
-              cwd, strerror(-rc));
+              cwd,
+              rc == AL_ETOOBIG
+                  ? "tools.d/ or .agentloop/ holds over 4096 files, "
+                    "32 MiB or 16 levels"
+                  : rc < 0 && rc > -4096 ? strerror(-rc) : al_strerror(rc));
+      al__project_trust_free(&tr);
       return 2;
     }
+  } else {
+    (void)al__tools_project_trust(cwd, &tr);
   }
   uv_loop_init(&loop);
   al_agent_options_init(&o);
@@ -187,15 +264,24 @@ int al_cli_tools(int argc, char **argv) {
   uv_loop_close(&loop);
   if (rc != 0) {
     fprintf(stderr, "agentloop tools: %s\n", al_strerror(rc));
+    al__project_trust_free(&tr);
     return 2;
   }
-  if (json) {
-    printf("%s\n", text);
-  } else {
-    obj = json_loads(text, 0, NULL);
-    print_text(obj);
-    json_decref(obj);
-  }
+  obj = json_loads(text, 0, NULL);
   al_free(text);
+  if (obj == NULL) {
+    al__project_trust_free(&tr);
+    return 2;
+  }
+  json_object_set_new(obj, "project_trust", trust_json(&tr, trust));
+  al__project_trust_free(&tr);
+  if (json) {
+    text = json_dumps(obj, JSON_COMPACT);
+    printf("%s\n", text != NULL ? text : "{}");
+    al_free(text);
+  } else {
+    print_text(obj);
+  }
+  json_decref(obj);
   return 0;
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/yamlnode.h"
 #include "tools/clitool.h"
 #include "transport/transport_int.h"
 
@@ -783,29 +784,21 @@ int al__config_section_keep(al_cfg_ctx_t *cx, const char *name,
 
 int al_config_load_string(al_config_t *cfg, al_cfg_layer_t layer,
                           const char *name, const char *yaml, size_t len) {
-  yaml_parser_t parser;
   yaml_document_t doc;
   yaml_node_t *root;
+  al_yaml_error_t ye;
   al_cfg_ctx_t cx;
 
   cx.cfg = cfg;
   cx.doc = &doc;
   cx.file = name;
   cx.layer = layer;
-  if (!yaml_parser_initialize(&parser)) {
-    return AL_ENOMEM;
-  }
-  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
-  if (!yaml_parser_load(&parser, &doc)) {
-    const yaml_mark_t *mk = parser.problem != NULL ? &parser.problem_mark
-                                                   : &parser.context_mark;
-
-    add_error(cfg, "%s:%d:%d: YAML: %s%s%s", name, (int)mk->line + 1,
-              (int)mk->column + 1,
-              parser.problem != NULL ? parser.problem : "parse error",
-              parser.context != NULL ? " " : "",
-              parser.context != NULL ? parser.context : "");
-    yaml_parser_delete(&parser);
+  if (al_yaml_load(&doc, yaml, len, &ye) != 0) {
+    if (ye.nomem) {
+      return AL_ENOMEM;
+    }
+    add_error(cfg, "%s:%d:%d: YAML: %s%s%s", name, ye.line, ye.col,
+              ye.problem, ye.context[0] != '\0' ? " " : "", ye.context);
     return 0;
   }
   root = yaml_document_get_root_node(&doc);
@@ -818,7 +811,6 @@ int al_config_load_string(al_config_t *cfg, al_cfg_layer_t layer,
     load_map(&cx, root, keys, NULL);
   }
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
   return 0;
 }
 

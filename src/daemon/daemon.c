@@ -324,7 +324,7 @@ static void scan_sessions(al_daemon_t *d) {
     }
     memcpy(id, de->d_name, nl - 6);
     id[nl - 6] = '\0';
-    if (!al__valid_session_id(id) || al__session_find(d, id) != NULL ||
+    if (!al__session_id_valid(id) || al__session_find(d, id) != NULL ||
         (path = al__transcript_path(d, id)) == NULL) {
       continue;
     }

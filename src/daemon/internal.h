@@ -91,6 +91,7 @@ struct session_s {
   bool unloading;
   al_agent_t *agent;
   al_tx_t *tx;
+  al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
   /* Recent events, oldest first: a circular array (seqs increase, so a
    * seq is found by binary search). */
   ring_entry_t *ring;
@@ -188,7 +189,6 @@ session_t *al__session_find(al_daemon_t *d, const char *id);
 session_t *al__session_alloc(al_daemon_t *d, const char *id);
 void al__session_free(session_t *s);
 char *al__transcript_path(al_daemon_t *d, const char *id);
-bool al__valid_session_id(const char *id);
 int al__session_start(session_t *s, uint64_t first_seq, uint64_t first_run,
                       char *why, size_t why_len);
 /* Applies the settings params carries (model, provider, base_url,

@@ -951,7 +951,7 @@ static void m_session_resume(const call_t *k) {
    * found by its id: the load (on the threadpool) tells whether it
    * exists; a failed load drops the entry again. */
   if (popt_str(k, "session", &id) && id != NULL &&
-      al__valid_session_id(id) && al__session_find(d, id) == NULL) {
+      al__session_id_valid(id) && al__session_find(d, id) == NULL) {
     s = al__session_alloc(d, id);
     if (s != NULL) {
       s->discovered = true;

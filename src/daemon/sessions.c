@@ -438,7 +438,20 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   }
   json_decref(j);
   line->data[n] = '\n';
-  al__session_tx_put(s, line, false);
+  {
+    /* A reply's deltas past their bound stay out of the transcript (a
+     * reply rejected at its limit leaves a bounded trace); they are
+     * still delivered live below. */
+    al_blob_t *note = NULL;
+
+    if (al__tx_deltas_keep(&s->deltas, ev, line->len, &note)) {
+      if (note != NULL && s->tx != NULL) {
+        al__tx_append_chained(s->tx, note, false);
+      }
+      al__session_tx_put(s, line, false);
+    }
+    al__blob_unref(note);
+  }
   /* Only `final` says "done": error and interrupted keep their place
    * before turn/cancel's answer (al_agent_cancel's contract). */
   last = ev->type == AL_EVENT_FINAL;
@@ -467,9 +480,7 @@ void al__session_on_event(const al_event_t *ev, void *data) {
 static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
                       const char *message, size_t len, void *data) {
   session_t *s = data;
-  static const char *const kinds[] = {"user", "assistant", "tool_results",
-                                      "compaction", "micro"};
-  al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
+  al_blob_t *b = al__tx_commit_record(kind, message, len);
 
   if (b == NULL) {
     al_log(AL_LOG_ERROR, "session %s: cannot record a history commit", s->id);
@@ -520,6 +531,7 @@ session_t *al__session_alloc(al_daemon_t *d, const char *id) {
   al_list_init(&s->held);
   al_list_init(&s->resumes);
   s->next_seq = 1;
+  al__tx_deltas_init(&s->deltas, AL_TX_REPLY_DELTAS_MAX);
   al_list_insert_tail(&d->sessions, &s->node);
   d->nknown++;
   return s;
@@ -553,24 +565,6 @@ char *al__transcript_path(al_daemon_t *d, const char *id) {
     return NULL;
   }
   return b.data;
-}
-
-bool al__valid_session_id(const char *id) {
-  size_t i;
-  size_t n = strlen(id);
-
-  if (n == 0 || n > 63) {
-    return false;
-  }
-  for (i = 0; i < n; i++) {
-    char ch = id[i];
-
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-          (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
-      return false;
-    }
-  }
-  return true;
 }
 
 /* Tools listed in ask_tools wait for a watcher's approval (beside the
@@ -796,6 +790,9 @@ int al__session_start(session_t *s, uint64_t first_seq,
   al_free(path);
   if (rc == 0) {
     al__tx_set_state_cb(s->tx, on_tx_state, s);
+    /* A new session's chain binds its id (a resume continues the loaded
+     * chain instead). */
+    al__tx_set_chain(s->tx, "", s->id);
   }
   if (rc != 0) {
     snprintf(why, why_len, "cannot open the transcript: %s",
@@ -1131,8 +1128,8 @@ void al__session_load_done(uv_work_t *w, int status) {
     rc = al__session_start(s, l->last_seq + 1 + nsynth, l->last_run + 1, why,
                        sizeof(why));
     if (rc == 0 && s->tx != NULL) {
-      al__tx_set_chain(s->tx, l->chain); /* new records follow the last
-                                            good one */
+      /* New records follow the last good one, in the file's format. */
+      al__tx_set_chain(s->tx, l->chain, l->chain_id);
     }
   }
   if (rc == 0 && !s->closing) {
@@ -1162,11 +1159,8 @@ void al__session_load_done(uv_work_t *w, int status) {
       synth_run_end(s, l);
     }
     if (l->synthetic != NULL) {
-      json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",
-                              l->synthetic);
-      al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+      al_blob_t *b = al__tx_synthetic_record(l->synthetic);
 
-      json_decref(rec);
       if (b != NULL) {
         al__session_tx_put_rec(s, b);
         al__blob_unref(b);

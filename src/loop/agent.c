@@ -1204,7 +1204,30 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
 
 /* ---- a reply that ended well ---------------------------------------------------------------- */
 
-static bool post_usage(al_agent_t *a, const json_t *usage) {
+/* Blocks of a tool the server ran (Anthropic's server_tool_use and
+ * *_tool_result, the Responses API's hosted *_call items, kept as given;
+ * its function calls are tool_use blocks): the reply's usage then counts
+ * the server's own model calls (budget.h). */
+static bool has_server_blocks(const json_t *msg) {
+  const json_t *c = json_object_get(msg, "content");
+  const json_t *b;
+  size_t i;
+
+  json_array_foreach(c, i, b) {
+    const char *t = json_string_value(json_object_get(b, "type"));
+    size_t n = t != NULL ? strlen(t) : 0;
+
+    if (t != NULL && (strcmp(t, "server_tool_use") == 0 ||
+                      (n > 12 && strcmp(t + n - 12, "_tool_result") == 0) ||
+                      (n > 5 && strcmp(t + n - 5, "_call") == 0))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+static bool post_usage(al_agent_t *a, const json_t *msg) {
+  const json_t *usage = json_object_get(msg, "usage");
   al_event_t ev;
   int64_t ctx;
 
@@ -1222,7 +1245,8 @@ static bool post_usage(al_agent_t *a, const json_t *usage) {
   AG_U(cache_creation_input_tokens)
   AG_U(reasoning_tokens)
 #undef AG_U
-  ctx = al__budget_observed(&a->budget, a->model, usage);
+  ctx = al__budget_observed(&a->budget, a->model, usage,
+                            has_server_blocks(msg));
   if (ctx <= 0) {
     ctx = al__budget_project(&a->budget, a->model, a->budget.last_raw);
     ev.u.usage.context_estimated = true;
@@ -1319,7 +1343,7 @@ static void reply_done(al_agent_t *a) {
   al_buf_init(&text, SIZE_MAX / 2);
   join_text(msg, &text, &single);
   if (a->state == AG_COMPACTING) {
-    if (post_usage(a, json_object_get(msg, "usage"))) {
+    if (post_usage(a, msg)) {
       json_decref(single);
       al_buf_free(&text);
       return;
@@ -1335,7 +1359,7 @@ static void reply_done(al_agent_t *a) {
   }
   a->overflow_retried = false;
   if (a->state == AG_SUMMARY) {
-    if (post_usage(a, json_object_get(msg, "usage"))) {
+    if (post_usage(a, msg)) {
       json_decref(single);
       al_buf_free(&text);
       return;
@@ -1358,7 +1382,7 @@ static void reply_done(al_agent_t *a) {
                      a->nblocks > 0 && a->blocks[a->nblocks - 1].is_tool)) {
     json_decref(single);
     al_buf_free(&text);
-    if (post_usage(a, json_object_get(msg, "usage"))) {
+    if (post_usage(a, msg)) {
       return;
     }
     if (stop == AL_STOP_MAX_TOKENS &&
@@ -1404,7 +1428,7 @@ static void reply_done(al_agent_t *a) {
   commit_notify(a, AL_COMMIT_ASSISTANT, msg);
   /* usage comes once the reply is in the history: from here on a cancel
    * answers its tool calls. */
-  if (post_usage(a, json_object_get(msg, "usage"))) {
+  if (post_usage(a, msg)) {
     json_decref(single);
     al_buf_free(&text);
     return;

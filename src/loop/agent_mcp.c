@@ -12,8 +12,16 @@
  * Names: mcp__<server>__<tool> (al__mcp_tool_name). Built-in, in-process
  * and tools.d names are registered first and win; an MCP tool whose name
  * is taken gets a hash suffix and an mcp_warning event, never silently.
- * Two servers offering the same tool name also get a warning (the prefix
- * keeps them apart, but the model sees two similar tools).
+ * Two servers offering the same tool name are no collision: the prefix
+ * keeps their names apart, and nothing is said.
+ *
+ * A call to an mcp__ name that is not registered yet (the model knew the
+ * name before the server was ready, or the project's .mcp.json is still
+ * being read) waits for the server (ag_mcp_wait_t, bounded by the
+ * server's own startup timeout) and is then handed to the registered tool
+ * through its gate (permissions and hooks as for any call), or gets an
+ * error naming the server and why. A direct call to a deferred tool runs
+ * and loads its definition from the next turn on.
  *
  * Categories: readOnlyHint -> read; destructiveHint -> admin (needs an
  * approval or --allow-tool); otherwise write. Concurrency-safe when
@@ -100,6 +108,8 @@ static ag_cost_t definition_cost(al_agent_t *a, const al_mcp_server_t *s) {
   return c;
 }
 
+static void wait_kick(al_agent_t *a);
+
 static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
   al_agent_t *a = data;
   al_mcp_state_t st = al__mcp_server_state(s);
@@ -112,9 +122,29 @@ static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
                0, 0)) {
     return;
   }
+  wait_kick(a); /* calls waiting for a server look again */
   if (a->mcp_waiting && al__mcp_settled(a->mcp)) {
     al__agent_mcp_wait_over(a);
   }
+}
+
+/* A ready server's server stream degraded or was given up (mcp_http.c):
+ * mcp_server_state with the state `degraded` and the notice as error; the
+ * server's own state is still ready (its calls work). */
+static void on_notice(al_mcp_t *m, al_mcp_server_t *s, const char *text,
+                      void *data) {
+  al_agent_t *a = data;
+  al_event_t ev;
+
+  (void)m;
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_MCP_SERVER_STATE;
+  ev.u.mcp.server = ag_slice(al__mcp_server_name(s));
+  ev.u.mcp.state = ag_slice("degraded");
+  ev.u.mcp.error = ag_slice(text);
+  ev.u.mcp.tools = (uint32_t)json_array_size(al__mcp_server_tools(s));
+  ev.u.mcp.ms = al__mcp_server_ms(s);
+  al__agent_post(a, &ev);
 }
 
 /* ---- the tool ------------------------------------------------------------------ */
@@ -203,6 +233,11 @@ static int mcp_start(al_tool_call_t *call) {
   if (mc == NULL) {
     return AL_ENOMEM;
   }
+  if (t->mcp_deferred && t->agent->mcp_loaded != NULL) {
+    /* Named directly without its definition: it runs, and is sent from
+     * the next turn boundary on, as if mcp_tool_search had found it. */
+    json_object_set_new(t->agent->mcp_loaded, t->name, json_true());
+  }
   rc = al__mcp_call(t->mcp, t->mcp_tool, call->input, call_progress,
                     call_done, call, &mc->c);
   if (rc == 0) {
@@ -271,29 +306,6 @@ static void remove_def(al_agent_t *a, const char *name) {
   }
 }
 
-/* Another ready server that lists a tool named `tool`, or NULL. */
-static const char *other_server_with(al_agent_t *a, al_mcp_server_t *s,
-                                     const char *tool) {
-  size_t i, j;
-  json_t *t;
-
-  for (i = 0; i < al__mcp_count(a->mcp); i++) {
-    al_mcp_server_t *o = al__mcp_server(a->mcp, i);
-
-    if (o == s || a->mcp_gens[i] == 0) {
-      continue;
-    }
-    json_array_foreach(al__mcp_server_tools(o), j, t) {
-      const char *n = json_string_value(json_object_get(t, "name"));
-
-      if (n != NULL && strcmp(n, tool) == 0) {
-        return al__mcp_server_name(o);
-      }
-    }
-  }
-  return NULL;
-}
-
 static bool warn(al_agent_t *a, al_mcp_server_t *s, const char *fmt,
                  const char *x, const char *y, const char *z) {
   char msg[1024];
@@ -317,7 +329,6 @@ static bool add_tool(al_agent_t *a, al_mcp_server_t *s, const json_t *tool,
                                               : AL_TOOL_WRITE;
   char name[65];
   char *schema;
-  const char *other;
   ag_tool_t *t = NULL;
   int rc;
 
@@ -341,13 +352,8 @@ static bool add_tool(al_agent_t *a, al_mcp_server_t *s, const json_t *tool,
                   "", "");
     }
   }
-  other = other_server_with(a, s, tname);
-  if (other != NULL &&
-      warn(a, s, "tool '%s' is also offered by server '%s'; the model sees "
-                 "both, as '%s'",
-           tname, other, name)) {
-    return true;
-  }
+  /* The same tool name on another server is no collision: the server's
+   * prefix keeps the names apart. */
   schema = json_dumps(json_object_get(tool, "inputSchema"), JSON_COMPACT);
   if (schema == NULL) {
     return false;
@@ -651,7 +657,9 @@ static bool apply_budget(al_agent_t *a, bool *changed) {
   return false;
 }
 
-bool al__agent_mcp_sync(al_agent_t *a) {
+/* Registers the new lists of server `only` (SIZE_MAX: of every server),
+ * then applies the budget. true when the run ended meanwhile. */
+static bool sync_servers(al_agent_t *a, size_t only) {
   size_t i, j, n;
   uint32_t *counts;
   bool *changed;
@@ -674,7 +682,7 @@ bool al__agent_mcp_sync(al_agent_t *a) {
     bool usable = al__mcp_server_state(s) == AL_MCP_READY;
     json_t *tool;
 
-    if (!usable || gen == a->mcp_gens[i]) {
+    if (!usable || gen == a->mcp_gens[i] || (only != SIZE_MAX && i != only)) {
       continue; /* a failed server keeps its tools: calls say why */
     }
     counts[2 * i + 1] = remove_tools(a, s);
@@ -704,6 +712,254 @@ bool al__agent_mcp_sync(al_agent_t *a) {
   al_free(counts);
   al_free(changed);
   return stop;
+}
+
+bool al__agent_mcp_sync(al_agent_t *a) { return sync_servers(a, SIZE_MAX); }
+
+/* ---- calls to tools not registered yet ------------------------------------------ */
+
+/* One call to an mcp__ name whose tool is not registered: it looks at the
+ * servers from a zero timer (never inside the executor's start, never
+ * inside mcp.c's state change), again at each state change, until its
+ * server is ready (handed to the tool's gate) or failed (an error). The
+ * agent's `pending` covers the timer until its close callback. */
+typedef struct ag_mcp_wait_s {
+  al_list_t node; /* a->mcp_waits */
+  uv_timer_t timer;
+  al_agent_t *agent;
+  al_tool_call_t *call;
+} ag_mcp_wait_t;
+
+/* The server a name mcp__<server>__<tool> belongs to (the longest server
+ * name that fits: "a__b" and "a" may both), or NULL. */
+static al_mcp_server_t *server_of(al_agent_t *a, const char *name,
+                                  size_t *idx) {
+  al_mcp_server_t *best = NULL;
+  size_t i, best_len = 0;
+
+  if (a->mcp == NULL || strncmp(name, "mcp__", 5) != 0) {
+    return NULL;
+  }
+  for (i = 0; i < al__mcp_count(a->mcp); i++) {
+    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+    const char *sn = al__mcp_server_name(s);
+    size_t n = strlen(sn);
+
+    if (strncmp(name + 5, sn, n) == 0 && strncmp(name + 5 + n, "__", 2) == 0 &&
+        n > best_len) {
+      best = s;
+      best_len = n;
+      *idx = i;
+    }
+  }
+  return best;
+}
+
+/* The server's own entry for the model's name of one of its tools. */
+static const json_t *server_tool(al_mcp_server_t *s, const char *name) {
+  size_t i;
+  json_t *t;
+
+  json_array_foreach(al__mcp_server_tools(s), i, t) {
+    const char *tn = json_string_value(json_object_get(t, "name"));
+    char n[65];
+
+    if (tn != NULL) {
+      al__mcp_tool_name(al__mcp_server_name(s), tn, n);
+      if (strcmp(n, name) == 0) {
+        return t;
+      }
+    }
+  }
+  return NULL;
+}
+
+static void wait_on_close(uv_handle_t *h) {
+  ag_mcp_wait_t *w = h->data;
+  al_agent_t *a = w->agent;
+
+  al_free(w);
+  a->pending--;
+  al__agent_maybe_finish(a);
+}
+
+/* The call is no longer ours to complete from here (handed over, or about
+ * to be completed by the caller). */
+static void wait_end(ag_mcp_wait_t *w) {
+  w->call->tool_data = NULL;
+  al_list_remove(&w->node);
+  uv_close((uv_handle_t *)&w->timer, wait_on_close);
+}
+
+static void wait_fail(ag_mcp_wait_t *w, al_buf_t *b) {
+  al_tool_call_t *call = w->call;
+
+  wait_end(w);
+  al__executor_call_complete(call, true,
+                             b->data != NULL ? b->data : "Error: out of memory",
+                             b->data != NULL ? b->len : 20);
+  al_buf_free(b);
+}
+
+static void wait_look(uv_timer_t *timer) {
+  ag_mcp_wait_t *w = timer->data;
+  al_agent_t *a = w->agent;
+  al_tool_call_t *call = w->call;
+  al_mcp_server_t *s;
+  const char *err;
+  size_t i = 0;
+  al_buf_t b;
+  ag_tool_t *t;
+  int rc;
+
+  if (ag_closing(a) || a->mcp_load != NULL) {
+    return; /* the close cancels it; load_done looks again */
+  }
+  s = server_of(a, call->name, &i);
+  al_buf_init(&b, 64 * 1024);
+  if (s == NULL) {
+    al_buf_printf(&b, "Error: Unknown tool '%s': no MCP server of that name "
+                      "is configured",
+                  call->name);
+    if (a->mcp_search != NULL && !a->mcp_search->removed) {
+      al_buf_printf(&b, "; MCP tools left out of your tool list are found "
+                        "with mcp_tool_search");
+    }
+    wait_fail(w, &b);
+    return;
+  }
+  switch (al__mcp_server_state(s)) {
+  case AL_MCP_STARTING:
+  case AL_MCP_CLOSED: /* not spawned yet: it starts on this loop turn */
+    al_buf_free(&b);
+    return; /* on_state looks again; its startup timeout bounds this */
+  case AL_MCP_FAILED:
+  case AL_MCP_RESTARTING:
+    err = al__mcp_server_error(s);
+    al_buf_printf(&b, "Error: MCP server '%s' did not start, so its tool "
+                      "'%s' cannot run%s%s",
+                  al__mcp_server_name(s), call->name, err != NULL ? ": " : "",
+                  err != NULL ? err : "");
+    wait_fail(w, &b);
+    return;
+  case AL_MCP_READY:
+    break;
+  }
+  if (al__mcp_server_gen(s) != a->mcp_gens[i]) {
+    /* Ready since the last turn boundary: its tools join now (the next
+     * request would have them anyway). */
+    if (sync_servers(a, i) || call->tool_data != w) {
+      al_buf_free(&b);
+      return; /* the run ended; the call was cancelled */
+    }
+  }
+  t = al__agent_tool_find(a, call->name);
+  if (t == NULL || t->mcp != s) {
+    al_buf_printf(&b, "Error: MCP server '%s' has no tool named '%s'",
+                  al__mcp_server_name(s), call->name);
+    if (a->mcp_search != NULL && !a->mcp_search->removed) {
+      al_buf_printf(&b, "; MCP tools left out of your tool list are found "
+                        "with mcp_tool_search");
+    }
+    wait_fail(w, &b);
+    return;
+  }
+  al_buf_free(&b);
+  wait_end(w);
+  /* Through the gate, as if the executor had found the tool. */
+  call->impl = &t->gate;
+  rc = t->gate.start(call);
+  if (rc != 0) {
+    al__call_complete_fmt(call, "Error: tool '%s' failed to start: %s",
+                          t->name, al_strerror(rc));
+  }
+}
+
+static void wait_kick(al_agent_t *a) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &a->mcp_waits) {
+    ag_mcp_wait_t *w = AL_CONTAINER_OF(pos, ag_mcp_wait_t, node);
+
+    uv_timer_start(&w->timer, wait_look, 0, 0);
+  }
+}
+
+static int wait_start(al_tool_call_t *call) {
+  al_agent_t *a = call->impl->data;
+  ag_mcp_wait_t *w = al_calloc(1, sizeof(*w));
+
+  if (w == NULL) {
+    return AL_ENOMEM;
+  }
+  w->agent = a;
+  w->call = call;
+  uv_timer_init(a->loop, &w->timer);
+  w->timer.data = w;
+  a->pending++;
+  al_list_insert_tail(&a->mcp_waits, &w->node);
+  call->tool_data = w;
+  uv_timer_start(&w->timer, wait_look, 0, 0);
+  return 0;
+}
+
+static void wait_cancel(al_tool_call_t *call) {
+  ag_mcp_wait_t *w = call->tool_data;
+
+  if (w == NULL) {
+    return;
+  }
+  wait_end(w);
+  al__executor_call_complete(call, true, cancelled_text,
+                             strlen(cancelled_text));
+}
+
+static bool wait_safe(const al_tool_impl_t *impl, const json_t *input) {
+  const al_agent_t *a = impl->data;
+
+  (void)input;
+  return impl == &a->mcp_wait_safe_impl;
+}
+
+const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name) {
+  al_mcp_server_t *s;
+  const json_t *tool, *ov;
+  size_t i = 0;
+
+  if (ag_closing(a) || strncmp(name, "mcp__", 5) != 0 ||
+      (a->mcp == NULL && a->mcp_load == NULL)) {
+    return NULL;
+  }
+  if (a->mcp_load != NULL) {
+    return &a->mcp_wait_impl;
+  }
+  s = server_of(a, name, &i);
+  if (s == NULL) {
+    /* No such server: unknown, unless tools are deferred (the error then
+     * points at mcp_tool_search). */
+    return a->mcp_search != NULL && !a->mcp_search->removed
+               ? &a->mcp_wait_safe_impl
+               : NULL;
+  }
+  if (al__mcp_server_state(s) != AL_MCP_READY) {
+    return &a->mcp_wait_impl; /* its hints are not known yet */
+  }
+  /* Ready but not registered yet: concurrency-safe as its tool will be
+   * (add_tool's rule); no such tool completes at once, safe too. */
+  tool = server_tool(s, name);
+  if (tool == NULL) {
+    return &a->mcp_wait_safe_impl;
+  }
+  ov = json_object_get(json_object_get(al__mcp_server_config(s)->tool_overrides,
+                                       json_string_value(
+                                           json_object_get(tool, "name"))),
+                       "concurrency_safe");
+  if (json_is_boolean(ov) ? json_is_true(ov)
+                          : hint(tool, "readOnlyHint") &&
+                                !hint(tool, "destructiveHint")) {
+    return &a->mcp_wait_safe_impl;
+  }
+  return &a->mcp_wait_impl;
 }
 
 /* ---- life cycle ----------------------------------------------------------------- */
@@ -768,6 +1024,7 @@ static void mcp_start_text(al_agent_t *a, const char *text) {
     mo.restart_base_ms = a->mcp_restart_base_ms;
   }
   mo.on_state = on_state;
+  mo.on_notice = on_notice;
   mo.data = a;
   rc = al__mcp_new(&mo, &cfg, &a->mcp);
   al__mcp_config_free(&cfg);
@@ -852,6 +1109,9 @@ static void load_done(uv_work_t *req, int status) {
         (a->mcp == NULL || al__mcp_settled(a->mcp))) {
       al__agent_mcp_wait_over(a);
     }
+    if (!ag_closing(a)) {
+      wait_kick(a); /* calls made while the file was read */
+    }
   }
   al_free(l->base);
   al_free(l->workspace);
@@ -866,6 +1126,13 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
 
   a->mcp_restart_base_ms = o->mcp_restart_base_ms;
   a->mcp_wait_ms = AL_MCP_DEFAULT_STARTUP_WAIT_MS;
+  al_list_init(&a->mcp_waits);
+  a->mcp_wait_impl.name = "mcp_wait";
+  a->mcp_wait_impl.start = wait_start;
+  a->mcp_wait_impl.cancel = wait_cancel;
+  a->mcp_wait_impl.is_concurrency_safe = wait_safe;
+  a->mcp_wait_impl.data = a;
+  a->mcp_wait_safe_impl = a->mcp_wait_impl;
   if (o->mcp_config != NULL) {
     al_mcp_config_t cfg;
     al_buf_t err;

@@ -230,6 +230,13 @@ struct al_agent_s {
   uint32_t mcp_budget_max_tools;
   json_t *mcp_loaded;
   ag_tool_t *mcp_search;
+  /* Calls to mcp__ names not registered (yet): their server is still
+   * starting, or the project's .mcp.json is still being read
+   * (agent_mcp.c ag_mcp_wait_t); the executor sees one of the two impls
+   * (unsafe while the tool's hints are unknown). */
+  al_list_t mcp_waits;
+  al_tool_impl_t mcp_wait_impl;
+  al_tool_impl_t mcp_wait_safe_impl;
   /* Hooks (agent_hooks.c; NULL: none). hook_runs: the agent-level runs
    * in flight (stop, user_prompt_submit; post_tool_use runs belong to
    * their executor, ag_exec_t.posts), cancelled when
@@ -420,6 +427,13 @@ json_t *al__agent_mcp_json(const al_agent_t *a);
  * and applies changed lists. true when the run ended meanwhile (a
  * subscriber cancelled it). */
 bool al__agent_mcp_sync(al_agent_t *a);
+/* The executor's lookup found no tool named `name`: an MCP name whose
+ * server is still starting (or may be: the project's .mcp.json is being
+ * read) gets an implementation that waits for it, then hands the call to
+ * the registered tool, or completes it with an error naming the server
+ * and why (never "Unknown tool" for a server that is starting). NULL
+ * otherwise. */
+const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name);
 /* Whether the run should wait for servers still starting, and how long
  * (ms). */
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);

@@ -204,7 +204,7 @@ const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name) {
   ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
   ag_tool_t *t = al__agent_tool_find(box->agent, name);
 
-  return t != NULL ? &t->gate : NULL;
+  return t != NULL ? &t->gate : al__agent_mcp_lookup(box->agent, name);
 }
 
 static bool name_ok(const char *name) {
@@ -638,9 +638,9 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
     struct stat st;
 
     snprintf(buf, sizeof(buf), "%s/tools.d", a->workspace);
-    /* One without tool files holds no tools to skip (and may be the
-     * empty read-only placeholder a running sandboxed tool has in the
-     * workspace). */
+    /* One without tool files holds no tools to skip (an empty one may
+     * be an older agentloop's placeholder). Trust is bound to the
+     * content of tools.d/, .agentloop/ and .mcp.json (tools/trust.c). */
     if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
         dir_has_tool_file(buf)) {
       a->project_tools_d = al_strdup(buf);

@@ -43,17 +43,36 @@ static int64_t u(const json_t *usage, const char *k) {
   return v > 0 ? (int64_t)v : 0;
 }
 
+bool al__budget_has_server_tools(const json_t *usage) {
+  const json_t *st = json_object_get(usage, "server_tool_use");
+  const char *k;
+  const json_t *v;
+
+  json_object_foreach((json_t *)st, k, v) {
+    if (json_integer_value(v) > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int64_t al__budget_observed(al_budget_t *b, const char *model,
-                            const json_t *usage) {
+                            const json_t *usage, bool server_tools) {
   int64_t ctx = u(usage, "input_tokens") + u(usage, "cache_read_input_tokens") +
                 u(usage, "cache_creation_input_tokens");
   double obs;
   double r;
 
+  if (server_tools || al__budget_has_server_tools(usage)) {
+    return 0; /* not the size of our request: the caller estimates it */
+  }
   if (ctx <= 0 || b->last_raw <= 0) {
     return ctx;
   }
   obs = (double)ctx / (double)b->last_raw;
+  obs = obs < AL_BUDGET_RATIO_MIN   ? AL_BUDGET_RATIO_MIN
+        : obs > AL_BUDGET_RATIO_MAX ? AL_BUDGET_RATIO_MAX
+                                    : obs;
   if (model != NULL) {
     json_t *v = json_object_get(b->ratios, model);
 

@@ -11,7 +11,16 @@
  * Context tokens of a request = input + cache read + cache creation:
  * Anthropic reports the three apart, and the OpenAI decoder reports
  * uncached input (prompt_tokens minus cached_tokens) with the cached part
- * as cache read, so the sum is the prompt either way. */
+ * as cache read, so the sum is the prompt either way.
+ *
+ * A reply whose server ran tools itself (Anthropic's web search and
+ * fetch, code execution: usage.server_tool_use, or such blocks in the
+ * reply) reports the inputs of the model calls the server made, search
+ * results included: hundreds of thousands of tokens for a request of a
+ * few hundred. It says nothing about the size of what we sent, so it
+ * neither calibrates nor anchors (issue 22: a two-word prompt was refused
+ * as 9742% of the window). And no one reply moves the ratio far: each
+ * observation is clamped to [AL_BUDGET_RATIO_MIN, AL_BUDGET_RATIO_MAX]. */
 #ifndef AL_LOOP_BUDGET_H
 #define AL_LOOP_BUDGET_H
 
@@ -27,6 +36,10 @@
 #define AL_BUDGET_RESERVE 13000
 /* Calibration: weight of the newest observation. */
 #define AL_BUDGET_EWMA_NEW 0.5
+/* The band an observed reported/estimated ratio is clamped to: tokenizers
+ * differ from 4 characters a token by well under 4x either way. */
+#define AL_BUDGET_RATIO_MIN 0.25
+#define AL_BUDGET_RATIO_MAX 4.0
 
 typedef struct al_budget_s {
   int64_t window;
@@ -57,9 +70,15 @@ void al__budget_sent(al_budget_t *b, int64_t raw);
 
 /* The reply to the last request reported usage: context tokens =
  * input + cache_read + cache_creation. Returns that sum (0 when the usage
- * has none of them; nothing is learnt then). */
+ * has none of them; nothing is learnt then). server_tools: the reply holds
+ * blocks of tools the server ran; then, as when the usage counts any
+ * server_tool_use, the sum does not describe the request: 0 is returned
+ * (the caller shows its estimate) and nothing is learnt. */
 int64_t al__budget_observed(al_budget_t *b, const char *model,
-                            const json_t *usage);
+                            const json_t *usage, bool server_tools);
+
+/* The usage counts a tool the server ran (server_tool_use: {N > 0}). */
+bool al__budget_has_server_tools(const json_t *usage);
 
 /* Projected context tokens of a request of `raw` estimated tokens. */
 int64_t al__budget_project(const al_budget_t *b, const char *model,

@@ -302,7 +302,9 @@ size_t al__validity_repair(json_t *msgs, json_t *done) {
 bool al__validity_check(const al_provider_t *p, const char *body, size_t len,
                         al_validate_verdict_t *v) {
   json_error_t jerr;
-  json_t *j = json_loadb(body, len, 0, &jerr);
+  /* \u0000 is valid JSON: a thinking block keeps the NUL the model sent
+   * (its signature covers those bytes), and the API takes it back. */
+  json_t *j = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
   bool ok;
 
   if (j == NULL) {

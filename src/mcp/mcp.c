@@ -905,6 +905,15 @@ static void on_http_fail(void *data, const char *why) {
   server_fail((al_mcp_server_t *)data, "%s", why);
 }
 
+static void on_http_notice(void *data, const char *text) {
+  al_mcp_server_t *s = data;
+  al_mcp_t *m = s->m;
+
+  if (m->o.on_notice != NULL && !m->closing && !s->closing) {
+    m->o.on_notice(m, s, text, m->o.data);
+  }
+}
+
 static void on_http_closed(void *data) {
   al_mcp_t *m = data;
 
@@ -937,6 +946,8 @@ static void connect_server(al_mcp_server_t *s) {
   ho.close_grace_ms = m->o.shutdown_grace_ms;
   ho.on_message = on_http_message;
   ho.on_fail = on_http_fail;
+  ho.on_notice = on_http_notice;
+  ho.backoff = m->o.stream_backoff;
   ho.data = s;
   s->next_id = 0;
   s->t_spawn = uv_now(m->o.loop);
@@ -1089,10 +1100,14 @@ int al__mcp_server_pid(const al_mcp_server_t *s) {
 }
 
 json_t *al__mcp_server_json(const al_mcp_server_t *s) {
+  /* A server still starting: how long so far (listings show it). */
+  uint64_t ms = s->state == AL_MCP_STARTING && !s->m->closing
+                    ? uv_now(s->m->o.loop) - s->t_spawn
+                    : s->ms;
   json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:i}", "name", s->cfg.name,
                         "state", al__mcp_state_name(s->state), "tools",
                         (json_int_t)json_array_size(s->tools), "ms",
-                        (json_int_t)s->ms, "pid", al__mcp_server_pid(s));
+                        (json_int_t)ms, "pid", al__mcp_server_pid(s));
 
   if (o != NULL) {
     json_object_set_new(o, "error",

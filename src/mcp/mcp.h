@@ -72,6 +72,33 @@ typedef enum {
 
 const char *al__mcp_state_name(al_mcp_state_t st);
 
+/* How a Streamable HTTP server's server stream (its GET) is opened again
+ * after it ends (mcp_http.c). The n-th reopen in a row of a stream that
+ * lived less than healthy_ms waits base_ms * 2^(n-1), at most max_ms, and
+ * at least the stream's SSE `retry:`, jittered to half..all of that; at
+ * most per_window reopens in any window_ms; after degrade_after short
+ * streams in a row a notice, after give_up short streams in a row the
+ * stream is left closed (another notice). Zeros: the defaults below;
+ * jitter_seed 0: seeded from the clock. */
+typedef struct al_mcp_stream_backoff_s {
+  uint64_t base_ms;
+  uint64_t max_ms;
+  uint64_t healthy_ms;
+  uint64_t window_ms;
+  uint32_t per_window;
+  uint32_t degrade_after;
+  uint32_t give_up;
+  uint64_t jitter_seed;
+} al_mcp_stream_backoff_t;
+
+#define AL_MCP_STREAM_BASE_MS 1000
+#define AL_MCP_STREAM_MAX_MS 60000
+#define AL_MCP_STREAM_HEALTHY_MS 30000
+#define AL_MCP_STREAM_WINDOW_MS 60000
+#define AL_MCP_STREAM_PER_WINDOW 10
+#define AL_MCP_STREAM_DEGRADE_AFTER 3
+#define AL_MCP_STREAM_GIVE_UP 30
+
 /* One server's configuration (parsed by al__mcp_config_parse). */
 typedef struct al_mcp_server_config_s {
   char *name;
@@ -172,6 +199,10 @@ typedef struct al_mcp_server_s al_mcp_server_t;
 typedef struct al_mcp_call_s al_mcp_call_t;
 
 typedef void (*al_mcp_state_cb)(al_mcp_t *m, al_mcp_server_t *s, void *data);
+/* Something about a ready server the user should know without a state
+ * change (its HTTP server stream degraded or was given up). */
+typedef void (*al_mcp_notice_cb)(al_mcp_t *m, al_mcp_server_t *s,
+                                 const char *text, void *data);
 
 typedef struct al_mcp_options_s {
   uv_loop_t *loop;       /* required */
@@ -184,7 +215,9 @@ typedef struct al_mcp_options_s {
   size_t line_max;
   size_t result_max_chars;
   al_mcp_state_cb on_state; /* may be NULL */
+  al_mcp_notice_cb on_notice; /* may be NULL */
   void *data;
+  al_mcp_stream_backoff_t stream_backoff; /* HTTP servers; zeros: defaults */
 } al_mcp_options_t;
 
 void al__mcp_options_init(al_mcp_options_t *o);
@@ -220,7 +253,8 @@ uint64_t al__mcp_server_ms(const al_mcp_server_t *s);
 const char *al__mcp_server_version(const al_mcp_server_t *s);
 int al__mcp_server_pid(const al_mcp_server_t *s);
 /* JSON {name, state, tools, ms, error, pid, protocol} for tools --json and
- * doctor. New reference. */
+ * doctor (ms: of a server still starting, how long so far). New
+ * reference. */
 json_t *al__mcp_server_json(const al_mcp_server_t *s);
 
 /* ---- calls ------------------------------------------------------------------ */

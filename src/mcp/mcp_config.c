@@ -596,6 +596,13 @@ static int merge(const json_t *user, const json_t *section,
   merged = json_object();
   servers = json_object();
   json_object_set_new(merged, "mcpServers", servers);
+  /* startup_wait_ms: the project's .mcp.json (where the docs show it),
+   * then config.yaml's section, then the user's file, each over the one
+   * before. */
+  if (json_object_get(proj, "startup_wait_ms") != NULL) {
+    json_object_set(merged, "startup_wait_ms",
+                    json_object_get(proj, "startup_wait_ms"));
+  }
   if (json_is_integer(json_object_get(user, "startup_wait_ms"))) {
     json_object_set(merged, "startup_wait_ms",
                     json_object_get(user, "startup_wait_ms"));
@@ -604,10 +611,17 @@ static int merge(const json_t *user, const json_t *section,
     json_object_set(servers, key, v);
   }
   /* config.yaml's mcp_servers: over the project's .mcp.json; its
-   * tool_budget_* keys are settings, not servers (the file's win). */
+   * tool_budget_* and startup_wait_ms keys are settings, not servers (the
+   * file's win). */
   json_object_foreach((json_t *)section, key, v) {
-    json_object_set(strncmp(key, "tool_budget_", 12) == 0 ? merged : servers,
-                    key, v);
+    bool setting = strncmp(key, "tool_budget_", 12) == 0 ||
+                   strcmp(key, "startup_wait_ms") == 0;
+
+    if (setting && strcmp(key, "startup_wait_ms") == 0 &&
+        json_object_get(user, "startup_wait_ms") != NULL) {
+      continue;
+    }
+    json_object_set(setting ? merged : servers, key, v);
   }
   json_object_foreach((json_t *)user, key, v) {
     if (strncmp(key, "tool_budget_", 12) == 0) {

@@ -18,6 +18,11 @@
  *    resumed with a GET carrying `Last-Event-ID` when the server gave event
  *    ids (again while each resumed stream makes progress); without ids it
  *    is a failure.
+ *  - The server stream (a GET for messages outside requests) is opened
+ *    after notifications/initialized and opened again when it ends, with
+ *    backoff (al_mcp_stream_backoff_t): a server that answers it with one
+ *    event and closes costs a few requests a minute, not a thousand a
+ *    second; on_notice says when it degrades and when it is given up.
  *  - Close sends DELETE with the session id (bounded by close_grace_ms)
  *    and then closes the HTTP client.
  * on_fail fires at most once; after it, and after close, nothing fires. */
@@ -29,6 +34,8 @@
 
 #include <jansson.h>
 #include <uv.h>
+
+#include "mcp/mcp.h"
 
 typedef struct al_mcp_http_s al_mcp_http_t;
 
@@ -42,7 +49,11 @@ typedef struct al_mcp_http_options_s {
   /* A message from the server (borrowed). */
   void (*on_message)(void *data, const json_t *msg);
   void (*on_fail)(void *data, const char *why);
+  /* The server stream degraded (reopened with backoff) or was given up;
+   * the session still works. May be NULL. */
+  void (*on_notice)(void *data, const char *text);
   void *data;
+  al_mcp_stream_backoff_t backoff; /* zeros: the defaults */
 } al_mcp_http_options_t;
 
 int al__mcp_http_new(const al_mcp_http_options_t *o, al_mcp_http_t **out);

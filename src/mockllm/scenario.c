@@ -13,6 +13,7 @@
 #include <mbedtls/base64.h>
 #include <yaml.h>
 
+#include "common/yamlnode.h"
 #include "mockllm/mockllm_int.h"
 
 typedef struct {
@@ -995,7 +996,7 @@ int al_mockllm_load_scenario_string(const char *yaml, size_t len,
                                     const char *name,
                                     al_mockllm_scenario_t **out, char *err,
                                     size_t err_len) {
-  yaml_parser_t parser;
+  al_yaml_error_t ye;
   yaml_document_t doc;
   al_mockllm_scenario_t *s;
   ctx_t c;
@@ -1010,28 +1011,17 @@ int al_mockllm_load_scenario_string(const char *yaml, size_t len,
   c.err = err;
   c.err_len = err_len;
   c.xfer = AL__XFER_CHUNKED;
-  if (!yaml_parser_initialize(&parser)) {
-    return AL_ENOMEM;
-  }
-  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
-  if (!yaml_parser_load(&parser, &doc)) {
+  rc = al_yaml_load(&doc, yaml, len, &ye);
+  if (rc != 0) {
     if (err != NULL && err_len > 0) {
-      if (parser.context != NULL) {
-        snprintf(err, err_len, "%s:%lu:%lu: %s (%s at line %lu)", c.name,
-                 (unsigned long)parser.problem_mark.line + 1,
-                 (unsigned long)parser.problem_mark.column + 1,
-                 parser.problem ? parser.problem : "YAML error",
-                 parser.context,
-                 (unsigned long)parser.context_mark.line + 1);
+      if (ye.context[0] != '\0') {
+        snprintf(err, err_len, "%s:%d:%d: %s (%s at line %d)", c.name,
+                 ye.line, ye.col, ye.problem, ye.context, ye.context_line);
       } else {
-        snprintf(err, err_len, "%s:%lu:%lu: %s", c.name,
-                 (unsigned long)parser.problem_mark.line + 1,
-                 (unsigned long)parser.problem_mark.column + 1,
-                 parser.problem ? parser.problem : "YAML error");
+        snprintf(err, err_len, "%s:%d:%d: %s", c.name, ye.line, ye.col,
+                 ye.problem);
       }
     }
-    rc = parser.error == YAML_MEMORY_ERROR ? AL_ENOMEM : AL_EPARSE;
-    yaml_parser_delete(&parser);
     return rc;
   }
   c.doc = &doc;
@@ -1045,7 +1035,6 @@ int al_mockllm_load_scenario_string(const char *yaml, size_t len,
   }
   al_free(c.model);
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
   if (rc != 0) {
     if (rc == AL_ENOMEM && err != NULL && err_len > 0) {
       snprintf(err, err_len, "%s: out of memory", c.name);

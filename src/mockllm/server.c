@@ -1170,7 +1170,8 @@ static void dispatch(conn_t *c) {
   had_body = c->body.len > 0;
   usage_from_request(c);
   if (had_body) {
-    body = json_loadb(c->body.data, c->body.len, 0, &jerr);
+    /* As the API does, \u0000 in a string is accepted (valid JSON). */
+    body = json_loadb(c->body.data, c->body.len, JSON_ALLOW_NUL, &jerr);
   }
   if (c->body.cap > 4 * AL__MOCK_BATCH) {
     al_buf_free(&c->body); /* a big request's memory is not kept idle */

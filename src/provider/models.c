@@ -300,7 +300,7 @@ static void entries_free(entry_t *e, size_t n) {
 
 /* Parses one file into c->e / c->n. Returns false with c->error set. */
 static bool parse_text(ctx_t *c, const char *yaml, size_t len) {
-  yaml_parser_t parser;
+  al_yaml_error_t ye;
   yaml_document_t doc;
   yaml_node_t *root;
   yaml_node_pair_t *p;
@@ -308,21 +308,13 @@ static bool parse_text(ctx_t *c, const char *yaml, size_t len) {
   yaml_node_item_t *it;
   bool ok = false;
 
-  if (!yaml_parser_initialize(&parser)) {
-    err(c, NULL, "out of memory");
-    return false;
-  }
-  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
-  if (!yaml_parser_load(&parser, &doc)) {
-    const yaml_mark_t *mk = parser.problem != NULL ? &parser.problem_mark
-                                                   : &parser.context_mark;
+  if (al_yaml_load(&doc, yaml, len, &ye) != 0) {
     yaml_node_t fake;
 
     memset(&fake, 0, sizeof(fake));
-    fake.start_mark = *mk;
-    err(c, &fake, "YAML: %s",
-        parser.problem != NULL ? parser.problem : "invalid document");
-    yaml_parser_delete(&parser);
+    fake.start_mark.line = (size_t)ye.line - 1;
+    fake.start_mark.column = (size_t)ye.col - 1;
+    err(c, &fake, "YAML: %s", ye.problem);
     return false;
   }
   c->doc = &doc;
@@ -381,7 +373,6 @@ static bool parse_text(ctx_t *c, const char *yaml, size_t len) {
   ok = true;
 out:
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
   c->doc = NULL;
   return ok;
 }

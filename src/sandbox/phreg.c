@@ -200,8 +200,35 @@ static void entry_read(const char *file, char *out, size_t len) {
   *nl = '\0';
 }
 
+/* A zombie is gone: an agent SIGKILLed whose parent has not reaped it
+ * (a container's init that reaps nothing, a supervisor that waits later)
+ * still answers kill(0), and was taken for a live noter by its janitor,
+ * the next agent's sweep and every sweep after: its placeholder stayed
+ * through a daemon restart and stop. */
 static bool pid_alive(long pid) {
-  return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+  char p[64];
+  char buf[512];
+  const char *rp;
+  ssize_t n;
+  int fd;
+
+  if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM)) {
+    return false;
+  }
+  snprintf(p, sizeof(p), "/proc/%ld/stat", pid);
+  fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return errno != ENOENT; /* gone meanwhile; else cannot tell: alive */
+  }
+  n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) {
+    return true;
+  }
+  buf[n] = '\0';
+  /* "pid (comm) S ...": comm may hold spaces and parentheses. */
+  rp = strrchr(buf, ')');
+  return rp == NULL || rp[1] != ' ' || (rp[2] != 'Z' && rp[2] != 'X');
 }
 
 /* Is a live noter other than `me` (NULL: any) on the entry's lines after

@@ -30,11 +30,12 @@
 #define DEFAULT_BWRAP "/usr/bin/bwrap"
 
 /* Paths inside a writable root that a tool must not change: code and
- * configuration that runs later outside the sandbox. */
+ * configuration that runs later outside the sandbox (sandbox.h). */
 const al_sandbox_protected_t AL_SANDBOX_PROTECTED[] = {
-    {"tools.d", false},      {".agentloop", false}, {".git/hooks", false},
-    {".git/config", true},   {".bashrc", true},     {".profile", true},
-    {".bash_profile", true}, {".zshrc", true},
+    {"tools.d", false, false},      {".agentloop", false, false},
+    {".git/hooks", false, true},    {".git/config", true, true},
+    {".bashrc", true, true},        {".profile", true, true},
+    {".bash_profile", true, true},  {".zshrc", true, true},
 };
 const size_t AL_SANDBOX_N_PROTECTED = AL_ARRAY_SIZE(AL_SANDBOX_PROTECTED);
 
@@ -51,13 +52,14 @@ struct al_sandbox_s {
   strv_t roots;
   strv_t hidden;     /* existing absolute paths */
   strv_t protect;    /* absolute paths (may not exist) */
-  bool *protect_file;
+  unsigned char *protect_flags; /* PROTECT_FILE | PROTECT_NO_PLACEHOLDER */
   strv_t placeholders; /* created by bwrap, removed on the last release */
   /* The placeholder registry shared with other agents (phreg.h):
    * $XDG_STATE_HOME/agentloop/placeholders; NULL when unknown. */
   char *phreg;
   char phme[48]; /* this sandbox as a noter: "PID ID" */
   size_t active;
+  bool no_owner; /* the test seam test_no_owner */
   uint64_t nproc, nofile, as_bytes, data_bytes, fsize_bytes, cpu_secs;
   /* Degraded mode: a private temporary directory (TMPDIR of every tool,
    * writable to it); removed with its content by al__sandbox_free. */
@@ -808,7 +810,7 @@ static void sandbox_destroy(al_sandbox_t *sb) {
   strv_free(&sb->protect);
   strv_free(&sb->placeholders);
   al_free(sb->phreg);
-  al_free(sb->protect_file);
+  al_free(sb->protect_flags);
   pthread_mutex_destroy(&sb->lock);
   al_free(sb);
 }
@@ -859,18 +861,22 @@ static int add_hidden(al_sandbox_t *sb, const char *path) {
   return strv_push(&sb->hidden, real);
 }
 
-static int add_protected(al_sandbox_t *sb, const char *path, bool is_file) {
-  bool *nf;
+#define PROTECT_FILE 1u
+#define PROTECT_NO_PLACEHOLDER 2u
+
+static int add_protected(al_sandbox_t *sb, const char *path,
+                         unsigned flags) {
+  unsigned char *nf;
 
   if (strv_has(&sb->protect, path)) {
     return 0;
   }
-  nf = al_realloc(sb->protect_file, (sb->protect.n + 1) * sizeof(*nf));
+  nf = al_realloc(sb->protect_flags, (sb->protect.n + 1) * sizeof(*nf));
   if (nf == NULL) {
     return AL_ENOMEM;
   }
-  sb->protect_file = nf;
-  nf[sb->protect.n] = is_file;
+  sb->protect_flags = nf;
+  nf[sb->protect.n] = (unsigned char)flags;
   return strv_push(&sb->protect, path);
 }
 
@@ -932,7 +938,7 @@ static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
      * created. */
     for (i = 0; rc == 0 && i < sb->roots.n; i++) {
       if (path_under(buf, sb->roots.v[i])) {
-        rc = add_protected(sb, buf, false);
+        rc = add_protected(sb, buf, 0);
       }
     }
   }
@@ -957,7 +963,11 @@ static int build_plan(al_sandbox_t *sb, const al_sandbox_config_t *cfg) {
       snprintf(buf, sizeof(buf), "%s/%s",
                strcmp(sb->roots.v[i], "/") == 0 ? "" : sb->roots.v[i],
                AL_SANDBOX_PROTECTED[j].rel);
-      rc = add_protected(sb, buf, AL_SANDBOX_PROTECTED[j].is_file);
+      rc = add_protected(
+          sb, buf,
+          (AL_SANDBOX_PROTECTED[j].is_file ? PROTECT_FILE : 0u) |
+              (AL_SANDBOX_PROTECTED[j].placeholder ? 0u
+                                                   : PROTECT_NO_PLACEHOLDER));
     }
   }
   return rc;
@@ -1059,6 +1069,7 @@ int al__sandbox_new(const al_sandbox_config_t *cfg, al_sandbox_t **out,
                                      : AL_SANDBOX_DEFAULT_FSIZE;
   sb->cpu_secs = cfg->cpu_secs;
   sb->data_bytes = cfg->data_bytes;
+  sb->no_owner = cfg->test_no_owner;
   if (sb->data_bytes == 0) {
     char from[128];
     uint64_t base = al__sandbox_memory_base(from, sizeof(from));
@@ -1253,9 +1264,11 @@ static bool agent_placeholder_on(const al_sandbox_t *sb, const char *p,
 }
 
 /* A protected path: read-only if it exists, else a read-only placeholder
- * at its first missing component below the root. Caller holds sb->lock. */
+ * at its first missing component below the root (none with
+ * PROTECT_NO_PLACEHOLDER). Caller holds sb->lock. */
 static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
-                        bool is_file, strv_t *need) {
+                        unsigned flags, strv_t *need) {
+  bool is_file = (flags & PROTECT_FILE) != 0;
   char buf[PATH_MAX];
   struct stat st;
   char *slash;
@@ -1288,6 +1301,11 @@ static int push_protect(al_sandbox_t *sb, strv_t *a, const char *p,
       return rc;
     }
     return strv_push(a, p);
+  }
+  if ((flags & PROTECT_NO_PLACEHOLDER) != 0) {
+    /* Bound by project trust instead: what a tool makes here is not
+     * trusted next time (al__tools_project_trust). */
+    return 0;
   }
   /* Walk up to the highest missing ancestor. */
   snprintf(buf, sizeof(buf), "%s", p);
@@ -1391,7 +1409,8 @@ static int push_helper(const al_sandbox_t *sb, strv_t *a, bool network,
   size_t i;
   int rc = strv_push(a, sb->helper);
 
-  if (rc == 0 && g_owner_lock > 0 && (rc = strv_push(a, "--owner")) == 0) {
+  if (rc == 0 && g_owner_lock > 0 && !sb->no_owner &&
+      (rc = strv_push(a, "--owner")) == 0) {
     rc = strv_pushf(a, "%llu", (unsigned long long)g_owner_pid);
   }
 
@@ -1532,7 +1551,8 @@ static int wrap_impl(al_sandbox_t *sb, const char *cwd, bool network,
     } else {
       pthread_mutex_lock(&sb->lock);
       for (i = 0; rc == 0 && i < sb->protect.n; i++) {
-        rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i], NULL);
+        rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_flags[i],
+                          NULL);
       }
       pthread_mutex_unlock(&sb->lock);
     }
@@ -1659,7 +1679,7 @@ int al__sandbox_protect_plan(al_sandbox_t *sb, char ***ops, char ***need) {
    * sandboxes) may be waited for here. */
   pthread_mutex_lock(&sb->lock);
   for (i = 0; rc == 0 && i < sb->protect.n; i++) {
-    rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_file[i], &n);
+    rc = push_protect(sb, &a, sb->protect.v[i], sb->protect_flags[i], &n);
   }
   pthread_mutex_unlock(&sb->lock);
   if (rc == 0 && a.v == NULL) {

@@ -42,11 +42,17 @@
 
 typedef struct al_sandbox_s al_sandbox_t;
 
-/* Paths, relative to each writable root, that a tool may not create or
- * change (code or configuration that runs later, outside the sandbox). */
+/* Paths, relative to each writable root, that a tool may not change (code
+ * or configuration that runs later, outside the sandbox): read-only when
+ * they exist. A missing one with `placeholder` is covered by a read-only
+ * placeholder, so a tool cannot create it either; tools.d/ and
+ * .agentloop/ have none: project trust is bound to their content
+ * (clitool.h, al__tools_project_trust), so what a tool creates there is
+ * not trusted, and the user's tree gets no empty directory. */
 typedef struct al_sandbox_protected_s {
   const char *rel;
   bool is_file;
+  bool placeholder;
 } al_sandbox_protected_t;
 extern const al_sandbox_protected_t AL_SANDBOX_PROTECTED[];
 extern const size_t AL_SANDBOX_N_PROTECTED;
@@ -73,6 +79,11 @@ typedef struct al_sandbox_config_s {
   uint64_t data_bytes;
   uint64_t fsize_bytes;
   uint64_t cpu_secs;
+  /* Test seam (set only by tests/, never from the environment): no
+   * `--owner` for the helper, so neither its owner check and watcher nor
+   * the janitor's kill of a dead owner's sandboxes apply, and a tool
+   * outlives its agentloop only if bwrap's --die-with-parent fails. */
+  bool test_no_owner;
 } al_sandbox_config_t;
 
 void al__sandbox_config_init(al_sandbox_config_t *c);

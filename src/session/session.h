@@ -2,9 +2,12 @@
  *
  * A transcript is one file per session. Each line is one record:
  *  - {"rec":"session",...}  the header: id, created_ms, cwd, model, ...
- *  - {"rec":"user"|"assistant"|"tool_results","message":{...}}  history
- *    commits from the agent's commit hook, in order; replaying them with
- *    the history's own operations rebuilds the conversation exactly;
+ *  - {"rec":"user"|"assistant"|"tool_results"|"compaction"|"micro",
+ *    "message":{...}}  history commits from the agent's commit hook, in
+ *    order (one table of kinds, al__tx_commit_record, for every writer);
+ *    replaying them with the history's own operations rebuilds the
+ *    conversation exactly;
+ *  - {"rec":"elided",...}  a reply's deltas left out (al__tx_deltas_keep);
  *  - a LoopEvent object (docs/events.md: it has "type" and "seq", no
  *    "rec"), for the subscribers' since_seq replay.
  * A record is written when its '\n' is: a shorter tail is torn and is cut
@@ -28,6 +31,7 @@
 
 #include <uv.h>
 
+#include "agentloop/agent.h"
 #include "common/common.h"
 #include "loop/history.h"
 
@@ -119,25 +123,77 @@ void al__tx_close(al_tx_t *tx, al_tx_close_cb cb, void *data);
 /* ---- records ---------------------------------------------------------------- */
 
 /* The hash chain (issue 15): al__tx_append_chained appends a record line
- * ("{...}\n") with ,"h":"<sha256 hex>" added before its closing brace,
- * where the hash covers the previous chained record's hash and the record
- * as given. The loader checks it, so an edited, forged or spliced record
- * is found and skipped. Events are not chained (they rebuild nothing). */
+ * ("{...}\n") with ,"h":"<sha256 hex>" added before its closing brace.
+ * Format 2 (header "v":2, issue 22): the hash covers the session id, the
+ * previous chained record's hash and the record as given, so a record
+ * copied from another session never verifies here, whatever it follows.
+ * Format 1 (older files, header "v":1) had no id in the hash; such a file
+ * keeps its format when it is continued, and still loads. The loader
+ * checks the chain, so an edited, forged or spliced record is found and
+ * skipped. Events are not chained (they rebuild nothing). */
 #define AL_TX_HASH_HEX 64
+#define AL_TX_FORMAT 2
 int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync);
-/* The chained line of rec after prev ("" first); h gets its hash. NULL on
- * OOM or when rec is not "{...}\n". */
-al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
+/* The chained line of rec after prev ("" first) in session id's chain
+ * (format 2; "" or NULL: format 1); h gets its hash. NULL on OOM or when
+ * rec is not "{...}\n". */
+al_blob_t *al__tx_chain_record(const char *id, const char *prev,
+                               const al_blob_t *rec,
                                char h[AL_TX_HASH_HEX + 1]);
-/* Continues a loaded transcript's chain (al_tx_loaded_t.chain). */
-void al__tx_set_chain(al_tx_t *tx, const char *hash);
+/* Where the next chained record goes: after hash ("" for a new file), in
+ * session id's chain (a new session: its id; a loaded transcript:
+ * al_tx_loaded_t.chain and .chain_id, "" for a format-1 file). */
+void al__tx_set_chain(al_tx_t *tx, const char *hash, const char *id);
+
+/* A session id: 1 to 63 of [A-Za-z0-9_-] (it names the transcript file,
+ * so nothing else may reach a path). */
+bool al__session_id_valid(const char *id);
 
 /* A record line (compact JSON + '\n') as a blob; NULL on OOM. */
 al_blob_t *al__tx_record(const json_t *rec);
-/* {"rec":kind,"message":<message text>}; kind "user", "assistant",
- * "tool_results". NULL when message is not JSON or on OOM. */
-al_blob_t *al__tx_commit_record(const char *kind, const char *message,
+/* The record kind of a history commit ("user", "assistant",
+ * "tool_results", "compaction", "micro"); NULL when kind is none of
+ * al_commit_kind_t's. The one table: every writer of transcripts uses
+ * it through al__tx_commit_record. */
+const char *al__tx_commit_kind_name(al_commit_kind_t kind);
+/* {"rec":<kind's name>,"message":<message text>}. NULL when kind is
+ * unknown, message is not JSON, or on OOM. */
+al_blob_t *al__tx_commit_record(al_commit_kind_t kind, const char *message,
                                 size_t len);
+/* The tool_results record of the message that closed an open tool turn
+ * on load (al_tx_loaded_t.synthetic); NULL on OOM. */
+al_blob_t *al__tx_synthetic_record(const json_t *synthetic);
+
+/* ---- what a reply's streamed deltas leave behind ---------------------------- */
+
+/* A reply's deltas (text_delta, thinking_delta, tool_input_delta events)
+ * go to the transcript up to max bytes of event lines per attempt (from
+ * its stream_request_start); the rest are not written (they are still
+ * published live). A reply is bounded (limits.reply_bytes, 64 MiB), but
+ * one rejected at its bound would otherwise leave all of it as deltas;
+ * an accepted reply is whole in its content_block_completed events and
+ * its assistant record anyway. When deltas were left out, the next other
+ * event (the api_error of a rejected reply, or the reply's end) is
+ * preceded by one {"rec":"elided",...} record saying what was left out
+ * and which event ended the span. Shared by agentloopd and agentloop run. */
+#define AL_TX_REPLY_DELTAS_MAX ((size_t)1 << 20)
+typedef struct {
+  size_t max;          /* bytes of delta lines written per attempt */
+  size_t kept;         /* of the current attempt */
+  uint64_t elided;     /* delta events left out since the last record */
+  uint64_t elided_bytes;
+  uint64_t first_seq;  /* of the first left out */
+  uint64_t last_seq;
+  uint64_t run;
+  uint32_t turn;
+} al_tx_deltas_t;
+
+void al__tx_deltas_init(al_tx_deltas_t *d, size_t max);
+/* For one event whose encoded line is line_len bytes: true when the line
+ * is to be written. *note (NULL unless set) is an "elided" record to
+ * write, chained, before the event's line; the caller unrefs it. */
+bool al__tx_deltas_keep(al_tx_deltas_t *d, const al_event_t *ev,
+                        size_t line_len, al_blob_t **note);
 
 /* ---- the header ------------------------------------------------------------ */
 
@@ -207,6 +263,7 @@ typedef struct {
                            * or NULL */
   size_t chain_breaks;    /* records that failed the hash chain */
   char chain[AL_TX_HASH_HEX + 1]; /* the last good chained hash, or "" */
+  char chain_id[64];      /* the id its chain binds ("": format 1) */
 } al_tx_loaded_t;
 
 #define AL_TX_SYNTHETIC_TEXT \
@@ -222,5 +279,10 @@ int al__tx_load(const char *path, bool truncate, size_t max_event_bytes,
 int al__tx_load_buf(const char *p, size_t n, size_t max_event_bytes,
                     al_tx_loaded_t *out, size_t *good_len);
 void al__tx_loaded_free(al_tx_loaded_t *l);
+/* The loader's safety net, run after the last record: a replayed history
+ * that is not sendable (and has no open turn) is cut back to its longest
+ * valid prefix, each message cut counted in bad_lines (reason "history
+ * cut back ...", at line lineno). Returns the messages cut. */
+size_t al__tx_keep_valid_prefix(al_tx_loaded_t *l, size_t lineno);
 
 #endif

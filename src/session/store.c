@@ -100,10 +100,15 @@ struct al_tx_s {
   al_tx_state_cb on_state;
   void *state_data;
   char chain[AL_TX_HASH_HEX + 1]; /* the last chained record's hash */
+  char chain_id[64];              /* the session its chain binds ("": 1) */
 };
 
 /* Test seam (session.h): when set, a write about to be issued fails with
- * the error it returns instead (no LD_PRELOAD needed). */
+ * the error it returns instead (no LD_PRELOAD needed). The programs link
+ * the same static library as al_tests, so the pointers are in them too,
+ * NULL for ever: only test code assigns them, nothing reads them from
+ * the environment or a file (shipped_binaries_have_no_test_seam_names
+ * checks that no AL_TEST_ name is in a shipped program). */
 int (*al__tx_write_fault)(const char *path) = NULL;
 int (*al__tx_sync_fault)(const char *path) = NULL;
 uint64_t al__tx_retry_min_ms = 1000;
@@ -606,16 +611,39 @@ al_blob_t *al__tx_record(const json_t *rec) {
   return b;
 }
 
-al_blob_t *al__tx_commit_record(const char *kind, const char *message,
+/* Indexed by al_commit_kind_t: the one table of history record kinds
+ * (the daemon and `agentloop run` both write through it). */
+static const char *const commit_kinds[] = {
+    [AL_COMMIT_USER] = "user",
+    [AL_COMMIT_ASSISTANT] = "assistant",
+    [AL_COMMIT_TOOL_RESULTS] = "tool_results",
+    [AL_COMMIT_COMPACTION] = "compaction",
+    [AL_COMMIT_MICRO] = "micro",
+};
+
+const char *al__tx_commit_kind_name(al_commit_kind_t kind) {
+  size_t k = (size_t)kind;
+
+  return k < sizeof(commit_kinds) / sizeof(commit_kinds[0])
+             ? commit_kinds[k]
+             : NULL;
+}
+
+al_blob_t *al__tx_commit_record(al_commit_kind_t kind, const char *message,
                                 size_t len) {
-  json_t *m = json_loadb(message, len, JSON_ALLOW_NUL, NULL);
+  const char *name = al__tx_commit_kind_name(kind);
+  json_t *m;
   json_t *rec;
   al_blob_t *b;
 
+  if (name == NULL) {
+    return NULL;
+  }
+  m = json_loadb(message, len, JSON_ALLOW_NUL, NULL);
   if (m == NULL) {
     return NULL;
   }
-  rec = json_pack("{s:s, s:o}", "rec", kind, "message", m);
+  rec = json_pack("{s:s, s:o}", "rec", name, "message", m);
   if (rec == NULL) {
     return NULL;
   }
@@ -624,12 +652,103 @@ al_blob_t *al__tx_commit_record(const char *kind, const char *message,
   return b;
 }
 
+al_blob_t *al__tx_synthetic_record(const json_t *synthetic) {
+  json_t *rec = json_pack("{s:s, s:O}", "rec", "tool_results", "message",
+                          synthetic);
+  al_blob_t *b = rec != NULL ? al__tx_record(rec) : NULL;
+
+  json_decref(rec);
+  return b;
+}
+
+bool al__session_id_valid(const char *id) {
+  size_t i;
+  size_t n = id != NULL ? strlen(id) : 0;
+
+  if (n == 0 || n > 63) {
+    return false;
+  }
+  for (i = 0; i < n; i++) {
+    char ch = id[i];
+
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- a reply's deltas --------------------------------------------------------- */
+
+void al__tx_deltas_init(al_tx_deltas_t *d, size_t max) {
+  memset(d, 0, sizeof(*d));
+  d->max = max;
+}
+
+static bool is_delta(al_event_type_t t) {
+  return t == AL_EVENT_TEXT_DELTA || t == AL_EVENT_THINKING_DELTA ||
+         t == AL_EVENT_TOOL_INPUT_DELTA;
+}
+
+bool al__tx_deltas_keep(al_tx_deltas_t *d, const al_event_t *ev,
+                        size_t line_len, al_blob_t **note) {
+  *note = NULL;
+  if (is_delta(ev->type)) {
+    if (d->kept + line_len <= d->max) {
+      d->kept += line_len;
+      return true;
+    }
+    if (d->elided == 0) {
+      d->first_seq = ev->seq;
+      d->run = ev->run;
+      d->turn = ev->turn;
+    }
+    d->elided++;
+    d->elided_bytes += line_len;
+    d->last_seq = ev->seq;
+    return false;
+  }
+  if (d->elided > 0) {
+    /* The span ends here: say what it held and what ended it (a rejected
+     * reply's api_error, or the reply's own end). */
+    const char *by = al_event_type_name(ev->type);
+    json_t *rec = json_pack(
+        "{s:s, s:{s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:s}}", "rec", "elided",
+        "message", "run", (json_int_t)d->run, "turn", (int)d->turn,
+        "first_seq", (json_int_t)d->first_seq, "last_seq",
+        (json_int_t)d->last_seq, "events", (json_int_t)d->elided, "bytes",
+        (json_int_t)d->elided_bytes, "max_bytes", (json_int_t)d->max,
+        "ended_by", by != NULL ? by : "?");
+
+    *note = rec != NULL ? al__tx_record(rec) : NULL;
+    json_decref(rec);
+    d->elided = 0;
+    d->elided_bytes = 0;
+  }
+  if (ev->type == AL_EVENT_STREAM_REQUEST_START ||
+      ev->type == AL_EVENT_TURN_STARTED ||
+      ev->type == AL_EVENT_RUN_STARTED ||
+      ev->type == AL_EVENT_COMPACTION_STARTED) {
+    /* A new attempt (a retry's deltas are the reply again) or a new
+     * stream (a summary's): its own budget. Other events in the middle
+     * of a reply (a block completed) do not reset it. */
+    d->kept = 0;
+  }
+  return true;
+}
+
 /* ---- the hash chain ----------------------------------------------------------- */
 
-/* sha256(prev || rec) in hex: prev is the previous chained record's hash
- * ("" for the first), rec the record's compact JSON without "h". */
-static void chain_hash(const char *prev, const char *a, size_t an,
-                       const char *b, size_t bn, char out[AL_TX_HASH_HEX + 1]) {
+/* The hash of a chained record, in hex. Format 1 (id ""): sha256(prev ||
+ * rec). Format 2: sha256("al-tx2:" || id || ":" || prev || rec), so the
+ * record is bound to its session as well as to its place (an id is
+ * [A-Za-z0-9_-] and prev fixed-length hex or "", so the fields cannot run
+ * into each other). prev is the previous chained record's hash ("" for
+ * the first), rec the record's compact JSON without "h". */
+static void chain_hash(const char *id, const char *prev, const char *a,
+                       size_t an, const char *b, size_t bn,
+                       char out[AL_TX_HASH_HEX + 1]) {
   static const char hex[] = "0123456789abcdef";
   mbedtls_sha256_context c;
   unsigned char d[32];
@@ -637,6 +756,11 @@ static void chain_hash(const char *prev, const char *a, size_t an,
 
   mbedtls_sha256_init(&c);
   mbedtls_sha256_starts_ret(&c, 0);
+  if (id != NULL && id[0] != '\0') {
+    mbedtls_sha256_update_ret(&c, (const unsigned char *)"al-tx2:", 7);
+    mbedtls_sha256_update_ret(&c, (const unsigned char *)id, strlen(id));
+    mbedtls_sha256_update_ret(&c, (const unsigned char *)":", 1);
+  }
   mbedtls_sha256_update_ret(&c, (const unsigned char *)prev, strlen(prev));
   mbedtls_sha256_update_ret(&c, (const unsigned char *)a, an);
   mbedtls_sha256_update_ret(&c, (const unsigned char *)b, bn);
@@ -651,7 +775,8 @@ static void chain_hash(const char *prev, const char *a, size_t an,
 
 #define CHAIN_SUFFIX_LEN (sizeof(",\"h\":\"\"}") - 1 + AL_TX_HASH_HEX)
 
-al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
+al_blob_t *al__tx_chain_record(const char *id, const char *prev,
+                               const al_blob_t *rec,
                                char h[AL_TX_HASH_HEX + 1]) {
   al_blob_t *b;
   size_t n;
@@ -662,7 +787,7 @@ al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
     return NULL;
   }
   n = rec->len - 1;
-  chain_hash(prev, rec->data, n, "", 0, h);
+  chain_hash(id, prev, rec->data, n, "", 0, h);
   b = al__blob_alloc(n - 1 + CHAIN_SUFFIX_LEN + 1);
   if (b == NULL) {
     return NULL;
@@ -674,7 +799,7 @@ al_blob_t *al__tx_chain_record(const char *prev, const al_blob_t *rec,
 
 int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync) {
   char h[AL_TX_HASH_HEX + 1];
-  al_blob_t *b = al__tx_chain_record(tx->chain, rec, h);
+  al_blob_t *b = al__tx_chain_record(tx->chain_id, tx->chain, rec, h);
   int rc;
 
   if (b == NULL) {
@@ -688,14 +813,18 @@ int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync) {
   return rc;
 }
 
-void al__tx_set_chain(al_tx_t *tx, const char *hash) {
+void al__tx_set_chain(al_tx_t *tx, const char *hash, const char *id) {
   snprintf(tx->chain, sizeof(tx->chain), "%s", hash != NULL ? hash : "");
+  snprintf(tx->chain_id, sizeof(tx->chain_id), "%s",
+           id != NULL && al__session_id_valid(id) ? id : "");
 }
 
-/* Checks a chained line p[0..n) against prev (and, failing that, alt);
- * fills h with its hash. 1 verified, 0 no "h" suffix, -1 mismatch. */
-static int chain_check(const char *p, size_t n, const char *prev,
-                       const char *alt, char h[AL_TX_HASH_HEX + 1]) {
+/* Checks a chained line p[0..n) of session id's chain ("": format 1)
+ * against prev (and, failing that, alt); fills h with its hash. 1
+ * verified, 0 no "h" suffix, -1 mismatch. */
+static int chain_check(const char *p, size_t n, const char *id,
+                       const char *prev, const char *alt,
+                       char h[AL_TX_HASH_HEX + 1]) {
   const char *suf;
   char want[AL_TX_HASH_HEX + 1];
   size_t rn;
@@ -711,12 +840,12 @@ static int chain_check(const char *p, size_t n, const char *prev,
   memcpy(h, suf + 6, AL_TX_HASH_HEX);
   h[AL_TX_HASH_HEX] = '\0';
   rn = (size_t)(suf - p);
-  chain_hash(prev, p, rn, "}", 1, want);
+  chain_hash(id, prev, p, rn, "}", 1, want);
   if (memcmp(want, h, AL_TX_HASH_HEX) == 0) {
     return 1;
   }
   if (alt != NULL && alt[0] != '\0') {
-    chain_hash(alt, p, rn, "}", 1, want);
+    chain_hash(id, alt, p, rn, "}", 1, want);
     if (memcmp(want, h, AL_TX_HASH_HEX) == 0) {
       return 1;
     }
@@ -730,7 +859,7 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   json_t *rec = json_pack(
       "{s:s, s:i, s:s, s:I, s:s?, s:s?, s:s?, s:s?, s:s?, s:O?, s:O?, "
       "s:O?, s:O?}", "rec",
-      "session", "v", 1, "session", id, "created_ms",
+      "session", "v", AL_TX_FORMAT, "session", id, "created_ms",
       (json_int_t)h->created_ms, "cwd", h->cwd, "model", h->model,
       "provider", h->provider, "base_url", h->base_url, "system", h->system,
       "ask_tools", h->ask_tools, "allow_tools", h->allow_tools, "deny_tools",
@@ -1066,17 +1195,39 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   if (json_is_string(rec)) {
     const char *kind = json_string_value(rec);
     char h[AL_TX_HASH_HEX + 1];
-    int ck = chain_check(p, n, l->chain, ld->skipped_h, h);
+    const char *id = l->chain_id;
+    const char *own = NULL;
+    int ck;
 
-    /* Records carry a hash chain (each hash covers the previous one): a
-     * record that fails it was edited, forged or spliced in, and is
-     * skipped; records after it that chain to the last good one (or to
-     * the skipped one's own hash: an edit in place) are kept. */
+    /* The first format-2 header binds the chain to its session id from
+     * there on (before it, format 1: an older file, possibly continued
+     * by a newer writer). */
+    if (id[0] == '\0' && strcmp(kind, "session") == 0 &&
+        json_integer_value(json_object_get(o, "v")) >= 2 &&
+        al__session_id_valid(
+            json_string_value(json_object_get(o, "session")))) {
+      own = json_string_value(json_object_get(o, "session"));
+    }
+    ck = chain_check(p, n, own != NULL ? own : id, l->chain, ld->skipped_h,
+                     h);
+    if (ck < 0 && own != NULL) {
+      /* A header written into a format-1 file by the writer continuing
+       * it (session/configure): still format 1. */
+      ck = chain_check(p, n, "", l->chain, ld->skipped_h, h);
+      own = NULL;
+    }
+    /* Records carry a hash chain (each hash covers the session id and the
+     * previous hash): a record that fails it was edited, forged, or
+     * copied from another session, and is skipped; records after it that
+     * chain to the last good one (or to the skipped one's own hash: an
+     * edit in place) are kept. A record of another session verifies
+     * after nothing here, so it never becomes the chain's head: the
+     * session's own next record still follows its last good one. */
     if (ck < 0) {
       memcpy(ld->skipped_h, h, sizeof(h));
       l->chain_breaks++;
-      note_bad(l, lineno, "record fails the hash chain (edited, forged or "
-                          "spliced)");
+      note_bad(l, lineno, "record fails the hash chain (edited, forged, or "
+                          "copied from another session)");
       json_decref(o);
       return 0;
     }
@@ -1091,12 +1242,18 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
       memcpy(l->chain, h, sizeof(h));
       ld->chained = true;
       ld->skipped_h[0] = '\0';
+      if (own != NULL) {
+        snprintf(l->chain_id, sizeof(l->chain_id), "%s", own);
+      }
     }
     if (strcmp(kind, "session") == 0) {
       /* A later header (settings changed by session/configure) wins. */
       if (al__tx_header_parse(o, &l->header)) {
         l->has_header = true;
       }
+    } else if (strcmp(kind, "elided") == 0) {
+      /* A note on deltas left out (al__tx_deltas_keep): nothing to
+       * replay. */
     } else if (!replay(l, kind, json_object_get(o, "message"))) {
       note_bad(l, lineno, "history record does not fit the history");
       json_decref(o);
@@ -1167,6 +1324,32 @@ static int loader_lines(loader_t *ld, const char *p, size_t n, size_t *used) {
   return rc;
 }
 
+/* The safety net: the checks of every record (replay) keep the history
+ * sendable, so no record sequence known today reaches the cut below (the
+ * fuzz_transcript target found one before those checks); it stays so
+ * that a replay rule missed later cannot make a session unresumable. */
+size_t al__tx_keep_valid_prefix(al_tx_loaded_t *out, size_t lineno) {
+  json_t *m = out->history.messages;
+  size_t cut = 0;
+
+  if (al__history_turn_open(&out->history) ||
+      al__history_count(&out->history) == 0 ||
+      al__history_validate(&out->history, NULL, 0) == 0) {
+    return 0;
+  }
+  while (json_array_size(m) > 0 &&
+         al__history_validate_json(m, NULL, 0) != 0) {
+    json_array_remove(m, json_array_size(m) - 1);
+    cut++;
+    note_bad(out, lineno, "history cut back to its last valid message");
+  }
+  if (json_array_size(m) == 0) {
+    json_decref(m);
+    out->history.messages = NULL;
+  }
+  return cut;
+}
+
 /* After the last line: compaction, the safety net, the open turn. */
 static int loader_finish(loader_t *ld, int rc) {
   al_tx_loaded_t *out = ld->out;
@@ -1178,22 +1361,8 @@ static int loader_finish(loader_t *ld, int rc) {
             (out->nevents - ld->head) * sizeof(*out->events));
     out->nevents -= ld->head;
   }
-  /* Safety net: if the replayed records still do not make a sendable
-   * history, keep its longest valid prefix that ends on a closed turn. */
-  if (rc == 0 && !al__history_turn_open(&out->history) &&
-      al__history_count(&out->history) > 0 &&
-      al__history_validate(&out->history, NULL, 0) != 0) {
-    json_t *m = out->history.messages;
-
-    while (json_array_size(m) > 0 &&
-           al__history_validate_json(m, NULL, 0) != 0) {
-      json_array_remove(m, json_array_size(m) - 1);
-      note_bad(out, lineno, "history cut back to its last valid message");
-    }
-    if (json_array_size(m) == 0) {
-      json_decref(m);
-      out->history.messages = NULL;
-    }
+  if (rc == 0) {
+    al__tx_keep_valid_prefix(out, lineno);
   }
   if (rc == 0 && al__history_turn_open(&out->history)) {
     const json_t *m;

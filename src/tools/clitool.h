@@ -27,6 +27,7 @@
 #ifndef AL_CLITOOL_H
 #define AL_CLITOOL_H
 
+#include <limits.h>
 #include <regex.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -128,12 +129,47 @@ al_cli_param_t *al__cli_param(const al_cli_def_t *d, const char *name,
 /* $XDG_CONFIG_HOME/agentloop (or ~/.config/agentloop) into buf; NULL when
  * neither is set. */
 const char *al__tools_config_dir(char *buf, size_t size);
-/* Whether the workspace's real path is listed in
- * <config dir>/trusted-projects (one path a line). Blocking. */
+
+/* Project trust, bound to the content of tools.d/, .agentloop/ and
+ * .mcp.json (src/tools/trust.c). All blocking. */
+typedef enum {
+  AL_TRUST_NONE = 0,   /* no record for this workspace */
+  AL_TRUST_TRUSTED,    /* recorded, and the files are the approved ones */
+  AL_TRUST_CHANGED,    /* recorded, and files were added/removed/modified */
+  AL_TRUST_UNBOUND,    /* a path-only record (before trust had a hash) */
+  AL_TRUST_UNREADABLE  /* the files could not be read or are over bounds */
+} al_trust_state_t;
+
+typedef struct al_project_trust_s {
+  al_trust_state_t state;
+  char real[PATH_MAX];  /* the workspace's real path */
+  char hash[65];        /* the project's hash now */
+  char recorded[65];    /* the recorded one ("" for a path-only record) */
+  al_buf_t manifest;    /* "SHA256 PATH" lines, the files now */
+  /* "added P", "removed P", "modified P" lines: what is not approved
+   * (CHANGED, UNBOUND), or what al__tools_trust_project approved. */
+  al_buf_t changes;
+} al_project_trust_t;
+
+/* The manifest of the files that matter and its hash (64 hex digits).
+ * 0, AL_ENOMEM, AL_ETOOBIG (over the bounds) or a negative errno. */
+int al__tools_project_manifest(const char *workspace, al_buf_t *out,
+                               char hash[65]);
+/* The trust state of workspace into *t (free with
+ * al__project_trust_free, whatever it returns). 0 or an error (the state
+ * is then NONE or UNREADABLE: not trusted). */
+int al__tools_project_trust(const char *workspace, al_project_trust_t *t);
+void al__project_trust_free(al_project_trust_t *t);
+/* True only when state is TRUSTED. */
 bool al__tools_project_trusted(const char *workspace);
-/* Adds it to that file (creating the directory 0700). 0 or a negative
- * errno-style code. Blocking. */
-int al__tools_trust_project(const char *workspace);
+/* Records the workspace's files as approved (the config directory and
+ * trusted-projects.d/ created 0700), replacing an older record; *t says
+ * what changed (t->changes) against what was approved before (t may be
+ * NULL; else free it whatever this returns). 0 or a negative errno-style
+ * code. */
+int al__tools_trust_project(const char *workspace, al_project_trust_t *t);
+/* "trusted", "untrusted", "changed", "unbound", "unreadable". */
+const char *al__trust_state_name(al_trust_state_t s);
 
 /* The JSON Schema of the tool's input (new reference, NULL on ENOMEM). */
 json_t *al__cli_def_schema(const al_cli_def_t *d);

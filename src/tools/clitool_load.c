@@ -931,7 +931,7 @@ static void load_tool(ctx_t *c, yaml_node_t *m) {
 
 int al__cli_load_string(al_cli_set_t *set, const char *name,
                         const char *yaml, size_t len, bool project) {
-  yaml_parser_t parser;
+  al_yaml_error_t ye;
   yaml_document_t doc;
   yaml_node_t *root;
   ctx_t c;
@@ -941,20 +941,12 @@ int al__cli_load_string(al_cli_set_t *set, const char *name,
   c.file = name;
   c.project = project;
   c.doc = &doc;
-  if (!yaml_parser_initialize(&parser)) {
-    return AL_ENOMEM;
-  }
-  yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
-  if (!yaml_parser_load(&parser, &doc)) {
-    const yaml_mark_t *mk = parser.problem != NULL ? &parser.problem_mark
-                                                   : &parser.context_mark;
-
-    al__cli_set_error(set, name, (int)mk->line + 1, (int)mk->column + 1,
-                      "YAML: %s%s%s",
-                      parser.problem != NULL ? parser.problem : "parse error",
-                      parser.context != NULL ? " " : "",
-                      parser.context != NULL ? parser.context : "");
-    yaml_parser_delete(&parser);
+  if (al_yaml_load(&doc, yaml, len, &ye) != 0) {
+    if (ye.nomem) {
+      return AL_ENOMEM;
+    }
+    al__cli_set_error(set, name, ye.line, ye.col, "YAML: %s%s%s", ye.problem,
+                      ye.context[0] != '\0' ? " " : "", ye.context);
     return 0;
   }
   root = yaml_document_get_root_node(&doc);
@@ -993,7 +985,6 @@ int al__cli_load_string(al_cli_set_t *set, const char *name,
     err(&c, root, "expected a mapping with 'tools:' or one tool");
   }
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
   return 0;
 }
 
@@ -1096,62 +1087,4 @@ const char *al__tools_config_dir(char *buf, size_t size) {
   return buf;
 }
 
-bool al__tools_project_trusted(const char *workspace) {
-  char dir[4096];
-  char path[4200];
-  char real[PATH_MAX];
-  char line[PATH_MAX + 2];
-  FILE *f;
-  bool found = false;
-
-  if (al__tools_config_dir(dir, sizeof(dir)) == NULL ||
-      realpath(workspace, real) == NULL) {
-    return false;
-  }
-  snprintf(path, sizeof(path), "%s/trusted-projects", dir);
-  f = fopen(path, "re");
-  if (f == NULL) {
-    return false;
-  }
-  while (!found && fgets(line, sizeof(line), f) != NULL) {
-    line[strcspn(line, "\n")] = '\0';
-    found = strcmp(line, real) == 0;
-  }
-  fclose(f);
-  return found;
-}
-
-int al__tools_trust_project(const char *workspace) {
-  char dir[4096];
-  char path[4200];
-  char real[PATH_MAX];
-  FILE *f;
-  char *slash;
-
-  if (al__tools_config_dir(dir, sizeof(dir)) == NULL) {
-    return -ENOENT;
-  }
-  if (realpath(workspace, real) == NULL) {
-    return -errno;
-  }
-  if (al__tools_project_trusted(real)) {
-    return 0;
-  }
-  /* mkdir -p of the config dir, private. */
-  for (slash = strchr(dir + 1, '/'); slash != NULL;
-       slash = strchr(slash + 1, '/')) {
-    *slash = '\0';
-    (void)mkdir(dir, 0700);
-    *slash = '/';
-  }
-  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-    return -errno;
-  }
-  snprintf(path, sizeof(path), "%s/trusted-projects", dir);
-  f = fopen(path, "ae");
-  if (f == NULL) {
-    return -errno;
-  }
-  fprintf(f, "%s\n", real);
-  return fclose(f) == 0 ? 0 : -errno;
-}
+/* Project trust: src/tools/trust.c. */

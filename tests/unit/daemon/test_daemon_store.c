@@ -155,7 +155,7 @@ TEST_IMPL(transcript_cut_every_offset) {
       al_blob_t *e = al__blob_new(extra, sizeof(extra) - 1);
       char h[AL_TX_HASH_HEX + 1];
 
-      chained_extra = al__tx_chain_record(l.chain, e, h);
+      chained_extra = al__tx_chain_record(l.chain_id, l.chain, e, h);
       al__blob_unref(e);
       ASSERT_NOT_NULL(chained_extra);
     }
@@ -1476,8 +1476,10 @@ TEST_IMPL(daemon_sigkill_mid_tool_leaves_tree) {
   dt_call(&c, 3, "turn/send", p);
   snprintf(started, sizeof(started), "%s/started", t.work);
   dt_run_until(&t, sock_exists, started); /* (any path) */
-  snprintf(p, sizeof(p), "%s/tools.d", t.work);
-  ASSERT(sock_exists(p)); /* the crash path under test: placeholders */
+  /* The crash path under test: a placeholder (.git; tools.d/ and
+   * .agentloop/ get none since trust is bound to their content). */
+  snprintf(p, sizeof(p), "%s/.git", t.work);
+  ASSERT(sock_exists(p));
   jan = al_test_child_with(proc.pid, "--janitor");
   ASSERT(jan > 0);
   pf.fd = (int)syscall(SYS_pidfd_open, jan, 0);

@@ -26,8 +26,7 @@ typedef struct {
 static void on_commit(al_agent_t *a, al_commit_kind_t kind, const char *msg,
                       size_t len, void *data) {
   commits_t *c = data;
-  static const char *const names[] = {"user", "assistant", "tool_results"};
-  al_blob_t *b = al__tx_commit_record(names[kind], msg, len);
+  al_blob_t *b = al__tx_commit_record(kind, msg, len);
 
   (void)a;
   ASSERT_NOT_NULL(b);

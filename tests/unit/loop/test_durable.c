@@ -14,14 +14,12 @@
 
 #define GOAL "GOAL-ZEBRA-42: count the x in every file"
 
-static const char *const kinds[] = {"user", "assistant", "tool_results",
-                                    "compaction", "micro"};
-
-/* The daemon's commit hook, into a buffer: the transcript's history part. */
+/* The transcripts' commit hook (al__tx_commit_record, the one record
+ * table), into a buffer: the transcript's history part. */
 static void on_commit(al_agent_t *agent, al_commit_kind_t kind,
                       const char *message, size_t len, void *data) {
   al_buf_t *tx = data;
-  al_blob_t *b = al__tx_commit_record(kinds[kind], message, len);
+  al_blob_t *b = al__tx_commit_record(kind, message, len);
 
   (void)agent;
   ASSERT_NOT_NULL(b);

@@ -12,6 +12,10 @@
  *   --garbage        write a non-JSON line after initialize
  *   --dup NAME       also offer a tool named NAME
  *   --pidfile FILE   write our pid to FILE
+ *   --env-tool       also offer `env` (our environment, one NAME=value a
+ *                    line)
+ *   --init-gate FILE answer initialize only once FILE exists (polled every
+ *                    5 ms: a start-up as slow as the test wants)
  * Fixed tools: echo {text} (readOnlyHint), fail (isError), rpcerr (a
  * JSON-RPC error), big {bytes} (one line of that many 'x'), stall (never
  * answers), ticks {n, ms} (n progress notifications ms apart, then "ticked
@@ -20,6 +24,7 @@
  * structured {ok} (structuredContent checked against outputSchema), image
  * (an image part), destroy (destructiveHint); cancelled (not listed):
  * the request ids of the notifications/cancelled it got, "2,5,". */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +40,8 @@ static int extra_tools = 0;
 static int page = 0;
 static const char *dup_name = NULL;
 static int changed = 0;
+static bool env_tool = false;
+extern char **environ;
 static json_t *progress_token = NULL; /* params._meta.progressToken */
 static char cancelled_ids[256];        /* notifications/cancelled seen */
 
@@ -92,6 +99,9 @@ static json_t *all_tools(void) {
   }
   if (changed) {
     json_array_append_new(a, tool("added", "Added later", true, false));
+  }
+  if (env_tool) {
+    json_array_append_new(a, tool("env", "Our environment", true, false));
   }
   for (i = 0; i < extra_tools; i++) {
     snprintf(n, sizeof(n), "t%d", i);
@@ -186,6 +196,20 @@ static void on_call(json_t *id, const char *name, json_t *args) {
       out(json_pack("{s:O, s:{s:[], s:{s:s}}}", "id", id, "result", "content",
                     "structuredContent", "other", "x"));
     }
+  } else if (strcmp(name, "env") == 0 && env_tool) {
+    size_t k, len = 1;
+    char *b;
+
+    for (k = 0; environ[k] != NULL; k++) {
+      len += strlen(environ[k]) + 1;
+    }
+    b = calloc(1, len);
+    for (k = 0; environ[k] != NULL; k++) {
+      strcat(b, environ[k]);
+      strcat(b, "\n");
+    }
+    text_result(id, b, false);
+    free(b);
   } else if (strcmp(name, "cancelled") == 0) {
     text_result(id, cancelled_ids, false);
   } else if (strcmp(name, "image") == 0) {
@@ -201,6 +225,7 @@ static void on_call(json_t *id, const char *name, json_t *args) {
 HELPER_IMPL(mcp_server) {
   const char *version = "2025-11-25";
   bool hang_init = false, ignore_eof = false, garbage = false;
+  const char *init_gate = NULL;
   int exit_after = -1, calls = 0;
   char *line = NULL;
   size_t cap = 0;
@@ -230,6 +255,10 @@ HELPER_IMPL(mcp_server) {
       signal(SIGTERM, SIG_IGN);
     } else if (strcmp(a, "--garbage") == 0) {
       garbage = true;
+    } else if (strcmp(a, "--env-tool") == 0) {
+      env_tool = true;
+    } else if (strcmp(a, "--init-gate") == 0) {
+      init_gate = v, i++;
     } else if (strcmp(a, "--dup") == 0) {
       dup_name = v, i++;
     } else if (strcmp(a, "--pidfile") == 0) {
@@ -263,6 +292,16 @@ HELPER_IMPL(mcp_server) {
               sizeof(cancelled_ids) - strlen(cancelled_ids) - 1);
     }
     if (strcmp(method, "initialize") == 0) {
+      while (init_gate != NULL && access(init_gate, F_OK) != 0) {
+        /* A helper process: it may block. End of input ends it at once
+         * (the client closes before the gate opened). */
+        struct pollfd pfd = {0, POLLIN, 0};
+        char byte;
+
+        if (poll(&pfd, 1, 5) > 0 && read(0, &byte, 1) <= 0) {
+          return 0;
+        }
+      }
       if (!hang_init) {
         out(json_pack("{s:O, s:{s:s, s:{s:{s:b}}, s:{s:s, s:s}}}", "id", id,
                       "result", "protocolVersion", version, "capabilities",

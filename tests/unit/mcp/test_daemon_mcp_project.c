@@ -104,7 +104,7 @@ TEST_IMPL(daemon_mcp_project_trusted) {
   dt_init(&t, scn);
   private_config(&t);
   write_project(&t);
-  ASSERT_EQ(al__tools_trust_project(t.work), 0);
+  ASSERT_EQ(al__tools_trust_project(t.work, NULL), 0);
   /* A long startup wait: a loaded machine cannot make the first turn go
    * without the project's server. */
   t.o.mcp_config = "{\"startup_wait_ms\":60000,\"mcpServers\":{}}";
@@ -160,7 +160,7 @@ TEST_IMPL(daemon_mcp_project_broken_file) {
   dt_init(&t, scn);
   private_config(&t);
   write_file(t.work, ".mcp.json", "{\"mcpServers\": {\"p\": {\"command\": }}}\n");
-  ASSERT_EQ(al__tools_trust_project(t.work), 0);
+  ASSERT_EQ(al__tools_trust_project(t.work, NULL), 0);
   t.o.kill_grace_ms = 50;
   dt_start(&t);
   run_session(&t, &c);
@@ -195,7 +195,7 @@ TEST_IMPL(daemon_mcp_project_read_off_loop) {
   private_config(&t);
   snprintf(fifo, sizeof(fifo), "%s/.mcp.json", t.work);
   ASSERT_EQ(mkfifo(fifo, 0600), 0);
-  ASSERT_EQ(al__tools_trust_project(t.work), 0);
+  ASSERT_EQ(al__tools_trust_project(t.work, NULL), 0);
   /* No servers of its own; a long wait, so a loaded machine cannot make
    * the run give up on the project's server. */
   t.o.mcp_config = "{\"startup_wait_ms\":60000,\"mcpServers\":{}}";

@@ -717,7 +717,8 @@ TEST_IMPL(media_transcript_round_trip) {
                           "content", "type", "tool_result", "tool_use_id",
                           "toolu_1", "content", blocks);
   json_t *kinds[3] = {user, asst, res};
-  const char *names[3] = {"user", "assistant", "tool_results"};
+  const al_commit_kind_t names[3] = {AL_COMMIT_USER, AL_COMMIT_ASSISTANT,
+                                     AL_COMMIT_TOOL_RESULTS};
   al_buf_t b;
   al_tx_loaded_t l;
   const json_t *m;

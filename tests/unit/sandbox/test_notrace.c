@@ -1,7 +1,7 @@
 /* No trace in the workspace (issue 15, point 8): `agentloop run` SIGKILLed
  * while a bash tool runs in bwrap mode leaves the workspace exactly as it
  * was (the read-only placeholders bwrap needs as mount points for
- * protected paths that do not exist, tools.d and .agentloop here, are
+ * protected paths that do not exist, .git here, are
  * removed by the janitor once the runner is gone), and nothing runs on. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -123,8 +123,9 @@ TEST_IMPL(sandbox_sigkill_mid_tool_leaves_tree) {
   ASSERT_EQ(uv_timer_start(&poll_t, on_poll, 5, 5), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
   ASSERT(sbx_process_with(mark));
-  /* The crash path is the one under test: placeholders are there now. */
-  snprintf(p, sizeof(p), "%s/tools.d", ws);
+  /* The crash path is the one under test: a placeholder is there now
+   * (.git: the workspace has none; tools.d/ and .agentloop/ get none). */
+  snprintf(p, sizeof(p), "%s/.git", ws);
   if (access(p, F_OK) != 0) {
     AL_TEST_FAIL("no placeholder while the tool runs:\n%s", al_test_tree_listing(ws));
   }
@@ -536,7 +537,7 @@ TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
                     url, sizeof(url));
   b = start_run(&x, url, homeb, envbuf);
   serve_until_file(&x, x.ws, "b.started");
-  ASSERT(file_there(x.ws, ".git") && file_there(x.ws, "tools.d"));
+  ASSERT(file_there(x.ws, ".git"));
   jan = al_test_child_with(b, "--janitor");
   ASSERT(jan > 0);
   n = sbx_tree_pidfds(b, fds, SBX_MAX_TREE);
@@ -546,7 +547,7 @@ TEST_IMPL(sandbox_double_sigkill_swept_by_next_agent) {
   ASSERT_EQ(waitpid(b, NULL, 0), b);
   ASSERT(sbx_all_exit(fds, n));
   /* Left behind: what this test is about. */
-  ASSERT(file_there(x.ws, ".git") && file_there(x.ws, "tools.d"));
+  ASSERT(file_there(x.ws, ".git"));
   al_mockllm_close(mock, NULL);
   free_env(envbuf);
   drop_marker(x.ws, "b.started");

@@ -255,6 +255,10 @@ TEST_IMPL(loop_never_waits_on_sandbox_lock) {
   int i;
 
   sbx_init(&x, SBX_BWRAP);
+  /* A workspace without .git: the one placeholder a sandbox still makes
+   * there (tools.d/ and .agentloop/ get none). */
+  snprintf(p, sizeof(p), "rm -rf '%s/.git'", x.ws);
+  ASSERT_EQ(system(p), 0);
   sbx_wait_warm(&x);
   served = stats(&x).served;
   al__sandbox_test_hold(x.sb, true);
@@ -275,7 +279,7 @@ TEST_IMPL(loop_never_waits_on_sandbox_lock) {
   opts_for(&x, &o, slp, &r);
   ASSERT_EQ(al__spawn_start(&x.loop, &o, &sp), 0);
   ASSERT_EQ(stats(&x).served, served + 1);
-  snprintf(p, sizeof(p), "%s/.agentloop", x.ws);
+  snprintf(p, sizeof(p), "%s/.git", x.ws);
   while (!exists(p)) { /* its helper makes the placeholder */
     uv_run(&x.loop, UV_RUN_NOWAIT);
   }

@@ -603,7 +603,7 @@ TEST_IMPL(tools_d_project_needs_trust) {
   fx_init(&f, NULL);
   write_at(f.workspace, "tools.d/p.yaml",
            "name: proj_tool\ndescription: d\ncmd: echo\n");
-  ASSERT_EQ(al__tools_trust_project(f.workspace), 0);
+  ASSERT_EQ(al__tools_trust_project(f.workspace, NULL), 0);
   ASSERT(al__tools_project_trusted(f.workspace));
   snprintf(cmd, sizeof(cmd), "%s/agentloop/tools.d", cfg);
   write_at(cmd, "u.yaml", "name: user_tool\ndescription: d\ncmd: echo\n");

@@ -1,0 +1,15 @@
+/* MCP defects of issue 22 (tests/unit/mcp/test_i22_mcp.c,
+ * test_i22_mcp_http.c). */
+TEST_ENTRY(mcp_stdio_server_env_has_no_keys)
+TEST_ENTRY(mcp_http_server_stream_backoff)
+TEST_ENTRY(mcp_http_server_stream_honours_retry)
+TEST_ENTRY(mcp_http_server_stream_window_bound)
+TEST_ENTRY(mcp_http_server_stream_gives_up_with_notice)
+TEST_ENTRY(agent_mcp_call_waits_for_starting_server)
+TEST_ENTRY(agent_mcp_call_to_server_that_fails_to_start)
+TEST_ENTRY(agent_mcp_direct_call_loads_deferred_tool)
+TEST_ENTRY(mcp_project_startup_wait_honoured)
+TEST_ENTRY(agent_mcp_cancel_while_waiting_for_server)
+TEST_ENTRY(mcp_listings_show_starting_server)
+TEST_ENTRY(mcp_view_run_text_degraded)
+TEST_ENTRY(agent_mcp_call_waits_for_project_server)
