@@ -14,8 +14,8 @@
 #include "mcp/mcp.h"
 
 /* JSON text (may be NULL: none) as an object for the params. */
-static int put(json_t *params, const char *key, const char *txt,
-               char *why, size_t why_len) {
+static int put(json_t *params, const char *key, const char *txt, char *why,
+               size_t why_len) {
   json_t *v = txt != NULL ? json_loads(txt, 0, NULL) : json_object();
 
   if (!json_is_object(v)) {
@@ -36,13 +36,12 @@ int al__rpc_client_config(const struct al_config_s *cfg, json_t *params,
   al_buf_init(&err, 16 * 1024);
   /* No workspace: the daemon's agent reads a trusted project's .mcp.json
    * itself (al_agent_options_t.mcp_project). */
-  rc = al__mcp_config_load2(NULL, al_config_section(cfg, "mcp_servers"),
-                            NULL, false, &mcp, &err);
+  rc = al__mcp_config_load2(NULL, al_config_section(cfg, "mcp_servers"), NULL,
+                            false, &mcp, &err);
   if (rc != 0) {
     snprintf(why, why_len, "MCP configuration: %s",
              err.data != NULL ? err.data : "out of memory");
-  } else if ((rc = al__hooks_config_load(NULL,
-                                         al_config_section(cfg, "hooks"),
+  } else if ((rc = al__hooks_config_load(NULL, al_config_section(cfg, "hooks"),
                                          &hooks, &err)) != 0) {
     snprintf(why, why_len, "hooks configuration: %s",
              err.data != NULL ? err.data : "out of memory");

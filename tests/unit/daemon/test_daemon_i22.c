@@ -94,8 +94,7 @@ static void assert_bash_ran(dt_client_t *c, size_t from) {
   for (;;) {
     for (; i < json_array_size(c->msgs); i++) {
       const char *type = dt_ev_type(c, i);
-      const json_t *ev = json_object_get(json_array_get(c->msgs, i),
-                                         "params");
+      const json_t *ev = json_object_get(json_array_get(c->msgs, i), "params");
 
       if (strcmp(type, "tool_use_completed") == 0) {
         if (json_is_true(json_object_get(ev, "is_error"))) {
@@ -145,22 +144,20 @@ static void assert_fd_limit(const json_t *r) {
   ASSERT_EQ(dt_err(r), AL_RPC_FD_LIMIT);
   ASSERT_NOT_NULL(msg);
   ASSERT_NOT_NULL(strstr(msg, "open-file limit"));
-  ASSERT_STR_EQ(json_string_value(json_object_get(
-                    json_object_get(e, "data"), "limit")),
-                "open_files");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_object_get(e, "data"), "limit")),
+      "open_files");
 }
 
 /* session/list's `loaded` for sid. */
 static bool session_loaded(dt_client_t *c, int *id, const char *sid) {
   json_t *r = dt_call(c, (*id)++, "session/list", NULL);
-  const json_t *a = json_object_get(json_object_get(r, "result"),
-                                    "sessions");
+  const json_t *a = json_object_get(json_object_get(r, "result"), "sessions");
   size_t i;
   json_t *v;
 
   json_array_foreach(a, i, v) {
-    if (strcmp(json_string_value(json_object_get(v, "session")), sid) ==
-        0) {
+    if (strcmp(json_string_value(json_object_get(v, "session")), sid) == 0) {
       return json_is_true(json_object_get(v, "loaded"));
     }
   }
@@ -213,8 +210,8 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
     }
     ok++;
     snprintf(sids[i], sizeof(sids[i]), "%s",
-             json_string_value(json_object_get(json_object_get(r, "result"),
-                                               "session")));
+             json_string_value(
+                 json_object_get(json_object_get(r, "result"), "session")));
     if (i % USE_EVERY == 0) {
       use_session(&c, &id, sids[i]);
     }
@@ -244,19 +241,17 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
 
     ASSERT(sids[2][0] != '\0');
     ASSERT(!session_loaded(&c, &id, sids[2]));
-    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"input\":\"go\"}",
-             sids[2]);
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"input\":\"go\"}", sids[2]);
     r = dt_call(&c, id++, "turn/send", p);
     ASSERT_EQ(dt_err(r), 0);
     from = json_array_size(c.msgs);
-    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"since_seq\":0}",
-             sids[2]);
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"since_seq\":0}", sids[2]);
     ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
     assert_bash_ran(&c, from);
   }
   r = dt_call(&c, id++, "session/list", NULL);
-  ASSERT_EQ(json_array_size(json_object_get(json_object_get(r, "result"),
-                                            "sessions")),
+  ASSERT_EQ(json_array_size(
+                json_object_get(json_object_get(r, "result"), "sessions")),
             ok);
   r = dt_call(&c, id++, "shutdown", NULL);
   ASSERT_EQ(dt_err(r), 0);
@@ -309,8 +304,8 @@ TEST_IMPL(daemon_fd_limit_typed_refusal) {
       break;
     }
     snprintf(sids[ok], sizeof(sids[ok]), "%s",
-             json_string_value(json_object_get(json_object_get(r, "result"),
-                                               "session")));
+             json_string_value(
+                 json_object_get(json_object_get(r, "result"), "session")));
     snprintf(p, sizeof(p), "{\"session\":\"%.63s\"}", sids[ok]);
     ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
     ok++;
@@ -368,12 +363,10 @@ static const char cfg_scn[] =
 
 static bool wait_ready_ev(dt_client_t *c, size_t *at) {
   for (; *at < json_array_size(c->msgs); (*at)++) {
-    const json_t *ev = json_object_get(json_array_get(c->msgs, *at),
-                                       "params");
+    const json_t *ev = json_object_get(json_array_get(c->msgs, *at), "params");
 
     if (strcmp(dt_ev_type(c, *at), "mcp_server_state") == 0 &&
-        strcmp(json_string_value(json_object_get(ev, "state")), "ready") ==
-            0) {
+        strcmp(json_string_value(json_object_get(ev, "state")), "ready") == 0) {
       return true;
     }
   }
@@ -441,8 +434,8 @@ TEST_IMPL(daemon_new_session_uses_current_config) {
   free(pj);
   ASSERT_EQ(dt_err(r), 0);
   snprintf(sid, sizeof(sid), "%s",
-           json_string_value(json_object_get(json_object_get(r, "result"),
-                                             "session")));
+           json_string_value(
+               json_object_get(json_object_get(r, "result"), "session")));
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"since_seq\":0}", sid);
   ASSERT_EQ(dt_err(dt_call(&c, 3, "session/subscribe", p)), 0);
   /* The server is up before the turn: no start-up wait decides it. */
@@ -481,8 +474,8 @@ static const char *rec_str(const dt_t *t, size_t i, const char *where,
   const al_mockllm_record_t *r = al_mockllm_record_get(t->mock, i);
 
   ASSERT_NOT_NULL(r);
-  return json_string_value(json_object_get(
-      strcmp(where, "body") == 0 ? r->body : r->headers, key));
+  return json_string_value(
+      json_object_get(strcmp(where, "body") == 0 ? r->body : r->headers, key));
 }
 
 static size_t count_method(const dt_client_t *c, const char *method) {
@@ -551,14 +544,13 @@ TEST_IMPL(daemon_resume_keeps_session_settings) {
            sid);
   r = dt_call(&b, 3, "session/resume", p);
   ASSERT_EQ(dt_err(r), 0);
-  ASSERT_STR_EQ(json_string_value(json_object_get(
-                    json_object_get(r, "result"), "model")),
-                "m-second");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_object_get(r, "result"), "model")),
+      "m-second");
   n = dt_wait_notification(&a, "session/configured", at);
   res = json_object_get(json_array_get(a.msgs, n), "params");
   ASSERT_STR_EQ(json_string_value(json_object_get(res, "session")), sid);
-  ASSERT_STR_EQ(json_string_value(json_object_get(res, "model")),
-                "m-second");
+  ASSERT_STR_EQ(json_string_value(json_object_get(res, "model")), "m-second");
   ASSERT_NOT_NULL(json_string_value(json_object_get(res, "by")));
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"again\"}", sid);
   ASSERT_EQ(dt_err(dt_call(&a, 5, "turn/send", p)), 0);
@@ -624,13 +616,12 @@ TEST_IMPL(daemon_sigkill_full_disk_restart_answers) {
     r = dt_call(&c, id++, "session/create", p);
     ASSERT_EQ(dt_err(r), 0);
     snprintf(sids[i], sizeof(sids[i]), "%s",
-             json_string_value(json_object_get(json_object_get(r, "result"),
-                                               "session")));
+             json_string_value(
+                 json_object_get(json_object_get(r, "result"), "session")));
     snprintf(p, sizeof(p), "{\"session\":\"%.63s\"}", sids[i]);
     ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
     from = json_array_size(c.msgs);
-    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"input\":\"go\"}",
-             sids[i]);
+    snprintf(p, sizeof(p), "{\"session\":\"%.63s\",\"input\":\"go\"}", sids[i]);
     ASSERT_EQ(dt_err(dt_call(&c, id++, "turn/send", p)), 0);
     dt_wait_event(&c, "tool_use_started", from);
   }
@@ -659,10 +650,10 @@ TEST_IMPL(daemon_sigkill_full_disk_restart_answers) {
   snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
   r = dt_call(&c2, id++, "session/create", p);
   ASSERT_EQ(dt_err(r), AL_RPC_STORAGE);
-  ASSERT_STR_EQ(json_string_value(json_object_get(
-                    json_object_get(json_object_get(r, "error"), "data"),
-                    "error")),
-                "ENOSPC");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(
+          json_object_get(json_object_get(r, "error"), "data"), "error")),
+      "ENOSPC");
   r = dt_call(&c2, id++, "shutdown", NULL);
   ASSERT_EQ(dt_err(r), 0);
   dt_run_until(&t, rc_exited, NULL);
