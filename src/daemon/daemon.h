@@ -32,7 +32,7 @@ typedef struct al_daemon_s al_daemon_t;
 /* What one loaded session may hold at its peak. Measured (issue 22,
  * /proc/PID/fd of a real agentloopd, a bash call in each session): 15-17
  * with its warm sandbox alive, seven of them the file tools' O_PATH fds
- * of the one workspace (shared now: 5-6); a warm sandbox or launcher is
+ * of the one workspace (shared now: 5-10); a warm sandbox or launcher is
  * a pidfd, stdout and stderr pipes and a control socket; then the
  * transcript. A tool start adds a few while it runs. */
 #define AL_DAEMON_SESSION_FDS 24

@@ -3,6 +3,7 @@
  * 500 sessions: each request gets an answer or the typed AL_RPC_FD_LIMIT,
  * never an internal error, and sessions keep working (idle ones are
  * unloaded and load again on resume). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -216,8 +217,26 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
       use_session(&c, &id, sids[i]);
     }
   }
-  fprintf(stderr, "500 sessions: %zu created, %zu refused, %.1f s\n", ok,
-          refused, (double)(uv_hrtime() - t0) / 1e9);
+  {
+    /* The daemon's descriptors now (a figure for docs/daemon.md). */
+    char fdd[64];
+    DIR *dir;
+    struct dirent *de;
+    size_t nfd = 0;
+
+    snprintf(fdd, sizeof(fdd), "/proc/%d/fd", proc.pid);
+    dir = opendir(fdd);
+    ASSERT_NOT_NULL(dir);
+    while ((de = readdir(dir)) != NULL) {
+      nfd += de->d_name[0] != '.';
+    }
+    closedir(dir);
+    fprintf(stderr,
+            "500 sessions: %zu created, %zu refused, %.1f s, %zu fds in "
+            "use\n",
+            ok, refused, (double)(uv_hrtime() - t0) / 1e9, nfd);
+    ASSERT(nfd < 1024);
+  }
   /* Idle sessions give their descriptors back: nearly all fit. */
   ASSERT(ok >= N * 9 / 10);
   /* An early session was unloaded long ago: it loads again and works,
