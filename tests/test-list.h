@@ -50,4 +50,5 @@
 #include "list/i22_mcp.h"
 #include "list/i22_sandbox.h"
 #include "list/i22_transcript.h"
+#include "list/i22_ux.h"
 #include "list/i22_daemon.h"

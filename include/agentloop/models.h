@@ -43,6 +43,11 @@ typedef struct al_model_info_s {
   /* `images: false`: the model takes no images or PDFs, so tool results
    * carry their text view only (docs/mcp.md). Default false: sent. */
   bool no_images;
+  /* `end_of_life: YYYY-MM-DD`: the provider retires the model on that date
+   * (it is deprecated until then); "" when none is known. `replacement`:
+   * the model to move to; may be "". */
+  char end_of_life[16];
+  char replacement[64];
 } al_model_info_t;
 
 /* Builds a catalogue: the shipped one, overlaid by the user's file. path:
@@ -66,6 +71,20 @@ void al_models_free(al_models_t *m);
  * alone. Never fails. */
 void al_models_lookup(const al_models_t *m, const char *model,
                       const char *provider, al_model_info_t *out);
+
+/* The cost in USD of the given token counts at the model's list prices
+ * (per million tokens), or -1 when the catalogue has no prices for it.
+ * The one price computation: `run`, the daemon's session/usage and the
+ * chat all use it. */
+double al_model_cost_usd(const al_model_info_t *mi, uint64_t input_tokens,
+                         uint64_t output_tokens, uint64_t cache_read_tokens,
+                         uint64_t cache_write_tokens);
+
+/* When the model is deprecated (the catalogue names its end of life),
+ * writes one line for stderr into buf - "model M is deprecated: its end of
+ * life is YYYY-MM-DD; use R (...)" - and returns true; else false. */
+bool al_model_deprecation(const al_model_info_t *mi, const char *model,
+                          char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,7 @@
 
 #include <editline/readline.h>
 
+#include "agentloop/models.h"
 #include "client/chat.h"
 #include "client/cli.h"
 #include "client/conn.h"
@@ -120,6 +121,9 @@ typedef struct chat_s {
   size_t typeahead_len;
   char *queued[MAX_QUEUED];
   int nqueued;
+  /* The models catalogue, read before the loop runs: a deprecated model
+   * is named when a session starts with it or switches to it. */
+  al_models_t *models;
 } chat_t;
 
 static chat_t *g_chat; /* the libedit line handler has no user pointer */
@@ -836,6 +840,20 @@ static void usage_from_json(al__tui_usage_t *u, json_t *o) {
 }
 
 /* A session to talk to: the result of create or resume. */
+/* From the catalogue's end_of_life: a warning the user sees at start. */
+static void warn_deprecated(chat_t *c, const char *model) {
+  al_model_info_t mi;
+  char why[512];
+
+  if (c->models == NULL || model == NULL) {
+    return;
+  }
+  al_models_lookup(c->models, model, NULL, &mi);
+  if (al_model_deprecation(&mi, model, why, sizeof(why))) {
+    say(c, AL_SGR_YELLOW, "warning: %s", why);
+  }
+}
+
 static void use_session(chat_t *c, json_t *result, bool resumed) {
   const char *id = json_string_value(json_object_get(result, "session"));
   char idc[128];
@@ -872,6 +890,7 @@ static void use_session(chat_t *c, json_t *result, bool resumed) {
     say(c, AL_SGR_DIM, "session %s%s%s%s in %s · /help for commands", idc,
         model[0] ? " (" : "", model, model[0] ? ")" : "", cwd);
   }
+  warn_deprecated(c, json_string_value(json_object_get(result, "model")));
   subscribe(c, resumed);
 }
 
@@ -978,6 +997,7 @@ static void on_configured(al__conn_t *conn, json_t *result, json_t *error,
   clean_line(model, sizeof(model),
              json_string_value(json_object_get(result, "model")));
   say(c, AL_SGR_DIM, "model %s from the next turn on", model);
+  warn_deprecated(c, json_string_value(json_object_get(result, "model")));
 }
 
 static void set_model(chat_t *c, const char *model) {
@@ -1045,6 +1065,7 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
   al__tui_usage_t u;
   al__tui_usage_t last;
   char line[256];
+  char cost[160];
 
   (void)data;
   if (error != NULL) {
@@ -1054,9 +1075,13 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
   usage_from_json(&u, s);
   usage_from_json(&last, json_object_get(result, "last_run"));
   al__tui_usage_line(&last, &u, line, sizeof(line));
-  say(c, NULL, "last run: %s · %" PRId64 " run%s", line,
+  al__tui_cost_text(json_object_get(s, "cost_usd"),
+                    json_object_get(json_object_get(result, "last_run"),
+                                    "cost_usd"),
+                    cost, sizeof(cost));
+  say(c, NULL, "last run: %s · %" PRId64 " run%s · %s", line,
       (int64_t)json_integer_value(json_object_get(s, "runs")),
-      json_integer_value(json_object_get(s, "runs")) == 1 ? "" : "s");
+      json_integer_value(json_object_get(s, "runs")) == 1 ? "" : "s", cost);
 }
 
 static void on_tools(al__conn_t *conn, json_t *result, json_t *error,
@@ -1734,10 +1759,21 @@ static int run_command(int argc, char **argv, mode_t_ mode, bool resume) {
              ? al__chat_settings(c->opt_provider, c->opt_model,
                                  c->opt_base_url, true, &c->settings)
              : 0;
+    if (rc == 0 && mode == MODE_CHAT) {
+      /* Blocking read, before the loop; a bad file was reported by the
+       * daemon's own load, so the chat goes on without the warning. */
+      char *merr = NULL;
+
+      if (al_models_load(&c->models, NULL, &merr) != 0) {
+        c->models = NULL;
+      }
+      al_free(merr);
+    }
     if (rc == 0) {
       rc = chat_main(c);
     }
   }
+  al_models_free(c->models);
   json_decref(c->settings);
   json_decref(c->ask_tools);
   al_free(c);

@@ -7,7 +7,9 @@
  * with bullets or numbers and hanging indents, task items as checkboxes,
  * links underlined with the URL after them when it differs from the text,
  * tables with aligned columns. Lines are not wrapped: the terminal does it,
- * and copying text keeps its real line breaks.
+ * and copying text keeps its real line breaks. Tables are the exception: a
+ * table wider than the terminal would wrap into ragged rows, so its widest
+ * columns are narrowed to fit and their cells cut with "…".
  *
  * The input is sanitized before md4c sees it, so nothing the model writes
  * becomes an escape sequence (RELIABILITY E5); entities are decoded and
@@ -64,6 +66,7 @@ typedef struct {
   al_buf_t *out;  /* the document */
   al_buf_t *dst;  /* where text goes now: out, or a table cell */
   bool color;
+  size_t cols; /* the terminal's width; 0: no limit */
   int rc;
   container_t stack[MAX_DEPTH];
   int depth;
@@ -294,6 +297,111 @@ static void pad(render_t *r, size_t n) {
   }
 }
 
+/* The width line_prefix() takes on a continuation line. */
+static size_t prefix_width(const render_t *r) {
+  size_t w = 0;
+  int i;
+
+  for (i = 0; i < r->depth; i++) {
+    if (r->stack[i].type == MD_BLOCK_QUOTE) {
+      w += 2;
+    } else if (r->stack[i].type == MD_BLOCK_LI) {
+      w += r->stack[i].marker_width;
+    }
+  }
+  return w;
+}
+
+/* Narrows the widest columns until the row fits in `avail` columns: each
+ * column keeps its natural width if it is below the fair share of what is
+ * left, the others split the rest (at least 1 each). */
+static void fit_columns(size_t *widths, unsigned ncols, size_t avail) {
+  size_t total = 0;
+  size_t budget;
+  bool fixed[64];
+  unsigned k, left = ncols;
+
+  for (k = 0; k < ncols; k++) {
+    total += widths[k];
+    fixed[k] = false;
+  }
+  total += 3 * (ncols > 0 ? ncols - 1 : 0);
+  if (ncols == 0 || total <= avail) {
+    return;
+  }
+  budget = avail > 3 * (ncols - 1) ? avail - 3 * (ncols - 1) : 0;
+  for (;;) {
+    bool changed = false;
+    size_t share = left > 0 ? budget / left : 0;
+
+    for (k = 0; k < ncols; k++) {
+      if (!fixed[k] && widths[k] <= share) {
+        fixed[k] = true;
+        budget -= widths[k];
+        left--;
+        changed = true;
+      }
+    }
+    if (!changed || left == 0) {
+      break;
+    }
+  }
+  for (k = 0; k < ncols && left > 0; k++) {
+    if (!fixed[k]) {
+      size_t share = budget / left;
+
+      widths[k] = AL_MAX(share, (size_t)1);
+      budget -= AL_MIN(share, budget);
+      left--;
+    }
+  }
+}
+
+/* Copies a cell's text cut to max_w columns, the last one "…"; our SGR
+ * codes pass through at no width. Returns the columns written (max_w, or
+ * one less when a wide character did not fit). */
+static size_t put_cut(render_t *r, const char *s, size_t n, size_t max_w) {
+  size_t i = 0;
+  size_t w = 0;
+
+  while (i < n) {
+    size_t j = i;
+    size_t cw;
+
+    if (s[i] == '\x1b') {
+      j++;
+      if (j < n && s[j] == '[') {
+        j++;
+        while (j < n && !((unsigned char)s[j] >= 0x40 &&
+                          (unsigned char)s[j] <= 0x7e)) {
+          j++;
+        }
+      }
+      j = AL_MIN(j + 1, n);
+      put(r, s + i, j - i);
+      i = j;
+      continue;
+    }
+    j = i + al__tui_fit(s + i, n - i, 1);
+    if (j == i) { /* a wide character: take it whole */
+      j = i + 1;
+      while (j < n && ((unsigned char)s[j] & 0xC0) == 0x80) {
+        j++;
+      }
+    }
+    cw = al__tui_width(s + i, j - i);
+    if (w + cw + 1 > max_w) {
+      break;
+    }
+    put(r, s + i, j - i);
+    w += cw;
+    i = j;
+  }
+  puts_(r, "…");
+  sgr(r, AL_SGR_RESET);
+  return w + 1;
+}
+
 static void table_render(render_t *r) {
   size_t widths[64];
   unsigned ncols = 0;
@@ -314,6 +422,11 @@ static void table_render(render_t *r) {
       ncols = AL_MAX(ncols, col + 1);
     }
   }
+  if (r->cols > 0) {
+    size_t pw = prefix_width(r);
+
+    fit_columns(widths, ncols, r->cols > pw ? r->cols - pw : 1);
+  }
   i = 0;
   for (row = 0; row < nrows; row++) {
     unsigned col = 0;
@@ -326,6 +439,7 @@ static void table_render(render_t *r) {
     for (; i < r->ncells && r->cells[i].row == row; i++, col++) {
       cell_t *c = &r->cells[i];
       size_t w = col < 64 ? widths[col] : c->width;
+      bool cut = col < 64 && c->width > w;
       size_t space = w > c->width ? w - c->width : 0;
       size_t left = c->align == MD_ALIGN_RIGHT    ? space
                     : c->align == MD_ALIGN_CENTER ? space / 2
@@ -340,7 +454,15 @@ static void table_render(render_t *r) {
       if (row < r->head_rows) {
         sgr(r, AL_SGR_BOLD);
       }
-      put(r, c->text.data ? c->text.data : "", c->text.len);
+      if (cut) {
+        size_t wrote = put_cut(r, c->text.data ? c->text.data : "",
+                               c->text.len, w);
+
+        space = w > wrote ? w - wrote : 0; /* a wide character left out */
+        left = 0;
+      } else {
+        put(r, c->text.data ? c->text.data : "", c->text.len);
+      }
       sgr(r, AL_SGR_RESET);
       /* No trailing blanks after the last column. */
       if (col + 1 < ncols) {
@@ -751,6 +873,11 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
 }
 
 int al__md_render(const char *md, size_t len, bool color, al_buf_t *out) {
+  return al__md_render_cols(md, len, color, 0, out);
+}
+
+int al__md_render_cols(const char *md, size_t len, bool color, int cols,
+                       al_buf_t *out) {
   MD_PARSER parser;
   render_t r;
   al_buf_t clean;
@@ -765,6 +892,7 @@ int al__md_render(const char *md, size_t len, bool color, al_buf_t *out) {
   r.out = out;
   r.dst = out;
   r.color = color;
+  r.cols = cols > 0 ? (size_t)cols : 0;
   r.at_bol = true;
   al_buf_init(&r.cell, 1u << 20);
   memset(&parser, 0, sizeof(parser));
@@ -887,7 +1015,8 @@ static int commit_block(al__md_stream_t *s, al_buf_t *out) {
   }
   if (!s->raw_block) {
     erase_preview(s, out);
-    rc = al__md_render(s->block.data, s->block.len, true, out);
+    rc = al__md_render_cols(s->block.data, s->block.len, true, s->cols,
+                            out);
   } else if (s->block.data[s->block.len - 1] != '\n') {
     al_buf_append_str(out, "\n");
   }

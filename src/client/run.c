@@ -7,8 +7,8 @@
  * need --allow-tool), subscribes to its LoopEvents, starts the run and lets
  * the loop drive everything. It prints:
  *
- *   text    the final text on stdout at the end (the demo view, -v or a
- *           terminal on stderr, shows progress and streamed text there)
+ *   text    the final text on stdout at the end (the demo view, -v, shows
+ *           progress and streamed text on stderr)
  *   json    one `result` object at the end
  *   ndjson  every LoopEvent as a line as it happens, then the `result`
  *
@@ -136,9 +136,8 @@ static void usage(FILE *f) {
       "                            ({\"type\":\"user\",\"message\":{...}}), one\n"
       "                            run each, in one session, until EOF\n"
       "  -v, --verbose             live log on stderr: turns, streamed text,\n"
-      "                            tools, retries (default in text mode when\n"
-      "                            stderr is a terminal)\n"
-      "  -q, --quiet               no live log\n"
+      "                            tools, retries (default: off)\n"
+      "  -q, --quiet               no live log (the default)\n"
       "      --color WHEN          auto (default), always, never\n"
       "      --no-color            same as --color never\n"
       "\n"
@@ -147,6 +146,7 @@ static void usage(FILE *f) {
       "                            or openai\n"
       "      --model NAME          default $AGENTLOOP_MODEL, else the\n"
       "                            provider's default model\n"
+      "                            (claude-sonnet-5-5, gpt-4o-mini)\n"
       "      --fallback-model NAME used after repeated overloaded errors\n"
       "      --base-url URL        default $AGENTLOOP_BASE_URL, then\n"
       "                            $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL,\n"
@@ -497,13 +497,10 @@ static void end_run(run_t *r) {
 
     al_agent_model_info(r->agent, &mi);
     r->has_cost = mi.has_prices;
-    r->cost_usd =
-        ((double)r->stats.input_tokens * mi.prices.input +
-         (double)r->stats.output_tokens * mi.prices.output +
-         (double)r->stats.cache_read_input_tokens * mi.prices.cache_read +
-         (double)r->stats.cache_creation_input_tokens *
-             mi.prices.cache_write) /
-        1e6;
+    r->cost_usd = al_model_cost_usd(
+        &mi, r->stats.input_tokens, r->stats.output_tokens,
+        r->stats.cache_read_input_tokens,
+        r->stats.cache_creation_input_tokens);
   }
   sid = al_agent_session(r->agent);
   al_free(r->session);
@@ -619,12 +616,10 @@ static void run_result_now(run_t *r) {
   al_agent_stats(r->agent, &r->stats);
   al_agent_model_info(r->agent, &mi);
   r->has_cost = mi.has_prices;
-  r->cost_usd =
-      ((double)r->stats.input_tokens * mi.prices.input +
-       (double)r->stats.output_tokens * mi.prices.output +
-       (double)r->stats.cache_read_input_tokens * mi.prices.cache_read +
-       (double)r->stats.cache_creation_input_tokens * mi.prices.cache_write) /
-      1e6;
+  r->cost_usd = al_model_cost_usd(&mi, r->stats.input_tokens,
+                                  r->stats.output_tokens,
+                                  r->stats.cache_read_input_tokens,
+                                  r->stats.cache_creation_input_tokens);
   al_free(r->session);
   r->session = al_agent_session(r->agent) != NULL
                    ? al_strdup(al_agent_session(r->agent))
@@ -873,6 +868,17 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     return err == AL_EINVAL ? EXIT_USAGE : EXIT_FAIL;
   }
   report_tool_errors(r->agent, o->sandbox);
+  {
+    al_model_info_t mi;
+    char why[512];
+
+    /* From the catalogue's end_of_life: the run goes on, but the user
+     * learns before the provider starts refusing the model. */
+    al_agent_model_info(r->agent, &mi);
+    if (al_model_deprecation(&mi, o->model, why, sizeof(why))) {
+      fprintf(stderr, "agentloop: warning: %s\n", why);
+    }
+  }
   if (!check_tool_names(r->agent, r->flag_allow, r->flag_deny)) {
     al_agent_close(r->agent, on_agent_closed);
     uv_run(&r->loop, UV_RUN_DEFAULT);
@@ -1586,9 +1592,9 @@ int al_cli_run(int argc, char **argv) {
                                                    : FMT_TEXT;
   al__stream_json_init(&r->sj, stdout, partial);
   r->stream_in = stream_in;
-  r->verbose = verbose == 1 ||
-               (verbose == -1 && r->format == FMT_TEXT &&
-                isatty(STDERR_FILENO));
+  /* The answer alone unless -v asks for the view, on a terminal too (as
+   * `claude -p` does): the view streamed the answer a second time. */
+  r->verbose = verbose == 1;
   r->timeout_s = timeout_s;
   r->timeout_ms = timeout_s > 0 ? (uint64_t)ceil(timeout_s * 1000.0) : 0;
   r->end_type = AL_EVENT_ERROR;

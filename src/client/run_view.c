@@ -1,7 +1,7 @@
 /* The demo view of `agentloop run -v`: LoopEvents as a readable live log.
  *
- *   [   3 ms] run started: claude-sonnet-4-5 (anthropic), cwd /tmp/w
- *   [   4 ms] turn 1: request sent (claude-sonnet-4-5)
+ *   [   3 ms] run started: claude-sonnet-5-5 (anthropic), cwd /tmp/w
+ *   [   4 ms] turn 1: request sent (claude-sonnet-5-5)
  *   [  40 ms] text: Let me look.
  *   [  52 ms] ● read_file {"path":"a.txt"} started (reply still streaming)
  *   [  55 ms] ✓ read_file 3 ms

@@ -79,6 +79,11 @@ size_t al__tui_fit(const char *s, size_t n, size_t max_width);
  * indents, table columns - is kept and emphasis markers are dropped).
  * The output ends with a newline unless the input is empty. */
 int al__md_render(const char *md, size_t len, bool color, al_buf_t *out);
+/* The same for a terminal `cols` wide (0: no limit): a table wider than
+ * that has its widest columns narrowed and their cells cut with "…", so
+ * no row wraps. */
+int al__md_render_cols(const char *md, size_t len, bool color, int cols,
+                       al_buf_t *out);
 
 /* Streaming: text is printed as it arrives and each Markdown block is
  * re-rendered once it is complete (a blank line outside a code fence, a
@@ -207,6 +212,10 @@ typedef struct al__tui_view_s {
   al_buf_t scratch;
   /* This run's citations (each source once), listed when it ends. */
   json_t *sources;
+  /* Between compaction_started and compaction_completed the model streams
+   * the summary of the history: it is not the answer, so it is not shown
+   * (a "compacting…" line is, then the result). */
+  bool compacting;
 } al__tui_view_t;
 
 void al__tui_view_init(al__tui_view_t *v, FILE *out, FILE *err, bool color,
@@ -231,6 +240,17 @@ void al__tui_view_notice(al__tui_view_t *v, const char *sgr, const char *fmt,
                          ...) __attribute__((format(printf, 3, 4)));
 /* Formats "1.2k in (800 cached) · 512 out · session 3.4k in · 1.1k out"
  * into buf (size n). */
+/* "… 1,988 more lines (54,321 bytes)": what is left of a tool's output in
+ * s[0..n) after the lines shown. */
+void al__tui_more_lines(const char *s, size_t n, char *buf, size_t len);
+
+/* The dollars of /usage: session (and last run) cost_usd as the daemon's
+ * session/usage gives them (numbers, or null when the models catalogue
+ * has no prices for the model): "$0.0330 this session ($0.0110 last
+ * run)" or "cost unknown: ...". */
+void al__tui_cost_text(const json_t *session_usd, const json_t *run_usd,
+                       char *buf, size_t n);
+
 void al__tui_usage_line(const al__tui_usage_t *run,
                         const al__tui_usage_t *session, char *buf, size_t n);
 /* The one-line label of a tool call: name(summary), where the summary is

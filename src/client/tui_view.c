@@ -380,6 +380,36 @@ static void tool_started(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   }
 }
 
+/* n with a comma between groups of three digits: 1,988. */
+static void group_digits(uint64_t n, char *buf, size_t len) {
+  char digits[32];
+  size_t nd = (size_t)snprintf(digits, sizeof(digits), "%" PRIu64, n);
+  size_t i, o = 0;
+
+  for (i = 0; i < nd && o + 2 < len; i++) {
+    if (i > 0 && (nd - i) % 3 == 0) {
+      buf[o++] = ',';
+    }
+    buf[o++] = digits[i];
+  }
+  buf[o] = '\0';
+}
+
+void al__tui_more_lines(const char *s, size_t n, char *buf, size_t len) {
+  uint64_t lines = 0;
+  char l[32], b[32];
+  size_t i;
+
+  for (i = 0; i < n; i++) {
+    lines += s[i] == '\n';
+  }
+  lines += n > 0 && s[n - 1] != '\n'; /* a last line without its newline */
+  group_digits(lines, l, sizeof(l));
+  group_digits(n, b, sizeof(b));
+  snprintf(buf, len, "… %s more line%s (%s bytes)", l, lines == 1 ? "" : "s",
+           b);
+}
+
 /* Up to OUTCOME_LINES lines of the result, dim and indented, each cut to
  * the screen width. */
 static void outcome_lines(al__tui_view_t *v, const char *s, size_t n) {
@@ -411,9 +441,16 @@ static void outcome_lines(al__tui_view_t *v, const char *s, size_t n) {
     s = nl + 1;
     n -= len + 1;
   }
-  if (n > 0 && shown == OUTCOME_LINES && memchr(s, '\n', n) != NULL) {
+  while (n > 0 && s[n - 1] == '\n') {
+    n--; /* trailing blank lines are not worth a mention */
+  }
+  if (n > 0 && shown == OUTCOME_LINES) {
+    char more[96];
+
+    /* What was cut, so a long output is not mistaken for a short one. */
+    al__tui_more_lines(s, n, more, sizeof(more));
     sgr(v, v->err, AL_SGR_DIM);
-    fputs("    …\n", v->err);
+    fprintf(v->err, "    %s\n", more);
     sgr(v, v->err, AL_SGR_RESET);
   }
 }
@@ -552,6 +589,29 @@ static void fmt_tokens(uint64_t n, char *buf, size_t len) {
   } else {
     snprintf(buf, len, "%" PRIu64 ".%" PRIu64 "M", n / 1000000,
              n % 1000000 / 100000);
+  }
+}
+
+static void usd(double v, char *buf, size_t n) {
+  /* Cents hide what a short session costs: four places below a dollar. */
+  snprintf(buf, n, v < 1.0 ? "$%.4f" : "$%.2f", v);
+}
+
+void al__tui_cost_text(const json_t *session_usd, const json_t *run_usd,
+                       char *buf, size_t n) {
+  char a[32], b[32];
+
+  if (!json_is_number(session_usd)) {
+    snprintf(buf, n, "cost unknown: no prices for this model in the models "
+                     "catalogue (models.yaml)");
+    return;
+  }
+  usd(json_number_value(session_usd), a, sizeof(a));
+  if (json_is_number(run_usd)) {
+    usd(json_number_value(run_usd), b, sizeof(b));
+    snprintf(buf, n, "%s this session (%s last run)", a, b);
+  } else {
+    snprintf(buf, n, "%s this session", a);
   }
 }
 
@@ -709,15 +769,44 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
     return false;
   }
   if (strcmp(type, "text_delta") == 0) {
-    text_delta(v, ev, now_ms);
+    if (!v->compacting) {
+      text_delta(v, ev, now_ms);
+    }
   } else if (strcmp(type, "thinking_delta") == 0) {
-    thinking_delta(v, ev);
+    if (!v->compacting) {
+      thinking_delta(v, ev);
+    }
+  } else if (strcmp(type, "compaction_started") == 0) {
+    char n[32];
+
+    al__tui_view_settle(v);
+    v->compacting = true;
+    group_digits((uint64_t)json_integer_value(
+                     json_object_get(ev, "tokens_before")),
+                 n, sizeof(n));
+    al__tui_view_notice(v, AL_SGR_DIM, "compacting… (%s, %s tokens)",
+                        str(ev, "trigger"), n);
   } else if (strcmp(type, "run_started") == 0) {
+    v->compacting = false;
     memset(&v->run, 0, sizeof(v->run));
     json_array_clear(v->sources);
     tools_clear(v);
   } else if (strcmp(type, "citation") == 0) {
     source_add(v, ev);
+  } else if (strcmp(type, "mcp_server_state") == 0 ||
+             strcmp(type, "mcp_warning") == 0) {
+    /* ready/starting are routine (/tools lists them); a server that failed,
+     * one whose server stream degraded or was given up, and warnings are
+     * said, as `run` says them. */
+    const char *st = str(ev, "state");
+
+    if (strcmp(type, "mcp_warning") == 0 || strcmp(st, "failed") == 0 ||
+        strcmp(st, "degraded") == 0) {
+      al__tui_view_settle(v);
+      al__tui_view_notice(v, AL_SGR_YELLOW, "mcp %s: %s", str(ev, "server"),
+                          str(ev, "error")[0] != '\0' ? str(ev, "error")
+                                                      : str(ev, "message"));
+    }
   } else if (strcmp(type, "provider_notice") == 0) {
     /* pause_turn continued, a finish_reason inferred: said, not alarming. */
     al__tui_view_notice(v, AL_SGR_DIM, "%s",
@@ -776,14 +865,21 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
     al__tui_view_notice(v, AL_SGR_YELLOW, "switching to %s (%s)",
                         str(ev, "to"), str(ev, "reason"));
   } else if (strcmp(type, "compaction_completed") == 0) {
+    char before[32], after[32];
+
+    v->compacting = false;
+    group_digits((uint64_t)json_integer_value(
+                     json_object_get(ev, "tokens_before")),
+                 before, sizeof(before));
+    group_digits((uint64_t)json_integer_value(
+                     json_object_get(ev, "tokens_after")),
+                 after, sizeof(after));
     al__tui_view_notice(
         v, json_is_true(json_object_get(ev, "fallback")) ? AL_SGR_YELLOW
                                                           : AL_SGR_DIM,
-        "history compacted (%s): %" PRId64 " -> %" PRId64 " tokens, %" PRId64
+        "context compacted (%s): %s → %s tokens, %" PRId64
         " messages summarized%s",
-        str(ev, "trigger"),
-        (int64_t)json_integer_value(json_object_get(ev, "tokens_before")),
-        (int64_t)json_integer_value(json_object_get(ev, "tokens_after")),
+        str(ev, "trigger"), before, after,
         (int64_t)json_integer_value(json_object_get(ev, "dropped_messages")),
         json_is_true(json_object_get(ev, "fallback"))
             ? " (the summary failed: trimmed instead)"
@@ -814,18 +910,21 @@ bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
                         (int64_t)json_integer_value(
                             json_object_get(ev, "max_turns")));
   } else if (strcmp(type, "interrupted") == 0) {
+    v->compacting = false;
     tools_clear(v);
     al__tui_view_settle(v);
     sources_show(v);
     al__tui_view_notice(v, AL_SGR_RED, "interrupted");
     return true;
   } else if (strcmp(type, "error") == 0) {
+    v->compacting = false;
     tools_clear(v);
     al__tui_view_settle(v);
     sources_show(v);
     al__tui_view_notice(v, AL_SGR_RED, "error: %s", str(ev, "message"));
     return true;
   } else if (strcmp(type, "final") == 0) {
+    v->compacting = false;
     tools_clear(v);
     al__tui_view_settle(v);
     sources_show(v);

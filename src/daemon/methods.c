@@ -805,9 +805,30 @@ static void m_session_usage(const call_t *k) {
                    (int)st.turns, "requests", (int)st.requests,
                    "duration_ms", (json_int_t)st.duration_ms,
                    "duration_api_ms", (json_int_t)st.duration_api_ms);
-  al__daemon_reply(k->c, k->id,
-        json_pack("{s:o, s:o, s:n}", "session", tot, "last_run", last,
-                  "cost_usd"));
+  {
+    /* Dollars from the catalogue's list prices, the same computation as
+     * `agentloop run` (al_model_cost_usd): null when the model has none.
+     * The session's cost is at the current model's prices. */
+    al_model_info_t mi;
+    double ses, run;
+
+    al_agent_model_info(s->agent, &mi);
+    ses = al_model_cost_usd(&mi, s->totals.input_tokens,
+                            s->totals.output_tokens,
+                            s->totals.cache_read_input_tokens,
+                            s->totals.cache_creation_input_tokens);
+    run = al_model_cost_usd(&mi, st.input_tokens, st.output_tokens,
+                            st.cache_read_input_tokens,
+                            st.cache_creation_input_tokens);
+    json_object_set_new(tot, "cost_usd", ses >= 0 ? json_real(ses)
+                                                  : json_null());
+    json_object_set_new(last, "cost_usd", run >= 0 ? json_real(run)
+                                                   : json_null());
+    al__daemon_reply(k->c, k->id,
+                     json_pack("{s:o, s:o, s:o}", "session", tot, "last_run",
+                               last, "cost_usd",
+                               ses >= 0 ? json_real(ses) : json_null()));
+  }
 }
 
 static void m_tools_list(const call_t *k) {

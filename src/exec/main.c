@@ -29,7 +29,8 @@
  *                       command on stdin as --warm does (no mounts) and
  *                       exec it: a launcher joined ahead of its command
  *   --probe             print "landlock=N seccomp=0|1" and exit 0
- *   --janitor [DIR]     (alone) read "+PATH" / "-PATH" lines on stdin:
+ *   --janitor [DIR] [--parent PID]
+ *                       (alone) read "+PATH" / "-PATH" lines on stdin:
  *                       the placeholders agentloop has made in a
  *                       workspace and removed again. At EOF, once the
  *                       parent has exited, remove those still there (an
@@ -1025,10 +1026,10 @@ static void kill_orphans(long owner) {
   }
 }
 
-static int run_janitor(const char *phreg) {
+static int run_janitor(const char *phreg, long parent) {
   jpath_t *list = NULL, *j;
   char line[8192];
-  long owner = (long)getppid();
+  long owner = parent > 0 ? parent : (long)getppid();
   int ppfd;
   FILE *in;
 
@@ -1041,7 +1042,15 @@ static int run_janitor(const char *phreg) {
   if (chdir("/") != 0) {
     return 125;
   }
-  ppfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+  /* The pidfd is our parent's only while we are still its child: once we
+   * have been handed to init (or a subreaper), it has exited already and
+   * its pid may be another process's; waiting on that (init's, here) kept
+   * janitors of short processes for ever. */
+  ppfd = (int)syscall(SYS_pidfd_open, (pid_t)owner, 0);
+  if (ppfd >= 0 && (long)getppid() != owner) {
+    close(ppfd);
+    ppfd = -1;
+  }
   /* Before anything of our parent's is made: its placeholders are not in
    * the registry yet. */
   al_phreg_sweep(phreg);
@@ -1215,7 +1224,13 @@ int main(int argc, char **argv) {
       break;
     }
     if (strcmp(a, "--janitor") == 0) {
-      return run_janitor(v);
+      /* --janitor DIR [--parent PID] */
+      long parent = 0;
+
+      if (i + 3 < argc && strcmp(argv[i + 2], "--parent") == 0) {
+        parent = strtol(argv[i + 3], NULL, 10);
+      }
+      return run_janitor(v, parent);
     }
     if (strcmp(a, "--probe") == 0) {
       o.probe = true;

@@ -59,6 +59,10 @@
 #include "loop/validity.h"
 
 #define AG_MAX_TOKENS_CEILING 128000
+/* How much of an interrupted reply's text is kept in history. */
+#define AG_PARTIAL_MAX (1024u * 1024u)
+
+static void keep_partial(al_agent_t *a);
 
 const char *al__agent_state_name(ag_state_t st) {
   switch (st) {
@@ -338,6 +342,8 @@ static void attempt_clear(al_agent_t *a) {
   a->msg_id = NULL;
   a->delivered = false;
   a->stream_failed = false;
+  al_buf_reset(&a->partial);
+  a->partial_cut = false;
 }
 
 static ag_block_t *block_at(al_agent_t *a, int index) {
@@ -502,6 +508,14 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
       le.u.delta.call_id = ag_slice(a->blocks[ev->index].call_id);
     }
     a->delivered = true;
+    if (ev->type == AL_PEV_TEXT_DELTA && a->state == AG_STREAMING &&
+        ev->len > 0) {
+      /* Kept up to its bound, and only as a prefix of the reply. */
+      if (!a->partial_cut &&
+          al_buf_append(&a->partial, ev->text, ev->len) != 0) {
+        a->partial_cut = true;
+      }
+    }
     return al__agent_post(a, &le) ? 1 : 0;
   case AL_PEV_BLOCK_STOP:
     return on_block_stop(a, ev);
@@ -1886,6 +1900,7 @@ static void agent_free_fields(al_agent_t *a) {
   al_free(a->done_text);
   al_free(a->pause_text);
   al_free(a->msg_id);
+  al_buf_free(&a->partial);
   blocks_free(a);
   al_models_free(a->own_models);
   al__agent_context_free(a);
@@ -1954,6 +1969,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al_list_init(&a->approvals);
   al_list_init(&a->execs);
   al_list_init(&a->hook_waits);
+  al_buf_init(&a->partial, AG_PARTIAL_MAX);
   al__history_init(&a->history);
   al__history_init(&a->summary_hist);
   al__history_init(&a->compact_hist);
@@ -1976,7 +1992,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   a->model_main = al_strdup(
       o->model != NULL ? o->model
       : a->provider->kind != AL_PROVIDER_ANTHROPIC ? "gpt-4o-mini"
-                                                   : "claude-sonnet-4-5");
+                                                   : "claude-sonnet-5-5");
   a->model = dup_or_null(a->model_main);
   a->fallback_model = dup_or_null(o->fallback_model);
   if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||
@@ -2335,6 +2351,9 @@ int al_agent_cancel(al_agent_t *a) {
     al__history_cancel_open(&a->history, NULL);
     commit_notify_results(a);
   }
+  if (old == AG_STREAMING && a->partial.len > 0) {
+    keep_partial(a);
+  }
   run_end_common(a); /* closes the request and every executor */
   set_state(a, AG_ENDING); /* a new run waits until interrupted is out */
   if (json_array_size(open) > 0) {
@@ -2368,6 +2387,43 @@ int al_agent_cancel(al_agent_t *a) {
   }
   al__agent_post(a, &ev);
   return 0;
+}
+
+/* An interrupted reply's text stays in history, followed by a user-side
+ * note, so the next request shows the model what it had said and that the
+ * user cut it (dropping it made the model repeat itself or contradict what
+ * the user had read). The transcript gets both through on_commit. */
+static void keep_partial(al_agent_t *a) {
+  json_t *msg;
+  json_t *note;
+  size_t i;
+
+  /* The API refuses a text block of only white space. */
+  for (i = 0; i < a->partial.len; i++) {
+    char ch = a->partial.data[i];
+
+    if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') {
+      break;
+    }
+  }
+  if (i == a->partial.len) {
+    return;
+  }
+  msg = json_pack("{s:s, s:[{s:s, s:s%}]}", "role", "assistant", "content",
+                  "type", "text", "text", a->partial.data, a->partial.len);
+  if (msg == NULL || al__history_commit_assistant(&a->history, msg) != 0) {
+    json_decref(msg); /* not UTF-8 or out of memory: dropped as before */
+    return;
+  }
+  commit_notify(a, AL_COMMIT_ASSISTANT, msg);
+  json_decref(msg);
+  if (al__history_append_user_text(&a->history,
+                                   AL_HISTORY_INTERRUPTED_TEXT) == 0) {
+    note = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text", "text",
+                     AL_HISTORY_INTERRUPTED_TEXT);
+    commit_notify(a, AL_COMMIT_USER, note);
+    json_decref(note);
+  }
 }
 
 void al_agent_stats(const al_agent_t *a, al_agent_stats_t *out) {

@@ -182,6 +182,11 @@ struct al_agent_s {
   bool in_feed;
   bool ps_dead; /* free ps once the feed returns */
   bool delivered; /* content reached subscribers this attempt */
+  /* The text of the reply streaming now: a cancel keeps it in history
+   * (al_agent_cancel), so the next request shows the model what it had
+   * said and that it was cut. Reset with each attempt. */
+  al_buf_t partial;
+  bool partial_cut;
   bool stream_failed;
   al_retry_err_t stream_err;
   char stream_msg[256];

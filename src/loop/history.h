@@ -50,6 +50,8 @@
 #include "common/common.h"
 
 #define AL_HISTORY_CANCELLED_TEXT "operation cancelled by user"
+/* The user-side note after a reply the user interrupted mid-stream. */
+#define AL_HISTORY_INTERRUPTED_TEXT "[the user interrupted this reply]"
 
 typedef struct al_history_s {
   char *system;      /* owned, or NULL */

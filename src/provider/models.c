@@ -39,6 +39,7 @@ enum {
   F_THINK = 1 << 5,
   F_PRICES = 1 << 6,
   F_IMAGES = 1 << 7,
+  F_EOL = 1 << 8,
 };
 
 typedef struct entry_s {
@@ -265,6 +266,27 @@ static bool entry_field(ctx_t *c, entry_t *e, const char *k, yaml_node_t *v) {
     e->set |= F_RFIELD;
     return get_string(c, v, k, e->v.reasoning_field,
                       sizeof(e->v.reasoning_field));
+  }
+  if (strcmp(k, "end_of_life") == 0) {
+    char *eol = e->v.end_of_life;
+    int y, mo, dd;
+    char tail;
+
+    if (!get_string(c, v, k, eol, sizeof(e->v.end_of_life))) {
+      return false;
+    }
+    if (strlen(eol) != 10 ||
+        sscanf(eol, "%4d-%2d-%2d%c", &y, &mo, &dd, &tail) != 3 || mo < 1 ||
+        mo > 12 || dd < 1 || dd > 31) {
+      err(c, v, "'end_of_life' must be a date YYYY-MM-DD, not '%s'", eol);
+      return false;
+    }
+    e->set |= F_EOL;
+    return true;
+  }
+  if (strcmp(k, "replacement") == 0) {
+    /* Goes with end_of_life: taken from the entry that sets that. */
+    return get_string(c, v, k, e->v.replacement, sizeof(e->v.replacement));
   }
   if (strcmp(k, "prices") == 0) {
     e->set |= F_PRICES;
@@ -573,6 +595,10 @@ void al_models_lookup(const al_models_t *m, const char *model,
     if (take & F_IMAGES) {
       out->no_images = e->v.no_images;
     }
+    if (take & F_EOL) {
+      memcpy(out->end_of_life, e->v.end_of_life, sizeof(out->end_of_life));
+      memcpy(out->replacement, e->v.replacement, sizeof(out->replacement));
+    }
     if (take & F_PRICES) {
       out->has_prices = true;
       out->prices.input = e->v.prices.input;
@@ -589,4 +615,30 @@ void al_models_lookup(const al_models_t *m, const char *model,
     out->context_window = claude ? AL_MODELS_FALLBACK_CLAUDE
                                  : AL_MODELS_FALLBACK_OTHER;
   }
+}
+
+double al_model_cost_usd(const al_model_info_t *mi, uint64_t input_tokens,
+                         uint64_t output_tokens, uint64_t cache_read_tokens,
+                         uint64_t cache_write_tokens) {
+  if (mi == NULL || !mi->has_prices) {
+    return -1;
+  }
+  return ((double)input_tokens * mi->prices.input +
+          (double)output_tokens * mi->prices.output +
+          (double)cache_read_tokens * mi->prices.cache_read +
+          (double)cache_write_tokens * mi->prices.cache_write) /
+         1e6;
+}
+
+bool al_model_deprecation(const al_model_info_t *mi, const char *model,
+                          char *buf, size_t n) {
+  if (mi == NULL || mi->end_of_life[0] == '\0') {
+    return false;
+  }
+  snprintf(buf, n,
+           "model %s is deprecated: its end of life is %s%s%s (set another "
+           "with --model, AGENTLOOP_MODEL or 'model:' in config.yaml)",
+           model != NULL ? model : "?", mi->end_of_life,
+           mi->replacement[0] != '\0' ? "; use " : "", mi->replacement);
+  return true;
 }

@@ -173,10 +173,16 @@ static pthread_mutex_t g_janitor_lock = PTHREAD_MUTEX_INITIALIZER;
 static void janitor_start(const char *helper, const char *phreg) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
-  char *const argv[] = {(char *)helper, "--janitor", (char *)phreg, NULL};
+  char self[24];
+  /* Our pid by name: a janitor that starts after we have exited (a short
+   * process) must not take its new parent, init, for us. */
+  char *const argv[] = {(char *)helper, "--janitor", (char *)phreg,
+                        "--parent", self, NULL};
   char *const envp[] = {NULL};
   int sv[2];
   pid_t pid;
+
+  snprintf(self, sizeof(self), "%ld", (long)getpid());
 
   pthread_mutex_lock(&g_janitor_lock);
   if (g_janitor >= 0 || helper == NULL || helper[0] == '\0' ||

@@ -30,7 +30,7 @@ MOCK=$!
 while [ ! -s "$W/port" ]; do sleep 0.05; done
 "${TM[@]}" new-session -d -x 100 -y 32 "cd $W/proj && env PATH=$BIN:/usr/bin:/bin \
   HOME=$W/home XDG_RUNTIME_DIR=$W/run XDG_STATE_HOME=$W/state LANG=C.UTF-8 \
-  ANTHROPIC_API_KEY=k AGENTLOOP_MODEL=claude-sonnet-4-5 \
+  ANTHROPIC_API_KEY=k AGENTLOOP_MODEL=claude-sonnet-5-5 \
   AGENTLOOP_BASE_URL=http://127.0.0.1:$(cat "$W/port") PS1='$ ' bash --norc"
 wait_for() {
   for _ in $(seq 200); do

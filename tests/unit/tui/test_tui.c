@@ -278,9 +278,38 @@ TEST_IMPL(tui_view_context_notices) {
   ASSERT_STR_EQ(f.err,
                 "context 80% full (161000 of 200000 tokens): /compact frees it\n"
                 "cleared 3 old tool outputs (30000 tokens saved)\n"
-                "history compacted (auto): 150000 -> 20000 tokens, 40 messages "
-                "summarized (the summary failed: trimmed instead)\n"
+                "context compacted (auto): 150,000 → 20,000 tokens, 40 "
+                "messages summarized (the summary failed: trimmed instead)\n"
                 "history repaired before sending (1 fixes)\n");
+  vfix_free(&f);
+  return 0;
+}
+
+/* MCP trouble is said in the chat as `run` says it: a failed server, a
+ * degraded server stream (issue 22 point 5) and warnings; ready and
+ * starting are routine and stay quiet. */
+TEST_IMPL(tui_view_mcp_trouble_said) {
+  vfix_t f;
+
+  utf8_locale();
+  vfix_init(&f, false);
+  vfix_feed(&f, "{\"type\":\"mcp_server_state\",\"server\":\"fs\","
+                "\"state\":\"starting\",\"tools\":0,\"ms\":0}", 1);
+  vfix_feed(&f, "{\"type\":\"mcp_server_state\",\"server\":\"fs\","
+                "\"state\":\"ready\",\"tools\":3,\"ms\":20}", 2);
+  vfix_feed(&f, "{\"type\":\"mcp_server_state\",\"server\":\"web\","
+                "\"state\":\"degraded\",\"tools\":2,\"ms\":0,\"error\":"
+                "\"server stream closed 3 times in a row: reopening in 4 s\"}", 3);
+  vfix_feed(&f, "{\"type\":\"mcp_server_state\",\"server\":\"db\","
+                "\"state\":\"failed\",\"tools\":0,\"ms\":5,\"error\":"
+                "\"exited with status 1\"}", 4);
+  vfix_feed(&f, "{\"type\":\"mcp_warning\",\"server\":\"fs\","
+                "\"message\":\"tool list truncated\"}", 5);
+  ASSERT_STR_EQ(f.err,
+                "mcp web: server stream closed 3 times in a row: reopening "
+                "in 4 s\n"
+                "mcp db: exited with status 1\n"
+                "mcp fs: tool list truncated\n");
   vfix_free(&f);
   return 0;
 }
