@@ -862,10 +862,14 @@ static void on_session_agent_closed(al_agent_t *agent) {
 }
 
 bool al__session_is_idle(const session_t *s) {
+  /* Not while its writer fails or has records queued: an unload closes
+   * the writer, and a close while writes fail loses what is queued. */
   return s->loaded && !s->loading && !s->closing && !s->unloading &&
          !s->running && !s->holding && s->agent != NULL &&
          !al_agent_running(s->agent) && al_list_empty(&s->subs) &&
-         al_list_empty(&s->resumes) && al_list_empty(&s->held);
+         al_list_empty(&s->resumes) && al_list_empty(&s->held) &&
+         s->tx != NULL && al__tx_error(s->tx) == 0 &&
+         al__tx_pending(s->tx) == 0;
 }
 
 /* Answers the resumes waiting on s with an error (no load will). */

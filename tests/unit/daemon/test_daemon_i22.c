@@ -18,6 +18,7 @@
 
 #include "config/config.h"
 #include "dtest.h"
+#include "session/session.h"
 #include "smallfs.h"
 
 static int child_exit = -1;
@@ -740,5 +741,77 @@ TEST_IMPL(client_retries_connection_dropped_before_answer) {
   if (strstr(out, ") started at ") == NULL) {
     AL_TEST_FAIL("doctor did not reach a daemon:\n%s", out);
   }
+  return 0;
+}
+
+/* An idle session whose transcript writer is failing (a full disk: its
+ * records wait in memory for the retry) is never unloaded: closing the
+ * writer then would lose them. Once the writer has caught up it may go. */
+static char fail_path[300];
+
+static int fail_one(const char *path) {
+  return strcmp(path, fail_path) == 0 ? UV_ENOSPC : 0;
+}
+
+static bool loaded_in_list(dt_client_t *c, int *id, const char *sid) {
+  return session_loaded(c, id, sid);
+}
+
+TEST_IMPL(daemon_unload_keeps_failing_writer) {
+  static const char yaml[] =
+      "responses:\n"
+      "  - reply: {content: [{text: one}]}\n";
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char p[400], a[64];
+  int id = 10;
+  size_t i;
+
+  dt_init(&t, yaml);
+  t.o.max_idle_sessions = 1;
+  al__tx_retry_min_ms = 5;
+  al__tx_retry_max_ms = 20;
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, a, sizeof(a));
+  snprintf(fail_path, sizeof(fail_path), "%s/sessions/%s.jsonl", t.state, a);
+  al__tx_write_fault = fail_one;
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", a);
+  ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"hi\"}", a);
+  ASSERT_EQ(dt_err(dt_call(&c, id++, "turn/send", p)), 0);
+  dt_wait_notification(&c, "session/persist_error", 0);
+  dt_wait_event(&c, "final", 0);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", a);
+  ASSERT_EQ(dt_err(dt_call(&c, id++, "session/unsubscribe", p)), 0);
+  /* Three more idle sessions, one allowed: A stays, its writer failing. */
+  for (i = 0; i < 3; i++) {
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "session/create", p)), 0);
+  }
+  ASSERT(loaded_in_list(&c, &id, a));
+  /* The disk has room again: once A's writer caught up, the next create
+   * unloads it (the least recently active) and nothing was lost. */
+  al__tx_write_fault = NULL;
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  for (;;) {
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "session/create", p)), 0);
+    if (!loaded_in_list(&c, &id, a)) {
+      break;
+    }
+    uv_run(&t.loop, UV_RUN_ONCE); /* the retry timer */
+  }
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", a);
+  {
+    json_t *r = dt_call(&c, id++, "session/resume", p);
+
+    ASSERT_EQ(json_integer_value(
+                  json_object_get(json_object_get(r, "result"), "messages")),
+              2);
+  }
+  dt_finish(&t, cl, 1);
   return 0;
 }
