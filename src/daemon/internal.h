@@ -54,7 +54,10 @@ typedef struct {
   client_t *c; /* NULL once the client went away */
   json_t *id;
   json_t *params;
-  bool send; /* a turn/send waiting for the load, not a resume */
+  /* A request that needs the session loaded (turn/send, subscribe) and
+   * runs once it is; NULL: a resume, answered with the session. */
+  void (*then)(session_t *s, client_t *c, const json_t *id,
+               const json_t *params);
 } pending_resume_t;
 
 struct session_s {
@@ -222,8 +225,11 @@ void al__daemon_reply(client_t *c, const json_t *id, json_t *result);
 void al__daemon_reply_err(client_t *c, const json_t *id, int code,
                           const char *msg, json_t *data);
 void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id);
-/* turn/send on a loaded session (after a load it waited for). */
+/* turn/send and session/subscribe on a loaded session (also after a
+ * load they waited for). */
 void al__daemon_turn_send(session_t *s, client_t *c, const json_t *id,
+                          const json_t *params);
+void al__daemon_subscribe(session_t *s, client_t *c, const json_t *id,
                           const json_t *params);
 void al__daemon_on_line(client_t *c, const char *line, size_t len,
                         bool too_long);

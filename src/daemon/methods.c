@@ -537,17 +537,16 @@ static void m_session_list(const call_t *k) {
   al__daemon_reply(k->c, k->id, json_pack("{s:o}", "sessions", arr));
 }
 
-static void m_session_subscribe(const call_t *k) {
-  session_t *s = need_session(k, true);
+void al__daemon_subscribe(session_t *s, client_t *c, const json_t *id,
+                          const json_t *params) {
+  call_t kk = {c, id, (json_t *)params};
+  const call_t *k = &kk;
   json_t *since = json_object_get(k->params, "since_seq");
   sub_t *sub;
   uint64_t from = 0;
   bool replay = false;
   json_t *first = json_null();
 
-  if (s == NULL) {
-    return;
-  }
   if (since != NULL && !json_is_null(since)) {
     if (!json_is_integer(since) || json_integer_value(since) < 0) {
       al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
@@ -590,6 +589,24 @@ static void m_session_subscribe(const call_t *k) {
   al__sub_pump(sub);
 }
 
+static void queue_load(const call_t *k, session_t *s,
+                       void (*then)(session_t *, client_t *, const json_t *,
+                                    const json_t *));
+
+/* A session the daemon unloaded (idle) loads again first (issue 22). */
+static void m_session_subscribe(const call_t *k) {
+  session_t *s = need_session(k, false);
+
+  if (s == NULL) {
+    return;
+  }
+  if (!s->loaded || s->unloading) {
+    queue_load(k, s, al__daemon_subscribe);
+    return;
+  }
+  al__daemon_subscribe(s, k->c, k->id, k->params);
+}
+
 static void m_session_unsubscribe(const call_t *k) {
   session_t *s = need_session(k, false);
   sub_t *sub;
@@ -603,8 +620,6 @@ static void m_session_unsubscribe(const call_t *k) {
   }
   al__daemon_reply(k->c, k->id, json_pack("{s:b}", "unsubscribed", sub != NULL));
 }
-
-static void queue_load(const call_t *k, session_t *s, bool send);
 
 void al__daemon_turn_send(session_t *s, client_t *c, const json_t *id,
                           const json_t *params) {
@@ -659,7 +674,7 @@ static void m_turn_send(const call_t *k) {
     return;
   }
   if (!s->loaded || s->unloading) {
-    queue_load(k, s, true);
+    queue_load(k, s, al__daemon_turn_send);
     return;
   }
   al__daemon_turn_send(s, k->c, k->id, k->params);
@@ -913,10 +928,13 @@ void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id) {
                   s->recovered != NULL ? s->recovered : json_null());
   al__daemon_reply(c, id, info);
 }
-/* Queues k (a session/resume, or with send a turn/send) on s's load:
- * started now, or when s's load or unload in flight ends; answered by
- * al__session_load_done. Replies itself when it cannot. */
-static void queue_load(const call_t *k, session_t *s, bool send) {
+/* Queues k (a session/resume when then is NULL, else a request that
+ * `then` runs on the loaded session) on s's load: started now, or when
+ * s's load or unload in flight ends; answered by al__session_load_done.
+ * Replies itself when it cannot. */
+static void queue_load(const call_t *k, session_t *s,
+                       void (*then)(session_t *, client_t *, const json_t *,
+                                    const json_t *)) {
   al_daemon_t *d = client_daemon(k->c);
   pending_resume_t *p;
 
@@ -943,7 +961,7 @@ static void queue_load(const call_t *k, session_t *s, bool send) {
   p->c = k->c;
   p->id = json_deep_copy(k->id);
   p->params = k->params != NULL ? json_incref(k->params) : NULL;
-  p->send = send;
+  p->then = then;
   al_list_insert_tail(&s->resumes, &p->node);
   if (s->loading || s->unloading) {
     return;
@@ -990,7 +1008,7 @@ static void m_session_resume(const call_t *k) {
     return;
   }
   if (s->unloading) {
-    queue_load(k, s, false); /* after the unload (unload_done) */
+    queue_load(k, s, NULL); /* after the unload (unload_done) */
     return;
   }
   if (s->loaded) {
@@ -1012,7 +1030,7 @@ static void m_session_resume(const call_t *k) {
     al__daemon_resume_reply(s, k->c, k->id);
     return;
   }
-  queue_load(k, s, false);
+  queue_load(k, s, NULL);
 }
 
 /* session/configure: the client's settings for the next run (/model). */

@@ -1196,8 +1196,8 @@ void al__session_load_done(uv_work_t *w, int status) {
 
     al_list_remove(&p->node);
     if (p->c != NULL && !p->c->closing) {
-      if (rc == 0 && s->loaded && p->send) {
-        al__daemon_turn_send(s, p->c, p->id, p->params);
+      if (rc == 0 && s->loaded && p->then != NULL) {
+        p->then(s, p->c, p->id, p->params);
       } else if (rc == 0 && s->loaded) {
         al__daemon_resume_reply(s, p->c, p->id);
       } else if (s->discovered && rc == UV_ENOENT) {

@@ -269,6 +269,13 @@ TEST_IMPL(daemon_500_sessions_at_1024_fds) {
     ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
     assert_bash_ran(&c, from);
   }
+  /* So does a subscribe (a chat that created a session and subscribes
+   * just after, while others' creates unloaded it). */
+  ASSERT(sids[3][0] != '\0');
+  ASSERT(!session_loaded(&c, &id, sids[3]));
+  snprintf(p, sizeof(p), "{\"session\":\"%.63s\"}", sids[3]);
+  ASSERT_EQ(dt_err(dt_call(&c, id++, "session/subscribe", p)), 0);
+  ASSERT(session_loaded(&c, &id, sids[3]));
   r = dt_call(&c, id++, "session/list", NULL);
   ASSERT_EQ(json_array_size(
                 json_object_get(json_object_get(r, "result"), "sessions")),
