@@ -136,7 +136,16 @@ static bool on_line(al_rpc_framer_t *f, const char *line, size_t len,
     json_decref(bad_id);
     return !c->closing;
   }
-  if (m.kind == AL_RPC_MSG_RESPONSE) {
+  if (m.kind == AL_RPC_MSG_RESPONSE && json_is_null(m.id) &&
+      c->ready_cb != NULL && c->init_result == NULL) {
+    /* Turned away at accept (too many clients, shutting down): say why
+     * rather than retry into the same answer. */
+    const char *msg = json_string_value(json_object_get(m.error, "message"));
+
+    uv_timer_stop(&c->timer);
+    fail(c, AL_EPROTO, "agentloopd refused the connection: %s",
+         msg != NULL ? msg : "no reason given");
+  } else if (m.kind == AL_RPC_MSG_RESPONSE) {
     handle_response(c, &m);
   } else if (m.kind == AL_RPC_MSG_NOTIFICATION && c->notify_cb != NULL) {
     c->notify_cb(c, m.method, m.params);

@@ -822,3 +822,66 @@ TEST_IMPL(daemon_unload_keeps_failing_writer) {
   dt_finish(&t, cl, 1);
   return 0;
 }
+
+/* A daemon that turns a connection away says why (-32001, id null); the
+ * client reports that reason instead of retrying into it. */
+TEST_IMPL(client_says_why_turned_away) {
+  static const char refusal[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,"
+      "\"message\":\"too many clients\"}}\n";
+  char home[] = "/var/tmp/al_i22w_XXXXXX";
+  char dir[200], sock[300], cmd[1400], out[16384];
+  struct sockaddr_un sa;
+  int lfd, cfd, status;
+  pid_t srv;
+  size_t n;
+  FILE *p;
+
+  ASSERT_NOT_NULL(mkdtemp(home));
+  snprintf(dir, sizeof(dir), "%s/agentloop", home);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(sock, sizeof(sock), "%s/agentloopd.sock", dir);
+  lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT(lfd >= 0);
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  ASSERT(strlen(sock) < sizeof(sa.sun_path));
+  memcpy(sa.sun_path, sock, strlen(sock) + 1);
+  ASSERT_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  srv = fork();
+  ASSERT(srv >= 0);
+  if (srv == 0) {
+    cfd = accept(lfd, NULL, NULL);
+    if (cfd >= 0) {
+      if (write(cfd, refusal, sizeof(refusal) - 1) < 0) {
+        _exit(1);
+      }
+      close(cfd);
+    }
+    _exit(0);
+  }
+  close(lfd);
+  snprintf(cmd, sizeof(cmd),
+           "cd /tmp && HOME='%s' XDG_RUNTIME_DIR='%s' XDG_STATE_HOME='%s' "
+           "XDG_CONFIG_HOME=/nonexistent NO_COLOR=1 '%s/agentloop' doctor "
+           "2>&1",
+           home, home, home, AL_BINARY_DIR);
+  p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  (void)pclose(p);
+  ASSERT_EQ(waitpid(srv, &status, 0), srv);
+  snprintf(cmd, sizeof(cmd),
+           "HOME='%s' XDG_RUNTIME_DIR='%s' XDG_STATE_HOME='%s' "
+           "XDG_CONFIG_HOME=/nonexistent '%s/agentloop' daemon stop "
+           ">/dev/null 2>&1; rm -rf '%s'",
+           home, home, home, AL_BINARY_DIR, home);
+  (void)system(cmd);
+  if (strstr(out, "agentloopd refused the connection: too many clients") ==
+      NULL) {
+    AL_TEST_FAIL("doctor did not say why:\n%s", out);
+  }
+  return 0;
+}
