@@ -52,3 +52,4 @@
 #include "list/i22_transcript.h"
 #include "list/i22_ux.h"
 #include "list/i22_tests.h"
+#include "list/i22_daemon.h"

@@ -597,6 +597,14 @@ static void on_notify(al__conn_t *conn, const char *method, json_t *params) {
                   json_pack("{s:s,s:I}", "session", c->session, "since_seq",
                             (json_int_t)(resume > 0 ? resume - 1 : 0)),
                   NULL, NULL);
+  } else if (strcmp(method, "session/configured") == 0) {
+    /* Another client changed this session's settings (issue 22). */
+    char model[128];
+
+    clean_line(model, sizeof(model),
+               json_string_value(json_object_get(params, "model")));
+    say(c, AL_SGR_YELLOW, "another client switched this session to %s",
+        model[0] != '\0' ? model : "the default model");
   } else if (strcmp(method, "session/closed") == 0) {
     al__tui_view_settle(&c->view);
     say(c, AL_SGR_RED, "agentloopd shut down; the session is saved");
@@ -963,6 +971,15 @@ static void resume_session(chat_t *c, const char *id) {
     json_object_del(p, "max_turns");
     json_object_del(p, "timeouts");
     json_object_del(p, "paths");
+    json_object_del(p, "mcp_config");
+    json_object_del(p, "hooks_config");
+    /* The shell's model, provider and URL only fill in what the session
+     * lacks; --model, --provider or --base-url ask to change them (and
+     * the chats attached to it are told: session/configured). */
+    if (c->opt_model != NULL || c->opt_provider != NULL ||
+        c->opt_base_url != NULL) {
+      json_object_set_new(p, "configure", json_true());
+    }
   }
   al__conn_call(&c->conn, "session/resume", p, on_resumed, NULL);
 }

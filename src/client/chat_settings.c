@@ -16,6 +16,7 @@
 #include "client/cli.h"
 #include "config/config.h"
 #include "config/context.h"
+#include "rpc/rpc.h"
 
 static const char *env_get(const char *name) {
   const char *v = al_sandbox_getenv(name);
@@ -177,6 +178,13 @@ int al__chat_settings(const char *provider, const char *model,
       }
       json_object_set_new(o, names[i], a);
     }
+  }
+  if (o != NULL && al__rpc_client_config(&cfg, o, why, sizeof(why)) != 0) {
+    /* mcp_servers: and hooks: as the file says now (issue 22). */
+    fprintf(stderr, "agentloop: %s\n", why);
+    json_decref(o);
+    al_config_free(&cfg);
+    return 2;
   }
   if (o != NULL && with_prompt) {
     al_buf_t p;

@@ -42,6 +42,7 @@ typedef struct {
 
 static void start_attempt(al__conn_t *c);
 static void on_retry(uv_timer_t *t);
+static void retry_attempt(al__conn_t *c, int status);
 
 static void fail(al__conn_t *c, int status, const char *fmt, const char *arg) {
   if (c->ready_cb == NULL) {
@@ -135,7 +136,16 @@ static bool on_line(al_rpc_framer_t *f, const char *line, size_t len,
     json_decref(bad_id);
     return !c->closing;
   }
-  if (m.kind == AL_RPC_MSG_RESPONSE) {
+  if (m.kind == AL_RPC_MSG_RESPONSE && json_is_null(m.id) &&
+      c->ready_cb != NULL && c->init_result == NULL) {
+    /* Turned away at accept (too many clients, shutting down): say why
+     * rather than retry into the same answer. */
+    const char *msg = json_string_value(json_object_get(m.error, "message"));
+
+    uv_timer_stop(&c->timer);
+    fail(c, AL_EPROTO, "agentloopd refused the connection: %s",
+         msg != NULL ? msg : "no reason given");
+  } else if (m.kind == AL_RPC_MSG_RESPONSE) {
     handle_response(c, &m);
   } else if (m.kind == AL_RPC_MSG_NOTIFICATION && c->notify_cb != NULL) {
     c->notify_cb(c, m.method, m.params);
@@ -156,6 +166,17 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 
   if (n > 0) {
     al_rpc_framer_feed(&c->framer, buf->base, (size_t)n, on_line, c);
+    return;
+  }
+  if (n < 0 && !c->closing && c->ready_cb != NULL && c->init_result == NULL) {
+    /* Closed before initialize was answered: no daemon answers there. A
+     * daemon killed while it spawned a tool leaves its listening socket
+     * open in that child until the child's exec (issue 22: after a
+     * SIGKILL, the restarted daemon's first client landed in that
+     * backlog and was dropped, 2 runs of 3), so it is a failed attempt,
+     * retried like a refused connect until the start deadline. */
+    uv_read_stop(s);
+    retry_attempt(c, (int)n);
     return;
   }
   if (n < 0 && !c->closing) {
@@ -243,6 +264,33 @@ static void on_initialized(al__conn_t *c, json_t *result, json_t *error,
   }
 }
 
+/* A failed attempt (status): start the daemon if this client may and has
+ * not yet, then try again in RETRY_MS, or fail at the deadline. */
+static void retry_attempt(al__conn_t *c, int status) {
+  c->last_error = status;
+  /* This pipe is spent: closed now, re-initialized by the next attempt
+   * once its close callback ran. */
+  pipe_close(c);
+  free_pending(c); /* an initialize sent on it */
+  al_rpc_framer_free(&c->framer);
+  al_rpc_framer_init(&c->framer, 64u << 20);
+  if (!c->start_daemon) {
+    fail(c, status, "%s", uv_strerror(status));
+    return;
+  }
+  if (!c->spawned) {
+    c->spawned = true;
+    if (al__conn_spawn_daemon(c) != 0) {
+      return; /* fail() was called */
+    }
+  }
+  if (uv_now(c->loop) >= c->deadline) {
+    fail(c, status, "%s", uv_strerror(status));
+    return;
+  }
+  uv_timer_start(&c->timer, on_retry, RETRY_MS, 0);
+}
+
 static void on_connect(uv_connect_t *req, int status) {
   al__conn_t *c = req->data;
   json_t *params;
@@ -261,25 +309,7 @@ static void on_connect(uv_connect_t *req, int status) {
     }
     return;
   }
-  c->last_error = status;
-  /* This pipe is spent: closed now, re-initialized by the next attempt
-   * once its close callback ran. */
-  pipe_close(c);
-  if (!c->start_daemon) {
-    fail(c, status, "%s", uv_strerror(status));
-    return;
-  }
-  if (!c->spawned) {
-    c->spawned = true;
-    if (al__conn_spawn_daemon(c) != 0) {
-      return; /* fail() was called */
-    }
-  }
-  if (uv_now(c->loop) >= c->deadline) {
-    fail(c, status, "%s", uv_strerror(status));
-    return;
-  }
-  uv_timer_start(&c->timer, on_retry, RETRY_MS, 0);
+  retry_attempt(c, status);
 }
 
 static void on_retry(uv_timer_t *t) {

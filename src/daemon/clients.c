@@ -250,11 +250,33 @@ void al__dclients_on_connection(uv_stream_t *server, int status) {
   c->srv = cs;
   c->pipe.data = c;
   cs->cb.on_handle(cs->data, +1);
-  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0 || !peer_ok(&c->pipe) ||
-      !cs->cb.admit(cs->data) || cs->n >= cs->max_clients) {
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0 || !peer_ok(&c->pipe)) {
     /* Another uid (or no credentials): closed before a byte is read or
      * written (RELIABILITY G2). */
     cs->refused++;
+    al_log(AL_LOG_INFO, "connection refused: not our uid");
+    c->closing = true;
+    uv_close((uv_handle_t *)&c->pipe, on_refused_closed);
+    return;
+  }
+  if (!cs->cb.admit(cs->data) || cs->n >= cs->max_clients) {
+    /* Our own user's client, turned away: it is told why (issue 22:
+     * every connection gets an answer or a typed error), in one line
+     * the socket takes at once (a fresh socket's buffer holds it; if
+     * not, it gets the bare close as before). */
+    bool full = cs->n >= cs->max_clients;
+    char line[200];
+    int n = snprintf(line, sizeof(line),
+                     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{"
+                     "\"code\":%d,\"message\":\"%s\"}}\n",
+                     AL_RPC_OVERLOADED,
+                     full ? "too many clients" : "the daemon is shutting down");
+    uv_buf_t b = uv_buf_init(line, (unsigned int)n);
+
+    cs->refused++;
+    al_log(AL_LOG_INFO, "connection refused: %s",
+           full ? "too many clients" : "shutting down");
+    (void)uv_try_write((uv_stream_t *)&c->pipe, &b, 1);
     c->closing = true;
     uv_close((uv_handle_t *)&c->pipe, on_refused_closed);
     return;
@@ -265,6 +287,7 @@ void al__dclients_on_connection(uv_stream_t *server, int status) {
   al_rpc_framer_init(&c->framer, cs->max_line);
   al_list_insert_tail(&cs->clients, &c->node);
   cs->n++;
+  al_log(AL_LOG_DEBUG, "client %s accepted", c->id);
   cs->cb.on_accepted(c);
   if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
     al__dclient_close(c);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -190,6 +191,100 @@ static void on_client_handle(void *data, int delta) {
 
 static bool admit_client(void *data) {
   return !((al_daemon_t *)data)->shutting_down;
+}
+
+/* ---- descriptors (issue 22) ------------------------------------------------------ */
+
+/* A procfs directory: the kernel's fd table, read without touching a
+ * disk (a few microseconds for a thousand entries), so it is fine on the
+ * loop thread; it is read only when a session is created, loaded or run. */
+size_t al__daemon_fds_in_use(void) {
+  DIR *dir = opendir("/proc/self/fd");
+  struct dirent *de;
+  size_t n = 0;
+
+  if (dir == NULL) {
+    return 0;
+  }
+  while ((de = readdir(dir)) != NULL) {
+    if (de->d_name[0] != '.') {
+      n++;
+    }
+  }
+  closedir(dir);
+  return n > 0 ? n - 1 : 0; /* not the directory's own */
+}
+
+/* The least recently active idle session (NULL: none), and how many
+ * there are. */
+static session_t *idle_lru(al_daemon_t *d, size_t *n) {
+  session_t *lru = NULL;
+  al_list_t *pos;
+
+  *n = 0;
+  al_list_foreach(pos, &d->sessions) {
+    session_t *s = AL_CONTAINER_OF(pos, session_t, node);
+
+    if (al__session_is_idle(s)) {
+      (*n)++;
+      if (lru == NULL || s->last_active < lru->last_active) {
+        lru = s;
+      }
+    }
+  }
+  return lru;
+}
+
+void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use) {
+  size_t per = d->o.session_fds;
+  /* Room for two more sessions beyond the reserve: the next create finds
+   * it even though an unload takes a few loop turns to finish. */
+  size_t want = AL_DAEMON_FD_RESERVE + 2 * per;
+  size_t coming = d->nunloading * per;
+  size_t nidle;
+  session_t *lru;
+
+  while ((lru = idle_lru(d, &nidle)) != NULL) {
+    bool short_of_fds = d->fd_limit != 0 && in_use != 0 &&
+                        in_use + want > d->fd_limit + coming;
+
+    if (!short_of_fds && nidle <= d->o.max_idle_sessions) {
+      return;
+    }
+    al_log(AL_LOG_INFO, "session %s unloaded (%zu idle; %zu of %zu "
+                        "descriptors in use)", lru->id, nidle, in_use,
+           d->fd_limit);
+    al__session_unload(lru);
+    coming += per;
+  }
+}
+
+bool al__daemon_fd_admit(al_daemon_t *d, client_t *c, const json_t *id,
+                         size_t need, const char *what) {
+  size_t in_use;
+  char msg[300];
+
+  in_use = d->fd_limit != 0 ? al__daemon_fds_in_use() : 0;
+  al__daemon_fd_relieve(d, in_use != 0 ? in_use + need : 0);
+  if (in_use == 0) {
+    return true; /* no limit, or no way to count: as before */
+  }
+  if (in_use + need + AL_DAEMON_FD_RESERVE <= d->fd_limit) {
+    return true;
+  }
+  d->stats.fd_refused++;
+  snprintf(msg, sizeof(msg),
+           "cannot %s: the daemon is at its open-file limit (RLIMIT_NOFILE "
+           "%zu, %zu in use, %zu sessions loaded, none idle to unload); "
+           "close or unsubscribe from sessions, or raise the limit "
+           "(ulimit -n) and restart the daemon",
+           what, d->fd_limit, in_use, d->nloaded);
+  al_log(AL_LOG_WARN, "%s", msg);
+  al__daemon_reply_err(c, id, AL_RPC_FD_LIMIT, msg,
+                       json_pack("{s:s, s:I, s:I}", "limit", "open_files",
+                                 "max", (json_int_t)d->fd_limit, "in_use",
+                                 (json_int_t)in_use));
+  return false;
 }
 
 /* ---- setup -------------------------------------------------------------------- */
@@ -376,6 +471,20 @@ int al__daemon_new(uv_loop_t *loop, const al_daemon_options_t *o,
   if (d->o.max_clients == 0) {
     d->o.max_clients = 1024;
   }
+  if (d->o.max_idle_sessions == 0) {
+    d->o.max_idle_sessions = AL_DAEMON_MAX_IDLE;
+  }
+  if (d->o.session_fds == 0) {
+    d->o.session_fds = AL_DAEMON_SESSION_FDS;
+  }
+  d->fd_limit = d->o.fd_limit;
+  if (d->fd_limit == 0) {
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+      d->fd_limit = (size_t)rl.rlim_cur;
+    }
+  }
   al_list_init(&d->sessions);
   {
     static const al_dclients_cbs_t cbs = {
@@ -555,6 +664,7 @@ void al__daemon_stats(const al_daemon_t *d, al_daemon_stats_t *out) {
   out->clients = d->clients.n;
   out->sessions_loaded = d->nloaded;
   out->sessions_known = d->nknown;
+  out->fd_limit = d->fd_limit;
 }
 
 al_agent_t *al__daemon_agent(al_daemon_t *d, const char *session) {

@@ -29,6 +29,18 @@
 
 typedef struct al_daemon_s al_daemon_t;
 
+/* What one loaded session may hold at its peak. Measured (issue 22,
+ * /proc/PID/fd of a real agentloopd, a bash call in each session): 15-17
+ * with its warm sandbox alive, seven of them the file tools' O_PATH fds
+ * of the one workspace (shared now: 5-10); a warm sandbox or launcher is
+ * a pidfd, stdout and stderr pipes and a control socket; then the
+ * transcript. A tool start adds a few while it runs. */
+#define AL_DAEMON_SESSION_FDS 24
+/* Kept free beyond the sessions' share: clients, a transcript load, the
+ * HTTP client's connections, the log. */
+#define AL_DAEMON_FD_RESERVE 64
+#define AL_DAEMON_MAX_IDLE 32
+
 typedef struct {
   const char *socket_path; /* required: already resolved and checked */
   const char *state_dir;   /* required: .../agentloop (sessions/ inside) */
@@ -55,6 +67,20 @@ typedef struct {
    * it ever loaded. 0: 10 min; UINT64_MAX: never. */
   uint64_t replay_idle_ms;
   size_t max_sessions;     /* loaded sessions; 0: 1024 */
+  /* Descriptors (issue 22): the open-file limit planned for (0: the
+   * process's RLIMIT_NOFILE soft limit at al__daemon_new), and what one
+   * loaded session may hold at its peak (0: AL_DAEMON_SESSION_FDS). A
+   * session/create or load that would not fit under the limit with the
+   * daemon's reserve left unloads idle sessions or is refused with
+   * AL_RPC_FD_LIMIT, before any descriptor runs out. */
+  size_t fd_limit;
+  size_t session_fds;
+  /* Loaded sessions with nothing going on (no run, watcher or request)
+   * kept beyond this many are unloaded, least recently active first,
+   * when a session is created, loaded or run: each holds descriptors, an
+   * inotify instance (its warm pool; 128 per user by default) and
+   * memory. 0: AL_DAEMON_MAX_IDLE; SIZE_MAX: no bound. */
+  size_t max_idle_sessions;
   size_t max_clients;      /* 0: 1024 */
   uint64_t idle_exit_ms;   /* 0: never */
   bool handle_signals;     /* SIGTERM/SIGINT start a shutdown */
@@ -99,6 +125,9 @@ typedef struct {
   uint64_t errors;
   size_t replay_bytes;   /* all sessions' rings */
   uint64_t rings_dropped; /* by the idle sweep */
+  uint64_t unloaded;      /* idle sessions unloaded for descriptors */
+  uint64_t fd_refused;    /* requests refused with AL_RPC_FD_LIMIT */
+  size_t fd_limit;
 } al_daemon_stats_t;
 void al__daemon_stats(const al_daemon_t *d, al_daemon_stats_t *out);
 

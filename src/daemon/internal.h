@@ -54,6 +54,10 @@ typedef struct {
   client_t *c; /* NULL once the client went away */
   json_t *id;
   json_t *params;
+  /* A request that needs the session loaded (turn/send, subscribe) and
+   * runs once it is; NULL: a resume, answered with the session. */
+  void (*then)(session_t *s, client_t *c, const json_t *id,
+               const json_t *params);
 } pending_resume_t;
 
 struct session_s {
@@ -64,6 +68,15 @@ struct session_s {
   /* The API key the client sent (session/create, resume, configure):
    * memory only, never in the transcript. NULL: the daemon's own. */
   char *api_key;
+  /* The MCP servers and hooks the creating client's configuration names
+   * (session/create mcp_config, hooks_config; JSON text, NULL: none), so
+   * a config.yaml edited after the daemon started applies to new
+   * sessions. Memory only, like the key: a session loaded after a restart
+   * gets the daemon's, read from the same file at its start. own_config:
+   * the client sent them (else the daemon's apply). */
+  char *mcp_config;
+  char *hooks_config;
+  bool own_config;
   uint64_t next_run; /* the number the agent gives its next run */
   char *title;
   uint64_t updated_ms;
@@ -75,6 +88,10 @@ struct session_s {
    * headless `agentloop run` wrote since); dropped if its load fails. */
   bool discovered;
   bool closing;
+  /* Unloading to give its descriptors back (al__session_unload): the
+   * agent and the writer are closing; it stays known, and a
+   * session/resume loads it again once they are closed. */
+  bool unloading;
   al_agent_t *agent;
   al_tx_t *tx;
   al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
@@ -125,6 +142,10 @@ struct al_daemon_s {
   al_list_t sessions;
   size_t nloaded;
   size_t nknown;
+  /* Descriptors (issue 22): the RLIMIT_NOFILE soft limit the daemon
+   * plans for, and the sessions unloading to stay under it. */
+  size_t fd_limit;
+  size_t nunloading;
   bool shutting_down;
   bool exiting;
   int final;   /* last handles closing */
@@ -139,6 +160,19 @@ static inline al_daemon_t *client_daemon(const client_t *c) {
 /* daemon.c */
 void al__daemon_maybe_exit(al_daemon_t *d);
 void al__daemon_idle_check(al_daemon_t *d);
+/* Descriptors in use by the process (its /proc/self/fd entries; 0 when
+ * that cannot be read: no accounting then). */
+size_t al__daemon_fds_in_use(void);
+/* Whether `need` more descriptors fit under the limit with the daemon's
+ * reserve left (clients, transcript loads, a tool start) and, when not,
+ * replies the typed error AL_RPC_FD_LIMIT to (c, id) naming the limit.
+ * Either way it unloads idle sessions when room runs short, so a later
+ * request finds it. */
+bool al__daemon_fd_admit(al_daemon_t *d, client_t *c, const json_t *id,
+                         size_t need, const char *what);
+/* Unloads idle sessions (least recently active first) until `want`
+ * descriptors are free or will be once their closes finish. */
+void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use);
 
 /* sessions.c */
 uint64_t al__wall_ms(void);
@@ -164,12 +198,20 @@ int al__session_start(session_t *s, uint64_t first_seq, uint64_t first_run,
  * api_key; strings or absent) to a loaded, idle session: a new agent with
  * the same history and numbering replaces its agent, and a new header
  * record keeps the settings for a later load. *changed says whether
- * anything differed. AL_EBUSY during a run; AL_EINVAL (why) when the
+ * anything differed; when it did, every watcher but `by` (the client that
+ * asked; may be NULL) gets session/configured. AL_EBUSY during a run; AL_EINVAL (why) when the
  * agent refuses them (the old one stays). */
 int al__session_reconfigure(session_t *s, const json_t *params,
-                            bool *changed, char *why, size_t why_len);
+                            client_t *by, bool *changed, char *why,
+                            size_t why_len);
 json_t *al__session_info(const session_t *s);
 void al__session_maybe_free(session_t *s);
+/* Whether s is loaded with nothing going on: no run, watcher, pending
+ * request, held event or load; such a session may be unloaded. */
+bool al__session_is_idle(const session_t *s);
+/* Closes an idle session's agent and writer and keeps it known, not
+ * loaded (its transcript has everything). */
+void al__session_unload(session_t *s);
 void al__session_close(session_t *s);
 void al__session_unsubscribe_all(session_t *s, const char *reason);
 void al__session_load_work(uv_work_t *w);
@@ -183,6 +225,12 @@ void al__daemon_reply(client_t *c, const json_t *id, json_t *result);
 void al__daemon_reply_err(client_t *c, const json_t *id, int code,
                           const char *msg, json_t *data);
 void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id);
+/* turn/send and session/subscribe on a loaded session (also after a
+ * load they waited for). */
+void al__daemon_turn_send(session_t *s, client_t *c, const json_t *id,
+                          const json_t *params);
+void al__daemon_subscribe(session_t *s, client_t *c, const json_t *id,
+                          const json_t *params);
 void al__daemon_on_line(client_t *c, const char *line, size_t len,
                         bool too_long);
 void al__daemon_on_created(al_tx_t *tx, void *data);

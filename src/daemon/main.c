@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,6 +118,23 @@ static bool parse_size(const char *s, uint64_t *out) {
   return true;
 }
 
+/* Every session holds descriptors (its transcript, its warm sandboxes'
+ * pipes and sockets): the common soft limit of 1024 ran out at about 48
+ * sessions (issue 22). The hard limit is ours to take; the daemon then
+ * plans for what it got (al_daemon_options_t.fd_limit). */
+static void raise_nofile(void) {
+  struct rlimit rl;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) {
+    return;
+  }
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    al_log(AL_LOG_WARN, "cannot raise the open-file limit: %s",
+           strerror(errno));
+  }
+}
+
 static void on_exit_cb(al_daemon_t *d, void *data) {
   al_log(AL_LOG_INFO, "agentloopd stopped");
 }
@@ -147,6 +165,7 @@ int main(int argc, char **argv) {
    * (RELIABILITY.md §4, "always"). */
   (void)al_sandbox_harden_process();
   al_log_init();
+  raise_nofile();
   al__daemon_options_init(&o);
   memset(&flag_limits, 0, sizeof(flag_limits));
   o.provider = env("AGENTLOOP_PROVIDER");

@@ -10,6 +10,7 @@
 
 #include "agentloop/version.h"
 #include "config/context.h"
+#include "hooks/hooks.h"
 
 static char *dup_or_null(const char *s) {
   return s != NULL ? al_strdup(s) : NULL;
@@ -72,7 +73,7 @@ static session_t *need_session(const call_t *k, bool loaded) {
               json_pack("{s:s}", "session", id));
     return NULL;
   }
-  if (loaded && !s->loaded) {
+  if (loaded && (!s->loaded || s->unloading)) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_UNKNOWN_SESSION,
               "session not loaded: call session/resume first",
               json_pack("{s:s, s:b}", "session", id, "loaded", 0));
@@ -177,8 +178,62 @@ static bool check_context(const call_t *k) {
   return false;
 }
 
+/* mcp_config and hooks_config: the client's configuration (objects in
+ * al_agent_options_t's shapes, or absent: the daemon's own). A bad hook
+ * is named here, not found as a failed agent. */
+static bool check_client_config(const call_t *k) {
+  json_t *mc = json_object_get(k->params, "mcp_config");
+  json_t *hc = json_object_get(k->params, "hooks_config");
+  char *txt;
+  al_hooks_options_t ho;
+  al_hooks_t *h = NULL;
+  al_buf_t err;
+  int rc;
+
+  if ((mc != NULL && !json_is_object(mc)) ||
+      (hc != NULL && !json_is_object(hc))) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                         "mcp_config and hooks_config must be objects",
+                         NULL);
+    return false;
+  }
+  if (hc == NULL || json_object_size(hc) == 0) {
+    return true;
+  }
+  txt = json_dumps(hc, JSON_COMPACT);
+  if (txt == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory",
+                         NULL);
+    return false;
+  }
+  memset(&ho, 0, sizeof(ho));
+  ho.workspace = "/";
+  al_buf_init(&err, 4096);
+  rc = al__hooks_new(&ho, txt, &h, &err);
+  al_free(txt);
+  if (rc != 0) {
+    char msg[600];
+
+    snprintf(msg, sizeof(msg), "hooks_config: %s",
+             err.data != NULL ? err.data : "out of memory");
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
+  } else {
+    al__hooks_free(h);
+  }
+  al_buf_free(&err);
+  return rc == 0;
+}
+
+/* A configuration object as the agent's JSON text; NULL for none. */
+static char *config_text(const json_t *o) {
+  return json_is_object(o) && json_object_size(o) > 0
+             ? json_dumps(o, JSON_COMPACT)
+             : NULL;
+}
+
 static void m_session_create(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
+  int rc;
   const char *cwd, *model, *provider, *base_url, *system, *key, *sandbox;
   char id[40];
   char cwdbuf[4096];
@@ -291,6 +346,9 @@ static void m_session_create(const call_t *k) {
       return;
     }
   }
+  if (!check_client_config(k)) {
+    return;
+  }
   if (cwd == NULL) {
     size_t n = sizeof(cwdbuf);
 
@@ -310,6 +368,10 @@ static void m_session_create(const call_t *k) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
     return;
   }
+  if (!al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
+                           "create a session")) {
+    return;
+  }
   if (!new_session_id(id, sizeof(id)) || (s = al__session_alloc(d, id)) == NULL) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
     return;
@@ -320,6 +382,13 @@ static void m_session_create(const call_t *k) {
   s->h.base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
   s->h.system = dup_or_null(system);
   s->api_key = dup_or_null(key); /* memory only */
+  if (json_object_get(k->params, "mcp_config") != NULL ||
+      json_object_get(k->params, "hooks_config") != NULL) {
+    s->own_config = true;
+    s->mcp_config = config_text(json_object_get(k->params, "mcp_config"));
+    s->hooks_config =
+        config_text(json_object_get(k->params, "hooks_config"));
+  }
   s->h.sandbox = dup_or_null(sandbox);
   s->h.max_tokens = json_integer_value(json_object_get(k->params,
                                                        "max_tokens"));
@@ -349,12 +418,18 @@ static void m_session_create(const call_t *k) {
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';
-  if (al__session_start(s, 1, 1, why, sizeof(why)) != 0) {
-    int code = strstr(why, "agent") != NULL ? AL_RPC_INVALID_PARAMS
-                                           : AL_RPC_INTERNAL_ERROR;
+  if ((rc = al__session_start(s, 1, 1, why, sizeof(why))) != 0) {
+    /* The agent refusing its settings, or the transcript not opening
+     * (the state directory: typed, as for a failed header sync). */
+    bool agent = strstr(why, "agent") != NULL;
 
     al__session_free(s);
-    al__daemon_reply_err(k->c, k->id, code, why, NULL);
+    al__daemon_reply_err(k->c, k->id,
+                         agent ? AL_RPC_INVALID_PARAMS : AL_RPC_STORAGE, why,
+                         agent ? NULL
+                               : json_pack("{s:s, s:s}", "error",
+                                           al_err_name(rc), "code",
+                                           al_strerror(rc)));
     return;
   }
   b = al__tx_header_record(s->id, &s->h);
@@ -398,9 +473,14 @@ void al__daemon_on_created(al_tx_t *tx, void *data) {
       } else {
         char msg[160];
 
+        /* Typed (issue 22): a full state disk is the user's to fix, not
+         * an internal error. */
         snprintf(msg, sizeof(msg), "cannot write the transcript: %s",
                  al_strerror(err));
-        al__daemon_reply_err(p->c, p->id, AL_RPC_INTERNAL_ERROR, msg, NULL);
+        al__daemon_reply_err(p->c, p->id, AL_RPC_STORAGE, msg,
+                             json_pack("{s:s, s:s}", "error",
+                                       al_err_name(err), "code",
+                                       al_strerror(err)));
       }
     }
     json_decref(p->id);
@@ -457,17 +537,16 @@ static void m_session_list(const call_t *k) {
   al__daemon_reply(k->c, k->id, json_pack("{s:o}", "sessions", arr));
 }
 
-static void m_session_subscribe(const call_t *k) {
-  session_t *s = need_session(k, true);
+void al__daemon_subscribe(session_t *s, client_t *c, const json_t *id,
+                          const json_t *params) {
+  call_t kk = {c, id, (json_t *)params};
+  const call_t *k = &kk;
   json_t *since = json_object_get(k->params, "since_seq");
   sub_t *sub;
   uint64_t from = 0;
   bool replay = false;
   json_t *first = json_null();
 
-  if (s == NULL) {
-    return;
-  }
   if (since != NULL && !json_is_null(since)) {
     if (!json_is_integer(since) || json_integer_value(since) < 0) {
       al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
@@ -510,6 +589,24 @@ static void m_session_subscribe(const call_t *k) {
   al__sub_pump(sub);
 }
 
+static void queue_load(const call_t *k, session_t *s,
+                       void (*then)(session_t *, client_t *, const json_t *,
+                                    const json_t *));
+
+/* A session the daemon unloaded (idle) loads again first (issue 22). */
+static void m_session_subscribe(const call_t *k) {
+  session_t *s = need_session(k, false);
+
+  if (s == NULL) {
+    return;
+  }
+  if (!s->loaded || s->unloading) {
+    queue_load(k, s, al__daemon_subscribe);
+    return;
+  }
+  al__daemon_subscribe(s, k->c, k->id, k->params);
+}
+
 static void m_session_unsubscribe(const call_t *k) {
   session_t *s = need_session(k, false);
   sub_t *sub;
@@ -524,14 +621,13 @@ static void m_session_unsubscribe(const call_t *k) {
   al__daemon_reply(k->c, k->id, json_pack("{s:b}", "unsubscribed", sub != NULL));
 }
 
-static void m_turn_send(const call_t *k) {
-  session_t *s = need_session(k, true);
+void al__daemon_turn_send(session_t *s, client_t *c, const json_t *id,
+                          const json_t *params) {
+  call_t kk = {c, id, (json_t *)params};
+  const call_t *k = &kk;
   json_t *input = json_object_get(k->params, "input");
   int rc;
 
-  if (s == NULL) {
-    return;
-  }
   if (!json_is_string(input) || json_string_length(input) == 0) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
               "input must be a non-empty string", NULL);
@@ -545,6 +641,11 @@ static void m_turn_send(const call_t *k) {
   if (al_agent_running(s->agent)) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE, "a run is active",
               json_pack("{s:I}", "run", (json_int_t)s->run));
+    return;
+  }
+  /* A run's tools need descriptors of their own (pipes, a pidfd): the
+   * reserve must be there, as it is for a new session. */
+  if (!al__daemon_fd_admit(s->d, k->c, k->id, 0, "start a run")) {
     return;
   }
   rc = al_agent_run(s->agent, json_string_value(input));
@@ -562,6 +663,21 @@ static void m_turn_send(const call_t *k) {
   }
   al__daemon_reply(k->c, k->id, json_pack("{s:I}", "run", (json_int_t)s->run));
   al__daemon_idle_check(s->d);
+}
+
+/* A session the daemon unloaded (idle, for descriptors) loads again
+ * first: its clients need not know (issue 22). */
+static void m_turn_send(const call_t *k) {
+  session_t *s = need_session(k, false);
+
+  if (s == NULL) {
+    return;
+  }
+  if (!s->loaded || s->unloading) {
+    queue_load(k, s, al__daemon_turn_send);
+    return;
+  }
+  al__daemon_turn_send(s, k->c, k->id, k->params);
 }
 
 static void m_turn_cancel(const call_t *k) {
@@ -812,10 +928,61 @@ void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id) {
                   s->recovered != NULL ? s->recovered : json_null());
   al__daemon_reply(c, id, info);
 }
+/* Queues k (a session/resume when then is NULL, else a request that
+ * `then` runs on the loaded session) on s's load: started now, or when
+ * s's load or unload in flight ends; answered by al__session_load_done.
+ * Replies itself when it cannot. */
+static void queue_load(const call_t *k, session_t *s,
+                       void (*then)(session_t *, client_t *, const json_t *,
+                                    const json_t *)) {
+  al_daemon_t *d = client_daemon(k->c);
+  pending_resume_t *p;
+
+  if (!s->loading && !s->unloading) {
+    if (d->nloaded >= d->o.max_sessions) {
+      al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED,
+                           "too many sessions", NULL);
+      return;
+    }
+    if (!al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
+                             "load the session")) {
+      if (s->discovered && !s->loaded && al_list_empty(&s->resumes)) {
+        al__session_free(s);
+      }
+      return;
+    }
+  }
+  p = al_calloc(1, sizeof(*p));
+  if (p == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
+                         "out of memory", NULL);
+    return;
+  }
+  p->c = k->c;
+  p->id = json_deep_copy(k->id);
+  p->params = k->params != NULL ? json_incref(k->params) : NULL;
+  p->then = then;
+  al_list_insert_tail(&s->resumes, &p->node);
+  if (s->loading || s->unloading) {
+    return;
+  }
+  if (uv_queue_work(d->loop, &s->work, al__session_load_work,
+                    al__session_load_done) != 0) {
+    al_list_remove(&p->node);
+    json_decref(p->id);
+    json_decref(p->params);
+    al_free(p);
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
+                         "cannot queue the load", NULL);
+    return;
+  }
+  s->loading = true;
+  d->pending++;
+}
+
 static void m_session_resume(const call_t *k) {
   al_daemon_t *d = client_daemon(k->c);
   session_t *s;
-  pending_resume_t *p;
   const char *v;
   const char *id = NULL;
 
@@ -840,15 +1007,22 @@ static void m_session_resume(const call_t *k) {
       !popt_str(k, "provider", &v) || !check_provider(k, v)) {
     return;
   }
+  if (s->unloading) {
+    queue_load(k, s, NULL); /* after the unload (unload_done) */
+    return;
+  }
   if (s->loaded) {
-    /* In memory already: the client's settings (model, provider,
-     * base_url, key) replace the agent's when no run is active; during a
-     * run they wait for session/configure. */
-    bool changed;
+    /* In memory already: it keeps its settings (another shell resuming
+     * it must not re-point the chat attached to it, issue 22) unless the
+     * client asks ("configure": true); then, as session/configure, when
+     * no run is active (during a run they wait for session/configure),
+     * and the other watchers are told. */
+    bool changed = false;
     char why[256];
 
-    if (al__session_reconfigure(s, k->params, &changed, why, sizeof(why)) !=
-            0 &&
+    if (json_is_true(json_object_get(k->params, "configure")) &&
+        al__session_reconfigure(s, k->params, k->c, &changed, why,
+                                sizeof(why)) != 0 &&
         changed && !al_agent_running(s->agent)) {
       al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
       return;
@@ -856,32 +1030,7 @@ static void m_session_resume(const call_t *k) {
     al__daemon_resume_reply(s, k->c, k->id);
     return;
   }
-  if (client_daemon(k->c)->nloaded >= client_daemon(k->c)->o.max_sessions) {
-    al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
-    return;
-  }
-  p = al_calloc(1, sizeof(*p));
-  if (p == NULL) {
-    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory", NULL);
-    return;
-  }
-  p->c = k->c;
-  p->id = json_deep_copy(k->id);
-  p->params = k->params != NULL ? json_incref(k->params) : NULL;
-  al_list_insert_tail(&s->resumes, &p->node);
-  if (!s->loading) {
-    if (uv_queue_work(client_daemon(k->c)->loop, &s->work, al__session_load_work, al__session_load_done) != 0) {
-      al_list_remove(&p->node);
-      json_decref(p->id);
-      json_decref(p->params);
-      al_free(p);
-      al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "cannot queue the load",
-                NULL);
-      return;
-    }
-    s->loading = true;
-    client_daemon(k->c)->pending++;
-  }
+  queue_load(k, s, NULL);
 }
 
 /* session/configure: the client's settings for the next run (/model). */
@@ -898,7 +1047,8 @@ static void m_session_configure(const call_t *k) {
       !check_provider(k, v)) {
     return;
   }
-  rc = al__session_reconfigure(s, k->params, &changed, why, sizeof(why));
+  rc = al__session_reconfigure(s, k->params, k->c, &changed, why,
+                               sizeof(why));
   if (rc == AL_EBUSY) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_RUN_ACTIVE, why,
                          json_pack("{s:I}", "run", (json_int_t)s->run));

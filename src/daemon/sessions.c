@@ -550,6 +550,8 @@ void al__session_free(session_t *s) {
     memset(s->api_key, 0, strlen(s->api_key));
     al_free(s->api_key);
   }
+  al_free(s->mcp_config);
+  al_free(s->hooks_config);
   al_free(s->title);
   al_free(s);
 }
@@ -721,10 +723,12 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.retry_base_ms = d->o.retry_base_ms;
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
-  ao.mcp_config = d->o.mcp_config;
+  /* The client's configuration when it sent one (issue 22: the daemon's
+   * was read when it started, perhaps before the user's last edit). */
+  ao.mcp_config = s->own_config ? s->mcp_config : d->o.mcp_config;
   /* A trusted project's .mcp.json too, read off the loop by the agent. */
   ao.mcp_project = true;
-  ao.hooks_config = d->o.hooks_config;
+  ao.hooks_config = s->own_config ? s->hooks_config : d->o.hooks_config;
   ao.data = s;
   /* Checked at session/create; a hand-edited header falls back to the
    * defaults for what it cannot parse. */
@@ -857,12 +861,108 @@ static void on_session_agent_closed(al_agent_t *agent) {
   al__session_maybe_free(s);
 }
 
+bool al__session_is_idle(const session_t *s) {
+  /* Not while its writer fails or has records queued: an unload closes
+   * the writer, and a close while writes fail loses what is queued. */
+  return s->loaded && !s->loading && !s->closing && !s->unloading &&
+         !s->running && !s->holding && s->agent != NULL &&
+         !al_agent_running(s->agent) && al_list_empty(&s->subs) &&
+         al_list_empty(&s->resumes) && al_list_empty(&s->held) &&
+         s->tx != NULL && al__tx_error(s->tx) == 0 &&
+         al__tx_pending(s->tx) == 0;
+}
+
+/* Answers the resumes waiting on s with an error (no load will). */
+static void resumes_fail(session_t *s, int code, const char *msg) {
+  while (!al_list_empty(&s->resumes)) {
+    pending_resume_t *p =
+        AL_CONTAINER_OF(s->resumes.next, pending_resume_t, node);
+
+    al_list_remove(&p->node);
+    if (p->c != NULL && !p->c->closing) {
+      al__daemon_reply_err(p->c, p->id, code, msg, NULL);
+    }
+    json_decref(p->id);
+    json_decref(p->params);
+    al_free(p);
+  }
+}
+
+/* The end of an unload: the session is known, not loaded; a resume that
+ * came meanwhile starts its load now, a shutdown frees it. */
+static void unload_done(session_t *s) {
+  al_daemon_t *d = s->d;
+
+  s->unloading = false;
+  s->loaded = false;
+  d->nloaded--;
+  d->nunloading--;
+  d->stats.unloaded++;
+  if (s->closing) {
+    resumes_fail(s, AL_RPC_OVERLOADED, "the daemon is shutting down");
+    al__session_maybe_free(s);
+    return;
+  }
+  s->agent_closed = false;
+  s->tx_closed = false;
+  if (!al_list_empty(&s->resumes) && !s->loading) {
+    if (uv_queue_work(d->loop, &s->work, al__session_load_work,
+                      al__session_load_done) == 0) {
+      s->loading = true;
+      d->pending++;
+    } else {
+      resumes_fail(s, AL_RPC_INTERNAL_ERROR, "cannot queue the load");
+    }
+  }
+  al__daemon_maybe_exit(d);
+}
+
+static void on_unload_tx_closed(al_tx_t *tx, void *data) {
+  session_t *s = data;
+
+  (void)tx;
+  s->tx = NULL;
+  s->tx_closed = true;
+  unload_done(s);
+}
+
+static void on_unload_agent_closed(al_agent_t *agent) {
+  session_t *s = al_agent_get_data(agent);
+
+  s->agent = NULL;
+  s->agent_closed = true;
+  if (s->tx != NULL) {
+    al__tx_close(s->tx, on_unload_tx_closed, s);
+  } else {
+    s->tx_closed = true;
+    unload_done(s);
+  }
+}
+
+void al__session_unload(session_t *s) {
+  if (!al__session_is_idle(s)) {
+    return;
+  }
+  s->unloading = true;
+  s->d->nunloading++;
+  /* The load rebuilds it from the transcript. */
+  ring_free(s);
+  json_decref(s->recovered);
+  s->recovered = NULL;
+  al_agent_close(s->agent, on_unload_agent_closed);
+}
+
 void al__session_close(session_t *s) {
   if (s->closing) {
     return;
   }
   s->closing = true;
   s->d->pending++;
+  if (s->unloading) {
+    /* Its agent and writer are closing already: unload_done frees it. */
+    al__session_unsubscribe_all(s, "shutdown");
+    return;
+  }
   /* Cancel first: the run's interrupted event reaches the watchers and
    * the transcript before they are told the session closed. */
   if (s->agent != NULL && al_agent_running(s->agent)) {
@@ -912,24 +1012,35 @@ void al__session_load_work(uv_work_t *w) {
   al_free(path);
 }
 
+/* A resuming client's settings fill in what the session lacks (a header
+ * that never reached the disk, a key lost with a restart) and replace
+ * what it has only when the client asks ("configure": true): a chat
+ * resumed from another shell must not re-point the session, and the chat
+ * already attached to it, at that shell's model and URL (issue 22). */
 static void resume_apply_params(session_t *s, json_t *params) {
+  bool force = json_is_true(json_object_get(params, "configure"));
   const char *v;
 
-  if ((v = json_string_value(json_object_get(params, "model"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "model"))) != NULL &&
+      (force || s->h.model == NULL)) {
     al__set_str(&s->h.model, v);
   }
   if ((v = json_string_value(json_object_get(params, "provider"))) != NULL &&
+      (force || s->h.provider == NULL) &&
       (strcmp(v, "anthropic") == 0 || strcmp(v, "openai") == 0 ||
        strcmp(v, "openai-responses") == 0)) {
     al__set_str(&s->h.provider, v);
   }
-  if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL &&
+      (force || s->h.base_url == NULL)) {
     al__set_str(&s->h.base_url, v);
   }
-  if ((v = json_string_value(json_object_get(params, "system"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "system"))) != NULL &&
+      (force || s->h.system == NULL)) {
     al__set_str(&s->h.system, v);
   }
-  if ((v = json_string_value(json_object_get(params, "api_key"))) != NULL) {
+  if ((v = json_string_value(json_object_get(params, "api_key"))) != NULL &&
+      (force || s->api_key == NULL)) {
     al__set_str(&s->api_key, v);
   }
 }
@@ -1085,7 +1196,9 @@ void al__session_load_done(uv_work_t *w, int status) {
 
     al_list_remove(&p->node);
     if (p->c != NULL && !p->c->closing) {
-      if (rc == 0 && s->loaded) {
+      if (rc == 0 && s->loaded && p->then != NULL) {
+        p->then(s, p->c, p->id, p->params);
+      } else if (rc == 0 && s->loaded) {
         al__daemon_resume_reply(s, p->c, p->id);
       } else if (s->discovered && rc == UV_ENOENT) {
         al__daemon_reply_err(p->c, p->id, AL_RPC_UNKNOWN_SESSION,
@@ -1148,8 +1261,32 @@ static bool differs(const char *a, const char *b) {
   return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
 }
 
+/* session/configured to every watcher but `by`: the settings the next
+ * run uses, and who changed them. */
+static void configured_notify(session_t *s, client_t *by) {
+  al_list_t *pos;
+
+  al_list_foreach(pos, &s->subs) {
+    sub_t *sub = AL_CONTAINER_OF(pos, sub_t, snode);
+
+    if (sub->c == by) {
+      continue;
+    }
+    al__dclient_send(
+        sub->c,
+        al_rpc_notification_new(
+            "session/configured",
+            json_pack("{s:s, s:s?, s:s, s:s?, s:s?}", "session", s->id,
+                      "model", s->h.model, "provider",
+                      s->h.provider != NULL ? s->h.provider : "anthropic",
+                      "base_url", s->h.base_url, "by",
+                      by != NULL ? by->id : NULL)));
+  }
+}
+
 int al__session_reconfigure(session_t *s, const json_t *params,
-                            bool *changed, char *why, size_t why_len) {
+                            client_t *by, bool *changed, char *why,
+                            size_t why_len) {
   static const char *const keys[] = {"model", "provider", "base_url",
                                      "api_key"};
   char **fields[] = {&s->h.model, &s->h.provider, &s->h.base_url,
@@ -1222,5 +1359,6 @@ int al__session_reconfigure(session_t *s, const json_t *params,
     al__session_tx_put_rec(s, b); /* in the hash chain like every rec */
     al__blob_unref(b);
   }
+  configured_notify(s, by);
   return 0;
 }

@@ -38,6 +38,14 @@
 #define AL_RPC_LINE_TOO_LONG -32005
 #define AL_RPC_NOT_SUPPORTED -32006
 #define AL_RPC_NO_SUCH_APPROVAL -32007
+/* The daemon would pass its open-file limit (RLIMIT_NOFILE): a new or
+ * resumed session or a run is refused before any descriptor runs out;
+ * data {"limit":"open_files","max","in_use"}. */
+#define AL_RPC_FD_LIMIT -32008
+/* The state directory cannot be written (a full disk, a read-only or
+ * failing filesystem): a session/create whose transcript cannot be made
+ * or synced; data {"error": "ENOSPC"|..., "code": text}. */
+#define AL_RPC_STORAGE -32009
 
 /* ---- socket path ---------------------------------------------------------- */
 
@@ -147,5 +155,14 @@ char *al_rpc_dump_line_alloc(const json_t *msg, size_t *len);
  * "params":<event>}, without re-encoding the event per client. */
 #define AL_RPC_EVENT_PREFIX "{\"jsonrpc\":\"2.0\",\"method\":\"event\",\"params\":"
 #define AL_RPC_EVENT_SUFFIX "}\n"
+
+/* Adds the client configuration cfg's MCP servers and hooks to
+ * session/create params as mcp_config and hooks_config (objects in
+ * al_agent_options_t's shapes, {} for none), so a session uses the file
+ * as it is now, not as the daemon read it at its start. AL_EINVAL (a bad
+ * section: FILE:LINE:COL in why), AL_ENOMEM. Blocking: start-up work. */
+struct al_config_s;
+int al__rpc_client_config(const struct al_config_s *cfg, json_t *params,
+                          char *why, size_t why_len);
 
 #endif

@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <uv.h>
 
 #include "sandbox/sandbox.h"
 #include "tools/tools.h"
@@ -24,12 +27,92 @@ static void free_list(char **v, size_t n) {
   al_free(v);
 }
 
+/* The O_PATH root fds, shared by every policy of the process that names
+ * the same directory (same device and inode): each file tool of each
+ * agent has its own policy, so a daemon with many sessions in one
+ * workspace held seven fds per session for one directory (issue 22).
+ * An O_PATH fd carries no state but the directory it pins, so two opens
+ * of one inode are interchangeable. Any thread (policies are set where
+ * the agent is made); a mutex guards the table. An fd missing from the
+ * table (its entry could not be allocated) is private and closed alone. */
+typedef struct shared_fd_s {
+  struct shared_fd_s *next;
+  dev_t dev;
+  ino_t ino;
+  int fd;
+  size_t refs;
+} shared_fd_t;
+
+static uv_once_t shared_once = UV_ONCE_INIT;
+static uv_mutex_t shared_mu;
+static shared_fd_t *shared_fds;
+
+static void shared_init(void) {
+  if (uv_mutex_init(&shared_mu) != 0) {
+    abort();
+  }
+}
+
+static int root_fd_open(const char *path) {
+  int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  struct stat st;
+  shared_fd_t *e;
+
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    return fd;
+  }
+  uv_once(&shared_once, shared_init);
+  uv_mutex_lock(&shared_mu);
+  for (e = shared_fds; e != NULL; e = e->next) {
+    if (e->dev == st.st_dev && e->ino == st.st_ino) {
+      e->refs++;
+      close(fd);
+      fd = e->fd;
+      break;
+    }
+  }
+  if (e == NULL && (e = al_malloc(sizeof(*e))) != NULL) {
+    e->dev = st.st_dev;
+    e->ino = st.st_ino;
+    e->fd = fd;
+    e->refs = 1;
+    e->next = shared_fds;
+    shared_fds = e;
+  }
+  uv_mutex_unlock(&shared_mu);
+  return fd;
+}
+
+static void root_fd_close(int fd) {
+  shared_fd_t **pp;
+
+  uv_once(&shared_once, shared_init);
+  uv_mutex_lock(&shared_mu);
+  for (pp = &shared_fds; *pp != NULL; pp = &(*pp)->next) {
+    if ((*pp)->fd == fd) {
+      shared_fd_t *e = *pp;
+
+      if (--e->refs > 0) {
+        fd = -1; /* still in use by another policy */
+      } else {
+        *pp = e->next;
+        al_free(e);
+      }
+      break;
+    }
+  }
+  uv_mutex_unlock(&shared_mu);
+  if (fd >= 0) {
+    close(fd);
+  }
+}
+
 void al__pathpolicy_free(al_pathpolicy_t *p) {
   size_t i;
 
   for (i = 0; p->root_fds != NULL && i < p->n_allowed; i++) {
     if (p->root_fds[i] >= 0) {
-      close(p->root_fds[i]);
+      root_fd_close(p->root_fds[i]);
     }
   }
   al_free(p->root_fds);
@@ -204,7 +287,7 @@ int al__pathpolicy_set(al_pathpolicy_t *p, const char *root,
       rc = AL_ENOMEM;
     }
     for (i = 0; rc == 0 && i < p->n_allowed; i++) {
-      p->root_fds[i] = open(p->allowed[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+      p->root_fds[i] = root_fd_open(p->allowed[i]);
     }
   }
   if (rc != 0) {
