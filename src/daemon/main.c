@@ -64,6 +64,10 @@ static int daemon_limits(const al_config_t *cfg, const al_limits_t *flags,
       fprintf(stderr, "agentloopd: config: %.*s\n", (int)n, p);
       return -1;
     }
+    /* The rest is what `run` reports too (a file refused whole, a bad
+     * key): said, never silent, and the daemon starts without it. */
+    fprintf(stderr, "agentloopd: config: %.*s (ignored)\n", (int)n, p);
+    al_log(AL_LOG_WARN, "config: %.*s (ignored)", (int)n, p);
     p += n + (nl != NULL ? 1 : 0);
   }
   memset(out, 0, sizeof(*out));

@@ -479,6 +479,30 @@ TEST_IMPL(yaml_billion_laughs_refused_by_programs) {
       strstr(err, "billion laughs") == NULL) {
     AL_TEST_FAIL("agentloop run: exit %d: %s", st, err);
   }
+  /* agentloopd said nothing of it and started without it: now it names
+   * the file and the place (and still starts, without that file). */
+  {
+    char rundir[160], statedir[160], sock[200], xrun[180], xstate[180];
+    char *denv[] = {"PATH=/usr/bin:/bin", xdg, home, xrun, xstate, NULL};
+    char *d_argv[] = {bin, "--foreground", "--socket", sock,
+                      "--idle-exit", "1", NULL};
+
+    snprintf(rundir, sizeof(rundir), "%s/run", root);
+    snprintf(statedir, sizeof(statedir), "%s/state", root);
+    ASSERT_EQ(mkdir(rundir, 0700), 0);
+    ASSERT_EQ(mkdir(statedir, 0700), 0);
+    snprintf(sock, sizeof(sock), "%s/d.sock", rundir);
+    snprintf(xrun, sizeof(xrun), "XDG_RUNTIME_DIR=%s", rundir);
+    snprintf(xstate, sizeof(xstate), "XDG_STATE_HOME=%s", statedir);
+    snprintf(bin, sizeof(bin), "%s/agentloopd", AL_BINARY_DIR);
+    st = run_bin(d_argv, denv, err, sizeof(err));
+    if (strstr(err, "config.yaml:") == NULL ||
+        strstr(err, "billion laughs") == NULL) {
+      AL_TEST_FAIL("agentloopd: exit %d: %s", st, err);
+    }
+    al_test_rm_tree(rundir);
+    al_test_rm_tree(statedir);
+  }
   unlink(path);
 
   snprintf(path, sizeof(path), "%s/s.yaml", root);
