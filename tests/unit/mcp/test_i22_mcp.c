@@ -503,6 +503,9 @@ TEST_IMPL(mcp_listings_show_starting_server) {
   char *cfg, *tools;
   json_t *j, *s;
 
+  /* Each listing waits its whole --wait (the gated server never settles):
+   * long enough for the other to be ready on a loaded machine. */
+  al_test_timeout_s(15);
   ASSERT_NOT_NULL(mkdtemp(ws));
   al_buf_init(&b, 1 << 16);
   al_buf_append_str(&b, "{\"mcpServers\":{");
@@ -516,7 +519,7 @@ TEST_IMPL(mcp_listings_show_starting_server) {
   fputs(b.data, f);
   fclose(f);
   snprintf(args, sizeof(args), "mcp list --wait %d --cwd %s --mcp-config %s",
-           800 * al_test_timeout_multiplier(), ws, path);
+           1500 * al_test_timeout_multiplier(), ws, path);
   ASSERT_EQ(run_agentloop(ws, args, out, sizeof(out)), 1);
   if (strstr(out, "slow: starting (") == NULL ||
       strstr(out, "ok: ready, 11 tools") == NULL) {
@@ -524,7 +527,7 @@ TEST_IMPL(mcp_listings_show_starting_server) {
   }
   snprintf(args, sizeof(args),
            "mcp list --json --wait %d --cwd %s --mcp-config %s",
-           800 * al_test_timeout_multiplier(), ws, path);
+           1500 * al_test_timeout_multiplier(), ws, path);
   ASSERT_EQ(run_agentloop(ws, args, out, sizeof(out)), 1);
   j = json_loads(out, 0, NULL);
   ASSERT_NOT_NULL(j);
