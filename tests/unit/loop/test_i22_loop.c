@@ -38,6 +38,26 @@ static void append_raw(al_buf_t *b, const char *sse) {
   }
 }
 
+/* A scenario that plays `sse` byte for byte, then `reply` (one scenario
+ * list item); starts the agent on it, runs `prompt` and requires the run
+ * to end final. y holds the scenario for the fixture's life. */
+static void run_raw(fx_t *f, al_buf_t *y, size_t cap, const char *sse,
+                    const char *reply, const char *prompt) {
+  al_buf_init(y, cap);
+  al_buf_append_str(y, "responses:\n");
+  append_raw(y, sse);
+  al_buf_append_str(y, reply);
+  fx_init(f, y->data);
+  fx_start(f);
+  fx_run(f, prompt);
+  if (strcmp(fx_last_type(f), "final") != 0) {
+    long e = fx_find(f, "error", NULL, 0);
+
+    AL_TEST_FAIL("ended with %s: %s", fx_last_type(f),
+                 e >= 0 ? jstr(fx_event(f, e), "message") : "");
+  }
+}
+
 /* ---- defect 15: server-side tools and the estimate ------------------------ */
 
 /* A reply paused (pause_turn) in the middle of two server-side web
@@ -113,21 +133,11 @@ TEST_IMPL(budget_web_search_pause_continues) {
     al_buf_t y;
     fx_t f;
 
-    al_buf_init(&y, (size_t)1 << 24);
-    al_buf_append_str(&y, "responses:\n");
-    append_raw(&y, sse);
-    al_buf_append_str(&y, "  - reply: {content: [{text: 'libuv 1.51 is "
-                          "out.'}], usage: {input_tokens: 5200}}\n");
+    run_raw(&f, &y, (size_t)1 << 24, sse,
+            "  - reply: {content: [{text: 'libuv 1.51 is out.'}], "
+            "usage: {input_tokens: 5200}}\n",
+            "libuv news");
     free(sse);
-    fx_init(&f, y.data);
-    fx_start(&f);
-    fx_run(&f, "libuv news");
-    if (strcmp(fx_last_type(&f), "final") != 0) {
-      long e = fx_find(&f, "error", NULL, 0);
-
-      AL_TEST_FAIL("ended with %s: %s", fx_last_type(&f),
-                   e >= 0 ? jstr(fx_event(&f, e), "message") : "");
-    }
     ASSERT_EQ(fx_requests(&f), 2);
     ASSERT_EQ(fx_count(&f, "compaction_started"), 0);
     ASSERT_EQ(fx_count(&f, "context_warning"), 0);
@@ -479,19 +489,8 @@ TEST_IMPL(nul_in_block_start_payload) {
   size_t i;
   fx_t f;
 
-  al_buf_init(&y, (size_t)1 << 20);
-  al_buf_append_str(&y, "responses:\n");
-  append_raw(&y, sse);
-  al_buf_append_str(&y, "  - reply: {content: [{text: done}]}\n");
-  fx_init(&f, y.data);
-  fx_start(&f);
-  fx_run(&f, "go");
-  if (strcmp(fx_last_type(&f), "final") != 0) {
-    long e = fx_find(&f, "error", NULL, 0);
-
-    AL_TEST_FAIL("ended with %s: %s", fx_last_type(&f),
-                 e >= 0 ? jstr(fx_event(&f, e), "message") : "");
-  }
+  run_raw(&f, &y, (size_t)1 << 20, sse,
+          "  - reply: {content: [{text: done}]}\n", "go");
   ASSERT_EQ(fx_requests(&f), 2);
   fx_assert_valid(&f);
   /* The assistant message as the next request carried it. */
@@ -560,19 +559,8 @@ TEST_IMPL(nul_in_thinking_replayed) {
   al_buf_t y;
   fx_t f;
 
-  al_buf_init(&y, (size_t)1 << 20);
-  al_buf_append_str(&y, "responses:\n");
-  append_raw(&y, sse);
-  al_buf_append_str(&y, "  - reply: {content: [{text: done}]}\n");
-  fx_init(&f, y.data);
-  fx_start(&f);
-  fx_run(&f, "go");
-  if (strcmp(fx_last_type(&f), "final") != 0) {
-    long e = fx_find(&f, "error", NULL, 0);
-
-    AL_TEST_FAIL("ended with %s: %s", fx_last_type(&f),
-                 e >= 0 ? jstr(fx_event(&f, e), "message") : "");
-  }
+  run_raw(&f, &y, (size_t)1 << 20, sse,
+          "  - reply: {content: [{text: done}]}\n", "go");
   ASSERT_EQ(fx_requests(&f), 2);
   th = json_array_get(
       json_object_get(
