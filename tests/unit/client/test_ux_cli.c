@@ -254,6 +254,37 @@ TEST_IMPL(ux_run_p_terminal_answer_only) {
   return 0;
 }
 
+/* Opus 4.6 and 4.7 have Opus 4.5's list prices, not the claude-opus-4*
+ * catch-all's (Opus 4's); the current generation and the deprecated
+ * preview are Anthropic models through the claude-* entry. */
+TEST_IMPL(models_catalogue_opus_prices) {
+  al_models_t *m = NULL;
+  al_model_info_t i;
+  char *err = NULL;
+  static const char *const current[] = {"claude-opus-5-5", "claude-haiku-5-5",
+                                        "claude-fable-5-2", "claude-mythos-5",
+                                        "claude-mythos-preview"};
+  size_t k;
+
+  ASSERT_EQ(al_models_parse(&m, NULL, 0, "shipped", &err), 0);
+  al_models_lookup(m, "claude-opus-4-6", NULL, &i);
+  ASSERT(i.has_prices);
+  ASSERT_EQ(al_model_cost_usd(&i, 1000000, 1000000, 0, 0), 30);
+  al_models_lookup(m, "claude-opus-4-7", NULL, &i);
+  ASSERT_EQ(al_model_cost_usd(&i, 1000000, 1000000, 0, 0), 30);
+  al_models_lookup(m, "claude-opus-4-1", NULL, &i);
+  ASSERT_EQ(al_model_cost_usd(&i, 1000000, 1000000, 0, 0), 90);
+  for (k = 0; k < sizeof(current) / sizeof(current[0]); k++) {
+    al_models_lookup(m, current[k], NULL, &i);
+    ASSERT(i.known);
+    ASSERT_STR_EQ(i.provider, "anthropic");
+    ASSERT_EQ(i.context_window, 200000);
+  }
+  ASSERT_STR_EQ(i.end_of_life, "2026-06-30");
+  al_models_free(m);
+  return 0;
+}
+
 /* The catalogue knows the end of life of a model and its replacement; the
  * default is of the current generation and not deprecated. */
 TEST_IMPL(ux_models_end_of_life) {
