@@ -198,7 +198,7 @@ static bool admit_client(void *data) {
 /* A procfs directory: the kernel's fd table, read without touching a
  * disk (a few microseconds for a thousand entries), so it is fine on the
  * loop thread; it is read only when a session is created, loaded or run. */
-size_t al__daemon_fds_in_use(void) {
+static size_t fds_in_use(void) {
   DIR *dir = opendir("/proc/self/fd");
   struct dirent *de;
   size_t n = 0;
@@ -217,7 +217,7 @@ size_t al__daemon_fds_in_use(void) {
 
 /* The least recently active idle session (NULL: none), and how many
  * there are. */
-static session_t *idle_lru(al_daemon_t *d, size_t *n) {
+static session_t *idle_lru(al_daemon_t *d, const session_t *keep, size_t *n) {
   session_t *lru = NULL;
   al_list_t *pos;
 
@@ -227,7 +227,8 @@ static session_t *idle_lru(al_daemon_t *d, size_t *n) {
 
     if (al__session_is_idle(s)) {
       (*n)++;
-      if (lru == NULL || s->last_active < lru->last_active) {
+      if (s != keep &&
+          (lru == NULL || s->last_active < lru->last_active)) {
         lru = s;
       }
     }
@@ -235,7 +236,10 @@ static session_t *idle_lru(al_daemon_t *d, size_t *n) {
   return lru;
 }
 
-void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use) {
+/* Unloads idle sessions other than `keep` (least recently active first)
+ * until `want` descriptors are free or will be once their closes finish,
+ * and until no more than the allowed number are idle. */
+static void fd_relieve(al_daemon_t *d, const session_t *keep, size_t in_use) {
   size_t per = d->o.session_fds;
   /* Room for two more sessions beyond the reserve: the next create finds
    * it even though an unload takes a few loop turns to finish. */
@@ -244,7 +248,7 @@ void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use) {
   size_t nidle;
   session_t *lru;
 
-  while ((lru = idle_lru(d, &nidle)) != NULL) {
+  while ((lru = idle_lru(d, keep, &nidle)) != NULL) {
     bool short_of_fds = d->fd_limit != 0 && in_use != 0 &&
                         in_use + want > d->fd_limit + coming;
 
@@ -259,13 +263,13 @@ void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use) {
   }
 }
 
-bool al__daemon_fd_admit(al_daemon_t *d, client_t *c, const json_t *id,
-                         size_t need, const char *what) {
+bool al__daemon_fd_admit(al_daemon_t *d, const session_t *keep, client_t *c,
+                         const json_t *id, size_t need, const char *what) {
   size_t in_use;
   char msg[300];
 
-  in_use = d->fd_limit != 0 ? al__daemon_fds_in_use() : 0;
-  al__daemon_fd_relieve(d, in_use != 0 ? in_use + need : 0);
+  in_use = d->fd_limit != 0 ? fds_in_use() : 0;
+  fd_relieve(d, keep, in_use != 0 ? in_use + need : 0);
   if (in_use == 0) {
     return true; /* no limit, or no way to count: as before */
   }

@@ -160,19 +160,14 @@ static inline al_daemon_t *client_daemon(const client_t *c) {
 /* daemon.c */
 void al__daemon_maybe_exit(al_daemon_t *d);
 void al__daemon_idle_check(al_daemon_t *d);
-/* Descriptors in use by the process (its /proc/self/fd entries; 0 when
- * that cannot be read: no accounting then). */
-size_t al__daemon_fds_in_use(void);
 /* Whether `need` more descriptors fit under the limit with the daemon's
  * reserve left (clients, transcript loads, a tool start) and, when not,
  * replies the typed error AL_RPC_FD_LIMIT to (c, id) naming the limit.
  * Either way it unloads idle sessions when room runs short, so a later
- * request finds it. */
-bool al__daemon_fd_admit(al_daemon_t *d, client_t *c, const json_t *id,
-                         size_t need, const char *what);
-/* Unloads idle sessions (least recently active first) until `want`
- * descriptors are free or will be once their closes finish. */
-void al__daemon_fd_relieve(al_daemon_t *d, size_t in_use);
+ * request finds it; never `keep` (the session the request is for: a run
+ * about to start on it, NULL for a create). */
+bool al__daemon_fd_admit(al_daemon_t *d, const session_t *keep, client_t *c,
+                         const json_t *id, size_t need, const char *what);
 
 /* sessions.c */
 uint64_t al__wall_ms(void);

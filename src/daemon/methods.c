@@ -368,7 +368,7 @@ static void m_session_create(const call_t *k) {
     al__daemon_reply_err(k->c, k->id, AL_RPC_OVERLOADED, "too many sessions", NULL);
     return;
   }
-  if (!al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
+  if (!al__daemon_fd_admit(d, NULL, k->c, k->id, d->o.session_fds,
                            "create a session")) {
     return;
   }
@@ -645,7 +645,7 @@ void al__daemon_turn_send(session_t *s, client_t *c, const json_t *id,
   }
   /* A run's tools need descriptors of their own (pipes, a pidfd): the
    * reserve must be there, as it is for a new session. */
-  if (!al__daemon_fd_admit(s->d, k->c, k->id, 0, "start a run")) {
+  if (!al__daemon_fd_admit(s->d, s, k->c, k->id, 0, "start a run")) {
     return;
   }
   rc = al_agent_run(s->agent, json_string_value(input));
@@ -944,7 +944,7 @@ static void queue_load(const call_t *k, session_t *s,
                            "too many sessions", NULL);
       return;
     }
-    if (!al__daemon_fd_admit(d, k->c, k->id, d->o.session_fds,
+    if (!al__daemon_fd_admit(d, NULL, k->c, k->id, d->o.session_fds,
                              "load the session")) {
       if (s->discovered && !s->loaded && al_list_empty(&s->resumes)) {
         al__session_free(s);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "daemon/internal.h"
 #include "dtest.h"
 #include "session/session.h"
 #include "smallfs.h"
@@ -819,6 +820,53 @@ TEST_IMPL(daemon_unload_keeps_failing_writer) {
                   json_object_get(json_object_get(r, "result"), "messages")),
               2);
   }
+  dt_finish(&t, cl, 1);
+  return 0;
+}
+
+/* A run started on a session nobody watches (a turn/send without
+ * subscribe) is never unloaded by the room its admission makes: with one
+ * idle session allowed and two idle, the other one goes. Admission took
+ * the least recently active, which may be the very session about to run,
+ * and the run then started on an agent that was closing. Admission is
+ * driven directly: which sessions are idle at a turn/send depends on when
+ * their writers flush. */
+TEST_IMPL(daemon_run_keeps_its_own_session_loaded) {
+  static const char yaml[] =
+      "responses:\n"
+      "  - reply: {content: [{text: one}]}\n";
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char p[400], a[64], b[64];
+  session_t *sa, *sb;
+
+  dt_init(&t, yaml);
+  t.o.max_idle_sessions = 1;
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, a, sizeof(a));
+  {
+    json_t *r = dt_call(&c, 3, "session/create", p);
+
+    snprintf(b, sizeof(b), "%s",
+             json_string_value(json_object_get(json_object_get(r, "result"),
+                                               "session")));
+  }
+  ASSERT(strcmp(a, b) != 0);
+  sa = al__session_find(t.d, a);
+  sb = al__session_find(t.d, b);
+  /* Both idle (their headers written); A the least recently active. */
+  while (!al__session_is_idle(sa) || !al__session_is_idle(sb)) {
+    uv_run(&t.loop, UV_RUN_ONCE);
+  }
+  ASSERT(sa->last_active <= sb->last_active);
+  /* What turn/send on A asks before it starts the run. */
+  ASSERT(al__daemon_fd_admit(t.d, sa, NULL, NULL, 0, "start a run"));
+  ASSERT(!sa->unloading);
+  ASSERT(sb->unloading);
   dt_finish(&t, cl, 1);
   return 0;
 }
