@@ -1642,7 +1642,7 @@ int al_cli_run(int argc, char **argv) {
   tools_dirs[ntools_dirs] = NULL;
   o.sandbox = sandbox;
   o.tools_d = true;
-  o.trust_project = trust;
+  o.trust_project = trust || cfg.project_trusted;
   o.tools_dirs = tools_dirs;
   /* Paths from the configuration: tools.d directories after the flags',
    * denied paths, and writable roots beside the workspace. */
@@ -1707,7 +1707,7 @@ int al_cli_run(int argc, char **argv) {
 
     al_buf_init(&merr, 4096);
     /* mcp_servers: and hooks: of config.yaml, then the flags' files. */
-    bool mtrust = trust || al__tools_project_trusted(ws);
+    bool mtrust = trust || cfg.project_trusted;
 
     if (al__mcp_config_load2(mcp_file, al_config_section(&cfg, "mcp_servers"),
                              ws, mtrust, &mcp_json, &merr) != 0) {

@@ -251,6 +251,8 @@ int al_cli_tools(int argc, char **argv) {
   o.sandbox = sandbox;
   o.tools_d = true;
   o.tools_dirs = dirs;
+  /* Decided above: the agent need not hash the project again. */
+  o.trust_project = tr.state == AL_TRUST_TRUSTED;
   rc = al_agent_new(&loop, &o, &agent);
   if (rc != 0) {
     fprintf(stderr, "agentloop tools: cannot create the agent: %s\n",

@@ -972,6 +972,7 @@ int al_config_load(al_config_t *cfg, const char *workspace, bool trusted,
   al_buf_t p;
   int rc = 0;
 
+  cfg->project_trusted = trusted;
   if (al_config_dir(dir, sizeof(dir)) != NULL) {
     al_buf_init(&p, 8192);
     if (al_buf_printf(&p, "%s/config.yaml", dir) != 0) {

@@ -90,6 +90,10 @@ typedef struct al_config_s {
   bool user_loaded;
   bool project_loaded;
   bool project_untrusted; /* a project file exists and was not read */
+  /* The trust al_config_load was given: the caller's verdict on the
+   * project, kept so the rest of a run asks no second time (each answer
+   * hashes the project's files, src/tools/trust.c). */
+  bool project_trusted;
 
   al_buf_t errors; /* "FILE:LINE:COL: reason\n" lines */
   size_t n_errors;

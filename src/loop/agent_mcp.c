@@ -1159,7 +1159,8 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
     return;
   }
   l->a = a;
-  l->trust = o->trust_project;
+  /* The sandbox's set-up (before this) may have decided it already. */
+  l->trust = o->trust_project || a->project_trusted;
   l->base = o->mcp_config != NULL ? al_strdup(o->mcp_config) : NULL;
   l->workspace = al_strdup(a->workspace);
   al_buf_init(&l->err, 4096);
