@@ -86,9 +86,8 @@ struct al_mcp_http_s {
   uint32_t opens_head;
   bool listen_degraded;   /* the notice for this run of short streams */
   bool listen_gave_up;
-  bool has_retry;         /* the stream's SSE retry: (sticky, as in
-                             EventSource) */
-  uint64_t retry_ms;
+  uint64_t retry_ms;      /* the stream's SSE retry: (sticky, as in
+                             EventSource); 0: none */
   uint64_t rng;
   int closes_left; /* client and timer, once closing */
   bool reinit_used; /* no answer on the new session yet */
@@ -215,7 +214,6 @@ static void on_retry(void *data, uint64_t retry_ms) {
   post_t *p = data;
 
   if (p->is_listen) {
-    p->h->has_retry = true;
     p->h->retry_ms = retry_ms;
   }
 }
@@ -528,7 +526,7 @@ static bool listen_delay(al_mcp_http_t *h, uint64_t now, uint64_t lived,
      * a stampede. */
     d = d / 2 + (d > 1 ? rng_next(&h->rng) % (d - d / 2 + 1) : d % 2);
   }
-  if (h->has_retry && h->retry_ms > d) {
+  if (h->retry_ms > d) {
     d = h->retry_ms; /* the server's own pace, not jittered below it */
   }
   /* At most per_window opens in any window_ms. */

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,15 +44,8 @@ typedef struct shared_fd_s {
   size_t refs;
 } shared_fd_t;
 
-static uv_once_t shared_once = UV_ONCE_INIT;
-static uv_mutex_t shared_mu;
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static shared_fd_t *shared_fds;
-
-static void shared_init(void) {
-  if (uv_mutex_init(&shared_mu) != 0) {
-    abort();
-  }
-}
 
 static int root_fd_open(const char *path) {
   int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -61,8 +55,7 @@ static int root_fd_open(const char *path) {
   if (fd < 0 || fstat(fd, &st) != 0) {
     return fd;
   }
-  uv_once(&shared_once, shared_init);
-  uv_mutex_lock(&shared_mu);
+  pthread_mutex_lock(&shared_mu);
   for (e = shared_fds; e != NULL; e = e->next) {
     if (e->dev == st.st_dev && e->ino == st.st_ino) {
       e->refs++;
@@ -79,15 +72,14 @@ static int root_fd_open(const char *path) {
     e->next = shared_fds;
     shared_fds = e;
   }
-  uv_mutex_unlock(&shared_mu);
+  pthread_mutex_unlock(&shared_mu);
   return fd;
 }
 
 static void root_fd_close(int fd) {
   shared_fd_t **pp;
 
-  uv_once(&shared_once, shared_init);
-  uv_mutex_lock(&shared_mu);
+  pthread_mutex_lock(&shared_mu);
   for (pp = &shared_fds; *pp != NULL; pp = &(*pp)->next) {
     if ((*pp)->fd == fd) {
       shared_fd_t *e = *pp;
@@ -101,7 +93,7 @@ static void root_fd_close(int fd) {
       break;
     }
   }
-  uv_mutex_unlock(&shared_mu);
+  pthread_mutex_unlock(&shared_mu);
   if (fd >= 0) {
     close(fd);
   }
