@@ -43,6 +43,7 @@
 #include "config/config.h"
 #include "client/tui.h"
 #include "transport/transport.h"
+#include "transport/transport_int.h"
 
 typedef struct {
   bool color;
@@ -122,22 +123,18 @@ static const char *env(const char *name) {
   return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
-/* The host of a URL: 127.0.0.0/8, ::1 and localhost are this machine. */
+/* Whether the URL's host is this machine, as the transport decides it
+ * (127.0.0.0/8, ::1, localhost and *.localhost). */
 static bool is_loopback_url(const char *url) {
-  const char *h = strstr(url, "://");
-  size_t n;
+  al__transport_url_t u;
+  bool local;
 
-  h = h != NULL ? h + 3 : url;
-  if (strchr(h, '@') != NULL && strchr(h, '@') < h + strcspn(h, "/")) {
-    h = strchr(h, '@') + 1;
+  if (al__transport_url_parse(url, true, &u) != 0) {
+    return false;
   }
-  if (strncmp(h, "[::1]", 5) == 0) {
-    return true;
-  }
-  n = strcspn(h, ":/?#");
-  return (n == 9 && strncasecmp(h, "localhost", 9) == 0) ||
-         (n >= 7 && strncmp(h, "127.", 4) == 0 &&
-          strspn(h, "0123456789.") == n); /* an address, not a name */
+  local = al__transport_is_loopback(u.host);
+  al__transport_url_free(&u);
+  return local;
 }
 
 static void mask_url(const char *url, char *buf, size_t n);
