@@ -265,19 +265,13 @@ int main(int argc, char **argv) {
     }
     if (hooks_json != NULL) {
       /* Checked now: a bad hook would otherwise fail every session. */
-      al_hooks_options_t ho;
-      al_hooks_t *h = NULL;
-
-      memset(&ho, 0, sizeof(ho));
-      ho.workspace = "/";
-      if (al__hooks_new(&ho, hooks_json, &h, &cerr) != 0) {
+      if (al__hooks_check(hooks_json, &cerr) != 0) {
         fprintf(stderr, "agentloopd: hooks configuration: %s\n",
                 cerr.data != NULL ? cerr.data : "out of memory");
         al_buf_free(&cerr);
         al_config_free(&cfg);
         return 2;
       }
-      al__hooks_free(h);
     }
     if (daemon_limits(&cfg, &flag_limits, &o.limits) != 0) {
       al_buf_free(&cerr);

@@ -185,8 +185,6 @@ static bool check_client_config(const call_t *k) {
   json_t *mc = json_object_get(k->params, "mcp_config");
   json_t *hc = json_object_get(k->params, "hooks_config");
   char *txt;
-  al_hooks_options_t ho;
-  al_hooks_t *h = NULL;
   al_buf_t err;
   int rc;
 
@@ -206,10 +204,8 @@ static bool check_client_config(const call_t *k) {
                          NULL);
     return false;
   }
-  memset(&ho, 0, sizeof(ho));
-  ho.workspace = "/";
   al_buf_init(&err, 4096);
-  rc = al__hooks_new(&ho, txt, &h, &err);
+  rc = al__hooks_check(txt, &err);
   al_free(txt);
   if (rc != 0) {
     char msg[600];
@@ -217,8 +213,6 @@ static bool check_client_config(const call_t *k) {
     snprintf(msg, sizeof(msg), "hooks_config: %s",
              err.data != NULL ? err.data : "out of memory");
     al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, msg, NULL);
-  } else {
-    al__hooks_free(h);
   }
   al_buf_free(&err);
   return rc == 0;

@@ -101,6 +101,18 @@ void al__hooks_free(al_hooks_t *h) {
   al_free(h);
 }
 
+int al__hooks_check(const char *json, al_buf_t *err) {
+  al_hooks_options_t ho;
+  al_hooks_t *h = NULL;
+  int rc;
+
+  memset(&ho, 0, sizeof(ho));
+  ho.workspace = "/";
+  rc = al__hooks_new(&ho, json, &h, err);
+  al__hooks_free(h);
+  return rc;
+}
+
 static int parse_event(const char *name, al_hook_event_t *out) {
   int i;
 

@@ -115,6 +115,9 @@ typedef struct al_hooks_options_s {
 int al__hooks_new(const al_hooks_options_t *o, const char *json,
                   al_hooks_t **out, al_buf_t *err);
 void al__hooks_free(al_hooks_t *h); /* no run may be in flight */
+/* Whether `json` would make hooks (al__hooks_new's check alone): a front
+ * door names a bad hook before any session is built on it. */
+int al__hooks_check(const char *json, al_buf_t *err);
 
 /* Whether some hook (or the callback) would run for this event and tool
  * (tool NULL for events without one). */
