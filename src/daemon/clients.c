@@ -264,19 +264,21 @@ void al__dclients_on_connection(uv_stream_t *server, int status) {
      * every connection gets an answer or a typed error), in one line
      * the socket takes at once (a fresh socket's buffer holds it; if
      * not, it gets the bare close as before). */
-    bool full = cs->n >= cs->max_clients;
-    char line[200];
-    int n = snprintf(line, sizeof(line),
-                     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{"
-                     "\"code\":%d,\"message\":\"%s\"}}\n",
-                     AL_RPC_OVERLOADED,
-                     full ? "too many clients" : "the daemon is shutting down");
-    uv_buf_t b = uv_buf_init(line, (unsigned int)n);
+    const char *why = cs->n >= cs->max_clients ? "too many clients"
+                                               : "the daemon is shutting down";
+    json_t *e = al_rpc_error_new(json_null(), AL_RPC_OVERLOADED, why, NULL);
+    size_t n = 0;
+    char *line = e != NULL ? al_rpc_dump_line_alloc(e, &n) : NULL;
 
+    json_decref(e);
     cs->refused++;
-    al_log(AL_LOG_INFO, "connection refused: %s",
-           full ? "too many clients" : "shutting down");
-    (void)uv_try_write((uv_stream_t *)&c->pipe, &b, 1);
+    al_log(AL_LOG_INFO, "connection refused: %s", why);
+    if (line != NULL) {
+      uv_buf_t b = uv_buf_init(line, (unsigned int)n);
+
+      (void)uv_try_write((uv_stream_t *)&c->pipe, &b, 1);
+      al_free(line);
+    }
     c->closing = true;
     uv_close((uv_handle_t *)&c->pipe, on_refused_closed);
     return;
