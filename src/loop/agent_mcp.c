@@ -45,16 +45,18 @@ typedef struct {
   uint32_t tools;
 } ag_cost_t;
 
+/* state NULL: the server's own. */
 static bool post_mcp_cost(al_agent_t *a, al_event_type_t type,
-                          const al_mcp_server_t *s, const char *msg,
-                          uint32_t added, uint32_t removed,
+                          const al_mcp_server_t *s, const char *state,
+                          const char *msg, uint32_t added, uint32_t removed,
                           const ag_cost_t *cost) {
   al_event_t ev;
 
   memset(&ev, 0, sizeof(ev));
   ev.type = type;
   ev.u.mcp.server = ag_slice(al__mcp_server_name(s));
-  ev.u.mcp.state = ag_slice(al__mcp_state_name(al__mcp_server_state(s)));
+  ev.u.mcp.state = ag_slice(
+      state != NULL ? state : al__mcp_state_name(al__mcp_server_state(s)));
   ev.u.mcp.error = ag_slice(msg);
   ev.u.mcp.tools = (uint32_t)json_array_size(al__mcp_server_tools(s));
   ev.u.mcp.ms = al__mcp_server_ms(s);
@@ -71,7 +73,7 @@ static bool post_mcp_cost(al_agent_t *a, al_event_type_t type,
 static bool post_mcp(al_agent_t *a, al_event_type_t type,
                      const al_mcp_server_t *s, const char *msg,
                      uint32_t added, uint32_t removed) {
-  return post_mcp_cost(a, type, s, msg, added, removed, NULL);
+  return post_mcp_cost(a, type, s, NULL, msg, added, removed, NULL);
 }
 
 /* What one definition costs per request: the bytes of its JSON as the
@@ -133,18 +135,9 @@ static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
  * server's own state is still ready (its calls work). */
 static void on_notice(al_mcp_t *m, al_mcp_server_t *s, const char *text,
                       void *data) {
-  al_agent_t *a = data;
-  al_event_t ev;
-
   (void)m;
-  memset(&ev, 0, sizeof(ev));
-  ev.type = AL_EVENT_MCP_SERVER_STATE;
-  ev.u.mcp.server = ag_slice(al__mcp_server_name(s));
-  ev.u.mcp.state = ag_slice("degraded");
-  ev.u.mcp.error = ag_slice(text);
-  ev.u.mcp.tools = (uint32_t)json_array_size(al__mcp_server_tools(s));
-  ev.u.mcp.ms = al__mcp_server_ms(s);
-  al__agent_post(a, &ev);
+  post_mcp_cost(data, AL_EVENT_MCP_SERVER_STATE, s, "degraded", text, 0, 0,
+                NULL);
 }
 
 /* ---- the tool ------------------------------------------------------------------ */
@@ -706,7 +699,7 @@ static bool sync_servers(al_agent_t *a, size_t only) {
       continue;
     }
     c = definition_cost(a, s);
-    stop = post_mcp_cost(a, AL_EVENT_MCP_TOOLS_CHANGED, s, NULL,
+    stop = post_mcp_cost(a, AL_EVENT_MCP_TOOLS_CHANGED, s, NULL, NULL,
                          counts[2 * i], counts[2 * i + 1], &c);
   }
   al_free(counts);
