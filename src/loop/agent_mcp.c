@@ -307,14 +307,25 @@ static bool warn(al_agent_t *a, al_mcp_server_t *s, const char *fmt,
   return post_mcp(a, AL_EVENT_MCP_WARNING, s, msg, 0, 0);
 }
 
+/* Whether a server's tool runs beside others: as configured per tool,
+ * else read-only and not destructive by its hints. */
+static bool tool_safe(const al_mcp_server_config_t *cfg, const json_t *tool) {
+  const json_t *cs = json_object_get(
+      json_object_get(cfg->tool_overrides,
+                      json_string_value(json_object_get(tool, "name"))),
+      "concurrency_safe");
+
+  return json_is_boolean(cs) ? json_is_true(cs)
+                             : hint(tool, "readOnlyHint") &&
+                                   !hint(tool, "destructiveHint");
+}
+
 /* Registers one tool of server s. Returns true when the run ended. */
 static bool add_tool(al_agent_t *a, al_mcp_server_t *s, const json_t *tool,
                      uint32_t *added) {
   const al_mcp_server_config_t *cfg = al__mcp_server_config(s);
   const char *tname = json_string_value(json_object_get(tool, "name"));
   const char *desc = json_string_value(json_object_get(tool, "description"));
-  const json_t *ov = json_object_get(cfg->tool_overrides, tname);
-  const json_t *cs = json_object_get(ov, "concurrency_safe");
   bool ro = hint(tool, "readOnlyHint");
   bool destructive = hint(tool, "destructiveHint");
   al_tool_category_t cat = ro && !destructive ? AL_TOOL_READ
@@ -368,7 +379,7 @@ static bool add_tool(al_agent_t *a, al_mcp_server_t *s, const json_t *tool,
     }
   }
   t->mcp_tool = al_strdup(tname);
-  t->mcp_safe = json_is_boolean(cs) ? json_is_true(cs) : ro && !destructive;
+  t->mcp_safe = tool_safe(cfg, tool);
   t->source = "mcp";
   t->mcp_impl.name = t->name;
   t->mcp_impl.is_concurrency_safe = mcp_safe;
@@ -916,7 +927,7 @@ static bool wait_safe(const al_tool_impl_t *impl, const json_t *input) {
 
 const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name) {
   al_mcp_server_t *s;
-  const json_t *tool, *ov;
+  const json_t *tool;
   size_t i = 0;
 
   if (ag_closing(a) || strncmp(name, "mcp__", 5) != 0 ||
@@ -943,16 +954,8 @@ const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name) {
   if (tool == NULL) {
     return &a->mcp_wait_safe_impl;
   }
-  ov = json_object_get(json_object_get(al__mcp_server_config(s)->tool_overrides,
-                                       json_string_value(
-                                           json_object_get(tool, "name"))),
-                       "concurrency_safe");
-  if (json_is_boolean(ov) ? json_is_true(ov)
-                          : hint(tool, "readOnlyHint") &&
-                                !hint(tool, "destructiveHint")) {
-    return &a->mcp_wait_safe_impl;
-  }
-  return &a->mcp_wait_impl;
+  return tool_safe(al__mcp_server_config(s), tool) ? &a->mcp_wait_safe_impl
+                                                  : &a->mcp_wait_impl;
 }
 
 /* ---- life cycle ----------------------------------------------------------------- */
