@@ -86,7 +86,7 @@ int al__cli_config_load_for(al_config_t *cfg, const char *cwd, bool trust,
     if (tr.state == AL_TRUST_UNREADABLE) {
       fprintf(stderr,
               "%s: note: %s: the project's tools.d/ and .agentloop/ could "
-              "not be read whole (over 4096 files, 32 MiB or 16 levels, "
+              "not be read whole (over " AL_TRUST_LIMITS_TEXT ", "
               "or unreadable): it is not trusted\n",
               who, tr.real);
     }

@@ -106,7 +106,7 @@ static void print_text(json_t *o) {
       printf("note: %s: the project's files could not be read whole "
              "(over %s); it is not trusted\n",
              json_string_value(json_object_get(t, "path")),
-             "4096 files, 32 MiB or 16 levels, or unreadable");
+             AL_TRUST_LIMITS_TEXT ", or unreadable");
     }
     if (approved || (st != NULL && (strcmp(st, "changed") == 0 ||
                                     strcmp(st, "unbound") == 0))) {
@@ -234,8 +234,7 @@ int al_cli_tools(int argc, char **argv) {
       fprintf(stderr, "agentloop tools: cannot record trust for %s: %s\n",
               cwd,
               rc == AL_ETOOBIG
-                  ? "tools.d/ or .agentloop/ holds over 4096 files, "
-                    "32 MiB or 16 levels"
+                  ? "tools.d/ or .agentloop/ holds over " AL_TRUST_LIMITS_TEXT
                   : rc < 0 && rc > -4096 ? strerror(-rc) : al_strerror(rc));
       al__project_trust_free(&tr);
       return 2;

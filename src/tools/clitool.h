@@ -158,6 +158,17 @@ int al__tools_project_manifest(const char *workspace, al_buf_t *out,
 /* The trust state of workspace into *t (free with
  * al__project_trust_free, whatever it returns). 0 or an error (the state
  * is then NONE or UNREADABLE: not trusted). */
+/* The bounds on what trust hashes (src/tools/trust.c), and their words
+ * for the messages that name them. */
+#define AL_TRUST_MAX_FILES 4096
+#define AL_TRUST_MAX_MIB 32
+#define AL_TRUST_MAX_DEPTH 16
+#define AL_TRUST_XSTR_(x) #x
+#define AL_TRUST_XSTR(x) AL_TRUST_XSTR_(x)
+#define AL_TRUST_LIMITS_TEXT                                      \
+  AL_TRUST_XSTR(AL_TRUST_MAX_FILES) " files, " AL_TRUST_XSTR(     \
+      AL_TRUST_MAX_MIB) " MiB or " AL_TRUST_XSTR(AL_TRUST_MAX_DEPTH) \
+      " levels"
 int al__tools_project_trust(const char *workspace, al_project_trust_t *t);
 void al__project_trust_free(al_project_trust_t *t);
 /* True only when state is TRUSTED. */

@@ -44,9 +44,9 @@
 /* Bounds on what is hashed: a project over them is not trusted (said so,
  * rather than hash for long: a daemon creates its agents, and with them
  * checks trust, on its loop, as it reads tools.d). */
-#define TRUST_MAX_FILES 4096
-#define TRUST_MAX_DEPTH 16
-#define TRUST_MAX_BYTES ((uint64_t)32 << 20)
+#define TRUST_MAX_FILES AL_TRUST_MAX_FILES
+#define TRUST_MAX_DEPTH AL_TRUST_MAX_DEPTH
+#define TRUST_MAX_BYTES ((uint64_t)AL_TRUST_MAX_MIB << 20)
 #define TRUST_MANIFEST_MAX ((size_t)TRUST_MAX_FILES * (PATH_MAX + 80))
 #define TRUST_RECORDS_MAX ((size_t)16 << 20)
 
