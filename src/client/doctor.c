@@ -43,6 +43,7 @@
 #include "config/config.h"
 #include "client/tui.h"
 #include "transport/transport.h"
+#include "provider/provider.h"
 #include "transport/transport_int.h"
 
 typedef struct {
@@ -442,7 +443,7 @@ static void check_settings(doctor_t *d, const char *provider_flag,
   char why[700];
   const char *var = NULL;
   const char *key;
-  bool openai;
+  const al_provider_t *prov;
 
   if (al__cli_config_load_for(&cfg, NULL, false, provider_flag,
                               "agentloop doctor") != 0) {
@@ -467,12 +468,14 @@ static void check_settings(doctor_t *d, const char *provider_flag,
          cfg.user_loaded ? "" : " (absent: defaults)",
          cfg.project_loaded ? " + project file" : "");
   key = al_config_api_key(&cfg, NULL, &var);
-  openai = strcmp(al_config_provider(&cfg), "openai") == 0;
+  prov = al_provider_by_name(al_config_provider(&cfg));
   snprintf(d->provider, sizeof(d->provider), "%s", al_config_provider(&cfg));
+  /* Where a run from this shell would go: the agent's own default. */
   snprintf(d->base_url, sizeof(d->base_url), "%s",
            cfg.base_url != NULL ? cfg.base_url
-           : openai             ? "https://api.openai.com"
-                                : "https://api.anthropic.com");
+           : al_provider_default_base_url(prov != NULL
+                                              ? prov
+                                              : &al_provider_anthropic));
   d->has_key = key != NULL;
   d->key_len = key != NULL ? strlen(key) : 0;
   snprintf(d->key_var, sizeof(d->key_var), "%s",

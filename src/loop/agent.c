@@ -1926,9 +1926,7 @@ static int set_base_url(al_agent_t *a, const char *url) {
   size_t n;
 
   if (url == NULL) {
-    url = a->provider->kind != AL_PROVIDER_ANTHROPIC
-              ? "https://api.openai.com/v1"
-              : "https://api.anthropic.com";
+    url = al_provider_default_base_url(a->provider);
   }
   if (al_agent_check_base_url(url, why, sizeof(why)) != 0) {
     return AL_EINVAL;

@@ -42,6 +42,11 @@ void al_provider_error_free(al_provider_error_t *e) {
   memset(e, 0, sizeof(*e));
 }
 
+const char *al_provider_default_base_url(const al_provider_t *p) {
+  return p->kind != AL_PROVIDER_ANTHROPIC ? "https://api.openai.com/v1"
+                                          : "https://api.anthropic.com";
+}
+
 const al_provider_t *al_provider_by_name(const char *name) {
   if (name == NULL) {
     return NULL;

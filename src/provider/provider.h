@@ -277,6 +277,8 @@ extern const al_provider_t al_provider_openai;
 extern const al_provider_t al_provider_openai_responses;
 /* "anthropic" / "openai" / "openai-responses" -> vtable, or NULL. */
 const al_provider_t *al_provider_by_name(const char *name);
+/* The provider's own endpoint, used when no base URL is configured. */
+const char *al_provider_default_base_url(const al_provider_t *p);
 
 int al_provider_build_request(const al_provider_t *p, const json_t *history,
                               const al_provider_options_t *o,

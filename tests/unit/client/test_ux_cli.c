@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "agentloop/agent.h"
+#include "provider/provider.h"
 #include "agentloop/alloc.h"
 #include "agentloop/models.h"
 #include "mockllm/mockllm.h"
@@ -251,6 +252,19 @@ TEST_IMPL(ux_run_p_terminal_answer_only) {
   ASSERT_STR_EQ(c.obuf, "The answer.\n");
   ASSERT_NOT_NULL(strstr(c.ebuf, "run started"));
   ux_finish(&c);
+  return 0;
+}
+
+/* One default endpoint per provider, for the agent and for doctor (which
+ * checked https://api.anthropic.com for openai-responses, and the OpenAI
+ * host without the /v1 the agent uses). */
+TEST_IMPL(provider_default_base_url) {
+  ASSERT_STR_EQ(al_provider_default_base_url(&al_provider_anthropic),
+                "https://api.anthropic.com");
+  ASSERT_STR_EQ(al_provider_default_base_url(&al_provider_openai),
+                "https://api.openai.com/v1");
+  ASSERT_STR_EQ(al_provider_default_base_url(&al_provider_openai_responses),
+                "https://api.openai.com/v1");
   return 0;
 }
 
