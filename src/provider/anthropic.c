@@ -104,6 +104,50 @@ static bool boundary_halves_used(json_t *root, const char *type,
   return false;
 }
 
+/* The hot key whose string the decoder uses for this event (NULL: none). */
+static const char *used_hot_key(json_t *root, const char *type) {
+  const char *ts;
+
+  if (strcmp(type, "content_block_delta") == 0) {
+    ts = json_string_value(
+        json_object_get(json_object_get(root, "delta"), "type"));
+    return ts == NULL                           ? NULL
+           : strcmp(ts, "text_delta") == 0       ? "text"
+           : strcmp(ts, "thinking_delta") == 0   ? "thinking"
+           : strcmp(ts, "input_json_delta") == 0 ? "partial_json"
+                                                 : NULL;
+  }
+  ts = json_string_value(
+      json_object_get(json_object_get(root, "content_block"), "type"));
+  return ts != NULL && (strcmp(ts, "text") == 0 || strcmp(ts, "thinking") == 0)
+             ? ts
+             : NULL;
+}
+
+/* String members named `key` (NULL: any hot key) anywhere in j: the load
+ * reports the halves of the first hot string it meets, whichever it is. */
+static size_t count_hot(const json_t *j, const char *key) {
+  const char *k;
+  json_t *v;
+  size_t i, n = 0;
+
+  if (json_is_object(j)) {
+    json_object_foreach((json_t *)j, k, v) {
+      if (json_is_string(v) &&
+          (key != NULL ? strcmp(k, key) == 0
+                       : strcmp(k, "text") == 0 ||
+                             strcmp(k, "thinking") == 0 ||
+                             strcmp(k, "partial_json") == 0)) {
+        n++;
+      }
+      n += count_hot(v, key);
+    }
+  } else if (json_is_array(j)) {
+    json_array_foreach(j, i, v) { n += count_hot(v, key); }
+  }
+  return n;
+}
+
 static int fail_json(al_pstream_t *s, const al_sse_event_t *ev,
                      const json_error_t *jerr) {
   char msg[256];
@@ -186,6 +230,33 @@ slow:
     json_decref(root);
     lead = trail = 0;
     root = al__provider_json_load(ev->data, ev->data_len, &jerr);
+    if (root == NULL) {
+      return fail_json(s, ev, &jerr);
+    }
+    t = json_object_get(root, "type");
+    type = json_is_string(t) ? json_string_value(t) : "";
+  } else if ((lead != 0 || trail != 0) && count_hot(root, NULL) > 1) {
+    /* More than one hot string: the halves may be another one's (an
+     * extra "text" beside partial_json). Load again tracking the used
+     * key alone, as the fast path reads it; plainly if it is not unique. */
+    const char *key = used_hot_key(root, type);
+    bool one = key != NULL && count_hot(root, key) == 1;
+    char kbuf[16];
+
+    snprintf(kbuf, sizeof(kbuf), "%s", one ? key : "");
+    json_decref(root);
+    lead = trail = 0;
+    root = one ? al__provider_json_load2_key(ev->data, ev->data_len, &jerr,
+                                             &lead, &trail, kbuf)
+               : al__provider_json_load(ev->data, ev->data_len, &jerr);
+    t = root != NULL ? json_object_get(root, "type") : NULL;
+    type = json_is_string(t) ? json_string_value(t) : "";
+    if (root != NULL && (lead != 0 || trail != 0) &&
+        !boundary_halves_used(root, type, lead)) {
+      json_decref(root); /* its own halves, but not ones it joins */
+      lead = trail = 0;
+      root = al__provider_json_load(ev->data, ev->data_len, &jerr);
+    }
     if (root == NULL) {
       return fail_json(s, ev, &jerr);
     }

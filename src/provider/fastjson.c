@@ -70,8 +70,11 @@ static long read_u_escape(const char *p, const char *end) {
 /* Is the string whose opening quote is at q the value of one of the hot
  * text keys ("text", "thinking", "partial_json")? Looks back over
  * `"key" ws : ws`. */
-static bool is_hot_value(const char *data, const char *q) {
-  static const char *const keys[] = {"text", "thinking", "partial_json"};
+static bool is_hot_value(const char *data, const char *q,
+                         const char *only_key) {
+  static const char *const all[] = {"text", "thinking", "partial_json"};
+  const char *const one[] = {only_key, only_key, only_key};
+  const char *const *keys = only_key != NULL ? one : all;
   const char *p = q;
   size_t i;
 
@@ -91,7 +94,7 @@ static bool is_hot_value(const char *data, const char *q) {
     return false;
   }
   p--; /* at the closing quote of the key */
-  for (i = 0; i < AL_ARRAY_SIZE(keys); i++) {
+  for (i = 0; i < AL_ARRAY_SIZE(all); i++) {
     size_t kl = strlen(keys[i]);
     if ((size_t)(p - data) >= kl + 1 && memcmp(p - kl, keys[i], kl) == 0 &&
         p[-(long)kl - 1] == '"') {
@@ -259,7 +262,8 @@ int al__marks_clear(json_t *v, json_t *const *keep, size_t nkeep) {
 
 static char *rewrite_surrogates(const char *data, size_t len, size_t *outlen,
                                 bool *needed, bool *nomem, uint32_t *lead_lo,
-                                uint32_t *trail_hi, bool *marked) {
+                                uint32_t *trail_hi, bool *marked,
+                                const char *only_key) {
   const char *p = data;
   const char *end = data + len;
   const char *run = data;
@@ -322,14 +326,14 @@ static char *rewrite_surrogates(const char *data, size_t len, size_t *outlen,
         bs[6] == '"') {
       /* Find this string's opening quote: the last raw quote before the
        * escape is it, because we are inside a string. */
-      if (raw_quote != NULL && is_hot_value(data, raw_quote)) {
+      if (raw_quote != NULL && is_hot_value(data, raw_quote, only_key)) {
         *trail_hi = (uint32_t)v;
         run = p = bs + 6;
         continue;
       }
     }
     if (v >= 0xDC00 && lead_lo != NULL && *lead_lo == 0 && raw_quote != NULL &&
-        raw_quote == bs - 1 && is_hot_value(data, raw_quote)) {
+        raw_quote == bs - 1 && is_hot_value(data, raw_quote, only_key)) {
       *lead_lo = (uint32_t)v;
       run = p = bs + 6;
       continue;
@@ -357,7 +361,8 @@ out_nomem:
 
 static json_t *load_tracked_valid(const char *data, size_t len,
                                   json_error_t *err, uint32_t *lead_lo,
-                                  uint32_t *trail_hi, bool *marked);
+                                  uint32_t *trail_hi, bool *marked,
+                                  const char *only_key);
 
 /* ---- numbers beyond jansson's range ---------------------------------------- */
 
@@ -460,26 +465,29 @@ static json_t *loadb(const char *data, size_t len, json_error_t *err) {
  * jansson refuses them, hence the sanitized copy. */
 static json_t *load_tracked(const char *data, size_t len, json_error_t *err,
                             uint32_t *lead_lo, uint32_t *trail_hi,
-                            bool *marked) {
+                            bool *marked, const char *only_key) {
   al_buf_t b;
   json_t *j;
 
   if (al__utf8_valid(data, len)) {
-    return load_tracked_valid(data, len, err, lead_lo, trail_hi, marked);
+    return load_tracked_valid(data, len, err, lead_lo, trail_hi, marked,
+                              only_key);
   }
   al_buf_init(&b, len * 3 + 16);
   if (al__utf8_sanitize_append(&b, data, len) != 0) {
     al_buf_free(&b);
     return NULL;
   }
-  j = load_tracked_valid(b.data, b.len, err, lead_lo, trail_hi, marked);
+  j = load_tracked_valid(b.data, b.len, err, lead_lo, trail_hi, marked,
+                         only_key);
   al_buf_free(&b);
   return j;
 }
 
 static json_t *load_tracked_valid(const char *data, size_t len,
                                   json_error_t *err, uint32_t *lead_lo,
-                                  uint32_t *trail_hi, bool *marked) {
+                                  uint32_t *trail_hi, bool *marked,
+                                  const char *only_key) {
   json_t *j;
   bool needed;
   bool nomem;
@@ -500,7 +508,7 @@ static json_t *load_tracked_valid(const char *data, size_t len,
    * "\u" in the data there is nothing to rewrite. */
   if (memmem(data, len, "\\u", 2) != NULL) {
     copy = rewrite_surrogates(data, len, &clen, &needed, &nomem, lead_lo,
-                              trail_hi, marked);
+                              trail_hi, marked, only_key);
     if (copy != NULL) {
       j = loadb(copy, clen, err != NULL ? err : &e2);
       al_free(copy);
@@ -515,18 +523,24 @@ static json_t *load_tracked_valid(const char *data, size_t len,
 
 json_t *al__provider_json_load(const char *data, size_t len,
                                json_error_t *err) {
-  return load_tracked(data, len, err, NULL, NULL, NULL);
+  return load_tracked(data, len, err, NULL, NULL, NULL, NULL);
 }
 
 json_t *al__provider_json_load_marked(const char *data, size_t len,
                                       json_error_t *err, bool *marked) {
-  return load_tracked(data, len, err, NULL, NULL, marked);
+  return load_tracked(data, len, err, NULL, NULL, marked, NULL);
 }
 
 json_t *al__provider_json_load2(const char *data, size_t len,
                                 json_error_t *err, uint32_t *lead_lo,
                                 uint32_t *trail_hi) {
-  return load_tracked(data, len, err, lead_lo, trail_hi, NULL);
+  return load_tracked(data, len, err, lead_lo, trail_hi, NULL, NULL);
+}
+
+json_t *al__provider_json_load2_key(const char *data, size_t len,
+                                    json_error_t *err, uint32_t *lead_lo,
+                                    uint32_t *trail_hi, const char *key) {
+  return load_tracked(data, len, err, lead_lo, trail_hi, NULL, key);
 }
 
 /* ---- the fast path --------------------------------------------------------- */

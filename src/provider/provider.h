@@ -512,6 +512,12 @@ json_t *al__provider_json_load(const char *data, size_t len,
 json_t *al__provider_json_load2(const char *data, size_t len,
                                 json_error_t *err, uint32_t *lead_lo,
                                 uint32_t *trail_hi);
+/* The same, for the values of `key` alone (the other hot keys' lone
+ * surrogates become U+FFFD): the halves of the one string a decoder uses
+ * when the event holds more than one hot value. */
+json_t *al__provider_json_load2_key(const char *data, size_t len,
+                                    json_error_t *err, uint32_t *lead_lo,
+                                    uint32_t *trail_hi, const char *key);
 /* Boundary marks (OpenAI, where one chunk has many appendable strings):
  * like al__provider_json_load, but a lone high surrogate escape that ends
  * a string or a lone low one that starts it becomes a 7-byte mark (U+FDD0
