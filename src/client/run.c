@@ -480,6 +480,9 @@ static void on_agent_closed(al_agent_t *agent) {
   run_t *r = al_agent_get_data(agent);
 
   r->agent = NULL;
+  if (r->sess != NULL) {
+    al__run_session_agent_closed(r->sess);
+  }
 }
 
 /* The run is over: keep the totals, stop listening, let the loop drain. */

@@ -114,6 +114,9 @@ typedef struct al__run_session_s {
   bool last_try; /* the end's one last attempt is made */
   al_tx_loss_t loss;
   al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
+  al_tx_kids_t *kids;    /* the sub-agents' transcripts (issue 23) */
+  char *cwd;             /* for the children's headers */
+  uint64_t created_ms;
 } al__run_session_t;
 
 /* Before the loop: a new session, or (resume_id / cont) an existing one,
@@ -132,12 +135,21 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
                            al_agent_t *agent, const al_tx_header_t *h,
                            char *err, size_t errlen);
 void al__run_session_event(al__run_session_t *rs, const al_event_t *ev);
+/* A sub-agent starts: its own transcript beside the session's, linked by
+ * a "child" record in the session's chain. *commit_data is for
+ * al__tx_kid_commit (NULL: the child keeps no transcript, said on
+ * stderr). */
+void al__run_session_child(al__run_session_t *rs, const al_tx_child_t *c,
+                           void **commit_data);
 void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
                             const char *message, size_t len, void *data);
 /* Flushes and closes the writer (asynchronously: run the loop): a writer
  * still failing tries once more first; what then cannot be written is
  * rs->loss. */
 void al__run_session_close(al__run_session_t *rs);
+/* The agent is closed (no child commits any more): the children's
+ * transcripts flush and close (asynchronously). */
+void al__run_session_agent_closed(al__run_session_t *rs);
 void al__run_session_free(al__run_session_t *rs);
 /* One line saying what of the transcript was not saved and why (false:
  * everything was). */

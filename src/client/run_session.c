@@ -104,7 +104,8 @@ static bool find_latest(const char *dir, const char *workspace, char *id,
       continue;
     }
     memset(&h, 0, sizeof(h));
-    if (read_head(path, &h) && h.cwd != NULL &&
+    /* A sub-agent's transcript is not a session to continue. */
+    if (read_head(path, &h) && h.cwd != NULL && h.parent == NULL &&
         strcmp(h.cwd, workspace) == 0) {
       memcpy(id, de->d_name, nl - 6);
       id[nl - 6] = '\0';
@@ -312,6 +313,23 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     return rc;
   }
   al__tx_set_state_cb(rs->tx, on_tx_state, rs);
+  {
+    char dir[PATH_MAX];
+    char *slash;
+
+    snprintf(dir, sizeof(dir), "%s", rs->path);
+    slash = strrchr(dir, '/');
+    if (slash != NULL) {
+      *slash = '\0';
+    }
+    rs->kids = al__tx_kids_new(loop, dir, TX_QUEUE_MAX);
+    rs->cwd = h != NULL && h->cwd != NULL
+                  ? al_strdup(h->cwd)
+                  : (rs->resumed && rs->loaded.header.cwd != NULL
+                         ? al_strdup(rs->loaded.header.cwd)
+                         : NULL);
+    rs->created_ms = h != NULL ? h->created_ms : 0;
+  }
   /* A new session's chain binds its id; a resumed one goes on after its
    * last good record, in the file's format. */
   if (rs->resumed) {
@@ -383,6 +401,34 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
   al_buf_free(&line);
 }
 
+void al__run_session_child(al__run_session_t *rs, const al_tx_child_t *c,
+                           void **commit_data) {
+  al_tx_header_t h;
+  al_blob_t *link = NULL;
+  int rc;
+
+  *commit_data = NULL;
+  if (rs->kids == NULL || rs->closing) {
+    return;
+  }
+  memset(&h, 0, sizeof(h));
+  h.cwd = rs->cwd;
+  h.created_ms = rs->created_ms;
+  rc = al__tx_kids_open(rs->kids, c, &h, commit_data, &link);
+  if (rc != 0) {
+    fprintf(stderr, "agentloop: sub-agent %s (%s) keeps no transcript: "
+                    "%s\n", c->task_id != NULL ? c->task_id : "?",
+            c->session_id != NULL ? c->session_id : "?", al_strerror(rc));
+    *commit_data = NULL;
+  }
+  /* Linked from the parent's chain, synced as a history commit: a
+   * resumed session lists its children. */
+  put(rs, link, true, true);
+  if (link != NULL) {
+    al__blob_unref(link);
+  }
+}
+
 void al__run_session_commit(al_agent_t *agent, al_commit_kind_t kind,
                             const char *message, size_t len, void *data) {
   al__run_session_t *rs = data;
@@ -426,6 +472,13 @@ static void on_tx_flushed(al_tx_t *tx, void *data) {
   al__tx_close(tx, on_tx_closed, rs);
 }
 
+void al__run_session_agent_closed(al__run_session_t *rs) {
+  if (rs->kids != NULL) {
+    al__tx_kids_close(rs->kids, NULL, NULL); /* frees itself when done */
+    rs->kids = NULL;
+  }
+}
+
 void al__run_session_close(al__run_session_t *rs) {
   if (rs->tx != NULL && !rs->closing) {
     rs->closing = true;
@@ -456,6 +509,8 @@ bool al__run_session_loss_text(const al__run_session_t *rs, char *buf,
 }
 
 void al__run_session_free(al__run_session_t *rs) {
+  al_free(rs->cwd);
+  rs->cwd = NULL;
   if (rs->have_loaded) {
     al__tx_loaded_free(&rs->loaded);
     rs->have_loaded = false;

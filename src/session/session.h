@@ -216,6 +216,10 @@ typedef struct {
   json_t *paths;       /* {denied, writable, tools_dirs}: absolute paths */
   json_t *limits;    /* agentloop/limits.h by name (object), or NULL */
   json_t *context;   /* the context: settings (docs/context.md), or NULL */
+  json_t *parent;    /* a child's transcript (issue 23): {session, task,
+                      * parent_call, agent, depth, background} of the
+                      * session whose task call started it; NULL: a
+                      * top-level session */
   uint64_t created_ms;
 } al_tx_header_t;
 
@@ -230,6 +234,57 @@ void al__tx_header_free(al_tx_header_t *h);
  * whole file. true when a header was found. */
 bool al__tx_scan_head(const char *p, size_t n, al_tx_header_t *h,
                       char **first_user_text);
+
+/* ---- sub-agents (issue 23) ------------------------------------------------ */
+
+/* A child agent (a `task` call's sub-agent) has a transcript of its own,
+ * ID.jsonl beside its parent's, with its own hash chain; its header's
+ * "parent" names the parent. The parent's transcript links it with a
+ * chained {"rec":"child",...} record (nothing to replay: the child's
+ * answer is the task call's tool result in the parent's history). */
+typedef struct {
+  const char *task_id;
+  const char *session_id;  /* the child's */
+  const char *parent_session;
+  const char *parent_call; /* the task tool_use's id */
+  const char *agent;
+  bool background;
+  uint32_t depth;
+} al_tx_child_t;
+
+/* The parent's "child" record; NULL on OOM or a missing id. */
+al_blob_t *al__tx_child_record(const al_tx_child_t *c);
+
+/* The child transcripts of one session's front end: each child's writer
+ * opened on demand, each closed when the set closes (with the parent
+ * session). */
+typedef struct al_tx_kids_s al_tx_kids_t;
+
+/* dir: the sessions directory (copied); max_queue per child writer. */
+al_tx_kids_t *al__tx_kids_new(uv_loop_t *loop, const char *dir,
+                              size_t max_queue);
+/* Opens the child's transcript (asynchronously) and queues its header:
+ * cwd and created_ms from h (may be NULL), "parent" from c. *commit_data
+ * is for al__tx_kid_commit (the child's al_commit_cb); *link the
+ * parent's "child" record, for the caller to append to the parent's
+ * chain (unref it). 0, AL_EINVAL (an id that cannot name a file),
+ * AL_ENOMEM, or the open's error. */
+int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
+                     const al_tx_header_t *h, void **commit_data,
+                     al_blob_t **link);
+/* The child's commit hook (an al_commit_cb): its history records, chained
+ * in its own transcript and synced as the parent's are. */
+void al__tx_kid_commit(al_agent_t *agent, al_commit_kind_t kind,
+                       const char *message, size_t len, void *data);
+/* Children opened; bytes queued and not written over all of them; the
+ * first write error of any (0: none). */
+size_t al__tx_kids_count(const al_tx_kids_t *k);
+size_t al__tx_kids_pending(const al_tx_kids_t *k);
+int al__tx_kids_error(const al_tx_kids_t *k);
+/* Flushes and closes every child writer, then frees the set; cb (may be
+ * NULL) runs on a later iteration once all are closed. Call once; no
+ * commit may reach the set's children after it. */
+void al__tx_kids_close(al_tx_kids_t *k, void (*cb)(void *data), void *data);
 
 /* ---- loading ---------------------------------------------------------------- */
 
@@ -253,6 +308,9 @@ typedef struct {
   bool run_open;          /* last_run has no final/error/interrupted */
   json_t *closed_calls;   /* [{id,name}] of the tool calls closed on
                            * load, or NULL */
+  json_t *children;       /* [{task, session, parent_call, agent, depth,
+                           * background}] of the "child" records: the
+                           * sub-agents this session started, or NULL */
   size_t records;         /* good records */
   size_t bad_lines;       /* skipped mid-file lines */
   bool torn_tail;         /* a partial last line was cut off */

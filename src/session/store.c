@@ -887,6 +887,9 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   if (rec != NULL && h->context != NULL) {
     json_object_set(rec, "context", h->context);
   }
+  if (rec != NULL && h->parent != NULL) {
+    json_object_set(rec, "parent", h->parent);
+  }
   b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
   return b;
@@ -933,6 +936,8 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->paths = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   ask = json_object_get(rec, "context");
   h->context = json_is_object(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "parent");
+  h->parent = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   return true;
 }
 
@@ -950,6 +955,7 @@ void al__tx_header_free(al_tx_header_t *h) {
   json_decref(h->paths);
   json_decref(h->limits);
   json_decref(h->context);
+  json_decref(h->parent);
   memset(h, 0, sizeof(*h));
 }
 
@@ -1177,6 +1183,27 @@ static bool replay(al_tx_loaded_t *l, const char *kind, const json_t *msg) {
   return false;
 }
 
+/* A "child" record into l->children; false when it names no task or no
+ * child session. */
+static bool child_link(al_tx_loaded_t *l, const json_t *o) {
+  json_t *c;
+
+  if (!json_is_string(json_object_get(o, "task")) ||
+      !json_is_string(json_object_get(o, "session"))) {
+    return false;
+  }
+  if (l->children == NULL && (l->children = json_array()) == NULL) {
+    return true; /* OOM: the list is shorter, the load goes on */
+  }
+  c = json_deep_copy(o);
+  if (c != NULL) {
+    json_object_del(c, "rec");
+    json_object_del(c, "h");
+    json_array_append_new(l->children, c);
+  }
+  return true;
+}
+
 static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
   al_tx_loaded_t *l = ld->out;
   json_error_t err;
@@ -1254,6 +1281,14 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
     } else if (strcmp(kind, "elided") == 0) {
       /* A note on deltas left out (al__tx_deltas_keep): nothing to
        * replay. */
+    } else if (strcmp(kind, "child") == 0) {
+      /* A sub-agent's link: listed, nothing to replay (its answer is its
+       * task call's result). */
+      if (!child_link(l, o)) {
+        note_bad(l, lineno, "child record without its ids");
+        json_decref(o);
+        return 0;
+      }
     } else if (!replay(l, kind, json_object_get(o, "message"))) {
       note_bad(l, lineno, "history record does not fit the history");
       json_decref(o);
@@ -1269,7 +1304,10 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
       const char *type = json_string_value(json_object_get(o, "type"));
 
       l->last_seq = s;
-      if (run > 0 && (uint64_t)run >= l->last_run) {
+      /* A child's events (with "path") are re-posted into the parent's
+       * stream; a child's final does not end the parent's run. */
+      if (run > 0 && (uint64_t)run >= l->last_run &&
+          json_object_get(o, "path") == NULL) {
         l->last_run = (uint64_t)run;
         l->last_turn =
             (uint32_t)json_integer_value(json_object_get(o, "turn"));
@@ -1482,6 +1520,7 @@ void al__tx_loaded_free(al_tx_loaded_t *l) {
   al__tx_header_free(&l->header);
   json_decref(l->synthetic);
   json_decref(l->closed_calls);
+  json_decref(l->children);
   json_decref(l->skipped);
   al__history_free(&l->history);
   al_free(l->first_user_text);

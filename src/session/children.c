@@ -1,0 +1,241 @@
+/* Sub-agents' transcripts (issue 23, session/session.h): each child of a
+ * session writes its own hash-chained transcript beside its parent's, and
+ * the parent's chain gets a "child" record linking it. One set per parent
+ * session's front end (`agentloop run`, the daemon), closed with it.
+ *
+ * Children are few and live no longer than their parent's session, so a
+ * child's writer stays open until the set closes: a commit that comes
+ * after the child ended (none should) still has somewhere to go. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "session/session.h"
+
+typedef struct kid_s {
+  struct kid_s *next;
+  al_tx_kids_t *set;
+  al_tx_t *tx;
+  char id[64];
+} kid_t;
+
+struct al_tx_kids_s {
+  uv_loop_t *loop;
+  char dir[PATH_MAX];
+  size_t max_queue;
+  kid_t *kids;
+  size_t count;
+  size_t open;    /* writers not yet closed */
+  int err;        /* the first append error of any child */
+  bool closing;
+  void (*close_cb)(void *data);
+  void *close_data;
+  uv_timer_t defer; /* a close with nothing open still answers later */
+};
+
+al_blob_t *al__tx_child_record(const al_tx_child_t *c) {
+  json_t *rec;
+  al_blob_t *b;
+
+  if (c->task_id == NULL || c->session_id == NULL) {
+    return NULL;
+  }
+  rec = json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:s?, s:b, s:i}", "rec",
+                  "child", "task", c->task_id, "session", c->session_id,
+                  "parent_call", c->parent_call, "agent", c->agent,
+                  "parent_session", c->parent_session, "background",
+                  c->background, "depth", (int)c->depth);
+  b = rec != NULL ? al__tx_record(rec) : NULL;
+  json_decref(rec);
+  return b;
+}
+
+al_tx_kids_t *al__tx_kids_new(uv_loop_t *loop, const char *dir,
+                              size_t max_queue) {
+  al_tx_kids_t *k = al_calloc(1, sizeof(*k));
+
+  if (k == NULL) {
+    return NULL;
+  }
+  if (snprintf(k->dir, sizeof(k->dir), "%s", dir) >= (int)sizeof(k->dir) ||
+      uv_timer_init(loop, &k->defer) != 0) {
+    al_free(k);
+    return NULL;
+  }
+  k->loop = loop;
+  k->max_queue = max_queue;
+  k->defer.data = k;
+  return k;
+}
+
+static void kid_put(kid_t *kid, al_blob_t *b) {
+  int rc;
+
+  if (b == NULL || kid->tx == NULL) {
+    return;
+  }
+  rc = al__tx_append_chained(kid->tx, b, true);
+  if (rc != 0 && kid->set->err == 0) {
+    kid->set->err = rc;
+    al_log(AL_LOG_ERROR, "child transcript %s: %s", kid->id,
+           al_strerror(rc));
+  }
+}
+
+int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
+                     const al_tx_header_t *h, void **commit_data,
+                     al_blob_t **link) {
+  char path[PATH_MAX];
+  al_tx_header_t hd;
+  al_blob_t *b;
+  kid_t *kid;
+  int rc;
+
+  *commit_data = NULL;
+  *link = NULL;
+  if (k->closing || c->session_id == NULL || c->task_id == NULL ||
+      !al__session_id_valid(c->session_id)) {
+    return AL_EINVAL;
+  }
+  if (snprintf(path, sizeof(path), "%s/%s.jsonl", k->dir, c->session_id) >=
+      (int)sizeof(path)) {
+    return AL_EINVAL;
+  }
+  kid = al_calloc(1, sizeof(*kid));
+  if (kid == NULL) {
+    return AL_ENOMEM;
+  }
+  kid->set = k;
+  snprintf(kid->id, sizeof(kid->id), "%s", c->session_id);
+  rc = al__tx_open(k->loop, path, k->max_queue, &kid->tx);
+  if (rc != 0) {
+    al_free(kid);
+    return rc;
+  }
+  al__tx_set_chain(kid->tx, "", kid->id);
+  kid->next = k->kids;
+  k->kids = kid;
+  k->count++;
+  k->open++;
+
+  memset(&hd, 0, sizeof(hd));
+  hd.cwd = h != NULL ? h->cwd : NULL;
+  hd.created_ms = h != NULL ? h->created_ms : 0;
+  hd.parent = json_pack("{s:s?, s:s, s:s?, s:s?, s:i, s:b}", "session",
+                        c->parent_session, "task", c->task_id,
+                        "parent_call", c->parent_call, "agent", c->agent,
+                        "depth", (int)c->depth, "background", c->background);
+  b = hd.parent != NULL ? al__tx_header_record(kid->id, &hd) : NULL;
+  json_decref(hd.parent);
+  if (b == NULL) {
+    return AL_ENOMEM; /* the writer stays in the set and closes with it */
+  }
+  kid_put(kid, b);
+  al__blob_unref(b);
+  *link = al__tx_child_record(c);
+  *commit_data = kid;
+  return *link != NULL ? 0 : AL_ENOMEM;
+}
+
+void al__tx_kid_commit(al_agent_t *agent, al_commit_kind_t kind,
+                       const char *message, size_t len, void *data) {
+  kid_t *kid = data;
+  al_blob_t *b = al__tx_commit_record(kind, message, len);
+
+  (void)agent;
+  if (b == NULL) {
+    if (kid->set->err == 0) {
+      kid->set->err = AL_ENOMEM;
+    }
+    al_log(AL_LOG_ERROR, "child transcript %s: a history commit cannot be "
+                         "recorded", kid->id);
+    return;
+  }
+  kid_put(kid, b);
+  al__blob_unref(b);
+}
+
+size_t al__tx_kids_count(const al_tx_kids_t *k) {
+  return k != NULL ? k->count : 0;
+}
+
+size_t al__tx_kids_pending(const al_tx_kids_t *k) {
+  size_t n = 0;
+  const kid_t *kid;
+
+  for (kid = k != NULL ? k->kids : NULL; kid != NULL; kid = kid->next) {
+    n += kid->tx != NULL ? al__tx_pending(kid->tx) : 0;
+  }
+  return n;
+}
+
+int al__tx_kids_error(const al_tx_kids_t *k) {
+  const kid_t *kid;
+
+  if (k == NULL) {
+    return 0;
+  }
+  if (k->err != 0) {
+    return k->err;
+  }
+  for (kid = k->kids; kid != NULL; kid = kid->next) {
+    if (kid->tx != NULL && al__tx_error(kid->tx) != 0) {
+      return al__tx_error(kid->tx);
+    }
+  }
+  return 0;
+}
+
+static void on_defer_closed(uv_handle_t *h) {
+  al_tx_kids_t *k = h->data;
+  void (*cb)(void *) = k->close_cb;
+  void *data = k->close_data;
+  kid_t *kid;
+
+  while ((kid = k->kids) != NULL) {
+    k->kids = kid->next;
+    al_free(kid);
+  }
+  al_free(k);
+  if (cb != NULL) {
+    cb(data);
+  }
+}
+
+static void kids_maybe_done(al_tx_kids_t *k) {
+  if (k->closing && k->open == 0) {
+    uv_close((uv_handle_t *)&k->defer, on_defer_closed);
+  }
+}
+
+static void on_kid_closed(al_tx_t *tx, void *data) {
+  kid_t *kid = data;
+
+  (void)tx;
+  kid->tx = NULL;
+  kid->set->open--;
+  kids_maybe_done(kid->set);
+}
+
+static void on_kid_flushed(al_tx_t *tx, void *data) {
+  al__tx_close(tx, on_kid_closed, data);
+}
+
+void al__tx_kids_close(al_tx_kids_t *k, void (*cb)(void *data), void *data) {
+  kid_t *kid;
+
+  if (k == NULL) {
+    return;
+  }
+  k->closing = true;
+  k->close_cb = cb;
+  k->close_data = data;
+  for (kid = k->kids; kid != NULL; kid = kid->next) {
+    if (kid->tx != NULL && al__tx_flush(kid->tx, on_kid_flushed, kid) != 0) {
+      al__tx_close(kid->tx, on_kid_closed, kid);
+    }
+  }
+  kids_maybe_done(k); /* uv_close answers on a later iteration */
+}

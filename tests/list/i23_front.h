@@ -1,0 +1,4 @@
+/* issue 23, the front ends of sub-agents (tests/unit/i23/test_i23_front*.c):
+ * TEST_ENTRY(name) lines only. */
+TEST_ENTRY(i23_child_transcript_own_chain_linked)
+TEST_ENTRY(i23_crash_while_child_runs_closes_task_call)
