@@ -535,9 +535,24 @@ static void run_result_now(run_t *r);
 static void on_event(const al_event_t *ev, void *data) {
   run_t *r = data;
 
-  /* task: a child's re-posted events (ev->path) are not this run's: its
-   * final or seq must not end or number ours (i23-front shows them). */
-  if (r->ended || ev->path != NULL) {
+  if (r->ended) {
+    return;
+  }
+  if (ev->path != NULL) {
+    /* A sub-agent's event (numbered in our stream): recorded, shown
+     * nested by -v and in ndjson, but its final or error is the child's,
+     * never the end of this run. stream-json shows the parent's
+     * conversation only. */
+    r->last_seq = ev->seq;
+    if (r->sess != NULL) {
+      al__run_session_event(r->sess, ev);
+    }
+    if (r->format == FMT_NDJSON) {
+      write_ndjson(r, ev);
+    }
+    if (r->verbose) {
+      al__cli_view_event(&r->view, ev);
+    }
     return;
   }
   r->last_seq = ev->seq;

@@ -34,6 +34,14 @@ typedef struct al__cli_view_s {
   int open_block;      /* -1: none */
   bool open_thinking;
   bool at_line_start;  /* inside the open block: the last byte was \n */
+  /* Sub-agents seen (subagent_started): path -> agent name, for the
+   * prefix of their nested lines; the oldest entry is reused past the
+   * table's size (a line then shows the task id alone). */
+  struct {
+    char path[48];
+    char agent[40];
+  } kids[32];
+  uint32_t nkids;
 } al__cli_view_t;
 
 void al__cli_view_init(al__cli_view_t *v, FILE *f, bool color);

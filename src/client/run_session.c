@@ -239,10 +239,25 @@ const char *al__run_session_system(const al__run_session_t *rs) {
   return rs->resumed ? rs->loaded.header.system : NULL;
 }
 
+/* al_child_cb: each sub-agent (children of children too) gets its own
+ * transcript. */
+static void on_child(al_agent_t *parent, const al_child_info_t *info,
+                     al_commit_cb *commit, void **commit_data, void *data) {
+  al_tx_child_t c = {info->task_id,     info->session_id, info->parent_session,
+                     info->parent_call, info->agent,      info->background,
+                     info->depth};
+
+  (void)parent;
+  al__run_session_child(data, &c, commit_data);
+  *commit = *commit_data != NULL ? al__tx_kid_commit : NULL;
+}
+
 void al__run_session_options(al__run_session_t *rs, al_agent_options_t *o) {
   o->session_id = rs->id;
   o->on_commit = al__run_session_commit;
   o->commit_data = rs;
+  o->on_child = on_child;
+  o->child_data = rs;
   if (rs->resumed) {
     /* The numbering goes on where the transcript stopped. */
     o->first_seq = rs->loaded.last_seq + 1;

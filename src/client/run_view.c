@@ -6,13 +6,17 @@
  *   [  52 ms] ● read_file {"path":"a.txt"} started (reply still streaming)
  *   [  55 ms] ✓ read_file 3 ms
  *   [  61 ms] turn 1: reply complete (2 tools, 1 started while streaming)
+ *   [  62 ms]   explore t1: ● grep {"pattern":"x"} started
  *   ...
  *
+ * A sub-agent's events (ev->path set) are nested: indented by depth,
+ * prefixed with its agent's name (from its subagent_started) and path. *
  * Everything goes to one FILE (stderr); the caller keeps the answer on
  * stdout. Colour (dim timestamps and thinking, green/red marks) only when
  * the caller says so (a TTY without NO_COLOR). The view keeps no copies of
  * event payloads: each event is written while it is borrowed. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "client/run_int.h"
@@ -165,10 +169,169 @@ static bool reply_done(al__cli_view_t *v, const al_event_t *ev,
   return true;
 }
 
-void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
+/* The path of the child a subagent_* event names: the event's own path
+ * (the parent's, NULL at the top) and its task id. */
+static void kid_path(const al_event_t *ev, char *buf, size_t n) {
+  const al_event_subagent_t *sa = &ev->u.subagent;
+
+  snprintf(buf, n, "%s%s%.*s", ev->path != NULL ? ev->path : "",
+           ev->path != NULL ? "/" : "", (int)sa->task_id.len,
+           sa->task_id.ptr != NULL ? sa->task_id.ptr : "");
+}
+
+static void kid_remember(al__cli_view_t *v, const al_event_t *ev) {
+  uint32_t i = v->nkids++ % (uint32_t)(sizeof(v->kids) / sizeof(v->kids[0]));
+
+  kid_path(ev, v->kids[i].path, sizeof(v->kids[i].path));
+  snprintf(v->kids[i].agent, sizeof(v->kids[i].agent), "%.*s",
+           (int)ev->u.subagent.agent.len,
+           ev->u.subagent.agent.ptr != NULL ? ev->u.subagent.agent.ptr : "");
+}
+
+/* Starts a sub-agent's line: the stamp, two spaces per level below the
+ * top, then its agent's name and task path ("explore t1: "). */
+static void nest(al__cli_view_t *v, const al_event_t *ev, const char *path) {
+  const char *agent = NULL;
+  const char *p;
+  uint32_t i;
+  uint32_t n = v->nkids < 32 ? v->nkids : 32;
+
+  stamp(v, ev);
+  for (p = path; *p != '\0'; p++) {
+    if (*p == '/') {
+      fputs("  ", v->f);
+    }
+  }
+  fputs("  ", v->f);
+  for (i = 0; i < n; i++) {
+    if (strcmp(v->kids[i].path, path) == 0) {
+      agent = v->kids[i].agent;
+    }
+  }
+  if (agent != NULL && agent[0] != '\0') {
+    put(v, C_CYAN, agent);
+    fputc(' ', v->f);
+  }
+  fprintf(v->f, "%s: ", path);
+}
+
+/* subagent_started / subagent_completed, the top agent's or a child's. */
+static void subagent_line(al__cli_view_t *v, const al_event_t *ev) {
+  const al_event_subagent_t *sa = &ev->u.subagent;
+  char path[48];
+  bool ok = true;
+
+  kid_path(ev, path, sizeof(path));
+  if (ev->type == AL_EVENT_SUBAGENT_STARTED) {
+    kid_remember(v, ev);
+  }
+  nest(v, ev, path);
+  if (ev->type == AL_EVENT_SUBAGENT_STARTED) {
+    put(v, C_YELLOW, "●");
+    fputs(" started", v->f);
+    if (sa->background) {
+      fputs(" in the background", v->f);
+    }
+    fputs(": ", v->f);
+    excerpt(v, sa->description, EXCERPT_MAX);
+    end_line(v);
+    return;
+  }
+  ok = sa->outcome.len == 9 && memcmp(sa->outcome.ptr, "completed", 9) == 0;
+  put(v, ok ? C_GREEN : C_RED, ok ? "✓" : "✗");
+  fputc(' ', v->f);
+  excerpt(v, sa->outcome, 16);
+  fprintf(v->f, ", %" PRIu64 " in / %" PRIu64 " out tokens",
+          sa->input_tokens, sa->output_tokens);
+  if (sa->result.len > 0) {
+    fputs(": ", v->f);
+    excerpt(v, sa->result, EXCERPT_MAX);
+  }
+  end_line(v);
+}
+
+/* A sub-agent's own event: its tool lines, approvals and failures,
+ * nested under it; its text and turns stay in its transcript (the
+ * parent's reply would be cut up by them). */
+static void child_event(al__cli_view_t *v, const al_event_t *ev) {
   const al_event_tool_t *t = &ev->u.tool;
 
   switch (ev->type) {
+  case AL_EVENT_SUBAGENT_STARTED:
+  case AL_EVENT_SUBAGENT_COMPLETED:
+    subagent_line(v, ev);
+    break;
+  case AL_EVENT_TOOL_USE_STARTED:
+    nest(v, ev, ev->path);
+    put(v, C_YELLOW, "●");
+    fputc(' ', v->f);
+    excerpt(v, t->name, 64);
+    fputc(' ', v->f);
+    excerpt(v, t->input, EXCERPT_MAX);
+    fputs(" started", v->f);
+    end_line(v);
+    break;
+  case AL_EVENT_TOOL_USE_COMPLETED:
+    nest(v, ev, ev->path);
+    put(v, t->is_error ? C_RED : C_GREEN, t->is_error ? "✗" : "✓");
+    fputc(' ', v->f);
+    excerpt(v, t->name, 64);
+    fprintf(v->f, " %" PRIu64 " ms", t->duration_ms);
+    if (t->is_error) {
+      fputs(": ", v->f);
+      excerpt(v, t->content, EXCERPT_MAX);
+    }
+    end_line(v);
+    break;
+  case AL_EVENT_TOOL_EXECUTION_ABORTED:
+    nest(v, ev, ev->path);
+    put(v, C_RED, "✗");
+    fputc(' ', v->f);
+    if (t->name.ptr != NULL) {
+      excerpt(v, t->name, 64);
+    } else {
+      fputs("tools", v->f);
+    }
+    fputs(" aborted (", v->f);
+    excerpt(v, t->reason, 64);
+    fputc(')', v->f);
+    end_line(v);
+    break;
+  case AL_EVENT_APPROVAL_REQUIRED:
+    nest(v, ev, ev->path);
+    fputs("approval required: ", v->f);
+    excerpt(v, ev->u.approval.name, 64);
+    fputc(' ', v->f);
+    excerpt(v, ev->u.approval.input, EXCERPT_MAX);
+    end_line(v);
+    break;
+  case AL_EVENT_API_ERROR:
+  case AL_EVENT_ERROR:
+    nest(v, ev, ev->path);
+    put(v, C_RED, ev->type == AL_EVENT_ERROR ? "error" : "API error");
+    fputs(": ", v->f);
+    excerpt(v, ev->type == AL_EVENT_ERROR ? ev->u.error.message
+                                          : ev->u.api_error.message,
+            EXCERPT_MAX);
+    end_line(v);
+    break;
+  default:
+    break;
+  }
+}
+
+void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
+  const al_event_tool_t *t = &ev->u.tool;
+
+  if (ev->path != NULL) {
+    child_event(v, ev);
+    return;
+  }
+  switch (ev->type) {
+  case AL_EVENT_SUBAGENT_STARTED:
+  case AL_EVENT_SUBAGENT_COMPLETED:
+    subagent_line(v, ev);
+    break;
   case AL_EVENT_RUN_STARTED:
     stamp(v, ev);
     fputs("run started: ", v->f);
@@ -517,8 +680,6 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
   case AL_EVENT_TOOL_USE_QUEUED:
   case AL_EVENT_TOOL_INPUT_DELTA:
   case AL_EVENT_TOOL_PROGRESS:
-  case AL_EVENT_SUBAGENT_STARTED:
-  case AL_EVENT_SUBAGENT_COMPLETED:
   case AL_EVENT_TYPE_COUNT:
     break;
   }

@@ -136,7 +136,19 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
   al__blob_unref(b);
   *link = al__tx_child_record(c);
   *commit_data = kid;
-  return *link != NULL ? 0 : AL_ENOMEM;
+  if (*link == NULL) {
+    return AL_ENOMEM;
+  }
+  /* A child's child is linked from its own parent's transcript. */
+  for (kid = k->kids; kid != NULL; kid = kid->next) {
+    if (c->parent_session != NULL && strcmp(kid->id, c->parent_session) == 0) {
+      kid_put(kid, *link);
+      al__blob_unref(*link);
+      *link = NULL;
+      break;
+    }
+  }
+  return 0;
 }
 
 void al__tx_kid_commit(al_agent_t *agent, al_commit_kind_t kind,

@@ -267,7 +267,8 @@ al_tx_kids_t *al__tx_kids_new(uv_loop_t *loop, const char *dir,
  * cwd and created_ms from h (may be NULL), "parent" from c. *commit_data
  * is for al__tx_kid_commit (the child's al_commit_cb); *link the
  * parent's "child" record, for the caller to append to the parent's
- * chain (unref it). 0, AL_EINVAL (an id that cannot name a file),
+ * chain (unref it), or NULL when the parent is a child of this set (a
+ * grandchild's link goes into its own parent's transcript). 0, AL_EINVAL (an id that cannot name a file),
  * AL_ENOMEM, or the open's error. */
 int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
                      const al_tx_header_t *h, void **commit_data,

@@ -2,3 +2,4 @@
  * TEST_ENTRY(name) lines only. */
 TEST_ENTRY(i23_child_transcript_own_chain_linked)
 TEST_ENTRY(i23_crash_while_child_runs_closes_task_call)
+TEST_ENTRY(i23_run_view_nested_tool_lines)
