@@ -95,6 +95,9 @@ struct session_s {
   al_agent_t *agent;
   al_tx_t *tx;
   al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
+  al_tx_kids_t *kids;    /* the sub-agents' transcripts (issue 23) */
+  uint32_t children;     /* its own children started and not completed */
+  bool kids_closing;     /* kids' writers closing: not freed before */
   /* Recent events, oldest first: a circular array (seqs increase, so a
    * seq is found by binary search). */
   ring_entry_t *ring;

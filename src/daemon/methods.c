@@ -1060,6 +1060,66 @@ static void m_session_configure(const call_t *k) {
   }
 }
 
+/* task/list: the session's sub-agents (al_agent_tasks_json). A session
+ * not loaded has none (closing the agent ended its children). */
+static void m_task_list(const call_t *k) {
+  session_t *s = need_session(k, false);
+  char *txt = NULL;
+  json_t *tasks;
+  int rc;
+
+  if (s == NULL) {
+    return;
+  }
+  if (!s->loaded || s->unloading || s->agent == NULL) {
+    al__daemon_reply(k->c, k->id, json_pack("{s:[]}", "tasks"));
+    return;
+  }
+  rc = al_agent_tasks_json(s->agent, &txt);
+  tasks = rc == 0 && txt != NULL ? json_loads(txt, 0, NULL) : NULL;
+  al_free(txt);
+  if (!json_is_array(tasks)) {
+    json_decref(tasks);
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR,
+                         rc != 0 ? al_strerror(rc) : "out of memory", NULL);
+    return;
+  }
+  al__daemon_reply(k->c, k->id, json_pack("{s:o}", "tasks", tasks));
+}
+
+/* task/cancel: one running sub-agent (and its own children and tools);
+ * its task call's result, or its delivered result, says cancelled. */
+static void m_task_cancel(const call_t *k) {
+  session_t *s = need_session(k, false);
+  const char *task;
+  int rc = AL_ENOENT;
+
+  if (s == NULL || !popt_str(k, "task", &task)) {
+    return;
+  }
+  if (task == NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                         "task is required", NULL);
+    return;
+  }
+  if (s->loaded && !s->unloading && s->agent != NULL) {
+    rc = al_agent_task_cancel(s->agent, task);
+  }
+  if (rc == AL_ENOENT || rc == AL_ENOTFOUND) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS,
+                         "unknown task (no such sub-agent running)",
+                         json_pack("{s:s, s:s}", "session", s->id, "task",
+                                   task));
+    return;
+  }
+  if (rc != 0) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, al_strerror(rc),
+                         NULL);
+    return;
+  }
+  al__daemon_reply(k->c, k->id, json_object());
+}
+
 typedef struct {
   const char *name;
   void (*fn)(const call_t *k);
@@ -1079,6 +1139,8 @@ static const method_t methods[] = {
     {"session/compact", m_session_compact},
     {"session/usage", m_session_usage},
     {"tools/list", m_tools_list},
+    {"task/list", m_task_list},
+    {"task/cancel", m_task_cancel},
     {"shutdown", m_shutdown},
 };
 

@@ -404,17 +404,36 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   al_blob_t *line;
   bool last;
 
-  /* task: a child's re-posted events (ev->path) carry the child's session
-   * and seq; kept out of this session's transcript and state until the
-   * front end (i23-front) gives them their own place. */
-  if (ev->path != NULL) {
-    return;
-  }
   j = al__events_to_json(ev);
   n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
   line = n > 0 ? al__blob_alloc(n + 1) : NULL;
 
-  switch (ev->type) {
+  /* A background child may run on while the session is idle: the
+   * session is not unloaded under it (an unload closes the agent, which
+   * cancels its children). */
+  if (ev->path == NULL && ev->type == AL_EVENT_SUBAGENT_STARTED) {
+    s->children++;
+  } else if (ev->path == NULL && ev->type == AL_EVENT_SUBAGENT_COMPLETED &&
+             s->children > 0) {
+    s->children--;
+  }
+  if (ev->type == AL_EVENT_SUBAGENT_COMPLETED && s->kids != NULL) {
+    /* The child's last commit is in: its transcript closes now. */
+    char id[64];
+
+    snprintf(id, sizeof(id), "%.*s", (int)ev->u.subagent.child_session.len,
+             ev->u.subagent.child_session.ptr != NULL
+                 ? ev->u.subagent.child_session.ptr
+                 : "");
+    al__tx_kids_end(s->kids, id);
+  }
+  /* A sub-agent's event (ev->path; numbered in this session's stream) is
+   * recorded and delivered like the session's own, but its run, final or
+   * error are the child's: only its usage counts here (the session's
+   * usage includes its children's). */
+  switch (ev->path != NULL && ev->type != AL_EVENT_USAGE
+              ? AL_EVENT_TYPE_COUNT
+              : ev->type) {
   case AL_EVENT_RUN_STARTED:
     s->running = true;
     s->run = ev->run;
@@ -464,7 +483,7 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   }
   /* Only `final` says "done": error and interrupted keep their place
    * before turn/cancel's answer (al_agent_cancel's contract). */
-  last = ev->type == AL_EVENT_FINAL;
+  last = ev->type == AL_EVENT_FINAL && ev->path == NULL;
   if (s->holding || (last && hold_flush(s))) {
     /* The run's last event waits for its history to be synced (a few
      * ms); events after it keep their order behind it. */
@@ -652,6 +671,38 @@ static int path_list(const char *cwd, const json_t *a, const char ***out) {
   return 0;
 }
 
+/* al_child_cb: each sub-agent of the session (children of children too)
+ * gets its own transcript in the sessions directory, linked from its
+ * parent's. */
+static void on_child(al_agent_t *parent, const al_child_info_t *info,
+                     al_commit_cb *commit, void **commit_data, void *data) {
+  session_t *s = data;
+  al_tx_child_t c = {info->task_id,     info->session_id, info->parent_session,
+                     info->parent_call, info->agent,      info->background,
+                     info->depth};
+  al_blob_t *link = NULL;
+  int rc;
+
+  (void)parent;
+  *commit = NULL;
+  *commit_data = NULL;
+  if (s->kids == NULL) {
+    return;
+  }
+  rc = al__tx_kids_open(s->kids, &c, &s->h, commit_data, &link);
+  if (rc != 0) {
+    al_log(AL_LOG_ERROR, "session %s: sub-agent %s keeps no transcript: %s",
+           s->id, c.task_id != NULL ? c.task_id : "?", al_strerror(rc));
+  }
+  if (*commit_data != NULL) {
+    *commit = al__tx_kid_commit;
+  }
+  if (link != NULL) {
+    al__session_tx_put_rec(s, link);
+    al__blob_unref(link);
+  }
+}
+
 /* The session's agent from its settings, subscribed. */
 static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
                         al_agent_t **out, char *why, size_t why_len) {
@@ -730,6 +781,8 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.first_run = first_run;
   ao.on_commit = on_commit;
   ao.commit_data = s;
+  ao.on_child = on_child;
+  ao.child_data = s;
   ao.retry_base_ms = d->o.retry_base_ms;
   ao.retry_cap_ms = d->o.retry_cap_ms;
   ao.kill_grace_ms = d->o.kill_grace_ms;
@@ -803,6 +856,7 @@ int al__session_start(session_t *s, uint64_t first_seq,
     /* A new session's chain binds its id (a resume continues the loaded
      * chain instead). */
     al__tx_set_chain(s->tx, "", s->id);
+    s->kids = al__tx_kids_new(d->loop, d->sessions_dir, TX_MAX_QUEUE);
   }
   if (rc != 0) {
     snprintf(why, why_len, "cannot open the transcript: %s",
@@ -832,7 +886,8 @@ json_t *al__session_info(const session_t *s) {
 /* ---- session shutdown --------------------------------------------------------- */
 
 void al__session_maybe_free(session_t *s) {
-  if (s->closing && s->agent_closed && s->tx_closed && !s->loading) {
+  if (s->closing && s->agent_closed && s->tx_closed && !s->loading &&
+      !s->kids_closing) {
     al_daemon_t *d = s->d;
 
     if (s->loaded) {
@@ -852,6 +907,24 @@ static void on_session_tx_closed(al_tx_t *tx, void *data) {
   al__session_maybe_free(s);
 }
 
+/* The children's transcripts, once the agent (and so every child) is
+ * closed: they flush and close on their own (the set frees itself). */
+static void on_kids_closed(void *data) {
+  session_t *s = data;
+
+  s->kids_closing = false;
+  al__session_maybe_free(s);
+}
+
+static void session_close_kids(session_t *s) {
+  if (s->kids != NULL) {
+    /* A closing session (and so the daemon's exit) waits for them. */
+    s->kids_closing = true;
+    al__tx_kids_close(s->kids, on_kids_closed, s);
+    s->kids = NULL;
+  }
+}
+
 /* Flushes, syncs and closes the transcript (after the agent's last
  * events are queued). */
 static void session_close_tx(session_t *s) {
@@ -867,6 +940,7 @@ static void on_session_agent_closed(al_agent_t *agent) {
 
   s->agent = NULL;
   s->agent_closed = true;
+  session_close_kids(s);
   session_close_tx(s);
   al__session_maybe_free(s);
 }
@@ -876,6 +950,7 @@ bool al__session_is_idle(const session_t *s) {
    * the writer, and a close while writes fail loses what is queued. */
   return s->loaded && !s->loading && !s->closing && !s->unloading &&
          !s->running && !s->holding && s->agent != NULL &&
+         s->children == 0 &&
          !al_agent_running(s->agent) && al_list_empty(&s->subs) &&
          al_list_empty(&s->resumes) && al_list_empty(&s->held) &&
          s->tx != NULL && al__tx_error(s->tx) == 0 &&
@@ -941,6 +1016,7 @@ static void on_unload_agent_closed(al_agent_t *agent) {
 
   s->agent = NULL;
   s->agent_closed = true;
+  session_close_kids(s);
   if (s->tx != NULL) {
     al__tx_close(s->tx, on_unload_tx_closed, s);
   } else {

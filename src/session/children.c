@@ -3,9 +3,11 @@
  * the parent's chain gets a "child" record linking it. One set per parent
  * session's front end (`agentloop run`, the daemon), closed with it.
  *
- * Children are few and live no longer than their parent's session, so a
- * child's writer stays open until the set closes: a commit that comes
- * after the child ended (none should) still has somewhere to go. */
+ * A child's writer closes when the child ends (al__tx_kids_end, on its
+ * subagent_completed: a long session must not keep a descriptor per
+ * child it ever ran) or with the set; its entry stays until the set is
+ * freed, so a stray late commit finds a closed writer, never freed
+ * memory. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,8 +19,10 @@
 typedef struct kid_s {
   struct kid_s *next;
   al_tx_kids_t *set;
-  al_tx_t *tx;
-  char id[64];
+  al_tx_t *tx;     /* NULL once closed: later commits are dropped */
+  bool ending;     /* its flush and close are under way */
+  char id[64];     /* the child's session id (its events' session) */
+  char file[64];   /* its transcript's id (al__tx_child_file_id) */
 } kid_t;
 
 struct al_tx_kids_s {
@@ -35,15 +39,30 @@ struct al_tx_kids_s {
   uv_timer_t defer; /* a close with nothing open still answers later */
 };
 
+bool al__tx_child_file_id(const char *session_id, char out[64]) {
+  size_t i;
+
+  if (session_id == NULL || strlen(session_id) >= 64) {
+    return false;
+  }
+  for (i = 0; session_id[i] != '\0'; i++) {
+    out[i] = session_id[i] == '.' ? '-' : session_id[i];
+  }
+  out[i] = '\0';
+  return al__session_id_valid(out);
+}
+
 al_blob_t *al__tx_child_record(const al_tx_child_t *c) {
   json_t *rec;
   al_blob_t *b;
+  char file[64];
 
-  if (c->task_id == NULL || c->session_id == NULL) {
+  if (c->task_id == NULL || !al__tx_child_file_id(c->session_id, file)) {
     return NULL;
   }
-  rec = json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:s?, s:b, s:i}", "rec",
+  rec = json_pack("{s:s, s:s, s:s, s:s, s:s?, s:s?, s:s?, s:b, s:i}", "rec",
                   "child", "task", c->task_id, "session", c->session_id,
+                  "transcript", file,
                   "parent_call", c->parent_call, "agent", c->agent,
                   "parent_session", c->parent_session, "background",
                   c->background, "depth", (int)c->depth);
@@ -73,7 +92,7 @@ al_tx_kids_t *al__tx_kids_new(uv_loop_t *loop, const char *dir,
 static void kid_put(kid_t *kid, al_blob_t *b) {
   int rc;
 
-  if (b == NULL || kid->tx == NULL) {
+  if (b == NULL || kid->tx == NULL || kid->ending) {
     return;
   }
   rc = al__tx_append_chained(kid->tx, b, true);
@@ -95,11 +114,13 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
 
   *commit_data = NULL;
   *link = NULL;
-  if (k->closing || c->session_id == NULL || c->task_id == NULL ||
-      !al__session_id_valid(c->session_id)) {
+  char file[64];
+
+  if (k->closing || c->task_id == NULL ||
+      !al__tx_child_file_id(c->session_id, file)) {
     return AL_EINVAL;
   }
-  if (snprintf(path, sizeof(path), "%s/%s.jsonl", k->dir, c->session_id) >=
+  if (snprintf(path, sizeof(path), "%s/%s.jsonl", k->dir, file) >=
       (int)sizeof(path)) {
     return AL_EINVAL;
   }
@@ -109,12 +130,13 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
   }
   kid->set = k;
   snprintf(kid->id, sizeof(kid->id), "%s", c->session_id);
+  snprintf(kid->file, sizeof(kid->file), "%s", file);
   rc = al__tx_open(k->loop, path, k->max_queue, &kid->tx);
   if (rc != 0) {
     al_free(kid);
     return rc;
   }
-  al__tx_set_chain(kid->tx, "", kid->id);
+  al__tx_set_chain(kid->tx, "", kid->file);
   kid->next = k->kids;
   k->kids = kid;
   k->count++;
@@ -127,7 +149,7 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
                         c->parent_session, "task", c->task_id,
                         "parent_call", c->parent_call, "agent", c->agent,
                         "depth", (int)c->depth, "background", c->background);
-  b = hd.parent != NULL ? al__tx_header_record(kid->id, &hd) : NULL;
+  b = hd.parent != NULL ? al__tx_header_record(kid->file, &hd) : NULL;
   json_decref(hd.parent);
   if (b == NULL) {
     return AL_ENOMEM; /* the writer stays in the set and closes with it */
@@ -235,6 +257,20 @@ static void on_kid_flushed(al_tx_t *tx, void *data) {
   al__tx_close(tx, on_kid_closed, data);
 }
 
+void al__tx_kids_end(al_tx_kids_t *k, const char *session_id) {
+  kid_t *kid;
+
+  for (kid = k != NULL ? k->kids : NULL; kid != NULL; kid = kid->next) {
+    if (kid->tx != NULL && !kid->ending && strcmp(kid->id, session_id) == 0) {
+      kid->ending = true;
+      if (al__tx_flush(kid->tx, on_kid_flushed, kid) != 0) {
+        al__tx_close(kid->tx, on_kid_closed, kid);
+      }
+      return;
+    }
+  }
+}
+
 void al__tx_kids_close(al_tx_kids_t *k, void (*cb)(void *data), void *data) {
   kid_t *kid;
 
@@ -245,8 +281,11 @@ void al__tx_kids_close(al_tx_kids_t *k, void (*cb)(void *data), void *data) {
   k->close_cb = cb;
   k->close_data = data;
   for (kid = k->kids; kid != NULL; kid = kid->next) {
-    if (kid->tx != NULL && al__tx_flush(kid->tx, on_kid_flushed, kid) != 0) {
-      al__tx_close(kid->tx, on_kid_closed, kid);
+    if (kid->tx != NULL && !kid->ending) {
+      kid->ending = true;
+      if (al__tx_flush(kid->tx, on_kid_flushed, kid) != 0) {
+        al__tx_close(kid->tx, on_kid_closed, kid);
+      }
     }
   }
   kids_maybe_done(k); /* uv_close answers on a later iteration */

@@ -252,7 +252,13 @@ typedef struct {
   uint32_t depth;
 } al_tx_child_t;
 
-/* The parent's "child" record; NULL on OOM or a missing id. */
+/* A child's session id ("PARENT.t1", docs/subagents.md) as a transcript
+ * id (the '.' of the path as '-': "PARENT-t1"); false when that is no
+ * valid session id (too long). */
+bool al__tx_child_file_id(const char *session_id, char out[64]);
+/* The parent's "child" record (task, session, transcript: the child's
+ * transcript id, parent_call, agent, parent_session, background, depth);
+ * NULL on OOM or a missing or unusable id. */
 al_blob_t *al__tx_child_record(const al_tx_child_t *c);
 
 /* The child transcripts of one session's front end: each child's writer
@@ -277,6 +283,9 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
  * in its own transcript and synced as the parent's are. */
 void al__tx_kid_commit(al_agent_t *agent, al_commit_kind_t kind,
                        const char *message, size_t len, void *data);
+/* Child session_id ended (its subagent_completed): its writer flushes
+ * and closes; a commit after that is dropped. Unknown ids are ignored. */
+void al__tx_kids_end(al_tx_kids_t *k, const char *session_id);
 /* Children opened; bytes queued and not written over all of them; the
  * first write error of any (0: none). */
 size_t al__tx_kids_count(const al_tx_kids_t *k);

@@ -3,3 +3,4 @@
 TEST_ENTRY(i23_child_transcript_own_chain_linked)
 TEST_ENTRY(i23_crash_while_child_runs_closes_task_call)
 TEST_ENTRY(i23_run_view_nested_tool_lines)
+TEST_ENTRY(i23_daemon_child_events_approval_and_transcripts)

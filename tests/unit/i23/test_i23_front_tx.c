@@ -42,7 +42,7 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   char path[256];
   uv_loop_t loop;
   al_tx_kids_t *k;
-  al_tx_child_t c = {"t1", "s_child1", "s_parent", "toolu_1", "explore",
+  al_tx_child_t c = {"t1", "s_parent.t1", "s_parent", "toolu_1", "explore",
                      false, 1};
   al_tx_header_t h;
   al_blob_t *link = NULL;
@@ -67,7 +67,10 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   {
     al_tx_child_t bad = c;
 
-    bad.session_id = "../x";
+    bad.session_id = "../x"; /* and one past 63 bytes */
+    ASSERT_EQ(al__tx_kids_open(k, &bad, &h, &cd, &link), AL_EINVAL);
+    bad.session_id = "s_0123456789012345678901234567890123456789012345678901"
+                     "23456789.t1";
     ASSERT_EQ(al__tx_kids_open(k, &bad, &h, &cd, &link), AL_EINVAL);
     ASSERT_NULL(link);
   }
@@ -77,18 +80,24 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   al__tx_kid_commit(NULL, AL_COMMIT_USER, user, strlen(user), cd);
   al__tx_kid_commit(NULL, AL_COMMIT_ASSISTANT, asst, strlen(asst), cd);
   ASSERT_EQ(al__tx_kids_count(k), 1);
+  /* The child ended (its subagent_completed): its writer closes; a stray
+   * commit after that is dropped, not written into freed memory. */
+  al__tx_kids_end(k, "s_parent.t1");
+  al__tx_kid_commit(NULL, AL_COMMIT_USER, user, strlen(user), cd);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_EQ(al__tx_kids_pending(k), 0);
   al__tx_kids_close(k, on_kids_closed, NULL);
   ASSERT_EQ(closed, 0); /* never inside the call */
   uv_run(&loop, UV_RUN_DEFAULT);
   ASSERT_EQ(closed, 1);
 
-  snprintf(path, sizeof(path), "%s/s_child1.jsonl", dir);
+  snprintf(path, sizeof(path), "%s/s_parent-t1.jsonl", dir);
   memset(&l, 0, sizeof(l));
   ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
   ASSERT(l.has_header);
   ASSERT_EQ(l.chain_breaks, 0);
   ASSERT_EQ(l.bad_lines, 0);
-  ASSERT_STR_EQ(l.chain_id, "s_child1");
+  ASSERT_STR_EQ(l.chain_id, "s_parent-t1");
   ASSERT_EQ(al__history_count(&l.history), 2);
   ASSERT_STR_EQ(l.header.cwd, "/work");
   ASSERT_NOT_NULL(l.header.parent);
@@ -116,7 +125,9 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   ch = json_array_get(l.children, 0);
   ASSERT_STR_EQ(json_string_value(json_object_get(ch, "task")), "t1");
   ASSERT_STR_EQ(json_string_value(json_object_get(ch, "session")),
-                "s_child1");
+                "s_parent.t1");
+  ASSERT_STR_EQ(json_string_value(json_object_get(ch, "transcript")),
+                "s_parent-t1");
   ASSERT_STR_EQ(json_string_value(json_object_get(ch, "agent")), "explore");
   ASSERT_STR_EQ(json_string_value(json_object_get(ch, "parent_call")),
                 "toolu_1");

@@ -1,0 +1,201 @@
+/* Issue 23 over agentloopd's socket: a session's sub-agents. Their events
+ * reach the watchers with "path" (and the child's session), an approval a
+ * child asks is answered with the usual approval/respond, task/list and
+ * task/cancel list and stop them, and each child keeps its own transcript,
+ * linked from the parent's, whose history holds the child's answer. The
+ * mock scripts parent and child in one order (one child at a time). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "../daemon/dtest.h"
+#include "session/session.h"
+#include "test.h"
+
+static const char *child_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: k1, name: task, input: {description: look, "
+    "prompt: 'CHILD-A'}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: c1, name: read_file, input: {path: a.txt}}\n"
+    "  - reply: {content: [{text: 'child done'}]}\n"
+    "  - reply: {content: [{text: 'parent done'}]}\n";
+
+static json_t *params_of(const dt_client_t *c, size_t i) {
+  return json_object_get(json_array_get(c->msgs, i), "params");
+}
+
+static const char *pstr(const dt_client_t *c, size_t i, const char *key) {
+  const char *v = json_string_value(json_object_get(params_of(c, i), key));
+
+  return v != NULL ? v : "";
+}
+
+/* Starts a session whose read_file asks, runs "go" up to the child's
+ * approval; returns the approval_required's index. */
+static size_t start_child(dt_t *t, dt_client_t *c, char *sid, size_t n) {
+  char p[1024];
+  size_t i;
+
+  dt_init(t, child_yaml);
+  dt_start(t);
+  dt_connect(t, c);
+  dt_init_client(c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"ask_tools\":[\"read_file\"]}",
+           t->work);
+  dt_create(c, p, sid, n);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  dt_call(c, 4, "turn/send", p);
+  i = dt_wait_event(c, "approval_required", 0);
+  ASSERT_STR_EQ(pstr(c, i, "path"), "t1");
+  return i;
+}
+
+typedef struct {
+  const char *path;
+  size_t messages;
+} kid_wait_t;
+
+/* The transcript at w->path holds w->messages history messages. */
+static bool kid_whole(void *data) {
+  const kid_wait_t *w = data;
+  al_tx_loaded_t l;
+  bool ok;
+
+  memset(&l, 0, sizeof(l));
+  ok = al__tx_load(w->path, false, 1 << 20, &l) == 0 &&
+       al__history_count(&l.history) >= w->messages;
+  al__tx_loaded_free(&l);
+  return ok;
+}
+
+TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char sid[64];
+  char child[64];
+  char path[512];
+  size_t i, st, fin;
+  json_t *r, *tasks;
+  al_tx_loaded_t l;
+  char *hist;
+
+  i = start_child(&t, &c, sid, sizeof(sid));
+  /* subagent_started (the session's own event), then the child's. */
+  st = dt_wait_event(&c, "subagent_started", 0);
+  ASSERT(st < i);
+  ASSERT_STR_EQ(pstr(&c, st, "task_id"), "t1");
+  ASSERT_STR_EQ(pstr(&c, st, "call_id"), "k1");
+  ASSERT_NULL(json_object_get(params_of(&c, st), "path"));
+  snprintf(child, sizeof(child), "%s", pstr(&c, st, "child_session"));
+  ASSERT(child[0] != '\0' && strcmp(child, sid) != 0);
+  ASSERT_STR_EQ(pstr(&c, i, "session"), child);
+  ASSERT_STR_EQ(pstr(&c, i, "name"), "read_file");
+  /* The parent's stream numbers the child's events: one gap-free seq. */
+  ASSERT_EQ(json_integer_value(json_object_get(params_of(&c, i), "seq")),
+            json_integer_value(json_object_get(params_of(&c, i - 1), "seq")) +
+                1);
+
+  /* task/list while the child waits. */
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(&c, 5, "task/list", p);
+  tasks = json_object_get(json_object_get(r, "result"), "tasks");
+  ASSERT_EQ(json_array_size(tasks), 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
+                                                  "id")), "t1");
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
+                                                  "state")), "running");
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
+                                                  "agent")), "general");
+  /* Unknown tasks, missing params. */
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"task\":\"t9\"}", sid);
+  ASSERT_EQ(dt_err(dt_call(&c, 6, "task/cancel", p)), AL_RPC_INVALID_PARAMS);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  ASSERT_EQ(dt_err(dt_call(&c, 7, "task/cancel", p)), AL_RPC_INVALID_PARAMS);
+  ASSERT_EQ(dt_err(dt_call(&c, 8, "task/list", "{\"session\":\"nope\"}")),
+            AL_RPC_UNKNOWN_SESSION);
+
+  /* The child's approval, answered with the child's request id. */
+  snprintf(p, sizeof(p),
+           "{\"session\":\"%s\",\"request\":\"%s\",\"decision\":\"allow\"}",
+           sid, pstr(&c, i, "request"));
+  r = dt_call(&c, 9, "approval/respond", p);
+  ASSERT_EQ(dt_err(r), 0);
+  dt_wait_notification(&c, "approval/resolved", i);
+  i = dt_wait_event(&c, "tool_use_completed", i);
+  ASSERT_STR_EQ(pstr(&c, i, "path"), "t1");
+  /* The child's final does not end the session's run; the parent's
+   * does. */
+  fin = dt_wait_event(&c, "final", i);
+  ASSERT_STR_EQ(pstr(&c, fin, "path"), "t1");
+  i = dt_wait_event(&c, "subagent_completed", fin);
+  ASSERT_STR_EQ(pstr(&c, i, "outcome"), "completed");
+  ASSERT_STR_EQ(pstr(&c, i, "result"), "child done");
+  fin = dt_wait_event(&c, "final", i);
+  ASSERT_NULL(json_object_get(params_of(&c, fin), "path"));
+  ASSERT_STR_EQ(pstr(&c, fin, "text"), "parent done");
+  r = dt_call(&c, 10, "task/list", p);
+  tasks = json_object_get(json_object_get(r, "result"), "tasks");
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
+                                                  "state")), "completed");
+  dt_assert_valid(&t);
+
+  /* The child's transcript: its own chain, its header naming the parent,
+   * its whole conversation (written once its writer closed, at its
+   * subagent_completed). */
+  {
+    char file[64];
+
+    ASSERT(al__tx_child_file_id(child, file));
+    snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, file);
+  }
+  {
+    kid_wait_t w = {path, 4};
+
+    dt_run_until(&t, kid_whole, &w);
+  }
+  memset(&l, 0, sizeof(l));
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.chain_breaks, 0);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_NOT_NULL(strstr(path, l.chain_id));
+  ASSERT_NOT_NULL(l.header.parent);
+  ASSERT_STR_EQ(json_string_value(json_object_get(l.header.parent, "session")),
+                sid);
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(l.header.parent, "parent_call")),
+      "k1");
+  hist = json_dumps(al__history_to_json(&l.history), JSON_COMPACT);
+  ASSERT_NOT_NULL(strstr(hist, "CHILD-A"));
+  ASSERT_NOT_NULL(strstr(hist, "child done"));
+  free(hist);
+  al__tx_loaded_free(&l);
+  /* The parent's: the link, and the child's answer as the task call's
+   * result (what a resume shows); its run ended with its own final. */
+  snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, sid);
+  memset(&l, 0, sizeof(l));
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.chain_breaks, 0);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(json_array_size(l.children), 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(l.children, 0), "session")), child);
+  ASSERT(!l.run_open);
+  ASSERT_EQ(l.closed_tool_uses, 0);
+  hist = json_dumps(al__history_to_json(&l.history), JSON_COMPACT);
+  ASSERT_NOT_NULL(strstr(hist, "child done"));
+  ASSERT_NOT_NULL(strstr(hist, "parent done"));
+  free(hist);
+  al__tx_loaded_free(&l);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
