@@ -518,6 +518,10 @@ static void m_session_list(const call_t *k) {
     if (o == NULL) {
       continue;
     }
+    if (s->h.parent != NULL) {
+      /* A sub-agent's transcript: clients may list it under its parent. */
+      json_object_set(o, "parent", s->h.parent);
+    }
     for (i = 0; i < json_array_size(arr); i++) {
       json_t *x = json_array_get(arr, i);
 

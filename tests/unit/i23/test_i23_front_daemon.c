@@ -38,11 +38,12 @@ static const char *pstr(const dt_client_t *c, size_t i, const char *key) {
 
 /* Starts a session whose read_file asks, runs "go" up to the child's
  * approval; returns the approval_required's index. */
-static size_t start_child(dt_t *t, dt_client_t *c, char *sid, size_t n) {
+static size_t start_child(dt_t *t, dt_client_t *c, const char *yaml,
+                          char *sid, size_t n) {
   char p[1024];
   size_t i;
 
-  dt_init(t, child_yaml);
+  dt_init(t, yaml);
   dt_start(t);
   dt_connect(t, c);
   dt_init_client(c);
@@ -89,7 +90,7 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
   al_tx_loaded_t l;
   char *hist;
 
-  i = start_child(&t, &c, sid, sizeof(sid));
+  i = start_child(&t, &c, child_yaml, sid, sizeof(sid));
   /* subagent_started (the session's own event), then the child's. */
   st = dt_wait_event(&c, "subagent_started", 0);
   ASSERT(st < i);
@@ -196,6 +197,56 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
   ASSERT_NOT_NULL(strstr(hist, "parent done"));
   free(hist);
   al__tx_loaded_free(&l);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
+
+static const char *cancel_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: k1, name: task, input: {description: look, "
+    "prompt: 'CHILD-A'}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: c1, name: read_file, input: {path: a.txt}}\n"
+    "  - expect_request: {contains: 'cancel'}\n"
+    "    reply: {content: [{text: 'parent goes on'}]}\n";
+
+/* task/cancel stops the child waiting for its approval: the approval is
+ * gone, the child completes "cancelled", the task call gets its result
+ * and the session's run goes on to its own final; the child then is no
+ * longer cancellable. */
+TEST_IMPL(i23_daemon_task_cancel) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char sid[64];
+  size_t i;
+  json_t *r;
+
+  i = start_child(&t, &c, cancel_yaml, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"task\":\"t1\"}", sid);
+  r = dt_call(&c, 5, "task/cancel", p);
+  ASSERT_EQ(dt_err(r), 0);
+  ASSERT(json_is_object(json_object_get(r, "result")));
+  i = dt_wait_event(&c, "subagent_completed", i);
+  ASSERT_STR_EQ(pstr(&c, i, "outcome"), "cancelled");
+  i = dt_wait_event(&c, "final", i);
+  ASSERT_NULL(json_object_get(params_of(&c, i), "path"));
+  ASSERT_STR_EQ(pstr(&c, i, "text"), "parent goes on");
+  ASSERT_EQ(dt_err(dt_call(&c, 6, "task/cancel", p)), AL_RPC_INVALID_PARAMS);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  r = dt_call(&c, 7, "task/list", p);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(json_object_get(json_object_get(r,
+                                                                   "result"),
+                                                   "tasks"),
+                                   0),
+                    "state")),
+                "cancelled");
+  dt_assert_valid(&t);
   dt_finish(&t, cs, 1);
   return 0;
 }
