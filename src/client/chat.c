@@ -434,6 +434,31 @@ static void approval_required(chat_t *c, json_t *ev, bool ask) {
                      json_object_get(ev, "input"),
                      (size_t)(c->view.cols > 60 ? c->view.cols - 50 : 20),
                      a->label, sizeof(a->label));
+  if (json_is_string(json_object_get(ev, "path"))) {
+    /* A sub-agent asks: named, so the answer is given knowing who. */
+    char who[96];
+    al_buf_t b;
+
+    al__tui_view_kid_name(&c->view,
+                          json_string_value(json_object_get(ev, "path")), who,
+                          sizeof(who));
+    al_buf_init(&b, 1024);
+    al_buf_append_str(&b, "[");
+    al_buf_append_str(&b, who);
+    al_buf_append_str(&b, "] ");
+    al_buf_append_str(&b, a->label);
+    if (b.data != NULL) {
+      /* Cut on a character boundary. */
+      size_t k = AL_MIN(b.len, sizeof(a->label) - 1);
+
+      while (k > 0 && k < b.len && ((unsigned char)b.data[k] & 0xC0) == 0x80) {
+        k--;
+      }
+      memcpy(a->label, b.data, k);
+      a->label[k] = '\0';
+    }
+    al_buf_free(&b);
+  }
   if (ask && c->state != ST_APPROVAL) {
     c->state = ST_APPROVAL;
     approval_prompt(c);
@@ -512,7 +537,39 @@ static void on_event(chat_t *c, json_t *ev) {
   bool replay = seq < c->replay_until;
   bool ended;
 
-  if (type == NULL || session == NULL || strcmp(session, c->session) != 0) {
+  if (type == NULL || session == NULL) {
+    return;
+  }
+  if (json_is_string(json_object_get(ev, "path"))) {
+    /* A sub-agent's event (its own session id, in this session's
+     * stream): its approvals are asked here, the rest shown nested; its
+     * run's start and end are not this session's. */
+    if (strcmp(type, "approval_required") == 0) {
+      approval_required(c, ev, !replay);
+    } else if (strcmp(type, "approval_response") == 0) {
+      if (replay) {
+        approval_forget(c, json_string_value(json_object_get(ev, "request")));
+      } else {
+        approval_resolved(c, ev);
+      }
+    } else {
+      bool asking = !replay && c->state == ST_APPROVAL;
+
+      if (asking) {
+        fputs("\r\x1b[K", stderr);
+      }
+      al__tui_view_event(&c->view, ev, now_ms(c));
+      if (asking && c->state == ST_APPROVAL && c->napprovals > 0) {
+        al__tui_view_settle(&c->view);
+        approval_draw(c);
+      }
+    }
+    if (replay && c->state == ST_CONNECTING && seq + 1 >= c->replay_until) {
+      replay_done(c);
+    }
+    return;
+  }
+  if (strcmp(session, c->session) != 0) {
     return;
   }
   if (replay && strcmp(type, "run_started") == 0) {
@@ -741,11 +798,24 @@ static void typeahead_to_prompt(chat_t *c) {
 
 /* A key typed while a run streams (not an approval's answer): kept, not
  * echoed; Enter queues the line as the next message and shows it. */
+static void tasks_cmd(chat_t *c, const al_slash_cmd_t *cmd);
+
 static void typeahead_key(chat_t *c, unsigned char ch) {
   if (ch == '\r' || ch == '\n') {
     char *t;
+    al_slash_cmd_t cmd;
 
     if (c->typeahead_len == 0) {
+      return;
+    }
+    /* /tasks acts now: a sub-agent is cancelled while it runs, not after
+     * the run it belongs to. */
+    c->typeahead[c->typeahead_len] = '\0';
+    al__slash_parse(c->typeahead, &cmd);
+    if (cmd.cmd == AL_SLASH_TASKS) {
+      al__tui_view_user(&c->view, c->typeahead, c->typeahead_len, NULL);
+      c->typeahead_len = 0;
+      tasks_cmd(c, &cmd);
       return;
     }
     if (c->nqueued == MAX_QUEUED) {
@@ -1084,6 +1154,70 @@ static void on_usage(al__conn_t *conn, json_t *result, json_t *error,
       json_integer_value(json_object_get(s, "runs")) == 1 ? "" : "s", cost);
 }
 
+/* /tasks: one line per sub-agent of the session. */
+static void on_tasks(al__conn_t *conn, json_t *result, json_t *error,
+                     void *data) {
+  chat_t *c = conn->data;
+  json_t *tasks = json_object_get(result, "tasks");
+  size_t i;
+  json_t *t;
+
+  (void)data;
+  if (error != NULL) {
+    say(c, AL_SGR_RED, "tasks: %s", err_message(error));
+    return;
+  }
+  if (json_array_size(tasks) == 0) {
+    say(c, AL_SGR_DIM, "no sub-agents in this session");
+    return;
+  }
+  json_array_foreach(tasks, i, t) {
+    char id[32], agent[48], state[16], desc[256];
+    json_t *u = json_object_get(t, "usage");
+
+    clean_line(id, sizeof(id), json_string_value(json_object_get(t, "id")));
+    clean_line(agent, sizeof(agent),
+               json_string_value(json_object_get(t, "agent")));
+    clean_line(state, sizeof(state),
+               json_string_value(json_object_get(t, "state")));
+    clean_line(desc, (size_t)AL_MAX(20, AL_MIN(c->view.cols - 50, 255)),
+               json_string_value(json_object_get(t, "description")));
+    say(c, NULL, "  %-5s %-10s %-10s %-40s %" PRId64 " in · %" PRId64
+                 " out%s",
+        id, agent, state, desc,
+        (int64_t)json_integer_value(json_object_get(u, "input_tokens")),
+        (int64_t)json_integer_value(json_object_get(u, "output_tokens")),
+        json_is_true(json_object_get(t, "background")) ? "  (background)"
+                                                       : "");
+  }
+}
+
+static void on_task_cancelled(al__conn_t *conn, json_t *result,
+                              json_t *error, void *data) {
+  chat_t *c = conn->data;
+
+  (void)result;
+  (void)data;
+  if (error != NULL) {
+    say(c, AL_SGR_RED, "tasks cancel: %s", err_message(error));
+  }
+  /* Done: its subagent_completed ("cancelled") says so in the stream. */
+}
+
+/* /tasks or /tasks cancel ID; at the prompt and during a run alike (a
+ * sub-agent runs inside a run, a background one after it). */
+static void tasks_cmd(chat_t *c, const al_slash_cmd_t *cmd) {
+  if (cmd->arg[0] == '\0') {
+    al__conn_call(&c->conn, "task/list",
+                  json_pack("{s:s}", "session", c->session), on_tasks, NULL);
+    return;
+  }
+  al__conn_call(&c->conn, "task/cancel",
+                json_pack("{s:s, s:s}", "session", c->session, "task",
+                          cmd->arg + 7 + strspn(cmd->arg + 7, " \t")),
+                on_task_cancelled, NULL);
+}
+
 static void on_tools(al__conn_t *conn, json_t *result, json_t *error,
                      void *data) {
   chat_t *c = conn->data;
@@ -1277,6 +1411,9 @@ static void handle_line(chat_t *c, char *line) {
     break;
   case AL_SLASH_LAST:
     show_last(c);
+    break;
+  case AL_SLASH_TASKS:
+    tasks_cmd(c, &cmd);
     break;
   case AL_SLASH_MODEL:
     set_model(c, cmd.arg);

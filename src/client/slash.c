@@ -19,6 +19,7 @@ static const slash_def_t defs[] = {
     {"compact", AL_SLASH_COMPACT, 3}, {"usage", AL_SLASH_USAGE, 0},
     {"cost", AL_SLASH_USAGE, 0},      {"tools", AL_SLASH_TOOLS, 0},
     {"last", AL_SLASH_LAST, 0},       {"model", AL_SLASH_MODEL, 1},
+    {"tasks", AL_SLASH_TASKS, 3},
     {"quit", AL_SLASH_QUIT, 0},       {"exit", AL_SLASH_QUIT, 0},
 };
 
@@ -89,6 +90,15 @@ void al__slash_parse(const char *line, al_slash_cmd_t *out) {
     }
     memcpy(out->arg, arg, arg_len);
     out->arg[arg_len] = '\0';
+    if (d->cmd == AL_SLASH_TASKS && arg_len > 0 &&
+        (strncmp(out->arg, "cancel ", 7) != 0 ||
+         out->arg[7 + strspn(out->arg + 7, " \t")] == '\0' ||
+         strpbrk(out->arg + 7 + strspn(out->arg + 7, " \t"), " \t") !=
+             NULL)) {
+      out->cmd = AL_SLASH_BAD_ARGS;
+      snprintf(out->error, sizeof(out->error),
+               "/tasks takes nothing, or cancel ID");
+    }
     return;
   }
   out->cmd = AL_SLASH_UNKNOWN;
@@ -109,6 +119,8 @@ const char *al__slash_help(void) {
          "  /tools             the tools the model may call\n"
          "  /last              the full output of the last tool call\n"
          "  /model NAME        use model NAME from the next turn on\n"
+         "  /tasks             the session's sub-agents (also during a run)\n"
+         "  /tasks cancel ID   stop sub-agent ID, its children and tools\n"
          "  /quit              leave; the session stays (alias /exit)\n"
          "keys: Enter sends, Ctrl-C cancels a running turn or clears the\n"
          "line, twice (or Ctrl-D on an empty line) quits; Up/Down history.\n"

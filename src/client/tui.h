@@ -136,6 +136,7 @@ typedef enum {
   AL_SLASH_TOOLS,
   AL_SLASH_LAST,
   AL_SLASH_MODEL,
+  AL_SLASH_TASKS,     /* "/tasks" or "/tasks cancel ID" (issue 23) */
   AL_SLASH_QUIT,
   AL_SLASH_UNKNOWN,   /* "/x": never sent to the model */
   AL_SLASH_BAD_ARGS   /* a known command with wrong arguments */
@@ -216,6 +217,15 @@ typedef struct al__tui_view_s {
    * the summary of the history: it is not the answer, so it is not shown
    * (a "compacting…" line is, then the result). */
   bool compacting;
+  /* Sub-agents seen (subagent_started): path -> agent name, for their
+   * nested lines and approvals; the oldest entry is reused past 32. */
+  struct {
+    char path[48];
+    char agent[40];
+  } kids[32];
+  unsigned nkids;
+  char nest[128]; /* the prefix of the sub-agent line being drawn */
+  int nest_depth;  /* its depth: two spaces each before the line */
 } al__tui_view_t;
 
 void al__tui_view_init(al__tui_view_t *v, FILE *out, FILE *err, bool color,
@@ -223,8 +233,17 @@ void al__tui_view_init(al__tui_view_t *v, FILE *out, FILE *err, bool color,
 void al__tui_view_free(al__tui_view_t *v);
 void al__tui_view_resize(al__tui_view_t *v, int cols, int rows);
 /* Shows one event; `now_ms` is the loop's clock (for elapsed times).
- * Returns true when the event ends a run (final, interrupted, error). */
+ * Returns true when the event ends a run (final, interrupted, error). A
+ * sub-agent's event ("path") never does: its tool lines are shown nested
+ * (indented by depth, "explore t1 › " before the label, no output lines),
+ * its start and outcome as lines, its text not at all (the parent's
+ * answer would be cut up by it); its usage counts in the totals. */
 bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms);
+/* "explore t1": the agent name and task path of a sub-agent's events
+ * (ev's "path"), for its lines and its approvals ("t1" alone when its
+ * subagent_started was not seen). */
+void al__tui_view_kid_name(const al__tui_view_t *v, const char *path,
+                           char *buf, size_t n);
 /* Shows a user message as the prompt did ("> " first line, ". " the
  * others, bold), e.g. from a replayed user_message event, with an
  * optional dim tag after the first line ("(queued)"). */

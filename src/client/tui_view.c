@@ -326,6 +326,31 @@ static al__tui_tool_t *queued_find(al__tui_view_t *v, const char *call_id) {
 
 static size_t label_width(const al__tui_view_t *v);
 
+static void nest_indent(al__tui_view_t *v);
+
+/* A sub-agent's label: the nest prefix first (the caller's buffer is the
+ * label's size; a long one is cut on a character). */
+static void nest_label(const al__tui_view_t *v, char *label, size_t n) {
+  char tmp[sizeof(v->tools[0].label)];
+  size_t k;
+
+  if (v->nest[0] == '\0') {
+    return;
+  }
+  snprintf(tmp, sizeof(tmp), "%s%s", v->nest, label);
+  k = strlen(tmp);
+  if (k + 1 >= sizeof(tmp)) {
+    while (k > 0 && ((unsigned char)tmp[k - 1] & 0xC0) == 0x80) {
+      k--;
+    }
+    if (k > 0 && ((unsigned char)tmp[k - 1] & 0x80)) {
+      k--;
+    }
+    tmp[k] = '\0';
+  }
+  snprintf(label, n, "%s", tmp);
+}
+
 static void tool_queued(al__tui_view_t *v, json_t *ev) {
   const char *id = json_string_value(json_object_get(ev, "call_id"));
   al__tui_tool_t *t =
@@ -336,6 +361,7 @@ static void tool_queued(al__tui_view_t *v, json_t *ev) {
   al__tui_tool_label(json_string_value(json_object_get(ev, "name")),
                      json_object_get(ev, "input"), label_width(v), t->label,
                      sizeof(t->label));
+  nest_label(v, t->label, sizeof(t->label));
 }
 
 static size_t label_width(const al__tui_view_t *v) {
@@ -350,9 +376,11 @@ static void tool_started(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
 
   al__tui_tool_label(name, json_object_get(ev, "input"), label_width(v),
                      label, sizeof(label));
+  nest_label(v, label, sizeof(label));
   if (!v->live) {
     text_end(v);
     thinking_end(v);
+    nest_indent(v);
     fputs("● ", v->err);
     fputs(label, v->err);
     fputc('\n', v->err);
@@ -473,6 +501,7 @@ static void tool_completed(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
     memcpy(label, t->label, sizeof(label));
   } else {
     al__tui_tool_label(name, NULL, label_width(v), label, sizeof(label));
+    nest_label(v, label, sizeof(label));
   }
   fflush(v->out);
   live_erase(v);
@@ -481,6 +510,7 @@ static void tool_completed(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   }
   thinking_end(v);
   fmt_elapsed(ms, el, sizeof(el));
+  nest_indent(v);
   sgr(v, v->err, is_error ? AL_SGR_RED : AL_SGR_GREEN);
   fputs(is_error ? "✗" : "✓", v->err);
   sgr(v, v->err, AL_SGR_RESET);
@@ -501,7 +531,7 @@ static void tool_completed(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   fputc('\n', v->err);
   /* The output's first lines tell whether it did the right thing; errors
    * always, successes too (full output stays in the transcript). */
-  if (reason == NULL && json_is_string(content)) {
+  if (reason == NULL && json_is_string(content) && v->nest[0] == '\0') {
     size_t n = AL_MIN(json_string_length(content), (size_t)(1u << 20) - 1);
 
     outcome_lines(v, json_string_value(content), json_string_length(content));
@@ -762,10 +792,149 @@ static void sources_show(al__tui_view_t *v) {
   json_array_clear(v->sources);
 }
 
+/* ---- sub-agents ---------------------------------------------------------- */
+
+/* The path of the child a subagent_* event names: the event's own path
+ * (its parent's; none at the top) and its task id. */
+static void kid_path(json_t *ev, char *buf, size_t n) {
+  const char *p = str(ev, "path");
+
+  snprintf(buf, n, "%s%s%s", p, p[0] != '\0' ? "/" : "", str(ev, "task_id"));
+}
+
+void al__tui_view_kid_name(const al__tui_view_t *v, const char *path,
+                           char *buf, size_t n) {
+  unsigned i;
+  unsigned k = v->nkids < AL_ARRAY_SIZE(v->kids) ? v->nkids
+                                                   : (unsigned)AL_ARRAY_SIZE(
+                                                         v->kids);
+  const char *agent = NULL;
+  al_buf_t b;
+
+  for (i = 0; i < k; i++) {
+    if (strcmp(v->kids[i].path, path) == 0) {
+      agent = v->kids[i].agent;
+    }
+  }
+  al_buf_init(&b, 512);
+  if (agent != NULL && agent[0] != '\0') {
+    al__tui_sanitize(&b, agent, strlen(agent), true);
+    al_buf_append_str(&b, " ");
+  }
+  al__tui_sanitize(&b, path, strlen(path), true);
+  snprintf(buf, n, "%s", b.data != NULL ? b.data : "?");
+  al_buf_free(&b);
+}
+
+/* Sets v->nest for a line of the sub-agent at path: two spaces per level,
+ * then "explore t1 › ". */
+static void nest_set(al__tui_view_t *v, const char *path) {
+  char name[96];
+  const char *p;
+
+  v->nest_depth = 1;
+  for (p = path; *p != '\0'; p++) {
+    v->nest_depth += *p == '/';
+  }
+  al__tui_view_kid_name(v, path, name, sizeof(name));
+  snprintf(v->nest, sizeof(v->nest), "%s › ", name);
+}
+
+static void nest_clear(al__tui_view_t *v) {
+  v->nest[0] = '\0';
+  v->nest_depth = 0;
+}
+
+/* The indent of a sub-agent's line (none for the agent's own). */
+static void nest_indent(al__tui_view_t *v) {
+  int i;
+
+  for (i = 0; i < v->nest_depth && i < 16; i++) {
+    fputs("  ", v->err);
+  }
+}
+
+/* subagent_started / subagent_completed: one line each. */
+static void subagent_line(al__tui_view_t *v, json_t *ev, bool started) {
+  char path[48];
+  char in[32], out[32];
+  const char *outcome = str(ev, "outcome");
+  bool ok = strcmp(outcome, "completed") == 0;
+
+  kid_path(ev, path, sizeof(path));
+  if (started) {
+    unsigned i = v->nkids++ % (unsigned)AL_ARRAY_SIZE(v->kids);
+
+    snprintf(v->kids[i].path, sizeof(v->kids[i].path), "%s", path);
+    snprintf(v->kids[i].agent, sizeof(v->kids[i].agent), "%s",
+             str(ev, "agent"));
+  }
+  nest_set(v, path);
+  al_buf_reset(&v->scratch);
+  al__tui_sanitize(&v->scratch, str(ev, "description"),
+                   strlen(str(ev, "description")), true);
+  if (started) {
+    al__tui_view_notice(v, AL_SGR_DIM, "%*s%s%s%s", 2 * v->nest_depth, "",
+                        v->nest,
+                        json_is_true(json_object_get(ev, "background"))
+                            ? "started in the background: "
+                            : "started: ",
+                        v->scratch.data != NULL ? v->scratch.data : "");
+    return;
+  }
+  fmt_tokens((uint64_t)json_integer_value(json_object_get(
+                 json_object_get(ev, "usage"), "input_tokens")),
+             in, sizeof(in));
+  fmt_tokens((uint64_t)json_integer_value(json_object_get(
+                 json_object_get(ev, "usage"), "output_tokens")),
+             out, sizeof(out));
+  al__tui_view_notice(v, ok ? AL_SGR_DIM : AL_SGR_YELLOW,
+                      "%*s%s%s %s · %s in · %s out", 2 * v->nest_depth, "",
+                      v->nest, ok ? "✓" : "✗", outcome, in, out);
+}
+
+/* A sub-agent's own event. */
+static void child_event(al__tui_view_t *v, json_t *ev, const char *type,
+                        const char *path, uint64_t now_ms) {
+  if (strcmp(type, "subagent_started") == 0 ||
+      strcmp(type, "subagent_completed") == 0) {
+    subagent_line(v, ev, type[9] == 's');
+    nest_clear(v);
+    return;
+  }
+  nest_set(v, path);
+  if (strcmp(type, "tool_use_queued") == 0) {
+    tool_queued(v, ev);
+  } else if (strcmp(type, "tool_use_started") == 0) {
+    tool_started(v, ev, now_ms);
+  } else if (strcmp(type, "tool_use_completed") == 0) {
+    tool_completed(v, ev, now_ms);
+  } else if (strcmp(type, "usage") == 0) {
+    add_usage(&v->run, ev);
+    add_usage(&v->session, ev);
+  } else if (strcmp(type, "error") == 0 || strcmp(type, "api_error") == 0) {
+    al__tui_view_settle(v);
+    al__tui_view_notice(v, AL_SGR_DIM, "%*s%s%s: %s", 2 * v->nest_depth,
+                        "", v->nest, type, str(ev, "message"));
+  }
+  nest_clear(v);
+}
+
 bool al__tui_view_event(al__tui_view_t *v, json_t *ev, uint64_t now_ms) {
   const char *type = json_string_value(json_object_get(ev, "type"));
+  const char *path = json_string_value(json_object_get(ev, "path"));
 
   if (type == NULL) {
+    return false;
+  }
+  if (path != NULL) {
+    child_event(v, ev, type, path, now_ms);
+    return false;
+  }
+  if (strcmp(type, "subagent_started") == 0 ||
+      strcmp(type, "subagent_completed") == 0) {
+    subagent_line(v, ev, type[9] == 's');
+    nest_clear(v);
     return false;
   }
   if (strcmp(type, "text_delta") == 0) {

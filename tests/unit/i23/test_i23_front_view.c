@@ -9,6 +9,8 @@
 
 #include "client/run_int.h"
 #include "client/tui.h"
+#include <jansson.h>
+
 #include "test.h"
 
 #define SL(s) ((al_slice_t){(s), sizeof(s) - 1})
@@ -84,5 +86,86 @@ TEST_IMPL(i23_run_view_nested_tool_lines) {
   ASSERT_NULL(strstr(out, "CHILD TEXT"));
   ASSERT_NULL(strstr(out, "final"));
   free(out);
+  return 0;
+}
+
+/* The chat's view of the same: nested lines on stderr, the child's final
+ * not the end of the run, its text not in the answer. */
+TEST_IMPL(i23_chat_view_nested_tool_lines) {
+  static const char *const evs[] = {
+      "{\"type\":\"subagent_started\",\"task_id\":\"t1\",\"agent\":\"explore\","
+      "\"description\":\"find the parser\",\"background\":false}",
+      "{\"type\":\"tool_use_started\",\"path\":\"t1\",\"call_id\":\"c1\","
+      "\"name\":\"grep\",\"input\":{\"pattern\":\"sse\"}}",
+      "{\"type\":\"text_delta\",\"path\":\"t1\",\"index\":0,"
+      "\"text\":\"CHILD TEXT\"}",
+      "{\"type\":\"tool_use_completed\",\"path\":\"t1\",\"call_id\":\"c1\","
+      "\"name\":\"grep\",\"is_error\":false,\"content\":\"CHILD OUTPUT\","
+      "\"duration_ms\":3}",
+      "{\"type\":\"subagent_started\",\"path\":\"t1\",\"task_id\":\"t3\","
+      "\"agent\":\"general\",\"description\":\"deeper\"}",
+      "{\"type\":\"tool_use_completed\",\"path\":\"t1/t3\",\"call_id\":\"c9\","
+      "\"name\":\"read_file\",\"is_error\":true,\"content\":\"nope\","
+      "\"duration_ms\":1}",
+      "{\"type\":\"final\",\"path\":\"t1\",\"text\":\"child done\"}",
+      "{\"type\":\"subagent_completed\",\"task_id\":\"t1\",\"agent\":"
+      "\"explore\",\"outcome\":\"completed\",\"usage\":{\"input_tokens\":1200,"
+      "\"output_tokens\":80}}",
+      NULL};
+  al__tui_view_t v;
+  char *out = NULL, *err = NULL;
+  size_t ol = 0, el = 0;
+  FILE *fo = open_memstream(&out, &ol);
+  FILE *fe = open_memstream(&err, &el);
+  size_t i;
+  char name[64];
+
+  setlocale(LC_ALL, "C.UTF-8");
+  al__tui_view_init(&v, fo, fe, false, false, 100, 24);
+  for (i = 0; evs[i] != NULL; i++) {
+    json_t *ev = json_loads(evs[i], 0, NULL);
+
+    ASSERT_NOT_NULL(ev);
+    ASSERT(!al__tui_view_event(&v, ev, i)); /* nothing ends the run */
+    json_decref(ev);
+  }
+  al__tui_view_kid_name(&v, "t1/t3", name, sizeof(name));
+  ASSERT_STR_EQ(name, "general t1/t3");
+  al__tui_view_kid_name(&v, "t7", name, sizeof(name));
+  ASSERT_STR_EQ(name, "t7");
+  al__tui_view_free(&v);
+  fclose(fo);
+  fclose(fe);
+  ASSERT_NOT_NULL(strstr(err, "  explore t1 › started: find the parser\n"));
+  ASSERT_NOT_NULL(strstr(err, "  ● explore t1 › grep(sse)\n"));
+  ASSERT_NOT_NULL(strstr(err, "  ✓ explore t1 › grep(sse)  "));
+  ASSERT_NOT_NULL(strstr(err, "    general t1/t3 › started: deeper\n"));
+  ASSERT_NOT_NULL(strstr(err, "    ✗ general t1/t3 › read_file()  "));
+  ASSERT_NOT_NULL(strstr(err, "  explore t1 › ✓ completed · 1.2k in · 80 "
+                              "out\n"));
+  ASSERT_NULL(strstr(err, "CHILD OUTPUT")); /* the child's, not shown */
+  ASSERT_NULL(strstr(err, "CHILD TEXT"));
+  ASSERT(out == NULL || strstr(out, "CHILD TEXT") == NULL);
+  free(out);
+  free(err);
+  return 0;
+}
+
+TEST_IMPL(i23_chat_slash_tasks) {
+  al_slash_cmd_t c;
+
+  al__slash_parse("/tasks", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_TASKS);
+  ASSERT_STR_EQ(c.arg, "");
+  al__slash_parse("/tasks cancel t2", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_TASKS);
+  ASSERT_STR_EQ(c.arg, "cancel t2");
+  al__slash_parse("/tasks cancel", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_BAD_ARGS);
+  al__slash_parse("/tasks kill t2", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_BAD_ARGS);
+  al__slash_parse("/tasks cancel t2 t3", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_BAD_ARGS);
+  ASSERT_NOT_NULL(strstr(al__slash_help(), "/tasks cancel ID"));
   return 0;
 }
