@@ -233,7 +233,8 @@ void al__tui_tool_label(const char *name, json_t *input, size_t max_width,
                         char *buf, size_t n) {
   static const char *const keys[] = {"command", "cmd",     "path",
                                      "file_path", "pattern", "query",
-                                     "url",     "file",    "dir"};
+                                     "url",     "file",    "dir",
+                                     "description"}; /* task's */
   al_buf_t b;
   const char *arg = NULL;
   size_t arg_len = 0;

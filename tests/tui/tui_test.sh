@@ -8,7 +8,7 @@
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
 #       history | queue | headless | magistral | citations | responses |
-#       deepseek
+#       deepseek | subagents
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -1025,6 +1025,57 @@ case_deepseek() {
     fail "expected 4 accepted requests"
   [ "$(tail -n 1 "$W/requests.ndjson" | grep -o '"reasoning_content":"Need the file."' | wc -l)" -eq 2 ] ||
     fail "the resumed request does not echo both reasonings"
+  type_line "/quit"
+  wait_for "[exited 0]"
+}
+
+case_subagents() {
+  # Issue 23: a `task` call's child asks to read a file; the question
+  # names the child, is answered here, and the child's tool line is
+  # nested under it; /tasks lists it; its transcript is its own.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - tool_use: {id: k1, name: task, input: {description: "look around", prompt: "CHILD-A"}}
+  - reply:
+      content:
+        - tool_use: {id: c1, name: read_file, input: {path: a.txt}}
+  - reply:
+      content:
+        - text: "child says hi"
+  - expect_request: {contains: "child says hi"}
+    reply:
+      content:
+        - text: "Parent is done."
+EOF
+)"
+  echo hello >"$W/work/a.txt"
+  run_pane "$BIN/agentloop" --ask-tool read_file
+  wait_prompt
+  type_line "delegate"
+  wait_for "general t1 › started: look around"
+  wait_for "? Allow [general t1] read_file(a.txt)?  [y]es  [n]o"
+  keys y
+  wait_for "[a]lways this session allowed"
+  wait_for "  ✓ general t1 › read_file(a.txt)"
+  wait_for "general t1 › ✓ completed"
+  wait_for "Parent is done."
+  wait_prompt
+  # The child's answer is the task call's result (its output line), never
+  # streamed into the answer.
+  screen | grep -q "^child says hi" && fail "the child's text is in the answer"
+  wait_for "✓ task(look around)"
+  wait_for "⎿ child says hi"
+  type_line "/tasks"
+  wait_for "t1    general    completed  look around"
+  type_line "/tasks cancel t1"
+  wait_for "tasks cancel: unknown task"
+  wait_prompt
+  grep -qF '"rec":"child"' "$W/state/agentloop/sessions/"s_*.jsonl ||
+    fail "the parent's transcript does not link the child"
+  ls "$W/state/agentloop/sessions/"s_*-t1.jsonl >/dev/null 2>&1 ||
+    fail "the child has no transcript of its own"
   type_line "/quit"
   wait_for "[exited 0]"
 }
