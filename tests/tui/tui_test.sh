@@ -8,7 +8,7 @@
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
 #       history | queue | headless | magistral | citations | responses |
-#       deepseek | subagents
+#       deepseek | subagents | subagents_run
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -1078,6 +1078,58 @@ EOF
     fail "the child has no transcript of its own"
   type_line "/quit"
   wait_for "[exited 0]"
+}
+
+case_subagents_run() {
+  # Issue 23, headless: `agentloop run -v` shows the child's tool lines
+  # nested under it, prints the parent's answer alone, writes the child's
+  # own transcript linked from the session's; a resume sends the child's
+  # answer (the task call's result) again.
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - tool_use: {id: k1, name: task, input: {description: "look around", prompt: "CHILD-A"}}
+  - reply:
+      content:
+        - tool_use: {id: c1, name: read_file, input: {path: a.txt}}
+  - reply:
+      content:
+        - text: "child says hi"
+  - expect_request: {contains: "child says hi"}
+    reply:
+      content:
+        - text: "Parent is done."
+  - expect_request: {contains: "child says hi"}
+    reply:
+      content:
+        - text: "Resumed with the child's answer."
+EOF
+)"
+  local out err id
+  echo hello >"$W/work/a.txt"
+  out=$(cd "$W/work" && "$BIN/agentloop" run -v --output-format json \
+          -p "delegate" 2>"$W/err") || fail "run failed: $(cat "$W/err")"
+  err=$(cat "$W/err")
+  echo "$err" | grep -qF "]   general t1: ● started: look around" ||
+    fail "no nested start line: $err"
+  echo "$err" | grep -qF "]   general t1: ● read_file {\"path\":\"a.txt\"} started" ||
+    fail "no nested tool line: $err"
+  echo "$err" | grep -qF "]   general t1: ✓ read_file" || fail "no nested result: $err"
+  echo "$err" | grep -qF "]   general t1: ✓ completed" || fail "no outcome: $err"
+  echo "$err" | grep -qF "final after 2 turns" || fail "no parent final: $err"
+  [ "$(echo "$err" | grep -c 'final after')" -eq 1 ] ||
+    fail "the child's final shown as the run's: $err"
+  echo "$out" | grep -qF '"result":"Parent is done."' || fail "answer: $out"
+  id=$(echo "$out" | grep -o '"session_id":"s_[0-9a-f]*"' | cut -d'"' -f4)
+  [ -n "$id" ] || fail "no session id: $out"
+  grep -qF '"rec":"child"' "$W/state/agentloop/sessions/$id.jsonl" ||
+    fail "the session's transcript does not link the child"
+  grep -qF "child says hi" "$W/state/agentloop/sessions/$id-t1.jsonl" ||
+    fail "the child's transcript lacks its answer"
+  out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id" -p "again" 2>&1) ||
+    fail "resume failed: $out"
+  echo "$out" | grep -qF "Resumed with the child's answer." || fail "resume: $out"
 }
 
 "case_$CASE"
