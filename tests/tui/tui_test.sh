@@ -8,7 +8,7 @@
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
 #       history | queue | headless | magistral | citations | responses |
-#       deepseek | subagents | subagents_run
+#       deepseek | subagents | subagents_run | subagents_crash
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -1130,6 +1130,62 @@ EOF
   out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id" -p "again" 2>&1) ||
     fail "resume failed: $out"
   echo "$out" | grep -qF "Resumed with the child's answer." || fail "resume: $out"
+}
+
+case_subagents_crash() {
+  # Issue 23: `agentloop run` killed (SIGKILL) while its child waits for
+  # the model. The resume closes the open task call with the interrupted
+  # result like any tool's; the child's transcript is whole and valid (it
+  # resumes as a session of its own with no damaged record).
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - tool_use: {id: k1, name: task, input: {description: "look around", prompt: "CHILD-A"}}
+  - reply:
+      content:
+        - tool_use: {id: c1, name: read_file, input: {path: a.txt}}
+  - first_byte_delay_ms: 120000
+    reply:
+      content:
+        - text: "never seen"
+  - expect_request: {contains: "interrupted: the daemon stopped before this tool finished"}
+    reply:
+      content:
+        - text: "Parent resumed."
+  - expect_request: {contains: "CHILD-A"}
+    reply:
+      content:
+        - text: "Child resumed."
+EOF
+)"
+  local pid id i out dir="$W/state/agentloop/sessions"
+  echo hello >"$W/work/a.txt"
+  (cd "$W/work" && exec "$BIN/agentloop" run -p "delegate" >"$W/out" 2>"$W/err") &
+  pid=$!
+  # The child's tool round is committed and its next request is out.
+  for i in $(seq $((300 * MULT))); do
+    if [ "$(grep -c . "$W/requests.ndjson" 2>/dev/null || true)" -ge 3 ] &&
+       grep -qs '"rec":"tool_results"' "$dir"/s_*-t1.jsonl; then
+      break
+    fi
+    sleep 0.05
+  done
+  grep -qs '"rec":"tool_results"' "$dir"/s_*-t1.jsonl ||
+    fail "the child did not get to its second request"
+  kill -9 "$pid"
+  wait "$pid" 2>/dev/null || true
+  id=$(ls "$dir" | grep -v -- '-t1\.jsonl$' | sed 's/\.jsonl$//')
+  [ -n "$id" ] || fail "no session transcript"
+  out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id" -p "go on" 2>&1) ||
+    fail "resume failed: $out"
+  echo "$out" | grep -qF "Parent resumed." || fail "parent resume: $out"
+  echo "$out" | grep -qF "damaged" && fail "parent transcript damaged: $out"
+  out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id-t1" -p "and you" 2>&1) ||
+    fail "the child's transcript does not resume: $out"
+  echo "$out" | grep -qF "Child resumed." || fail "child resume: $out"
+  echo "$out" | grep -qF "damaged" && fail "child transcript damaged: $out"
+  true
 }
 
 "case_$CASE"
