@@ -416,11 +416,28 @@ TEST_IMPL(task_child_approval_on_parent) {
 
 /* ---- fork --------------------------------------------------------------------- */
 
+/* The parent's reply is committed (its usage comes after that): the hung
+ * call ends, and the fork queued behind it starts with the reply, its
+ * tool_use blocks still unanswered, in the parent's history. */
+static void release_on_usage(fx_t *f, const al_event_t *ev, const json_t *j) {
+  probe_t *p = f->user;
+
+  (void)j;
+  if (ev->type == AL_EVENT_USAGE && ev->path == NULL && p->hung != NULL) {
+    al_tool_ctx_t *ctx = p->hung;
+
+    p->hung = NULL;
+    al_tool_ctx_complete(ctx, false, "released", 8);
+  }
+}
+
 /* fork: the child starts from the parent's conversation (its request holds
- * the parent's prompt and passes the validator: the pending task call is
- * not left unanswered in the copy); naming another agent is refused. */
+ * the parent's prompt and passes the validator: the committed reply's
+ * pending tool_use blocks, this very call's among them, are not left
+ * unanswered in the copy); naming another agent is refused. */
 TEST_IMPL(task_fork) {
   fx_t f;
+  probe_t pr;
   long r;
 
   fx_init(&f,
@@ -432,12 +449,17 @@ TEST_IMPL(task_fork) {
           "  - reply:\n"
           "      content:\n"
           "        - text: 'let me fork'\n"
+          "        - tool_use: {id: w1, name: hang, input: {}}\n"
           "        - tool_use: {id: k1, name: task, input: {description: a, "
           "prompt: 'FORK-CHILD', fork: true}}\n"
           "  - expect_request: {contains: 'PARENT-SECRET-CONTEXT'}\n"
           "    reply: {content: [{text: 'forked ok'}]}\n"
           "  - reply: {content: [{text: 'parent done'}]}\n");
+  memset(&pr, 0, sizeof(pr));
+  f.hook = release_on_usage;
+  f.user = &pr;
   fx_start(&f);
+  add_probe(&f, "hang", AL_TOOL_READ, &pr);
   fx_run(&f, "PARENT-SECRET-CONTEXT: the answer is 42");
   maybe_dump(&f);
   ASSERT_STR_EQ(fx_last_type(&f), "final");
@@ -451,6 +473,9 @@ TEST_IMPL(task_fork) {
     char *body = json_dumps(fx_request(&f, (size_t)r)->body, JSON_COMPACT);
 
     ASSERT_NOT_NULL(strstr(body, "PARENT-SECRET-CONTEXT"));
+    ASSERT_NOT_NULL(strstr(body, "let me fork"));
+    ASSERT_NULL(strstr(body, "\"k1\""));
+    ASSERT_NULL(strstr(body, "\"w1\""));
     free(body);
   }
   ASSERT_EQ(count_path(&f, "subagent_started", NULL), 1);
