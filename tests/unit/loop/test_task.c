@@ -787,3 +787,70 @@ TEST_IMPL(task_cancel_three_children) {
   fx_finish(&f);
   return 0;
 }
+
+/* ---- hooks -------------------------------------------------------------------- */
+
+typedef struct {
+  int start;
+  int stop;
+  int child_pre_tool;
+  char stop_outcome[32];
+} hk_t;
+
+static void record_hook(al_agent_t *agent, const char *event,
+                        const char *input_json, al_hook_reply_t *reply,
+                        void *data) {
+  hk_t *h = data;
+  json_t *in = json_loads(input_json, 0, NULL);
+
+  (void)agent;
+  (void)reply;
+  ASSERT_NOT_NULL(in);
+  if (strcmp(event, "subagent_start") == 0) {
+    h->start++;
+    ASSERT_STR_EQ(jstr(in, "task_id"), "t1");
+    ASSERT_STR_EQ(jstr(in, "agent"), "explore");
+  } else if (strcmp(event, "subagent_stop") == 0) {
+    h->stop++;
+    snprintf(h->stop_outcome, sizeof(h->stop_outcome), "%s",
+             jstr(in, "outcome"));
+  } else if (strcmp(event, "pre_tool_use") == 0 &&
+             strcmp(jstr(in, "session"), "s_test.t1") == 0) {
+    h->child_pre_tool++; /* the child's own call, under the same hooks */
+  }
+  json_decref(in);
+}
+
+/* The parent's hooks run for its children's tool calls, and the
+ * subagent_start / subagent_stop points fire around a child. */
+TEST_IMPL(task_hooks_subagent_points) {
+  fx_t f;
+  hk_t h;
+
+  memset(&h, 0, sizeof(h));
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q', agent: explore}}\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: r1, name: list_directory, input: {path: "
+          "'.'}}\n"
+          "  - reply: {content: [{text: 'listed'}]}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n");
+  f.opts.hook = record_hook;
+  f.opts.hook_data = &h;
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(h.start, 1);
+  ASSERT_EQ(h.stop, 1);
+  ASSERT_STR_EQ(h.stop_outcome, "completed");
+  ASSERT_EQ(h.child_pre_tool, 1);
+  ASSERT_STR_EQ(result_of(&f, "k1"), "listed");
+  fx_finish(&f);
+  return 0;
+}
