@@ -181,6 +181,41 @@ typedef void (*al_hook_cb)(al_agent_t *agent, const char *event,
                            const char *input_json, al_hook_reply_t *reply,
                            void *data);
 
+/* Sub-agents (docs/subagents.md). An agent a `task` call may start; the
+ * strings are borrowed by al_agent_new, which copies them. */
+typedef struct al_subagent_def_s {
+  const char *name;         /* [a-z0-9_-], 1..64 */
+  const char *description;  /* one line for the task tool's description */
+  const char *system;       /* the agent's prompt; NULL: none */
+  const char *model;        /* NULL: the parent's model */
+  /* Allowlist, NULL-terminated; NULL: all of the parent's tools. */
+  const char *const *tools;
+  const char *const *disallowed_tools; /* NULL-terminated; may be NULL */
+  /* -1: the parent's; else an al_permission_mode_t, never looser than the
+   * parent's (a looser one is taken as the parent's). */
+  int permission_mode;
+  uint32_t max_turns;       /* 0: the parent's max_turns */
+  const char *source;       /* "builtin" or the file it came from */
+} al_subagent_def_t;
+
+/* What al_agent_options_t.on_child is told about a new child. */
+typedef struct al_child_info_s {
+  const char *task_id;        /* "t1", unique in its parent */
+  const char *session_id;     /* the child's */
+  const char *parent_session;
+  const char *parent_call;    /* the task tool_use id */
+  const char *agent;          /* the definition's name */
+  bool background;
+  uint32_t depth;             /* 1: a child of a top-level agent */
+} al_child_info_t;
+
+/* Called when a child is created, before its run starts; it may set
+ * *commit / *commit_data (the child's history commit hook, e.g. its own
+ * transcript; NULL: none). Must not call into the agents. */
+typedef void (*al_child_cb)(al_agent_t *parent, const al_child_info_t *info,
+                            al_commit_cb *commit, void **commit_data,
+                            void *data);
+
 typedef struct al_agent_options_s {
   /* Model endpoint. provider: "anthropic" (default) or "openai". base_url
    * NULL: the provider's public endpoint. api_key may be NULL (mock
@@ -317,6 +352,27 @@ typedef struct al_agent_options_s {
    * (the warning has the error; the configured servers still start).
    * agentloopd sets it for every session. */
   bool mcp_project;
+  /* Sub-agents (docs/subagents.md). subagents: the definitions a `task`
+   * call may name (copied); the built-ins explore and general are always
+   * there unless a definition of that name replaces them. builtin_tools
+   * adds `task` unless no_task_tool. task_max_depth: a child at this depth
+   * gets an error result from task (0: 2). task_token_budget: input +
+   * output tokens per child, its own children's included (0: 400000);
+   * past it the child is cancelled. task_preamble: what a fresh child's
+   * system prompt ends with (the environment and AGENTS.md; the
+   * configuration layer builds it). task_parallel_writers: children that
+   * may write run beside other calls (default: alone). on_child: see
+   * al_child_cb (children of children are reported too, with their own
+   * parent). */
+  const al_subagent_def_t *subagents;
+  size_t n_subagents;
+  bool no_task_tool;
+  uint32_t task_max_depth;
+  int64_t task_token_budget;
+  const char *task_preamble;
+  bool task_parallel_writers;
+  al_child_cb on_child;
+  void *child_data;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);
@@ -394,6 +450,12 @@ typedef struct al_agent_stats_s {
   uint64_t cache_read_input_tokens;
   uint64_t cache_creation_input_tokens;
   uint64_t reasoning_tokens; /* a part of output_tokens */
+  /* The children's share of the counts above (sub-agents' usage is
+   * included in the parent's), and the cost in USD of the whole at each
+   * agent's model prices (-1: some price unknown). */
+  uint64_t children_input_tokens;
+  uint64_t children_output_tokens;
+  double cost_usd;
 } al_agent_stats_t;
 void al_agent_stats(const al_agent_t *agent, al_agent_stats_t *out);
 
@@ -418,6 +480,19 @@ int al_agent_load_history_json(al_agent_t *agent, const char *json,
  * reason", ...]}. source is "builtin", "in-process" or the tools.d file.
  * AL_ENOMEM. */
 int al_agent_tools_json(const al_agent_t *agent, char **out);
+
+/* The agent's children (sub-agents started by `task`, foreground and
+ * background, running or finished) as JSON text (al_free it):
+ * [{"id":"t1","agent":"explore","description":..,"background":bool,
+ *   "state":"running|completed|failed|cancelled","session":..,
+ *   "parent_call":..,"depth":1,"usage":{"input_tokens":..,
+ *   "output_tokens":..}}]. AL_ENOMEM. */
+int al_agent_tasks_json(const al_agent_t *agent, char **out);
+
+/* Cancels child task_id (its run and tools; its tool call, or for a
+ * background child its delivered result, says cancelled). AL_ENOENT: no
+ * such child running. */
+int al_agent_task_cancel(al_agent_t *agent, const char *task_id);
 
 /* Cancels any run (posting interrupted), then closes: the request, the
  * tools (waiting for killed process groups), the HTTP client. cb (may be

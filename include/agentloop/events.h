@@ -61,7 +61,9 @@ extern "C" {
   XX(USER_MESSAGE, "user_message")                              \
   XX(MCP_TOOL_CALL_BEGIN, "mcp_tool_call_begin")                \
   XX(MCP_TOOL_CALL_END, "mcp_tool_call_end")                    \
-  XX(MCP_STARTUP_COMPLETE, "mcp_startup_complete")
+  XX(MCP_STARTUP_COMPLETE, "mcp_startup_complete")            \
+  XX(SUBAGENT_STARTED, "subagent_started")                      \
+  XX(SUBAGENT_COMPLETED, "subagent_completed")
 
 typedef enum {
 #define AL_EVENT_GEN(name, str) AL_EVENT_##name,
@@ -341,6 +343,28 @@ typedef struct {
   uint64_t waited_ms;
 } al_event_mcp_startup_t;
 
+/* subagent_started / subagent_completed (docs/subagents.md): a `task`
+ * call started child task_id (ids "t1", "t2", ... per agent) for the
+ * parent's call_id; child_session is the child's session id, depth its
+ * depth (1: a child of the top agent). completed only: outcome
+ * (completed, failed, cancelled, max_turns, budget), the child's usage
+ * (its own children's included) and cost in USD (-1: unknown), and result,
+ * the text handed back (bounded). */
+typedef struct {
+  al_slice_t task_id;
+  al_slice_t call_id;
+  al_slice_t child_session;
+  al_slice_t agent;
+  al_slice_t description;
+  al_slice_t outcome;
+  al_slice_t result;
+  bool background;
+  uint32_t depth;
+  uint64_t input_tokens;
+  uint64_t output_tokens;
+  double cost_usd;
+} al_event_subagent_t;
+
 typedef struct al_event_s {
   al_event_type_t type;
   uint32_t turn;
@@ -348,6 +372,10 @@ typedef struct al_event_s {
   uint64_t seq;   /* monotonic per session, from 1 */
   uint64_t ts_ns; /* CLOCK_MONOTONIC ns, the uv_hrtime clock */
   const char *session;
+  /* An event of a child agent re-posted to its parent's subscribers: the
+   * chain of task ids from this agent down ("t1", "t1/t3"); session,
+   * run, turn and seq are then the child's. NULL: the agent's own. */
+  const char *path;
   union {
     al_event_run_started_t run_started;
     al_event_stream_request_t stream_request;
@@ -375,6 +403,7 @@ typedef struct al_event_s {
     al_event_user_message_t user_message;
     al_event_mcp_call_t mcp_call;
     al_event_mcp_startup_t mcp_startup;
+    al_event_subagent_t subagent;
   } u;
 } al_event_t;
 

@@ -532,7 +532,9 @@ static void run_result_now(run_t *r);
 static void on_event(const al_event_t *ev, void *data) {
   run_t *r = data;
 
-  if (r->ended) {
+  /* task: a child's re-posted events (ev->path) are not this run's: its
+   * final or seq must not end or number ours (i23-front shows them). */
+  if (r->ended || ev->path != NULL) {
     return;
   }
   r->last_seq = ev->seq;

@@ -517,6 +517,8 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
   case AL_EVENT_TOOL_USE_QUEUED:
   case AL_EVENT_TOOL_INPUT_DELTA:
   case AL_EVENT_TOOL_PROGRESS:
+  case AL_EVENT_SUBAGENT_STARTED:
+  case AL_EVENT_SUBAGENT_COMPLETED:
   case AL_EVENT_TYPE_COUNT:
     break;
   }

@@ -399,10 +399,20 @@ static void held_free(session_t *s) {
 
 void al__session_on_event(const al_event_t *ev, void *data) {
   session_t *s = data;
-  json_t *j = al__events_to_json(ev);
-  size_t n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
-  al_blob_t *line = n > 0 ? al__blob_alloc(n + 1) : NULL;
+  json_t *j;
+  size_t n;
+  al_blob_t *line;
   bool last;
+
+  /* task: a child's re-posted events (ev->path) carry the child's session
+   * and seq; kept out of this session's transcript and state until the
+   * front end (i23-front) gives them their own place. */
+  if (ev->path != NULL) {
+    return;
+  }
+  j = al__events_to_json(ev);
+  n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
+  line = n > 0 ? al__blob_alloc(n + 1) : NULL;
 
   switch (ev->type) {
   case AL_EVENT_RUN_STARTED:

@@ -348,6 +348,16 @@ static size_t payload_slices(al_event_t *ev, al_slice_t **sl) {
   case AL_EVENT_CITATION:
     SL(citation.citation);
     break;
+  case AL_EVENT_SUBAGENT_STARTED:
+  case AL_EVENT_SUBAGENT_COMPLETED:
+    SL(subagent.task_id);
+    SL(subagent.call_id);
+    SL(subagent.child_session);
+    SL(subagent.agent);
+    SL(subagent.description);
+    SL(subagent.outcome);
+    SL(subagent.result);
+    break;
   default:
     break;
   }
@@ -362,7 +372,7 @@ static int enqueue(al__events_bus_t *bus, const al_event_t *ev,
                    uint64_t pubno) {
   al_slice_t *sl[MAX_SLICES];
   al_event_t tmp = *ev;
-  size_t n, i, bytes, idlen;
+  size_t n, i, bytes, idlen, pathlen;
   pending_t *p;
   char *w;
 
@@ -371,7 +381,8 @@ static int enqueue(al__events_bus_t *bus, const al_event_t *ev,
   }
   n = payload_slices(&tmp, sl);
   idlen = strlen(ev->session) + 1;
-  bytes = idlen;
+  pathlen = ev->path != NULL ? strlen(ev->path) + 1 : 0;
+  bytes = idlen + pathlen;
   if (bytes > bus->opts.max_pending_bytes) {
     return AL_ETOOBIG;
   }
@@ -396,6 +407,11 @@ static int enqueue(al__events_bus_t *bus, const al_event_t *ev,
   memcpy(w, ev->session, idlen);
   tmp.session = w;
   w += idlen;
+  if (ev->path != NULL) {
+    memcpy(w, ev->path, pathlen);
+    tmp.path = w;
+    w += pathlen;
+  }
   for (i = 0; i < n; i++) {
     if (sl[i]->ptr == NULL) {
       continue;

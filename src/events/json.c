@@ -70,6 +70,33 @@ static void put_tool_head(enc_t *e, const al_event_tool_t *t) {
   put_str(e, "name", t->name);
 }
 
+static void put_subagent(enc_t *e, const al_event_t *ev) {
+  const al_event_subagent_t *s = &ev->u.subagent;
+  json_t *u;
+
+  put_str(e, "task_id", s->task_id);
+  put_str(e, "call_id", s->call_id);
+  put_str(e, "child_session", s->child_session);
+  put_str(e, "agent", s->agent);
+  put_str(e, "description", s->description);
+  put_bool(e, "background", s->background);
+  put_u64(e, "depth", s->depth);
+  if (ev->type != AL_EVENT_SUBAGENT_COMPLETED) {
+    return;
+  }
+  put_str(e, "outcome", s->outcome);
+  u = json_pack("{sIsIso}", "input_tokens",
+                (json_int_t)(s->input_tokens > INT64_MAX ? INT64_MAX
+                                                         : s->input_tokens),
+                "output_tokens",
+                (json_int_t)(s->output_tokens > INT64_MAX ? INT64_MAX
+                                                          : s->output_tokens),
+                "cost_usd", s->cost_usd < 0 ? json_null()
+                                            : json_real(s->cost_usd));
+  put(e, "usage", u);
+  put_str(e, "result", s->result);
+}
+
 static void put_payload(enc_t *e, const al_event_t *ev) {
   const al_event_tool_t *t = &ev->u.tool;
   const al_event_approval_t *a = &ev->u.approval;
@@ -275,6 +302,10 @@ static void put_payload(enc_t *e, const al_event_t *ev) {
       put_str(e, "name", ev->u.hook.name);
     }
     break;
+  case AL_EVENT_SUBAGENT_STARTED:
+  case AL_EVENT_SUBAGENT_COMPLETED:
+    put_subagent(e, ev);
+    break;
   case AL_EVENT_ERROR:
     put_int(e, "code", ev->u.error.code);
     put(e, "code_name", json_string(al_err_name(ev->u.error.code)));
@@ -314,6 +345,9 @@ json_t *al__events_to_json(const al_event_t *ev) {
     put(&e, "session", al__json_string_utf8(ev->session, strlen(ev->session)));
   } else {
     put(&e, "session", json_null());
+  }
+  if (ev->path != NULL) { /* a child's event re-posted by its parent */
+    put(&e, "path", al__json_string_utf8(ev->path, strlen(ev->path)));
   }
   put_u64(&e, "run", ev->run);
   put_u64(&e, "turn", ev->turn);

@@ -56,6 +56,7 @@
 #include "loop/agent_int.h"
 #include "loop/agent_priv.h"
 #include "loop/compact.h"
+#include "loop/task.h"
 #include "loop/validity.h"
 
 #define AG_MAX_TOKENS_CEILING 128000
@@ -1578,6 +1579,10 @@ static void start_turn(al_agent_t *a) {
   if (al__agent_mcp_sync(a)) {
     return;
   }
+  /* task: background children's results join at the boundary. */
+  if (al__task_turn_boundary(a)) {
+    return;
+  }
   a->turn++;
   a->compacted_this_turn = false;
   ev.type = AL_EVENT_TURN_STARTED;
@@ -1905,6 +1910,7 @@ static void agent_free_fields(al_agent_t *a) {
   al_models_free(a->own_models);
   al__agent_context_free(a);
   al__budget_free(&a->budget);
+  al__task_free(a); /* task: */
   if (a->bus != NULL) {
     al__events_bus_free(a->bus);
   }
@@ -2106,7 +2112,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
       (rc = al__agent_cli_tools_init(a)) != 0 ||
       (rc = al__agent_context_init(a, o)) != 0 ||
       (rc = al__agent_mcp_check(o)) != 0 ||
-      (rc = al__agent_hooks_init(a, o)) != 0) {
+      (rc = al__agent_hooks_init(a, o)) != 0 ||
+      (rc = al__task_init(a, o)) != 0) { /* task: */
     goto fail;
   }
   al_http_client_options_init(&co);
@@ -2429,6 +2436,7 @@ void al_agent_stats(const al_agent_t *a, al_agent_stats_t *out) {
   if (al_agent_running(a)) {
     out->duration_ms = ms_since(a->run_t0);
   }
+  al__task_stats(a, out); /* task: children's usage, and the cost */
 }
 
 int al_agent_history_json(const al_agent_t *a, char **out) {
@@ -2553,6 +2561,7 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   }
   set_state(a, AG_CLOSING);
   a->close_cb = cb;
+  al__task_close_all(a); /* task: children close first (they borrow) */
   exec_close_all(a);
   al__agent_hooks_cancel_runs(a); /* hooks begun outside a run too */
   al__agent_mcp_close(a);

@@ -84,7 +84,7 @@ typedef struct ag_tool_s {
 /* An approval the run waits for. */
 typedef struct ag_approval_s {
   al_list_t node;
-  char id[32];
+  char id[96]; /* task: a child's carry its path (al__task_approval_prefix) */
   al_tool_call_t *call;
   ag_tool_t *tool;
 } ag_approval_t;
@@ -296,6 +296,8 @@ struct al_agent_s {
   int64_t compact_after; /* tokens after the last compaction */
   bool overflow_retried;      /* one "prompt too long" compaction a request */
   uint64_t stats_compact_saved;
+  /* task: sub-agents (task.c alone writes it; NULL until needed). */
+  struct ag_tasks_s *tasks;
 };
 
 /* The largest saved output read back (read_tool_output). */

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "loop/agent_priv.h"
+#include "loop/task.h"
 #include "sandbox/launch.h"
 #include "sandbox/pool.h"
 #include "sandbox/sandbox.h"
@@ -557,6 +558,11 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   if ((unsigned)o->sandbox > AL_SANDBOX_OFF) {
     return AL_EINVAL;
   }
+  /* task: a child borrows its parent's sandbox and warm pool, and has no
+   * tools.d of its own (the parent's tools are lent). */
+  if (al__task_borrow_sandbox(a)) {
+    return 0;
+  }
   a->sandbox_info.mode = AL_SANDBOX_MODE_NONE;
   if (!o->builtin_tools && !o->tools_d &&
       (extra == NULL || extra[0] == NULL)) {
@@ -803,7 +809,9 @@ void al__agent_tools_free(al_agent_t *a) {
   a->mcp_gens = NULL;
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
-  al__sandbox_free(a->sandbox);
+  if (!al__task_sandbox_borrowed(a)) { /* task: a child's is its parent's */
+    al__sandbox_free(a->sandbox);
+  }
   a->sandbox = NULL;
 }
 

@@ -17,6 +17,7 @@
 #include "hooks/hooks.h"
 #include "loop/agent_priv.h"
 #include "loop/permrule.h"
+#include "loop/task.h"
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
@@ -353,7 +354,8 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
     return 0;
   }
   input = al__tool_input_text(call->input);
-  snprintf(rec->id, sizeof(rec->id), "apr_%llu",
+  snprintf(rec->id, sizeof(rec->id), "apr_%s%llu", /* task: path prefix */
+           al__task_approval_prefix(a),
            (unsigned long long)++a->next_approval);
   rec->call = call;
   rec->tool = t;
@@ -531,7 +533,7 @@ int al_agent_approve(al_agent_t *a, const char *request,
   }
   rec = approval_find(a, request);
   if (rec == NULL) {
-    return AL_ENOTFOUND;
+    return al__task_approve(a, request, decision); /* task: a child's */
   }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_APPROVAL_RESPONSE;

@@ -168,7 +168,7 @@ TEST_IMPL(events_names_round_trip) {
   int k;
 
   ASSERT_EQ(AL_ARRAY_SIZE(spec_names), 35);
-  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 40);
+  ASSERT_EQ(AL_EVENT_TYPE_COUNT, 42);
   /* Every SPEC §10 name is in the table and maps back to itself. */
   for (i = 0; i < AL_ARRAY_SIZE(spec_names); i++) {
     t = AL_EVENT_TYPE_COUNT;
@@ -753,6 +753,21 @@ static void golden_events(al_event_t *evs) {
         "status 1\"}]");
   e->u.mcp_startup.pending = S("[\"slow\"]");
   e->u.mcp_startup.waited_ms = 1500;
+  for (k = AL_EVENT_SUBAGENT_STARTED; k <= AL_EVENT_SUBAGENT_COMPLETED; k++) {
+    e = &evs[k];
+    e->u.subagent.task_id = S("t1");
+    e->u.subagent.call_id = S("toolu_05");
+    e->u.subagent.child_session = S("s_c1");
+    e->u.subagent.agent = S("explore");
+    e->u.subagent.description = S("find the parser");
+    e->u.subagent.depth = 1;
+  }
+  e = &evs[AL_EVENT_SUBAGENT_COMPLETED];
+  e->u.subagent.outcome = S("completed");
+  e->u.subagent.input_tokens = 1200;
+  e->u.subagent.output_tokens = 80;
+  e->u.subagent.cost_usd = 0.25;
+  e->u.subagent.result = S("The parser is in src/sse/sse.c.");
 }
 
 static void encode_cb(const al_event_t *ev, void *data) {
