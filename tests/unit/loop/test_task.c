@@ -184,7 +184,8 @@ static void add_probe(fx_t *f, const char *name, al_tool_category_t cat,
 
 /* ---- parallel explore children ------------------------------------------------ */
 
-/* Three explore children in one reply: all three start before any ends
+/* Three explore children in one reply (mockllm tracks script each by its
+ * prompt): all three start before any ends
  * (a read-only agent's task is concurrency-safe), each answer is its
  * call's result, the children see only read-only tools, and the parent's
  * stats include their usage. */
@@ -207,11 +208,15 @@ TEST_IMPL(task_three_parallel_explore) {
           "prompt: 'CHILD-Q two', agent: explore}}\n"
           "        - tool_use: {id: k3, name: task, input: {description: c, "
           "prompt: 'CHILD-Q three', agent: explore}}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - expect_request: {contains: 'explore-answer'}\n"
-          "    reply: {content: [{text: 'all done'}]}\n");
+          "  - expect_request: {contains: 'answer-three'}\n"
+          "    reply: {content: [{text: 'all done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'CHILD-Q one'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-one'}]}}]\n"
+          "  - match: {first_user_contains: 'CHILD-Q two'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-two'}]}}]\n"
+          "  - match: {first_user_contains: 'CHILD-Q three'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-three'}]}}]\n");
   fx_start(&f);
   fx_run(&f, "explore three things");
   maybe_dump(&f);
@@ -223,9 +228,10 @@ TEST_IMPL(task_three_parallel_explore) {
   first_done = find_path(&f, "subagent_completed", NULL, 0);
   /* Parallel: the third started before the first ended. */
   ASSERT(find_path(&f, "subagent_started", NULL, 2) < first_done);
-  ASSERT_STR_EQ(result_of(&f, "k1"), "explore-answer");
-  ASSERT_STR_EQ(result_of(&f, "k2"), "explore-answer");
-  ASSERT_STR_EQ(result_of(&f, "k3"), "explore-answer");
+  /* Each child's answer is its own call's result. */
+  ASSERT_STR_EQ(result_of(&f, "k1"), "answer-one");
+  ASSERT_STR_EQ(result_of(&f, "k2"), "answer-two");
+  ASSERT_STR_EQ(result_of(&f, "k3"), "answer-three");
   ASSERT_STR_EQ(jstr(fx_event(&f, first_done), "outcome"), "completed");
   /* Children's events are re-posted with their path. */
   ASSERT(find_path(&f, "final", "t1", 0) >= 0);
