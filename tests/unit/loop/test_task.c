@@ -860,3 +860,52 @@ TEST_IMPL(task_hooks_subagent_points) {
   fx_finish(&f);
   return 0;
 }
+
+/* al_agent_task_cancel on a background child that runs a tool after its
+ * parent's run ended: the child and its tool are cancelled at once, the
+ * listing says so, and the cancelled result starts no run of the parent. */
+TEST_IMPL(task_cancel_background_by_id) {
+  fx_t f;
+  probe_t pr;
+  char *list = NULL;
+  long c;
+
+  memset(&pr, 0, sizeof(pr));
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: bg, "
+          "prompt: 'BG-HANG', background: true}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'BG-HANG'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: h1, name: hang, input: {}}\n");
+  fx_start(&f);
+  add_probe(&f, "hang", AL_TOOL_READ, &pr);
+  fx_run(&f, "start it");
+  while (pr.hung == NULL) {
+    ASSERT(uv_run(&f.loop, UV_RUN_ONCE) != 0 || pr.hung != NULL);
+  }
+  ASSERT_EQ(al_agent_tasks_json(f.agent, &list), 0);
+  ASSERT_NOT_NULL(strstr(list, "\"state\":\"running\""));
+  al_free(list);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t1"), 0);
+  ASSERT_EQ(pr.cancels, 1);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t1"), AL_ENOENT);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t9"), AL_ENOENT);
+  ASSERT_EQ(al_agent_tasks_json(f.agent, &list), 0);
+  ASSERT_NOT_NULL(strstr(list, "\"state\":\"cancelled\""));
+  al_free(list);
+  c = find_path(&f, "subagent_completed", NULL, 0);
+  ASSERT(c >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "outcome"), "cancelled");
+  ASSERT(!al_agent_running(f.agent));
+  ASSERT_EQ(count_path(&f, "run_started", NULL), 1);
+  assert_no_orphans(&f);
+  fx_finish(&f);
+  return 0;
+}
