@@ -55,3 +55,4 @@
 #include "list/i22_daemon.h"
 #include "list/i23_front.h"
 #include "list/i23_task.h"
+#include "list/i23_mock.h"

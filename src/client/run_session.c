@@ -404,7 +404,9 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
                  : "");
     al__tx_kids_end(rs->kids, id);
   }
-  if (rs->tx == NULL) {
+  if (rs->tx == NULL || (ev->path != NULL && al__tx_is_delta(ev->type))) {
+    /* A sub-agent's deltas: its text is in its own transcript's commits,
+     * and they must not count against this session's reply bound. */
     return;
   }
   al_buf_init(&line, 64u * 1024 * 1024);
@@ -413,7 +415,13 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
 
     /* A reply's deltas past their bound stay out (a reply rejected at
      * its limit leaves a bounded trace): the daemon's rule. */
-    if (al__tx_deltas_keep(&rs->deltas, ev, line.len, &note)) {
+    if (ev->path != NULL) {
+      b = al__blob_new(line.data, line.len);
+      put(rs, b, false, false);
+      if (b != NULL) {
+        al__blob_unref(b);
+      }
+    } else if (al__tx_deltas_keep(&rs->deltas, ev, line.len, &note)) {
       put(rs, note, false, true);
       b = al__blob_new(line.data, line.len);
       put(rs, b, false, false);

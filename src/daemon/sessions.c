@@ -403,6 +403,13 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   size_t n;
   al_blob_t *line;
   bool last;
+  /* A sub-agent's re-posted event (ev->path; the child's session, run
+   * and turn, this stream's seq) goes to the watchers and into the
+   * transcript (so since_seq replays it; the loader does not take it for
+   * this session's run), except its deltas: its text is in its own
+   * transcript's commits (on_child). It changes no state here but the
+   * usage (the session's includes its children's). */
+  bool child = ev->path != NULL;
 
   j = al__events_to_json(ev);
   n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
@@ -427,13 +434,8 @@ void al__session_on_event(const al_event_t *ev, void *data) {
                  : "");
     al__tx_kids_end(s->kids, id);
   }
-  /* A sub-agent's event (ev->path; numbered in this session's stream) is
-   * recorded and delivered like the session's own, but its run, final or
-   * error are the child's: only its usage counts here (the session's
-   * usage includes its children's). */
-  switch (ev->path != NULL && ev->type != AL_EVENT_USAGE
-              ? AL_EVENT_TYPE_COUNT
-              : ev->type) {
+  switch (child && ev->type != AL_EVENT_USAGE ? AL_EVENT_TYPE_COUNT
+                                              : ev->type) {
   case AL_EVENT_RUN_STARTED:
     s->running = true;
     s->run = ev->run;
@@ -473,7 +475,11 @@ void al__session_on_event(const al_event_t *ev, void *data) {
      * still delivered live below. */
     al_blob_t *note = NULL;
 
-    if (al__tx_deltas_keep(&s->deltas, ev, line->len, &note)) {
+    if (child) {
+      if (!al__tx_is_delta(ev->type)) {
+        al__session_tx_put(s, line, false);
+      }
+    } else if (al__tx_deltas_keep(&s->deltas, ev, line->len, &note)) {
       if (note != NULL && s->tx != NULL) {
         al__tx_append_chained(s->tx, note, false);
       }
@@ -483,7 +489,7 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   }
   /* Only `final` says "done": error and interrupted keep their place
    * before turn/cancel's answer (al_agent_cancel's contract). */
-  last = ev->type == AL_EVENT_FINAL && ev->path == NULL;
+  last = !child && ev->type == AL_EVENT_FINAL;
   if (s->holding || (last && hold_flush(s))) {
     /* The run's last event waits for its history to be synced (a few
      * ms); events after it keep their order behind it. */

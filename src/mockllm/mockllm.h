@@ -58,7 +58,7 @@ int al_mockllm_load_scenario_string(const char *yaml, size_t len,
                                     al_mockllm_scenario_t **out, char *err,
                                     size_t err_len);
 void al_mockllm_scenario_free(al_mockllm_scenario_t *s);
-/* Number of scripted responses. */
+/* Number of top-level scripted responses (tracks not counted). */
 size_t al_mockllm_scenario_count(const al_mockllm_scenario_t *s);
 
 /* ---- server ------------------------------------------------------------- */
@@ -125,7 +125,7 @@ void al_mockllm_close(al_mockllm_t *m, void (*cb)(al_mockllm_t *m));
  * first response. AL_EBUSY while a response is playing (the old scenario's
  * bytes are in use); the caller keeps `s` then. */
 int al_mockllm_set_scenario(al_mockllm_t *m, al_mockllm_scenario_t *s);
-/* Rewinds to the first response of the scenario. */
+/* Rewinds to the first response of the scenario and of each track. */
 void al_mockllm_rewind(al_mockllm_t *m);
 
 /* The embedder's pointer. */
@@ -155,7 +155,9 @@ typedef struct {
   bool valid;          /* the validator's verdict (true if validation off) */
   int status;          /* the HTTP status answered */
   char *error;         /* validation error message, NULL when valid */
-  int response_index;  /* scenario response played, -1 if none */
+  int response_index;  /* response played (an index in its track's
+                        * responses, or the top level's), -1 if none */
+  int track;           /* the scenario's track it went to, -1: top level */
   uint64_t arrival_ns; /* uv_hrtime() when the whole request was parsed */
 } al_mockllm_record_t;
 

@@ -116,10 +116,31 @@ typedef enum {
   AL__EXH_CYCLE
 } al__mock_exhausted_t;
 
+/* A track: its own script, played to the requests its match selects (a
+ * parent and its sub-agents from one server, whatever order their requests
+ * arrive in). Every given condition must hold; a condition holds when one
+ * text part of that place contains the string. */
+typedef struct {
+  int line;
+  char *first_user; /* the first user message's text; NULL: not checked */
+  char *system;     /* the system prompt's text; NULL: not checked */
+  size_t first;     /* its responses: responses[first .. first + n) */
+  size_t n;
+  al__mock_exhausted_t on_exhausted;
+  /* Playback state, written only by the server that owns the scenario
+   * (reset by al_mockllm_set_scenario and al_mockllm_rewind). */
+  size_t cursor;
+} al__mock_track_t;
+
 struct al_mockllm_scenario_s {
   char *name;
+  /* Every response: the top-level ones first (n of them, possibly none
+   * when there are tracks), then each track's, n_all in total. */
   al__mock_response_t *responses;
   size_t n;
+  size_t n_all;
+  al__mock_track_t *tracks;
+  size_t ntracks;
   al__mock_exhausted_t on_exhausted;
   bool timestamps;
   int64_t created; /* OpenAI `created`, fixed at load */
@@ -133,6 +154,10 @@ struct al_mockllm_scenario_s {
   int64_t usage_bytes_per_token;
   bool usage_cache;
 };
+
+/* track.c: the first track whose match holds for this request body (any
+ * protocol's shape), or -1 (the top-level responses). */
+int al__mockllm_track_pick(const al_mockllm_scenario_t *s, const json_t *body);
 
 /* render.c */
 /* Compact JSON text of j in al_malloc'd memory (jansson's own allocator may

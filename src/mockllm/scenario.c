@@ -880,10 +880,152 @@ static int parse_usage_from_request(ctx_t *c, const yaml_node_t *n,
   return err;
 }
 
+static int parse_exhausted(ctx_t *c, const yaml_node_t *v,
+                           al__mock_exhausted_t *out) {
+  const char *m = scalar(v);
+
+  if (m != NULL && strcmp(m, "repeat_last") == 0) {
+    *out = AL__EXH_REPEAT_LAST;
+  } else if (m != NULL && strcmp(m, "error") == 0) {
+    *out = AL__EXH_ERROR;
+  } else if (m != NULL && strcmp(m, "cycle") == 0) {
+    *out = AL__EXH_CYCLE;
+  } else {
+    return fail(c, v, "on_exhausted must be repeat_last, error or cycle");
+  }
+  return 0;
+}
+
+static int want_responses(ctx_t *c, const yaml_node_t *n, size_t *count) {
+  if (n->type != YAML_SEQUENCE_NODE ||
+      n->data.sequence.items.top == n->data.sequence.items.start) {
+    return fail(c, n, "responses must be a non-empty list");
+  }
+  *count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  return 0;
+}
+
+/* A track's match: {first_user_contains: TEXT, system_contains: TEXT}, at
+ * least one of them; every one given must hold. An empty TEXT would match
+ * every request, which is what the top-level responses are for. */
+static int parse_match(ctx_t *c, const yaml_node_t *n, al__mock_track_t *t) {
+  yaml_node_pair_t *p;
+  int err = want_mapping(c, n, "a track's match");
+
+  for (p = n->data.mapping.pairs.start;
+       err == 0 && p < n->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = node(c, p->key);
+    yaml_node_t *v = node(c, p->value);
+    char **dst = key_is(k, "first_user_contains") ? &t->first_user
+                 : key_is(k, "system_contains")   ? &t->system
+                                                  : NULL;
+
+    if (dst == NULL) {
+      return fail(c, k, "unknown key '%s' in a track's match (expected "
+                  "first_user_contains, system_contains)",
+                  scalar(k) ? scalar(k) : "?");
+    }
+    err = get_str(c, v, scalar(k), dst);
+    if (err == 0 && **dst == '\0') {
+      err = fail(c, v, "%s must not be empty", scalar(k));
+    }
+  }
+  if (err == 0 && t->first_user == NULL && t->system == NULL) {
+    err = fail(c, n, "a track's match needs first_user_contains or "
+               "system_contains");
+  }
+  return err;
+}
+
+/* First pass over `tracks`: its shape, and how many responses it holds (the
+ * flat response array is sized before any response is parsed). */
+static int count_tracks(ctx_t *c, const yaml_node_t *n, size_t *ntracks,
+                        size_t *nresp) {
+  yaml_node_item_t *it;
+
+  if (n->type != YAML_SEQUENCE_NODE ||
+      n->data.sequence.items.top == n->data.sequence.items.start) {
+    return fail(c, n, "tracks must be a non-empty list");
+  }
+  *ntracks = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+  for (it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+       it++) {
+    yaml_node_t *t = node(c, *it);
+    yaml_node_t *resp = NULL;
+    bool have_match = false;
+    yaml_node_pair_t *p;
+    size_t cnt = 0;
+    int err = want_mapping(c, t, "a track");
+
+    for (p = t->data.mapping.pairs.start;
+         err == 0 && p < t->data.mapping.pairs.top; p++) {
+      yaml_node_t *k = node(c, p->key);
+
+      if (key_is(k, "responses")) {
+        resp = node(c, p->value);
+      } else if (key_is(k, "match")) {
+        have_match = true;
+      } else if (!key_is(k, "on_exhausted")) {
+        err = fail(c, k, "unknown key '%s' in a track (expected match, "
+                   "responses, on_exhausted)", scalar(k) ? scalar(k) : "?");
+      }
+    }
+    if (err == 0 && (!have_match || resp == NULL)) {
+      err = fail(c, t, "a track needs match and responses");
+    }
+    if (err == 0) {
+      err = want_responses(c, resp, &cnt);
+    }
+    if (err != 0) {
+      return err;
+    }
+    *nresp += cnt;
+  }
+  return 0;
+}
+
+/* Second pass: one track's match, on_exhausted (default: the scenario's) and
+ * responses, parsed into s->responses from index *next on. */
+static int parse_track(ctx_t *c, const yaml_node_t *n,
+                       al_mockllm_scenario_t *s, al__mock_track_t *t,
+                       size_t *next) {
+  yaml_node_pair_t *p;
+  size_t i;
+  int err = 0;
+
+  t->line = (int)n->start_mark.line + 1;
+  t->on_exhausted = s->on_exhausted;
+  t->first = *next;
+  for (p = n->data.mapping.pairs.start;
+       err == 0 && p < n->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = node(c, p->key);
+    yaml_node_t *v = node(c, p->value);
+
+    if (key_is(k, "match")) {
+      err = parse_match(c, v, t);
+    } else if (key_is(k, "on_exhausted")) {
+      err = parse_exhausted(c, v, &t->on_exhausted);
+    } else {
+      /* responses (count_tracks refused every other key) */
+      t->n = (size_t)(v->data.sequence.items.top -
+                      v->data.sequence.items.start);
+      for (i = 0; err == 0 && i < t->n; i++) {
+        err = parse_response(c, node(c, v->data.sequence.items.start[i]),
+                             &s->responses[t->first + i], t->first + i);
+      }
+    }
+  }
+  *next += t->n;
+  return err;
+}
+
 static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
   yaml_node_t *root = yaml_document_get_root_node(c->doc);
   yaml_node_t *resp = NULL;
+  yaml_node_t *tracks = NULL;
   yaml_node_pair_t *p;
+  size_t ntracks = 0;
+  size_t next;
   size_t i;
   int err;
 
@@ -899,6 +1041,8 @@ static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
 
     if (key_is(k, "responses")) {
       resp = v;
+    } else if (key_is(k, "tracks")) {
+      tracks = v;
     } else if (key_is(k, "model")) {
       err = get_str(c, v, "model", &c->model);
     } else if (key_is(k, "delay_ms")) {
@@ -913,43 +1057,44 @@ static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
     } else if (key_is(k, "usage_from_request")) {
       err = parse_usage_from_request(c, v, s);
     } else if (key_is(k, "on_exhausted")) {
-      const char *m = scalar(v);
-
-      if (m != NULL && strcmp(m, "repeat_last") == 0) {
-        s->on_exhausted = AL__EXH_REPEAT_LAST;
-      } else if (m != NULL && strcmp(m, "error") == 0) {
-        s->on_exhausted = AL__EXH_ERROR;
-      } else if (m != NULL && strcmp(m, "cycle") == 0) {
-        s->on_exhausted = AL__EXH_CYCLE;
-      } else {
-        err = fail(c, v, "on_exhausted must be repeat_last, error or cycle");
-      }
+      err = parse_exhausted(c, v, &s->on_exhausted);
     } else if (key_is(k, "require_reasoning")) {
       /* Refuse like DeepSeek's thinking mode: an assistant message with
        * tool_calls must carry its reasoning in this field. */
       err = get_str(c, v, "require_reasoning", &s->require_reasoning);
     } else {
       err = fail(c, k, "unknown top-level key '%s' (expected responses, "
-                 "model, delay_ms, first_byte_delay_ms, transfer, timestamps, "
+                 "tracks, model, delay_ms, first_byte_delay_ms, transfer, timestamps, "
                  "on_exhausted, usage_from_request, require_reasoning)", scalar(k) ? scalar(k) : "?");
     }
   }
   if (err != 0) {
     return err;
   }
-  if (resp == NULL) {
-    return fail(c, root, "the scenario needs a responses list");
+  /* With tracks, the top-level responses are optional: a request no track
+   * takes then gets the exhausted answer. */
+  if (resp == NULL && tracks == NULL) {
+    return fail(c, root, "the scenario needs a responses list (or tracks)");
   }
-  if (resp->type != YAML_SEQUENCE_NODE ||
-      resp->data.sequence.items.top == resp->data.sequence.items.start) {
-    return fail(c, resp, "responses must be a non-empty list");
+  if (resp != NULL) {
+    err = want_responses(c, resp, &s->n);
   }
-  s->n = (size_t)(resp->data.sequence.items.top - resp->data.sequence.items.start);
-  s->responses = al_calloc(s->n, sizeof(*s->responses));
-  if (s->responses == NULL) {
+  next = s->n;
+  if (err == 0 && tracks != NULL) {
+    err = count_tracks(c, tracks, &ntracks, &next);
+  }
+  if (err != 0) {
+    s->n = 0;
+    return err;
+  }
+  s->responses = al_calloc(next, sizeof(*s->responses));
+  s->tracks = ntracks > 0 ? al_calloc(ntracks, sizeof(*s->tracks)) : NULL;
+  if (s->responses == NULL || (ntracks > 0 && s->tracks == NULL)) {
     s->n = 0;
     return AL_ENOMEM;
   }
+  s->n_all = next;
+  s->ntracks = ntracks;
   for (i = 0; i < s->n; i++) {
     err = parse_response(c, node(c, resp->data.sequence.items.start[i]),
                          &s->responses[i], i);
@@ -957,7 +1102,15 @@ static int parse_root(ctx_t *c, al_mockllm_scenario_t *s) {
       return err;
     }
   }
-  for (i = 0; i < s->n; i++) {
+  next = s->n;
+  for (i = 0; i < ntracks; i++) {
+    err = parse_track(c, node(c, tracks->data.sequence.items.start[i]), s,
+                      &s->tracks[i], &next);
+    if (err != 0) {
+      return err;
+    }
+  }
+  for (i = 0; i < s->n_all; i++) {
     err = al__mockllm_render(s, &s->responses[i], i);
     if (err != 0) {
       if (err == AL_EPARSE) {
@@ -979,9 +1132,14 @@ void al_mockllm_scenario_free(al_mockllm_scenario_t *s) {
   if (s == NULL) {
     return;
   }
-  for (i = 0; i < s->n; i++) {
+  for (i = 0; i < s->n_all; i++) {
     al__mockllm_response_free(&s->responses[i]);
   }
+  for (i = 0; i < s->ntracks; i++) {
+    al_free(s->tracks[i].first_user);
+    al_free(s->tracks[i].system);
+  }
+  al_free(s->tracks);
   al_free(s->responses);
   al_free(s->name);
   al_free(s->require_reasoning);

@@ -322,11 +322,11 @@ static void record_free(al_mockllm_record_t *r) {
 
 static void record(conn_t *c, const char *method, const char *path,
                    json_t *headers, json_t *body, bool valid, int status,
-                   const char *error, int index) {
+                   const char *error, int index, int track) {
   al_mockllm_t *m = c->srv;
 
   if (m->rec_file && !m->fd_failed) {
-    json_t *j = json_pack("{s:s, s:s, s:O, s:O, s:s, s:b, s:i, s:o, s:i}",
+    json_t *j = json_pack("{s:s, s:s, s:O, s:O, s:s, s:b, s:i, s:o, s:i, s:i}",
                           "method", method, "path", path, "headers", headers,
                           "body", body ? body : json_null(), "protocol",
                           c->proto == AL_MOCKLLM_PROTO_ANTHROPIC ? "anthropic"
@@ -334,7 +334,7 @@ static void record(conn_t *c, const char *method, const char *path,
                                                                  : "none",
                           "valid", valid, "status", status, "error",
                           error ? json_string(error) : json_null(),
-                          "response_index", index);
+                          "response_index", index, "track", track);
     char *line = j ? al__mockllm_dumps(j, NULL) : NULL;
 
     if (line == NULL || al_buf_append_str(&m->fq, line) != 0 ||
@@ -371,6 +371,7 @@ static void record(conn_t *c, const char *method, const char *path,
     r->status = status;
     r->error = error ? al_strdup(error) : NULL;
     r->response_index = index;
+    r->track = track;
     r->arrival_ns = uv_hrtime();
     m->nrecs++;
   }
@@ -1103,6 +1104,23 @@ static void usage_from_request(conn_t *c) {
   c->auto_in = (int64_t)(c->body.len - same) / bpt;
 }
 
+/* The next response of a list of n played with this cursor (an index in
+ * the list), or -1 when it is exhausted and on_exhausted says error (or the
+ * list is empty). */
+static int next_response(size_t *cursor, size_t n, al__mock_exhausted_t exh) {
+  if (*cursor < n) {
+    return (int)(*cursor)++;
+  }
+  if (n == 0 || exh == AL__EXH_ERROR) {
+    return -1;
+  }
+  if (exh == AL__EXH_CYCLE) {
+    return (int)((*cursor)++ % n);
+  }
+  (*cursor)++;
+  return (int)n - 1;
+}
+
 static void dispatch(conn_t *c) {
   al_mockllm_t *m = c->srv;
   const char *method = llhttp_method_name((llhttp_method_t)c->parser.method);
@@ -1115,6 +1133,8 @@ static void dispatch(conn_t *c) {
   bool valid = true;
   al__mock_response_t *r;
   int idx;
+  int track;
+  size_t base = 0;
   const char *sel;
   bool had_body;
 
@@ -1173,6 +1193,9 @@ static void dispatch(conn_t *c) {
     /* As the API does, \u0000 in a string is accepted (valid JSON). */
     body = json_loadb(c->body.data, c->body.len, JSON_ALLOW_NUL, &jerr);
   }
+  /* Routed before validation so a refused request is recorded with the
+   * track it was meant for. */
+  track = al__mockllm_track_pick(m->scn, body);
   if (c->body.cap > 4 * AL__MOCK_BATCH) {
     al_buf_free(&c->body); /* a big request's memory is not kept idle */
   }
@@ -1207,36 +1230,47 @@ static void dispatch(conn_t *c) {
   if (!valid) {
     m->stats.validation_failures++;
     set_last_error(m, v.message);
-    record(c, method, path, headers, body, false, v.status, v.message, -1);
+    record(c, method, path, headers, body, false, v.status, v.message, -1,
+           track);
     respond_error(c, v.status, v.type, v.message, v.param, NULL, NULL);
     json_decref(headers);
     json_decref(body);
     return;
   }
 
-  /* Pick the scripted response. */
+  /* Pick the scripted response: the header names a top-level one, else
+   * the next of the request's track (or of the top level). idx counts
+   * within that list; base is where the list starts in responses. */
   sel = find_hdr(c, "x-mockllm-response");
   if (sel != NULL) {
     long want = strtol(sel, NULL, 10);
 
+    track = -1;
     idx = want >= 0 && (size_t)want < m->scn->n ? (int)want : -1;
-  } else if (m->cursor < m->scn->n) {
-    idx = (int)m->cursor++;
-  } else if (m->scn->on_exhausted == AL__EXH_CYCLE) {
-    idx = (int)(m->cursor++ % m->scn->n);
-  } else if (m->scn->on_exhausted == AL__EXH_REPEAT_LAST) {
-    m->cursor++;
-    idx = (int)m->scn->n - 1;
+  } else if (track >= 0) {
+    al__mock_track_t *t = &m->scn->tracks[track];
+
+    base = t->first;
+    idx = next_response(&t->cursor, t->n, t->on_exhausted);
   } else {
-    idx = -1;
+    idx = next_response(&m->cursor, m->scn->n, m->scn->on_exhausted);
   }
   if (idx < 0) {
     char msg[160];
 
-    snprintf(msg, sizeof(msg),
-             "mockllm: scenario exhausted (%zu responses played)",
-             m->scn->n);
-    record(c, method, path, headers, body, true, 500, NULL, -1);
+    if (track >= 0) {
+      snprintf(msg, sizeof(msg),
+               "mockllm: track %d exhausted (%zu responses played)", track,
+               m->scn->tracks[track].n);
+    } else if (m->scn->n == 0) {
+      snprintf(msg, sizeof(msg), "mockllm: no track matches this request "
+               "and the scenario has no top-level responses");
+    } else {
+      snprintf(msg, sizeof(msg),
+               "mockllm: scenario exhausted (%zu responses played)",
+               m->scn->n);
+    }
+    record(c, method, path, headers, body, true, 500, NULL, -1, track);
     respond_error(c, 500, c->proto == AL_MOCKLLM_PROTO_OPENAI ? "server_error"
                                                               : "api_error",
                   msg, NULL, NULL, NULL);
@@ -1244,7 +1278,7 @@ static void dispatch(conn_t *c) {
     json_decref(body);
     return;
   }
-  r = &m->scn->responses[idx];
+  r = &m->scn->responses[base + (size_t)idx];
   if (r->expect_contains != NULL || r->expect_not_contains != NULL) {
     char *text = al__mockllm_dumps(body, NULL);
     char msg[600];
@@ -1265,7 +1299,7 @@ static void dispatch(conn_t *c) {
     if (msg[0] != '\0') {
       m->stats.validation_failures++;
       set_last_error(m, msg);
-      record(c, method, path, headers, body, false, 400, msg, idx);
+      record(c, method, path, headers, body, false, 400, msg, idx, track);
       respond_error(c, 400, "invalid_request_error", msg, NULL, NULL, NULL);
       json_decref(headers);
       json_decref(body);
@@ -1273,7 +1307,7 @@ static void dispatch(conn_t *c) {
     }
   }
   record(c, method, path, headers, body, true,
-         r->status != 0 ? r->status : 200, NULL, idx);
+         r->status != 0 ? r->status : 200, NULL, idx, track);
   {
     bool stream = json_is_true(json_object_get(body, "stream"));
     bool usage = json_is_true(json_object_get(
@@ -1925,11 +1959,18 @@ int al_mockllm_set_scenario(al_mockllm_t *m, al_mockllm_scenario_t *s) {
   }
   al_mockllm_scenario_free(m->scn);
   m->scn = s;
-  m->cursor = 0;
+  al_mockllm_rewind(m);
   return 0;
 }
 
-void al_mockllm_rewind(al_mockllm_t *m) { m->cursor = 0; }
+void al_mockllm_rewind(al_mockllm_t *m) {
+  size_t i;
+
+  m->cursor = 0;
+  for (i = 0; i < m->scn->ntracks; i++) {
+    m->scn->tracks[i].cursor = 0;
+  }
+}
 
 void al_mockllm_set_data(al_mockllm_t *m, void *data) { m->data = data; }
 void *al_mockllm_get_data(const al_mockllm_t *m) { return m->data; }

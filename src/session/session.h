@@ -189,6 +189,9 @@ typedef struct {
 } al_tx_deltas_t;
 
 void al__tx_deltas_init(al_tx_deltas_t *d, size_t max);
+/* A reply's delta event (text, thinking, tool input): a sub-agent's are
+ * left out of its parent's transcript (they are in the child's commits). */
+bool al__tx_is_delta(al_event_type_t type);
 /* For one event whose encoded line is line_len bytes: true when the line
  * is to be written. *note (NULL unless set) is an "elided" record to
  * write, chained, before the event's line; the caller unrefs it. */

@@ -691,6 +691,10 @@ static bool is_delta(al_event_type_t t) {
          t == AL_EVENT_TOOL_INPUT_DELTA;
 }
 
+bool al__tx_is_delta(al_event_type_t t) {
+  return is_delta(t);
+}
+
 bool al__tx_deltas_keep(al_tx_deltas_t *d, const al_event_t *ev,
                         size_t line_len, al_blob_t **note) {
   *note = NULL;

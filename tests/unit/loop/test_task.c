@@ -184,7 +184,8 @@ static void add_probe(fx_t *f, const char *name, al_tool_category_t cat,
 
 /* ---- parallel explore children ------------------------------------------------ */
 
-/* Three explore children in one reply: all three start before any ends
+/* Three explore children in one reply (mockllm tracks script each by its
+ * prompt): all three start before any ends
  * (a read-only agent's task is concurrency-safe), each answer is its
  * call's result, the children see only read-only tools, and the parent's
  * stats include their usage. */
@@ -207,11 +208,15 @@ TEST_IMPL(task_three_parallel_explore) {
           "prompt: 'CHILD-Q two', agent: explore}}\n"
           "        - tool_use: {id: k3, name: task, input: {description: c, "
           "prompt: 'CHILD-Q three', agent: explore}}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - expect_request: {contains: 'explore-answer'}\n"
-          "    reply: {content: [{text: 'all done'}]}\n");
+          "  - expect_request: {contains: 'answer-three'}\n"
+          "    reply: {content: [{text: 'all done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'CHILD-Q one'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-one'}]}}]\n"
+          "  - match: {first_user_contains: 'CHILD-Q two'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-two'}]}}]\n"
+          "  - match: {first_user_contains: 'CHILD-Q three'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-three'}]}}]\n");
   fx_start(&f);
   fx_run(&f, "explore three things");
   maybe_dump(&f);
@@ -223,9 +228,10 @@ TEST_IMPL(task_three_parallel_explore) {
   first_done = find_path(&f, "subagent_completed", NULL, 0);
   /* Parallel: the third started before the first ended. */
   ASSERT(find_path(&f, "subagent_started", NULL, 2) < first_done);
-  ASSERT_STR_EQ(result_of(&f, "k1"), "explore-answer");
-  ASSERT_STR_EQ(result_of(&f, "k2"), "explore-answer");
-  ASSERT_STR_EQ(result_of(&f, "k3"), "explore-answer");
+  /* Each child's answer is its own call's result. */
+  ASSERT_STR_EQ(result_of(&f, "k1"), "answer-one");
+  ASSERT_STR_EQ(result_of(&f, "k2"), "answer-two");
+  ASSERT_STR_EQ(result_of(&f, "k3"), "answer-three");
   ASSERT_STR_EQ(jstr(fx_event(&f, first_done), "outcome"), "completed");
   /* Children's events are re-posted with their path. */
   ASSERT(find_path(&f, "final", "t1", 0) >= 0);
@@ -416,11 +422,28 @@ TEST_IMPL(task_child_approval_on_parent) {
 
 /* ---- fork --------------------------------------------------------------------- */
 
+/* The parent's reply is committed (its usage comes after that): the hung
+ * call ends, and the fork queued behind it starts with the reply, its
+ * tool_use blocks still unanswered, in the parent's history. */
+static void release_on_usage(fx_t *f, const al_event_t *ev, const json_t *j) {
+  probe_t *p = f->user;
+
+  (void)j;
+  if (ev->type == AL_EVENT_USAGE && ev->path == NULL && p->hung != NULL) {
+    al_tool_ctx_t *ctx = p->hung;
+
+    p->hung = NULL;
+    al_tool_ctx_complete(ctx, false, "released", 8);
+  }
+}
+
 /* fork: the child starts from the parent's conversation (its request holds
- * the parent's prompt and passes the validator: the pending task call is
- * not left unanswered in the copy); naming another agent is refused. */
+ * the parent's prompt and passes the validator: the committed reply's
+ * pending tool_use blocks, this very call's among them, are not left
+ * unanswered in the copy); naming another agent is refused. */
 TEST_IMPL(task_fork) {
   fx_t f;
+  probe_t pr;
   long r;
 
   fx_init(&f,
@@ -432,12 +455,17 @@ TEST_IMPL(task_fork) {
           "  - reply:\n"
           "      content:\n"
           "        - text: 'let me fork'\n"
+          "        - tool_use: {id: w1, name: hang, input: {}}\n"
           "        - tool_use: {id: k1, name: task, input: {description: a, "
           "prompt: 'FORK-CHILD', fork: true}}\n"
           "  - expect_request: {contains: 'PARENT-SECRET-CONTEXT'}\n"
           "    reply: {content: [{text: 'forked ok'}]}\n"
           "  - reply: {content: [{text: 'parent done'}]}\n");
+  memset(&pr, 0, sizeof(pr));
+  f.hook = release_on_usage;
+  f.user = &pr;
   fx_start(&f);
+  add_probe(&f, "hang", AL_TOOL_READ, &pr);
   fx_run(&f, "PARENT-SECRET-CONTEXT: the answer is 42");
   maybe_dump(&f);
   ASSERT_STR_EQ(fx_last_type(&f), "final");
@@ -451,6 +479,9 @@ TEST_IMPL(task_fork) {
     char *body = json_dumps(fx_request(&f, (size_t)r)->body, JSON_COMPACT);
 
     ASSERT_NOT_NULL(strstr(body, "PARENT-SECRET-CONTEXT"));
+    ASSERT_NOT_NULL(strstr(body, "let me fork"));
+    ASSERT_NULL(strstr(body, "\"k1\""));
+    ASSERT_NULL(strstr(body, "\"w1\""));
     free(body);
   }
   ASSERT_EQ(count_path(&f, "subagent_started", NULL), 1);
@@ -759,6 +790,122 @@ TEST_IMPL(task_cancel_three_children) {
                   "the cancel\n",
           (double)(uv_hrtime() - t0) / 1e6);
   ASSERT_EQ(json_array_size(f.events), c.events_after_cancel);
+  fx_finish(&f);
+  return 0;
+}
+
+/* ---- hooks -------------------------------------------------------------------- */
+
+typedef struct {
+  int start;
+  int stop;
+  int child_pre_tool;
+  char stop_outcome[32];
+} hk_t;
+
+static void record_hook(al_agent_t *agent, const char *event,
+                        const char *input_json, al_hook_reply_t *reply,
+                        void *data) {
+  hk_t *h = data;
+  json_t *in = json_loads(input_json, 0, NULL);
+
+  (void)agent;
+  (void)reply;
+  ASSERT_NOT_NULL(in);
+  if (strcmp(event, "subagent_start") == 0) {
+    h->start++;
+    ASSERT_STR_EQ(jstr(in, "task_id"), "t1");
+    ASSERT_STR_EQ(jstr(in, "agent"), "explore");
+  } else if (strcmp(event, "subagent_stop") == 0) {
+    h->stop++;
+    snprintf(h->stop_outcome, sizeof(h->stop_outcome), "%s",
+             jstr(in, "outcome"));
+  } else if (strcmp(event, "pre_tool_use") == 0 &&
+             strcmp(jstr(in, "session"), "s_test.t1") == 0) {
+    h->child_pre_tool++; /* the child's own call, under the same hooks */
+  }
+  json_decref(in);
+}
+
+/* The parent's hooks run for its children's tool calls, and the
+ * subagent_start / subagent_stop points fire around a child. */
+TEST_IMPL(task_hooks_subagent_points) {
+  fx_t f;
+  hk_t h;
+
+  memset(&h, 0, sizeof(h));
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q', agent: explore}}\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: r1, name: list_directory, input: {path: "
+          "'.'}}\n"
+          "  - reply: {content: [{text: 'listed'}]}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n");
+  f.opts.hook = record_hook;
+  f.opts.hook_data = &h;
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(h.start, 1);
+  ASSERT_EQ(h.stop, 1);
+  ASSERT_STR_EQ(h.stop_outcome, "completed");
+  ASSERT_EQ(h.child_pre_tool, 1);
+  ASSERT_STR_EQ(result_of(&f, "k1"), "listed");
+  fx_finish(&f);
+  return 0;
+}
+
+/* al_agent_task_cancel on a background child that runs a tool after its
+ * parent's run ended: the child and its tool are cancelled at once, the
+ * listing says so, and the cancelled result starts no run of the parent. */
+TEST_IMPL(task_cancel_background_by_id) {
+  fx_t f;
+  probe_t pr;
+  char *list = NULL;
+  long c;
+
+  memset(&pr, 0, sizeof(pr));
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: bg, "
+          "prompt: 'BG-HANG', background: true}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'BG-HANG'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: h1, name: hang, input: {}}\n");
+  fx_start(&f);
+  add_probe(&f, "hang", AL_TOOL_READ, &pr);
+  fx_run(&f, "start it");
+  while (pr.hung == NULL) {
+    ASSERT(uv_run(&f.loop, UV_RUN_ONCE) != 0 || pr.hung != NULL);
+  }
+  ASSERT_EQ(al_agent_tasks_json(f.agent, &list), 0);
+  ASSERT_NOT_NULL(strstr(list, "\"state\":\"running\""));
+  al_free(list);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t1"), 0);
+  ASSERT_EQ(pr.cancels, 1);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t1"), AL_ENOENT);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t9"), AL_ENOENT);
+  ASSERT_EQ(al_agent_tasks_json(f.agent, &list), 0);
+  ASSERT_NOT_NULL(strstr(list, "\"state\":\"cancelled\""));
+  al_free(list);
+  c = find_path(&f, "subagent_completed", NULL, 0);
+  ASSERT(c >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "outcome"), "cancelled");
+  ASSERT(!al_agent_running(f.agent));
+  ASSERT_EQ(count_path(&f, "run_started", NULL), 1);
+  assert_no_orphans(&f);
   fx_finish(&f);
   return 0;
 }
