@@ -686,6 +686,23 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
       def.input_schema = schema;
       def.category = pt->category;
       rc = al__agent_add_inproc(c, &def, &ct);
+    } else if (pt->mcp != NULL) {
+      /* The same server's tool, as the child's own entry: its calls and
+       * their mcp_tool_call_* events are the child's. */
+      rc = al__agent_add_entry(c, pt->name, NULL, NULL, pt->description,
+                               schema, pt->category, &ct);
+      if (rc == 0) {
+        ct->mcp = pt->mcp;
+        ct->mcp_tool = al_strdup(pt->mcp_tool);
+        ct->mcp_safe = pt->mcp_safe;
+        ct->mcp_impl = pt->mcp_impl;
+        ct->mcp_impl.name = ct->name;
+        ct->mcp_impl.data = ct;
+        ct->inner = &ct->mcp_impl;
+        if (ct->mcp_tool == NULL) {
+          rc = AL_ENOMEM;
+        }
+      }
     } else {
       rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
                                schema, pt->category, &ct);
