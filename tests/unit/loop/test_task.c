@@ -6,6 +6,7 @@
  * re-posted with "path". */
 #include <ctype.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -906,6 +907,58 @@ TEST_IMPL(task_cancel_background_by_id) {
   ASSERT(!al_agent_running(f.agent));
   ASSERT_EQ(count_path(&f, "run_started", NULL), 1);
   assert_no_orphans(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* ---- MCP through a child --------------------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TASK_MCP_SANDBOX ",\"sandbox\":false"
+#else
+#define TASK_MCP_SANDBOX ""
+#endif
+
+/* A child calls its parent's MCP tool: the same server process answers
+ * (one server started in all), and the call's events are the child's
+ * (re-posted with its path). */
+TEST_IMPL(task_child_uses_parent_mcp_server) {
+  fx_t f;
+  char cfg[1024];
+  long b;
+
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(cfg, sizeof(cfg),
+           "{\"mcpServers\":{\"f\":{\"command\":\"%s\",\"args\":[\"--helper\","
+           "\"mcp_server\"]%s}}}",
+           al_test_exe(), TASK_MCP_SANDBOX);
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q'}}\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: m1, name: mcp__f__echo, input: {text: "
+          "'via the parent server'}}\n"
+          "  - expect_request: {contains: 'via the parent server'}\n"
+          "    reply: {content: [{text: 'child echoed'}]}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n");
+  f.opts.mcp_config = cfg;
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "child echoed");
+  b = find_path(&f, "mcp_tool_call_begin", "t1", 0);
+  ASSERT(b >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, b), "call_id"), "m1");
+  ASSERT(find_path(&f, "mcp_tool_call_end", "t1", 0) > b);
+  ASSERT_EQ(count_path(&f, "mcp_tool_call_begin", NULL), 0);
+  ASSERT_EQ(count_path(&f, "mcp_server_state", NULL), 2); /* starting, ready */
+  ASSERT_EQ(count_path(&f, "mcp_server_state", "t1"), 0);
+  fx_assert_valid(&f);
   fx_finish(&f);
   return 0;
 }
