@@ -261,14 +261,14 @@ static void sessions_filter(chat_t *c, json_t *result) {
   json_t *list = json_object_get(result, "sessions");
   size_t i = 0;
 
-  if (c->here[0] == '\0') {
-    return;
-  }
   while (i < json_array_size(list)) {
     const char *cwd =
         json_string_value(json_object_get(json_array_get(list, i), "cwd"));
 
-    if (cwd == NULL || strcmp(cwd, c->here) != 0) {
+    /* A sub-agent's transcript ("parent") is part of its parent's
+     * session, not one to list or resume. */
+    if (json_object_get(json_array_get(list, i), "parent") != NULL ||
+        (c->here[0] != '\0' && (cwd == NULL || strcmp(cwd, c->here) != 0))) {
       json_array_remove(list, i);
     } else {
       i++;
@@ -1093,7 +1093,8 @@ static void on_list_for_resume(al__conn_t *conn, json_t *result,
     json_array_foreach(list, i, s) {
       const char *id = json_string_value(json_object_get(s, "session"));
 
-      if (id != NULL && strcmp(id, c->session) != 0) {
+      if (id != NULL && strcmp(id, c->session) != 0 &&
+          json_object_get(s, "parent") == NULL) {
         resume_session(c, id);
         return;
       }

@@ -1078,6 +1078,13 @@ EOF
     fail "the child has no transcript of its own"
   type_line "/quit"
   wait_for "[exited 0]"
+  # After a daemon restart (its scan reads every transcript) the child's
+  # is no session of its own in the listing.
+  "$BIN/agentloop" daemon stop | grep -q "agentloopd stopped" || fail "daemon stop"
+  "$BIN/agentloop" sessions >"$W/list" 2>&1 || fail "sessions: $(cat "$W/list")"
+  grep -q "s_" "$W/list" || fail "no session listed: $(cat "$W/list")"
+  grep -qF -- "-t1" "$W/list" && fail "a child's transcript listed: $(cat "$W/list")"
+  true
 }
 
 case_subagents_run() {
