@@ -192,6 +192,22 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
                     json_array_get(l.children, 0), "session")), child);
   ASSERT(!l.run_open);
   ASSERT_EQ(l.closed_tool_uses, 0);
+  /* The child's events are in it (since_seq replays them), its deltas
+   * not (its text is in its own transcript). */
+  {
+    size_t k;
+    bool tool = false;
+
+    for (k = 0; k < l.nevents; k++) {
+      const char *ln = l.events[k].line->data;
+
+      if (strstr(ln, "\"path\":\"t1\"") != NULL) {
+        ASSERT_NULL(strstr(ln, "\"type\":\"text_delta\""));
+        tool = tool || strstr(ln, "\"type\":\"tool_use_completed\"") != NULL;
+      }
+    }
+    ASSERT(tool);
+  }
   hist = json_dumps(al__history_to_json(&l.history), JSON_COMPACT);
   ASSERT_NOT_NULL(strstr(hist, "child done"));
   ASSERT_NOT_NULL(strstr(hist, "parent done"));

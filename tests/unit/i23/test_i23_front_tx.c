@@ -80,6 +80,20 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   al__tx_kid_commit(NULL, AL_COMMIT_USER, user, strlen(user), cd);
   al__tx_kid_commit(NULL, AL_COMMIT_ASSISTANT, asst, strlen(asst), cd);
   ASSERT_EQ(al__tx_kids_count(k), 1);
+  /* Its own child (depth 2) is linked from its transcript, not the
+   * session's: no link comes back. */
+  {
+    al_tx_child_t g = {"t3", "s_parent.t1.t3", "s_parent.t1", "toolu_9",
+                       "explore", false, 2};
+    al_blob_t *glink = NULL;
+    void *gd = NULL;
+
+    ASSERT_EQ(al__tx_kids_open(k, &g, &h, &gd, &glink), 0);
+    ASSERT_NULL(glink);
+    ASSERT_NOT_NULL(gd);
+    al__tx_kid_commit(NULL, AL_COMMIT_USER, user, strlen(user), gd);
+    al__tx_kids_end(k, "s_parent.t1.t3");
+  }
   /* The child ended (its subagent_completed): its writer closes; a stray
    * commit after that is dropped, not written into freed memory. */
   al__tx_kids_end(k, "s_parent.t1");
@@ -99,6 +113,10 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   ASSERT_EQ(l.bad_lines, 0);
   ASSERT_STR_EQ(l.chain_id, "s_parent-t1");
   ASSERT_EQ(al__history_count(&l.history), 2);
+  ASSERT_EQ(json_array_size(l.children), 1); /* its child t3 */
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_array_get(l.children, 0), "transcript")),
+                "s_parent-t1-t3");
   ASSERT_STR_EQ(l.header.cwd, "/work");
   ASSERT_NOT_NULL(l.header.parent);
   ASSERT_STR_EQ(json_string_value(json_object_get(l.header.parent, "session")),
@@ -135,6 +153,14 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   al__tx_loaded_free(&l);
   al_buf_free(&buf);
 
+  snprintf(path, sizeof(path), "%s/s_parent-t1-t3.jsonl", dir);
+  memset(&l, 0, sizeof(l));
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.chain_breaks, 0);
+  ASSERT_EQ(al__history_count(&l.history), 1);
+  al__tx_loaded_free(&l);
+  unlink(path);
+  snprintf(path, sizeof(path), "%s/s_parent-t1.jsonl", dir);
   ASSERT_EQ(uv_loop_close(&loop), 0);
   unlink(path);
   rmdir(dir);
