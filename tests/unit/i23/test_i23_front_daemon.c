@@ -266,3 +266,84 @@ TEST_IMPL(i23_daemon_task_cancel) {
   dt_finish(&t, cs, 1);
   return 0;
 }
+
+static const char *sleep_yaml =
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: k1, name: task, input: {description: wait, "
+    "prompt: 'CHILD-S'}}\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: c1, name: bash, input: {command: 'sleep 30'}}\n";
+
+/* turn/cancel while the child's tool runs: every tool_use of both levels
+ * has its result in its own transcript (nothing for a load to repair),
+ * both transcripts valid, the parent's run ended. */
+TEST_IMPL(i23_daemon_cancel_leaves_no_orphan_in_any_transcript) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char sid[64];
+  char child[64];
+  char file[64];
+  char path[512];
+  size_t i;
+  al_tx_loaded_t l;
+  kid_wait_t w;
+
+  dt_init(&t, sleep_yaml);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, sid, sizeof(sid));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 3, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
+  dt_call(&c, 4, "turn/send", p);
+  i = dt_wait_event(&c, "subagent_started", 0);
+  snprintf(child, sizeof(child), "%s", pstr(&c, i, "child_session"));
+  for (;;) {
+    i = dt_wait_event(&c, "tool_use_started", i + 1);
+    if (strcmp(pstr(&c, i, "path"), "t1") == 0) {
+      break;
+    }
+  }
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
+  dt_call(&c, 5, "turn/cancel", p);
+  i = dt_wait_event(&c, "subagent_completed", i);
+  ASSERT_STR_EQ(pstr(&c, i, "outcome"), "cancelled");
+  for (;;) {
+    i = dt_wait_event(&c, "interrupted", i + 1);
+    if (json_object_get(params_of(&c, i), "path") == NULL) {
+      break;
+    }
+  }
+  /* The child's transcript: its bash call answered (user, assistant with
+   * the call, its results). */
+  ASSERT(al__tx_child_file_id(child, file));
+  snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, file);
+  w.path = path;
+  w.messages = 3;
+  dt_run_until(&t, kid_whole, &w);
+  memset(&l, 0, sizeof(l));
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.chain_breaks, 0);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(l.closed_tool_uses, 0);
+  ASSERT_EQ(al__history_validate(&l.history, NULL, 0), 0);
+  al__tx_loaded_free(&l);
+  /* The parent's: its task call answered, its run ended. */
+  snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, sid);
+  memset(&l, 0, sizeof(l));
+  ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
+  ASSERT_EQ(l.chain_breaks, 0);
+  ASSERT_EQ(l.bad_lines, 0);
+  ASSERT_EQ(l.closed_tool_uses, 0);
+  ASSERT(!l.run_open);
+  al__tx_loaded_free(&l);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
