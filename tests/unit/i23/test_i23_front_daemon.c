@@ -64,7 +64,8 @@ typedef struct {
   size_t messages;
 } kid_wait_t;
 
-/* The transcript at w->path holds w->messages history messages. */
+/* The transcript at w->path holds w->messages history messages, none of
+ * them added by the load's repair. */
 static bool kid_whole(void *data) {
   const kid_wait_t *w = data;
   al_tx_loaded_t l;
@@ -72,6 +73,7 @@ static bool kid_whole(void *data) {
 
   memset(&l, 0, sizeof(l));
   ok = al__tx_load(w->path, false, 1 << 20, &l) == 0 &&
+       l.closed_tool_uses == 0 &&
        al__history_count(&l.history) >= w->messages;
   al__tx_loaded_free(&l);
   return ok;
@@ -335,8 +337,10 @@ TEST_IMPL(i23_daemon_cancel_leaves_no_orphan_in_any_transcript) {
   ASSERT_EQ(l.closed_tool_uses, 0);
   ASSERT_EQ(al__history_validate(&l.history, NULL, 0), 0);
   al__tx_loaded_free(&l);
-  /* The parent's: its task call answered, its run ended. */
+  /* The parent's: its task call answered, its run ended (interrupted is
+   * not held for the sync, as final is: wait for the records). */
   snprintf(path, sizeof(path), "%s/sessions/%s.jsonl", t.state, sid);
+  dt_run_until(&t, kid_whole, &w);
   memset(&l, 0, sizeof(l));
   ASSERT_EQ(al__tx_load(path, false, 1 << 20, &l), 0);
   ASSERT_EQ(l.chain_breaks, 0);
