@@ -8,7 +8,8 @@
 # CASE: stream | tool | interrupt | approval | approval_forged | resume |
 #       unreachable | doctor | daemon_gone | two_clients | follows |
 #       history | queue | headless | magistral | citations | responses |
-#       deepseek | subagents | subagents_run | subagents_crash
+#       deepseek | subagents | subagents_run | subagents_crash |
+#       subagents_sigint
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -1182,6 +1183,10 @@ EOF
     fail "the child did not get to its second request"
   kill -9 "$pid"
   wait "$pid" 2>/dev/null || true
+  grep -qs '"tool_use_id":"c1"' "$dir"/s_*-t1.jsonl ||
+    fail "the child's bash call has no result in its transcript"
+  grep -s '"rec":"tool_results"' "$dir"/s_*-t1.jsonl | grep -q denied &&
+    fail "the child's bash was denied, not interrupted"
   id=$(ls "$dir" | grep -v -- '-t1\.jsonl$' | sed 's/\.jsonl$//')
   [ -n "$id" ] || fail "no session transcript"
   out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id" -p "go on" 2>&1) ||
@@ -1192,6 +1197,58 @@ EOF
     fail "the child's transcript does not resume: $out"
   echo "$out" | grep -qF "Child resumed." || fail "child resume: $out"
   echo "$out" | grep -qF "damaged" && fail "child transcript damaged: $out"
+  true
+}
+
+case_subagents_sigint() {
+  # Issue 23: SIGINT to `agentloop run` while its child's bash runs: the
+  # run ends, and every tool_use of both levels has its result in its own
+  # transcript (a resume of either repairs nothing: no synthetic record).
+  start_mock "$(scenario <<'EOF'
+responses:
+  - reply:
+      content:
+        - tool_use: {id: k1, name: task, input: {description: "wait", prompt: "CHILD-S"}}
+  - reply:
+      content:
+        - tool_use: {id: c1, name: bash, input: {command: "sleep 30"}}
+  - expect_request: {contains: "go on"}
+    reply:
+      content:
+        - text: "Parent resumed."
+  - expect_request: {contains: "CHILD-S"}
+    reply:
+      content:
+        - text: "Child resumed."
+EOF
+)"
+  local pid id i out dir="$W/state/agentloop/sessions"
+  (cd "$W/work" && exec "$BIN/agentloop" run -p "delegate" >"$W/out" 2>"$W/err") &
+  pid=$!
+  for i in $(seq $((300 * MULT))); do
+    grep -qs '"name":"bash"' "$dir"/s_*-t1.jsonl && break
+    sleep 0.05
+  done
+  grep -qs '"name":"bash"' "$dir"/s_*-t1.jsonl || fail "the child never called bash"
+  kill -INT "$pid"
+  wait "$pid" 2>/dev/null || true
+  grep -qF "interrupted" "$W/err" "$W/out" || fail "not interrupted: $(cat "$W/err")"
+  [ "$(grep -c . "$W/requests.ndjson")" -eq 2 ] ||
+    fail "the child went on past its bash call: $(cat "$W/requests.ndjson")"
+  grep -qs '"tool_use_id":"c1"' "$dir"/s_*-t1.jsonl ||
+    fail "the child's bash call has no result in its transcript"
+  grep -s '"rec":"tool_results"' "$dir"/s_*-t1.jsonl | grep -q denied &&
+    fail "the child's bash was denied, not interrupted"
+  id=$(ls "$dir" | grep -v -- '-t1\.jsonl$' | sed 's/\.jsonl$//')
+  [ -n "$id" ] || fail "no session transcript"
+  out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id" -p "go on" 2>&1) ||
+    fail "resume failed: $out"
+  echo "$out" | grep -qF "Parent resumed." || fail "parent resume: $out"
+  out=$(cd "$W/work" && "$BIN/agentloop" run --resume "$id-t1" -p "and you" 2>&1) ||
+    fail "the child's transcript does not resume: $out"
+  echo "$out" | grep -qF "Child resumed." || fail "child resume: $out"
+  grep -l '"synthetic":true' "$dir"/*.jsonl &&
+    fail "a tool_use was left without its result (repaired on resume)"
   true
 }
 
