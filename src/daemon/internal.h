@@ -98,6 +98,7 @@ struct session_s {
   al_tx_kids_t *kids;    /* the sub-agents' transcripts (issue 23) */
   uint32_t children;     /* its own children started and not completed */
   bool kids_closing;     /* kids' writers closing: not freed before */
+  json_t *child_links;   /* its children's "child" records (resume) */
   /* Recent events, oldest first: a circular array (seqs increase, so a
    * seq is found by binary search). */
   ring_entry_t *ring;

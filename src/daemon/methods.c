@@ -924,6 +924,9 @@ void al__daemon_resume_reply(session_t *s, client_t *c, const json_t *id) {
   }
   json_object_set(info, "recovered",
                   s->recovered != NULL ? s->recovered : json_null());
+  json_object_set_new(info, "children",
+                      s->child_links != NULL ? json_incref(s->child_links)
+                                             : json_array());
   al__daemon_reply(c, id, info);
 }
 /* Queues k (a session/resume when then is NULL, else a request that

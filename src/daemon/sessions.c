@@ -580,6 +580,7 @@ void al__session_free(session_t *s) {
   held_free(s);
   ring_free(s);
   json_decref(s->recovered);
+  json_decref(s->child_links);
   al__tx_header_free(&s->h);
   if (s->api_key != NULL) {
     memset(s->api_key, 0, strlen(s->api_key));
@@ -704,8 +705,17 @@ static void on_child(al_agent_t *parent, const al_child_info_t *info,
     *commit = al__tx_kid_commit;
   }
   if (link != NULL) {
+    json_t *o = json_loadb(link->data, link->len, 0, NULL);
+
     al__session_tx_put_rec(s, link);
     al__blob_unref(link);
+    /* As a load lists it (session/resume's children). */
+    if (o != NULL && (s->child_links != NULL ||
+                      (s->child_links = json_array()) != NULL)) {
+      json_object_del(o, "rec");
+      json_array_append(s->child_links, o);
+    }
+    json_decref(o);
   }
 }
 
@@ -1041,6 +1051,8 @@ void al__session_unload(session_t *s) {
   ring_free(s);
   json_decref(s->recovered);
   s->recovered = NULL;
+  json_decref(s->child_links);
+  s->child_links = NULL;
   al_agent_close(s->agent, on_unload_agent_closed);
 }
 
@@ -1268,6 +1280,8 @@ void al__session_load_done(uv_work_t *w, int status) {
     if (s->title == NULL && l->first_user_text != NULL) {
       s->title = al__make_title(l->first_user_text);
     }
+    json_decref(s->child_links);
+    s->child_links = l->children != NULL ? json_incref(l->children) : NULL;
     json_decref(s->recovered);
     s->recovered = json_pack(
         "{s:b, s:I, s:I, s:I, s:O?}", "torn_tail", l->torn_tail, "bad_lines",

@@ -150,6 +150,14 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
   tasks = json_object_get(json_object_get(r, "result"), "tasks");
   ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
                                                   "state")), "completed");
+  /* session/resume lists the children as the transcript links them. */
+  r = dt_call(&c, 11, "session/resume", p);
+  tasks = json_object_get(json_object_get(r, "result"), "children");
+  ASSERT_EQ(json_array_size(tasks), 1);
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
+                                                  "session")), child);
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
+                                                  "parent_call")), "k1");
   dt_assert_valid(&t);
 
   /* The child's transcript: its own chain, its header naming the parent,
