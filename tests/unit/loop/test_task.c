@@ -218,6 +218,7 @@ TEST_IMPL(task_three_parallel_explore) {
           "    responses: [{reply: {content: [{text: 'answer-two'}]}}]\n"
           "  - match: {first_user_contains: 'CHILD-Q three'}\n"
           "    responses: [{reply: {content: [{text: 'answer-three'}]}}]\n");
+  f.opts.model = "claude-opus-4-5"; /* priced: $5 / $25 per million */
   fx_start(&f);
   fx_run(&f, "explore three things");
   maybe_dump(&f);
@@ -261,6 +262,16 @@ TEST_IMPL(task_three_parallel_explore) {
   ASSERT(child_in > 0);
   ASSERT_EQ(st.children_input_tokens, child_in);
   ASSERT_EQ(st.input_tokens, all_in);
+  /* The cost covers the children too, at the model's prices. */
+  ASSERT(st.cost_usd > 0);
+  ASSERT(st.cost_usd - ((double)all_in * 5 + (double)st.output_tokens * 25) /
+                           1e6 <
+         1e-9);
+  ASSERT(((double)all_in * 5 + (double)st.output_tokens * 25) / 1e6 -
+             st.cost_usd <
+         1e-9);
+  ASSERT(json_is_real(json_object_get(
+      json_object_get(fx_event(&f, first_done), "usage"), "cost_usd")));
   fx_finish(&f);
   return 0;
 }
