@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "agent_fx.h"
+#include "common/common.h"
 #include "test.h"
 
 #define jstr fx_jstr
@@ -984,5 +985,102 @@ TEST_IMPL(task_child_uses_parent_mcp_server) {
   ASSERT_EQ(count_path(&f, "mcp_server_state", "t1"), 0);
   fx_assert_valid(&f);
   fx_finish(&f);
+  return 0;
+}
+
+/* ---- on_child and nesting ------------------------------------------------------- */
+
+typedef struct {
+  int children;
+  char info[512];
+  al_buf_t commits; /* the children's commit records, one per line */
+} oc_t;
+
+static void child_commit(al_agent_t *agent, al_commit_kind_t kind,
+                         const char *message, size_t len, void *data) {
+  oc_t *o = data;
+
+  al_buf_printf(&o->commits, "%s %d %.*s\n", al_agent_session(agent),
+                (int)kind, (int)len, message);
+}
+
+static void on_child(al_agent_t *parent, const al_child_info_t *info,
+                     al_commit_cb *commit, void **commit_data, void *data) {
+  oc_t *o = data;
+
+  if (o->children++ == 0) {
+    snprintf(o->info, sizeof(o->info), "%s %s %s %s %s %d %u",
+             info->task_id, info->session_id, info->parent_session,
+             info->parent_call, info->agent, (int)info->background,
+             info->depth);
+    ASSERT_STR_EQ(al_agent_session(parent), "s_test");
+  }
+  *commit = child_commit;
+  *commit_data = o;
+}
+
+/* A grandchild (default depth 2): its events reach the top with path
+ * "t1/t1", its own task call gets the depth error; on_child gives each
+ * child its own commit hook (its transcript), told who its parent is. */
+TEST_IMPL(task_grandchild_and_on_child) {
+  fx_t f;
+  oc_t o;
+  long g;
+
+  memset(&o, 0, sizeof(o));
+  al_buf_init(&o.commits, 1 << 20);
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q', agent: general}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'GRAND-Q'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: d1, name: task, input: {description: "
+          "x, prompt: 'TOO-DEEP'}}\n"
+          "      - reply: {content: [{text: 'grand answer'}]}\n"
+          "  - match: {first_user_contains: 'CHILD-Q'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: c1, name: task, input: {description: "
+          "b, prompt: 'GRAND-Q'}}\n"
+          "      - expect_request: {contains: 'grand answer'}\n"
+          "        reply: {content: [{text: 'child answer'}]}\n");
+  f.opts.on_child = on_child;
+  f.opts.child_data = &o;
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "child answer");
+  ASSERT_EQ(o.children, 2);
+  ASSERT_STR_EQ(o.info, "t1 s_test.t1 s_test k1 general 0 1");
+  /* The grandchild's events carry the whole path. */
+  g = find_path(&f, "subagent_started", "t1", 0);
+  ASSERT(g >= 0);
+  ASSERT_EQ(json_integer_value(json_object_get(fx_event(&f, g), "depth")), 2);
+  ASSERT(find_path(&f, "final", "t1/t1", 0) > g);
+  g = find_path(&f, "tool_use_completed", "t1/t1", 0);
+  ASSERT(g >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, g), "content"),
+                "Agent depth limit reached. Solve the task yourself.");
+  ASSERT_STR_EQ(jstr(fx_event(&f, find_path(&f, "final", "t1/t1", 0)),
+                     "session"),
+                "s_test.t1.t1");
+  /* Each child's own transcript: its prompt and its answer. */
+  ASSERT_NOT_NULL(strstr(o.commits.data, "s_test.t1 0 "));
+  ASSERT_NOT_NULL(strstr(o.commits.data, "GRAND-Q"));
+  ASSERT_NOT_NULL(strstr(o.commits.data, "s_test.t1.t1 1 "));
+  ASSERT_NOT_NULL(strstr(o.commits.data, "grand answer"));
+  assert_no_orphans(&f);
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  al_buf_free(&o.commits);
   return 0;
 }
