@@ -1084,3 +1084,90 @@ TEST_IMPL(task_grandchild_and_on_child) {
   al_buf_free(&o.commits);
   return 0;
 }
+
+/* A definition from the options: its system prompt followed by the
+ * preamble, its allowlist (a name the parent lacks is not given), its
+ * max_turns (the child's summary is the result, outcome max_turns), and a
+ * permission mode looser than the parent's taken as the parent's. */
+TEST_IMPL(task_custom_agent_max_turns) {
+  fx_t f;
+  static const char *const tools[] = {"list_directory", "no_such_tool", "adm",
+                                      NULL};
+  al_subagent_def_t def;
+  probe_t pr;
+  long r, c;
+
+  memset(&def, 0, sizeof(def));
+  def.name = "one-turn";
+  def.description = "lists once";
+  def.system = "CUSTOM-SYSTEM-PROMPT";
+  def.tools = tools;
+  def.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  def.max_turns = 1;
+  def.source = "test";
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q', agent: one-turn}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {system_contains: 'CUSTOM-SYSTEM-PROMPT'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: l1, name: list_directory, input: "
+          "{path: '.'}}\n"
+          "            - tool_use: {id: a1, name: adm, input: {}}\n"
+          "      - expect_request: {contains: 'maximum number of turns'}\n"
+          "        reply: {content: [{text: 'summary of the child'}]}\n");
+  f.opts.subagents = &def;
+  f.opts.n_subagents = 1;
+  f.opts.task_preamble = "PREAMBLE-X";
+  f.opts.permission_mode = AL_PERMISSION_MODE_HEADLESS;
+  memset(&pr, 0, sizeof(pr));
+  fx_start(&f);
+  add_probe(&f, "adm", AL_TOOL_ADMIN, &pr);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "summary of the child");
+  c = find_path(&f, "subagent_completed", NULL, 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "outcome"), "max_turns");
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "agent"), "one-turn");
+  r = request_with(&f, "CHILD-Q");
+  ASSERT(r >= 1);
+  {
+    char *sys = json_dumps(json_object_get(fx_request(&f, (size_t)r)->body,
+                                           "system"),
+                           JSON_ENCODE_ANY);
+
+    ASSERT_NOT_NULL(strstr(sys, "CUSTOM-SYSTEM-PROMPT\\n\\nPREAMBLE-X"));
+    free(sys);
+  }
+  ASSERT(offers(&f, (size_t)r, "list_directory"));
+  ASSERT(!offers(&f, (size_t)r, "read_file"));
+  ASSERT(!offers(&f, (size_t)r, "no_such_tool"));
+  /* Headless like its parent, not the definition's interactive: the admin
+   * tool is refused, never asked. */
+  ASSERT_EQ(pr.runs, 0);
+  ASSERT_EQ(count_path(&f, "approval_required", "t1"), 0);
+  c = fx_find(&f, "tool_use_completed", "a1", 0);
+  ASSERT(c >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "path"), "t1");
+  ASSERT(json_is_true(json_object_get(fx_event(&f, c), "is_error")));
+  /* The parent's task listing names it. */
+  {
+    char *tools0 = json_dumps(json_object_get(fx_request(&f, 0)->body,
+                                              "tools"),
+                              0);
+
+    ASSERT_NOT_NULL(strstr(tools0, "- one-turn: lists once"));
+    ASSERT_NOT_NULL(strstr(tools0, "- explore: "));
+    free(tools0);
+  }
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
