@@ -65,6 +65,7 @@ typedef struct ag_task_s {
   uint32_t depth;
   ts_t state;
   bool ended;
+  bool close_pending; /* its close was asked: the parent's pending holds */
   bool max_turns_hit;
   bool budget_hit;
   al_tool_ctx_t *ctx; /* a foreground call, until it is completed */
@@ -92,6 +93,7 @@ struct ag_tasks_s {
   uint32_t depth;
   char *path;
   char *approval_prefix;
+  struct ag_task_s *self; /* a child's record in its parent */
   bool sandbox_borrowed;
   al_list_t list; /* ag_task_t, in start order */
   uint32_t next_id;
@@ -332,6 +334,15 @@ void al__task_free(al_agent_t *a) {
   if (ts == NULL) {
     return;
   }
+  if (ts->self != NULL && ts->self->close_pending) {
+    /* A closed child's last step: its parent may finish now (on a later
+     * iteration, so nothing of the parent is freed under this call). */
+    al_agent_t *p = ts->self->parent;
+
+    ts->self->close_pending = false;
+    p->pending--;
+    al__agent_maybe_finish(p);
+  }
   while (!al_list_empty(&ts->list)) {
     ag_task_t *t = AL_CONTAINER_OF(ts->list.next, ag_task_t, node);
 
@@ -426,14 +437,6 @@ static void repost(ag_task_t *t, const al_event_t *ev) {
 
 /* ---- ending a task ------------------------------------------------------------ */
 
-static void child_closed(al_agent_t *child) {
-  ag_task_t *t = al_agent_get_data(child);
-  al_agent_t *p = t->parent;
-
-  p->pending--;
-  al__agent_maybe_finish(p);
-}
-
 static void child_close(ag_task_t *t) {
   al_agent_t *c = t->child;
 
@@ -443,7 +446,8 @@ static void child_close(ag_task_t *t) {
   t->child = NULL;
   al__events_bus_set_tap(c->bus, NULL, NULL);
   t->parent->pending++;
-  al_agent_close(c, child_closed);
+  t->close_pending = true;
+  al_agent_close(c, NULL); /* al__task_free of the child lets go */
 }
 
 static void stats_add(ag_tasks_t *ts, uint64_t run, const al_agent_stats_t *s) {
@@ -807,7 +811,7 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
     o.permission_data = p;
   }
   o.session_id = t->session;
-  o.data = t;
+  o.data = p->data; /* the embedder's, for its callbacks given the child */
   o.sandbox = AL_SANDBOX_OFF; /* the parent's is borrowed */
   o.on_commit = commit;
   o.commit_data = commit_data;
@@ -1133,6 +1137,7 @@ int al__task_init(al_agent_t *a, const al_agent_options_t *o) {
     ts->on_child = pt->on_child;
     ts->child_data = pt->child_data;
     ts->depth = pt->depth + 1;
+    ts->self = me;
     n = (pt->path != NULL ? strlen(pt->path) + 1 : 0) + strlen(me->id) + 1;
     ts->path = al_malloc(n);
     ts->approval_prefix = al_malloc(n + 1);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "agent_fx.h"
+#include "common/common.h"
 #include "test.h"
 
 #define jstr fx_jstr
@@ -218,6 +219,7 @@ TEST_IMPL(task_three_parallel_explore) {
           "    responses: [{reply: {content: [{text: 'answer-two'}]}}]\n"
           "  - match: {first_user_contains: 'CHILD-Q three'}\n"
           "    responses: [{reply: {content: [{text: 'answer-three'}]}}]\n");
+  f.opts.model = "claude-opus-4-5"; /* priced: $5 / $25 per million */
   fx_start(&f);
   fx_run(&f, "explore three things");
   maybe_dump(&f);
@@ -261,6 +263,16 @@ TEST_IMPL(task_three_parallel_explore) {
   ASSERT(child_in > 0);
   ASSERT_EQ(st.children_input_tokens, child_in);
   ASSERT_EQ(st.input_tokens, all_in);
+  /* The cost covers the children too, at the model's prices. */
+  ASSERT(st.cost_usd > 0);
+  ASSERT(st.cost_usd - ((double)all_in * 5 + (double)st.output_tokens * 25) /
+                           1e6 <
+         1e-9);
+  ASSERT(((double)all_in * 5 + (double)st.output_tokens * 25) / 1e6 -
+             st.cost_usd <
+         1e-9);
+  ASSERT(json_is_real(json_object_get(
+      json_object_get(fx_event(&f, first_done), "usage"), "cost_usd")));
   fx_finish(&f);
   return 0;
 }
@@ -591,12 +603,12 @@ static void on_closed(al_agent_t *a) {
   }
 }
 
-static void close_when_child_asks(fx_t *f, const al_event_t *ev,
+static void close_when_child_runs(fx_t *f, const al_event_t *ev,
                                   const json_t *j) {
   closer_t *c = f->user;
 
   (void)j;
-  if (ev->type == AL_EVENT_STREAM_REQUEST_START && ev->path != NULL &&
+  if (ev->type == AL_EVENT_TOOL_USE_STARTED && ev->path != NULL &&
       f->agent != NULL) {
     al_agent_close(f->agent, on_closed);
     f->agent = NULL;
@@ -604,12 +616,16 @@ static void close_when_child_asks(fx_t *f, const al_event_t *ev,
   }
 }
 
-/* Closing a parent whose background child streams: the child is cancelled
- * and closed first, the parent's close callback comes, and nothing is
- * posted after the close. */
+static int procs_with(const char *marker);
+
+/* Closing a parent whose background child runs bash (after the parent's
+ * run ended): the child is cancelled and closed with it, its process is
+ * gone by the parent's close callback, and nothing of the child is posted
+ * after the close. */
 TEST_IMPL(task_close_with_background_child) {
   fx_t f;
   closer_t c;
+  size_t i;
 
   memset(&c, 0, sizeof(c));
   fx_init(&f,
@@ -618,11 +634,17 @@ TEST_IMPL(task_close_with_background_child) {
           "      content:\n"
           "        - tool_use: {id: k1, name: task, input: {description: bg, "
           "prompt: 'BG-CHILD', background: true}}\n"
-          "  - first_byte_delay_ms: 3000\n"
-          "    reply: {content: [{text: 'slow'}]}\n"
-          "  - first_byte_delay_ms: 3000\n"
-          "    reply: {content: [{text: 'slow'}]}\n");
-  f.hook = close_when_child_asks;
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'BG-CHILD'}\n"
+          "    responses:\n"
+          "      - first_byte_delay_ms: 50\n"
+          "        reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: b1, name: bash, input: {command: "
+          "'sleep 29.75'}}\n");
+  f.opts.sandbox = AL_SANDBOX_OFF;
+  f.hook = close_when_child_runs;
   f.user = &c;
   fx_start(&f);
   ASSERT_EQ(al_agent_run(f.agent, "start it"), 0);
@@ -631,12 +653,15 @@ TEST_IMPL(task_close_with_background_child) {
   }
   maybe_dump(&f);
   ASSERT(c.events_at_close > 0);
-  /* The close's own cancel posts the parent's interrupted (queued behind
-   * the event being delivered); nothing of the child comes after it. */
-  ASSERT_STR_EQ(fx_last_type(&f), "interrupted");
-  ASSERT_NULL(jstr(fx_event(&f, (long)json_array_size(f.events) - 1), "path"));
+  /* Nothing of the child comes after the event that closed it (the
+   * parent's own interrupted may, if its run had not ended yet). */
+  for (i = c.events_at_close; i < json_array_size(f.events); i++) {
+    ASSERT_NULL(jstr(fx_event(&f, (long)i), "path"));
+  }
   ASSERT_EQ(count_path(&f, "subagent_started", NULL), 1);
   ASSERT_EQ(count_path(&f, "subagent_completed", NULL), 0);
+  /* A closed agent waited for its children's killed process groups. */
+  ASSERT_EQ(procs_with("sleep 29.75"), 0);
   fx_finish(&f);
   return 0;
 }
@@ -678,6 +703,8 @@ static int procs_with(const char *marker) {
 
 typedef struct {
   int bash_started;
+  int usages;
+  bool committed; /* cancel once the replies are in the children's histories */
   bool cancelled;
   size_t events_after_cancel;
 } cx_t;
@@ -688,8 +715,14 @@ static void cancel_at_third_bash(fx_t *f, const al_event_t *ev,
 
   (void)j;
   if (ev->type == AL_EVENT_TOOL_USE_STARTED && ev->path != NULL &&
-      ev->u.tool.name.len == 4 && memcmp(ev->u.tool.name.ptr, "bash", 4) == 0 &&
-      ++c->bash_started == 3 && !c->cancelled) {
+      ev->u.tool.name.len == 4 && memcmp(ev->u.tool.name.ptr, "bash", 4) == 0) {
+    c->bash_started++;
+  }
+  if (ev->type == AL_EVENT_USAGE && ev->path != NULL) {
+    c->usages++; /* a child's reply is in its history */
+  }
+  if (!c->cancelled && c->bash_started == 3 &&
+      (!c->committed || c->usages == 3)) {
     c->cancelled = true;
     ASSERT_EQ(al_agent_cancel(f->agent), 0);
   }
@@ -712,19 +745,80 @@ static void poll_procs(uv_timer_t *t) {
   }
 }
 
-/* Cancelling the parent while three children run bash: every tool_use of
+/* Every child's history commits (on_child), to check that none leaves a
+ * tool_use without its result. */
+static void hist_commit(al_agent_t *agent, al_commit_kind_t kind,
+                        const char *message, size_t len, void *data) {
+  json_t *m = json_loadb(message, len, 0, NULL);
+
+  (void)agent;
+  ASSERT_NOT_NULL(m);
+  json_array_append_new(data, json_pack("{s:i, s:o}", "kind", (int)kind,
+                                        "message", m));
+}
+
+static void hist_child(al_agent_t *parent, const al_child_info_t *info,
+                       al_commit_cb *commit, void **commit_data, void *data) {
+  (void)parent;
+  (void)info;
+  *commit = hist_commit;
+  *commit_data = data;
+}
+
+/* Each tool_use id of the commits has a tool_result; returns how many. */
+static size_t assert_commits_closed(const json_t *commits) {
+  size_t i, k, uses = 0;
+  json_t *c, *b;
+  json_t *results = json_object();
+
+  json_array_foreach(commits, i, c) {
+    json_array_foreach(json_object_get(json_object_get(c, "message"),
+                                       "content"),
+                       k, b) {
+      if (jstr(b, "type") != NULL &&
+          strcmp(jstr(b, "type"), "tool_result") == 0) {
+        json_object_set_new(results, jstr(b, "tool_use_id"), json_true());
+      }
+    }
+  }
+  json_array_foreach(commits, i, c) {
+    json_array_foreach(json_object_get(json_object_get(c, "message"),
+                                       "content"),
+                       k, b) {
+      if (jstr(b, "type") != NULL && strcmp(jstr(b, "type"), "tool_use") == 0) {
+        uses++;
+        if (json_object_get(results, jstr(b, "id")) == NULL) {
+          AL_TEST_FAIL("child history: tool_use %s has no result",
+                       jstr(b, "id"));
+        }
+      }
+    }
+  }
+  json_decref(results);
+  return uses;
+}
+
+/* Cancelling the parent while three children run bash (committed: their
+ * replies are in their histories; else they still stream): every tool_use of
  * every level has its result, the parent's history has no open call,
  * nothing is posted after the cancel returns, and no child's process is
  * left running. */
-TEST_IMPL(task_cancel_three_children) {
+static void cancel_three(bool committed) {
   fx_t f;
   cx_t c;
   poll_t p;
   char *hist = NULL;
   uint64_t t0;
+  json_t *commits;
+  char yaml[2048];
+  const char *tail = committed ? ""
+                               : "        - text: 'still streaming'\n"
+                                 "          chunks: 4\n"
+                                 "          delay_ms: 2000\n";
 
   memset(&c, 0, sizeof(c));
-  fx_init(&f,
+  c.committed = committed;
+  snprintf(yaml, sizeof(yaml),
           "responses:\n"
           "  - reply:\n"
           "      content:\n"
@@ -737,23 +831,21 @@ TEST_IMPL(task_cancel_three_children) {
           "  - reply:\n"
           "      content:\n"
           "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
-          "        - text: 'still streaming'\n"
-          "          chunks: 4\n"
-          "          delay_ms: 2000\n"
+          "%s"
           "  - reply:\n"
           "      content:\n"
           "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
-          "        - text: 'still streaming'\n"
-          "          chunks: 4\n"
-          "          delay_ms: 2000\n"
+          "%s"
           "  - reply:\n"
           "      content:\n"
           "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
-          "        - text: 'still streaming'\n"
-          "          chunks: 4\n"
-          "          delay_ms: 2000\n");
+          "%s",
+          tail, tail, tail);
+  fx_init(&f, yaml);
   f.opts.sandbox = AL_SANDBOX_OFF;
   f.opts.task_parallel_writers = true;
+  f.opts.on_child = hist_child;
+  f.opts.child_data = commits = json_array();
   f.hook = cancel_at_third_bash;
   f.user = &c;
   fx_start(&f);
@@ -775,23 +867,48 @@ TEST_IMPL(task_cancel_three_children) {
   ASSERT_EQ(al_agent_history_json(f.agent, &hist), 0);
   ASSERT_NOT_NULL(strstr(hist, "operation cancelled by user"));
   al_free(hist);
+  /* The children's own histories (their commits): no tool_use left
+   * unanswered (cut mid-stream, their replies keep only the text; once
+   * committed, each bash call has its cancelled result), and each has its
+   * prompt. */
+  ASSERT_EQ(assert_commits_closed(commits), committed ? 3 : 0);
+  {
+    size_t i, users = 0;
+    json_t *cm;
+
+    json_array_foreach(commits, i, cm) {
+      users += json_integer_value(json_object_get(cm, "kind")) ==
+               AL_COMMIT_USER;
+    }
+    ASSERT_GE(users, 3);
+  }
   /* The children's processes: gone within a bounded wait (polled). */
   t0 = uv_hrtime();
   memset(&p, 0, sizeof(p));
-  p.left = 500; /* 5 s at 10 ms */
+  p.left = 5000; /* 5 s at 1 ms */
   uv_timer_init(&f.loop, &p.t);
   p.t.data = &p;
-  uv_timer_start(&p.t, poll_procs, 0, 10);
+  uv_timer_start(&p.t, poll_procs, 0, 1);
   while (!p.done) {
     uv_run(&f.loop, UV_RUN_ONCE);
   }
   uv_close((uv_handle_t *)&p.t, NULL);
   ASSERT_EQ(procs_with("sleep 29.25"), 0);
-  fprintf(stderr, "task_cancel_three_children: processes gone %.1f ms after "
-                  "the cancel\n",
-          (double)(uv_hrtime() - t0) / 1e6);
+  fprintf(stderr, "task_cancel_three_children%s: processes gone %.1f ms "
+                  "after the cancel\n",
+          committed ? "_committed" : "", (double)(uv_hrtime() - t0) / 1e6);
   ASSERT_EQ(json_array_size(f.events), c.events_after_cancel);
   fx_finish(&f);
+  json_decref(commits);
+}
+
+TEST_IMPL(task_cancel_three_children) {
+  cancel_three(false);
+  return 0;
+}
+
+TEST_IMPL(task_cancel_three_children_committed) {
+  cancel_three(true);
   return 0;
 }
 
@@ -958,6 +1075,190 @@ TEST_IMPL(task_child_uses_parent_mcp_server) {
   ASSERT_EQ(count_path(&f, "mcp_tool_call_begin", NULL), 0);
   ASSERT_EQ(count_path(&f, "mcp_server_state", NULL), 2); /* starting, ready */
   ASSERT_EQ(count_path(&f, "mcp_server_state", "t1"), 0);
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* ---- on_child and nesting ------------------------------------------------------- */
+
+typedef struct {
+  int children;
+  char info[512];
+  al_buf_t commits; /* the children's commit records, one per line */
+} oc_t;
+
+static void child_commit(al_agent_t *agent, al_commit_kind_t kind,
+                         const char *message, size_t len, void *data) {
+  oc_t *o = data;
+
+  al_buf_printf(&o->commits, "%s %d %.*s\n", al_agent_session(agent),
+                (int)kind, (int)len, message);
+}
+
+static void on_child(al_agent_t *parent, const al_child_info_t *info,
+                     al_commit_cb *commit, void **commit_data, void *data) {
+  oc_t *o = data;
+
+  if (o->children++ == 0) {
+    snprintf(o->info, sizeof(o->info), "%s %s %s %s %s %d %u",
+             info->task_id, info->session_id, info->parent_session,
+             info->parent_call, info->agent, (int)info->background,
+             info->depth);
+    ASSERT_STR_EQ(al_agent_session(parent), "s_test");
+  }
+  *commit = child_commit;
+  *commit_data = o;
+}
+
+/* A grandchild (default depth 2): its events reach the top with path
+ * "t1/t1", its own task call gets the depth error; on_child gives each
+ * child its own commit hook (its transcript), told who its parent is. */
+TEST_IMPL(task_grandchild_and_on_child) {
+  fx_t f;
+  oc_t o;
+  long g;
+
+  memset(&o, 0, sizeof(o));
+  al_buf_init(&o.commits, 1 << 20);
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q', agent: general}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'GRAND-Q'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: d1, name: task, input: {description: "
+          "x, prompt: 'TOO-DEEP'}}\n"
+          "      - reply: {content: [{text: 'grand answer'}]}\n"
+          "  - match: {first_user_contains: 'CHILD-Q'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: c1, name: task, input: {description: "
+          "b, prompt: 'GRAND-Q'}}\n"
+          "      - expect_request: {contains: 'grand answer'}\n"
+          "        reply: {content: [{text: 'child answer'}]}\n");
+  f.opts.on_child = on_child;
+  f.opts.child_data = &o;
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "child answer");
+  ASSERT_EQ(o.children, 2);
+  ASSERT_STR_EQ(o.info, "t1 s_test.t1 s_test k1 general 0 1");
+  /* The grandchild's events carry the whole path. */
+  g = find_path(&f, "subagent_started", "t1", 0);
+  ASSERT(g >= 0);
+  ASSERT_EQ(json_integer_value(json_object_get(fx_event(&f, g), "depth")), 2);
+  ASSERT(find_path(&f, "final", "t1/t1", 0) > g);
+  g = find_path(&f, "tool_use_completed", "t1/t1", 0);
+  ASSERT(g >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, g), "content"),
+                "Agent depth limit reached. Solve the task yourself.");
+  ASSERT_STR_EQ(jstr(fx_event(&f, find_path(&f, "final", "t1/t1", 0)),
+                     "session"),
+                "s_test.t1.t1");
+  /* Each child's own transcript: its prompt and its answer. */
+  ASSERT_NOT_NULL(strstr(o.commits.data, "s_test.t1 0 "));
+  ASSERT_NOT_NULL(strstr(o.commits.data, "GRAND-Q"));
+  ASSERT_NOT_NULL(strstr(o.commits.data, "s_test.t1.t1 1 "));
+  ASSERT_NOT_NULL(strstr(o.commits.data, "grand answer"));
+  assert_no_orphans(&f);
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  al_buf_free(&o.commits);
+  return 0;
+}
+
+/* A definition from the options: its system prompt followed by the
+ * preamble, its allowlist (a name the parent lacks is not given), its
+ * max_turns (the child's summary is the result, outcome max_turns), and a
+ * permission mode looser than the parent's taken as the parent's. */
+TEST_IMPL(task_custom_agent_max_turns) {
+  fx_t f;
+  static const char *const tools[] = {"list_directory", "no_such_tool", "adm",
+                                      NULL};
+  al_subagent_def_t def;
+  probe_t pr;
+  long r, c;
+
+  memset(&def, 0, sizeof(def));
+  def.name = "one-turn";
+  def.description = "lists once";
+  def.system = "CUSTOM-SYSTEM-PROMPT";
+  def.tools = tools;
+  def.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  def.max_turns = 1;
+  def.source = "test";
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q', agent: one-turn}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {system_contains: 'CUSTOM-SYSTEM-PROMPT'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: l1, name: list_directory, input: "
+          "{path: '.'}}\n"
+          "            - tool_use: {id: a1, name: adm, input: {}}\n"
+          "      - expect_request: {contains: 'maximum number of turns'}\n"
+          "        reply: {content: [{text: 'summary of the child'}]}\n");
+  f.opts.subagents = &def;
+  f.opts.n_subagents = 1;
+  f.opts.task_preamble = "PREAMBLE-X";
+  f.opts.permission_mode = AL_PERMISSION_MODE_HEADLESS;
+  memset(&pr, 0, sizeof(pr));
+  fx_start(&f);
+  add_probe(&f, "adm", AL_TOOL_ADMIN, &pr);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "summary of the child");
+  c = find_path(&f, "subagent_completed", NULL, 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "outcome"), "max_turns");
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "agent"), "one-turn");
+  r = request_with(&f, "CHILD-Q");
+  ASSERT(r >= 1);
+  {
+    char *sys = json_dumps(json_object_get(fx_request(&f, (size_t)r)->body,
+                                           "system"),
+                           JSON_ENCODE_ANY);
+
+    ASSERT_NOT_NULL(strstr(sys, "CUSTOM-SYSTEM-PROMPT\\n\\nPREAMBLE-X"));
+    free(sys);
+  }
+  ASSERT(offers(&f, (size_t)r, "list_directory"));
+  ASSERT(!offers(&f, (size_t)r, "read_file"));
+  ASSERT(!offers(&f, (size_t)r, "no_such_tool"));
+  /* Headless like its parent, not the definition's interactive: the admin
+   * tool is refused, never asked. */
+  ASSERT_EQ(pr.runs, 0);
+  ASSERT_EQ(count_path(&f, "approval_required", "t1"), 0);
+  c = fx_find(&f, "tool_use_completed", "a1", 0);
+  ASSERT(c >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "path"), "t1");
+  ASSERT(json_is_true(json_object_get(fx_event(&f, c), "is_error")));
+  /* The parent's task listing names it. */
+  {
+    char *tools0 = json_dumps(json_object_get(fx_request(&f, 0)->body,
+                                              "tools"),
+                              0);
+
+    ASSERT_NOT_NULL(strstr(tools0, "- one-turn: lists once"));
+    ASSERT_NOT_NULL(strstr(tools0, "- explore: "));
+    free(tools0);
+  }
   fx_assert_valid(&f);
   fx_finish(&f);
   return 0;
