@@ -530,6 +530,28 @@ static void replay_done(chat_t *c) {
   }
 }
 
+/* Shows an event that may come while the prompt is up (a background
+ * sub-agent works on after its parent's run): the prompt line is cleared,
+ * the lines printed without the live area (it would draw under the
+ * prompt), and the prompt redrawn with what was typed. */
+static bool view_event_at_prompt(chat_t *c, json_t *ev) {
+  bool idle = c->handler_installed;
+  bool live = c->view.live;
+  bool ended;
+
+  if (idle) {
+    fputs("\r\x1b[K", stderr);
+    c->view.live = false;
+  }
+  ended = al__tui_view_event(&c->view, ev, now_ms(c));
+  if (idle) {
+    c->view.live = live;
+    fflush(stdout);
+    rl_forced_update_display();
+  }
+  return ended;
+}
+
 static void on_event(chat_t *c, json_t *ev) {
   const char *type = json_string_value(json_object_get(ev, "type"));
   const char *session = json_string_value(json_object_get(ev, "session"));
@@ -558,7 +580,7 @@ static void on_event(chat_t *c, json_t *ev) {
       if (asking) {
         fputs("\r\x1b[K", stderr);
       }
-      al__tui_view_event(&c->view, ev, now_ms(c));
+      view_event_at_prompt(c, ev);
       if (asking && c->state == ST_APPROVAL && c->napprovals > 0) {
         al__tui_view_settle(&c->view);
         approval_draw(c);
@@ -611,7 +633,7 @@ static void on_event(chat_t *c, json_t *ev) {
     if (asking) {
       fputs("\r\x1b[K", stderr);
     }
-    ended = al__tui_view_event(&c->view, ev, now_ms(c));
+    ended = view_event_at_prompt(c, ev);
     if (asking && !ended && c->state == ST_APPROVAL && c->napprovals > 0) {
       al__tui_view_settle(&c->view);
       approval_draw(c);

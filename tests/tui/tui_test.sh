@@ -9,7 +9,7 @@
 #       unreachable | doctor | daemon_gone | two_clients | follows |
 #       history | queue | headless | magistral | citations | responses |
 #       deepseek | subagents | subagents_run | subagents_crash |
-#       subagents_sigint
+#       subagents_sigint | subagents_background
 #
 # Isolation: a private tmux server (-L), HOME / XDG_RUNTIME_DIR /
 # XDG_STATE_HOME / XDG_CONFIG_HOME in a temp dir, so the socket, the
@@ -1250,6 +1250,53 @@ EOF
   grep -l '"synthetic":true' "$dir"/*.jsonl &&
     fail "a tool_use was left without its result (repaired on resume)"
   true
+}
+
+case_subagents_background() {
+  # Issue 23: a background child works on after its parent's run ended:
+  # its lines come while the prompt is up (cleared and redrawn around
+  # them, no live area under it), then its result starts the parent's next
+  # run; /tasks lists it as a background task.
+  start_mock "$(scenario <<'EOF'
+tracks:
+  - match: {first_user_contains: "CHILD-B"}
+    responses:
+      - first_byte_delay_ms: 1500
+        reply:
+          content:
+            - tool_use: {id: c1, name: read_file, input: {path: a.txt}}
+      - reply:
+          content:
+            - text: "bg done"
+responses:
+  - reply:
+      content:
+        - tool_use: {id: k1, name: task, input: {description: "in the back", prompt: "CHILD-B", background: true}}
+  - reply:
+      content:
+        - text: "Started it."
+  - expect_request: {contains: "bg done"}
+    reply:
+      content:
+        - text: "Got the background result."
+EOF
+)"
+  echo hello >"$W/work/a.txt"
+  run_pane "$BIN/agentloop"
+  wait_prompt
+  type_line "go"
+  wait_for "general t1 › started in the background: in the back"
+  wait_for "Started it."
+  wait_for "✓ general t1 › read_file(a.txt)"
+  wait_for "general t1 › ✓ completed"
+  wait_for "Got the background result."
+  wait_prompt
+  type_line "/tasks"
+  wait_for "t1    general    completed  in the back"
+  wait_for "(background)"
+  wait_prompt
+  type_line "/quit"
+  wait_for "[exited 0]"
 }
 
 "case_$CASE"
