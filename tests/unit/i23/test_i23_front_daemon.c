@@ -359,3 +359,78 @@ TEST_IMPL(i23_daemon_cancel_leaves_no_orphan_in_any_transcript) {
   dt_finish(&t, cs, 1);
   return 0;
 }
+
+static bool listed_loaded(dt_client_t *c, int *id, const char *sid) {
+  json_t *r = dt_call(c, (*id)++, "session/list", NULL);
+  const json_t *a = json_object_get(json_object_get(r, "result"), "sessions");
+  size_t i;
+  json_t *v;
+
+  json_array_foreach(a, i, v) {
+    if (strcmp(json_string_value(json_object_get(v, "session")), sid) == 0) {
+      return json_is_true(json_object_get(v, "loaded"));
+    }
+  }
+  AL_TEST_FAIL("session %s not listed", sid);
+  return false;
+}
+
+static const char *bg_yaml =
+    "tracks:\n"
+    "  - match: {first_user_contains: 'CHILD-BG'}\n"
+    "    responses:\n"
+    "      - first_byte_delay_ms: 600000\n"
+    "        reply: {content: [{text: 'never'}]}\n"
+    "responses:\n"
+    "  - reply:\n"
+    "      content:\n"
+    "        - tool_use: {id: k1, name: task, input: {description: bg, "
+    "prompt: 'CHILD-BG', background: true}}\n"
+    "  - reply: {content: [{text: 'started it'}]}\n";
+
+/* A session whose run is over but whose background child still works is
+ * not idle: with one idle session allowed, creating others unloads them,
+ * not it (an unload closes its agent, which would cancel the child). */
+TEST_IMPL(i23_daemon_background_child_keeps_session_loaded) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char p[1024];
+  char a[64];
+  int id = 10;
+  size_t i;
+
+  dt_init(&t, bg_yaml);
+  t.o.max_idle_sessions = 1;
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  dt_create(&c, p, a, sizeof(a));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", a);
+  dt_call(&c, id++, "session/subscribe", p);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", a);
+  dt_call(&c, id++, "turn/send", p);
+  i = dt_wait_event(&c, "subagent_started", 0);
+  dt_wait_event(&c, "final", i);
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", a);
+  ASSERT_EQ(dt_err(dt_call(&c, id++, "session/unsubscribe", p)), 0);
+  for (i = 0; i < 3; i++) {
+    snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+    ASSERT_EQ(dt_err(dt_call(&c, id++, "session/create", p)), 0);
+  }
+  ASSERT(listed_loaded(&c, &id, a));
+  snprintf(p, sizeof(p), "{\"session\":\"%s\"}", a);
+  {
+    json_t *r = dt_call(&c, id++, "task/list", p);
+    json_t *tk = json_array_get(
+        json_object_get(json_object_get(r, "result"), "tasks"), 0);
+
+    ASSERT_STR_EQ(json_string_value(json_object_get(tk, "state")),
+                  "running");
+  }
+  snprintf(p, sizeof(p), "{\"session\":\"%s\",\"task\":\"t1\"}", a);
+  ASSERT_EQ(dt_err(dt_call(&c, id++, "task/cancel", p)), 0);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
