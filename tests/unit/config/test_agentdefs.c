@@ -643,3 +643,75 @@ TEST_IMPL(agentdefs_load_in_pool) {
   ASSERT_EQ(al_test_rm_tree(root), 0);
   return 0;
 }
+
+/* ---- allocation failures ------------------------------------------------ */
+
+/* Fails allocation number fail_at (1-based) through the al_ hook. */
+static int alloc_count;
+static int alloc_fail_at;
+
+static void *fail_malloc(size_t n) {
+  return ++alloc_count == alloc_fail_at ? NULL : malloc(n);
+}
+
+static void *fail_realloc(void *p, size_t n) {
+  return ++alloc_count == alloc_fail_at ? NULL : realloc(p, n);
+}
+
+static void *fail_calloc(size_t c, size_t n) {
+  return ++alloc_count == alloc_fail_at ? NULL : calloc(c, n);
+}
+
+/* Every allocation of a load, a file's parse and the listing fails in
+ * turn: AL_ENOMEM, never a crash or a half-built set (valgrind or ASan
+ * see the leaks). */
+TEST_IMPL(agentdefs_alloc_failure) {
+  char root[] = "/tmp/al-agentdefs-XXXXXX";
+  char cfg[4096];
+  al_agentdefs_options_t o;
+  al_agentdefs_t *d;
+  size_t len;
+  char *text = al_test_read_file(
+      al_test_data_path("agents/claude/code-reviewer.md"), &len);
+  char *out;
+  int k, rc;
+  bool done = false;
+
+  ASSERT_NOT_NULL(text);
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(cfg, sizeof(cfg), "%s/cfg", root);
+  agent_file(root, "cfg/agents", "a.md", "a", "first");
+  agent_file(root, "cfg/agents", "b.md", "A", "second, the same name");
+  al_agentdefs_options_init(&o);
+  o.home = "";
+  o.config_dir = cfg;
+  ASSERT_EQ(al_set_allocator(fail_malloc, fail_realloc, fail_calloc, free),
+            0);
+  for (k = 1; !done; k++) {
+    ASSERT(k < 10000);
+    alloc_count = 0;
+    alloc_fail_at = k;
+    rc = al_config_agents_load(&o, &d);
+    if (rc != 0) {
+      ASSERT_EQ(rc, AL_ENOMEM);
+      ASSERT_NULL(d);
+      continue;
+    }
+    rc = al_agentdefs_add_text(d, "r.md", text, len);
+    if (rc == 0) {
+      rc = al_agentdefs_describe(d->defs, d->n, 200, &out);
+      if (rc == 0) {
+        al_free(out);
+      }
+    }
+    ASSERT(rc == 0 || rc == AL_ENOMEM);
+    ASSERT_NOT_NULL(al_agentdefs_find(d, "explore"));
+    al_agentdefs_free(d);
+    done = alloc_count < alloc_fail_at;
+  }
+  ASSERT_GE(k, 20);
+  alloc_fail_at = 0;
+  free(text);
+  ASSERT_EQ(al_test_rm_tree(root), 0);
+  return 0;
+}
