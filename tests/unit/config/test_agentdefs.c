@@ -10,6 +10,7 @@
 #include "common/utf8.h"
 #include "config/agentdefs.h"
 #include "test.h"
+#include "tools/clitool.h"
 
 /* The note of that level whose text contains needle, or NULL. */
 static const char *note_with(const al_agentdefs_t *d, al_agentdefs_level_t lv,
@@ -712,6 +713,33 @@ TEST_IMPL(agentdefs_alloc_failure) {
   ASSERT_GE(k, 20);
   alloc_fail_at = 0;
   free(text);
+  ASSERT_EQ(al_test_rm_tree(root), 0);
+  return 0;
+}
+
+/* A project's .claude/agents is bound to its trust as .agentloop/ is
+ * (src/tools/trust.c): an agent file added after the trust withholds the
+ * project's set (its prompt and tool list steer a child) until approved
+ * again. */
+TEST_IMPL(agentdefs_claude_dir_bound_to_trust) {
+  char root[] = "/tmp/al-agentdefs-XXXXXX";
+  char cfg[4096], ws[4096];
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(cfg, sizeof(cfg), "%s/cfg", root);
+  snprintf(ws, sizeof(ws), "%s/proj", root);
+  mkdirs(root, "cfg");
+  mkdirs(root, "proj/.claude");
+  ASSERT_EQ(setenv("XDG_CONFIG_HOME", cfg, 1), 0);
+  ASSERT_EQ(al__tools_trust_project(ws, NULL), 0);
+  ASSERT(al__tools_project_trusted(ws));
+  /* Claude Code's other files in .claude/ are not ours to bind. */
+  agent_file(root, "proj/.claude", "settings.local.json", "x", "y");
+  ASSERT(al__tools_project_trusted(ws));
+  agent_file(root, "proj/.claude/agents", "rev.md", "rev", "added later");
+  ASSERT(!al__tools_project_trusted(ws));
+  ASSERT_EQ(al__tools_trust_project(ws, NULL), 0);
+  ASSERT(al__tools_project_trusted(ws));
   ASSERT_EQ(al_test_rm_tree(root), 0);
   return 0;
 }
