@@ -518,7 +518,7 @@ static void add_tool(pctx_t *p, const yaml_node_t *at, const char *key,
 static void tools_value(pctx_t *p, const char *key, const yaml_node_t *v,
                         bool deny, const char *const **out) {
   char **list = al_calloc(1, sizeof(*list));
-  size_t count = 0;
+  size_t count = 0, named = 0;
 
   if (list == NULL) {
     p->nomem = true;
@@ -547,6 +547,7 @@ static void tools_value(pctx_t *p, const char *key, const yaml_node_t *v,
       while (n > 0 && (t[n - 1] == ' ' || t[n - 1] == '\t')) {
         n--;
       }
+      named++;
       add_tool(p, e, key, t, n, deny, &list, &count);
     }
   } else if (al_yaml_string_problem(v) == NULL) {
@@ -563,6 +564,7 @@ static void tools_value(pctx_t *p, const char *key, const yaml_node_t *v,
         b--;
       }
       if (b > a) {
+        named++;
         add_tool(p, v, key, t + a, b - a, deny, &list, &count);
       }
       t += n;
@@ -575,6 +577,12 @@ static void tools_value(pctx_t *p, const char *key, const yaml_node_t *v,
             "'%s' must be a list of tool names or a string "
             "\"Read, Grep\"",
             key);
+  }
+  if (!deny && named > 0 && count == 0 && !p->failed) {
+    /* An empty allowlist is no tools at all, which `tools: []` says on
+     * purpose; here it is what the drops left. */
+    note_at(p, AL_AGENTDEFS_WARNING, v,
+            "'%s': no tool named is one here; the agent gets no tools", key);
   }
   *out = (const char *const *)list;
 }

@@ -110,8 +110,8 @@ int al_config_agents_load_start(uv_loop_t *loop,
                                 const al_agentdefs_options_t *o,
                                 al_agentdefs_load_cb cb, void *data,
                                 al_agentdefs_req_t **out);
-/* After it returns cb never runs; the request frees itself when the pool
- * is done with it (the loop must run until then). */
+/* Before cb has run: after it returns cb never runs; the request frees
+ * itself when the pool is done with it (the loop must run until then). */
 void al_config_agents_load_cancel(al_agentdefs_req_t *req);
 
 /* Parses one file's text into d as if read from path (tests, a fuzz

@@ -253,6 +253,15 @@ TEST_IMPL(agentdefs_claude_code_files) {
                             "with a pattern"));
   ASSERT_NOT_NULL(note_with(d, AL_AGENTDEFS_WARNING,
                             "list.md:5:1: unknown key 'favourite' ignored"));
+  /* Every tool dropped: no tools at all, said. */
+  add(d, "none.md", "---\nname: none\ndescription: d\ntools: WebFetch, "
+                    "WebSearch\n---\n");
+  s = al_agentdefs_find(d, "none");
+  ASSERT_NOT_NULL(s->tools);
+  ASSERT_EQ(list_len(s->tools), 0);
+  ASSERT_NOT_NULL(note_with(d, AL_AGENTDEFS_WARNING,
+                            "none.md:4:8: 'tools': no tool named is one "
+                            "here; the agent gets no tools"));
   /* The shared map. */
   ASSERT_STR_EQ(al_claude_tool_find("Read")->ours, "read_file");
   ASSERT_NULL(al_claude_tool_find("WebSearch")->ours);
