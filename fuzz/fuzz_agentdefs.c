@@ -25,8 +25,10 @@ static void check(const al_agentdefs_t *d) {
     const al_subagent_def_t *s = &d->defs[i];
     size_t n = strlen(s->name);
 
-    if (n == 0 || n > 64 || strspn(s->name, "abcdefghijklmnopqrstuvwxyz"
-                                            "0123456789_-") != n ||
+    if (n == 0 || n > 64 ||
+        strspn(s->name,
+               "abcdefghijklmnopqrstuvwxyz"
+               "0123456789_-") != n ||
         s->description == NULL || s->source == NULL ||
         (s->system != NULL && !al__utf8_valid(s->system, strlen(s->system)))) {
       abort();

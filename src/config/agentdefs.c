@@ -27,36 +27,25 @@
 #include "config/agentdefs.h"
 #include "config/config.h"
 
-/* ---- Claude Code's tool names ------------------------------------------------ */
+/* ---- Claude Code's tool names
+ * ------------------------------------------------ */
 
 /* Claude Code's built-in tools (its docs' "Tools available to Claude")
  * and ours. A name not in the table is taken as one of ours (tools.d,
  * MCP's mcp__server__tool, which Claude Code spells the same way). */
 const al_claude_tool_t al_claude_tools[] = {
-    {"Read", "read_file"},
-    {"Write", "write_file"},
-    {"Edit", "edit_file"},
-    {"MultiEdit", "edit_file"},
-    {"Bash", "bash"},
-    {"Glob", "glob"},
-    {"Grep", "grep"},
-    {"LS", "list_directory"},
-    {"Task", "task"},
-    {"Agent", "task"},
-    {"WebFetch", NULL},
-    {"WebSearch", NULL},
-    {"TodoWrite", NULL},
-    {"TodoRead", NULL},
-    {"NotebookRead", NULL},
-    {"NotebookEdit", NULL},
-    {"BashOutput", NULL},
-    {"KillShell", NULL},
-    {"KillBash", NULL},
-    {"SlashCommand", NULL},
-    {"Skill", NULL},
-    {"ExitPlanMode", NULL},
-    {"AskUserQuestion", NULL},
-    {NULL, NULL},
+    {"Read", "read_file"},     {"Write", "write_file"},
+    {"Edit", "edit_file"},     {"MultiEdit", "edit_file"},
+    {"Bash", "bash"},          {"Glob", "glob"},
+    {"Grep", "grep"},          {"LS", "list_directory"},
+    {"Task", "task"},          {"Agent", "task"},
+    {"WebFetch", NULL},        {"WebSearch", NULL},
+    {"TodoWrite", NULL},       {"TodoRead", NULL},
+    {"NotebookRead", NULL},    {"NotebookEdit", NULL},
+    {"BashOutput", NULL},      {"KillShell", NULL},
+    {"KillBash", NULL},        {"SlashCommand", NULL},
+    {"Skill", NULL},           {"ExitPlanMode", NULL},
+    {"AskUserQuestion", NULL}, {NULL, NULL},
 };
 
 const al_claude_tool_t *al_claude_tool_find(const char *claude) {
@@ -70,7 +59,8 @@ const al_claude_tool_t *al_claude_tool_find(const char *claude) {
   return NULL;
 }
 
-/* ---- the built-ins ------------------------------------------------------------ */
+/* ---- the built-ins
+ * ------------------------------------------------------------ */
 
 static const char k_child_prompt[] =
     "You are a sub-agent: another agent gave you one task. Do it with the "
@@ -107,7 +97,8 @@ static const builtin_t k_builtins[] = {
 };
 #define N_BUILTINS (sizeof(k_builtins) / sizeof(k_builtins[0]))
 
-/* ---- the set -------------------------------------------------------------------- */
+/* ---- the set
+ * -------------------------------------------------------------------- */
 
 void al_agentdefs_options_init(al_agentdefs_options_t *o) {
   memset(o, 0, sizeof(*o));
@@ -232,10 +223,10 @@ static int add_note_v(al_agentdefs_t *d, al_agentdefs_level_t lv,
   return 0;
 }
 
-static int add_note(al_agentdefs_t *d, al_agentdefs_level_t lv,
-                    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int add_note(al_agentdefs_t *d, al_agentdefs_level_t lv,
-                    const char *fmt, ...) {
+static int add_note(al_agentdefs_t *d, al_agentdefs_level_t lv, const char *fmt,
+                    ...) __attribute__((format(printf, 3, 4)));
+static int add_note(al_agentdefs_t *d, al_agentdefs_level_t lv, const char *fmt,
+                    ...) {
   va_list ap;
   int rc;
 
@@ -283,8 +274,7 @@ int al_agentdefs_new(al_agentdefs_t **out) {
     s.description = al_strdup(b->description);
     s.system = al_strdup(b->system);
     s.source = al_strdup("builtin");
-    s.tools = b->tools != NULL ? (const char *const *)list_dup(b->tools)
-                               : NULL;
+    s.tools = b->tools != NULL ? (const char *const *)list_dup(b->tools) : NULL;
     if (s.name == NULL || s.description == NULL || s.system == NULL ||
         s.source == NULL || (b->tools != NULL && s.tools == NULL)) {
       def_free(&s);
@@ -326,7 +316,8 @@ int al_agentdefs_notes_text(const al_agentdefs_t *d, al_buf_t *out) {
   return 0;
 }
 
-/* ---- one file ------------------------------------------------------------------ */
+/* ---- one file
+ * ------------------------------------------------------------------ */
 
 /* The fields, each a bit of pctx_t.seen so a key given twice is said. */
 enum {
@@ -474,8 +465,10 @@ static void add_tool(pctx_t *p, const yaml_node_t *at, const char *key,
     }
   }
   if (n == 0 || n >= sizeof(name)) {
-    note_at(p, AL_AGENTDEFS_WARNING, at, "'%s': '%.*s' is not a tool name; "
-            "dropped", key, (int)(n < 200 ? n : 200), item);
+    note_at(p, AL_AGENTDEFS_WARNING, at,
+            "'%s': '%.*s' is not a tool name; "
+            "dropped",
+            key, (int)(n < 200 ? n : 200), item);
     return;
   }
   memcpy(name, item, n);
@@ -678,8 +671,9 @@ static void perm_value(pctx_t *p, const char *key, const yaml_node_t *v) {
     }
   }
   note_at(p, AL_AGENTDEFS_ERROR, v,
-          "'%s' is one of default, acceptEdits, plan, bypassPermissions, "
-          "interactive, headless, job (got '%.80s')",
+          "'%s' is one of interactive, headless, job, inherit, or "
+          "Claude Code's default, acceptEdits, plan, bypassPermissions, "
+          "dontAsk (got '%.80s')",
           key, t);
 }
 
@@ -730,13 +724,12 @@ static void model_value(pctx_t *p, const yaml_node_t *v) {
 
 /* Claude Code's keys that mean nothing here (docs/subagents.md). */
 static const char *const k_ignored[] = {
-    "color", "skills", "hooks", "mcpServers", "memory", "isolation",
-    "effort", "background", "initialPrompt", NULL};
+    "color",     "skills", "hooks",      "mcpServers",    "memory",
+    "isolation", "effort", "background", "initialPrompt", NULL};
 
 static bool once(pctx_t *p, unsigned bit, const yaml_node_t *k) {
   if (p->seen & bit) {
-    note_at(p, AL_AGENTDEFS_ERROR, k, "'%s' is given twice",
-            al_yaml_scalar(k));
+    note_at(p, AL_AGENTDEFS_ERROR, k, "'%s' is given twice", al_yaml_scalar(k));
     return false;
   }
   p->seen |= bit;
@@ -813,8 +806,8 @@ static bool front_matter(const char *t, size_t len, size_t *yaml_end,
     size_t end = nl != NULL ? (size_t)(nl - t) : len;
     size_t e = end;
 
-    while (e > pos && (t[e - 1] == '\r' || t[e - 1] == ' ' ||
-                       t[e - 1] == '\t')) {
+    while (e > pos &&
+           (t[e - 1] == '\r' || t[e - 1] == ' ' || t[e - 1] == '\t')) {
       e--;
     }
     if (e - pos == 3 && memcmp(t + pos, "---", 3) == 0) {
@@ -838,12 +831,12 @@ static void body_value(pctx_t *p, const char *t, size_t len, size_t at,
                        int line) {
   size_t a = at, b = len;
 
-  while (a < b && (t[a] == '\n' || t[a] == '\r' || t[a] == ' ' ||
-                   t[a] == '\t')) {
+  while (a < b &&
+         (t[a] == '\n' || t[a] == '\r' || t[a] == ' ' || t[a] == '\t')) {
     a++;
   }
-  while (b > a && (t[b - 1] == '\n' || t[b - 1] == '\r' ||
-                   t[b - 1] == ' ' || t[b - 1] == '\t')) {
+  while (b > a && (t[b - 1] == '\n' || t[b - 1] == '\r' || t[b - 1] == ' ' ||
+                   t[b - 1] == '\t')) {
     b--;
   }
   if (b == a) {
@@ -874,8 +867,8 @@ static int lines_before(const char *t, size_t at) {
   return n;
 }
 
-int al_agentdefs_add_text(al_agentdefs_t *d, const char *path,
-                          const char *text, size_t len) {
+int al_agentdefs_add_text(al_agentdefs_t *d, const char *path, const char *text,
+                          size_t len) {
   pctx_t p;
   yaml_document_t doc;
   al_yaml_error_t ye;
@@ -901,8 +894,8 @@ int al_agentdefs_add_text(al_agentdefs_t *d, const char *path,
     if (ye.nomem) {
       return AL_ENOMEM;
     }
-    if (add_note(d, AL_AGENTDEFS_ERROR, "%s:%d:%d: YAML: %s%s%s", path,
-                 ye.line, ye.col, ye.problem, ye.context[0] != '\0' ? " " : "",
+    if (add_note(d, AL_AGENTDEFS_ERROR, "%s:%d:%d: YAML: %s%s%s", path, ye.line,
+                 ye.col, ye.problem, ye.context[0] != '\0' ? " " : "",
                  ye.context) != 0) {
       return AL_ENOMEM;
     }
@@ -945,23 +938,22 @@ int al_agentdefs_add_text(al_agentdefs_t *d, const char *path,
      * error: it is how a project refines a user's agent. */
     note_at(&p, AL_AGENTDEFS_INFO, p.name_node,
             "agent '%s' replaces the one from %s", old.name,
-            strcmp(old.source, "builtin") == 0 ? "the built-ins"
-                                               : old.source);
+            strcmp(old.source, "builtin") == 0 ? "the built-ins" : old.source);
     def_free(&old);
   }
   yaml_document_delete(&doc);
   return p.nomem ? AL_ENOMEM : 0;
 }
 
-/* ---- the directories ------------------------------------------------------------ */
+/* ---- the directories
+ * ------------------------------------------------------------ */
 
 typedef struct where_s {
   char *config_dir, *home, *workspace;
   bool trusted, no_claude;
 } where_t;
 
-static int read_bounded(const char *path, al_buf_t *b, bool *big,
-                        int *err) {
+static int read_bounded(const char *path, al_buf_t *b, bool *big, int *err) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   struct stat st;
   char chunk[8192];
@@ -1205,7 +1197,8 @@ int al_config_agents_load(const al_agentdefs_options_t *o,
   return rc;
 }
 
-/* ---- in the pool ------------------------------------------------------------------ */
+/* ---- in the pool
+ * ------------------------------------------------------------------ */
 
 struct al_agentdefs_req_s {
   uv_work_t work;
@@ -1271,7 +1264,8 @@ void al_config_agents_load_cancel(al_agentdefs_req_t *req) {
   (void)uv_cancel((uv_req_t *)&req->work);
 }
 
-/* ---- the task tool's listing ----------------------------------------------------- */
+/* ---- the task tool's listing
+ * ----------------------------------------------------- */
 
 #define ELLIPSIS "\xE2\x80\xA6" /* U+2026 */
 #define MIN_DESC 48
@@ -1320,9 +1314,8 @@ int al_agentdefs_describe(const al_subagent_def_t *defs, size_t n,
     goto out_free;
   }
   for (i = 0; i < n; i++) {
-    if ((desc[i] = al_strdup(defs[i].description != NULL
-                                 ? defs[i].description
-                                 : "")) == NULL) {
+    if ((desc[i] = al_strdup(defs[i].description != NULL ? defs[i].description
+                                                         : "")) == NULL) {
       goto out_free;
     }
     one_line(desc[i]);
@@ -1396,8 +1389,8 @@ int al_agentdefs_describe(const al_subagent_def_t *defs, size_t n,
           break;
         }
         dlen[i] = b.len; /* where the name starts, to take it back */
-        if (al_buf_printf(&b, "%s%s", i == keep ? ": " : ", ",
-                          defs[i].name) != 0) {
+        if (al_buf_printf(&b, "%s%s", i == keep ? ": " : ", ", defs[i].name) !=
+            0) {
           goto out_free;
         }
       }

@@ -47,9 +47,9 @@ typedef struct al_subagent_def_s {
   const char *model;        /* NULL: the parent's model */
   const char *const *tools; /* allowlist, NULL-terminated; NULL: all */
   const char *const *disallowed_tools; /* NULL-terminated; may be NULL */
-  int permission_mode;      /* -1: the parent's; else al_permission_mode_t */
-  uint32_t max_turns;       /* 0: the parent's max_turns */
-  const char *source;       /* "builtin" or the file it came from */
+  int permission_mode; /* -1: the parent's; else al_permission_mode_t */
+  uint32_t max_turns;  /* 0: the parent's max_turns */
+  const char *source;  /* "builtin" or the file it came from */
 } al_subagent_def_t;
 #endif
 
@@ -79,8 +79,8 @@ typedef struct al_agentdefs_s {
   size_t n;
   al_agentdefs_note_t *notes; /* in the order they were found */
   size_t n_notes;
-  size_t n_errors;   /* notes of level ERROR: files skipped */
-  size_t n_files;    /* .md files read */
+  size_t n_errors; /* notes of level ERROR: files skipped */
+  size_t n_files;  /* .md files read */
 } al_agentdefs_t;
 
 typedef struct al_agentdefs_options_s {
@@ -117,8 +117,8 @@ void al_config_agents_load_cancel(al_agentdefs_req_t *req);
 /* Parses one file's text into d as if read from path (tests, a fuzz
  * target, definitions that travel inline); a definition of a name d has
  * replaces it. AL_ENOMEM only: a bad file is a note, and d unchanged. */
-int al_agentdefs_add_text(al_agentdefs_t *d, const char *path,
-                          const char *text, size_t len);
+int al_agentdefs_add_text(al_agentdefs_t *d, const char *path, const char *text,
+                          size_t len);
 
 /* An empty set with the built-ins (what a load starts from). */
 int al_agentdefs_new(al_agentdefs_t **out);

@@ -254,8 +254,9 @@ TEST_IMPL(agentdefs_claude_code_files) {
   ASSERT_NOT_NULL(note_with(d, AL_AGENTDEFS_WARNING,
                             "list.md:5:1: unknown key 'favourite' ignored"));
   /* Every tool dropped: no tools at all, said. */
-  add(d, "none.md", "---\nname: none\ndescription: d\ntools: WebFetch, "
-                    "WebSearch\n---\n");
+  add(d, "none.md",
+      "---\nname: none\ndescription: d\ntools: WebFetch, "
+      "WebSearch\n---\n");
   s = al_agentdefs_find(d, "none");
   ASSERT_NOT_NULL(s->tools);
   ASSERT_EQ(list_len(s->tools), 0);
@@ -473,8 +474,8 @@ TEST_IMPL(agentdefs_file_bounds) {
   ASSERT_NOT_NULL(note_with(d, AL_AGENTDEFS_ERROR,
                             "agents/b-over.md:1:1: larger than 262144 "
                             "bytes"));
-  ASSERT_NOT_NULL(note_with(d, AL_AGENTDEFS_WARNING,
-                            "c-fifo.md: not a regular file"));
+  ASSERT_NOT_NULL(
+      note_with(d, AL_AGENTDEFS_WARNING, "c-fifo.md: not a regular file"));
   ASSERT_EQ(d->n_errors, 1);
   al_agentdefs_free(d);
 
@@ -514,9 +515,8 @@ TEST_IMPL(agentdefs_describe_budget) {
 
   ASSERT_EQ(al_agentdefs_new(&d), 0);
   /* Within the budget: every line whole, in listing order. */
-  ASSERT_EQ(al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET,
-                                  &out),
-            0);
+  ASSERT_EQ(
+      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
   ASSERT(strncmp(out, "- explore: Read-only", 20) == 0);
   ASSERT(strstr(out, "\n- general: General-purpose") != NULL);
   ASSERT(strstr(out, "\xE2\x80\xA6") == NULL);
@@ -525,9 +525,8 @@ TEST_IMPL(agentdefs_describe_budget) {
 
   /* Descriptions over several lines come out on one. */
   add(d, "m.md", "---\nname: multi\ndescription: |\n  one\n  two\n---\n");
-  ASSERT_EQ(al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET,
-                                  &out),
-            0);
+  ASSERT_EQ(
+      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
   ASSERT(strstr(out, "- multi: one two\n") != NULL);
   al_free(out);
 
@@ -544,9 +543,8 @@ TEST_IMPL(agentdefs_describe_budget) {
              i, desc);
     add(d, "long.md", text);
   }
-  ASSERT_EQ(al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET,
-                                  &out),
-            0);
+  ASSERT_EQ(
+      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
   check_listing(out, AL_AGENTDEFS_LIST_BUDGET);
   ASSERT(strstr(out, "- a09: x") != NULL);
   ASSERT(strstr(out, "\xE2\x80\xA6\n") != NULL);
@@ -561,9 +559,8 @@ TEST_IMPL(agentdefs_describe_budget) {
     add(d, "long.md", text);
   }
   ASSERT_EQ(d->n, 63);
-  ASSERT_EQ(al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET,
-                                  &out),
-            0);
+  ASSERT_EQ(
+      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
   fprintf(stderr, "%s", out);
   check_listing(out, AL_AGENTDEFS_LIST_BUDGET);
   ASSERT(strncmp(out, "- explore: ", 11) == 0);
@@ -576,12 +573,12 @@ TEST_IMPL(agentdefs_describe_budget) {
   {
     char *again;
 
-    ASSERT_EQ(al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET,
-                                    &out),
-              0);
-    ASSERT_EQ(al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET,
-                                    &again),
-              0);
+    ASSERT_EQ(
+        al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out),
+        0);
+    ASSERT_EQ(
+        al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &again),
+        0);
     ASSERT_STR_EQ(out, again);
     al_free(out);
     al_free(again);
@@ -643,8 +640,7 @@ TEST_IMPL(agentdefs_load_in_pool) {
    * happen): never called back, and the request frees itself. */
   for (i = 0; i < 20; i++) {
     memset(&l, 0, sizeof(l));
-    ASSERT_EQ(al_config_agents_load_start(&loop, &o, on_loaded, &l, &req),
-              0);
+    ASSERT_EQ(al_config_agents_load_start(&loop, &o, on_loaded, &l, &req), 0);
     al_config_agents_load_cancel(req);
     ASSERT_EQ(uv_run(&loop, UV_RUN_DEFAULT), 0);
     ASSERT_EQ(l.calls, 0);
@@ -695,8 +691,7 @@ TEST_IMPL(agentdefs_alloc_failure) {
   al_agentdefs_options_init(&o);
   o.home = "";
   o.config_dir = cfg;
-  ASSERT_EQ(al_set_allocator(fail_malloc, fail_realloc, fail_calloc, free),
-            0);
+  ASSERT_EQ(al_set_allocator(fail_malloc, fail_realloc, fail_calloc, free), 0);
   for (k = 1; !done; k++) {
     ASSERT(k < 10000);
     alloc_count = 0;
