@@ -1028,6 +1028,11 @@ static void resume_apply_params(session_t *s, json_t *params) {
       (force || s->h.base_url == NULL)) {
     al__set_str(&s->h.base_url, v);
   }
+  if ((v = json_string_value(json_object_get(params, "fallback_model"))) !=
+          NULL &&
+      (force || s->h.fallback_model == NULL)) {
+    al__set_str(&s->h.fallback_model, v);
+  }
   if ((v = json_string_value(json_object_get(params, "system"))) != NULL &&
       (force || s->h.system == NULL)) {
     al__set_str(&s->h.system, v);
