@@ -15,7 +15,7 @@
 #include "config/context.h"
 #include "mcp/mcp.h"
 
-/* ---- the store ------------------------------------------------------------ */
+/* ---- the store ---------------------------------------------------------- */
 
 void al_agent_opts_input_init(al_agent_opts_input_t *in) {
   memset(in, 0, sizeof(*in));
@@ -145,7 +145,7 @@ static const char *const *list_done(al_agent_opts_store_t *st, list_t *l,
   return l->v;
 }
 
-/* ---- the sections --------------------------------------------------------- */
+/* ---- the sections ------------------------------------------------------- */
 
 typedef struct {
   const al_config_t *cfg;
@@ -226,9 +226,8 @@ static int apply_limits(cx_t *x) {
   }
   /* Checked when the file loaded (or at session/create): a value that
    * does not parse stays at the default rather than failing here. */
-  (void)al_limits_from_json(&x->o->limits,
-                            al_config_section(x->cfg, "limits"), why,
-                            sizeof(why));
+  (void)al_limits_from_json(&x->o->limits, al_config_section(x->cfg, "limits"),
+                            why, sizeof(why));
   if (x->in->flags.limits != NULL) {
     al_limits_overlay(&x->o->limits, x->in->flags.limits);
   }
@@ -247,8 +246,7 @@ static int apply_tools(cx_t *x) {
   x->o->tools_d = true;
   x->o->trust_project = x->in->trust_project || x->cfg->project_trusted;
   list_add_all(x->st, &l, x->in->flags.tools_dirs, &x->oom);
-  list_add_paths(x->cfg, "tools_d", x->cfg->tools_d, x->ws, x->st, &l,
-                 &x->oom);
+  list_add_paths(x->cfg, "tools_d", x->cfg->tools_d, x->ws, x->st, &l, &x->oom);
   x->o->tools_dirs = list_done(x->st, &l, &x->oom);
   x->o->models = x->in->models;
   return 0;
@@ -268,13 +266,13 @@ static int apply_sandbox(cx_t *x) {
   }
   x->o->sandbox = pol;
   x->o->bash_network = x->cfg->sandbox.network == 1;
-  list_add_paths(x->cfg, "sandbox.denied", x->cfg->sandbox.denied, x->ws,
-                 x->st, &denied, &x->oom);
+  list_add_paths(x->cfg, "sandbox.denied", x->cfg->sandbox.denied, x->ws, x->st,
+                 &denied, &x->oom);
   x->o->denied_paths = list_done(x->st, &denied, &x->oom);
   if (x->cfg->sandbox.writable != NULL) {
     list_add(x->st, &writable, x->ws, &x->oom);
-    list_add_paths(x->cfg, "sandbox.writable", x->cfg->sandbox.writable,
-                   x->ws, x->st, &writable, &x->oom);
+    list_add_paths(x->cfg, "sandbox.writable", x->cfg->sandbox.writable, x->ws,
+                   x->st, &writable, &x->oom);
   }
   x->o->allowed_paths = list_done(x->st, &writable, &x->oom);
   return 0;
@@ -336,11 +334,10 @@ static int apply_mcp_hooks(cx_t *x) {
     return 0;
   }
   al_buf_init(&err, 16 * 1024);
-  rc = al__mcp_config_load2(in->flags.mcp_file,
-                            al_config_section(x->cfg, "mcp_servers"),
-                            in->mcp_project ? NULL : x->ws,
-                            in->trust_project || x->cfg->project_trusted,
-                            &mcp, &err);
+  rc = al__mcp_config_load2(
+      in->flags.mcp_file, al_config_section(x->cfg, "mcp_servers"),
+      in->mcp_project ? NULL : x->ws,
+      in->trust_project || x->cfg->project_trusted, &mcp, &err);
   if (rc != 0) {
     snprintf(x->err, x->errlen, "MCP configuration: %s",
              err.data != NULL ? err.data : "out of memory");
@@ -367,10 +364,13 @@ static int apply_system(cx_t *x) {
   return 0;
 }
 
-/* Sub-agents: the definitions and what a child inherits. The preamble is
- * copied into the store; the options' fields for them (subagents,
- * n_subagents, task_preamble) come with the task work's agent.h and are
- * set here, from in->subagents / in->n_subagents / st->task_preamble. */
+/* Sub-agents (docs/subagents.md): the definitions and what a fresh child
+ * inherits. The preamble is copied into the store here; the options'
+ * fields for them come with the task work's include/agentloop/agent.h and
+ * are set in this function alone, as
+ *   o->subagents = in->subagents;  o->n_subagents = in->n_subagents;
+ *   o->task_preamble = st->task_preamble;
+ * (the definitions are borrowed: al_agent_new copies them). */
 static int apply_subagents(cx_t *x) {
   if (x->in->task_preamble != NULL &&
       (x->st->task_preamble = al_strdup(x->in->task_preamble)) == NULL) {
@@ -384,10 +384,9 @@ int al_config_agent_options(const al_config_t *cfg,
                             al_agent_options_t *o, al_agent_opts_store_t *st,
                             char *err, size_t errlen) {
   static int (*const sections[])(cx_t *) = {
-      apply_endpoint, apply_counts,  apply_timeouts,
-      apply_limits,   apply_tools,   apply_sandbox,
-      apply_permissions, apply_context, apply_mcp_hooks,
-      apply_system,   apply_subagents};
+      apply_endpoint,  apply_counts,  apply_timeouts,    apply_limits,
+      apply_tools,     apply_sandbox, apply_permissions, apply_context,
+      apply_mcp_hooks, apply_system,  apply_subagents};
   char here[PATH_MAX];
   cx_t x;
   size_t i;
@@ -401,7 +400,7 @@ int al_config_agent_options(const al_config_t *cfg,
   x.st = st;
   x.err = err;
   x.errlen = errlen;
-  x.ws = in->workspace != NULL                  ? in->workspace
+  x.ws = in->workspace != NULL                ? in->workspace
          : getcwd(here, sizeof(here)) != NULL ? here
                                               : ".";
   err[0] = '\0';
@@ -415,7 +414,7 @@ int al_config_agent_options(const al_config_t *cfg,
   return rc;
 }
 
-/* ---- the client's configuration, for the daemon --------------------------- */
+/* ---- the client's configuration, for the daemon ------------------------- */
 
 static json_t *list_json(char *const *l) {
   json_t *a = json_array();
@@ -491,8 +490,8 @@ json_t *al_config_session_params(const al_config_t *cfg, const char *ws,
   }
   o = json_pack("{s:s, s:s?, s:s?, s:s?, s:s?}", "provider",
                 al_config_provider(cfg), "model", cfg->model, "base_url",
-                cfg->base_url, "fallback_model", cfg->fallback_model,
-                "api_key", al_config_api_key(cfg, getenv_fn, NULL));
+                cfg->base_url, "fallback_model", cfg->fallback_model, "api_key",
+                al_config_api_key(cfg, getenv_fn, NULL));
   if (o == NULL) {
     return NULL;
   }

@@ -55,14 +55,14 @@ typedef struct al_agent_opts_input_s {
     int64_t max_tokens;
     uint32_t max_turns;
     int64_t idle_timeout_ms;
-    int retries;            /* -1: the default; else tries - 1 */
-    int sandbox;            /* -1: sandbox.mode; else al_sandbox_policy_t */
+    int retries; /* -1: the default; else tries - 1 */
+    int sandbox; /* -1: sandbox.mode; else al_sandbox_policy_t */
     const char *const *allow_tools; /* NULL-terminated, before the config's */
     const char *const *deny_tools;
-    const char *const *tools_dirs;  /* before the config's tools_d */
-    const al_limits_t *limits;      /* over the config's limits: */
-    const char *mcp_file;           /* --mcp-config */
-    const char *hooks_file;         /* --hooks-config */
+    const char *const *tools_dirs; /* before the config's tools_d */
+    const al_limits_t *limits;     /* over the config's limits: */
+    const char *mcp_file;          /* --mcp-config */
+    const char *hooks_file;        /* --hooks-config */
     /* Context flags (docs/context.md), over the context: section. */
     int64_t context_window;
     int64_t keep_recent;
@@ -104,7 +104,7 @@ typedef struct al_agent_opts_input_s {
 typedef struct al_agent_opts_store_s {
   void **allocs;
   size_t n, cap;
-  char *api_key;   /* wiped before it is freed */
+  char *api_key; /* wiped before it is freed */
   /* INTERACTIVE: the configured ask rules (NULL-terminated; NULL: none),
    * for the front end's permission callback. */
   const char **ask;

@@ -641,7 +641,8 @@ static int header_config(const al_daemon_options_t *dopts,
   cfg->max_tokens = h->max_tokens;
   cfg->max_turns = h->max_turns;
   cfg->sandbox.network = h->network ? 1 : -1;
-  cfg->timeouts.connect_ms = json_integer_value(json_object_get(to, "connect_ms"));
+  cfg->timeouts.connect_ms =
+      json_integer_value(json_object_get(to, "connect_ms"));
   cfg->timeouts.idle_ms = json_integer_value(json_object_get(to, "idle_ms"));
   cfg->timeouts.progress_ms =
       json_integer_value(json_object_get(to, "progress_ms"));
