@@ -565,3 +565,76 @@ TEST_IMPL(sysprompt_preamble_for_children) {
   ASSERT_EQ(rmdir(ws), 0);
   return 0;
 }
+
+/* ---- allocation failures ------------------------------------------------- */
+
+/* Fails allocation number t_fail_at (1-based); t_live counts what is held. */
+static int t_count, t_fail_at;
+static long t_live;
+
+static void *t_malloc(size_t n) {
+  void *p = ++t_count == t_fail_at ? NULL : malloc(n);
+
+  t_live += p != NULL;
+  return p;
+}
+
+static void *t_realloc(void *p, size_t n) {
+  void *q = ++t_count == t_fail_at ? NULL : realloc(p, n);
+
+  t_live += q != NULL && p == NULL;
+  return q;
+}
+
+static void *t_calloc(size_t c, size_t n) {
+  void *p = ++t_count == t_fail_at ? NULL : calloc(c, n);
+
+  t_live += p != NULL;
+  return p;
+}
+
+static void t_free(void *p) {
+  t_live -= p != NULL;
+  free(p);
+}
+
+/* Failing allocation k for k = 1, 2, ... until the mapping passes: every
+ * failure is AL_ENOMEM or a refusal naming it, nothing leaks, and the
+ * store frees what the half-built options hold. */
+TEST_IMPL(agent_opts_allocation_failures) {
+  al_config_t cfg;
+  int k, rc = -1;
+
+  load(&cfg, k_full);
+  ASSERT_EQ(al_set_allocator(t_malloc, t_realloc, t_calloc, t_free), 0);
+  for (k = 1; rc != 0 && k < 100000; k++) {
+    al_agent_opts_input_t in;
+    al_agent_opts_store_t st;
+    al_agent_options_t o;
+    char why[1024];
+    long before = t_live;
+
+    al_agent_opts_input_init(&in);
+    in.permission_mode = AL_PERMISSION_MODE_HEADLESS;
+    in.workspace = "/tmp";
+    in.system = "S";
+    in.getenv_fn = fake_env;
+    al_agent_opts_store_init(&st);
+    t_count = 0;
+    t_fail_at = k;
+    rc = al_config_agent_options(&cfg, &in, &o, &st, why, sizeof(why));
+    t_fail_at = 0;
+    if (rc != 0 && rc != AL_ENOMEM && strstr(why, "memory") == NULL) {
+      AL_TEST_FAIL("allocation %d: %s: %s", k, al_err_name(rc), why);
+    }
+    al_agent_opts_store_free(&st);
+    if (t_live != before) {
+      AL_TEST_FAIL("allocation %d failed: %ld blocks leaked", k,
+                   t_live - before);
+    }
+  }
+  ASSERT_EQ(rc, 0);
+  ASSERT(k > 10);
+  al_config_free(&cfg);
+  return 0;
+}
