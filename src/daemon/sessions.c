@@ -663,6 +663,13 @@ static int header_config(const al_daemon_options_t *dopts,
   return rc != 0 ? AL_ENOMEM : 0;
 }
 
+/* The daemon's environment is not the session's: a key comes from the
+ * client or from the daemon's own settings, never a variable read here. */
+static const char *no_env(const char *name) {
+  (void)name;
+  return NULL;
+}
+
 int al__session_agent_options(const al_daemon_options_t *dopts,
                               const al_models_t *models,
                               const al_tx_header_t *h, const char *api_key,
@@ -686,6 +693,7 @@ int al__session_agent_options(const al_daemon_options_t *dopts,
                        strcmp(cfg.provider, "anthropic") != 0
                    ? dopts->openai_key
                    : dopts->anthropic_key;
+  in.getenv_fn = no_env;
   in.models = models;
   in.base_limits = &dopts->limits; /* the daemon's, then the session's */
   in.ceiling = &dopts->limits;     /* made under higher ceilings: today's */
