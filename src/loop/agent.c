@@ -5,7 +5,7 @@
  * becomes LoopEvents, and every completed tool_use block goes straight to
  * the reply's executor, so tools start while the reply still streams. What
  * happens at the end of an attempt is decided in a few functions, which are
- * the only writers of a->state (through set_state):
+ * the only writers of a->run.state (through set_state):
  *
  *   attempt_start -> (stream) -> reply_done     -> final | tools | continue
  *                              \-> attempt_failed -> backoff -> attempt_start
@@ -75,13 +75,13 @@ const char *al__agent_state_name(ag_state_t st) {
   return "?";
 }
 
-/* The one writer of a->state (curl's mstate): every change is traced. */
+/* The one writer of a->run.state (curl's mstate): every change is traced. */
 static void set_state(al_agent_t *a, ag_state_t st) {
-  if (a->state != st) {
-    al_log(AL_LOG_DEBUG, "agent %s: state %s -> %s", a->session.id,
-           al__agent_state_name(a->state), al__agent_state_name(st));
+  if (a->run.state != st) {
+    al_log(AL_LOG_DEBUG, "agent %s: state %s -> %s", a->core.session.id,
+           al__agent_state_name(a->run.state), al__agent_state_name(st));
   }
-  a->state = st;
+  a->run.state = st;
 }
 
 static int attempt_start(al_agent_t *a);
@@ -154,15 +154,15 @@ static uint64_t ms_since(uint64_t t0) {
 }
 
 bool al__agent_post(al_agent_t *a, al_event_t *ev) {
-  uint64_t gen = a->gen;
+  uint64_t gen = a->run.gen;
 
   if (ag_closing(a)) {
     return true;
   }
-  ev->run = a->run_id;
-  ev->turn = a->turn;
-  al__events_publish(a->bus, &a->session, ev);
-  return a->gen != gen || ag_closing(a);
+  ev->run = a->run.run_id;
+  ev->turn = a->run.turn;
+  al__events_publish(a->core.bus, &a->core.session, ev);
+  return a->run.gen != gen || ag_closing(a);
 }
 
 /* ---- executors ----------------------------------------------------------------- */
@@ -172,7 +172,7 @@ static void exec_on_close(al_executor_t *ex) {
   al_agent_t *a = box->agent;
 
   al_free(box);
-  a->pending--;
+  a->core.pending--;
   al__agent_maybe_finish(a);
 }
 
@@ -184,8 +184,8 @@ static void exec_close(ag_exec_t *box) {
   }
   box->closing = true;
   al_list_remove(&box->node);
-  if (a->cur == box) {
-    a->cur = NULL;
+  if (a->att.cur == box) {
+    a->att.cur = NULL;
   }
   al__agent_post_hooks_drop(box);
   al__executor_close(&box->ex, exec_on_close);
@@ -246,7 +246,7 @@ static void exec_on_idle(al_executor_t *ex) {
 
   if (box->retiring) {
     exec_close(box);
-  } else if (a->cur == box && a->state == AG_TOOLS) {
+  } else if (a->att.cur == box && a->run.state == AG_TOOLS) {
     tools_done(a);
   }
 }
@@ -273,9 +273,9 @@ static int exec_new(al_agent_t *a) {
     al_free(box);
     return rc;
   }
-  al_list_insert_tail(&a->execs, &box->node);
-  a->pending++;
-  a->cur = box;
+  al_list_insert_tail(&a->att.execs, &box->node);
+  a->core.pending++;
+  a->att.cur = box;
   return 0;
 }
 
@@ -285,8 +285,8 @@ static void exec_retire(al_agent_t *a, ag_exec_t *box) {
   if (box == NULL) {
     return;
   }
-  if (a->cur == box) {
-    a->cur = NULL;
+  if (a->att.cur == box) {
+    a->att.cur = NULL;
   }
   if (box->ex.n_calls == 0 || !al__executor_has_pending(&box->ex)) {
     exec_close(box);
@@ -298,8 +298,8 @@ static void exec_retire(al_agent_t *a, ag_exec_t *box) {
 }
 
 static void exec_close_all(al_agent_t *a) {
-  while (!al_list_empty(&a->execs)) {
-    exec_close(AL_CONTAINER_OF(a->execs.next, ag_exec_t, node));
+  while (!al_list_empty(&a->att.execs)) {
+    exec_close(AL_CONTAINER_OF(a->att.execs.next, ag_exec_t, node));
   }
 }
 
@@ -308,42 +308,42 @@ static void exec_close_all(al_agent_t *a) {
 static void blocks_free(al_agent_t *a) {
   size_t i;
 
-  for (i = 0; i < a->nblocks; i++) {
-    al_free(a->blocks[i].call_id);
+  for (i = 0; i < a->att.nblocks; i++) {
+    al_free(a->att.blocks[i].call_id);
   }
-  al_free(a->blocks);
-  a->blocks = NULL;
-  a->nblocks = 0;
+  al_free(a->att.blocks);
+  a->att.blocks = NULL;
+  a->att.nblocks = 0;
 }
 
 static void ps_release(al_agent_t *a) {
-  if (!a->ps_ready) {
+  if (!a->att.ps_ready) {
     return;
   }
-  if (a->in_feed) {
-    a->ps_dead = true; /* freed when the feed returns */
+  if (a->att.in_feed) {
+    a->att.ps_dead = true; /* freed when the feed returns */
     return;
   }
-  al_pstream_free(&a->ps);
-  a->ps_ready = false;
-  a->ps_dead = false;
+  al_pstream_free(&a->att.ps);
+  a->att.ps_ready = false;
+  a->att.ps_dead = false;
 }
 
 /* Ends the attempt's request and pipeline (not its executor). */
 static void attempt_clear(al_agent_t *a) {
-  if (a->req != NULL) {
-    al_http_request_cancel(a->req);
-    a->req = NULL;
-    a->stats.duration_api_ms += ms_since(a->api_t0);
+  if (a->att.req != NULL) {
+    al_http_request_cancel(a->att.req);
+    a->att.req = NULL;
+    a->run.stats.duration_api_ms += ms_since(a->att.api_t0);
   }
   ps_release(a);
   blocks_free(a);
-  al_free(a->msg_id);
-  a->msg_id = NULL;
-  a->delivered = false;
-  a->stream_failed = false;
-  al_buf_reset(&a->partial);
-  a->partial_cut = false;
+  al_free(a->att.msg_id);
+  a->att.msg_id = NULL;
+  a->att.delivered = false;
+  a->att.stream_failed = false;
+  al_buf_reset(&a->att.partial);
+  a->att.partial_cut = false;
 }
 
 static ag_block_t *block_at(al_agent_t *a, int index) {
@@ -353,21 +353,21 @@ static ag_block_t *block_at(al_agent_t *a, int index) {
   if (index < 0 || index > 100000) {
     return NULL;
   }
-  if ((size_t)index >= a->nblocks) {
+  if ((size_t)index >= a->att.nblocks) {
     n = (size_t)index + 1;
-    nb = al_realloc(a->blocks, n * sizeof(*nb));
+    nb = al_realloc(a->att.blocks, n * sizeof(*nb));
     if (nb == NULL) {
       return NULL;
     }
-    memset(nb + a->nblocks, 0, (n - a->nblocks) * sizeof(*nb));
-    a->blocks = nb;
-    a->nblocks = n;
+    memset(nb + a->att.nblocks, 0, (n - a->att.nblocks) * sizeof(*nb));
+    a->att.blocks = nb;
+    a->att.nblocks = n;
   }
-  return &a->blocks[index];
+  return &a->att.blocks[index];
 }
 
 static uint64_t sse_stamp(const al_agent_t *a) {
-  const al_buf_t *id = &a->ps.sse.last_id;
+  const al_buf_t *id = &a->att.ps.sse.last_id;
   uint64_t v = 0;
   size_t i;
 
@@ -384,11 +384,11 @@ static uint64_t sse_stamp(const al_agent_t *a) {
 }
 
 static void stream_error(al_agent_t *a, const al_pevent_t *ev) {
-  a->stream_failed = true;
-  al__retry_classify_perr(ev->error_kind, ev->error_type, &a->stream_err);
-  snprintf(a->stream_msg, sizeof(a->stream_msg), "%.*s",
+  a->att.stream_failed = true;
+  al__retry_classify_perr(ev->error_kind, ev->error_type, &a->att.stream_err);
+  snprintf(a->att.stream_msg, sizeof(a->att.stream_msg), "%.*s",
            (int)AL_MIN(ev->len, 250), ev->text != NULL ? ev->text : "");
-  snprintf(a->stream_type, sizeof(a->stream_type), "%s",
+  snprintf(a->att.stream_type, sizeof(a->att.stream_type), "%s",
            ev->error_type != NULL ? ev->error_type
            : ev->error_kind == AL_PERR_DECODE ? "decode_error"
                                               : "api_error");
@@ -409,7 +409,7 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   le.u.block.block_type = ag_slice(ev->block_type_name);
   le.u.block.block.ptr = text;
   le.u.block.block.len = text_len;
-  a->delivered = true;
+  a->att.delivered = true;
   stop = al__agent_post(a, &le);
   al_free(text);
   if (stop) {
@@ -418,8 +418,8 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   if (b != NULL) {
     b->stopped = true;
   }
-  if (ev->block_type != AL_BLOCK_TOOL_USE || a->state == AG_SUMMARY ||
-      a->state == AG_COMPACTING || a->cur == NULL) {
+  if (ev->block_type != AL_BLOCK_TOOL_USE || a->run.state == AG_SUMMARY ||
+      a->run.state == AG_COMPACTING || a->att.cur == NULL) {
     return 0;
   }
   id = json_object_get(ev->json, "id");
@@ -429,18 +429,18 @@ static int on_block_stop(al_agent_t *a, const al_pevent_t *ev) {
   }
   stamp = sse_stamp(a);
   if (stamp != 0) {
-    json_object_set_new(a->stamps, json_string_value(id),
+    json_object_set_new(a->att.stamps, json_string_value(id),
                         json_integer((json_int_t)stamp));
   }
   /* Here the tool is handed over while the reply streams on, and started
    * within this read rather than on the next loop iteration. */
-  if (al__executor_add(&a->cur->ex, json_string_value(id),
+  if (al__executor_add(&a->att.cur->ex, json_string_value(id),
                        json_string_value(name),
                        json_object_get(ev->json, "input")) == 0) {
-    uint64_t gen = a->gen;
+    uint64_t gen = a->run.gen;
 
-    al__executor_flush(&a->cur->ex);
-    if (gen != a->gen || ag_closing(a)) {
+    al__executor_flush(&a->att.cur->ex);
+    if (gen != a->run.gen || ag_closing(a)) {
       return 1;
     }
   }
@@ -473,16 +473,16 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
   ag_block_t *b;
   const json_t *id;
 
-  if (ev->progress && a->req != NULL &&
-      (ev->ts_ns == 0 || ev->ts_ns != a->progress_ts)) {
-    a->progress_ts = ev->ts_ns;
-    al_http_request_progress(a->req);
+  if (ev->progress && a->att.req != NULL &&
+      (ev->ts_ns == 0 || ev->ts_ns != a->att.progress_ts)) {
+    a->att.progress_ts = ev->ts_ns;
+    al_http_request_progress(a->att.req);
   }
   le = al__events_blank; /* not memset: see events.h */
   switch (ev->type) {
   case AL_PEV_MESSAGE_START:
-    al_free(a->msg_id);
-    a->msg_id = dup_or_null(ev->id);
+    al_free(a->att.msg_id);
+    a->att.msg_id = dup_or_null(ev->id);
     return 0;
   case AL_PEV_BLOCK_START:
     b = block_at(a, ev->index);
@@ -504,16 +504,16 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
     le.u.delta.text.len = ev->len;
     le.ts_ns = ev->ts_ns; /* its chunk's arrival: no clock read per delta */
     if (ev->type == AL_PEV_TOOL_INPUT_DELTA && ev->index >= 0 &&
-        (size_t)ev->index < a->nblocks) {
-      le.u.delta.call_id = ag_slice(a->blocks[ev->index].call_id);
+        (size_t)ev->index < a->att.nblocks) {
+      le.u.delta.call_id = ag_slice(a->att.blocks[ev->index].call_id);
     }
-    a->delivered = true;
-    if (ev->type == AL_PEV_TEXT_DELTA && a->state == AG_STREAMING &&
+    a->att.delivered = true;
+    if (ev->type == AL_PEV_TEXT_DELTA && a->run.state == AG_STREAMING &&
         ev->len > 0) {
       /* Kept up to its bound, and only as a prefix of the reply. */
-      if (!a->partial_cut &&
-          al_buf_append(&a->partial, ev->text, ev->len) != 0) {
-        a->partial_cut = true;
+      if (!a->att.partial_cut &&
+          al_buf_append(&a->att.partial, ev->text, ev->len) != 0) {
+        a->att.partial_cut = true;
       }
     }
     return al__agent_post(a, &le) ? 1 : 0;
@@ -540,59 +540,59 @@ static int on_pevent(void *data, const al_pevent_t *ev) {
 static void stream_fail(al_agent_t *a, bool override, al_retry_class_t cls,
                         bool retryable, const char *reason, const char *type,
                         const char *msg) {
-  if (a->stream_failed && !override) {
+  if (a->att.stream_failed && !override) {
     return;
   }
-  a->stream_failed = true;
-  a->stream_err.cls = cls;
-  a->stream_err.retryable = retryable;
-  a->stream_err.retry_after_ms = -1;
-  a->stream_err.reason = reason;
-  snprintf(a->stream_type, sizeof(a->stream_type), "%s", type);
+  a->att.stream_failed = true;
+  a->att.stream_err.cls = cls;
+  a->att.stream_err.retryable = retryable;
+  a->att.stream_err.retry_after_ms = -1;
+  a->att.stream_err.reason = reason;
+  snprintf(a->att.stream_type, sizeof(a->att.stream_type), "%s", type);
   if (msg != NULL) {
-    snprintf(a->stream_msg, sizeof(a->stream_msg), "%s", msg);
+    snprintf(a->att.stream_msg, sizeof(a->att.stream_msg), "%s", msg);
   }
 }
 
 /* The stream failed (error event, undecodable, ended early): report it
  * and let the retry policy decide. */
 static void stream_failed(al_agent_t *a) {
-  al_retry_err_t e = a->stream_err;
-  char msg[sizeof(a->stream_msg)];
+  al_retry_err_t e = a->att.stream_err;
+  char msg[sizeof(a->att.stream_msg)];
   al_event_t ev;
 
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_API_ERROR;
-  ev.u.api_error.kind = ag_slice(a->stream_type);
-  ev.u.api_error.message = ag_slice(a->stream_msg);
+  ev.u.api_error.kind = ag_slice(a->att.stream_type);
+  ev.u.api_error.message = ag_slice(a->att.stream_msg);
   if (al__agent_post(a, &ev)) {
     return;
   }
-  memcpy(msg, a->stream_msg, sizeof(msg));
+  memcpy(msg, a->att.stream_msg, sizeof(msg));
   al__agent_attempt_failed(a, &e, 0, msg);
 }
 
 static void on_data(al_http_request_t *r, const char *p, size_t n) {
   al_agent_t *a = al_http_request_get_data(r);
-  uint64_t gen = a->gen;
+  uint64_t gen = a->run.gen;
   int rc;
 
-  a->in_feed = true;
-  rc = al_pstream_feed(&a->ps, p, n);
-  a->in_feed = false;
-  if (a->ps_dead) {
-    a->ps_ready = true;
+  a->att.in_feed = true;
+  rc = al_pstream_feed(&a->att.ps, p, n);
+  a->att.in_feed = false;
+  if (a->att.ps_dead) {
+    a->att.ps_ready = true;
     ps_release(a);
     return;
   }
-  if (gen != a->gen || ag_closing(a) || rc == 0) {
+  if (gen != a->run.gen || ag_closing(a) || rc == 0) {
     return;
   }
   /* The stream carried an error event, or cannot be decoded: the request
    * is over; the failure is handled as for a failed request. */
   al_http_request_cancel(r);
-  a->req = NULL;
-  a->stats.duration_api_ms += ms_since(a->api_t0);
+  a->att.req = NULL;
+  a->run.stats.duration_api_ms += ms_since(a->att.api_t0);
   stream_fail(a, false, AL_RETRY_CLASS_DECODE, false, "decode",
               "decode_error", al_strerror(rc));
   stream_failed(a);
@@ -605,24 +605,24 @@ static void reply_done(al_agent_t *a);
 static void on_complete(al_http_request_t *r, int status,
                         const al_http_error_t *err) {
   al_agent_t *a = al_http_request_get_data(r);
-  uint64_t gen = a->gen;
+  uint64_t gen = a->run.gen;
   al_retry_err_t e;
   al_event_t ev;
   char msg[512];
   int rc;
 
-  a->req = NULL;
-  a->stats.duration_api_ms += ms_since(a->api_t0);
-  if (status == 0 || a->ps.message_stopped) {
-    if (status == 0 && !a->stream_failed && !a->ps.message_stopped) {
-      a->in_feed = true;
-      rc = al_pstream_finish(&a->ps);
-      a->in_feed = false;
-      if (a->ps_dead) {
+  a->att.req = NULL;
+  a->run.stats.duration_api_ms += ms_since(a->att.api_t0);
+  if (status == 0 || a->att.ps.message_stopped) {
+    if (status == 0 && !a->att.stream_failed && !a->att.ps.message_stopped) {
+      a->att.in_feed = true;
+      rc = al_pstream_finish(&a->att.ps);
+      a->att.in_feed = false;
+      if (a->att.ps_dead) {
         ps_release(a);
         return;
       }
-      if (gen != a->gen || ag_closing(a)) {
+      if (gen != a->run.gen || ag_closing(a)) {
         return;
       }
       if (rc == AL_ETRUNCATED) {
@@ -632,7 +632,7 @@ static void on_complete(al_http_request_t *r, int status,
                     al_strerror(rc));
       }
     }
-    if (a->ps.message_stopped && !a->stream_failed) {
+    if (a->att.ps.message_stopped && !a->att.stream_failed) {
       reply_done(a);
       return;
     }
@@ -652,7 +652,7 @@ static void on_complete(al_http_request_t *r, int status,
     ev.u.stall.idle_ms = (uint64_t)(err->kind == AL_HTTP_ERR_STALL_IDLE
                                         ? a->idle_timeout_ms
                                         : a->progress_timeout_ms);
-    ev.u.stall.content_delivered = a->delivered;
+    ev.u.stall.content_delivered = a->att.delivered;
     if (al__agent_post(a, &ev)) {
       return;
     }
@@ -682,7 +682,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   al_provider_options_init(&po);
   po.cache_control = a->prompt_cache;
   po.model = a->model;
-  po.max_tokens = a->cur_max_tokens;
+  po.max_tokens = a->run.cur_max_tokens;
   po.system = al__history_system(h);
   po.api_key = a->api_key;
   /* Round-trips the model needs (models catalogue): its reasoning back. */
@@ -691,7 +691,7 @@ static int build_request(al_agent_t *a, const al_history_t *h,
   po.reasoning_field = a->model_info.reasoning_field;
   if (json_array_size(offered) > 0) {
     po.tools = offered;
-    if (a->state == AG_SUMMARY || a->state == AG_COMPACTING) {
+    if (a->run.state == AG_SUMMARY || a->run.state == AG_COMPACTING) {
       tool_choice = json_pack("{s:s}", "type", "none");
       po.tool_choice = tool_choice;
     }
@@ -774,8 +774,8 @@ static int attempt_start(al_agent_t *a) {
   al_pstream_options_t so;
   al_http_request_options_t ro;
   al_http_header_t *hdrs = NULL;
-  al_history_t *h = a->state == AG_SUMMARY      ? &a->summary_hist
-                    : a->state == AG_COMPACTING ? &a->compact_hist
+  al_history_t *h = a->run.state == AG_SUMMARY      ? &a->run.summary_hist
+                    : a->run.state == AG_COMPACTING ? &a->compact.hist
                                                 : &a->history;
   int64_t projected;
   char why[1200];
@@ -835,12 +835,12 @@ static int attempt_start(al_agent_t *a) {
   so.on_event = on_pevent;
   so.data = a;
   so.think_tags = a->model_info.think_tags;
-  so.id_seed = al__retry_rng_next(&a->rng);
+  so.id_seed = al__retry_rng_next(&a->run.rng);
   al__agent_limits_pstream(&a->limits, &so);
-  rc = al_pstream_init(&a->ps, a->provider, &so);
+  rc = al_pstream_init(&a->att.ps, a->provider, &so);
   if (rc == 0) {
-    a->ps_ready = true;
-    if (a->state != AG_SUMMARY && a->state != AG_COMPACTING) {
+    a->att.ps_ready = true;
+    if (a->run.state != AG_SUMMARY && a->run.state != AG_COMPACTING) {
       rc = exec_new(a);
     }
   }
@@ -860,24 +860,24 @@ static int attempt_start(al_agent_t *a) {
     ro.on_data = on_data;
     ro.on_complete = on_complete;
     ro.data = a;
-    rc = al_http_request_start(a->client, &ro, &a->req);
+    rc = al_http_request_start(a->client, &ro, &a->att.req);
   }
   al_free(hdrs);
   al_provider_request_free(&preq);
   al_buf_free(&url);
   if (rc != 0) {
-    a->req = NULL;
+    a->att.req = NULL;
     return rc;
   }
-  a->api_t0 = al_now_ns();
-  a->stats.requests++;
-  if (a->state != AG_SUMMARY && a->state != AG_COMPACTING) {
+  a->att.api_t0 = al_now_ns();
+  a->run.stats.requests++;
+  if (a->run.state != AG_SUMMARY && a->run.state != AG_COMPACTING) {
     set_state(a, AG_STREAMING);
   }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_STREAM_REQUEST_START;
   ev.u.stream_request.model = ag_slice(a->model);
-  ev.u.stream_request.attempt = (uint32_t)a->retry.attempt;
+  ev.u.stream_request.attempt = (uint32_t)a->run.retry.attempt;
   al__agent_post(a, &ev);
   return 0;
 }
@@ -886,26 +886,26 @@ static int attempt_start(al_agent_t *a) {
 
 static void run_end_common(al_agent_t *a) {
   attempt_clear(a);
-  uv_timer_stop(&a->backoff);
-  a->mcp_waiting = false;
+  uv_timer_stop(&a->run.backoff);
+  a->mcp.waiting = false;
   al__agent_hooks_cancel_runs(a);
   exec_close_all(a);
-  if (a->state == AG_SUMMARY) {
-    al__history_free(&a->summary_hist);
-    al__history_init(&a->summary_hist);
+  if (a->run.state == AG_SUMMARY) {
+    al__history_free(&a->run.summary_hist);
+    al__history_init(&a->run.summary_hist);
   }
-  al__history_free(&a->compact_hist);
-  al__history_init(&a->compact_hist);
+  al__history_free(&a->compact.hist);
+  al__history_init(&a->compact.hist);
   /* compact_requested stays: a compaction asked for during a run that
    * then ended runs before the next run's first request. */
-  a->compacted_this_turn = false;
-  a->run_compact_after = -1;
-  a->overflow_retried = false;
-  al_free(a->done_text);
-  a->done_text = NULL;
-  a->stats.duration_ms = ms_since(a->run_t0);
+  a->compact.this_turn = false;
+  a->compact.run_after = -1;
+  a->compact.overflow_retried = false;
+  al_free(a->run.done_text);
+  a->run.done_text = NULL;
+  a->run.stats.duration_ms = ms_since(a->run.run_t0);
   set_state(a, AG_IDLE);
-  a->gen++;
+  a->run.gen++;
 }
 
 static void end_final(al_agent_t *a, const char *text, size_t len) {
@@ -925,7 +925,7 @@ static void commit_notify(al_agent_t *a, al_commit_kind_t kind,
   json_t *m;
   char *txt;
 
-  if (a->on_commit == NULL || msg == NULL) {
+  if (a->core.on_commit == NULL || msg == NULL) {
     return;
   }
   m = json_pack("{s:s, s:O}", "role",
@@ -934,7 +934,7 @@ static void commit_notify(al_agent_t *a, al_commit_kind_t kind,
   txt = m != NULL ? json_dumps(m, JSON_COMPACT) : NULL;
   json_decref(m);
   if (txt != NULL) {
-    a->on_commit(a, kind, txt, strlen(txt), a->commit_data);
+    a->core.on_commit(a, kind, txt, strlen(txt), a->core.commit_data);
     al_free(txt);
   }
 }
@@ -1072,15 +1072,15 @@ static void summary_failed(al_agent_t *a) {
 /* ---- failures and retries ------------------------------------------------------------- */
 
 static void on_mcp_wait(uv_timer_t *t) {
-  al__agent_mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, backoff));
+  al__agent_mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, run.backoff));
 }
 
 void al__agent_mcp_wait_over(al_agent_t *a) {
-  if (!a->mcp_waiting) {
+  if (!a->mcp.waiting) {
     return;
   }
-  a->mcp_waiting = false;
-  uv_timer_stop(&a->backoff);
+  a->mcp.waiting = false;
+  uv_timer_stop(&a->run.backoff);
   if (al__agent_mcp_startup_post(a)) {
     return;
   }
@@ -1088,7 +1088,7 @@ void al__agent_mcp_wait_over(al_agent_t *a) {
 }
 
 static void on_backoff(uv_timer_t *t) {
-  al_agent_t *a = AL_CONTAINER_OF(t, al_agent_t, backoff);
+  al_agent_t *a = AL_CONTAINER_OF(t, al_agent_t, run.backoff);
   int rc = attempt_start(a);
 
   if (rc != 0) {
@@ -1114,14 +1114,14 @@ static bool post_retry(al_agent_t *a, int attempt, int max, int64_t delay,
 /* The reply is void: drop its content for subscribers and abort its
  * tools. Returns true when the caller must stop. */
 static bool discard_reply(al_agent_t *a, const char *reason) {
-  bool delivered = a->delivered;
-  char *msg_id = a->msg_id;
+  bool delivered = a->att.delivered;
+  char *msg_id = a->att.msg_id;
   al_event_t ev;
   bool stop = false;
 
-  a->msg_id = NULL;
+  a->att.msg_id = NULL;
   attempt_clear(a);
-  exec_retire(a, a->cur);
+  exec_retire(a, a->att.cur);
   if (delivered) {
     memset(&ev, 0, sizeof(ev));
     ev.type = AL_EVENT_TOMBSTONE;
@@ -1143,14 +1143,14 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
   if (discard_reply(a, al__retry_class_name(err->cls))) {
     return;
   }
-  if (a->state == AG_SUMMARY) {
+  if (a->run.state == AG_SUMMARY) {
     summary_failed(a);
     return;
   }
-  if (a->state == AG_COMPACTING) {
+  if (a->run.state == AG_COMPACTING) {
     /* A request too long for the summarizer is not retried; transient
      * errors are, then the deterministic trim takes over. */
-    al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
+    al__retry_decide(&a->run.retry, &a->ropts, err, &a->run.rng, now_ms, &d);
     if (!d.retry || is_overflow(message)) {
       compact_finish(a, NULL, 0);
       return;
@@ -1159,16 +1159,16 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
                    al__retry_class_name(err->cls), message)) {
       return;
     }
-    uv_timer_start(&a->backoff, on_backoff, (uint64_t)d.delay_ms, 0);
+    uv_timer_start(&a->run.backoff, on_backoff, (uint64_t)d.delay_ms, 0);
     return;
   }
-  if (is_overflow(message) && !a->overflow_retried) {
+  if (is_overflow(message) && !a->compact.overflow_retried) {
     /* "prompt is too long": compact once, then the same request again. */
-    a->overflow_retried = true;
+    a->compact.overflow_retried = true;
     compact_start(a, "overflow");
     return;
   }
-  al__retry_decide(&a->retry, &a->ropts, err, &a->rng, now_ms, &d);
+  al__retry_decide(&a->run.retry, &a->ropts, err, &a->run.rng, now_ms, &d);
   if (!d.retry) {
     char text[700];
     char why[160];
@@ -1213,7 +1213,7 @@ void al__agent_attempt_failed(al_agent_t *a, const al_retry_err_t *err,
     return;
   }
   set_state(a, AG_BACKOFF);
-  uv_timer_start(&a->backoff, on_backoff, (uint64_t)d.delay_ms, 0);
+  uv_timer_start(&a->run.backoff, on_backoff, (uint64_t)d.delay_ms, 0);
 }
 
 /* ---- a reply that ended well ---------------------------------------------------------------- */
@@ -1252,7 +1252,7 @@ static bool post_usage(al_agent_t *a, const json_t *msg) {
   ev.type = AL_EVENT_USAGE;
 #define AG_U(f)                                                        \
   ev.u.usage.f = (uint64_t)json_integer_value(json_object_get(usage, #f)); \
-  a->stats.f += ev.u.usage.f;
+  a->run.stats.f += ev.u.usage.f;
   AG_U(input_tokens)
   AG_U(output_tokens)
   AG_U(cache_read_input_tokens)
@@ -1288,8 +1288,8 @@ static bool post_usage(al_agent_t *a, const json_t *msg) {
 static void continue_paused(al_agent_t *a, al_buf_t *text, json_t *single) {
   const char *t = single != NULL ? json_string_value(single) : text->data;
   size_t n = single != NULL ? json_string_length(single) : text->len;
-  size_t old = a->pause_text != NULL ? strlen(a->pause_text) : 0;
-  char *joined = al_realloc(a->pause_text, old + n + 1);
+  size_t old = a->run.pause_text != NULL ? strlen(a->run.pause_text) : 0;
+  char *joined = al_realloc(a->run.pause_text, old + n + 1);
   al_event_t ev = al__events_blank;
   char msg[96];
   int rc;
@@ -1299,21 +1299,21 @@ static void continue_paused(al_agent_t *a, al_buf_t *text, json_t *single) {
       memcpy(joined + old, t, n);
     }
     joined[old + n] = '\0';
-    a->pause_text = joined;
+    a->run.pause_text = joined;
   }
   json_decref(single);
   al_buf_free(text);
-  a->pauses++;
+  a->run.pauses++;
   snprintf(msg, sizeof(msg),
            "the provider paused the turn: continuing (%u of %u)",
-           (unsigned)a->pauses, (unsigned)AG_MAX_PAUSES);
+           (unsigned)a->run.pauses, (unsigned)AG_MAX_PAUSES);
   ev.type = AL_EVENT_PROVIDER_NOTICE;
   ev.u.notice.kind = ag_slice("pause_turn");
   ev.u.notice.message = ag_slice(msg);
   if (al__agent_post(a, &ev)) {
     return;
   }
-  al__retry_request_start(&a->retry);
+  al__retry_request_start(&a->run.retry);
   rc = attempt_start(a);
   if (rc != 0) {
     end_error(a, rc, "could not send the request to the model");
@@ -1326,7 +1326,7 @@ static void prepend_pause_text(al_agent_t *a, al_buf_t *text,
   al_buf_t all;
 
   al_buf_init(&all, SIZE_MAX / 2);
-  al_buf_append_str(&all, a->pause_text);
+  al_buf_append_str(&all, a->run.pause_text);
   if (*single != NULL) {
     al_buf_append(&all, json_string_value(*single),
                   json_string_length(*single));
@@ -1337,13 +1337,13 @@ static void prepend_pause_text(al_agent_t *a, al_buf_t *text,
   }
   al_buf_free(text);
   *text = all;
-  al_free(a->pause_text);
-  a->pause_text = NULL;
-  a->pauses = 0;
+  al_free(a->run.pause_text);
+  a->run.pause_text = NULL;
+  a->run.pauses = 0;
 }
 
 static void reply_done(al_agent_t *a) {
-  json_t *msg = al_pstream_message(&a->ps);
+  json_t *msg = al_pstream_message(&a->att.ps);
   const json_t *sr = json_object_get(msg, "stop_reason");
   al_stop_reason_t stop =
       al__provider_stop_from_anthropic(json_string_value(sr));
@@ -1356,7 +1356,7 @@ static void reply_done(al_agent_t *a) {
 
   al_buf_init(&text, SIZE_MAX / 2);
   join_text(msg, &text, &single);
-  if (a->state == AG_COMPACTING) {
+  if (a->run.state == AG_COMPACTING) {
     if (post_usage(a, msg)) {
       json_decref(single);
       al_buf_free(&text);
@@ -1371,8 +1371,8 @@ static void reply_done(al_agent_t *a) {
     al_buf_free(&text);
     return;
   }
-  a->overflow_retried = false;
-  if (a->state == AG_SUMMARY) {
+  a->compact.overflow_retried = false;
+  if (a->run.state == AG_SUMMARY) {
     if (post_usage(a, msg)) {
       json_decref(single);
       al_buf_free(&text);
@@ -1387,33 +1387,33 @@ static void reply_done(al_agent_t *a) {
     end_final_text(a, &text, single);
     return;
   }
-  for (i = 0; i < a->nblocks; i++) {
-    if (a->blocks[i].is_tool && !a->blocks[i].stopped) {
+  for (i = 0; i < a->att.nblocks; i++) {
+    if (a->att.blocks[i].is_tool && !a->att.blocks[i].stopped) {
       incomplete = true;
     }
   }
   if (incomplete || (stop == AL_STOP_MAX_TOKENS &&
-                     a->nblocks > 0 && a->blocks[a->nblocks - 1].is_tool)) {
+                     a->att.nblocks > 0 && a->att.blocks[a->att.nblocks - 1].is_tool)) {
     json_decref(single);
     al_buf_free(&text);
     if (post_usage(a, msg)) {
       return;
     }
     if (stop == AL_STOP_MAX_TOKENS &&
-        al__retry_continuation_take(&a->retry, &a->ropts)) {
+        al__retry_continuation_take(&a->run.retry, &a->ropts)) {
       if (discard_reply(a, "max_tokens")) {
         return;
       }
-      if (post_retry(a, a->retry.continuations, a->ropts.max_continuations, 0,
+      if (post_retry(a, a->run.retry.continuations, a->ropts.max_continuations, 0,
                      0, "max_tokens",
                      "the reply hit max_tokens inside a tool call")) {
         return;
       }
-      a->cur_max_tokens = AL_MIN(a->cur_max_tokens * 2, AG_MAX_TOKENS_CEILING);
-      if (a->cur_max_tokens < a->max_tokens) {
-        a->cur_max_tokens = a->max_tokens;
+      a->run.cur_max_tokens = AL_MIN(a->run.cur_max_tokens * 2, AG_MAX_TOKENS_CEILING);
+      if (a->run.cur_max_tokens < a->max_tokens) {
+        a->run.cur_max_tokens = a->max_tokens;
       }
-      al__retry_request_start(&a->retry);
+      al__retry_request_start(&a->run.retry);
       rc = attempt_start(a);
       if (rc != 0) {
         end_error(a, rc, "could not send the request to the model");
@@ -1447,17 +1447,17 @@ static void reply_done(al_agent_t *a) {
     al_buf_free(&text);
     return;
   }
-  a->stats.turns++;
-  al__retry_on_success(&a->retry);
-  al__retry_continuation_reset(&a->retry);
-  a->cur_max_tokens = a->max_tokens;
+  a->run.stats.turns++;
+  al__retry_on_success(&a->run.retry);
+  al__retry_continuation_reset(&a->run.retry);
+  a->run.cur_max_tokens = a->max_tokens;
   attempt_clear(a);
   if (!al__history_turn_open(&a->history) && stop == AL_STOP_PAUSE_TURN &&
-      a->pauses < AG_MAX_PAUSES) {
+      a->run.pauses < AG_MAX_PAUSES) {
     continue_paused(a, &text, single);
     return;
   }
-  if (a->pause_text != NULL) {
+  if (a->run.pause_text != NULL) {
     prepend_pause_text(a, &text, &single);
   }
   if (!al__history_turn_open(&a->history)) {
@@ -1483,14 +1483,14 @@ static void reply_done(al_agent_t *a) {
   json_decref(single);
   al_buf_free(&text);
   set_state(a, AG_TOOLS);
-  if (a->cur == NULL || !al__executor_has_pending(&a->cur->ex)) {
+  if (a->att.cur == NULL || !al__executor_has_pending(&a->att.cur->ex)) {
     tools_done(a);
   }
 }
 
 /* Every tool of the committed reply has its result. */
 static void tools_done(al_agent_t *a) {
-  ag_exec_t *box = a->cur;
+  ag_exec_t *box = a->att.cur;
   al_tool_call_t *call = NULL;
   uint32_t n = 0;
   al_event_t ev;
@@ -1511,11 +1511,11 @@ static void tools_done(al_agent_t *a) {
     }
     n++;
     if (!call->is_error && strcmp(call->name, "done") == 0 &&
-        a->done_text == NULL) {
-      a->done_text = al_malloc(call->content_len + 1);
-      if (a->done_text != NULL) {
-        memcpy(a->done_text, call->content, call->content_len);
-        a->done_text[call->content_len] = '\0';
+        a->run.done_text == NULL) {
+      a->run.done_text = al_malloc(call->content_len + 1);
+      if (a->run.done_text != NULL) {
+        memcpy(a->run.done_text, call->content, call->content_len);
+        a->run.done_text[call->content_len] = '\0';
       }
     }
   }
@@ -1539,10 +1539,10 @@ static void tools_done(al_agent_t *a) {
   if (al__agent_post(a, &ev)) {
     return;
   }
-  if (a->done_text != NULL) {
-    char *t = a->done_text;
+  if (a->run.done_text != NULL) {
+    char *t = a->run.done_text;
 
-    a->done_text = NULL;
+    a->run.done_text = NULL;
     end_final(a, t, strlen(t));
     al_free(t);
     return;
@@ -1555,20 +1555,20 @@ static void start_turn(al_agent_t *a) {
   int rc;
 
   memset(&ev, 0, sizeof(ev));
-  if (a->turn >= a->max_turns) {
+  if (a->run.turn >= a->max_turns) {
     ev.type = AL_EVENT_MAX_TURNS_REACHED;
     ev.u.max_turns.max_turns = a->max_turns;
     if (al__agent_post(a, &ev)) {
       return;
     }
-    if (al__history_copy(&a->history, &a->summary_hist) != 0 ||
-        al__history_append_user_text(&a->summary_hist,
+    if (al__history_copy(&a->history, &a->run.summary_hist) != 0 ||
+        al__history_append_user_text(&a->run.summary_hist,
                                      AL_AGENT_SUMMARY_PROMPT) != 0) {
       summary_failed(a);
       return;
     }
     set_state(a, AG_SUMMARY);
-    al__retry_request_start(&a->retry);
+    al__retry_request_start(&a->run.retry);
     if (attempt_start(a) != 0) {
       summary_failed(a);
     }
@@ -1578,13 +1578,13 @@ static void start_turn(al_agent_t *a) {
   if (al__agent_mcp_sync(a)) {
     return;
   }
-  a->turn++;
-  a->compacted_this_turn = false;
+  a->run.turn++;
+  a->compact.this_turn = false;
   ev.type = AL_EVENT_TURN_STARTED;
   if (al__agent_post(a, &ev)) {
     return;
   }
-  al__retry_request_start(&a->retry);
+  al__retry_request_start(&a->run.retry);
   rc = attempt_start(a);
   if (rc != 0) {
     end_error(a, rc, "could not send the request to the model");
@@ -1604,8 +1604,8 @@ static bool is_overflow(const char *message) {
 }
 
 static int64_t keep_tokens(const al_agent_t *a) {
-  if (a->keep_recent > 0) {
-    return a->keep_recent;
+  if (a->compact.keep_recent > 0) {
+    return a->compact.keep_recent;
   }
   return AL_MIN((int64_t)AL_COMPACT_KEEP_TOKENS, a->budget.window / 4);
 }
@@ -1614,12 +1614,12 @@ static int64_t keep_tokens(const al_agent_t *a) {
  * streams, no tool runs): a requested or needed compaction starts here.
  * Returns 1 when the request must not be sent now. */
 static int compact_check(al_agent_t *a, int64_t projected) {
-  int64_t at = al__budget_compact_at(&a->budget, a->cur_max_tokens);
+  int64_t at = al__budget_compact_at(&a->budget, a->run.cur_max_tokens);
   char msg[300];
   bool again;
 
-  if (a->compact_requested) {
-    a->compact_requested = false;
+  if (a->compact.requested) {
+    a->compact.requested = false;
     compact_start(a, "manual");
     return 1;
   }
@@ -1628,12 +1628,12 @@ static int compact_check(al_agent_t *a, int64_t projected) {
   }
   /* A second automatic compaction in a run only after an effective
    * first one (tokens after <= 0.6 x the trigger). */
-  again = a->run_compact_after < 0 || a->run_compact_after * 10 <= at * 6;
-  if (a->auto_compact && !a->compacted_this_turn && again) {
+  again = a->compact.run_after < 0 || a->compact.run_after * 10 <= at * 6;
+  if (a->compact.auto_compact && !a->compact.this_turn && again) {
     compact_start(a, "auto");
     return 1;
   }
-  if ((a->compacted_this_turn || !again) &&
+  if ((a->compact.this_turn || !again) &&
       al__budget_pct(&a->budget, projected) > AL_BUDGET_REFUSE_PCT) {
     snprintf(msg, sizeof(msg),
              "context_limit_exceeded: the next request needs about %lld "
@@ -1671,8 +1671,8 @@ static bool trim_messages(al_agent_t *a) {
   uint32_t results;
   int64_t before;
 
-  if (a->max_messages == 0 || json_array_size(msgs) <= a->max_messages ||
-      (cut = al__compact_cut_count(msgs, a->max_messages)) == 0) {
+  if (a->compact.max_messages == 0 || json_array_size(msgs) <= a->compact.max_messages ||
+      (cut = al__compact_cut_count(msgs, a->compact.max_messages)) == 0) {
     return false;
   }
   before = project_history(a);
@@ -1685,7 +1685,7 @@ static bool trim_messages(al_agent_t *a) {
   }
   snprintf(notice, sizeof(notice),
            "(The oldest messages were dropped to keep at most %u messages.)",
-           a->max_messages);
+           a->compact.max_messages);
   next = al__compact_assemble(msgs, cut, notice, strlen(notice));
   if (next == NULL) {
     return false;
@@ -1693,12 +1693,12 @@ static bool trim_messages(al_agent_t *a) {
   al__compact_counts(msgs, cut, &dropped, &results);
   json_decref(a->history.messages);
   a->history.messages = next;
-  if (a->on_commit != NULL) {
+  if (a->core.on_commit != NULL) {
     json_t *rec = json_pack("{s:O}", "messages", next);
     char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
 
     if (txt != NULL) {
-      a->on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt), a->commit_data);
+      a->core.on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt), a->core.commit_data);
     }
     al_free(txt);
     json_decref(rec);
@@ -1717,17 +1717,17 @@ static bool trim_messages(al_agent_t *a) {
 static void compact_resume(al_agent_t *a) {
   int rc;
 
-  if (!a->compact_in_run) {
+  if (!a->compact.in_run) {
     attempt_clear(a); /* the summary request's pipeline */
     set_state(a, AG_IDLE);
     return;
   }
   set_state(a, AG_STREAMING);
-  a->compacted_this_turn = true;
-  if (strcmp(a->compact_trigger, "auto") == 0) {
-    a->run_compact_after = a->compact_after;
+  a->compact.this_turn = true;
+  if (strcmp(a->compact.trigger, "auto") == 0) {
+    a->compact.run_after = a->compact.after;
   }
-  al__retry_request_start(&a->retry);
+  al__retry_request_start(&a->run.retry);
   rc = attempt_start(a);
   if (rc != 0) {
     end_error(a, rc, "could not send the request to the model");
@@ -1742,41 +1742,41 @@ static void compact_start(al_agent_t *a, const char *trigger) {
   size_t dropped;
   int rc;
 
-  a->compact_in_run = al_agent_running(a);
-  a->compact_trigger = trigger;
-  a->compact_before = project_history(a);
-  a->compact_cut = json_is_array(msgs) ? al__compact_cut(msgs, keep_tokens(a),
+  a->compact.in_run = al_agent_running(a);
+  a->compact.trigger = trigger;
+  a->compact.before = project_history(a);
+  a->compact.cut = json_is_array(msgs) ? al__compact_cut(msgs, keep_tokens(a),
                                                          ratio)
                                        : 0;
-  al__agent_pre_compact_hooks(a, trigger, (int64_t)a->compact_before);
+  al__agent_pre_compact_hooks(a, trigger, (int64_t)a->compact.before);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_COMPACTION_STARTED;
   ev.u.compaction.trigger = ag_slice(trigger);
-  ev.u.compaction.tokens_before = (uint64_t)a->compact_before;
+  ev.u.compaction.tokens_before = (uint64_t)a->compact.before;
   if (al__agent_post(a, &ev)) {
     return;
   }
-  if (a->compact_cut == 0) {
+  if (a->compact.cut == 0) {
     compact_finish(a, "", 0); /* nothing older than the kept part */
     return;
   }
   req = al__compact_request(msgs,
                             a->budget.window * AL_COMPACT_REQUEST_PCT / 100,
-                            ratio, a->compact_instructions, &dropped);
-  al__history_free(&a->compact_hist);
-  al__history_init(&a->compact_hist);
+                            ratio, a->compact.instructions, &dropped);
+  al__history_free(&a->compact.hist);
+  al__history_init(&a->compact.hist);
   if (req == NULL ||
-      al__history_set_system(&a->compact_hist,
+      al__history_set_system(&a->compact.hist,
                              al__history_system(&a->history)) != 0) {
     json_decref(req);
     compact_finish(a, NULL, 0);
     return;
   }
-  a->compact_hist.messages = req;
+  a->compact.hist.messages = req;
   set_state(a, AG_COMPACTING);
-  al__retry_request_start(&a->retry);
+  al__retry_request_start(&a->run.retry);
   rc = attempt_start(a);
-  if (rc != 0 && a->state == AG_COMPACTING) {
+  if (rc != 0 && a->run.state == AG_COMPACTING) {
     compact_finish(a, NULL, 0);
   }
 }
@@ -1786,7 +1786,7 @@ static void compact_start(al_agent_t *a, const char *trigger) {
  * the events, then the run goes on. */
 static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
   json_t *msgs = a->history.messages;
-  size_t cut = a->compact_cut;
+  size_t cut = a->compact.cut;
   char *fallback = NULL;
   json_t *next = NULL;
   al_event_t ev;
@@ -1796,10 +1796,10 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
   char msg[300];
   bool failed = summary == NULL || (cut != 0 && len == 0);
 
-  al__history_free(&a->compact_hist);
-  al__history_init(&a->compact_hist);
-  al_free(a->compact_instructions);
-  a->compact_instructions = NULL;
+  al__history_free(&a->compact.hist);
+  al__history_init(&a->compact.hist);
+  al_free(a->compact.instructions);
+  a->compact.instructions = NULL;
   if (cut != 0) {
     if (failed) {
       fallback = al__compact_fallback_summary(msgs, cut);
@@ -1811,31 +1811,31 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
       al__compact_counts(msgs, cut, &dropped, &results);
       json_decref(a->history.messages);
       a->history.messages = next;
-      if (a->on_commit != NULL) {
+      if (a->core.on_commit != NULL) {
         /* Durable: the transcript keeps the originals and this record;
          * a resumed session starts from it. */
         json_t *rec = json_pack("{s:O}", "messages", next);
         char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
 
         if (txt != NULL) {
-          a->on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt),
-                       a->commit_data);
+          a->core.on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt),
+                       a->core.commit_data);
         }
         al_free(txt);
         json_decref(rec);
       }
     }
   }
-  a->compact_failures = failed && cut != 0 ? a->compact_failures + 1 : 0;
+  a->compact.failures = failed && cut != 0 ? a->compact.failures + 1 : 0;
   after = project_history(a);
-  a->compact_after = after;
-  if (a->compact_before > after) {
-    a->stats_compact_saved += (uint64_t)(a->compact_before - after);
+  a->compact.after = after;
+  if (a->compact.before > after) {
+    a->compact.saved += (uint64_t)(a->compact.before - after);
   }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_COMPACTION_COMPLETED;
-  ev.u.compaction.trigger = ag_slice(a->compact_trigger);
-  ev.u.compaction.tokens_before = (uint64_t)a->compact_before;
+  ev.u.compaction.trigger = ag_slice(a->compact.trigger);
+  ev.u.compaction.tokens_before = (uint64_t)a->compact.before;
   ev.u.compaction.tokens_after = (uint64_t)after;
   ev.u.compaction.dropped_messages = dropped;
   ev.u.compaction.dropped_tool_results = results;
@@ -1845,8 +1845,8 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
   if (al__agent_post(a, &ev)) {
     return;
   }
-  if (a->compact_failures >= AL_COMPACT_MAX_FAILURES) {
-    a->compact_failures = 0;
+  if (a->compact.failures >= AL_COMPACT_MAX_FAILURES) {
+    a->compact.failures = 0;
     end_error(a, AL_ECOMPACT,
               "compaction_failed: the summary request failed 3 times in a "
               "row (a deterministic trim was used each time)");
@@ -1858,7 +1858,7 @@ static void compact_finish(al_agent_t *a, const char *summary, size_t len) {
              "%lld-token window) remain after compaction",
              (long long)after, al__budget_pct(&a->budget, after),
              (long long)a->budget.window);
-    if (a->compact_in_run) {
+    if (a->compact.in_run) {
       end_error(a, AL_ECONTEXT, msg);
     } else {
       set_state(a, AG_IDLE);
@@ -1889,24 +1889,24 @@ static void agent_free_fields(al_agent_t *a) {
   al_free(a->workspace);
   free_list(a->allowed_paths);
   free_list(a->denied_paths);
-  free_list(a->allow_tools);
-  free_list(a->deny_tools);
+  free_list(a->policy.allow_tools);
+  free_list(a->policy.deny_tools);
   al__history_free(&a->history);
-  al__history_free(&a->summary_hist);
-  al__history_free(&a->compact_hist);
-  al_free(a->compact_instructions);
-  json_decref(a->tool_defs);
-  json_decref(a->stamps);
-  al_free(a->done_text);
-  al_free(a->pause_text);
-  al_free(a->msg_id);
-  al_buf_free(&a->partial);
+  al__history_free(&a->run.summary_hist);
+  al__history_free(&a->compact.hist);
+  al_free(a->compact.instructions);
+  json_decref(a->reg.tool_defs);
+  json_decref(a->att.stamps);
+  al_free(a->run.done_text);
+  al_free(a->run.pause_text);
+  al_free(a->att.msg_id);
+  al_buf_free(&a->att.partial);
   blocks_free(a);
   al_models_free(a->own_models);
   al__agent_context_free(a);
   al__budget_free(&a->budget);
-  if (a->bus != NULL) {
-    al__events_bus_free(a->bus);
+  if (a->core.bus != NULL) {
+    al__events_bus_free(a->core.bus);
   }
 }
 
@@ -1963,18 +1963,18 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->loop = loop;
   a->data = o->data;
-  al_list_init(&a->tools);
-  al_list_init(&a->approvals);
-  al_list_init(&a->execs);
-  al_list_init(&a->hook_waits);
-  al_buf_init(&a->partial, AG_PARTIAL_MAX);
+  al_list_init(&a->reg.tools);
+  al_list_init(&a->policy.approvals);
+  al_list_init(&a->att.execs);
+  al_list_init(&a->policy.hook_waits);
+  al_buf_init(&a->att.partial, AG_PARTIAL_MAX);
   al__history_init(&a->history);
-  al__history_init(&a->summary_hist);
-  al__history_init(&a->compact_hist);
+  al__history_init(&a->run.summary_hist);
+  al__history_init(&a->compact.hist);
   al__budget_init(&a->budget);
-  a->auto_compact = !o->no_auto_compact;
-  a->max_messages = o->max_messages;
-  a->keep_recent = o->keep_recent > 0 ? o->keep_recent : 0;
+  a->compact.auto_compact = !o->no_auto_compact;
+  a->compact.max_messages = o->max_messages;
+  a->compact.keep_recent = o->keep_recent > 0 ? o->keep_recent : 0;
   a->prompt_cache = !o->no_prompt_cache;
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
@@ -2013,7 +2013,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   a->window_override = o->context_window;
   model_info_refresh(a);
   a->max_tokens = o->max_tokens > 0 ? o->max_tokens : 4096;
-  a->cur_max_tokens = a->max_tokens;
+  a->run.cur_max_tokens = a->max_tokens;
   a->max_turns = o->max_turns > 0 ? o->max_turns : 20;
   a->concurrency = o->max_tool_concurrency > 0
                        ? o->max_tool_concurrency
@@ -2033,16 +2033,16 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   }
   a->ropts.has_fallback_model = a->fallback_model != NULL;
   seed = o->rng_seed != 0 ? o->rng_seed : al_now_ns() ^ (uint64_t)(uintptr_t)a;
-  al__retry_rng_seed(&a->rng, seed);
-  al__retry_state_init(&a->retry);
+  al__retry_rng_seed(&a->run.rng, seed);
+  al__retry_state_init(&a->run.retry);
   a->tool_timeout_ms = o->tool_timeout_ms;
   a->bash_network = o->bash_network;
   a->kill_grace_ms = o->kill_grace_ms;
-  a->mode = o->permission_mode;
-  a->permission = o->permission;
-  a->permission_data = o->permission_data;
-  if (dup_list(o->allow_tools, &a->allow_tools) != 0 ||
-      dup_list(o->deny_tools, &a->deny_tools) != 0 ||
+  a->policy.mode = o->permission_mode;
+  a->policy.permission = o->permission;
+  a->policy.permission_data = o->permission_data;
+  if (dup_list(o->allow_tools, &a->policy.allow_tools) != 0 ||
+      dup_list(o->deny_tools, &a->policy.deny_tools) != 0 ||
       dup_list(o->allowed_paths, &a->allowed_paths) != 0 ||
       dup_list(o->denied_paths, &a->denied_paths) != 0) {
     goto fail;
@@ -2075,13 +2075,13 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if (al__history_set_system(&a->history, o->system) != 0) {
     goto fail;
   }
-  a->tool_defs = json_array();
-  a->stamps = json_object();
-  if (a->tool_defs == NULL || a->stamps == NULL) {
+  a->reg.tool_defs = json_array();
+  a->att.stamps = json_object();
+  if (a->reg.tool_defs == NULL || a->att.stamps == NULL) {
     goto fail;
   }
   if (o->session_id != NULL) {
-    if (al__events_session_set(&a->session, o->session_id, o->first_seq) !=
+    if (al__events_session_set(&a->core.session, o->session_id, o->first_seq) !=
         0) {
       rc = AL_EINVAL;
       goto fail;
@@ -2092,12 +2092,12 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
 
     al__retry_rng_seed(&r, seed * 0x9E3779B97F4A7C15ULL + 1);
     snprintf(id, sizeof(id), "s_%016" PRIx64, al__retry_rng_next(&r));
-    al__events_session_set(&a->session, id, o->first_seq);
+    al__events_session_set(&a->core.session, id, o->first_seq);
   }
-  a->on_commit = o->on_commit;
-  a->commit_data = o->commit_data;
-  a->run_id = o->first_run > 0 ? o->first_run - 1 : 0;
-  if ((rc = al__events_bus_new(&a->bus, NULL)) != 0) {
+  a->core.on_commit = o->on_commit;
+  a->core.commit_data = o->commit_data;
+  a->run.run_id = o->first_run > 0 ? o->first_run - 1 : 0;
+  if ((rc = al__events_bus_new(&a->core.bus, NULL)) != 0) {
     goto fail;
   }
   a->limits = o->limits; /* the tools read theirs (file_*) */
@@ -2129,9 +2129,9 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   } else {
     a->own_client = true;
   }
-  uv_timer_init(loop, &a->backoff);
-  uv_idle_init(loop, &a->finish);
-  a->pending = 2; /* the backoff timer and the client */
+  uv_timer_init(loop, &a->run.backoff);
+  uv_idle_init(loop, &a->core.finish);
+  a->core.pending = 2; /* the backoff timer and the client */
   /* Last: from here on nothing fails, and the servers start at once. */
   al__agent_mcp_init(a, o);
   *out = a;
@@ -2148,10 +2148,10 @@ void *al_agent_get_data(const al_agent_t *a) { return a->data; }
 void al_agent_model_info(const al_agent_t *a, al_model_info_t *out) {
   *out = a->model_info;
 }
-const char *al_agent_session(const al_agent_t *a) { return a->session.id; }
+const char *al_agent_session(const al_agent_t *a) { return a->core.session.id; }
 bool al_agent_running(const al_agent_t *a) {
-  return a->state != AG_IDLE && a->state != AG_ENDING &&
-         a->state != AG_CLOSING;
+  return a->run.state != AG_IDLE && a->run.state != AG_ENDING &&
+         a->run.state != AG_CLOSING;
 }
 
 int al_agent_compact(al_agent_t *a, const char *instructions) {
@@ -2160,16 +2160,16 @@ int al_agent_compact(al_agent_t *a, const char *instructions) {
   if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state == AG_COMPACTING || a->state == AG_ENDING) {
+  if (a->run.state == AG_COMPACTING || a->run.state == AG_ENDING) {
     return AL_EBUSY;
   }
   if (instructions != NULL && (copy = al_strdup(instructions)) == NULL) {
     return AL_ENOMEM;
   }
-  al_free(a->compact_instructions);
-  a->compact_instructions = copy;
+  al_free(a->compact.instructions);
+  a->compact.instructions = copy;
   if (al_agent_running(a)) {
-    a->compact_requested = true; /* before the run's next request */
+    a->compact.requested = true; /* before the run's next request */
     return 0;
   }
   compact_start(a, "manual");
@@ -2184,7 +2184,7 @@ int al_agent_subscribe(al_agent_t *a, al_event_cb cb, void *data,
   if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  rc = al__events_subscribe(a->bus, cb, data, &sub);
+  rc = al__events_subscribe(a->core.bus, cb, data, &sub);
   if (out != NULL) {
     *out = (al_sub_t *)sub;
   }
@@ -2193,7 +2193,7 @@ int al_agent_subscribe(al_agent_t *a, al_event_cb cb, void *data,
 
 void al_agent_unsubscribe(al_agent_t *a, al_sub_t *sub) {
   if (sub != NULL) {
-    al__events_unsubscribe(a->bus, (al__events_sub_t *)sub);
+    al__events_unsubscribe(a->core.bus, (al__events_sub_t *)sub);
   }
 }
 
@@ -2208,7 +2208,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE) {
+  if (a->run.state != AG_IDLE) {
     return AL_EBUSY; /* ENDING too: a new run waits until interrupted */
   }
   if (text == NULL || text[0] == '\0') {
@@ -2218,26 +2218,26 @@ int al_agent_run(al_agent_t *a, const char *text) {
   if (rc != 0) {
     return rc;
   }
-  first = !a->has_run;
-  a->has_run = true;
-  if (a->on_commit != NULL) {
+  first = !a->run.has_run;
+  a->run.has_run = true;
+  if (a->core.on_commit != NULL) {
     json_t *um = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text",
                            "text", text);
 
     commit_notify(a, AL_COMMIT_USER, um);
     json_decref(um);
   }
-  memset(&a->stats, 0, sizeof(a->stats));
-  a->run_t0 = al_now_ns();
-  a->run_id++;
-  a->turn = 0;
-  a->pauses = 0;
-  al_free(a->pause_text);
-  a->pause_text = NULL;
-  a->stop_blocks = 0;
-  a->cur_max_tokens = a->max_tokens;
-  al__retry_state_init(&a->retry);
-  json_object_clear(a->stamps);
+  memset(&a->run.stats, 0, sizeof(a->run.stats));
+  a->run.run_t0 = al_now_ns();
+  a->run.run_id++;
+  a->run.turn = 0;
+  a->run.pauses = 0;
+  al_free(a->run.pause_text);
+  a->run.pause_text = NULL;
+  a->hooks.stop_blocks = 0;
+  a->run.cur_max_tokens = a->max_tokens;
+  al__retry_state_init(&a->run.retry);
+  json_object_clear(a->att.stamps);
   set_state(a, AG_STREAMING);
   names = json_array();
   {
@@ -2257,7 +2257,7 @@ int al_agent_run(al_agent_t *a, const char *text) {
   ev.u.run_started.provider = ag_slice(a->provider->name);
   ev.u.run_started.cwd = ag_slice(a->workspace);
   ev.u.run_started.tools = ag_slice(tools);
-  ev.u.run_started.sandbox = ag_slice(al_sandbox_mode_name(a->sandbox_info.mode));
+  ev.u.run_started.sandbox = ag_slice(al_sandbox_mode_name(a->reg.sandbox_info.mode));
   if (al__agent_post(a, &ev)) {
     al_free(tools);
     return 0;
@@ -2288,9 +2288,9 @@ void al__agent_begin_turns(al_agent_t *a) {
     /* MCP servers still starting: wait for them, but never longer than
      * what is left of the startup wait (the first token must not wait
      * for a slow server). The backoff timer is idle before a turn. */
-    a->mcp_waiting = true;
-    a->mcp_wait_t0 = al_now_ns();
-    uv_timer_start(&a->backoff, on_mcp_wait, wait_ms, 0);
+    a->mcp.waiting = true;
+    a->mcp.wait_t0 = al_now_ns();
+    uv_timer_start(&a->run.backoff, on_mcp_wait, wait_ms, 0);
     return;
   }
   if (al__agent_mcp_startup_post(a)) {
@@ -2305,7 +2305,7 @@ int al_agent_cancel(al_agent_t *a) {
   al_event_t ev;
   json_t *open;
   json_t *item;
-  ag_state_t old = a->state;
+  ag_state_t old = a->run.state;
   size_t i;
 
   if (!al_agent_running(a)) {
@@ -2315,7 +2315,7 @@ int al_agent_cancel(al_agent_t *a) {
    * cancelled below. Copied, since closing the executors frees them. */
   open = json_array();
   al_list_t *pos;
-  al_list_foreach(pos, &a->execs) {
+  al_list_foreach(pos, &a->att.execs) {
     box = AL_CONTAINER_OF(pos, ag_exec_t, node);
     call = NULL;
     while ((call = al__executor_results(&box->ex, call)) != NULL) {
@@ -2329,7 +2329,7 @@ int al_agent_cancel(al_agent_t *a) {
       if (call->state == AL_TOOL_CALL_YIELDED &&
           al__agent_post_hook_result(box, call, &shown, &shown_len,
                                      &is_error) == 0) {
-        if (old == AG_TOOLS && box == a->cur) {
+        if (old == AG_TOOLS && box == a->att.cur) {
           json_t *js = al__agent_post_content(box, call, &is_error);
 
           if (js != NULL) {
@@ -2349,7 +2349,7 @@ int al_agent_cancel(al_agent_t *a) {
     al__history_cancel_open(&a->history, NULL);
     commit_notify_results(a);
   }
-  if (old == AG_STREAMING && a->partial.len > 0) {
+  if (old == AG_STREAMING && a->att.partial.len > 0) {
     keep_partial(a);
   }
   run_end_common(a); /* closes the request and every executor */
@@ -2380,7 +2380,7 @@ int al_agent_cancel(al_agent_t *a) {
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_INTERRUPTED;
   ev.u.interrupted.reason = ag_slice("user");
-  if (a->state == AG_ENDING) { /* not when a subscriber closed the agent */
+  if (a->run.state == AG_ENDING) { /* not when a subscriber closed the agent */
     set_state(a, AG_IDLE);
   }
   al__agent_post(a, &ev);
@@ -2397,18 +2397,18 @@ static void keep_partial(al_agent_t *a) {
   size_t i;
 
   /* The API refuses a text block of only white space. */
-  for (i = 0; i < a->partial.len; i++) {
-    char ch = a->partial.data[i];
+  for (i = 0; i < a->att.partial.len; i++) {
+    char ch = a->att.partial.data[i];
 
     if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') {
       break;
     }
   }
-  if (i == a->partial.len) {
+  if (i == a->att.partial.len) {
     return;
   }
   msg = json_pack("{s:s, s:[{s:s, s:s%}]}", "role", "assistant", "content",
-                  "type", "text", "text", a->partial.data, a->partial.len);
+                  "type", "text", "text", a->att.partial.data, a->att.partial.len);
   if (msg == NULL || al__history_commit_assistant(&a->history, msg) != 0) {
     json_decref(msg); /* not UTF-8 or out of memory: dropped as before */
     return;
@@ -2425,9 +2425,9 @@ static void keep_partial(al_agent_t *a) {
 }
 
 void al_agent_stats(const al_agent_t *a, al_agent_stats_t *out) {
-  *out = a->stats;
+  *out = a->run.stats;
   if (al_agent_running(a)) {
-    out->duration_ms = ms_since(a->run_t0);
+    out->duration_ms = ms_since(a->run.run_t0);
   }
 }
 
@@ -2457,7 +2457,7 @@ int al_agent_load_history_json(al_agent_t *a, const char *json, size_t len) {
   if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE || a->has_run) {
+  if (a->run.state != AG_IDLE || a->run.has_run) {
     return AL_EBUSY;
   }
   o = json_loadb(json, len, 0, NULL);
@@ -2495,10 +2495,10 @@ out:
 }
 
 uint64_t al__agent_call_stamp(const al_agent_t *a, const char *call_id) {
-  return (uint64_t)json_integer_value(json_object_get(a->stamps, call_id));
+  return (uint64_t)json_integer_value(json_object_get(a->att.stamps, call_id));
 }
 
-uint64_t al__agent_tool_holds(const al_agent_t *a) { return a->holds; }
+uint64_t al__agent_tool_holds(const al_agent_t *a) { return a->core.holds; }
 
 json_t *al__agent_messages(al_agent_t *a) { return a->history.messages; }
 
@@ -2507,8 +2507,8 @@ uint64_t al__agent_last_stamp(const al_agent_t *a) { return sse_stamp(a); }
 /* ---- close ---------------------------------------------------------------------------- */
 
 static void on_finish_close(uv_handle_t *h) {
-  al_agent_t *a = AL_CONTAINER_OF((uv_idle_t *)h, al_agent_t, finish);
-  void (*cb)(al_agent_t *) = a->close_cb;
+  al_agent_t *a = AL_CONTAINER_OF((uv_idle_t *)h, al_agent_t, core.finish);
+  void (*cb)(al_agent_t *) = a->core.close_cb;
 
   al__agent_tools_free(a);
   agent_free_fields(a);
@@ -2519,49 +2519,49 @@ static void on_finish_close(uv_handle_t *h) {
 }
 
 void al__agent_maybe_finish(al_agent_t *a) {
-  if (!ag_closing(a) || a->finishing || a->pending > 0 || a->holds > 0 ||
-      a->live_ctx > 0 || !al__agent_hooks_idle(a)) {
+  if (!ag_closing(a) || a->core.finishing || a->core.pending > 0 || a->core.holds > 0 ||
+      a->reg.live_ctx > 0 || !al__agent_hooks_idle(a)) {
     return;
   }
-  a->finishing = true;
-  uv_close((uv_handle_t *)&a->finish, on_finish_close);
+  a->core.finishing = true;
+  uv_close((uv_handle_t *)&a->core.finish, on_finish_close);
 }
 
 static void on_backoff_close(uv_handle_t *h) {
-  al_agent_t *a = AL_CONTAINER_OF((uv_timer_t *)h, al_agent_t, backoff);
+  al_agent_t *a = AL_CONTAINER_OF((uv_timer_t *)h, al_agent_t, run.backoff);
 
-  a->pending--;
+  a->core.pending--;
   al__agent_maybe_finish(a);
 }
 
 static void on_client_close(al_http_client_t *c) {
   al_agent_t *a = al_http_client_get_data(c);
 
-  a->pending--;
+  a->core.pending--;
   al__agent_maybe_finish(a);
 }
 
 void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
-  if (a->state == AG_CLOSING) {
+  if (a->run.state == AG_CLOSING) {
     return;
   }
   if (al_agent_running(a)) {
     al_agent_cancel(a);
   }
-  if (a->state == AG_CLOSING) {
+  if (a->run.state == AG_CLOSING) {
     return; /* a subscriber closed it from inside the cancel */
   }
   set_state(a, AG_CLOSING);
-  a->close_cb = cb;
+  a->core.close_cb = cb;
   exec_close_all(a);
   al__agent_hooks_cancel_runs(a); /* hooks begun outside a run too */
   al__agent_mcp_close(a);
-  uv_close((uv_handle_t *)&a->backoff, on_backoff_close);
+  uv_close((uv_handle_t *)&a->run.backoff, on_backoff_close);
   if (a->own_client) {
     al_http_client_set_data(a->client, a);
     al_http_client_close(a->client, on_client_close);
   } else {
-    a->pending--; /* a shared client stays open */
+    a->core.pending--; /* a shared client stays open */
   }
   a->client = NULL;
 }

@@ -112,76 +112,60 @@ typedef struct ag_block_s {
   bool stopped;
 } ag_block_t;
 
-struct al_agent_s {
-  void *data;
-  uv_loop_t *loop;
+/* The agent's state, one sub-struct per module (STYLE §6.1). A sub-struct
+ * is written only by the file named in its comment; other files read it,
+ * or ask that file through a function. The top-level fields are the
+ * configuration, copied by al_agent_new and read everywhere, and the
+ * conversation the driver and compaction share. */
 
-  /* Configuration (copied). */
-  const al_provider_t *provider;
-  char *base_url; /* without a trailing '/' (and without "/v1") */
-  bool base_has_v1;
-  char *api_key;
-  char *model;      /* the model in use (the fallback once switched) */
-  char *model_main;
-  char *fallback_model;
-  int64_t max_tokens;
-  uint32_t max_turns;
-  int concurrency;
-  al_retry_options_t ropts;
-  al_retry_rng_t rng;
-  char *workspace;
-  char **allowed_paths;
-  char **denied_paths;
-  uint64_t tool_timeout_ms;
-  bool bash_network;
-  uint64_t kill_grace_ms;
-  al_permission_mode_t mode;
-  char **allow_tools;
-  char **deny_tools;
-  al_permission_cb permission;
-  void *permission_data;
-  int64_t idle_timeout_ms;
-  int64_t progress_timeout_ms;
-  al_limits_t limits;
-
-  al_http_client_t *client;
-  bool own_client; /* made here (else borrowed from the options) */
+/* core.c: the kernel every module may call (post, hold/release for close). */
+typedef struct ag_core_s {
   al__events_bus_t *bus;
   al__events_session_t session;
-  al_history_t history;
-  al_list_t tools; /* ag_tool_t */
-  json_t *tool_defs; /* [{name, description, input_schema}] */
-  al_list_t approvals;
-  uint64_t next_approval;
-  al_list_t execs; /* ag_exec_t: current one last */
+  /* Close: handles still closing and tool work still held. */
+  int pending;
+  uint64_t holds;
+  bool finishing;
+  uv_idle_t finish;
+  void (*close_cb)(al_agent_t *a);
+  /* Durable sessions: history commit hook (al_agent_options_t). */
+  al_commit_cb on_commit;
+  void *commit_data;
+} ag_core_t;
 
-  /* The run. */
+/* run.c: the run driver. */
+typedef struct ag_run_s {
   ag_state_t state;
   uint64_t gen; /* bumped whenever a run ends: stale work bails out */
-  /* ts_ns of the chunk that last marked progress: the deltas of one chunk
-   * share it, and one mark per chunk is all the stall timer needs. */
-  uint64_t progress_ts;
   uint64_t run_id;
   uint32_t turn;
   al_retry_state_t retry;
+  al_retry_rng_t rng;
   int64_t cur_max_tokens;
   al_history_t summary_hist;
   al_agent_stats_t stats;
   uint64_t run_t0;
-  uint64_t api_t0;
   char *done_text; /* the done tool's message */
   /* pause_turn: continuations of this turn so far, and the text of the
    * paused replies (the final answer is the whole turn's text). */
   uint32_t pauses;
   char *pause_text;
+  uv_timer_t backoff; /* retry backoff, and the MCP start-up wait */
+  bool has_run; /* al_agent_run was called once (load refuses after) */
+} ag_run_t;
 
-  /* The current attempt. */
+/* attempt.c: the model request in flight and the executors of replies. */
+typedef struct ag_att_s {
   al_http_request_t *req;
   al_pstream_t ps;
   bool ps_ready;
   bool in_feed;
   bool ps_dead; /* free ps once the feed returns */
   bool delivered; /* content reached subscribers this attempt */
+  /* ts_ns of the chunk that last marked progress: the deltas of one chunk
+   * share it, and one mark per chunk is all the stall timer needs. */
+  uint64_t progress_ts;
+  uint64_t api_t0;
   /* The text of the reply streaming now: a cancel keeps it in history
    * (al_agent_cancel), so the next request shows the model what it had
    * said and that it was cut. Reset with each attempt. */
@@ -196,70 +180,142 @@ struct al_agent_s {
   size_t nblocks;
   ag_exec_t *cur; /* executor of the reply being streamed / run */
   json_t *stamps; /* call_id -> SSE send stamp */
+  al_list_t execs; /* ag_exec_t: current one last */
+} ag_att_t;
 
-  uv_timer_t backoff;
-  /* Close: handles still closing and tool work still held. */
-  int pending;
-  uint64_t holds;
-  uint64_t live_ctx;
-  bool finishing;
-  uv_idle_t finish;
-  void (*close_cb)(al_agent_t *a);
-
-  /* Sandbox and tools.d (agent_tools.c). */
-  struct al_sandbox_s *sandbox; /* NULL: no tool spawns a child */
-  al_sandbox_info_t sandbox_info;
+/* gate.c: permission policy, approvals, calls held by pre_tool_use hooks. */
+typedef struct ag_policy_s {
+  al_permission_mode_t mode;
+  char **allow_tools;
+  char **deny_tools;
+  al_permission_cb permission;
+  void *permission_data;
+  al_list_t approvals;
+  uint64_t next_approval;
   bool sandbox_refuse; /* mode none under AUTO: spawning/write tools refused */
-  void *cli_set;       /* al_cli_set_t: the tools.d definitions and errors */
-  /* The workspace's tools.d when it is a directory (NULL otherwise), and
-   * whether it loaded: listed so a skipped untrusted one is visible. */
-  char *project_tools_d;
-  bool project_trusted;
-  /* MCP servers (agent_mcp.c; NULL: none configured). mcp_gens[i]: the
-   * tool-list generation of server i that the registry holds. */
-  struct al_mcp_s *mcp;
-  uint64_t *mcp_gens;
-  uint64_t mcp_t0;   /* when the servers started (ns) */
-  bool mcp_waiting;  /* the run waits for servers (backoff timer armed) */
-  bool mcp_startup_posted; /* mcp_startup_complete is out (once) */
-  /* mcp_project: the read of the project's .mcp.json in the pool (NULL
-   * when none is under way); the startup wait meanwhile; restart seam. */
-  void *mcp_load;
-  uint64_t mcp_wait_ms;
-  uint64_t mcp_restart_base_ms;
-  uint64_t mcp_wait_t0;    /* when the run began waiting (ns) */
-  /* Tool budget: tool_budget_pct/max_tools of the config, the names mcp_tool_search
-   * asked for (sent from the next turn boundary on), and the search tool
-   * once registered (removed while nothing is deferred). */
-  uint32_t mcp_budget_pct;
-  uint32_t mcp_budget_max_tools;
-  json_t *mcp_loaded;
-  ag_tool_t *mcp_search;
-  /* Calls to mcp__ names not registered (yet): their server is still
-   * starting, or the project's .mcp.json is still being read
-   * (agent_mcp.c ag_mcp_wait_t); the executor sees one of the two impls
-   * (unsafe while the tool's hints are unknown). */
-  al_list_t mcp_waits;
-  al_tool_impl_t mcp_wait_impl;
-  al_tool_impl_t mcp_wait_safe_impl;
-  /* Hooks (agent_hooks.c; NULL: none). hook_runs: the agent-level runs
-   * in flight (stop, user_prompt_submit; post_tool_use runs belong to
-   * their executor, ag_exec_t.posts), cancelled when
-   * the run ends; hook_waits: calls held by pre_tool_use hooks (gate.c). */
-  struct al_hooks_s *hooks;
-  al_list_t hook_waits;
-  struct al_hooks_run_s *hook_runs[64];
-  size_t n_hook_runs;
+  al_list_t hook_waits; /* calls held by pre_tool_use hooks */
+} ag_policy_t;
+
+/* hookpoints.c (NULL set: no hooks). runs: the agent-level runs in flight
+ * (stop, user_prompt_submit; post_tool_use runs belong to their executor,
+ * ag_exec_t.posts), cancelled when the run ends. */
+typedef struct ag_hooks_s {
+  struct al_hooks_s *set;
+  struct al_hooks_run_s *runs[64];
+  size_t n_runs;
   uint32_t stop_blocks; /* consecutive stop-hook continuations this run */
   int prompt_pending;   /* session_start / user_prompt_submit runs left */
   bool prompt_denied;
   char *prompt_why;     /* the blocking hook's reason */
   char *stop_text;      /* the final text held while stop hooks run */
-  /* Durable sessions: history commit hook (al_agent_options_t). */
-  al_commit_cb on_commit;
-  void *commit_data;
-  bool has_run; /* al_agent_run was called once (load refuses after) */
+} ag_hooks_t;
 
+/* mcp_attach.c: MCP servers (NULL set: none configured). gens[i]: the
+ * tool-list generation of server i that the registry holds. */
+typedef struct ag_mcp_s {
+  struct al_mcp_s *set;
+  uint64_t *gens;
+  uint64_t t0;   /* when the servers started (ns) */
+  bool waiting;  /* the run waits for servers (backoff timer armed) */
+  bool startup_posted; /* mcp_startup_complete is out (once) */
+  /* load: the read of the project's .mcp.json in the pool (NULL when none
+   * is under way); the startup wait meanwhile; restart seam. */
+  void *load;
+  uint64_t wait_ms;
+  uint64_t restart_base_ms;
+  uint64_t wait_t0;    /* when the run began waiting (ns) */
+  /* Tool budget: tool_budget_pct/max_tools of the config, the names
+   * mcp_tool_search asked for (sent from the next turn boundary on), and
+   * the search tool once registered (removed while nothing is deferred). */
+  uint32_t budget_pct;
+  uint32_t budget_max_tools;
+  json_t *loaded;
+  ag_tool_t *search;
+  /* Calls to mcp__ names not registered (yet): their server is still
+   * starting, or the project's .mcp.json is still being read
+   * (ag_mcp_wait_t); the executor sees one of the two impls (unsafe while
+   * the tool's hints are unknown). */
+  al_list_t waits;
+  al_tool_impl_t wait_impl;
+  al_tool_impl_t wait_safe_impl;
+} ag_mcp_t;
+
+/* context.c: micro-compaction and the tool output cache. */
+typedef struct ag_ctx_s {
+  json_t *tool_cache;    /* call id -> original content of a cleared result */
+  char **compactable;    /* tool names, NULL-terminated */
+  int64_t micro_min_tokens; /* < 0: off */
+  char *tool_output_dir; /* NULL: the cache lives in memory only */
+  uint64_t micro_saved;
+} ag_ctx_t;
+
+/* compact_run.c: summary compaction as a sub-run of the driver. */
+typedef struct ag_compact_s {
+  bool auto_compact;
+  uint32_t max_messages;
+  int64_t keep_recent; /* tokens; 0: keep_tokens()'s default */
+  al_history_t hist;  /* the summary request's history */
+  size_t cut;         /* messages[cut..] are kept */
+  const char *trigger; /* "auto", "manual", "overflow" (static) */
+  char *instructions; /* manual: the user's, or NULL */
+  int64_t before;
+  int failures;       /* in a row */
+  bool in_run;        /* the run continues after it */
+  bool requested;     /* manual, during a run: at the next request */
+  bool this_turn;     /* one automatic compaction per turn */
+  /* The run's last automatic compaction left this many tokens (-1: none
+   * yet): another in the same run only when that was at most 0.6 x the
+   * trigger (RESEARCH-WAVE2 C5), so a compaction that barely helped is
+   * not repeated turn after turn. */
+  int64_t run_after;
+  int64_t after; /* tokens after the last compaction */
+  bool overflow_retried;      /* one "prompt too long" compaction a request */
+  uint64_t saved;
+} ag_compact_t;
+
+/* registry.c (inproc.c: live_ctx): the tools, the sandbox and tools.d. */
+typedef struct ag_reg_s {
+  al_list_t tools; /* ag_tool_t */
+  json_t *tool_defs; /* [{name, description, input_schema}] */
+  struct al_sandbox_s *sandbox; /* NULL: no tool spawns a child */
+  al_sandbox_info_t sandbox_info;
+  void *cli_set;       /* al_cli_set_t: the tools.d definitions and errors */
+  /* The workspace's tools.d when it is a directory (NULL otherwise), and
+   * whether it loaded: listed so a skipped untrusted one is visible. */
+  char *project_tools_d;
+  bool project_trusted;
+  uint64_t live_ctx; /* in-process tool contexts not yet completed */
+} ag_reg_t;
+
+struct al_agent_s {
+  void *data;
+  uv_loop_t *loop;
+
+  /* Configuration (copied by al_agent_new; model and model_info change
+   * when the run switches to the fallback model). */
+  const al_provider_t *provider;
+  char *base_url; /* without a trailing '/' (and without "/v1") */
+  bool base_has_v1;
+  char *api_key;
+  char *model;      /* the model in use (the fallback once switched) */
+  char *model_main;
+  char *fallback_model;
+  int64_t max_tokens;
+  uint32_t max_turns;
+  int concurrency;
+  al_retry_options_t ropts;
+  char *workspace;
+  char **allowed_paths;
+  char **denied_paths;
+  uint64_t tool_timeout_ms;
+  bool bash_network;
+  uint64_t kill_grace_ms;
+  int64_t idle_timeout_ms;
+  int64_t progress_timeout_ms;
+  al_limits_t limits;
+  bool prompt_cache;
+  al_http_client_t *client;
+  bool own_client; /* made here (else borrowed from the options) */
   /* Context (SPEC §9): the catalogue (own_models when the options gave
    * none), the window override and what the catalogue says about a->model
    * (refreshed when the model changes). */
@@ -267,35 +323,21 @@ struct al_agent_s {
   al_models_t *own_models;
   int64_t window_override;
   al_model_info_t model_info;
+
+  /* The conversation: the driver, the attempt and compaction append to it
+   * through history.h; budget is its token count. */
+  al_history_t history;
   al_budget_t budget;
-  /* Micro-compaction and the tool output cache (agent_context.c). */
-  json_t *tool_cache;    /* call id -> original content of a cleared result */
-  char **compactable;    /* tool names, NULL-terminated */
-  int64_t micro_min_tokens; /* < 0: off */
-  char *tool_output_dir; /* NULL: the cache lives in memory only */
-  uint64_t stats_micro_saved;
-  /* Summary compaction (agent.c, compact.c). */
-  bool auto_compact;
-  uint32_t max_messages;
-  int64_t keep_recent; /* tokens; 0: keep_tokens()'s default */
-  bool prompt_cache;
-  al_history_t compact_hist;  /* the summary request's history */
-  size_t compact_cut;         /* messages[cut..] are kept */
-  const char *compact_trigger; /* "auto", "manual", "overflow" (static) */
-  char *compact_instructions; /* manual: the user's, or NULL */
-  int64_t compact_before;
-  int compact_failures;       /* in a row */
-  bool compact_in_run;        /* the run continues after it */
-  bool compact_requested;     /* manual, during a run: at the next request */
-  bool compacted_this_turn;   /* one automatic compaction per turn */
-  /* The run's last automatic compaction left this many tokens (-1: none
-   * yet): another in the same run only when that was at most 0.6 x the
-   * trigger (RESEARCH-WAVE2 C5), so a compaction that barely helped is
-   * not repeated turn after turn. */
-  int64_t run_compact_after;
-  int64_t compact_after; /* tokens after the last compaction */
-  bool overflow_retried;      /* one "prompt too long" compaction a request */
-  uint64_t stats_compact_saved;
+
+  ag_core_t core;
+  ag_run_t run;
+  ag_att_t att;
+  ag_policy_t policy;
+  ag_hooks_t hooks;
+  ag_mcp_t mcp;
+  ag_ctx_t ctx;
+  ag_compact_t compact;
+  ag_reg_t reg;
 };
 
 /* The largest saved output read back (read_tool_output). */
@@ -442,7 +484,7 @@ const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name);
 /* Whether the run should wait for servers still starting, and how long
  * (ms). */
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
-/* Closes the servers; a->pending covers it. */
+/* Closes the servers; a->core.pending covers it. */
 void al__agent_mcp_close(al_agent_t *a);
 /* Called by agent.c when the startup wait ends (all settled or timeout). */
 void al__agent_mcp_wait_over(al_agent_t *a);
@@ -454,7 +496,7 @@ bool al__agent_mcp_startup_post(al_agent_t *a);
 bool al__agent_mcp_began(al_tool_call_t *call);
 /* al_agent_close was called: nothing of the agent may fire any more. */
 static inline bool ag_closing(const al_agent_t *a) {
-  return a->state == AG_CLOSING;
+  return a->run.state == AG_CLOSING;
 }
 
 static inline al_slice_t ag_slice(const char *s) {

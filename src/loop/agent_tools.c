@@ -48,7 +48,7 @@ static void ctx_on_close(uv_handle_t *h) {
   al_free(ctx->name);
   al_free(ctx->input);
   al_free(ctx);
-  a->live_ctx--;
+  a->reg.live_ctx--;
   al__agent_maybe_finish(a);
 }
 
@@ -135,7 +135,7 @@ static int inproc_start(al_tool_call_t *call) {
   }
   uv_timer_init(a->loop, &ctx->timer);
   ctx->timer.data = ctx;
-  a->live_ctx++;
+  a->reg.live_ctx++;
   call->tool_data = ctx;
   uv_timer_start(&ctx->timer, ctx_on_timeout, timeout, 0);
   /* "Started" means the tool's callback is entered, which is next. */
@@ -190,7 +190,7 @@ static void tool_free(ag_tool_t *t) {
 ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
     if (!t->removed && strcmp(t->name, name) == 0) {
@@ -266,13 +266,13 @@ int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
   }
   def = json_pack("{s:s, s:s, s:O}", "name", t->name, "description",
                   t->description, "input_schema", t->schema);
-  if (def == NULL || json_array_append_new(a->tool_defs, def) != 0) {
+  if (def == NULL || json_array_append_new(a->reg.tool_defs, def) != 0) {
     tool_free(t);
     return AL_ENOMEM;
   }
   t->source = "builtin";
   al__gate_bind(t);
-  al_list_insert_tail(&a->tools, &t->node);
+  al_list_insert_tail(&a->reg.tools, &t->node);
   if (out != NULL) {
     *out = t;
   }
@@ -293,7 +293,7 @@ int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
   if (ag_closing(a)) {
     return AL_ECLOSING;
   }
-  if (a->state != AG_IDLE) {
+  if (a->run.state != AG_IDLE) {
     return AL_EBUSY;
   }
   return al__agent_add_inproc(a, def, NULL);
@@ -461,7 +461,7 @@ int al__agent_tools_init(al_agent_t *a) {
   al__bash_options_init(&bo);
   bo.loop = a->loop;
   bo.workspace = a->workspace;
-  bo.sandbox = a->sandbox;
+  bo.sandbox = a->reg.sandbox;
   bo.timeout_ms = a->tool_timeout_ms;
   bo.kill_grace_ms = a->kill_grace_ms;
   bo.network = a->bash_network;
@@ -513,13 +513,13 @@ int al__agent_tools_init(al_agent_t *a) {
 /* ---- sandbox and tools.d ------------------------------------------------------- */
 
 static void free_tools_d(al_agent_t *a) {
-  if (a->cli_set != NULL) {
-    al__cli_set_free(a->cli_set);
-    al_free(a->cli_set);
-    a->cli_set = NULL;
+  if (a->reg.cli_set != NULL) {
+    al__cli_set_free(a->reg.cli_set);
+    al_free(a->reg.cli_set);
+    a->reg.cli_set = NULL;
   }
-  al_free(a->project_tools_d);
-  a->project_tools_d = NULL;
+  al_free(a->reg.project_tools_d);
+  a->reg.project_tools_d = NULL;
 }
 
 /* Whether the directory holds a file the tools.d loader would read (a
@@ -557,7 +557,7 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   if ((unsigned)o->sandbox > AL_SANDBOX_OFF) {
     return AL_EINVAL;
   }
-  a->sandbox_info.mode = AL_SANDBOX_MODE_NONE;
+  a->reg.sandbox_info.mode = AL_SANDBOX_MODE_NONE;
   if (!o->builtin_tools && !o->tools_d &&
       (extra == NULL || extra[0] == NULL)) {
     return 0; /* nothing here starts a child */
@@ -591,24 +591,24 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
                          ? (uint64_t)o->limits.tool_memory_bytes
                          : UINT64_MAX;
   }
-  rc = al__sandbox_new(&cfg, &a->sandbox, &a->sandbox_info);
+  rc = al__sandbox_new(&cfg, &a->reg.sandbox, &a->reg.sandbox_info);
   al_free(roots);
   if (rc != 0) {
     return rc;
   }
-  a->sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
-                      a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
+  a->policy.sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
+                      a->reg.sandbox_info.mode == AL_SANDBOX_MODE_NONE;
   /* bwrap mode: the first sandboxes are built now, on the threadpool. */
-  rc = al__pool_start(a->loop, a->sandbox, (size_t)a->concurrency, 0);
+  rc = al__pool_start(a->loop, a->reg.sandbox, (size_t)a->concurrency, 0);
   if (rc != 0) {
     return rc;
   }
   /* Where tools get a cgroup: a cold start finds it joined already. */
-  rc = al__launch_start(a->loop, a->sandbox, 0);
+  rc = al__launch_start(a->loop, a->reg.sandbox, 0);
   if (rc != 0) {
     return rc;
   }
-  if (al__sandbox_helper_in_roots(a->sandbox, buf, sizeof(buf))) {
+  if (al__sandbox_helper_in_roots(a->reg.sandbox, buf, sizeof(buf))) {
     /* The file tools run outside the sandbox: they must not replace the
      * helper either. */
     size_t n = count_list(a->denied_paths);
@@ -630,7 +630,7 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
     return AL_ENOMEM;
   }
   al__cli_set_init(set);
-  a->cli_set = set;
+  a->reg.cli_set = set;
   rc = 0;
   if (o->tools_d) {
     /* Project tools.d first (SPEC §8), only when trusted: its files are
@@ -643,13 +643,13 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
      * content of tools.d/, .agentloop/ and .mcp.json (tools/trust.c). */
     if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
         dir_has_tool_file(buf)) {
-      a->project_tools_d = al_strdup(buf);
-      if (a->project_tools_d == NULL) {
+      a->reg.project_tools_d = al_strdup(buf);
+      if (a->reg.project_tools_d == NULL) {
         return AL_ENOMEM;
       }
-      a->project_trusted =
+      a->reg.project_trusted =
           o->trust_project || al__tools_project_trusted(a->workspace);
-      if (a->project_trusted) {
+      if (a->reg.project_trusted) {
         rc = al__cli_load_dir(set, buf, true);
       }
     }
@@ -668,7 +668,7 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
 }
 
 int al__agent_cli_tools_init(al_agent_t *a) {
-  al_cli_set_t *set = a->cli_set;
+  al_cli_set_t *set = a->reg.cli_set;
   al_clitool_options_t co;
   size_t i;
 
@@ -678,7 +678,7 @@ int al__agent_cli_tools_init(al_agent_t *a) {
   al__clitool_options_init(&co);
   co.loop = a->loop;
   co.workspace = a->workspace;
-  co.sandbox = a->sandbox;
+  co.sandbox = a->reg.sandbox;
   if (a->kill_grace_ms > 0) {
     co.kill_grace_ms = a->kill_grace_ms;
   }
@@ -726,14 +726,14 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
   char *s;
 
   *out = NULL;
-  if (al_sandbox_info_json(&a->sandbox_info, &sbtext) == 0) {
+  if (al_sandbox_info_json(&a->reg.sandbox_info, &sbtext) == 0) {
     sb = json_loads(sbtext, 0, NULL);
     al_free(sbtext);
   }
   if (o == NULL || tools == NULL || errs == NULL || sb == NULL) {
     goto nomem;
   }
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
     if (t->removed) {
@@ -746,8 +746,8 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
                          t->source != NULL ? t->source : "builtin",
                          "input_schema", t->schema));
   }
-  if (a->cli_set != NULL) {
-    const al_cli_set_t *set = a->cli_set;
+  if (a->reg.cli_set != NULL) {
+    const al_cli_set_t *set = a->reg.cli_set;
     const char *p = set->errors.data;
 
     while (p != NULL && *p != '\0') {
@@ -762,10 +762,10 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
   json_object_set_new(o, "tools", tools);
   json_object_set_new(o, "mcp_servers", al__agent_mcp_json(a));
   json_object_set_new(o, "errors", errs);
-  if (a->project_tools_d != NULL) {
+  if (a->reg.project_tools_d != NULL) {
     json_object_set_new(o, "project_tools_d",
-                        json_pack("{s:s, s:b}", "path", a->project_tools_d,
-                                  "trusted", a->project_trusted));
+                        json_pack("{s:s, s:b}", "path", a->reg.project_tools_d,
+                                  "trusted", a->reg.project_trusted));
   }
   s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
@@ -783,8 +783,8 @@ nomem:
 }
 
 void al__agent_tools_free(al_agent_t *a) {
-  while (!al_list_empty(&a->tools)) {
-    ag_tool_t *t = AL_CONTAINER_OF(a->tools.next, ag_tool_t, node);
+  while (!al_list_empty(&a->reg.tools)) {
+    ag_tool_t *t = AL_CONTAINER_OF(a->reg.tools.next, ag_tool_t, node);
 
     al_list_remove(&t->node);
     if (t->inproc) {
@@ -792,19 +792,19 @@ void al__agent_tools_free(al_agent_t *a) {
     }
     tool_free(t);
   }
-  while (!al_list_empty(&a->approvals)) {
-    ag_approval_t *r = AL_CONTAINER_OF(a->approvals.next, ag_approval_t, node);
+  while (!al_list_empty(&a->policy.approvals)) {
+    ag_approval_t *r = AL_CONTAINER_OF(a->policy.approvals.next, ag_approval_t, node);
 
     al_list_remove(&r->node);
     al_free(r);
   }
   al__agent_hooks_free(a);
-  al_free(a->mcp_gens);
-  a->mcp_gens = NULL;
+  al_free(a->mcp.gens);
+  a->mcp.gens = NULL;
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
-  al__sandbox_free(a->sandbox);
-  a->sandbox = NULL;
+  al__sandbox_free(a->reg.sandbox);
+  a->reg.sandbox = NULL;
 }
 
-void *al__agent_sandbox(const al_agent_t *a) { return a->sandbox; }
+void *al__agent_sandbox(const al_agent_t *a) { return a->reg.sandbox; }

@@ -46,8 +46,8 @@ static void on_release(al_tool_call_t *call, void *data) {
   al_agent_t *a = data;
 
   (void)call;
-  assert(a->holds > 0);
-  a->holds--;
+  assert(a->core.holds > 0);
+  a->core.holds--;
   al__agent_maybe_finish(a);
 }
 
@@ -146,20 +146,20 @@ json_t *al__agent_offered_tools(al_agent_t *a) {
   size_t i;
   size_t k;
 
-  if (a->deny_tools == NULL || a->deny_tools[0] == NULL) {
-    return json_incref(a->tool_defs);
+  if (a->policy.deny_tools == NULL || a->policy.deny_tools[0] == NULL) {
+    return json_incref(a->reg.tool_defs);
   }
   /* A tool a rule denies whole (no argument pattern) is not offered: the
    * model does not plan around a tool whose every call would fail (a call
    * to it anyway is still denied). bash(rm *) leaves bash offered. */
   out = json_array();
-  json_array_foreach(a->tool_defs, i, def) {
+  json_array_foreach(a->reg.tool_defs, i, def) {
     const char *name = json_string_value(json_object_get(def, "name"));
     bool whole = false;
 
-    for (k = 0; a->deny_tools[k] != NULL && !whole; k++) {
-      whole = strchr(a->deny_tools[k], '(') == NULL &&
-              al__perm_rule_match(a->deny_tools[k], name, NULL, false);
+    for (k = 0; a->policy.deny_tools[k] != NULL && !whole; k++) {
+      whole = strchr(a->policy.deny_tools[k], '(') == NULL &&
+              al__perm_rule_match(a->policy.deny_tools[k], name, NULL, false);
     }
     if (!whole) {
       json_array_append(out, def);
@@ -183,33 +183,33 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   char *input;
 
   /* Rules may carry argument patterns: bash(git status*) (permrule.h). */
-  if (al__perm_rules_match(a->deny_tools, t->name, call->input, false)) {
+  if (al__perm_rules_match(a->policy.deny_tools, t->name, call->input, false)) {
     *why = "it is on the deny list";
     return AL_PERMISSION_DENY;
   }
-  if (a->sandbox_refuse && !t->inproc &&
+  if (a->policy.sandbox_refuse && !t->inproc &&
       (t->spawns || t->category != AL_TOOL_READ)) {
     /* No sandbox works here and nobody opted out of it. */
-    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE && !t->always) {
+    if (a->policy.mode == AL_PERMISSION_MODE_INTERACTIVE && !t->always) {
       return AL_PERMISSION_ASK;
     }
-    if (a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+    if (a->policy.mode != AL_PERMISSION_MODE_INTERACTIVE) {
       *why = "no sandbox works on this machine (see `agentloop doctor`); "
              "run with --sandbox=none to allow it unconfined";
       return AL_PERMISSION_DENY;
     }
   }
   if (t->always ||
-      al__perm_rules_match(a->allow_tools, t->name, call->input, true)) {
+      al__perm_rules_match(a->policy.allow_tools, t->name, call->input, true)) {
     return AL_PERMISSION_ALLOW;
   }
-  if (a->permission != NULL) {
+  if (a->policy.permission != NULL) {
     /* Only the hook needs the input as text. */
     input = al__tool_input_text(call->input);
-    p = a->permission(a, t->name, input != NULL ? input : "{}", t->category,
-                      a->permission_data);
+    p = a->policy.permission(a, t->name, input != NULL ? input : "{}", t->category,
+                      a->policy.permission_data);
     al_free(input);
-    if (p == AL_PERMISSION_ASK && a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+    if (p == AL_PERMISSION_ASK && a->policy.mode != AL_PERMISSION_MODE_INTERACTIVE) {
       *why = "it needs an approval and this run cannot ask";
       return AL_PERMISSION_DENY;
     }
@@ -225,13 +225,13 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   case AL_TOOL_READ:
     return AL_PERMISSION_ALLOW;
   case AL_TOOL_WRITE:
-    if (a->mode == AL_PERMISSION_MODE_JOB) {
+    if (a->policy.mode == AL_PERMISSION_MODE_JOB) {
       *why = "write tools must be listed in a job's allowed tools";
       return AL_PERMISSION_DENY;
     }
     return AL_PERMISSION_ALLOW;
   case AL_TOOL_ADMIN:
-    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE) {
+    if (a->policy.mode == AL_PERMISSION_MODE_INTERACTIVE) {
       return AL_PERMISSION_ASK;
     }
     *why = "admin tools must be allowed explicitly (--allow-tool)";
@@ -261,7 +261,7 @@ static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
   if (rc != 0) {
     if (in_gate) {
       call->impl = &t->gate;
-      a->holds--; /* the executor takes no hold on a refused start */
+      a->core.holds--; /* the executor takes no hold on a refused start */
       call->on_release = NULL;
       return rc;
     }
@@ -284,7 +284,7 @@ static ag_approval_t *approval_find_call(al_agent_t *a,
                                          const al_tool_call_t *call) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->approvals) {
+  al_list_foreach(pos, &a->policy.approvals) {
     ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
 
     if (r->call == call) {
@@ -297,7 +297,7 @@ static ag_approval_t *approval_find_call(al_agent_t *a,
 static ag_approval_t *approval_find(al_agent_t *a, const char *id) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->approvals) {
+  al_list_foreach(pos, &a->policy.approvals) {
     ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
 
     if (strcmp(r->id, id) == 0) {
@@ -332,7 +332,7 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
   if (p == AL_PERMISSION_ASK && hook == AL_HOOK_ALLOW) {
     p = AL_PERMISSION_ALLOW;
   } else if (p == AL_PERMISSION_ALLOW && hook == AL_HOOK_ASK) {
-    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE) {
+    if (a->policy.mode == AL_PERMISSION_MODE_INTERACTIVE) {
       p = AL_PERMISSION_ASK;
     } else {
       p = AL_PERMISSION_DENY;
@@ -354,10 +354,10 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
   }
   input = al__tool_input_text(call->input);
   snprintf(rec->id, sizeof(rec->id), "apr_%llu",
-           (unsigned long long)++a->next_approval);
+           (unsigned long long)++a->policy.next_approval);
   rec->call = call;
   rec->tool = t;
-  al_list_insert_tail(&a->approvals, &rec->node);
+  al_list_insert_tail(&a->policy.approvals, &rec->node);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_APPROVAL_REQUIRED;
   ev.u.approval.request = ag_slice(rec->id);
@@ -383,7 +383,7 @@ typedef struct ag_hookwait_s {
 static ag_hookwait_t *hookwait_find(al_agent_t *a, const al_tool_call_t *call) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->hook_waits) {
+  al_list_foreach(pos, &a->policy.hook_waits) {
     ag_hookwait_t *w = AL_CONTAINER_OF(pos, ag_hookwait_t, node);
 
     if (w->call == call) {
@@ -446,7 +446,7 @@ static int gate_start(al_tool_call_t *call) {
 
   call->on_release = on_release;
   call->release_data = a;
-  a->holds++;
+  a->core.holds++;
   al_buf_init(&why, 4096);
   if (!check_input(t, call->input, &why)) {
     al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
@@ -455,7 +455,7 @@ static int gate_start(al_tool_call_t *call) {
     return 0;
   }
   al_buf_free(&why);
-  if (!al__hooks_match(a->hooks, AL_HOOK_PRE_TOOL_USE, t->name,
+  if (!al__hooks_match(a->hooks.set, AL_HOOK_PRE_TOOL_USE, t->name,
                        (int)t->category)) {
     return gate_decide(call, t, AL_HOOK_NONE, true);
   }
@@ -475,8 +475,8 @@ static int gate_start(al_tool_call_t *call) {
                 call->concurrency_safe));
   w->call = call;
   w->tool = t;
-  al_list_insert_tail(&a->hook_waits, &w->node);
-  if (al__hooks_run(a->hooks, AL_HOOK_PRE_TOOL_USE, t->name, (int)t->category,
+  al_list_insert_tail(&a->policy.hook_waits, &w->node);
+  if (al__hooks_run(a->hooks.set, AL_HOOK_PRE_TOOL_USE, t->name, (int)t->category,
                     in, pre_report, pre_done, w, &w->run) != 0) {
     al_list_remove(&w->node);
     al_free(w);
