@@ -112,6 +112,32 @@ typedef struct ag_block_s {
   bool stopped;
 } ag_block_t;
 
+/* How one model request ended (attempt.c -> the driver, run.c). The
+ * attempt has done its own part first: a failed or void reply is
+ * discarded (tombstone, executor retired); a good one is committed to the
+ * history and its usage posted. */
+typedef enum {
+  AG_OUT_FINAL,      /* no tool call open: text is the answer */
+  AG_OUT_TOOLS,      /* tool calls committed; their results are awaited */
+  AG_OUT_PAUSE,      /* pause_turn: the provider paused the turn */
+  AG_OUT_MAX_TOKENS, /* cut inside a tool call by max_tokens (discarded) */
+  AG_OUT_FAILED      /* code != 0: the run's error; else err for the retry policy */
+} ag_outcome_kind_t;
+
+typedef struct ag_outcome_s {
+  ag_outcome_kind_t kind;
+  al_stop_reason_t stop;
+  /* FINAL, PAUSE (and the summary or compaction reply): the reply's text,
+   * one string (single, a reference) or joined; the driver releases it. */
+  al_buf_t text;
+  json_t *single;
+  /* FAILED */
+  int code;
+  al_retry_err_t err;
+  int status;
+  const char *message;
+} ag_outcome_t;
+
 /* The agent's state, one sub-struct per module (STYLE §6.1). A sub-struct
  * is written only by the file named in its comment; other files read it,
  * or ask that file through a function. The top-level fields are the
@@ -128,6 +154,7 @@ typedef struct ag_core_s {
   bool finishing;
   uv_idle_t finish;
   void (*close_cb)(al_agent_t *a);
+  void (*on_free)(al_agent_t *a); /* agent.c: frees every module's state */
   /* Durable sessions: history commit hook (al_agent_options_t). */
   al_commit_cb on_commit;
   void *commit_data;
@@ -152,6 +179,7 @@ typedef struct ag_run_s {
   char *pause_text;
   uv_timer_t backoff; /* retry backoff, and the MCP start-up wait */
   bool has_run; /* al_agent_run was called once (load refuses after) */
+  bool overflow_retried; /* one "prompt too long" compaction a request */
 } ag_run_t;
 
 /* attempt.c: the model request in flight and the executors of replies. */
@@ -181,6 +209,10 @@ typedef struct ag_att_s {
   ag_exec_t *cur; /* executor of the reply being streamed / run */
   json_t *stamps; /* call_id -> SSE send stamp */
   al_list_t execs; /* ag_exec_t: current one last */
+  /* Installed by the driver: how an attempt ended, and the current
+   * reply's executor going idle (every call has its result). */
+  void (*on_outcome)(al_agent_t *a, ag_outcome_t *o);
+  void (*on_settled)(al_agent_t *a);
 } ag_att_t;
 
 /* gate.c: permission policy, approvals, calls held by pre_tool_use hooks. */
@@ -269,7 +301,6 @@ typedef struct ag_compact_s {
    * not repeated turn after turn. */
   int64_t run_after;
   int64_t after; /* tokens after the last compaction */
-  bool overflow_retried;      /* one "prompt too long" compaction a request */
   uint64_t saved;
 } ag_compact_t;
 
@@ -350,11 +381,112 @@ void al__agent_context_free(al_agent_t *a);
  * micro_compaction. True when the caller must stop (as al__agent_post). */
 bool al__agent_micro(al_agent_t *a);
 
-/* agent.c */
+/* core.c */
+void al__core_init(al_agent_t *a, const al_agent_options_t *o,
+                   void (*on_free)(al_agent_t *a));
 /* Posts ev with the run's numbers. Returns true when the caller must stop:
  * a subscriber ended the run (gen changed) or closed the agent. */
 bool al__agent_post(al_agent_t *a, al_event_t *ev);
+/* History records to the commit hook: a message, the message that closed
+ * the open tool turn (the history's last), a compaction's new messages. */
+void al__agent_commit(al_agent_t *a, al_commit_kind_t kind, const json_t *msg);
+void al__agent_commit_results(al_agent_t *a);
+void al__agent_commit_messages(al_agent_t *a, json_t *messages);
+/* Close accounting: ref/unref for anything that calls back later (a
+ * handle closing, pool work); hold/release for a tool call's work. A
+ * closed agent is freed when all are back (al__agent_maybe_finish;
+ * _quiet leaves that call to the caller). */
+void al__agent_ref(al_agent_t *a);
+void al__agent_unref(al_agent_t *a);
+void al__agent_unref_quiet(al_agent_t *a);
+void al__agent_hold(al_agent_t *a);
+void al__agent_release(al_agent_t *a);
 void al__agent_maybe_finish(al_agent_t *a);
+/* A copy of a NULL-terminated list (NULL for NULL), and its free. */
+int al__agent_strv_dup(const char *const *src, char ***out);
+void al__agent_strv_free(char **l);
+/* al_agent_close's callback, run after the agent is freed. */
+void al__agent_closing(al_agent_t *a, void (*cb)(al_agent_t *agent));
+
+/* run.c: the driver */
+void al__run_init(al_agent_t *a, const al_agent_options_t *o, uint64_t seed);
+void al__run_free(al_agent_t *a);
+/* a->model_info for a->model, with the window override applied. */
+void al__run_model_refresh(al_agent_t *a);
+/* al_agent_run after its checks (idle, a text): appends it, starts. */
+int al__run_start(al_agent_t *a, const char *text);
+/* al_agent_cancel of a running agent. */
+void al__run_cancel(al_agent_t *a);
+/* A compaction (al_agent_compact while idle). */
+void al__run_compact(al_agent_t *a, const char *trigger);
+/* al_agent_close: the state goes to closing (no run). */
+void al__run_close(al_agent_t *a);
+
+/* attempt.c: one model request */
+void al__attempt_init(al_agent_t *a);
+void al__attempt_free(al_agent_t *a);
+/* The driver's callbacks (run.c installs them). */
+void al__attempt_driver(al_agent_t *a,
+                        void (*on_outcome)(al_agent_t *a, ag_outcome_t *o),
+                        void (*on_settled)(al_agent_t *a));
+/* A run starts: the previous run's SSE stamps go. */
+void al__attempt_new_run(al_agent_t *a);
+/* Ends the attempt's request and pipeline (not its executor). */
+void al__attempt_clear(al_agent_t *a);
+/* The request for history h (built, through the validity gate): 0 ready
+ * in preq, 1 when a subscriber stopped the run, AL_EHISTORY with why, or
+ * an error. */
+int al__attempt_prepare(al_agent_t *a, al_history_t *h,
+                        al_provider_request_t *preq, char *why,
+                        size_t why_len);
+/* Tokens the prepared request projects to (the budget's estimate). */
+int64_t al__attempt_project(al_agent_t *a, const al_history_t *h,
+                            const al_provider_request_t *preq);
+/* Sends the prepared request (preq freed): the pipeline and, for the main
+ * history, the reply's executor; id_seed seeds the pipeline's ids. The
+ * outcome comes through on_outcome. */
+int al__attempt_send(al_agent_t *a, const al_history_t *h,
+                     al_provider_request_t *preq, uint64_t id_seed);
+/* stream_request_start for the request just sent. */
+void al__attempt_announce(al_agent_t *a);
+/* Executors: close one, close all, and the cancel's partial reply. */
+void al__attempt_exec_close(ag_exec_t *box);
+void al__attempt_close_execs(al_agent_t *a);
+void al__attempt_keep_partial(al_agent_t *a);
+
+/* compact_run.c: summary compaction and trimming */
+void al__compact_init(al_agent_t *a, const al_agent_options_t *o);
+void al__compact_free(al_agent_t *a);
+/* "prompt is too long" and its OpenAI-compatible spellings. */
+bool al__compact_is_overflow(const char *message);
+/* max_messages: drops the oldest messages. True when the caller must stop. */
+bool al__compact_trim(al_agent_t *a);
+/* Before a request of the run: AG_COMPACT_NONE (send it), _START with
+ * *trigger, or _REFUSE with msg (the context is full even after one). */
+enum { AG_COMPACT_NONE, AG_COMPACT_START, AG_COMPACT_REFUSE };
+int al__compact_check(al_agent_t *a, int64_t projected, const char **trigger,
+                      char *msg, size_t msg_len);
+/* Starts a compaction: AG_COMPACT_STOPPED (a subscriber ended the run),
+ * _SEND (a->compact.hist is the summary request: the driver sends it),
+ * or _FINISH (nothing to summarize) / _FAILED (no request could be built):
+ * the driver calls al__compact_end with "" / NULL. */
+enum { AG_COMPACT_STOPPED, AG_COMPACT_SEND, AG_COMPACT_FINISH, AG_COMPACT_FAILED };
+int al__compact_begin(al_agent_t *a, const char *trigger);
+/* The summary arrived (NULL: the request failed): the new history and the
+ * events. AG_COMPACT_STOPPED, _RESUME, or _GIVE_UP (AL_ECOMPACT) or
+ * _TOO_BIG (AL_ECONTEXT) with msg. */
+enum { AG_COMPACT_RESUME = 10, AG_COMPACT_GIVE_UP, AG_COMPACT_TOO_BIG };
+int al__compact_end(al_agent_t *a, const char *summary, size_t len, char *msg,
+                    size_t msg_len);
+/* The driver's milestones: a turn started, the run resumed after a
+ * compaction, the run ended. */
+void al__compact_turn_started(al_agent_t *a);
+void al__compact_resumed(al_agent_t *a);
+void al__compact_run_ended(al_agent_t *a);
+/* al_agent_compact: instructions taken; during a run it waits for the
+ * run's next request. */
+void al__compact_manual(al_agent_t *a, char *instructions, bool running);
+
 /* agent_limits.c: the agent's limits onto one attempt's options. */
 void al__agent_limits_request(const al_limits_t *l,
                               al_http_request_options_t *ro);
@@ -364,12 +496,16 @@ void al__agent_limits_pstream(const al_limits_t *l, al_pstream_options_t *so);
 /* Sandbox probe and tools.d loading (before al__agent_tools_init). */
 int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o);
 int al__agent_tools_init(al_agent_t *a);
+void al__reg_init(al_agent_t *a); /* tool_defs NULL: out of memory */
 /* Registers the loaded tools.d tools (after the built-ins). */
 int al__agent_cli_tools_init(al_agent_t *a);
 void al__agent_tools_free(al_agent_t *a);
 const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name);
 
 /* gate.c */
+void al__policy_init(al_agent_t *a, const al_agent_options_t *o);
+int al__policy_copy(al_agent_t *a, const al_agent_options_t *o);
+void al__policy_free(al_agent_t *a);
 /* Points t->gate at the gate (input check, policy, approvals). */
 void al__gate_bind(ag_tool_t *t);
 /* Cancels every waiting approval's call (used by cancel). */
@@ -411,6 +547,7 @@ int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
 /* agent_hooks.c */
 int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o);
 void al__agent_hooks_free(al_agent_t *a);
+void al__agent_hooks_new_run(al_agent_t *a); /* a run starts */
 bool al__agent_hooks_idle(const al_agent_t *a);
 /* The JSON input every hook gets: session, run, turn, cwd (new ref). */
 json_t *al__agent_hook_input(al_agent_t *a);
@@ -497,6 +634,12 @@ bool al__agent_mcp_began(al_tool_call_t *call);
 /* al_agent_close was called: nothing of the agent may fire any more. */
 static inline bool ag_closing(const al_agent_t *a) {
   return a->run.state == AG_CLOSING;
+}
+
+static inline uint64_t ag_ms_since(uint64_t t0) {
+  uint64_t now = al_now_ns();
+
+  return now > t0 ? (now - t0) / 1000000 : 0;
 }
 
 static inline al_slice_t ag_slice(const char *s) {

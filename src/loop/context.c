@@ -114,8 +114,7 @@ static void job_done(uv_work_t *w, int status) {
            a->core.session.id, j->path, al_strerror(status != 0 ? status : j->err));
   }
   job_free(j);
-  a->core.pending--;
-  al__agent_maybe_finish(a);
+  al__agent_unref(a);
 }
 
 static void cache_write(al_agent_t *a, const char *id, const json_t *content) {
@@ -144,7 +143,7 @@ static void cache_write(al_agent_t *a, const char *id, const json_t *content) {
     job_free(j);
     return;
   }
-  a->core.pending++;
+  al__agent_ref(a);
 }
 
 /* ---- read_tool_output ----------------------------------------------------------- */
@@ -218,8 +217,7 @@ static void read_done(uv_work_t *w, int status) {
     json_decref(c);
   }
   job_free(j);
-  a->core.pending--;
-  al__agent_maybe_finish(a);
+  al__agent_unref(a);
 }
 
 static void read_run(al_tool_ctx_t *ctx, void *data) {
@@ -251,7 +249,7 @@ static void read_run(al_tool_ctx_t *ctx, void *data) {
     j->path = cache_path(a->ctx.tool_output_dir, id);
     if (j->path != NULL &&
         uv_queue_work(a->loop, &j->w, read_work, read_done) == 0) {
-      a->core.pending++;
+      al__agent_ref(a);
       json_decref(in);
       return;
     }

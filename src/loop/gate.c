@@ -46,8 +46,7 @@ static void on_release(al_tool_call_t *call, void *data) {
   al_agent_t *a = data;
 
   (void)call;
-  assert(a->core.holds > 0);
-  a->core.holds--;
+  al__agent_release(a);
   al__agent_maybe_finish(a);
 }
 
@@ -261,7 +260,7 @@ static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
   if (rc != 0) {
     if (in_gate) {
       call->impl = &t->gate;
-      a->core.holds--; /* the executor takes no hold on a refused start */
+      al__agent_release(a); /* the executor takes no hold on a refused start */
       call->on_release = NULL;
       return rc;
     }
@@ -446,7 +445,7 @@ static int gate_start(al_tool_call_t *call) {
 
   call->on_release = on_release;
   call->release_data = a;
-  a->core.holds++;
+  al__agent_hold(a);
   al_buf_init(&why, 4096);
   if (!check_input(t, call->input, &why)) {
     al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
@@ -569,4 +568,27 @@ void al__gate_bind(ag_tool_t *t) {
   t->gate.start = gate_start;
   t->gate.cancel = gate_cancel;
   t->gate.data = t;
+}
+
+/* ---- the module ------------------------------------------------------------ */
+
+void al__policy_init(al_agent_t *a, const al_agent_options_t *o) {
+  al_list_init(&a->policy.approvals);
+  al_list_init(&a->policy.hook_waits);
+  a->policy.mode = o->permission_mode;
+  a->policy.permission = o->permission;
+  a->policy.permission_data = o->permission_data;
+}
+
+int al__policy_copy(al_agent_t *a, const al_agent_options_t *o) {
+  if (al__agent_strv_dup(o->allow_tools, &a->policy.allow_tools) != 0 ||
+      al__agent_strv_dup(o->deny_tools, &a->policy.deny_tools) != 0) {
+    return AL_ENOMEM;
+  }
+  return 0;
+}
+
+void al__policy_free(al_agent_t *a) {
+  al__agent_strv_free(a->policy.allow_tools);
+  al__agent_strv_free(a->policy.deny_tools);
 }

@@ -486,3 +486,5 @@ void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
   }
   json_decref(in);
 }
+
+void al__agent_hooks_new_run(al_agent_t *a) { a->hooks.stop_blocks = 0; }

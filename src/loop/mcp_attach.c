@@ -783,8 +783,7 @@ static void wait_on_close(uv_handle_t *h) {
   al_agent_t *a = w->agent;
 
   al_free(w);
-  a->core.pending--;
-  al__agent_maybe_finish(a);
+  al__agent_unref(a);
 }
 
 /* The call is no longer ours to complete from here (handed over, or about
@@ -900,7 +899,7 @@ static int wait_start(al_tool_call_t *call) {
   w->call = call;
   uv_timer_init(a->loop, &w->timer);
   w->timer.data = w;
-  a->core.pending++;
+  al__agent_ref(a);
   al_list_insert_tail(&a->mcp.waits, &w->node);
   call->tool_data = w;
   uv_timer_start(&w->timer, wait_look, 0, 0);
@@ -1075,7 +1074,7 @@ static void load_done(uv_work_t *req, int status) {
   char msg[2048];
 
   a->mcp.load = NULL;
-  a->core.pending--;
+  al__agent_unref_quiet(a); /* al__agent_maybe_finish below */
   if (!ag_closing(a)) {
     if (status != 0 || l->rc != 0) {
       /* A broken .mcp.json: said, and the configured servers start. */
@@ -1173,7 +1172,7 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
   }
   a->mcp.load = l;
   a->mcp.t0 = al_now_ns();
-  a->core.pending++;
+  al__agent_ref(a);
 }
 
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms) {
@@ -1263,15 +1262,14 @@ static void on_mcp_closed(void *data) {
   a->mcp.set = NULL;
   json_decref(a->mcp.loaded);
   a->mcp.loaded = NULL;
-  a->core.pending--;
-  al__agent_maybe_finish(a);
+  al__agent_unref(a);
 }
 
 void al__agent_mcp_close(al_agent_t *a) {
   if (a->mcp.set == NULL) {
     return;
   }
-  a->core.pending++;
+  al__agent_ref(a);
   al__mcp_close(a->mcp.set, on_mcp_closed, a);
 }
 

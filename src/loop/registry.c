@@ -808,3 +808,8 @@ void al__agent_tools_free(al_agent_t *a) {
 }
 
 void *al__agent_sandbox(const al_agent_t *a) { return a->reg.sandbox; }
+
+void al__reg_init(al_agent_t *a) {
+  al_list_init(&a->reg.tools);
+  a->reg.tool_defs = json_array();
+}
