@@ -48,9 +48,7 @@ static void agent_free(al_agent_t *a) {
   al_models_free(a->own_models);
   al__agent_context_free(a);
   al__budget_free(&a->budget);
-  if (a->core.bus != NULL) {
-    al__events_bus_free(a->core.bus);
-  }
+  al__core_free(a);
 }
 
 int al_agent_check_base_url(const char *url, char *why, size_t why_len) {
@@ -211,21 +209,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   if (a->reg.tool_defs == NULL || a->att.stamps == NULL) {
     goto fail;
   }
-  if (o->session_id != NULL) {
-    if (al__events_session_set(&a->core.session, o->session_id, o->first_seq) !=
-        0) {
-      rc = AL_EINVAL;
-      goto fail;
-    }
-  } else {
-    al_retry_rng_t r;
-    char id[40];
-
-    al__retry_rng_seed(&r, seed * 0x9E3779B97F4A7C15ULL + 1);
-    snprintf(id, sizeof(id), "s_%016" PRIx64, al__retry_rng_next(&r));
-    al__events_session_set(&a->core.session, id, o->first_seq);
-  }
-  if ((rc = al__events_bus_new(&a->core.bus, NULL)) != 0) {
+  if ((rc = al__core_open(a, o, seed)) != 0) {
     goto fail;
   }
   a->limits = o->limits; /* the tools read theirs (file_*) */
@@ -257,9 +241,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   } else {
     a->own_client = true;
   }
-  uv_timer_init(loop, &a->run.backoff);
-  uv_idle_init(loop, &a->core.finish);
-  al__agent_ref(a); /* the backoff timer */
+  al__run_handles_init(a);
+  al__core_handles_init(a);
   al__agent_ref(a); /* the client */
   /* Last: from here on nothing fails, and the servers start at once. */
   al__agent_mcp_init(a, o);
@@ -345,7 +328,11 @@ void al_agent_unsubscribe(al_agent_t *a, al_sub_t *sub) {
 
 
 void al_agent_stats(const al_agent_t *a, al_agent_stats_t *out) {
-  *out = a->run.stats;
+  /* The driver counts turns, requests and time; the attempts the rest. */
+  *out = a->att.usage;
+  out->turns = a->run.stats.turns;
+  out->requests = a->run.stats.requests;
+  out->duration_ms = a->run.stats.duration_ms;
   if (al_agent_running(a)) {
     out->duration_ms = ag_ms_since(a->run.run_t0);
   }
@@ -419,11 +406,6 @@ json_t *al__agent_messages(al_agent_t *a) { return a->history.messages; }
 /* ---- close ---------------------------------------------------------------------------- */
 
 
-static void on_backoff_close(uv_handle_t *h) {
-  al_agent_t *a = AL_CONTAINER_OF((uv_timer_t *)h, al_agent_t, run.backoff);
-
-  al__agent_unref(a);
-}
 
 static void on_client_close(al_http_client_t *c) {
   al_agent_t *a = al_http_client_get_data(c);
@@ -446,7 +428,7 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   al__attempt_close_execs(a);
   al__agent_hooks_cancel_runs(a); /* hooks begun outside a run too */
   al__agent_mcp_close(a);
-  uv_close((uv_handle_t *)&a->run.backoff, on_backoff_close);
+  al__run_close_handles(a);
   if (a->own_client) {
     al_http_client_set_data(a->client, a);
     al_http_client_close(a->client, on_client_close);

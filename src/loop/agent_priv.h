@@ -25,11 +25,13 @@ struct al_hooks_run_s;
 
 #define AG_TOOL_DEFAULT_TIMEOUT_MS 120000
 
-/* Where the agent is: one enum, written only by set_state() in agent.c,
+/* Where the agent is: one enum, written only by set_state() in run.c,
  * which logs every change (old -> new) at debug level.
  * XX(name, text for the log) */
 #define AG_STATE_MAP(XX)                                                   \
   XX(IDLE, "idle")             /* no run */                                \
+  XX(HOOKS, "hooks")           /* prompt or stop hooks decide */           \
+  XX(WAIT_MCP, "wait_mcp")     /* MCP servers still starting */            \
   XX(STREAMING, "streaming")   /* a model request of the run in flight */  \
   XX(BACKOFF, "backoff")       /* waiting to retry that request */         \
   XX(TOOLS, "tools")           /* reply committed, waiting for results */  \
@@ -138,6 +140,23 @@ typedef struct ag_outcome_s {
   const char *message;
 } ag_outcome_t;
 
+/* What the hook runner reports to the driver (a->hooks.on_outcome). */
+typedef enum {
+  AG_HOOKS_PROMPT_PASSED,  /* prompt hooks done: the turns may begin */
+  AG_HOOKS_PROMPT_BLOCKED, /* a prompt hook denied: text says why */
+  AG_HOOKS_POSTS_DECIDED,  /* the turn's post_tool_use hooks all decided */
+  AG_HOOKS_STOP_CONTINUE,  /* a stop hook sent the model back to work */
+  AG_HOOKS_STOP_FINAL,     /* stop hooks done: text is the final answer */
+  AG_HOOKS_FAILED          /* code, text: the run cannot go on */
+} ag_hooks_outcome_kind_t;
+
+typedef struct ag_hooks_outcome_s {
+  ag_hooks_outcome_kind_t kind;
+  int code;
+  const char *text;
+  size_t len;
+} ag_hooks_outcome_t;
+
 /* The agent's state, one sub-struct per module (STYLE §6.1). A sub-struct
  * is written only by the file named in its comment; other files read it,
  * or ask that file through a function. The top-level fields are the
@@ -170,7 +189,7 @@ typedef struct ag_run_s {
   al_retry_rng_t rng;
   int64_t cur_max_tokens;
   al_history_t summary_hist;
-  al_agent_stats_t stats;
+  al_agent_stats_t stats; /* turns, requests, duration_ms */
   uint64_t run_t0;
   char *done_text; /* the done tool's message */
   /* pause_turn: continuations of this turn so far, and the text of the
@@ -208,6 +227,9 @@ typedef struct ag_att_s {
   size_t nblocks;
   ag_exec_t *cur; /* executor of the reply being streamed / run */
   json_t *stamps; /* call_id -> SSE send stamp */
+  /* This run's tokens and time with a request in flight (al_agent_stats;
+   * the other fields are the driver's, a->run.stats). */
+  al_agent_stats_t usage;
   al_list_t execs; /* ag_exec_t: current one last */
   /* Installed by the driver: how an attempt ended, and the current
    * reply's executor going idle (every call has its result). */
@@ -224,7 +246,6 @@ typedef struct ag_policy_s {
   void *permission_data;
   al_list_t approvals;
   uint64_t next_approval;
-  bool sandbox_refuse; /* mode none under AUTO: spawning/write tools refused */
   al_list_t hook_waits; /* calls held by pre_tool_use hooks */
 } ag_policy_t;
 
@@ -240,6 +261,8 @@ typedef struct ag_hooks_s {
   bool prompt_denied;
   char *prompt_why;     /* the blocking hook's reason */
   char *stop_text;      /* the final text held while stop hooks run */
+  /* Installed by the driver (al__agent_hooks_driver). */
+  void (*on_outcome)(al_agent_t *a, const ag_hooks_outcome_t *o);
 } ag_hooks_t;
 
 /* mcp_attach.c: MCP servers (NULL set: none configured). gens[i]: the
@@ -248,7 +271,6 @@ typedef struct ag_mcp_s {
   struct al_mcp_s *set;
   uint64_t *gens;
   uint64_t t0;   /* when the servers started (ns) */
-  bool waiting;  /* the run waits for servers (backoff timer armed) */
   bool startup_posted; /* mcp_startup_complete is out (once) */
   /* load: the read of the project's .mcp.json in the pool (NULL when none
    * is under way); the startup wait meanwhile; restart seam. */
@@ -270,6 +292,9 @@ typedef struct ag_mcp_s {
   al_list_t waits;
   al_tool_impl_t wait_impl;
   al_tool_impl_t wait_safe_impl;
+  /* Installed by the driver (al__agent_mcp_driver): the servers settled
+   * (all ready or failed) or the project's file was read. */
+  void (*on_settled)(al_agent_t *a);
 } ag_mcp_t;
 
 /* context.c: micro-compaction and the tool output cache. */
@@ -310,6 +335,8 @@ typedef struct ag_reg_s {
   json_t *tool_defs; /* [{name, description, input_schema}] */
   struct al_sandbox_s *sandbox; /* NULL: no tool spawns a child */
   al_sandbox_info_t sandbox_info;
+  /* Mode none under AUTO: the gate refuses spawning and writing tools. */
+  bool sandbox_refuse;
   void *cli_set;       /* al_cli_set_t: the tools.d definitions and errors */
   /* The workspace's tools.d when it is a directory (NULL otherwise), and
    * whether it loaded: listed so a skipped untrusted one is visible. */
@@ -384,6 +411,11 @@ bool al__agent_micro(al_agent_t *a);
 /* core.c */
 void al__core_init(al_agent_t *a, const al_agent_options_t *o,
                    void (*on_free)(al_agent_t *a));
+/* The session id (o->session_id, else drawn from seed) and the bus. */
+int al__core_open(al_agent_t *a, const al_agent_options_t *o, uint64_t seed);
+/* Last in al_agent_new (nothing fails after): the finish handle. */
+void al__core_handles_init(al_agent_t *a);
+void al__core_free(al_agent_t *a);
 /* Posts ev with the run's numbers. Returns true when the caller must stop:
  * a subscriber ended the run (gen changed) or closed the agent. */
 bool al__agent_post(al_agent_t *a, al_event_t *ev);
@@ -419,8 +451,11 @@ int al__run_start(al_agent_t *a, const char *text);
 void al__run_cancel(al_agent_t *a);
 /* A compaction (al_agent_compact while idle). */
 void al__run_compact(al_agent_t *a, const char *trigger);
-/* al_agent_close: the state goes to closing (no run). */
+/* al_agent_close: the state goes to closing (no run); then its handles
+ * close (al__run_handles_init made them, last in al_agent_new). */
 void al__run_close(al_agent_t *a);
+void al__run_handles_init(al_agent_t *a);
+void al__run_close_handles(al_agent_t *a);
 
 /* attempt.c: one model request */
 void al__attempt_init(al_agent_t *a);
@@ -497,6 +532,9 @@ void al__agent_limits_pstream(const al_limits_t *l, al_pstream_options_t *so);
 int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o);
 int al__agent_tools_init(al_agent_t *a);
 void al__reg_init(al_agent_t *a); /* tool_defs NULL: out of memory */
+/* A tool's definition out of / into the list offered to the model. */
+void al__reg_def_remove(al_agent_t *a, const char *name);
+int al__reg_def_add(al_agent_t *a, const ag_tool_t *t);
 /* Registers the loaded tools.d tools (after the built-ins). */
 int al__agent_cli_tools_init(al_agent_t *a);
 void al__agent_tools_free(al_agent_t *a);
@@ -506,6 +544,8 @@ const al_tool_impl_t *al__agent_lookup(al_executor_t *ex, const char *name);
 void al__policy_init(al_agent_t *a, const al_agent_options_t *o);
 int al__policy_copy(al_agent_t *a, const al_agent_options_t *o);
 void al__policy_free(al_agent_t *a);
+/* The approvals' records (their calls are gone with the tools). */
+void al__policy_approvals_free(al_agent_t *a);
 /* Points t->gate at the gate (input check, policy, approvals). */
 void al__gate_bind(ag_tool_t *t);
 /* Cancels every waiting approval's call (used by cancel). */
@@ -548,6 +588,9 @@ int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
 int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o);
 void al__agent_hooks_free(al_agent_t *a);
 void al__agent_hooks_new_run(al_agent_t *a); /* a run starts */
+void al__agent_hooks_driver(al_agent_t *a,
+                            void (*on_outcome)(al_agent_t *a,
+                                               const ag_hooks_outcome_t *o));
 bool al__agent_hooks_idle(const al_agent_t *a);
 /* The JSON input every hook gets: session, run, turn, cwd (new ref). */
 json_t *al__agent_hook_input(al_agent_t *a);
@@ -558,7 +601,7 @@ void al__agent_hook_report(al_agent_t *a, const struct al_hook_report_s *r,
 void al__agent_hooks_cancel_runs(al_agent_t *a);
 /* A call's result arrived (exec_on_completed): starts the post_tool_use
  * hooks that match it. When the last of a turn's hooks decides and the
- * turn's calls are all done, it calls al__agent_tools_done. */
+ * turn's calls are all done, it reports AG_HOOKS_POSTS_DECIDED. */
 void al__agent_post_hook_call(al_agent_t *a, struct ag_exec_s *box,
                               al_tool_call_t *call);
 /* The result the model gets for call (its hooks' deny/replace/context
@@ -576,13 +619,13 @@ json_t *al__agent_post_content(const struct ag_exec_s *box,
 /* The box's calls are void or done: kills the hooks still running (nothing
  * is called back) and forgets every decision. */
 void al__agent_post_hooks_drop(struct ag_exec_s *box);
-/* A final reply: stop hooks may continue the run. true when they run (the
- * agent continues in al__agent_stop_hooks_done). */
+/* A final reply: stop hooks may continue the run. true when they run
+ * (they report AG_HOOKS_STOP_CONTINUE, _STOP_FINAL or _FAILED). */
 bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len);
 
 /* Before the first turn of a run: session_start (first run only) and
- * user_prompt_submit hooks. true when they run (they call
- * al__agent_begin_turns, or end the run when the prompt is blocked). */
+ * user_prompt_submit hooks. true when they run (they report
+ * AG_HOOKS_PROMPT_PASSED or _BLOCKED). */
 bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
                                   bool first);
 
@@ -591,13 +634,6 @@ bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
 void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
                                  int64_t tokens_before);
 
-/* agent.c, for agent_hooks.c */
-/* The MCP startup wait, then the first turn. */
-void al__agent_begin_turns(al_agent_t *a);
-void al__agent_end_final(al_agent_t *a, const char *text, size_t len);
-void al__agent_end_error(al_agent_t *a, int code, const char *message);
-void al__agent_continue(al_agent_t *a); /* start the next turn */
-void al__agent_tools_done(al_agent_t *a);
 
 /* agent_mcp.c */
 /* Checks o->mcp_config (AL_EINVAL with the reason logged). */
@@ -621,10 +657,16 @@ const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name);
 /* Whether the run should wait for servers still starting, and how long
  * (ms). */
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
+/* The registry's generations of the servers' lists (with the tools). */
+void al__agent_mcp_free(al_agent_t *a);
 /* Closes the servers; a->core.pending covers it. */
 void al__agent_mcp_close(al_agent_t *a);
-/* Called by agent.c when the startup wait ends (all settled or timeout). */
-void al__agent_mcp_wait_over(al_agent_t *a);
+/* The driver's callback for "start-up settled" (mcp_attach.c calls it
+ * whenever that may have become true; the driver checks its state). */
+void al__agent_mcp_driver(al_agent_t *a, void (*on_settled)(al_agent_t *a));
+/* The run begins waiting for the servers (the wait's start, for
+ * mcp_startup_complete). */
+void al__agent_mcp_wait_begin(al_agent_t *a);
 /* The start-up wait of the first run ended: posts mcp_startup_complete
  * (once per agent). true when the run ended meanwhile. */
 bool al__agent_mcp_startup_post(al_agent_t *a);

@@ -196,7 +196,7 @@ void al__attempt_clear(al_agent_t *a) {
   if (a->att.req != NULL) {
     al_http_request_cancel(a->att.req);
     a->att.req = NULL;
-    a->run.stats.duration_api_ms += ag_ms_since(a->att.api_t0);
+    a->att.usage.duration_api_ms += ag_ms_since(a->att.api_t0);
   }
   ps_release(a);
   blocks_free(a);
@@ -454,7 +454,7 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
    * is over; the failure is handled as for a failed request. */
   al_http_request_cancel(r);
   a->att.req = NULL;
-  a->run.stats.duration_api_ms += ag_ms_since(a->att.api_t0);
+  a->att.usage.duration_api_ms += ag_ms_since(a->att.api_t0);
   stream_fail(a, false, AL_RETRY_CLASS_DECODE, false, "decode",
               "decode_error", al_strerror(rc));
   stream_failed(a);
@@ -470,7 +470,7 @@ static void on_complete(al_http_request_t *r, int status,
   int rc;
 
   a->att.req = NULL;
-  a->run.stats.duration_api_ms += ag_ms_since(a->att.api_t0);
+  a->att.usage.duration_api_ms += ag_ms_since(a->att.api_t0);
   if (status == 0 || a->att.ps.message_stopped) {
     if (status == 0 && !a->att.stream_failed && !a->att.ps.message_stopped) {
       a->att.in_feed = true;
@@ -821,7 +821,7 @@ static bool post_usage(al_agent_t *a, const json_t *msg) {
   ev.type = AL_EVENT_USAGE;
 #define AG_U(f)                                                        \
   ev.u.usage.f = (uint64_t)json_integer_value(json_object_get(usage, #f)); \
-  a->run.stats.f += ev.u.usage.f;
+  a->att.usage.f += ev.u.usage.f;
   AG_U(input_tokens)
   AG_U(output_tokens)
   AG_U(cache_read_input_tokens)
@@ -1010,7 +1010,10 @@ void al__attempt_driver(al_agent_t *a,
   a->att.on_settled = on_settled;
 }
 
-void al__attempt_new_run(al_agent_t *a) { json_object_clear(a->att.stamps); }
+void al__attempt_new_run(al_agent_t *a) {
+  json_object_clear(a->att.stamps);
+  memset(&a->att.usage, 0, sizeof(a->att.usage));
+}
 
 void al__attempt_init(al_agent_t *a) {
   al_list_init(&a->att.execs);

@@ -5,6 +5,8 @@
  * uv__handle_start/stop. Owns a->core; calls nothing of the other modules
  * but the hook runner's idle check and the free function agent.c set. */
 #include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "loop/agent_priv.h"
@@ -14,6 +16,33 @@ void al__core_init(al_agent_t *a, const al_agent_options_t *o,
   a->core.on_commit = o->on_commit;
   a->core.commit_data = o->commit_data;
   a->core.on_free = on_free;
+}
+
+int al__core_open(al_agent_t *a, const al_agent_options_t *o, uint64_t seed) {
+  if (o->session_id != NULL) {
+    if (al__events_session_set(&a->core.session, o->session_id,
+                               o->first_seq) != 0) {
+      return AL_EINVAL;
+    }
+  } else {
+    al_retry_rng_t r;
+    char id[40];
+
+    al__retry_rng_seed(&r, seed * 0x9E3779B97F4A7C15ULL + 1);
+    snprintf(id, sizeof(id), "s_%016" PRIx64, al__retry_rng_next(&r));
+    al__events_session_set(&a->core.session, id, o->first_seq);
+  }
+  return al__events_bus_new(&a->core.bus, NULL);
+}
+
+void al__core_handles_init(al_agent_t *a) {
+  uv_idle_init(a->loop, &a->core.finish);
+}
+
+void al__core_free(al_agent_t *a) {
+  if (a->core.bus != NULL) {
+    al__events_bus_free(a->core.bus);
+  }
 }
 
 bool al__agent_post(al_agent_t *a, al_event_t *ev) {

@@ -186,7 +186,7 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
     *why = "it is on the deny list";
     return AL_PERMISSION_DENY;
   }
-  if (a->policy.sandbox_refuse && !t->inproc &&
+  if (a->reg.sandbox_refuse && !t->inproc &&
       (t->spawns || t->category != AL_TOOL_READ)) {
     /* No sandbox works here and nobody opted out of it. */
     if (a->policy.mode == AL_PERMISSION_MODE_INTERACTIVE && !t->always) {
@@ -586,6 +586,16 @@ int al__policy_copy(al_agent_t *a, const al_agent_options_t *o) {
     return AL_ENOMEM;
   }
   return 0;
+}
+
+void al__policy_approvals_free(al_agent_t *a) {
+  while (!al_list_empty(&a->policy.approvals)) {
+    ag_approval_t *r =
+        AL_CONTAINER_OF(a->policy.approvals.next, ag_approval_t, node);
+
+    al_list_remove(&r->node);
+    al_free(r);
+  }
 }
 
 void al__policy_free(al_agent_t *a) {

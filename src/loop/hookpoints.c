@@ -117,6 +117,19 @@ static void prompt_report(const al_hook_report_t *r, void *data) {
   al__agent_hook_report(data, r, NULL);
 }
 
+/* Outcomes go up through the driver's callback; the runner never calls
+ * a run transition itself. */
+static void report(al_agent_t *a, ag_hooks_outcome_kind_t kind, int code,
+                   const char *text) {
+  ag_hooks_outcome_t o;
+
+  o.kind = kind;
+  o.code = code;
+  o.text = text;
+  o.len = text != NULL ? strlen(text) : 0;
+  a->hooks.on_outcome(a, &o);
+}
+
 static void prompt_done(al_hooks_run_t *run, const al_hooks_result_t *res,
                         void *data) {
   al_agent_t *a = data;
@@ -151,11 +164,12 @@ static void prompt_done(al_hooks_run_t *run, const al_hooks_result_t *res,
     char *why = a->hooks.prompt_why;
 
     a->hooks.prompt_why = NULL;
-    al__agent_end_error(a, UV_EACCES, why != NULL ? why : "blocked by a hook");
+    report(a, AG_HOOKS_PROMPT_BLOCKED, UV_EACCES,
+           why != NULL ? why : "blocked by a hook");
     al_free(why);
     return;
   }
-  al__agent_begin_turns(a);
+  report(a, AG_HOOKS_PROMPT_PASSED, 0, NULL);
 }
 
 static bool prompt_run(al_agent_t *a, al_hook_event_t ev, const char *prompt) {
@@ -271,7 +285,7 @@ static void post_done(al_hooks_run_t *run, const al_hooks_result_t *res,
   /* The last hook of a turn whose calls are all done: commit. */
   if (box->posts_pending == 0 && a->att.cur == box && a->run.state == AG_TOOLS &&
       !al__executor_has_pending(&box->ex)) {
-    al__agent_tools_done(a);
+    report(a, AG_HOOKS_POSTS_DECIDED, 0, NULL);
   }
 }
 
@@ -416,14 +430,14 @@ static void stop_done(al_hooks_run_t *run, const al_hooks_result_t *res,
     a->hooks.stop_blocks++;
     al_free(text);
     if (al__history_append_user_text(&a->history, res->reason) != 0) {
-      al__agent_end_error(a, AL_ENOMEM, "out of memory");
+      report(a, AG_HOOKS_FAILED, AL_ENOMEM, "out of memory");
       return;
     }
-    al__agent_continue(a);
+    report(a, AG_HOOKS_STOP_CONTINUE, 0, NULL);
     return;
   }
   a->hooks.stop_blocks = 0;
-  al__agent_end_final(a, text != NULL ? text : "", text != NULL ? strlen(text) : 0);
+  report(a, AG_HOOKS_STOP_FINAL, 0, text != NULL ? text : "");
   al_free(text);
 }
 
@@ -488,3 +502,9 @@ void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
 }
 
 void al__agent_hooks_new_run(al_agent_t *a) { a->hooks.stop_blocks = 0; }
+
+void al__agent_hooks_driver(al_agent_t *a,
+                            void (*on_outcome)(al_agent_t *a,
+                                               const ag_hooks_outcome_t *o)) {
+  a->hooks.on_outcome = on_outcome;
+}

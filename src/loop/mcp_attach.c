@@ -125,8 +125,8 @@ static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
     return;
   }
   wait_kick(a); /* calls waiting for a server look again */
-  if (a->mcp.waiting && al__mcp_settled(a->mcp.set)) {
-    al__agent_mcp_wait_over(a);
+  if (al__mcp_settled(a->mcp.set)) {
+    a->mcp.on_settled(a); /* the driver goes on if it waits */
   }
 }
 
@@ -285,19 +285,6 @@ static bool hint(const json_t *tool, const char *key) {
   return json_is_true(json_object_get(json_object_get(tool, "annotations"), key));
 }
 
-static void remove_def(al_agent_t *a, const char *name) {
-  size_t i;
-  json_t *d;
-
-  json_array_foreach(a->reg.tool_defs, i, d) {
-    const char *n = json_string_value(json_object_get(d, "name"));
-
-    if (n != NULL && strcmp(n, name) == 0) {
-      json_array_remove(a->reg.tool_defs, i);
-      return;
-    }
-  }
-}
 
 static bool warn(al_agent_t *a, al_mcp_server_t *s, const char *fmt,
                  const char *x, const char *y, const char *z) {
@@ -402,7 +389,7 @@ static uint32_t remove_tools(al_agent_t *a, al_mcp_server_t *s) {
     if (t->mcp == s && !t->removed) {
       t->removed = true;
       if (!t->mcp_deferred) {
-        remove_def(a, t->name);
+        al__reg_def_remove(a, t->name);
       }
       n++;
     }
@@ -557,12 +544,6 @@ static void search_run(al_tool_ctx_t *ctx, void *data) {
   json_decref(in);
 }
 
-static int def_append(al_agent_t *a, const ag_tool_t *t) {
-  return json_array_append_new(
-      a->reg.tool_defs, json_pack("{s:s, s:s, s:O}", "name", t->name,
-                              "description", t->description, "input_schema",
-                              t->schema));
-}
 
 /* Registers mcp_tool_search, or offers it again. false: its name is taken
  * (a tools.d or in-process tool): nothing can be deferred. */
@@ -574,7 +555,7 @@ static bool search_on(al_agent_t *a) {
   }
   if (a->mcp.search != NULL) {
     if (al__agent_tool_find(a, a->mcp.search->name) != NULL ||
-        def_append(a, a->mcp.search) != 0) {
+        al__reg_def_add(a, a->mcp.search) != 0) {
       return false;
     }
     a->mcp.search->removed = false;
@@ -599,7 +580,7 @@ static bool search_on(al_agent_t *a) {
 static void search_off(al_agent_t *a) {
   if (a->mcp.search != NULL && !a->mcp.search->removed) {
     a->mcp.search->removed = true;
-    remove_def(a, a->mcp.search->name);
+    al__reg_def_remove(a, a->mcp.search->name);
   }
 }
 
@@ -646,8 +627,8 @@ static bool apply_budget(al_agent_t *a, bool *changed) {
       continue;
     }
     if (defer) {
-      remove_def(a, t->name);
-    } else if (def_append(a, t) != 0) {
+      al__reg_def_remove(a, t->name);
+    } else if (al__reg_def_add(a, t) != 0) {
       continue; /* out of memory: stays deferred */
     }
     t->mcp_deferred = defer;
@@ -1100,9 +1081,9 @@ static void load_done(uv_work_t *req, int status) {
     }
     /* A run waiting for the servers goes on when there is nothing to wait
      * for (no servers, or all settled already). */
-    if (!ag_closing(a) && a->mcp.waiting &&
+    if (!ag_closing(a) &&
         (a->mcp.set == NULL || al__mcp_settled(a->mcp.set))) {
-      al__agent_mcp_wait_over(a);
+      a->mcp.on_settled(a);
     }
     if (!ag_closing(a)) {
       wait_kick(a); /* calls made while the file was read */
@@ -1282,3 +1263,14 @@ json_t *al__agent_mcp_json(const al_agent_t *a) {
   }
   return arr;
 }
+
+void al__agent_mcp_free(al_agent_t *a) {
+  al_free(a->mcp.gens);
+  a->mcp.gens = NULL;
+}
+
+void al__agent_mcp_driver(al_agent_t *a, void (*on_settled)(al_agent_t *a)) {
+  a->mcp.on_settled = on_settled;
+}
+
+void al__agent_mcp_wait_begin(al_agent_t *a) { a->mcp.wait_t0 = al_now_ns(); }

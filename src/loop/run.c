@@ -77,6 +77,8 @@ static void compaction_end(al_agent_t *a, const char *summary, size_t len);
 static void on_outcome(al_agent_t *a, ag_outcome_t *o);
 static void on_backoff(uv_timer_t *t);
 static void on_mcp_wait(uv_timer_t *t);
+static void begin_turns(al_agent_t *a);
+static bool hooks_started(al_agent_t *a, bool started);
 
 const char *al__agent_state_name(ag_state_t st) {
   switch (st) {
@@ -105,7 +107,6 @@ static void set_state(al_agent_t *a, ag_state_t st) {
 static void run_end_common(al_agent_t *a) {
   al__attempt_clear(a);
   uv_timer_stop(&a->run.backoff);
-  a->mcp.waiting = false;
   al__agent_hooks_cancel_runs(a);
   al__attempt_close_execs(a);
   if (a->run.state == AG_SUMMARY) {
@@ -211,11 +212,13 @@ static void summary_failed(al_agent_t *a) {
   end_final(a, AL_AGENT_SUMMARY_FALLBACK, strlen(AL_AGENT_SUMMARY_FALLBACK));
 }
 
-void al__agent_mcp_wait_over(al_agent_t *a) {
-  if (!a->mcp.waiting) {
+/* The start-up wait is over (all settled, or its time is up): the first
+ * turn. */
+static void mcp_wait_over(al_agent_t *a) {
+  if (a->run.state != AG_WAIT_MCP) {
     return;
   }
-  a->mcp.waiting = false;
+  set_state(a, AG_STREAMING);
   uv_timer_stop(&a->run.backoff);
   if (al__agent_mcp_startup_post(a)) {
     return;
@@ -568,24 +571,25 @@ int al__run_start(al_agent_t *a, const char *text) {
   if (al__agent_post(a, &ev)) {
     return 0;
   }
-  /* session_start / user_prompt_submit hooks first (agent_hooks.c); they
-   * call al__agent_begin_turns when done. */
-  if (al__agent_prompt_hooks_start(a, text, first)) {
+  /* session_start / user_prompt_submit hooks first (hookpoints.c); they
+   * report AG_HOOKS_PROMPT_PASSED when done. */
+  if (hooks_started(a, al__agent_prompt_hooks_start(a, text, first))) {
     return 0;
   }
-  al__agent_begin_turns(a);
+  begin_turns(a);
   return 0;
 }
 
-void al__agent_begin_turns(al_agent_t *a) {
+/* The MCP start-up wait, then the first turn. */
+static void begin_turns(al_agent_t *a) {
   uint64_t wait_ms;
 
   if (al__agent_mcp_should_wait(a, &wait_ms)) {
     /* MCP servers still starting: wait for them, but never longer than
      * what is left of the startup wait (the first token must not wait
      * for a slow server). The backoff timer is idle before a turn. */
-    a->mcp.waiting = true;
-    a->mcp.wait_t0 = al_now_ns();
+    al__agent_mcp_wait_begin(a);
+    set_state(a, AG_WAIT_MCP);
     uv_timer_start(&a->run.backoff, on_mcp_wait, wait_ms, 0);
     return;
   }
@@ -679,19 +683,41 @@ void al__run_cancel(al_agent_t *a) {
   al__agent_post(a, &ev);
 }
 
-/* ---- for agent_hooks.c ------------------------------------------------------------- */
+/* ---- hooks and MCP report here ------------------------------------------------------ */
 
-void al__agent_end_final(al_agent_t *a, const char *text, size_t len) {
-  end_final(a, text, len);
+/* started: hooks began (prompt or stop); the run waits for them in HOOKS
+ * unless a synchronous in-process hook already ended it. */
+static bool hooks_started(al_agent_t *a, bool started) {
+  if (started && al_agent_running(a)) {
+    set_state(a, AG_HOOKS);
+  }
+  return started;
 }
 
-void al__agent_end_error(al_agent_t *a, int code, const char *message) {
-  end_error(a, code, message);
+static void on_hooks(al_agent_t *a, const ag_hooks_outcome_t *o) {
+  switch (o->kind) {
+  case AG_HOOKS_PROMPT_PASSED:
+    set_state(a, AG_STREAMING);
+    begin_turns(a);
+    return;
+  case AG_HOOKS_PROMPT_BLOCKED:
+  case AG_HOOKS_FAILED:
+    end_error(a, o->code, o->text);
+    return;
+  case AG_HOOKS_POSTS_DECIDED:
+    tools_done(a);
+    return;
+  case AG_HOOKS_STOP_CONTINUE:
+    set_state(a, AG_STREAMING);
+    start_turn(a);
+    return;
+  case AG_HOOKS_STOP_FINAL:
+    end_final(a, o->text, o->len);
+    return;
+  }
 }
 
-void al__agent_continue(al_agent_t *a) { start_turn(a); }
-
-void al__agent_tools_done(al_agent_t *a) { tools_done(a); }
+static void on_mcp_settled(al_agent_t *a) { mcp_wait_over(a); }
 
 
 /* ---- the attempt's outcome ---------------------------------------------------------- */
@@ -706,7 +732,7 @@ static void on_backoff(uv_timer_t *t) {
 }
 
 static void on_mcp_wait(uv_timer_t *t) {
-  al__agent_mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, run.backoff));
+  mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, run.backoff));
 }
 
 /* One request of the run: the history the state says (summary,
@@ -856,9 +882,12 @@ static void on_outcome(al_agent_t *a, ag_outcome_t *o) {
     return;
   }
   /* Stop hooks may send the model back to work (hookpoints.c). */
-  if (al__agent_stop_hooks_start(
-          a, o->single != NULL ? json_string_value(o->single) : o->text.data,
-          o->single != NULL ? json_string_length(o->single) : o->text.len)) {
+  if (hooks_started(
+          a, al__agent_stop_hooks_start(
+                 a, o->single != NULL ? json_string_value(o->single)
+                                      : o->text.data,
+                 o->single != NULL ? json_string_length(o->single)
+                                   : o->text.len))) {
     json_decref(o->single);
     al_buf_free(&o->text);
     return;
@@ -934,6 +963,8 @@ void al__run_init(al_agent_t *a, const al_agent_options_t *o, uint64_t seed) {
   al__retry_state_init(&a->run.retry);
   a->run.run_id = o->first_run > 0 ? o->first_run - 1 : 0;
   al__attempt_driver(a, on_outcome, on_settled);
+  al__agent_hooks_driver(a, on_hooks);
+  al__agent_mcp_driver(a, on_mcp_settled);
 }
 
 void al__run_free(al_agent_t *a) {
@@ -951,3 +982,18 @@ void al__run_model_refresh(al_agent_t *a) {
 }
 
 void al__run_close(al_agent_t *a) { set_state(a, AG_CLOSING); }
+
+void al__run_handles_init(al_agent_t *a) {
+  uv_timer_init(a->loop, &a->run.backoff);
+  al__agent_ref(a); /* its close */
+}
+
+static void on_backoff_close(uv_handle_t *h) {
+  al_agent_t *a = AL_CONTAINER_OF((uv_timer_t *)h, al_agent_t, run.backoff);
+
+  al__agent_unref(a);
+}
+
+void al__run_close_handles(al_agent_t *a) {
+  uv_close((uv_handle_t *)&a->run.backoff, on_backoff_close);
+}
