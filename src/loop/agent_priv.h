@@ -1,6 +1,10 @@
-/* The agent's private structure, shared by agent.c (the run/turn state
- * machine), agent_tools.c (tool registry, in-process tool contexts) and
- * gate.c (input check, permission policy, approvals). */
+/* The agent's private structure and the calls between its modules
+ * (STYLE §6.1): agent.c (public API), run.c (the driver), attempt.c,
+ * compact_run.c, gate.c, hookpoints.c, mcp_attach.c, context.c,
+ * registry.c and inproc.c, core.c. Each module's state is one sub-struct
+ * of struct al_agent_s, written by its own file only; calls go down, and
+ * a module talks up only through core.c or a callback the driver
+ * installed (ag_outcome_t, ag_hooks_outcome_t, the MCP settled call). */
 #ifndef AL_LOOP_AGENT_PRIV_H
 #define AL_LOOP_AGENT_PRIV_H
 
@@ -68,7 +72,7 @@ typedef struct ag_tool_s {
   al_tool_def_t def; /* run, cancel, data, timeout_ms, concurrency_safe */
   bool spawns;        /* runs a child process (bash, tools.d) */
   const char *source; /* "builtin", "in-process" or a tools.d file */
-  /* MCP tools (agent_mcp.c): the server and the server's name for it. A
+  /* MCP tools (mcp_attach.c): the server and the server's name for it. A
    * tool the server no longer lists is `removed` at a turn boundary: it
    * stays allocated (a retired call may still point at its gate) but is
    * neither found nor offered. */
@@ -77,7 +81,7 @@ typedef struct ag_tool_s {
   bool mcp_safe;
   bool removed;
   al_tool_impl_t mcp_impl;
-  /* Tool budget (agent_mcp.c): not in tool_defs (offered through
+  /* Tool budget (mcp_attach.c): not in tool_defs (offered through
    * mcp_tool_search); mcp_always: the server's always_load names it. */
   bool mcp_deferred;
   bool mcp_always;
@@ -99,7 +103,7 @@ typedef struct ag_exec_s {
   al_agent_t *agent;
   bool retiring;
   bool closing;
-  /* post_tool_use runs of its calls (agent_hooks.c ag_post_t), and how
+  /* post_tool_use runs of its calls (hookpoints.c ag_post_t), and how
    * many have not decided yet. */
   al_list_t posts;
   size_t posts_pending;
@@ -401,7 +405,7 @@ struct al_agent_s {
 /* The largest saved output read back (read_tool_output). */
 #define AL_CONTEXT_MAX_OUTPUT ((size_t)64 << 20)
 
-/* agent_context.c */
+/* context.c */
 int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o);
 void al__agent_context_free(al_agent_t *a);
 /* Micro-compaction before a request of the main history; posts
@@ -527,7 +531,7 @@ void al__agent_limits_request(const al_limits_t *l,
                               al_http_request_options_t *ro);
 void al__agent_limits_pstream(const al_limits_t *l, al_pstream_options_t *so);
 
-/* agent_tools.c */
+/* registry.c */
 /* Sandbox probe and tools.d loading (before al__agent_tools_init). */
 int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o);
 int al__agent_tools_init(al_agent_t *a);
@@ -573,18 +577,18 @@ int al__agent_add_tool_impl(al_agent_t *a, al_tool_impl_t *inner,
                             const char *description, const char *schema,
                             al_tool_category_t category);
 
-/* agent_tools.c: registry entries (also used by agent_mcp.c). */
+/* registry.c: registry entries (also used by mcp_attach.c). */
 int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
                         void (*free_inner)(al_tool_impl_t *),
                         const char *description, const char *schema,
                         al_tool_category_t category, ag_tool_t **out);
 ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name);
-/* al_agent_add_tool without the idle check (agent_mcp.c's search tool,
+/* inproc.c: al_agent_add_tool without the idle check (mcp_attach.c's search tool,
  * registered at a turn boundary). */
 int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
                          ag_tool_t **out);
 
-/* agent_hooks.c */
+/* hookpoints.c */
 int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o);
 void al__agent_hooks_free(al_agent_t *a);
 void al__agent_hooks_new_run(al_agent_t *a); /* a run starts */
@@ -635,7 +639,7 @@ void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
                                  int64_t tokens_before);
 
 
-/* agent_mcp.c */
+/* mcp_attach.c */
 /* Checks o->mcp_config (AL_EINVAL with the reason logged). */
 int al__agent_mcp_check(const al_agent_options_t *o);
 /* Starts the servers of o->mcp_config (nothing blocks). Out of memory

@@ -89,7 +89,7 @@ static void exec_on_completed(al_executor_t *ex, al_tool_call_t *call) {
     return;
   }
   /* post_tool_use hooks judge this result now, not at the end of the
-   * turn (agent_hooks.c). */
+   * turn (hookpoints.c). */
   al__agent_post_hook_call(box->agent, box, call);
 }
 

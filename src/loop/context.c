@@ -4,8 +4,12 @@
  * the built-in read_tool_output tool that reads a cleared output back.
  *
  * Disk work never runs on the loop thread: writes and reads go through
- * libuv's threadpool (uv_queue_work), each counted in a->core.pending so that
- * al_agent_close waits for them. */
+ * libuv's threadpool (uv_queue_work), each counted by al__agent_ref so
+ * that al_agent_close waits for them.
+ *
+ * Layers (STYLE §6.1): owns a->ctx; the driver calls al__agent_micro
+ * before a request of the main history. Calls down: micro.c, history,
+ * the registry (read_tool_output), core.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

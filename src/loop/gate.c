@@ -10,7 +10,11 @@
  * hands the call over to the real implementation by pointing call->impl
  * at it and calling its start. From then on the executor's cancel reaches
  * the real tool directly. Security code: kept apart from the registry so a
- * change to what is allowed is reviewed here alone. */
+ * change to what is allowed is reviewed here alone.
+ *
+ * Layers (STYLE §6.1): owns a->policy; decide() reads the policy and the
+ * tool, asks the hook runner (pre_tool_use) and gets a decision back.
+ * Calls down: hooks/, permrule.c, the executor's call API, core.c. */
 #include <assert.h>
 #include <string.h>
 

@@ -7,7 +7,13 @@
  *
  * Every hook run is cancelled when the run ends (al_agent_cancel, close),
  * and a cancelled run calls nothing back; the agent's close waits until
- * the hook processes are gone (al__agent_hooks_idle). */
+ * the hook processes are gone (al__agent_hooks_idle).
+ *
+ * Layers (STYLE §6.1): owns a->hooks (and the post_tool_use decisions of
+ * each executor, ag_exec_t.posts). It never calls a run transition: what
+ * the hooks decided goes to the driver through a->hooks.on_outcome
+ * (ag_hooks_outcome_t), and the driver (run.c) decides what comes next.
+ * Calls down: hooks/, history, core.c. */
 #include <string.h>
 
 #include "hooks/hooks.h"

@@ -25,7 +25,13 @@
  *
  * Categories: readOnlyHint -> read; destructiveHint -> admin (needs an
  * approval or --allow-tool); otherwise write. Concurrency-safe when
- * readOnlyHint and not destructiveHint, or as configured per tool. */
+ * readOnlyHint and not destructiveHint, or as configured per tool.
+ *
+ * Layers (STYLE §6.1): owns a->mcp. Registers and removes tools through
+ * the registry (al__agent_add_entry, al__reg_def_add/remove); tells the
+ * driver "start-up settled" through a->mcp.on_settled and never calls a
+ * run transition (the driver's WAIT_MCP state is the wait). Calls down:
+ * mcp/, the registry, the gate, core.c. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

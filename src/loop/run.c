@@ -22,15 +22,20 @@
  *
  * States (agent_priv.h, AG_STATE_MAP), each change logged at debug level:
  *
- *            al_agent_run
- *   IDLE ---------------> STREAMING <---------> BACKOFF (retry timer)
- *    ^  ^                  |   ^  \
- *    |  |   (the end)      |   |   `--> COMPACTING --> STREAMING | IDLE
- *    |  +------------------+   |         (summary request; manual when idle)
- *    |  |                  v   |
- *    |  +------------- TOOLS --+          SUMMARY (max_turns) --> IDLE
+ *                  +------------> HOOKS ---------------+
+ *                  | prompt hooks,       passed,       |
+ *                  | stop hooks          continue      v
+ *   IDLE ------> STREAMING <--------------------------------> WAIT_MCP
+ *    ^  al_agent_run  | ^ ^ ^   first turn, servers starting; settled
+ *    |                | | | +--> BACKOFF    failed: retry timer, resend
+ *    |                | | +----> COMPACTING context past its trigger,
+ *    |                v |        (summary)  overflow, manual; then resend
+ *    |              TOOLS -----> SUMMARY    max_turns: one summary request
  *    |
- *    +-- ENDING <-- cancel (any run state);  CLOSING <-- al_agent_close
+ *    +-- final or error, from any run state (HOOKS: blocked or stop final;
+ *        COMPACTING -> IDLE: a manual compaction of an idle agent);
+ *        al_agent_cancel: any run state -> ENDING (its last events) -> IDLE;
+ *        al_agent_close: -> CLOSING (final; handles and tools wind down).
  *
  * Re-entrancy: subscribers run synchronously and may cancel the run or
  * close the agent from inside any event. Every post goes through
@@ -393,7 +398,7 @@ static void tools_done(al_agent_t *a) {
   json_t *js;
 
   /* Each call's post_tool_use hooks started when its result came; the
-   * last one to decide calls back here (agent_hooks.c). */
+   * last one to decide reports AG_HOOKS_POSTS_DECIDED (hookpoints.c). */
   if (box != NULL && box->posts_pending > 0) {
     return;
   }
