@@ -53,3 +53,4 @@
 #include "list/i22_ux.h"
 #include "list/i22_tests.h"
 #include "list/i22_daemon.h"
+#include "list/i23_cut.h"
