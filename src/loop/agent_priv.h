@@ -492,6 +492,17 @@ void al__attempt_announce(al_agent_t *a);
 void al__attempt_exec_close(ag_exec_t *box);
 void al__attempt_close_execs(al_agent_t *a);
 void al__attempt_keep_partial(al_agent_t *a);
+/* The current reply has calls still running (or queued). */
+bool al__attempt_calls_pending(const al_agent_t *a);
+/* The current reply's results into the history (hooks applied), the turn
+ * closed and recorded, the executor closed; false while post_tool_use
+ * hooks still decide. *n: the calls; *done: the done tool's message
+ * (al_free it) or NULL. */
+bool al__attempt_take_results(al_agent_t *a, uint32_t *n, char **done);
+/* The cancel's calls without a reported result ([{id, name, started}], a
+ * new reference); decided results of the current reply enter the history
+ * when tools_turn. */
+json_t *al__attempt_open_calls(al_agent_t *a, bool tools_turn);
 
 /* compact_run.c: summary compaction and trimming */
 void al__compact_init(al_agent_t *a, const al_agent_options_t *o);

@@ -1028,4 +1028,95 @@ void al__attempt_free(al_agent_t *a) {
   blocks_free(a);
 }
 
+bool al__attempt_calls_pending(const al_agent_t *a) {
+  return a->att.cur != NULL && al__executor_has_pending(&a->att.cur->ex);
+}
+
+/* The current reply's results into the history, in tool_use order, with
+ * their hooks' decisions applied; the turn closed (an unanswered call gets
+ * an error result) and recorded; the executor closed. false while a
+ * post_tool_use hook still decides. *n: the calls; *done: the first
+ * successful done call's message (al_free it), or NULL. */
+bool al__attempt_take_results(al_agent_t *a, uint32_t *n, char **done) {
+  ag_exec_t *box = a->att.cur;
+  al_tool_call_t *call = NULL;
+  json_t *js;
+
+  if (box != NULL && box->posts_pending > 0) {
+    return false;
+  }
+  while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
+    bool is_error;
+
+    js = al__agent_post_content(box, call, &is_error);
+    if (js != NULL) {
+      al__history_add_tool_result(&a->history, call->id, js, is_error);
+      json_decref(js);
+    }
+    (*n)++;
+    if (!call->is_error && strcmp(call->name, "done") == 0 && *done == NULL) {
+      *done = al_malloc(call->content_len + 1);
+      if (*done != NULL) {
+        memcpy(*done, call->content, call->content_len);
+        (*done)[call->content_len] = '\0';
+      }
+    }
+  }
+  if (al__history_pending(&a->history) > 0) {
+    al__history_cancel_open(&a->history,
+                            "Error: the tool call could not be run");
+  } else {
+    al__history_close_turn(&a->history);
+  }
+  al__agent_commit_results(a);
+  if (box != NULL) {
+    al__attempt_exec_close(box);
+  }
+  return true;
+}
+
+/* The cancel: the calls of every executor that have no reported result
+ * yet, copied ([{id, name, started}]: closing the executors frees them).
+ * A result already decided but not committed enters the history when
+ * tools_turn (the run waited for the current reply's results). */
+json_t *al__attempt_open_calls(al_agent_t *a, bool tools_turn) {
+  al_tool_call_t *call;
+  ag_exec_t *box;
+  al_list_t *pos;
+  json_t *open;
+
+  open = json_array();
+  al_list_foreach(pos, &a->att.execs) {
+    box = AL_CONTAINER_OF(pos, ag_exec_t, node);
+    call = NULL;
+    while ((call = al__executor_results(&box->ex, call)) != NULL) {
+      const char *shown;
+      size_t shown_len;
+      bool is_error;
+
+      /* A result still held by its post_tool_use hooks is not given to
+       * the model: the call gets the cancelled result (the hooks are
+       * killed with the executor). */
+      if (call->state == AL_TOOL_CALL_YIELDED &&
+          al__agent_post_hook_result(box, call, &shown, &shown_len,
+                                     &is_error) == 0) {
+        if (tools_turn && box == a->att.cur) {
+          json_t *js = al__agent_post_content(box, call, &is_error);
+
+          if (js != NULL) {
+            al__history_add_tool_result(&a->history, call->id, js, is_error);
+            json_decref(js);
+          }
+        }
+        continue;
+      }
+      json_array_append_new(
+          open, json_pack("{s:s, s:s, s:I}", "id", call->id, "name",
+                          call->name, "started",
+                          (json_int_t)call->started_ns));
+    }
+  }
+  return open;
+}
+
 uint64_t al__agent_last_stamp(const al_agent_t *a) { return sse_stamp(a); }

@@ -391,44 +391,19 @@ static void prepend_pause_text(al_agent_t *a, al_buf_t *text,
 
 /* Every tool of the committed reply has its result. */
 static void tools_done(al_agent_t *a) {
-  ag_exec_t *box = a->att.cur;
-  al_tool_call_t *call = NULL;
+  char *done = NULL;
   uint32_t n = 0;
   al_event_t ev;
-  json_t *js;
 
   /* Each call's post_tool_use hooks started when its result came; the
    * last one to decide reports AG_HOOKS_POSTS_DECIDED (hookpoints.c). */
-  if (box != NULL && box->posts_pending > 0) {
+  if (!al__attempt_take_results(a, &n, &done)) {
     return;
   }
-  while (box != NULL && (call = al__executor_results(&box->ex, call)) != NULL) {
-    bool is_error;
-
-    js = al__agent_post_content(box, call, &is_error);
-    if (js != NULL) {
-      al__history_add_tool_result(&a->history, call->id, js, is_error);
-      json_decref(js);
-    }
-    n++;
-    if (!call->is_error && strcmp(call->name, "done") == 0 &&
-        a->run.done_text == NULL) {
-      a->run.done_text = al_malloc(call->content_len + 1);
-      if (a->run.done_text != NULL) {
-        memcpy(a->run.done_text, call->content, call->content_len);
-        a->run.done_text[call->content_len] = '\0';
-      }
-    }
-  }
-  if (al__history_pending(&a->history) > 0) {
-    al__history_cancel_open(&a->history,
-                            "Error: the tool call could not be run");
+  if (done != NULL && a->run.done_text == NULL) {
+    a->run.done_text = done;
   } else {
-    al__history_close_turn(&a->history);
-  }
-  al__agent_commit_results(a);
-  if (box != NULL) {
-    al__attempt_exec_close(box);
+    al_free(done);
   }
   if (post_tool_results(a)) {
     return;
@@ -605,8 +580,6 @@ static void begin_turns(al_agent_t *a) {
 }
 
 void al__run_cancel(al_agent_t *a) {
-  ag_exec_t *box;
-  al_tool_call_t *call = NULL;
   al_event_t ev;
   json_t *open;
   json_t *item;
@@ -614,39 +587,8 @@ void al__run_cancel(al_agent_t *a) {
   size_t i;
 
   /* The calls that have no reported result yet: they are reported as
-   * cancelled below. Copied, since closing the executors frees them. */
-  open = json_array();
-  al_list_t *pos;
-  al_list_foreach(pos, &a->att.execs) {
-    box = AL_CONTAINER_OF(pos, ag_exec_t, node);
-    call = NULL;
-    while ((call = al__executor_results(&box->ex, call)) != NULL) {
-      const char *shown;
-      size_t shown_len;
-      bool is_error;
-
-      /* A result still held by its post_tool_use hooks is not given to
-       * the model: the call gets the cancelled result (the hooks are
-       * killed with the executor). */
-      if (call->state == AL_TOOL_CALL_YIELDED &&
-          al__agent_post_hook_result(box, call, &shown, &shown_len,
-                                     &is_error) == 0) {
-        if (old == AG_TOOLS && box == a->att.cur) {
-          json_t *js = al__agent_post_content(box, call, &is_error);
-
-          if (js != NULL) {
-            al__history_add_tool_result(&a->history, call->id, js, is_error);
-            json_decref(js);
-          }
-        }
-        continue;
-      }
-      json_array_append_new(
-          open, json_pack("{s:s, s:s, s:I}", "id", call->id, "name",
-                          call->name, "started",
-                          (json_int_t)call->started_ns));
-    }
-  }
+   * cancelled below. */
+  open = al__attempt_open_calls(a, old == AG_TOOLS);
   if (al__history_turn_open(&a->history)) {
     al__history_cancel_open(&a->history, NULL);
     al__agent_commit_results(a);
@@ -873,7 +815,7 @@ static void on_outcome(al_agent_t *a, ag_outcome_t *o) {
     json_decref(o->single);
     al_buf_free(&o->text);
     set_state(a, AG_TOOLS);
-    if (a->att.cur == NULL || !al__executor_has_pending(&a->att.cur->ex)) {
+    if (!al__attempt_calls_pending(a)) {
       tools_done(a);
     }
     return;
