@@ -15,13 +15,13 @@
 #include "loop/agent_int.h"
 #include "loop/agent_priv.h"
 
-/* ---- small helpers ---------------------------------------------------------- */
+/* ---- small helpers ------------------------------------------------------ */
 
-static char *dup_or_null(const char *s) { return s != NULL ? al_strdup(s) : NULL; }
+static char *dup_or_null(const char *s) {
+  return s != NULL ? al_strdup(s) : NULL;
+}
 
-
-
-/* ---- public API ---------------------------------------------------------------------- */
+/* ---- public API ---------------------------------------------------------- */
 
 void al_agent_options_init(al_agent_options_t *o) {
   memset(o, 0, sizeof(*o));
@@ -116,7 +116,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   rc = AL_EINVAL;
   a->provider = al_provider_by_name(o->provider != NULL ? o->provider
                                                         : "anthropic");
-  if (a->provider == NULL || (unsigned)o->permission_mode > AL_PERMISSION_MODE_JOB) {
+  if (a->provider == NULL ||
+      (unsigned)o->permission_mode > AL_PERMISSION_MODE_JOB) {
     goto fail;
   }
   if ((rc = set_base_url(a, o->base_url)) != 0) {
@@ -403,9 +404,7 @@ out:
 
 json_t *al__agent_messages(al_agent_t *a) { return a->history.messages; }
 
-/* ---- close ---------------------------------------------------------------------------- */
-
-
+/* ---- close --------------------------------------------------------------- */
 
 static void on_client_close(al_http_client_t *c) {
   al_agent_t *a = al_http_client_get_data(c);

@@ -127,7 +127,7 @@ typedef enum {
   AG_OUT_TOOLS,      /* tool calls committed; their results are awaited */
   AG_OUT_PAUSE,      /* pause_turn: the provider paused the turn */
   AG_OUT_MAX_TOKENS, /* cut inside a tool call by max_tokens (discarded) */
-  AG_OUT_FAILED      /* code != 0: the run's error; else err for the retry policy */
+  AG_OUT_FAILED /* code != 0: the run's error; else err for the retry policy */
 } ag_outcome_kind_t;
 
 typedef struct ag_outcome_s {
@@ -424,10 +424,12 @@ void al__core_free(al_agent_t *a);
  * a subscriber ended the run (gen changed) or closed the agent. */
 bool al__agent_post(al_agent_t *a, al_event_t *ev);
 /* History records to the commit hook: a message, the message that closed
- * the open tool turn (the history's last), a compaction's new messages. */
+ * the open tool turn (the history's last), a record {key: value} (a
+ * compaction's new messages, the results micro-compaction cleared). */
 void al__agent_commit(al_agent_t *a, al_commit_kind_t kind, const json_t *msg);
 void al__agent_commit_results(al_agent_t *a);
-void al__agent_commit_messages(al_agent_t *a, json_t *messages);
+void al__agent_commit_record(al_agent_t *a, al_commit_kind_t kind,
+                             const char *key, json_t *value);
 /* Close accounting: ref/unref for anything that calls back later (a
  * handle closing, pool work); hold/release for a tool call's work. A
  * closed agent is freed when all are back (al__agent_maybe_finish;
@@ -520,7 +522,12 @@ int al__compact_check(al_agent_t *a, int64_t projected, const char **trigger,
  * _SEND (a->compact.hist is the summary request: the driver sends it),
  * or _FINISH (nothing to summarize) / _FAILED (no request could be built):
  * the driver calls al__compact_end with "" / NULL. */
-enum { AG_COMPACT_STOPPED, AG_COMPACT_SEND, AG_COMPACT_FINISH, AG_COMPACT_FAILED };
+enum {
+  AG_COMPACT_STOPPED,
+  AG_COMPACT_SEND,
+  AG_COMPACT_FINISH,
+  AG_COMPACT_FAILED
+};
 int al__compact_begin(al_agent_t *a, const char *trigger);
 /* The summary arrived (NULL: the request failed): the new history and the
  * events. AG_COMPACT_STOPPED, _RESUME, or _GIVE_UP (AL_ECOMPACT) or
@@ -594,8 +601,8 @@ int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
                         const char *description, const char *schema,
                         al_tool_category_t category, ag_tool_t **out);
 ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name);
-/* inproc.c: al_agent_add_tool without the idle check (mcp_attach.c's search tool,
- * registered at a turn boundary). */
+/* inproc.c: al_agent_add_tool without the idle check (mcp_attach.c's search
+ * tool, registered at a turn boundary). */
 int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
                          ag_tool_t **out);
 

@@ -29,7 +29,7 @@ static void attempt_failed(al_agent_t *a, const al_retry_err_t *err,
 /* How much of an interrupted reply's text is kept in history. */
 #define AG_PARTIAL_MAX (1024u * 1024u)
 
-/* ---- executors ----------------------------------------------------------------- */
+/* ---- executors ----------------------------------------------------------- */
 
 static void exec_on_close(al_executor_t *ex) {
   ag_exec_t *box = AL_CONTAINER_OF(ex, ag_exec_t, ex);
@@ -166,7 +166,7 @@ void al__attempt_close_execs(al_agent_t *a) {
   }
 }
 
-/* ---- the attempt ----------------------------------------------------------------- */
+/* ---- the attempt --------------------------------------------------------- */
 
 static void blocks_free(al_agent_t *a) {
   size_t i;
@@ -785,7 +785,7 @@ static bool discard_reply(al_agent_t *a, const char *reason) {
   return stop;
 }
 
-/* ---- a reply that ended well ---------------------------------------------------------------- */
+/* ---- a reply that ended well --------------------------------------------- */
 
 /* Blocks of a tool the server ran (Anthropic's server_tool_use and
  * *_tool_result, the Responses API's hosted *_call items, kept as given;
@@ -983,7 +983,8 @@ void al__attempt_keep_partial(al_agent_t *a) {
     return;
   }
   msg = json_pack("{s:s, s:[{s:s, s:s%}]}", "role", "assistant", "content",
-                  "type", "text", "text", a->att.partial.data, a->att.partial.len);
+                  "type", "text", "text", a->att.partial.data,
+                  a->att.partial.len);
   if (msg == NULL || al__history_commit_assistant(&a->history, msg) != 0) {
     json_decref(msg); /* not UTF-8 or out of memory: dropped as before */
     return;

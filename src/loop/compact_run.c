@@ -14,7 +14,7 @@
 #include "loop/agent_priv.h"
 #include "loop/compact.h"
 
-/* ---- summary compaction ----------------------------------------------------------------- */
+/* ---- summary compaction -------------------------------------------------- */
 
 /* "prompt is too long" (Anthropic), context_length_exceeded / "maximum
  * context length" (OpenAI-compatible servers). */
@@ -88,7 +88,8 @@ bool al__compact_trim(al_agent_t *a) {
   uint32_t results;
   int64_t before;
 
-  if (a->compact.max_messages == 0 || json_array_size(msgs) <= a->compact.max_messages ||
+  if (a->compact.max_messages == 0 ||
+      json_array_size(msgs) <= a->compact.max_messages ||
       (cut = al__compact_cut_count(msgs, a->compact.max_messages)) == 0) {
     return false;
   }
@@ -110,7 +111,7 @@ bool al__compact_trim(al_agent_t *a) {
   al__compact_counts(msgs, cut, &dropped, &results);
   json_decref(a->history.messages);
   a->history.messages = next;
-  al__agent_commit_messages(a, next);
+  al__agent_commit_record(a, AL_COMMIT_COMPACTION, "messages", next);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_COMPACTION_COMPLETED;
   ev.u.compaction.trigger = ag_slice("max_messages");
@@ -192,7 +193,7 @@ int al__compact_end(al_agent_t *a, const char *summary, size_t len, char *msg,
       a->history.messages = next;
       /* Durable: the transcript keeps the originals and this record;
        * a resumed session starts from it. */
-      al__agent_commit_messages(a, next);
+      al__agent_commit_record(a, AL_COMMIT_COMPACTION, "messages", next);
     }
   }
   a->compact.failures = failed && cut != 0 ? a->compact.failures + 1 : 0;
@@ -232,7 +233,7 @@ int al__compact_end(al_agent_t *a, const char *summary, size_t len, char *msg,
   return AG_COMPACT_RESUME;
 }
 
-/* ---- the driver's milestones --------------------------------------------------------- */
+/* ---- the driver's milestones --------------------------------------------- */
 
 void al__compact_turn_started(al_agent_t *a) { a->compact.this_turn = false; }
 

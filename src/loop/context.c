@@ -34,7 +34,7 @@ static const char read_schema[] =
     "\"call_id\":{\"type\":\"string\",\"description\":\"The call id the "
     "placeholder names.\"}},\"required\":[\"call_id\"]}";
 
-/* ---- the disk cache ---------------------------------------------------------- */
+/* ---- the disk cache ------------------------------------------------------ */
 
 typedef struct {
   uv_work_t w;
@@ -115,7 +115,8 @@ static void job_done(uv_work_t *w, int status) {
 
   if (status != 0 || j->err != 0) {
     al_log(AL_LOG_WARN, "agent %s: cannot save a cleared tool output to %s: %s",
-           a->core.session.id, j->path, al_strerror(status != 0 ? status : j->err));
+           a->core.session.id, j->path,
+           al_strerror(status != 0 ? status : j->err));
   }
   job_free(j);
   al__agent_unref(a);
@@ -150,7 +151,7 @@ static void cache_write(al_agent_t *a, const char *id, const json_t *content) {
   al__agent_ref(a);
 }
 
-/* ---- read_tool_output ----------------------------------------------------------- */
+/* ---- read_tool_output ---------------------------------------------------- */
 
 static void read_work(uv_work_t *w) {
   cache_job_t *j = AL_CONTAINER_OF(w, cache_job_t, w);
@@ -268,7 +269,7 @@ static void read_run(al_tool_ctx_t *ctx, void *data) {
   json_decref(in);
 }
 
-/* ---- set-up and the pass before each request --------------------------------------- */
+/* ---- set-up and the pass before each request ----------------------------- */
 
 int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o) {
   const char *const *names =
@@ -329,7 +330,8 @@ void al__agent_context_free(al_agent_t *a) {
 
   json_decref(a->ctx.tool_cache);
   a->ctx.tool_cache = NULL;
-  for (i = 0; a->ctx.compactable != NULL && a->ctx.compactable[i] != NULL; i++) {
+  for (i = 0; a->ctx.compactable != NULL && a->ctx.compactable[i] != NULL;
+       i++) {
     al_free(a->ctx.compactable[i]);
   }
   al_free(a->ctx.compactable);
@@ -374,17 +376,8 @@ bool al__agent_micro(al_agent_t *a) {
     cache_write(a, k, v);
   }
   a->ctx.micro_saved += (uint64_t)saved;
-  if (a->core.on_commit != NULL) {
-    /* Durable: a resumed session clears the same results. */
-    json_t *rec = json_pack("{s:O}", "call_ids", cleared);
-    char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
-
-    if (txt != NULL) {
-      a->core.on_commit(a, AL_COMMIT_MICRO, txt, strlen(txt), a->core.commit_data);
-    }
-    al_free(txt);
-    json_decref(rec);
-  }
+  /* Durable: a resumed session clears the same results. */
+  al__agent_commit_record(a, AL_COMMIT_MICRO, "call_ids", cleared);
   ids = json_dumps(cleared, JSON_COMPACT);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_MICRO_COMPACTION;

@@ -57,7 +57,7 @@ bool al__agent_post(al_agent_t *a, al_event_t *ev) {
   return a->run.gen != gen || ag_closing(a);
 }
 
-/* ---- history records (al_agent_options_t.on_commit) ----------------------- */
+/* ---- history records (al_agent_options_t.on_commit) --------------------- */
 
 void al__agent_commit(al_agent_t *a, al_commit_kind_t kind, const json_t *msg) {
   json_t *m;
@@ -86,24 +86,24 @@ void al__agent_commit_results(al_agent_t *a) {
   }
 }
 
-void al__agent_commit_messages(al_agent_t *a, json_t *messages) {
+void al__agent_commit_record(al_agent_t *a, al_commit_kind_t kind,
+                             const char *key, json_t *value) {
   json_t *rec;
   char *txt;
 
   if (a->core.on_commit == NULL) {
     return;
   }
-  rec = json_pack("{s:O}", "messages", messages);
+  rec = json_pack("{s:O}", key, value);
   txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
   if (txt != NULL) {
-    a->core.on_commit(a, AL_COMMIT_COMPACTION, txt, strlen(txt),
-                      a->core.commit_data);
+    a->core.on_commit(a, kind, txt, strlen(txt), a->core.commit_data);
   }
   al_free(txt);
   json_decref(rec);
 }
 
-/* ---- NULL-terminated string lists (copied options) ------------------------ */
+/* ---- NULL-terminated string lists (copied options) ---------------------- */
 
 void al__agent_strv_free(char **l) {
   size_t i;
@@ -141,7 +141,7 @@ int al__agent_strv_dup(const char *const *src, char ***out) {
   return 0;
 }
 
-/* ---- close accounting ------------------------------------------------------ */
+/* ---- close accounting --------------------------------------------------- */
 
 void al__agent_ref(al_agent_t *a) { a->core.pending++; }
 

@@ -44,7 +44,7 @@ char *al__tool_input_text(const json_t *input) {
   return s;
 }
 
-/* ---- hold accounting ------------------------------------------------------- */
+/* ---- hold accounting ---------------------------------------------------- */
 
 static void on_release(al_tool_call_t *call, void *data) {
   al_agent_t *a = data;
@@ -73,7 +73,7 @@ void al__call_complete_fmt(al_tool_call_t *call, const char *fmt,
   al_buf_free(&b);
 }
 
-/* ---- input check ----------------------------------------------------------- */
+/* ---- input check -------------------------------------------------------- */
 
 static bool type_ok(const char *type, const json_t *v) {
   if (strcmp(type, "string") == 0) {
@@ -105,7 +105,8 @@ static bool type_ok(const char *type, const json_t *v) {
 /* The checks the model most often gets wrong: not JSON, not an object, a
  * required property missing, a property of the wrong primitive type. The
  * tool itself still validates what it uses. */
-static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) {
+static bool check_input(const ag_tool_t *t, const json_t *input,
+                        al_buf_t *why) {
   const json_t *props = json_object_get(t->schema, "properties");
   const json_t *req = json_object_get(t->schema, "required");
   const char *key;
@@ -116,15 +117,18 @@ static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) 
     al_buf_printf(why, "the input must be a JSON object");
     return false;
   }
-  if (json_object_size(input) == 1 && json_is_string(json_object_get(input, "_raw")) &&
+  if (json_object_size(input) == 1 &&
+      json_is_string(json_object_get(input, "_raw")) &&
       json_object_get(props, "_raw") == NULL) {
     al_buf_printf(why, "the input is not valid JSON: %.200s",
                   json_string_value(json_object_get(input, "_raw")));
     return false;
   }
   json_array_foreach(req, i, v) {
-    if (json_is_string(v) && json_object_get(input, json_string_value(v)) == NULL) {
-      al_buf_printf(why, "missing required property '%s'", json_string_value(v));
+    if (json_is_string(v) &&
+        json_object_get(input, json_string_value(v)) == NULL) {
+      al_buf_printf(why, "missing required property '%s'",
+                    json_string_value(v));
       return false;
     }
   }
@@ -141,7 +145,7 @@ static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) 
   return true;
 }
 
-/* ---- permissions ------------------------------------------------------------- */
+/* ---- permissions --------------------------------------------------------- */
 
 json_t *al__agent_offered_tools(al_agent_t *a) {
   json_t *out;
@@ -209,10 +213,11 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   if (a->policy.permission != NULL) {
     /* Only the hook needs the input as text. */
     input = al__tool_input_text(call->input);
-    p = a->policy.permission(a, t->name, input != NULL ? input : "{}", t->category,
-                      a->policy.permission_data);
+    p = a->policy.permission(a, t->name, input != NULL ? input : "{}",
+                             t->category, a->policy.permission_data);
     al_free(input);
-    if (p == AL_PERMISSION_ASK && a->policy.mode != AL_PERMISSION_MODE_INTERACTIVE) {
+    if (p == AL_PERMISSION_ASK &&
+        a->policy.mode != AL_PERMISSION_MODE_INTERACTIVE) {
       *why = "it needs an approval and this run cannot ask";
       return AL_PERMISSION_DENY;
     }
@@ -244,7 +249,7 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   return AL_PERMISSION_DENY;
 }
 
-/* ---- handing a call to its tool --------------------------------------------- */
+/* ---- handing a call to its tool ----------------------------------------- */
 
 /* Points the call at the real tool and starts it. in_gate: called from
  * gate.start (a refusal is returned to the executor), else from an
@@ -343,8 +348,8 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
     }
   }
   if (p == AL_PERMISSION_DENY) {
-    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
-                 reason);
+    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s",
+                          t->name, reason);
     return 0;
   }
   if (p == AL_PERMISSION_ALLOW) {
@@ -373,7 +378,7 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
   return 0;
 }
 
-/* ---- pre_tool_use hooks ----------------------------------------------------------- */
+/* ---- pre_tool_use hooks -------------------------------------------------- */
 
 /* A call held while its pre_tool_use hooks run. */
 typedef struct ag_hookwait_s {
@@ -414,7 +419,8 @@ static void pre_done(al_hooks_run_t *run, const al_hooks_result_t *res,
   al_free(w);
   if (res->decision == AL_HOOK_DENY) {
     al_buf_init(&why, 4096);
-    al_buf_printf(&why, "denied by hook '%s'%s%s", res->hook != NULL ? res->hook : "?",
+    al_buf_printf(&why, "denied by hook '%s'%s%s",
+                  res->hook != NULL ? res->hook : "?",
                   res->reason != NULL ? ": " : "",
                   res->reason != NULL ? res->reason : "");
     al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s",
@@ -452,8 +458,9 @@ static int gate_start(al_tool_call_t *call) {
   al__agent_hold(a);
   al_buf_init(&why, 4096);
   if (!check_input(t, call->input, &why)) {
-    al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
-                 why.data != NULL ? why.data : "out of memory");
+    al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s",
+                          t->name,
+                          why.data != NULL ? why.data : "out of memory");
     al_buf_free(&why);
     return 0;
   }
@@ -479,8 +486,9 @@ static int gate_start(al_tool_call_t *call) {
   w->call = call;
   w->tool = t;
   al_list_insert_tail(&a->policy.hook_waits, &w->node);
-  if (al__hooks_run(a->hooks.set, AL_HOOK_PRE_TOOL_USE, t->name, (int)t->category,
-                    in, pre_report, pre_done, w, &w->run) != 0) {
+  if (al__hooks_run(a->hooks.set, AL_HOOK_PRE_TOOL_USE, t->name,
+                    (int)t->category, in, pre_report, pre_done, w,
+                    &w->run) != 0) {
     al_list_remove(&w->node);
     al_free(w);
     json_decref(in);
@@ -541,7 +549,8 @@ int al_agent_approve(al_agent_t *a, const char *request,
   ev.u.approval.request = ag_slice(rec->id);
   ev.u.approval.call_id = ag_slice(rec->call->id);
   ev.u.approval.name = ag_slice(rec->tool->name);
-  ev.u.approval.category = ag_slice(al__tool_category_name(rec->tool->category));
+  ev.u.approval.category =
+      ag_slice(al__tool_category_name(rec->tool->category));
   ev.u.approval.decision = ag_slice(names[decision]);
   if (al__agent_post(a, &ev)) {
     return 0; /* the run ended meanwhile; the call was cancelled */
@@ -555,8 +564,8 @@ int al_agent_approve(al_agent_t *a, const char *request,
   al_list_remove(&rec->node);
   al_free(rec);
   if (decision == AL_APPROVE_DENY) {
-    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
-                 "the user refused it");
+    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s",
+                          t->name, "the user refused it");
     return 0;
   }
   if (decision == AL_APPROVE_ALWAYS) {
@@ -574,7 +583,7 @@ void al__gate_bind(ag_tool_t *t) {
   t->gate.data = t;
 }
 
-/* ---- the module ------------------------------------------------------------ */
+/* ---- the module --------------------------------------------------------- */
 
 void al__policy_init(al_agent_t *a, const al_agent_options_t *o) {
   al_list_init(&a->policy.approvals);

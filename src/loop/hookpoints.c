@@ -66,8 +66,8 @@ bool al__agent_hooks_idle(const al_agent_t *a) {
 
 json_t *al__agent_hook_input(al_agent_t *a) {
   return json_pack("{s:s, s:I, s:I, s:s}", "session", a->core.session.id, "run",
-                   (json_int_t)a->run.run_id, "turn", (json_int_t)a->run.turn, "cwd",
-                   a->workspace);
+                   (json_int_t)a->run.run_id, "turn", (json_int_t)a->run.turn,
+                   "cwd", a->workspace);
 }
 
 void al__agent_hook_report(al_agent_t *a, const al_hook_report_t *r,
@@ -92,7 +92,7 @@ void al__agent_hook_report(al_agent_t *a, const al_hook_report_t *r,
   al__agent_post(a, &ev);
 }
 
-/* ---- agent-level runs ------------------------------------------------------------- */
+/* ---- agent-level runs ---------------------------------------------------- */
 
 static void runs_remove(al_agent_t *a, al_hooks_run_t *r) {
   size_t i;
@@ -117,7 +117,7 @@ void al__agent_hooks_cancel_runs(al_agent_t *a) {
   a->hooks.prompt_denied = false;
 }
 
-/* ---- session_start, user_prompt_submit -------------------------------------------- */
+/* ---- session_start, user_prompt_submit ----------------------------------- */
 
 static void prompt_report(const al_hook_report_t *r, void *data) {
   al__agent_hook_report(data, r, NULL);
@@ -188,8 +188,8 @@ static bool prompt_run(al_agent_t *a, al_hook_event_t ev, const char *prompt) {
   }
   in = al__agent_hook_input(a);
   json_object_set_new(in, "prompt", json_string(prompt));
-  if (al__hooks_run(a->hooks.set, ev, NULL, -1, in, prompt_report, prompt_done, a,
-                    &run) != 0) {
+  if (al__hooks_run(a->hooks.set, ev, NULL, -1, in, prompt_report, prompt_done,
+                    a, &run) != 0) {
     json_decref(in);
     return false;
   }
@@ -215,7 +215,7 @@ bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
   return any;
 }
 
-/* ---- post_tool_use ------------------------------------------------------------------ */
+/* ---- post_tool_use ------------------------------------------------------- */
 
 /* One call's post_tool_use run: started as soon as the call's result
  * arrives (other calls may still run, the reply may still stream); its
@@ -241,8 +241,8 @@ static void post_report(const al_hook_report_t *r, void *data) {
 
 /* What the model sees: deny withholds the result (the reason instead, an
  * error), replace swaps it, context is appended. */
-static char *post_shown(const al_tool_call_t *call, const al_hooks_result_t *res,
-                        bool *is_error) {
+static char *post_shown(const al_tool_call_t *call,
+                        const al_hooks_result_t *res, bool *is_error) {
   al_buf_t b;
 
   *is_error = call->is_error;
@@ -289,8 +289,8 @@ static void post_done(al_hooks_run_t *run, const al_hooks_result_t *res,
   }
   box->posts_pending--;
   /* The last hook of a turn whose calls are all done: commit. */
-  if (box->posts_pending == 0 && a->att.cur == box && a->run.state == AG_TOOLS &&
-      !al__executor_has_pending(&box->ex)) {
+  if (box->posts_pending == 0 && a->att.cur == box &&
+      a->run.state == AG_TOOLS && !al__executor_has_pending(&box->ex)) {
     report(a, AG_HOOKS_POSTS_DECIDED, 0, NULL);
   }
 }
@@ -416,7 +416,7 @@ void al__agent_post_hooks_drop(ag_exec_t *box) {
   box->posts_pending = 0;
 }
 
-/* ---- stop --------------------------------------------------------------------------- */
+/* ---- stop ---------------------------------------------------------------- */
 
 static void stop_report(const al_hook_report_t *r, void *data) {
   al__agent_hook_report(data, r, NULL);
@@ -461,11 +461,14 @@ bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len) {
     }
     return false;
   }
-  a->hooks.stop_text = al_strndup(text != NULL ? text : "", text != NULL ? len : 0);
+  a->hooks.stop_text =
+      al_strndup(text != NULL ? text : "", text != NULL ? len : 0);
   in = al__agent_hook_input(a);
-  json_object_set_new(in, "final_text", json_stringn(a->hooks.stop_text,
-                                                     strlen(a->hooks.stop_text)));
-  json_object_set_new(in, "stop_hook_active", json_boolean(a->hooks.stop_blocks > 0));
+  json_object_set_new(
+      in, "final_text",
+      json_stringn(a->hooks.stop_text, strlen(a->hooks.stop_text)));
+  json_object_set_new(in, "stop_hook_active",
+                      json_boolean(a->hooks.stop_blocks > 0));
   if (a->hooks.stop_text == NULL ||
       al__hooks_run(a->hooks.set, AL_HOOK_STOP, NULL, -1, in, stop_report,
                     stop_done, a, &run) != 0) {
@@ -479,7 +482,7 @@ bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len) {
   return true;
 }
 
-/* ---- pre_compact --------------------------------------------------------------------- */
+/* ---- pre_compact --------------------------------------------------------- */
 
 static void precompact_done(al_hooks_run_t *run, const al_hooks_result_t *res,
                             void *data) {
@@ -500,8 +503,8 @@ void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
   in = al__agent_hook_input(a);
   json_object_set_new(in, "trigger", json_string(trigger));
   json_object_set_new(in, "tokens_before", json_integer(tokens_before));
-  if (al__hooks_run(a->hooks.set, AL_HOOK_PRE_COMPACT, NULL, -1, in, stop_report,
-                    precompact_done, a, &run) == 0) {
+  if (al__hooks_run(a->hooks.set, AL_HOOK_PRE_COMPACT, NULL, -1, in,
+                    stop_report, precompact_done, a, &run) == 0) {
     a->hooks.runs[a->hooks.n_runs++] = run;
   }
   json_decref(in);

@@ -26,7 +26,7 @@ struct al_tool_ctx_s {
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
-/* ---- in-process tools --------------------------------------------------------- */
+/* ---- in-process tools ---------------------------------------------------- */
 
 const char *al_tool_ctx_id(const al_tool_ctx_t *ctx) { return ctx->id; }
 const char *al_tool_ctx_name(const al_tool_ctx_t *ctx) { return ctx->name; }
@@ -99,7 +99,8 @@ static void ctx_on_timeout(uv_timer_t *timer) {
                1000.0);
   /* The result goes to the model now; the tool's own completion, when it
    * comes, only frees the context. */
-  al__call_complete_fmt(call, "Error: tool '%s' timed out after %s s", t->name, secs);
+  al__call_complete_fmt(call, "Error: tool '%s' timed out after %s s", t->name,
+                        secs);
   if (t->def.cancel != NULL) {
     t->def.cancel(ctx, t->def.data);
   }
@@ -202,7 +203,8 @@ int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
   t->def.description = t->description;
   t->def.input_schema = NULL;
   t->inproc_impl.name = t->name;
-  t->inproc_impl.is_concurrency_safe = def->concurrency_safe ? inproc_safe : NULL;
+  t->inproc_impl.is_concurrency_safe =
+      def->concurrency_safe ? inproc_safe : NULL;
   t->inproc_impl.start = inproc_start;
   t->inproc_impl.cancel = inproc_cancel;
   t->inproc_impl.data = t;

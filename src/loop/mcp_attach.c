@@ -42,7 +42,7 @@
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
-/* ---- events ------------------------------------------------------------------ */
+/* ---- events -------------------------------------------------------------- */
 
 typedef struct {
   uint64_t tokens;          /* all of the server's definitions */
@@ -146,7 +146,7 @@ static void on_notice(al_mcp_t *m, al_mcp_server_t *s, const char *text,
                 NULL);
 }
 
-/* ---- the tool ------------------------------------------------------------------ */
+/* ---- the tool ------------------------------------------------------------ */
 
 static int mcp_start(al_tool_call_t *call);
 
@@ -285,10 +285,11 @@ static bool mcp_safe(const al_tool_impl_t *impl, const json_t *input) {
   return t->mcp_safe;
 }
 
-/* ---- registry ------------------------------------------------------------------ */
+/* ---- registry ------------------------------------------------------------ */
 
 static bool hint(const json_t *tool, const char *key) {
-  return json_is_true(json_object_get(json_object_get(tool, "annotations"), key));
+  return json_is_true(
+      json_object_get(json_object_get(tool, "annotations"), key));
 }
 
 
@@ -403,7 +404,7 @@ static uint32_t remove_tools(al_agent_t *a, al_mcp_server_t *s) {
   return n;
 }
 
-/* ---- tool budget ---------------------------------------------------------------- */
+/* ---- tool budget --------------------------------------------------------- */
 
 static const char search_desc[] =
     "Find MCP tools that are not loaded yet. Some tools of the connected MCP "
@@ -707,7 +708,7 @@ static bool sync_servers(al_agent_t *a, size_t only) {
 
 bool al__agent_mcp_sync(al_agent_t *a) { return sync_servers(a, SIZE_MAX); }
 
-/* ---- calls to tools not registered yet ------------------------------------------ */
+/* ---- calls to tools not registered yet ----------------------------------- */
 
 /* One call to an mcp__ name whose tool is not registered: it looks at the
  * servers from a zero timer (never inside the executor's start, never
@@ -944,7 +945,7 @@ const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name) {
                                                   : &a->mcp.wait_impl;
 }
 
-/* ---- life cycle ----------------------------------------------------------------- */
+/* ---- life cycle ---------------------------------------------------------- */
 
 int al__agent_mcp_check(const al_agent_options_t *o) {
   al_mcp_config_t cfg;
@@ -1022,7 +1023,7 @@ static void mcp_start_text(al_agent_t *a, const char *text) {
   al__mcp_start(a->mcp.set);
 }
 
-/* ---- a project's .mcp.json, read off the loop (mcp_project) ---------------------- */
+/* ---- a project's .mcp.json, read off the loop (mcp_project) -------------- */
 
 typedef struct {
   uv_work_t req;
@@ -1265,7 +1266,8 @@ json_t *al__agent_mcp_json(const al_agent_t *a) {
   size_t i;
 
   for (i = 0; a->mcp.set != NULL && i < al__mcp_count(a->mcp.set); i++) {
-    json_array_append_new(arr, al__mcp_server_json(al__mcp_server(a->mcp.set, i)));
+    json_array_append_new(arr,
+                          al__mcp_server_json(al__mcp_server(a->mcp.set, i)));
   }
   return arr;
 }

@@ -17,7 +17,7 @@
 #include "tools/clitool.h"
 #include "tools/tools.h"
 
-/* ---- the registry ------------------------------------------------------------ */
+/* ---- the registry -------------------------------------------------------- */
 
 static void tool_free(ag_tool_t *t) {
   if (t->inner != NULL && t->free_inner != NULL) {
@@ -132,7 +132,7 @@ nomem:
   return AL_ENOMEM;
 }
 
-/* ---- built-ins ----------------------------------------------------------------- */
+/* ---- built-ins ----------------------------------------------------------- */
 
 static const char bash_desc[] =
     "Run a shell command with /bin/sh -c in the workspace and return its "
@@ -152,7 +152,8 @@ static const char read_schema[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"path\":{\"type\":\"string\",\"description\":\"File path, relative to "
     "the workspace or absolute.\"},"
-    "\"offset\":{\"type\":\"integer\",\"description\":\"First line, 1-based.\"},"
+    "\"offset\":{\"type\":\"integer\",\"description\":\"First line, "
+    "1-based.\"},"
     "\"limit\":{\"type\":\"integer\",\"description\":\"Number of lines.\"}},"
     "\"required\":[\"path\"]}";
 static const char write_desc[] =
@@ -275,33 +276,39 @@ int al__agent_tools_init(al_agent_t *a) {
   }
   t->spawns = true;
   if ((rc = al__read_file_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "read_file", impl, al__fstool_free, read_desc,
-                      read_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "read_file", impl, al__fstool_free,
+                                read_desc, read_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__write_file_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "write_file", impl, al__fstool_free, write_desc,
-                      write_schema, AL_TOOL_WRITE, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "write_file", impl, al__fstool_free,
+                                write_desc, write_schema, AL_TOOL_WRITE,
+                                NULL)) != 0) {
     return rc;
   }
   if ((rc = al__edit_file_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "edit_file", impl, al__fstool_free, edit_desc,
-                      edit_schema, AL_TOOL_WRITE, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "edit_file", impl, al__fstool_free,
+                                edit_desc, edit_schema, AL_TOOL_WRITE, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__list_directory_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "list_directory", impl, al__fstool_free, list_desc,
-                      list_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "list_directory", impl, al__fstool_free,
+                                list_desc, list_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__grep_tool_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "grep", impl, al__search_tool_free, grep_desc,
-                      grep_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "grep", impl, al__search_tool_free,
+                                grep_desc, grep_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__glob_tool_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "glob", impl, al__search_tool_free, glob_desc,
-                      glob_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "glob", impl, al__search_tool_free,
+                                glob_desc, glob_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__done_tool_new(&fo, &impl)) != 0 ||
@@ -312,7 +319,7 @@ int al__agent_tools_init(al_agent_t *a) {
   return 0;
 }
 
-/* ---- sandbox and tools.d ------------------------------------------------------- */
+/* ---- sandbox and tools.d ------------------------------------------------- */
 
 static void free_tools_d(al_agent_t *a) {
   if (a->reg.cli_set != NULL) {
@@ -498,8 +505,8 @@ int al__agent_cli_tools_init(al_agent_t *a) {
     }
     rc = al__clitool_new(&co, d, &impl);
     if (rc == 0) {
-      rc = al__agent_add_entry(a, d->name, impl, al__clitool_free, d->description, st,
-                     d->category, &t);
+      rc = al__agent_add_entry(a, d->name, impl, al__clitool_free,
+                               d->description, st, d->category, &t);
     }
     al_free(st);
     if (rc == AL_EEXIST) {

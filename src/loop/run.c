@@ -12,10 +12,9 @@
  *   run_start -> [prompt hooks] -> [MCP wait] -> start_turn -> send
  *   send -> (stream) -> outcome: final    -> [stop hooks] -> end_final
  *                               tools    -> TOOLS -> tools_done -> start_turn
- *                                                                | end_final (done)
- *                               pause    -> send (same turn, at most 5)
- *                               max_tokens -> send (tokens doubled) | end_error
- *                               failed   -> BACKOFF -> send | compaction | end_error
+ *                                                                | end_final
+ * (done) pause    -> send (same turn, at most 5) max_tokens -> send (tokens
+ * doubled) | end_error failed   -> BACKOFF -> send | compaction | end_error
  *   start_turn past max_turns -> SUMMARY -> send -> end_final (the summary)
  *   send with the context past its trigger -> compaction -> send again
  *   al_agent_cancel, from any run state -> ENDING -> interrupted -> IDLE
@@ -107,7 +106,7 @@ static void set_state(al_agent_t *a, ag_state_t st) {
 /* pause_turn continuations per turn. */
 #define AG_MAX_PAUSES 5u
 
-/* ---- ends of a run ---------------------------------------------------------------- */
+/* ---- ends of a run ------------------------------------------------------- */
 
 static void run_end_common(al_agent_t *a) {
   al__attempt_clear(a);
@@ -536,7 +535,8 @@ int al__run_start(al_agent_t *a, const char *text) {
   ev.u.run_started.provider = ag_slice(a->provider->name);
   ev.u.run_started.cwd = ag_slice(a->workspace);
   ev.u.run_started.tools = ag_slice(tools);
-  ev.u.run_started.sandbox = ag_slice(al_sandbox_mode_name(a->reg.sandbox_info.mode));
+  ev.u.run_started.sandbox =
+      ag_slice(al_sandbox_mode_name(a->reg.sandbox_info.mode));
   if (al__agent_post(a, &ev)) {
     al_free(tools);
     return 0;
@@ -614,7 +614,8 @@ void al__run_cancel(al_agent_t *a) {
     ev.u.tool.is_error = true;
     ev.u.tool.reason = ag_slice("user_interrupted");
     {
-      uint64_t t0 = (uint64_t)json_integer_value(json_object_get(item, "started"));
+      uint64_t t0 =
+          (uint64_t)json_integer_value(json_object_get(item, "started"));
 
       ev.u.tool.duration_ms = t0 != 0 ? ag_ms_since(t0) : 0;
     }
@@ -630,7 +631,7 @@ void al__run_cancel(al_agent_t *a) {
   al__agent_post(a, &ev);
 }
 
-/* ---- hooks and MCP report here ------------------------------------------------------ */
+/* ---- hooks and MCP report here ------------------------------------------- */
 
 /* started: hooks began (prompt or stop); the run waits for them in HOOKS
  * unless a synchronous in-process hook already ended it. */
@@ -666,8 +667,7 @@ static void on_hooks(al_agent_t *a, const ag_hooks_outcome_t *o) {
 
 static void on_mcp_settled(al_agent_t *a) { mcp_wait_over(a); }
 
-
-/* ---- the attempt's outcome ---------------------------------------------------------- */
+/* ---- the attempt's outcome ----------------------------------------------- */
 
 static void on_backoff(uv_timer_t *t) {
   al_agent_t *a = AL_CONTAINER_OF(t, al_agent_t, run.backoff);
@@ -845,7 +845,7 @@ static void on_outcome(al_agent_t *a, ag_outcome_t *o) {
 /* The current reply's executor went idle while its results are awaited. */
 static void on_settled(al_agent_t *a) { tools_done(a); }
 
-/* ---- compaction as a sub-run ------------------------------------------------------- */
+/* ---- compaction as a sub-run --------------------------------------------- */
 
 static void compaction(al_agent_t *a, const char *trigger) {
   int rc;
@@ -901,7 +901,7 @@ void al__run_compact(al_agent_t *a, const char *trigger) {
   compaction(a, trigger);
 }
 
-/* ---- the module ----------------------------------------------------------------- */
+/* ---- the module ---------------------------------------------------------- */
 
 void al__run_init(al_agent_t *a, const al_agent_options_t *o, uint64_t seed) {
   al__history_init(&a->run.summary_hist);
