@@ -85,12 +85,131 @@ static int set_base_url(al_agent_t *a, const char *url) {
   return 0;
 }
 
+/* The provider, endpoint, key, models and limits of the options. */
+static int model_copy(al_agent_t *a, const al_agent_options_t *o) {
+  int rc;
+
+  a->prompt_cache = !o->no_prompt_cache;
+  a->provider = al_provider_by_name(o->provider != NULL ? o->provider
+                                                        : "anthropic");
+  if (a->provider == NULL ||
+      (unsigned)o->permission_mode > AL_PERMISSION_MODE_JOB) {
+    return AL_EINVAL;
+  }
+  if ((rc = set_base_url(a, o->base_url)) != 0) {
+    return rc;
+  }
+  a->api_key = dup_or_null(o->api_key);
+  a->model_main = al_strdup(
+      o->model != NULL ? o->model
+      : a->provider->kind != AL_PROVIDER_ANTHROPIC ? "gpt-4o-mini"
+                                                   : "claude-sonnet-5-5");
+  a->model = dup_or_null(a->model_main);
+  a->fallback_model = dup_or_null(o->fallback_model);
+  if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||
+      (o->fallback_model != NULL && a->fallback_model == NULL)) {
+    return AL_ENOMEM;
+  }
+  if (o->context_window < 0) {
+    return AL_EINVAL;
+  }
+  a->models = o->models;
+  if (a->models == NULL) {
+    /* The shipped catalogue: compiled in, parsed here (no I/O). */
+    if ((rc = al_models_parse(&a->own_models, NULL, 0, NULL, NULL)) != 0) {
+      return rc;
+    }
+    a->models = a->own_models;
+  }
+  a->window_override = o->context_window;
+  al__run_model_refresh(a);
+  a->max_tokens = o->max_tokens > 0 ? o->max_tokens : 4096;
+  a->max_turns = o->max_turns > 0 ? o->max_turns : 20;
+  a->concurrency = o->max_tool_concurrency > 0
+                       ? o->max_tool_concurrency
+                       : al__executor_concurrency_from_env();
+  if (a->concurrency > AL_EXECUTOR_MAX_CONCURRENCY) {
+    a->concurrency = AL_EXECUTOR_MAX_CONCURRENCY;
+  }
+  return 0;
+}
+
+static void retry_copy(al_agent_t *a, const al_agent_options_t *o) {
+  al__retry_options_init(&a->ropts);
+  if (o->retry_max_attempts > 0) {
+    a->ropts.max_attempts = o->retry_max_attempts;
+  }
+  if (o->retry_base_ms > 0) {
+    a->ropts.base_ms = o->retry_base_ms;
+  }
+  if (o->retry_cap_ms > 0) {
+    a->ropts.cap_ms = o->retry_cap_ms;
+  }
+  a->ropts.has_fallback_model = a->fallback_model != NULL;
+}
+
+/* The workspace as an absolute real path of a directory. */
+static int workspace_copy(al_agent_t *a, const al_agent_options_t *o) {
+  char cwd[4096];
+  struct stat st;
+
+  if (o->workspace != NULL) {
+    /* Relative ("ws", "./ws", ".") is taken against the process's cwd
+     * now, once: the tools, the sandbox and the path policy need the
+     * absolute real path. */
+    char *real = realpath(o->workspace, NULL);
+
+    if (real == NULL) {
+      return AL_EINVAL;
+    }
+    a->workspace = al_strdup(real);
+    free(real);
+  } else if (getcwd(cwd, sizeof(cwd)) != NULL) {
+    a->workspace = al_strdup(cwd);
+  } else {
+    return AL_EINVAL;
+  }
+  if (a->workspace == NULL) {
+    return AL_ENOMEM;
+  }
+  if (stat(a->workspace, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return AL_EINVAL;
+  }
+  return 0;
+}
+
+/* The HTTP client: the options' shared one, or one of our own. */
+static int client_open(al_agent_t *a, const al_agent_options_t *o) {
+  al_http_client_options_t co;
+  int rc;
+
+  al_http_client_options_init(&co);
+  co.ca_file = o->ca_file;
+  if (o->connect_timeout_ms > 0) {
+    co.connect_timeout_ms = o->connect_timeout_ms;
+  }
+  if (o->idle_timeout_ms > 0) {
+    co.idle_timeout_ms = o->idle_timeout_ms;
+  }
+  if (o->progress_timeout_ms > 0) {
+    co.progress_timeout_ms = o->progress_timeout_ms;
+  }
+  a->idle_timeout_ms = co.idle_timeout_ms;
+  a->progress_timeout_ms = co.progress_timeout_ms;
+  if (o->client != NULL) {
+    a->client = o->client;
+    return 0;
+  }
+  if ((rc = al_http_client_new(a->loop, &co, &a->client)) != 0) {
+    return rc;
+  }
+  a->own_client = true;
+  return 0;
+}
+
 int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
                  al_agent_t **out) {
   al_agent_t *a;
-  al_http_client_options_t co;
-  char cwd[4096];
-  struct stat st;
   uint64_t seed;
   int rc;
 
@@ -112,63 +231,11 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   al__policy_init(a, o);
   al__attempt_init(a);
   al__compact_init(a, o);
-  a->prompt_cache = !o->no_prompt_cache;
-  rc = AL_EINVAL;
-  a->provider = al_provider_by_name(o->provider != NULL ? o->provider
-                                                        : "anthropic");
-  if (a->provider == NULL ||
-      (unsigned)o->permission_mode > AL_PERMISSION_MODE_JOB) {
+  if ((rc = model_copy(a, o)) != 0) {
     goto fail;
   }
-  if ((rc = set_base_url(a, o->base_url)) != 0) {
-    goto fail;
-  }
+  retry_copy(a, o);
   rc = AL_ENOMEM;
-  a->api_key = dup_or_null(o->api_key);
-  a->model_main = al_strdup(
-      o->model != NULL ? o->model
-      : a->provider->kind != AL_PROVIDER_ANTHROPIC ? "gpt-4o-mini"
-                                                   : "claude-sonnet-5-5");
-  a->model = dup_or_null(a->model_main);
-  a->fallback_model = dup_or_null(o->fallback_model);
-  if ((o->api_key != NULL && a->api_key == NULL) || a->model == NULL ||
-      (o->fallback_model != NULL && a->fallback_model == NULL)) {
-    goto fail;
-  }
-  if (o->context_window < 0) {
-    rc = AL_EINVAL;
-    goto fail;
-  }
-  a->models = o->models;
-  if (a->models == NULL) {
-    /* The shipped catalogue: compiled in, parsed here (no I/O). */
-    if ((rc = al_models_parse(&a->own_models, NULL, 0, NULL, NULL)) != 0) {
-      goto fail;
-    }
-    a->models = a->own_models;
-    rc = AL_ENOMEM;
-  }
-  a->window_override = o->context_window;
-  al__run_model_refresh(a);
-  a->max_tokens = o->max_tokens > 0 ? o->max_tokens : 4096;
-  a->max_turns = o->max_turns > 0 ? o->max_turns : 20;
-  a->concurrency = o->max_tool_concurrency > 0
-                       ? o->max_tool_concurrency
-                       : al__executor_concurrency_from_env();
-  if (a->concurrency > AL_EXECUTOR_MAX_CONCURRENCY) {
-    a->concurrency = AL_EXECUTOR_MAX_CONCURRENCY;
-  }
-  al__retry_options_init(&a->ropts);
-  if (o->retry_max_attempts > 0) {
-    a->ropts.max_attempts = o->retry_max_attempts;
-  }
-  if (o->retry_base_ms > 0) {
-    a->ropts.base_ms = o->retry_base_ms;
-  }
-  if (o->retry_cap_ms > 0) {
-    a->ropts.cap_ms = o->retry_cap_ms;
-  }
-  a->ropts.has_fallback_model = a->fallback_model != NULL;
   seed = o->rng_seed != 0 ? o->rng_seed : al_now_ns() ^ (uint64_t)(uintptr_t)a;
   al__run_init(a, o, seed);
   a->tool_timeout_ms = o->tool_timeout_ms;
@@ -179,31 +246,10 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
       al__agent_strv_dup(o->denied_paths, &a->denied_paths) != 0) {
     goto fail;
   }
-  if (o->workspace != NULL) {
-    /* Relative ("ws", "./ws", ".") is taken against the process's cwd
-     * now, once: the tools, the sandbox and the path policy need the
-     * absolute real path. */
-    char *real = realpath(o->workspace, NULL);
-
-    if (real == NULL) {
-      rc = AL_EINVAL;
-      goto fail;
-    }
-    a->workspace = al_strdup(real);
-    free(real);
-  } else if (getcwd(cwd, sizeof(cwd)) != NULL) {
-    a->workspace = al_strdup(cwd);
-  } else {
-    rc = AL_EINVAL;
+  if ((rc = workspace_copy(a, o)) != 0) {
     goto fail;
   }
-  if (a->workspace == NULL) {
-    goto fail;
-  }
-  if (stat(a->workspace, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    rc = AL_EINVAL;
-    goto fail;
-  }
+  rc = AL_ENOMEM;
   if (al__history_set_system(&a->history, o->system) != 0) {
     goto fail;
   }
@@ -222,25 +268,8 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
       (rc = al__agent_hooks_init(a, o)) != 0) {
     goto fail;
   }
-  al_http_client_options_init(&co);
-  co.ca_file = o->ca_file;
-  if (o->connect_timeout_ms > 0) {
-    co.connect_timeout_ms = o->connect_timeout_ms;
-  }
-  if (o->idle_timeout_ms > 0) {
-    co.idle_timeout_ms = o->idle_timeout_ms;
-  }
-  if (o->progress_timeout_ms > 0) {
-    co.progress_timeout_ms = o->progress_timeout_ms;
-  }
-  a->idle_timeout_ms = co.idle_timeout_ms;
-  a->progress_timeout_ms = co.progress_timeout_ms;
-  if (o->client != NULL) {
-    a->client = o->client;
-  } else if ((rc = al_http_client_new(loop, &co, &a->client)) != 0) {
+  if ((rc = client_open(a, o)) != 0) {
     goto fail;
-  } else {
-    a->own_client = true;
   }
   al__run_handles_init(a);
   al__core_handles_init(a);
