@@ -55,3 +55,4 @@
 #include "list/i22_daemon.h"
 #include "list/i23_opts.h"
 #include "list/i23_agentdefs.h"
+#include "list/i23_cut.h"
