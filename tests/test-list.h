@@ -55,3 +55,6 @@
 #include "list/i22_daemon.h"
 #include "list/i23_task.h"
 #include "list/i23_mock.h"
+#include "list/i23_opts.h"
+#include "list/i23_agentdefs.h"
+#include "list/i23_cut.h"
