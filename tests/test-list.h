@@ -53,4 +53,5 @@
 #include "list/i22_ux.h"
 #include "list/i22_tests.h"
 #include "list/i22_daemon.h"
+#include "list/i23_task.h"
 #include "list/i23_mock.h"

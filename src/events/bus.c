@@ -43,6 +43,8 @@ struct al__events_bus_s {
   bool walking;
   bool freed; /* al__events_bus_free called during a walk */
   bool swept; /* no node marked dead since the last sweep */
+  al_event_cb tap; /* al__events_bus_set_tap */
+  void *tap_data;
 };
 
 /* ---- names --------------------------------------------------------------- */
@@ -450,6 +452,12 @@ static void deliver(al__events_bus_t *bus, const al_event_t *ev,
 }
 
 
+void al__events_bus_set_tap(al__events_bus_t *bus, al_event_cb cb,
+                            void *data) {
+  bus->tap = cb;
+  bus->tap_data = data;
+}
+
 int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
                        al_event_t *ev) {
   uint64_t given_ts = ev->ts_ns;
@@ -463,7 +471,11 @@ int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
    * forward to wider loads (a stall per event in the profile). For the
    * same reason only ts_ns, which decides the next publish of this struct,
    * is put back; seq and session are always overwritten. */
-  ev->session = session->id;
+  /* A re-posted child event (path set) keeps the child's session id; its
+   * seq is this stream's. */
+  if (ev->path == NULL || ev->session == NULL) {
+    ev->session = session->id;
+  }
   ev->seq = session->next_seq;
   /* A delta's own time (when the chunk carrying it was received) saves a
    * clock read per streamed delta; it may predate an event stamped since,
@@ -476,6 +488,15 @@ int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
     ev->ts_ns = bus->opts.clock(bus->opts.clock_data);
   }
   bus->last_ts = ev->ts_ns;
+  if (bus->tap != NULL) {
+    /* At publish time, not delivery: what a tap forwards keeps the order
+     * in which things happened, even when this bus is mid-walk. */
+    bus->tap(ev, bus->tap_data);
+    if (bus->freed) {
+      ev->ts_ns = given_ts;
+      return AL_ECLOSING;
+    }
+  }
   if (bus->walking) {
     if ((rc = enqueue(bus, ev, bus->pubno + 1)) == 0) {
       session->next_seq++;

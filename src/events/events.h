@@ -107,6 +107,14 @@ extern const al_event_t al__events_blank;
 int al__events_publish(al__events_bus_t *bus, al__events_session_t *session,
                        al_event_t *ev);
 
+/* A tap sees every event as it is published (stamped, before delivery or
+ * queueing), NULL to remove it: a parent agent forwards its child's events
+ * through it (loop/task.c), so a cancel from inside a walk still reaches
+ * the parent before the parent's own end. It must not free the bus; it
+ * may publish on other buses. */
+void al__events_bus_set_tap(al__events_bus_t *bus, al_event_cb cb,
+                            void *data);
+
 /* ---- JSON ---------------------------------------------------------------- */
 
 /* The event as a JSON object (fields as in docs/events.md, in that order);

@@ -15,7 +15,8 @@
 
 static const char *const event_names[AL_HOOK_EVENT_COUNT] = {
     "session_start", "user_prompt_submit", "pre_tool_use",
-    "post_tool_use", "stop",               "pre_compact"};
+    "post_tool_use", "stop",               "pre_compact",
+    "subagent_start", "subagent_stop"};
 
 const char *al__hook_event_name(al_hook_event_t ev) {
   return (unsigned)ev < AL_HOOK_EVENT_COUNT ? event_names[ev] : "unknown";
@@ -314,7 +315,7 @@ int al__hooks_new(const al_hooks_options_t *o, const char *json,
       al_buf_printf(err,
                     "hooks.%s: unknown event (session_start, "
                     "user_prompt_submit, pre_tool_use, post_tool_use, stop, "
-                    "pre_compact)",
+                    "pre_compact, subagent_start, subagent_stop)",
                     evname);
       rc = AL_EINVAL;
       break;

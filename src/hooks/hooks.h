@@ -44,6 +44,8 @@ typedef enum {
   AL_HOOK_POST_TOOL_USE,
   AL_HOOK_STOP,
   AL_HOOK_PRE_COMPACT,
+  AL_HOOK_SUBAGENT_START, /* task: a child started / ended (observational) */
+  AL_HOOK_SUBAGENT_STOP,
   AL_HOOK_EVENT_COUNT
 } al_hook_event_t;
 

@@ -467,6 +467,26 @@ static void precompact_done(al_hooks_run_t *run, const al_hooks_result_t *res,
   runs_remove(data, run);
 }
 
+/* task: subagent_start / subagent_stop, observational like pre_compact:
+ * fields (the child's ids, outcome and result) join the common input. */
+void al__agent_subagent_hooks(al_agent_t *a, bool stop, const json_t *fields) {
+  al_hook_event_t evn = stop ? AL_HOOK_SUBAGENT_STOP : AL_HOOK_SUBAGENT_START;
+  json_t *in;
+  al_hooks_run_t *run;
+
+  if (a->hooks == NULL || a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
+      !al__hooks_match(a->hooks, evn, NULL, -1)) {
+    return;
+  }
+  in = al__agent_hook_input(a);
+  json_object_update(in, (json_t *)fields);
+  if (al__hooks_run(a->hooks, evn, NULL, -1, in, stop_report,
+                    precompact_done, a, &run) == 0) {
+    a->hook_runs[a->n_hook_runs++] = run;
+  }
+  json_decref(in);
+}
+
 void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
                                  int64_t tokens_before) {
   json_t *in;

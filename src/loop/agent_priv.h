@@ -413,6 +413,9 @@ bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
  * compaction does not wait; their hook_executed events report them). */
 void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
                                  int64_t tokens_before);
+/* task: subagent_start / subagent_stop hooks (observational); fields are
+ * added to the input. */
+void al__agent_subagent_hooks(al_agent_t *a, bool stop, const json_t *fields);
 
 /* agent.c, for agent_hooks.c */
 /* The MCP startup wait, then the first turn. */

@@ -56,7 +56,6 @@ typedef struct ag_task_s {
   al_list_t node;
   al_agent_t *parent;
   al_agent_t *child;  /* NULL once its close was asked */
-  al_sub_t *sub;
   char id[16];
   char *agent;
   char *description;
@@ -69,7 +68,6 @@ typedef struct ag_task_s {
   bool max_turns_hit;
   bool budget_hit;
   al_tool_ctx_t *ctx; /* a foreground call, until it is completed */
-  al__events_session_t repost;
   uint64_t tokens;    /* input + output so far, descendants included */
   al_agent_stats_t final_stats;
 } ag_task_t;
@@ -403,12 +401,7 @@ static void repost(ag_task_t *t, const al_event_t *ev) {
   }
   copy.path = path;
   copy.ts_ns = 0;
-  if (al__events_session_set(&t->repost, ev->session,
-                             p->session.next_seq) != 0) {
-    return;
-  }
-  al__events_publish(p->bus, &t->repost, &copy);
-  p->session.next_seq = t->repost.next_seq;
+  al__events_publish(p->bus, &p->session, &copy);
 }
 
 /* ---- ending a task ------------------------------------------------------------ */
@@ -428,10 +421,7 @@ static void child_close(ag_task_t *t) {
     return;
   }
   t->child = NULL;
-  if (t->sub != NULL) {
-    al_agent_unsubscribe(c, t->sub);
-    t->sub = NULL;
-  }
+  al__events_bus_set_tap(c->bus, NULL, NULL);
   t->parent->pending++;
   al_agent_close(c, child_closed);
 }
@@ -662,8 +652,20 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
       continue;
     }
     schema = pt->schema != NULL ? json_dumps(pt->schema, JSON_COMPACT) : NULL;
-    rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
-                             schema, pt->category, &ct);
+    if (pt->inproc) {
+      /* The same definition registered in the child, so its calls are
+       * the child's (events, holds, close). */
+      al_tool_def_t def = pt->def;
+
+      def.name = pt->name;
+      def.description = pt->description;
+      def.input_schema = schema;
+      def.category = pt->category;
+      rc = al__agent_add_inproc(c, &def, &ct);
+    } else {
+      rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
+                               schema, pt->category, &ct);
+    }
     al_free(schema);
     if (rc != 0) {
       return rc;
@@ -813,9 +815,9 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
       goto fail;
     }
   }
-  if ((rc = al_agent_subscribe(c, on_child_event, t, &t->sub)) != 0) {
-    goto fail;
-  }
+  /* Forwarded as published (a tap, not a subscriber): a cancel from
+   * inside a walk still reports the child's end before the parent's. */
+  al__events_bus_set_tap(c->bus, on_child_event, t);
   return 0;
 fail:
   child_close(t);
@@ -974,9 +976,11 @@ static bool task_safe(const al_tool_impl_t *impl, const json_t *input) {
   for (i = 0; d->tools[i] != NULL; i++) {
     ag_tool_t *t;
 
-    if (!def_allows(d, d->tools[i]) ||
+    /* done only ends the child's own run; a tool the child will not
+     * have does not count. */
+    if (strcmp(d->tools[i], "done") == 0 || !def_allows(d, d->tools[i]) ||
         (t = al__agent_tool_find(p, d->tools[i])) == NULL) {
-      continue; /* the child will not have it */
+      continue;
     }
     if (t->category != AL_TOOL_READ || t->inner == NULL ||
         t->inner->is_concurrency_safe == NULL) {

@@ -17,8 +17,10 @@ static void recorder(const al_event_t *ev, void *data) {
 
   ASSERT_NOT_NULL(j);
   json_array_append_new(f->events, j);
-  if (ev->type == AL_EVENT_FINAL || ev->type == AL_EVENT_ERROR ||
-      ev->type == AL_EVENT_INTERRUPTED) {
+  /* A sub-agent's re-posted end (ev->path) does not end the run. */
+  if (ev->path == NULL &&
+      (ev->type == AL_EVENT_FINAL || ev->type == AL_EVENT_ERROR ||
+       ev->type == AL_EVENT_INTERRUPTED)) {
     f->ends++;
   }
   if (f->hook != NULL) {

@@ -1,0 +1,11 @@
+/* Issue 23: sub-agents, the task tool (tests/unit/loop/test_task.c). */
+TEST_ENTRY(task_three_parallel_explore)
+TEST_ENTRY(task_child_denied_tool)
+TEST_ENTRY(task_depth_limit)
+TEST_ENTRY(task_child_approval_on_parent)
+TEST_ENTRY(task_fork)
+TEST_ENTRY(task_token_budget)
+TEST_ENTRY(task_background_after_turn)
+TEST_ENTRY(task_close_with_background_child)
+TEST_ENTRY(task_cancel_three_children)
+TEST_ENTRY(task_hooks_subagent_points)
