@@ -1290,12 +1290,15 @@ static void dispatch(conn_t *c) {
         strstr(text, r->expect_contains) == NULL) {
       snprintf(msg, sizeof(msg),
                "mockllm: expect_request: the request body does not contain "
-               "'%.200s' (response %d)", r->expect_contains, idx);
+               "'%.200s' (%s response %d, line %d)", r->expect_contains,
+               track >= 0 ? "its track's" : "top-level", idx, r->line);
     } else if (text != NULL && r->expect_not_contains != NULL &&
                strstr(text, r->expect_not_contains) != NULL) {
       snprintf(msg, sizeof(msg),
                "mockllm: expect_request: the request body contains "
-               "'%.200s' (response %d)", r->expect_not_contains, idx);
+               "'%.200s' (%s response %d, line %d)",
+               r->expect_not_contains,
+               track >= 0 ? "its track's" : "top-level", idx, r->line);
     }
     al_free(text);
     if (msg[0] != '\0') {
