@@ -403,18 +403,18 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   size_t n;
   al_blob_t *line;
   bool last;
+  /* task: a child's re-posted event (ev->path; the child's session, run
+   * and turn, this stream's seq) goes to the watchers live (approvals from
+   * a child among them), but neither changes this session's state nor
+   * enters its transcript, whose loader would take it for this session's
+   * (the child has its own through on_child: i23-front). */
+  bool child = ev->path != NULL;
 
-  /* task: a child's re-posted events (ev->path) carry the child's session
-   * and seq; kept out of this session's transcript and state until the
-   * front end (i23-front) gives them their own place. */
-  if (ev->path != NULL) {
-    return;
-  }
   j = al__events_to_json(ev);
   n = j != NULL ? json_dumpb(j, NULL, 0, JSON_COMPACT) : 0;
   line = n > 0 ? al__blob_alloc(n + 1) : NULL;
 
-  switch (ev->type) {
+  switch (child ? AL_EVENT_TYPE_COUNT : ev->type) {
   case AL_EVENT_RUN_STARTED:
     s->running = true;
     s->run = ev->run;
@@ -454,7 +454,7 @@ void al__session_on_event(const al_event_t *ev, void *data) {
      * still delivered live below. */
     al_blob_t *note = NULL;
 
-    if (al__tx_deltas_keep(&s->deltas, ev, line->len, &note)) {
+    if (!child && al__tx_deltas_keep(&s->deltas, ev, line->len, &note)) {
       if (note != NULL && s->tx != NULL) {
         al__tx_append_chained(s->tx, note, false);
       }
@@ -464,7 +464,7 @@ void al__session_on_event(const al_event_t *ev, void *data) {
   }
   /* Only `final` says "done": error and interrupted keep their place
    * before turn/cancel's answer (al_agent_cancel's contract). */
-  last = ev->type == AL_EVENT_FINAL;
+  last = !child && ev->type == AL_EVENT_FINAL;
   if (s->holding || (last && hold_flush(s))) {
     /* The run's last event waits for its history to be synced (a few
      * ms); events after it keep their order behind it. */

@@ -24,7 +24,7 @@
 #include "loop/task.h"
 
 #define TASK_RESULT_MAX ((size_t)64 * 1024)
-#define TASK_DESC_BUDGET 4096
+#define TASK_DESC_BUDGET 2048 /* the listing (docs/subagents.md) */
 #define TASK_DEFAULT_DEPTH 2
 #define TASK_DEFAULT_BUDGET 400000
 /* A child is bounded by its turns and tokens, not by the in-process tool
@@ -116,8 +116,9 @@ static _Thread_local spawn_t *spawning;
 
 /* ---- definitions ---------------------------------------------------------- */
 
-static const char *const explore_tools[] = {"read_file", "list_directory",
-                                            "grep", "glob", "done", NULL};
+static const char *const explore_tools[] = {
+    "read_file", "list_directory", "grep", "glob", "read_tool_output", "done",
+    NULL};
 
 static const char explore_system[] =
     "You are an exploration sub-agent. Another agent gave you one question "
@@ -362,6 +363,7 @@ static void post_subagent(ag_task_t *t, al_event_type_t type,
                           const char *outcome, const char *result,
                           size_t len) {
   al_event_t ev;
+  json_t *hooks_json;
 
   memset(&ev, 0, sizeof(ev));
   ev.type = type;
@@ -380,7 +382,25 @@ static void post_subagent(ag_task_t *t, al_event_type_t type,
     ev.u.subagent.output_tokens = t->final_stats.output_tokens;
     ev.u.subagent.cost_usd = t->final_stats.cost_usd;
   }
-  al__agent_post(t->parent, &ev);
+  if (al__agent_post(t->parent, &ev)) {
+    return;
+  }
+  hooks_json = json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:i}", "task_id",
+                         t->id, "agent", t->agent, "description",
+                         t->description, "child_session", t->session,
+                         "parent_call", t->call_id, "background",
+                         t->background, "depth", (int)t->depth);
+  if (hooks_json != NULL && type == AL_EVENT_SUBAGENT_COMPLETED) {
+    json_object_set_new(hooks_json, "outcome", json_string(outcome));
+    json_object_set_new(hooks_json, "result",
+                        json_stringn(result != NULL ? result : "",
+                                     result != NULL ? len : 0));
+  }
+  if (hooks_json != NULL) {
+    al__agent_subagent_hooks(t->parent, type == AL_EVENT_SUBAGENT_COMPLETED,
+                             hooks_json);
+  }
+  json_decref(hooks_json);
 }
 
 /* A child's event to the parent's subscribers: path prefixed with the
@@ -444,7 +464,8 @@ static void stats_add(ag_tasks_t *ts, uint64_t run, const al_agent_stats_t *s) {
 static void self_sub_event(const al_event_t *ev, void *data);
 
 /* Hands a background child's result to its parent: now, as a new run, when
- * the parent is idle; else at its next turn boundary (or run end). */
+ * the parent is idle; else at its next turn boundary (or run end). A
+ * cancelled one only waits for a turn boundary. */
 static void deliver(ag_task_t *t, const char *outcome, const char *text,
                     size_t len) {
   al_agent_t *p = t->parent;
@@ -463,6 +484,9 @@ static void deliver(ag_task_t *t, const char *outcome, const char *text,
     al_log(AL_LOG_ERROR, "task %s: its result does not fit the inbox",
            t->id);
     return;
+  }
+  if (strcmp(outcome, "cancelled") == 0) {
+    return; /* someone stopped it: told at a later turn, starts nothing */
   }
   if (p->state == AG_IDLE) {
     char *msg = al_strdup(ts->inbox.data);
@@ -662,6 +686,23 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
       def.input_schema = schema;
       def.category = pt->category;
       rc = al__agent_add_inproc(c, &def, &ct);
+    } else if (pt->mcp != NULL) {
+      /* The same server's tool, as the child's own entry: its calls and
+       * their mcp_tool_call_* events are the child's. */
+      rc = al__agent_add_entry(c, pt->name, NULL, NULL, pt->description,
+                               schema, pt->category, &ct);
+      if (rc == 0) {
+        ct->mcp = pt->mcp;
+        ct->mcp_tool = al_strdup(pt->mcp_tool);
+        ct->mcp_safe = pt->mcp_safe;
+        ct->mcp_impl = pt->mcp_impl;
+        ct->mcp_impl.name = ct->name;
+        ct->mcp_impl.data = ct;
+        ct->inner = &ct->mcp_impl;
+        if (ct->mcp_tool == NULL) {
+          rc = AL_ENOMEM;
+        }
+      }
     } else {
       rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
                                schema, pt->category, &ct);
@@ -990,9 +1031,32 @@ static bool task_safe(const al_tool_impl_t *impl, const json_t *input) {
   return true;
 }
 
+/* explore, general, then the others in the order given. */
+static const sdef_t *listed(const ag_tasks_t *ts, size_t k) {
+  static const char *const first[] = {"explore", "general"};
+  size_t i, n = 0;
+
+  for (i = 0; i < 2; i++) {
+    const sdef_t *d = def_find(ts, first[i]);
+
+    if (d != NULL && n++ == k) {
+      return d;
+    }
+  }
+  for (i = 0; i < ts->n_defs; i++) {
+    const char *nm = ts->defs[i].name;
+
+    if (strcmp(nm, "explore") != 0 && strcmp(nm, "general") != 0 &&
+        n++ == k) {
+      return &ts->defs[i];
+    }
+  }
+  return NULL;
+}
+
 static char *tool_description(const ag_tasks_t *ts) {
   al_buf_t b;
-  size_t i;
+  size_t i, start;
   char *out;
 
   al_buf_init(&b, (size_t)1 << 20);
@@ -1005,18 +1069,23 @@ static char *tool_description(const ag_tasks_t *ts) {
       "read-only tasks in one reply run in parallel. background: true "
       "returns a task id at once; the result arrives later as a message. "
       "fork: true starts from a copy of this conversation. Agents:");
-  for (i = 0; i < ts->n_defs; i++) {
+  start = b.len;
+  for (i = 0; listed(ts, i) != NULL; i++) {
+    const sdef_t *d = listed(ts, i);
     size_t mark = b.len;
 
-    al_buf_append_str(&b, "\n- ");
-    al_buf_append_str(&b, ts->defs[i].name);
-    al_buf_append_str(&b, ": ");
-    al_buf_append_str(&b, ts->defs[i].description);
-    if (b.len > TASK_DESC_BUDGET) {
+    al_buf_printf(&b, "\n- %s: %s", d->name, d->description);
+    if (b.len - start > TASK_DESC_BUDGET) {
+      size_t more = 0;
+
       b.len = mark; /* within the budget: the rest are named only */
-      for (; i < ts->n_defs; i++) {
-        al_buf_append_str(&b, i == 0 ? "" : " ");
-        al_buf_append_str(&b, ts->defs[i].name);
+      while (listed(ts, i + more) != NULL) {
+        more++;
+      }
+      al_buf_printf(&b, "\n- ... and %zu more:", more);
+      for (; listed(ts, i) != NULL && b.len - start < 2 * TASK_DESC_BUDGET;
+           i++) {
+        al_buf_printf(&b, " %s", listed(ts, i)->name);
       }
       break;
     }

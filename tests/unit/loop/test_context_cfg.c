@@ -223,9 +223,10 @@ TEST_IMPL(context_tools_d_compactable) {
   "input: {path: " file "}}}]}\n"
 #define SUMMARY "  - reply: {content: [{text: \"## Goal\\nkeep reading\"}]}\n"
 /* Sized with bash, read_file, write_file, list_directory and done: the
- * search and edit tools are left out so the requests keep their sizes. */
+ * search and edit tools and task are left out so the requests keep their
+ * sizes. */
 static const char *const sized_tools_off[] = {"edit_file", "grep", "glob",
-                                              NULL};
+                                              "task", NULL};
 
 TEST_IMPL(compact_second_auto_needs_effective_first) {
   fx_t f;

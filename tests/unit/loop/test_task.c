@@ -6,6 +6,7 @@
  * re-posted with "path". */
 #include <ctype.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,7 +185,8 @@ static void add_probe(fx_t *f, const char *name, al_tool_category_t cat,
 
 /* ---- parallel explore children ------------------------------------------------ */
 
-/* Three explore children in one reply: all three start before any ends
+/* Three explore children in one reply (mockllm tracks script each by its
+ * prompt): all three start before any ends
  * (a read-only agent's task is concurrency-safe), each answer is its
  * call's result, the children see only read-only tools, and the parent's
  * stats include their usage. */
@@ -207,11 +209,15 @@ TEST_IMPL(task_three_parallel_explore) {
           "prompt: 'CHILD-Q two', agent: explore}}\n"
           "        - tool_use: {id: k3, name: task, input: {description: c, "
           "prompt: 'CHILD-Q three', agent: explore}}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - reply: {content: [{text: 'explore-answer'}]}\n"
-          "  - expect_request: {contains: 'explore-answer'}\n"
-          "    reply: {content: [{text: 'all done'}]}\n");
+          "  - expect_request: {contains: 'answer-three'}\n"
+          "    reply: {content: [{text: 'all done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'CHILD-Q one'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-one'}]}}]\n"
+          "  - match: {first_user_contains: 'CHILD-Q two'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-two'}]}}]\n"
+          "  - match: {first_user_contains: 'CHILD-Q three'}\n"
+          "    responses: [{reply: {content: [{text: 'answer-three'}]}}]\n");
   fx_start(&f);
   fx_run(&f, "explore three things");
   maybe_dump(&f);
@@ -223,9 +229,10 @@ TEST_IMPL(task_three_parallel_explore) {
   first_done = find_path(&f, "subagent_completed", NULL, 0);
   /* Parallel: the third started before the first ended. */
   ASSERT(find_path(&f, "subagent_started", NULL, 2) < first_done);
-  ASSERT_STR_EQ(result_of(&f, "k1"), "explore-answer");
-  ASSERT_STR_EQ(result_of(&f, "k2"), "explore-answer");
-  ASSERT_STR_EQ(result_of(&f, "k3"), "explore-answer");
+  /* Each child's answer is its own call's result. */
+  ASSERT_STR_EQ(result_of(&f, "k1"), "answer-one");
+  ASSERT_STR_EQ(result_of(&f, "k2"), "answer-two");
+  ASSERT_STR_EQ(result_of(&f, "k3"), "answer-three");
   ASSERT_STR_EQ(jstr(fx_event(&f, first_done), "outcome"), "completed");
   /* Children's events are re-posted with their path. */
   ASSERT(find_path(&f, "final", "t1", 0) >= 0);
@@ -851,6 +858,107 @@ TEST_IMPL(task_hooks_subagent_points) {
   ASSERT_STR_EQ(h.stop_outcome, "completed");
   ASSERT_EQ(h.child_pre_tool, 1);
   ASSERT_STR_EQ(result_of(&f, "k1"), "listed");
+  fx_finish(&f);
+  return 0;
+}
+
+/* al_agent_task_cancel on a background child that runs a tool after its
+ * parent's run ended: the child and its tool are cancelled at once, the
+ * listing says so, and the cancelled result starts no run of the parent. */
+TEST_IMPL(task_cancel_background_by_id) {
+  fx_t f;
+  probe_t pr;
+  char *list = NULL;
+  long c;
+
+  memset(&pr, 0, sizeof(pr));
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: bg, "
+          "prompt: 'BG-HANG', background: true}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: 'BG-HANG'}\n"
+          "    responses:\n"
+          "      - reply:\n"
+          "          content:\n"
+          "            - tool_use: {id: h1, name: hang, input: {}}\n");
+  fx_start(&f);
+  add_probe(&f, "hang", AL_TOOL_READ, &pr);
+  fx_run(&f, "start it");
+  while (pr.hung == NULL) {
+    ASSERT(uv_run(&f.loop, UV_RUN_ONCE) != 0 || pr.hung != NULL);
+  }
+  ASSERT_EQ(al_agent_tasks_json(f.agent, &list), 0);
+  ASSERT_NOT_NULL(strstr(list, "\"state\":\"running\""));
+  al_free(list);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t1"), 0);
+  ASSERT_EQ(pr.cancels, 1);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t1"), AL_ENOENT);
+  ASSERT_EQ(al_agent_task_cancel(f.agent, "t9"), AL_ENOENT);
+  ASSERT_EQ(al_agent_tasks_json(f.agent, &list), 0);
+  ASSERT_NOT_NULL(strstr(list, "\"state\":\"cancelled\""));
+  al_free(list);
+  c = find_path(&f, "subagent_completed", NULL, 0);
+  ASSERT(c >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "outcome"), "cancelled");
+  ASSERT(!al_agent_running(f.agent));
+  ASSERT_EQ(count_path(&f, "run_started", NULL), 1);
+  assert_no_orphans(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* ---- MCP through a child --------------------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TASK_MCP_SANDBOX ",\"sandbox\":false"
+#else
+#define TASK_MCP_SANDBOX ""
+#endif
+
+/* A child calls its parent's MCP tool: the same server process answers
+ * (one server started in all), and the call's events are the child's
+ * (re-posted with its path). */
+TEST_IMPL(task_child_uses_parent_mcp_server) {
+  fx_t f;
+  char cfg[1024];
+  long b;
+
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(cfg, sizeof(cfg),
+           "{\"mcpServers\":{\"f\":{\"command\":\"%s\",\"args\":[\"--helper\","
+           "\"mcp_server\"]%s}}}",
+           al_test_exe(), TASK_MCP_SANDBOX);
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-Q'}}\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: m1, name: mcp__f__echo, input: {text: "
+          "'via the parent server'}}\n"
+          "  - expect_request: {contains: 'via the parent server'}\n"
+          "    reply: {content: [{text: 'child echoed'}]}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n");
+  f.opts.mcp_config = cfg;
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "child echoed");
+  b = find_path(&f, "mcp_tool_call_begin", "t1", 0);
+  ASSERT(b >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, b), "call_id"), "m1");
+  ASSERT(find_path(&f, "mcp_tool_call_end", "t1", 0) > b);
+  ASSERT_EQ(count_path(&f, "mcp_tool_call_begin", NULL), 0);
+  ASSERT_EQ(count_path(&f, "mcp_server_state", NULL), 2); /* starting, ready */
+  ASSERT_EQ(count_path(&f, "mcp_server_state", "t1"), 0);
+  fx_assert_valid(&f);
   fx_finish(&f);
   return 0;
 }
