@@ -8,7 +8,7 @@
  * safe, the executor's limit set to N), and the server's tracks route
  * every request by its first user message: the parent's ("BENCH-PARENT-K"),
  * each child's ("BENCH-K-NNN", its task prompt) and each plain agent's
- * ("BENCH-K-RNNN"). Four kinds of run, each once with N plain agents and
+ * ("BENCH-K-RNNN"). Five kinds of run, each once with N plain agents and
  * once with N children:
  *   spawn   one at a time (a reply with one task call; the next plain agent
  *           once the previous answered), each answered at once: spawn ->
@@ -21,14 +21,19 @@
  *           passed, heap in use and RSS per idle agent (one waiting on its
  *           model); then a cancel;
  *   stream  all N at once, a delta every 20 ms: once every agent has had
- *           one, a cancel.
+ *           one, a cancel;
+ *   tools   all N at once (children: agent general, writers allowed in
+ *           parallel), each running `bash` `sleep 30`: once every command
+ *           has started, a cancel.
  * Spawn -> first request on the wire: from the start (a child: its task
  * call's tool_use_started, the task tool's entry; a plain agent: just
  * before al_agent_new) to the server's arrival stamp of the agent's first
  * request (the record file's arrival_ns; both clocks are CLOCK_MONOTONIC).
  * Cancel -> all quiet: from al_agent_cancel (the parent's; each plain
- * agent's) to the last event any of them posted, watched until 100 ms
- * after the run ended (the parent's interrupted; every plain agent's);
+ * agent's) to the last event any of them posted or (tools) the last of
+ * their commands' processes reaped, watched until 100 ms after the run
+ * ended (the parent's interrupted; every plain agent's) and the processes
+ * were gone (at most 2 s);
  * then events after that end, requests beyond one per agent (the record
  * file), child processes of this one (the server excepted) and children
  * still "running" in al_agent_tasks_json are counted: all 0 is quiet.
@@ -36,6 +41,7 @@
  * child, all of N quiet <= 50 ms after the cancel. */
 #include <dirent.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,11 +61,16 @@
 #define SETTLE_MS 100
 #define GRACE_MS 100
 #define WATCHDOG_MS 180000
+#define MAX_PIDS 4096
+#define PROCS_WAIT_NS (2000ULL * 1000 * 1000)
 
-enum { K_SPAWN = 0, K_QUICK, K_STALL, K_STREAM, K_COUNT };
-static const char kind_letter[K_COUNT] = {'P', 'Q', 'S', 'T'};
+enum { K_SPAWN = 0, K_QUICK, K_STALL, K_STREAM, K_TOOLS, K_COUNT };
+static const char kind_letter[K_COUNT] = {'P', 'Q', 'S', 'T', 'X'};
 static const char *const kind_names[K_COUNT] = {"spawn", "quick", "stall",
-                                                "stream"};
+                                                "stream", "tools"};
+/* How the cancel runs found the agents (the report's words). */
+static const char *const kind_state[K_COUNT] = {"", "", "waiting", "streaming",
+                                                "in a tool"};
 
 typedef struct bench_s bench_t;
 
@@ -89,13 +100,18 @@ typedef struct {
   size_t ev_after_quiet;
   size_t requests; /* at the server, from the record file */
   int procs_left;
-  int tasks_running; /* children still "running" at the parent's end */
+  int procs_at_cancel;   /* tools: the commands' processes, just before */
+  uint64_t t_procs_gone; /* tools: when the last of them was gone */
+  int tasks_running;     /* children still "running" at the parent's end */
 } step_t;
 
 struct bench_s {
   uv_loop_t loop;
   uv_timer_t next;
   uv_timer_t settle;
+  uv_timer_t poll; /* tools: the processes, every ms after the cancel */
+  pid_t pids[MAX_PIDS];
+  int npids;
   uv_timer_t watchdog;
   bu_srv_t srv;
   char url[64];
@@ -148,7 +164,7 @@ static size_t heap_in_use(void) {
 
 /* Processes whose parent is this one, the server excepted (/proc; read
  * once per run, after it ended). */
-static int child_processes(pid_t server) {
+static int child_processes(pid_t server, pid_t *pids, int max) {
   DIR *d = opendir("/proc");
   struct dirent *de;
   int n = 0;
@@ -175,6 +191,9 @@ static int child_processes(pid_t server) {
     if (fgets(buf, sizeof(buf), f) != NULL &&
         (rp = strrchr(buf, ')')) != NULL &&
         sscanf(rp + 1, " %*c %d", &ppid) == 1 && ppid == (int)getpid()) {
+      if (n < max) {
+        pids[n] = (pid_t)pid;
+      }
       n++;
     }
     fclose(f);
@@ -208,8 +227,9 @@ static char *build_scenario(size_t n) {
       }
       ADD("            - tool_use: {id: toolu_%c_%03zu, name: task, input: "
           "{description: child %zu, prompt: \"BENCH-%c-%03zu: look\", "
-          "agent: explore}}\n",
-          kind_letter[k], i, i, kind_letter[k], i);
+          "agent: %s}}\n",
+          kind_letter[k], i, i, kind_letter[k], i,
+          k == K_TOOLS ? "general" : "explore");
     }
     ADD("      - reply: {content: [{text: all done}]}\n");
   }
@@ -234,7 +254,13 @@ static char *build_scenario(size_t n) {
       "      - reply:\n"
       "          content:\n"
       "            - repeat_text: {count: 100000, text: \"tok \", "
-      "delay_ms: 20}\n");
+      "delay_ms: 20}\n"
+      "  - match: {first_user_contains: BENCH-X-}\n"
+      "    on_exhausted: repeat_last\n"
+      "    responses:\n"
+      "      - reply:\n"
+      "          content:\n"
+      "            - tool_use: {name: bash, input: {command: \"sleep 30\"}}\n");
 #undef ADD
   return y;
 }
@@ -252,6 +278,8 @@ static void base_options(bench_t *b, al_agent_options_t *o) {
   o->sandbox = AL_SANDBOX_OFF;
   o->max_turns = (uint32_t)b->n + 5; /* the spawn parent's turns */
   o->max_tool_concurrency = (int)b->n;
+  /* tools: general children (they may write) run side by side too. */
+  o->task_parallel_writers = true;
   o->rng_seed = 1;
 }
 
@@ -288,6 +316,7 @@ static void end_step(bench_t *b) {
     return;
   }
   st->ended = true;
+  uv_timer_stop(&b->poll);
   if (st->child) {
     b->parent_closing = true;
     al_agent_close(b->parent, on_parent_closed);
@@ -300,10 +329,78 @@ static void end_step(bench_t *b) {
   }
 }
 
+/* Processes still running (not zombies) in the process groups of the
+ * commands found at the cancel: a tool's command leads its own group
+ * (UV_PROCESS_DETACHED), so what it started is counted too. A killed
+ * grandchild is reparented to pid 1 and may stay a zombie there (a
+ * container's init may not reap): dead, so not counted. /proc is read
+ * once, after the run. */
+static int groups_running(const bench_t *b) {
+  DIR *d = opendir("/proc");
+  struct dirent *de;
+  int n = 0;
+
+  if (d == NULL) {
+    return -1;
+  }
+  while ((de = readdir(d)) != NULL) {
+    char path[300];
+    char buf[512];
+    FILE *f;
+    char *rp;
+    char state = 0;
+    int ppid = 0;
+    int pgrp = 0;
+    int i;
+
+    if (strtol(de->d_name, &rp, 10) <= 0 || *rp != '\0') {
+      continue;
+    }
+    snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+    f = fopen(path, "r");
+    if (f == NULL) {
+      continue;
+    }
+    if (fgets(buf, sizeof(buf), f) != NULL &&
+        (rp = strrchr(buf, ')')) != NULL &&
+        sscanf(rp + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 &&
+        state != 'Z') {
+      for (i = 0; i < b->npids; i++) {
+        n += pgrp == (int)b->pids[i];
+      }
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return n;
+}
+
+/* tools: no event says a killed command's process is gone (its call is
+ * answered at the cancel), so the commands found at the cancel are probed
+ * every ms with kill(pid, 0) until libuv has reaped every one. */
+static void on_poll(uv_timer_t *t) {
+  bench_t *b = t->data;
+  step_t *st = &b->steps[b->cur];
+  int i;
+
+  for (i = 0; i < b->npids; i++) {
+    if (kill(b->pids[i], 0) == 0) {
+      return;
+    }
+  }
+  st->t_procs_gone = uv_hrtime();
+  uv_timer_stop(t);
+}
+
 static void do_cancel(bench_t *b) {
   step_t *st = &b->steps[b->cur];
   size_t i;
 
+  if (st->kind == K_TOOLS) {
+    st->procs_at_cancel = child_processes(b->srv.pid, b->pids, MAX_PIDS);
+    b->npids = st->procs_at_cancel < MAX_PIDS ? st->procs_at_cancel : MAX_PIDS;
+    uv_timer_start(&b->poll, on_poll, 1, 1);
+  }
   st->cancelled = true;
   st->t_cancel = uv_hrtime();
   if (st->child) {
@@ -342,7 +439,17 @@ static void on_settle(uv_timer_t *t) {
   step_t *st = &b->steps[b->cur];
 
   if (st->quieted) {
-    st->procs_left = child_processes(b->srv.pid);
+    if (st->kind == K_TOOLS && st->t_procs_gone == 0 &&
+        uv_hrtime() - st->t_quiet < PROCS_WAIT_NS) {
+      /* The run ended, its commands' processes are not all reaped yet:
+       * wait for them (bounded) so quiet has an end to measure. */
+      uv_timer_start(&b->settle, on_settle, 10, 0);
+      return;
+    }
+    st->procs_left = child_processes(b->srv.pid, NULL, 0);
+    if (st->kind == K_TOOLS) {
+      st->procs_left += groups_running(b);
+    }
     end_step(b);
     return;
   }
@@ -368,9 +475,12 @@ static void note(bench_t *b, step_t *st, size_t idx, const al_event_t *ev) {
   if (ev->type == AL_EVENT_STREAM_REQUEST_START && !st->seen_req[idx]) {
     st->seen_req[idx] = 1;
     st->n_req++;
-  } else if (ev->type == AL_EVENT_TEXT_DELTA && st->kind >= K_STALL &&
+  } else if (((ev->type == AL_EVENT_TEXT_DELTA &&
+               (st->kind == K_STALL || st->kind == K_STREAM)) ||
+              (ev->type == AL_EVENT_TOOL_USE_STARTED && st->kind == K_TOOLS)) &&
              !st->seen_delta[idx]) {
-    /* Its request was served: the reply has begun. */
+    /* Its request was served: the reply has begun (tools: the agent's
+     * command is running). */
     st->seen_delta[idx] = 1;
     if (++st->n_delta < st->n) {
       return;
@@ -566,6 +676,7 @@ static void finish(bench_t *b) {
   }
   uv_close((uv_handle_t *)&b->next, NULL);
   uv_close((uv_handle_t *)&b->settle, NULL);
+  uv_close((uv_handle_t *)&b->poll, NULL);
   uv_close((uv_handle_t *)&b->watchdog, NULL);
 }
 
@@ -592,7 +703,7 @@ static void on_next(uv_timer_t *t) {
     start_step(b);
   } else if ((st->kind == K_QUICK || st->kind == K_SPAWN) && !st->ended) {
     end_step(b);
-  } else if (st->kind == K_STREAM && !st->cancelled) {
+  } else if ((st->kind == K_STREAM || st->kind == K_TOOLS) && !st->cancelled) {
     do_cancel(b);
   }
 }
@@ -681,6 +792,8 @@ typedef struct {
   size_t ev_after[K_COUNT];
   long req_extra[K_COUNT]; /* requests beyond one per agent (and parent) */
   int procs[K_COUNT], running[K_COUNT];
+  int procs_at_cancel;                /* tools */
+  double tools_ev_ms, tools_procs_ms; /* tools: the two parts of quiet */
   size_t missing;
 } side_t;
 
@@ -717,13 +830,31 @@ static void summarize(bench_t *b, bool child, side_t *out) {
       out->burst = spawn_pct(st, &out->missing);
       out->cpu_us = (st->cpu1 - st->cpu0) * 1e6 / (double)st->n;
     } else {
+      uint64_t last = st->last_ev;
+
       if (st->kind == K_STALL) {
         out->rss_kib = (double)(st->rss1 - st->rss0) / (double)st->n;
         out->heap_kib =
             ((double)st->heap1 - (double)st->heap0) / 1024.0 / (double)st->n;
       }
-      out->quiet_ms[st->kind] = st->last_ev > st->t_cancel
-                                    ? (double)(st->last_ev - st->t_cancel) / 1e6
+      if (st->kind == K_TOOLS) {
+        /* Quiet includes the processes; none gone yet counts as never. */
+        out->procs_at_cancel = st->procs_at_cancel;
+        out->tools_ev_ms = st->last_ev > st->t_cancel
+                               ? (double)(st->last_ev - st->t_cancel) / 1e6
+                               : 0.0;
+        out->tools_procs_ms =
+            st->t_procs_gone > st->t_cancel
+                ? (double)(st->t_procs_gone - st->t_cancel) / 1e6
+                : 0.0;
+        last = st->t_procs_gone > last ? st->t_procs_gone : last;
+        if (st->t_procs_gone == 0 && st->procs_at_cancel > 0) {
+          last = UINT64_MAX;
+        }
+      }
+      out->quiet_ms[st->kind] = last == UINT64_MAX ? 1e9
+                                : last > st->t_cancel
+                                    ? (double)(last - st->t_cancel) / 1e6
                                     : 0.0;
       out->ev_after[st->kind] = st->ev_after_quiet;
       out->req_extra[st->kind] =
@@ -766,8 +897,8 @@ static void report(bench_t *b, const side_t *ref, const side_t *ch,
       bu_pct_json(&s->burst);
       printf(
           ",\"cpu_us_per_agent_turn\":%.1f,\"rss_kib_per_idle\":%.1f,"
-          "\"heap_kib_per_idle\":%.1f",
-          s->cpu_us, s->rss_kib, s->heap_kib);
+          "\"heap_kib_per_idle\":%.1f,\"processes_at_tools_cancel\":%d",
+          s->cpu_us, s->rss_kib, s->heap_kib, s->procs_at_cancel);
       for (k = K_STALL; k < K_COUNT; k++) {
         printf(
             ",\"cancel_%s\":{\"quiet_ms\":%.2f,\"events_after\":%zu,"
@@ -809,9 +940,17 @@ static void report(bench_t *b, const side_t *ref, const side_t *ch,
     char label[80];
 
     snprintf(label, sizeof(label), "cancel of %zu %s -> all quiet, ms", b->n,
-             k == K_STALL ? "waiting" : "streaming");
+             kind_state[k]);
     printf("  %-46s %12.2f %12.2f %7.2fx\n", label, ref->quiet_ms[k],
            ch->quiet_ms[k], ratio(ch->quiet_ms[k], ref->quiet_ms[k]));
+    if (k == K_TOOLS) {
+      printf("  %-46s %12d %12d\n", "  processes at the cancel",
+             ref->procs_at_cancel, ch->procs_at_cancel);
+      printf("  %-46s %12.2f %12.2f\n", "  last event, ms", ref->tools_ev_ms,
+             ch->tools_ev_ms);
+      printf("  %-46s %12.2f %12.2f\n", "  last process reaped, ms",
+             ref->tools_procs_ms, ch->tools_procs_ms);
+    }
     printf("  %-46s %12s %12s\n", "  then: events, extra requests, processes",
            quiet_ok(ref, k) ? "none" : "SOME",
            quiet_ok(ch, k) ? "none" : "SOME");
@@ -835,7 +974,7 @@ static void report(bench_t *b, const side_t *ref, const side_t *ch,
         "target all of %zu %s children quiet <= %.0f ms after the cancel: "
         "%s (%.2f ms; after it %zu events, %ld extra requests, %d "
         "processes, %d tasks running)\n",
-        b->n, k == K_STALL ? "waiting" : "streaming", TARGET_QUIET_MS,
+        b->n, kind_state[k], TARGET_QUIET_MS,
         verdict(quiet_ok(ch, k) && ch->quiet_ms[k] <= TARGET_QUIET_MS),
         ch->quiet_ms[k], ch->ev_after[k], ch->req_extra[k], ch->procs[k],
         ch->running[k]);
@@ -927,9 +1066,11 @@ int al_bench_subagents(int argc, char **argv) {
   uv_loop_init(&b->loop);
   uv_timer_init(&b->loop, &b->next);
   uv_timer_init(&b->loop, &b->settle);
+  uv_timer_init(&b->loop, &b->poll);
   uv_timer_init(&b->loop, &b->watchdog);
   b->next.data = b;
   b->settle.data = b;
+  b->poll.data = b;
   b->watchdog.data = b;
   /* The timers' callbacks are set once; uv_timer_start takes them anew. */
   uv_timer_start(&b->watchdog, on_watchdog, WATCHDOG_MS, 0);
