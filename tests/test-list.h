@@ -53,5 +53,8 @@
 #include "list/i22_ux.h"
 #include "list/i22_tests.h"
 #include "list/i22_daemon.h"
+#include "list/i23_opts.h"
+#include "list/i23_agentdefs.h"
+#include "list/i23_cut.h"
 #include "list/i23_task.h"
 #include "list/i23_mock.h"
