@@ -703,6 +703,8 @@ static int procs_with(const char *marker) {
 
 typedef struct {
   int bash_started;
+  int usages;
+  bool committed; /* cancel once the replies are in the children's histories */
   bool cancelled;
   size_t events_after_cancel;
 } cx_t;
@@ -713,8 +715,14 @@ static void cancel_at_third_bash(fx_t *f, const al_event_t *ev,
 
   (void)j;
   if (ev->type == AL_EVENT_TOOL_USE_STARTED && ev->path != NULL &&
-      ev->u.tool.name.len == 4 && memcmp(ev->u.tool.name.ptr, "bash", 4) == 0 &&
-      ++c->bash_started == 3 && !c->cancelled) {
+      ev->u.tool.name.len == 4 && memcmp(ev->u.tool.name.ptr, "bash", 4) == 0) {
+    c->bash_started++;
+  }
+  if (ev->type == AL_EVENT_USAGE && ev->path != NULL) {
+    c->usages++; /* a child's reply is in its history */
+  }
+  if (!c->cancelled && c->bash_started == 3 &&
+      (!c->committed || c->usages == 3)) {
     c->cancelled = true;
     ASSERT_EQ(al_agent_cancel(f->agent), 0);
   }
@@ -737,19 +745,80 @@ static void poll_procs(uv_timer_t *t) {
   }
 }
 
-/* Cancelling the parent while three children run bash: every tool_use of
+/* Every child's history commits (on_child), to check that none leaves a
+ * tool_use without its result. */
+static void hist_commit(al_agent_t *agent, al_commit_kind_t kind,
+                        const char *message, size_t len, void *data) {
+  json_t *m = json_loadb(message, len, 0, NULL);
+
+  (void)agent;
+  ASSERT_NOT_NULL(m);
+  json_array_append_new(data, json_pack("{s:i, s:o}", "kind", (int)kind,
+                                        "message", m));
+}
+
+static void hist_child(al_agent_t *parent, const al_child_info_t *info,
+                       al_commit_cb *commit, void **commit_data, void *data) {
+  (void)parent;
+  (void)info;
+  *commit = hist_commit;
+  *commit_data = data;
+}
+
+/* Each tool_use id of the commits has a tool_result; returns how many. */
+static size_t assert_commits_closed(const json_t *commits) {
+  size_t i, k, uses = 0;
+  json_t *c, *b;
+  json_t *results = json_object();
+
+  json_array_foreach(commits, i, c) {
+    json_array_foreach(json_object_get(json_object_get(c, "message"),
+                                       "content"),
+                       k, b) {
+      if (jstr(b, "type") != NULL &&
+          strcmp(jstr(b, "type"), "tool_result") == 0) {
+        json_object_set_new(results, jstr(b, "tool_use_id"), json_true());
+      }
+    }
+  }
+  json_array_foreach(commits, i, c) {
+    json_array_foreach(json_object_get(json_object_get(c, "message"),
+                                       "content"),
+                       k, b) {
+      if (jstr(b, "type") != NULL && strcmp(jstr(b, "type"), "tool_use") == 0) {
+        uses++;
+        if (json_object_get(results, jstr(b, "id")) == NULL) {
+          AL_TEST_FAIL("child history: tool_use %s has no result",
+                       jstr(b, "id"));
+        }
+      }
+    }
+  }
+  json_decref(results);
+  return uses;
+}
+
+/* Cancelling the parent while three children run bash (committed: their
+ * replies are in their histories; else they still stream): every tool_use of
  * every level has its result, the parent's history has no open call,
  * nothing is posted after the cancel returns, and no child's process is
  * left running. */
-TEST_IMPL(task_cancel_three_children) {
+static void cancel_three(bool committed) {
   fx_t f;
   cx_t c;
   poll_t p;
   char *hist = NULL;
   uint64_t t0;
+  json_t *commits;
+  char yaml[2048];
+  const char *tail = committed ? ""
+                               : "        - text: 'still streaming'\n"
+                                 "          chunks: 4\n"
+                                 "          delay_ms: 2000\n";
 
   memset(&c, 0, sizeof(c));
-  fx_init(&f,
+  c.committed = committed;
+  snprintf(yaml, sizeof(yaml),
           "responses:\n"
           "  - reply:\n"
           "      content:\n"
@@ -762,23 +831,21 @@ TEST_IMPL(task_cancel_three_children) {
           "  - reply:\n"
           "      content:\n"
           "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
-          "        - text: 'still streaming'\n"
-          "          chunks: 4\n"
-          "          delay_ms: 2000\n"
+          "%s"
           "  - reply:\n"
           "      content:\n"
           "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
-          "        - text: 'still streaming'\n"
-          "          chunks: 4\n"
-          "          delay_ms: 2000\n"
+          "%s"
           "  - reply:\n"
           "      content:\n"
           "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
-          "        - text: 'still streaming'\n"
-          "          chunks: 4\n"
-          "          delay_ms: 2000\n");
+          "%s",
+          tail, tail, tail);
+  fx_init(&f, yaml);
   f.opts.sandbox = AL_SANDBOX_OFF;
   f.opts.task_parallel_writers = true;
+  f.opts.on_child = hist_child;
+  f.opts.child_data = commits = json_array();
   f.hook = cancel_at_third_bash;
   f.user = &c;
   fx_start(&f);
@@ -800,23 +867,48 @@ TEST_IMPL(task_cancel_three_children) {
   ASSERT_EQ(al_agent_history_json(f.agent, &hist), 0);
   ASSERT_NOT_NULL(strstr(hist, "operation cancelled by user"));
   al_free(hist);
+  /* The children's own histories (their commits): no tool_use left
+   * unanswered (cut mid-stream, their replies keep only the text; once
+   * committed, each bash call has its cancelled result), and each has its
+   * prompt. */
+  ASSERT_EQ(assert_commits_closed(commits), committed ? 3 : 0);
+  {
+    size_t i, users = 0;
+    json_t *cm;
+
+    json_array_foreach(commits, i, cm) {
+      users += json_integer_value(json_object_get(cm, "kind")) ==
+               AL_COMMIT_USER;
+    }
+    ASSERT_GE(users, 3);
+  }
   /* The children's processes: gone within a bounded wait (polled). */
   t0 = uv_hrtime();
   memset(&p, 0, sizeof(p));
-  p.left = 500; /* 5 s at 10 ms */
+  p.left = 5000; /* 5 s at 1 ms */
   uv_timer_init(&f.loop, &p.t);
   p.t.data = &p;
-  uv_timer_start(&p.t, poll_procs, 0, 10);
+  uv_timer_start(&p.t, poll_procs, 0, 1);
   while (!p.done) {
     uv_run(&f.loop, UV_RUN_ONCE);
   }
   uv_close((uv_handle_t *)&p.t, NULL);
   ASSERT_EQ(procs_with("sleep 29.25"), 0);
-  fprintf(stderr, "task_cancel_three_children: processes gone %.1f ms after "
-                  "the cancel\n",
-          (double)(uv_hrtime() - t0) / 1e6);
+  fprintf(stderr, "task_cancel_three_children%s: processes gone %.1f ms "
+                  "after the cancel\n",
+          committed ? "_committed" : "", (double)(uv_hrtime() - t0) / 1e6);
   ASSERT_EQ(json_array_size(f.events), c.events_after_cancel);
   fx_finish(&f);
+  json_decref(commits);
+}
+
+TEST_IMPL(task_cancel_three_children) {
+  cancel_three(false);
+  return 0;
+}
+
+TEST_IMPL(task_cancel_three_children_committed) {
+  cancel_three(true);
   return 0;
 }
 
