@@ -56,3 +56,6 @@
 #include "list/i23_front.h"
 #include "list/i23_task.h"
 #include "list/i23_mock.h"
+#include "list/i23_opts.h"
+#include "list/i23_agentdefs.h"
+#include "list/i23_cut.h"

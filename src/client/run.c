@@ -46,7 +46,7 @@
 #include "client/run_int.h"
 #include "common/common.h"
 #include "config/config.h"
-#include "config/context.h"
+#include "config/agent_opts.h"
 #include "events/events.h"
 #include "mcp/mcp.h"
 #include "tools/clitool.h"
@@ -1020,72 +1020,6 @@ static int run_config(al_config_t *cfg, const char *cwd, bool trust,
   return EXIT_OK;
 }
 
-/* Flag rules, then the configured ones (borrowed; al_free the array). */
-static const char **merge_rules(const char *const *a, char *const *b,
-                                char *const *c) {
-  size_t n = 0, i;
-  const char **out;
-
-  for (i = 0; a != NULL && a[i] != NULL; i++, n++) {
-  }
-  for (i = 0; b != NULL && b[i] != NULL; i++, n++) {
-  }
-  for (i = 0; c != NULL && c[i] != NULL; i++, n++) {
-  }
-  out = al_calloc(n + 1, sizeof(*out));
-  if (out == NULL) {
-    return NULL;
-  }
-  n = 0;
-  for (i = 0; a != NULL && a[i] != NULL; i++) {
-    out[n++] = a[i];
-  }
-  for (i = 0; b != NULL && b[i] != NULL; i++) {
-    out[n++] = b[i];
-  }
-  for (i = 0; c != NULL && c[i] != NULL; i++) {
-    out[n++] = c[i];
-  }
-  return out;
-}
-
-/* The path list of key from the configuration, resolved (al_config_path),
- * after the n entries of pre (borrowed); NULL-terminated. Everything is
- * kept in *owned (al_free each, then the array) so it outlives the run. */
-static const char **config_paths(const al_config_t *cfg, const char *key,
-                                 char *const *list, const char *ws,
-                                 const char *const *pre, size_t n,
-                                 char ***owned) {
-  size_t m = 0, i;
-  const char **out;
-
-  for (i = 0; list != NULL && list[i] != NULL; i++, m++) {
-  }
-  out = al_calloc(n + m + 1, sizeof(*out));
-  *owned = al_calloc(m + 1, sizeof(**owned));
-  if (out == NULL || *owned == NULL) {
-    al_free(out);
-    return NULL;
-  }
-  for (i = 0; i < n; i++) {
-    out[i] = pre[i];
-  }
-  for (i = 0; i < m; i++) {
-    (*owned)[i] = al_config_path(cfg, key, list[i], ws);
-    out[n + i] = (*owned)[i] != NULL ? (*owned)[i] : list[i];
-  }
-  return out;
-}
-
-static void free_owned(char **owned) {
-  size_t i;
-
-  for (i = 0; owned != NULL && owned[i] != NULL; i++) {
-    al_free(owned[i]);
-  }
-  al_free(owned);
-}
-
 int al_cli_run(int argc, char **argv) {
   enum {
     O_PROVIDER = 256, O_MODEL, O_BASE_URL, O_API_KEY, O_SYSTEM,
@@ -1166,16 +1100,11 @@ int al_cli_run(int argc, char **argv) {
   bool print_prompt = false;
   al_buf_t sysprompt;
   al_config_t cfg;
-  const char **all_allow = NULL;
-  const char **all_deny = NULL;
-  const char **cfg_tools = NULL, **cfg_denied = NULL, **cfg_writable = NULL;
-  char **own_tools = NULL, **own_denied = NULL, **own_writable = NULL;
-  char wsbuf[PATH_MAX];
+  al_agent_opts_input_t in;
+  al_agent_opts_store_t store;
   bool trust = false;
   const char *mcp_file = NULL;
-  char *mcp_json = NULL;
   const char *hooks_file = NULL;
-  char *hooks_json = NULL;
   const char *fallback = NULL;
   const char *color = "auto";
   const char *allow[MAX_TOOL_FLAGS + 1];
@@ -1388,6 +1317,7 @@ int al_cli_run(int argc, char **argv) {
   deny[ndeny] = NULL;
 
   al_buf_init(&sysprompt, 4 * INPUT_MAX);
+  al_agent_opts_store_init(&store);
   /* Configuration (docs/config.md), checked before anything is read or
    * sent: the files and the environment, then the flags over them. */
   if ((code = run_config(&cfg, cwd, trust, provider, model, base_url,
@@ -1395,33 +1325,16 @@ int al_cli_run(int argc, char **argv) {
     al_config_free(&cfg);
     return code;
   }
+  /* What the run itself needs before the options are built; the
+   * options come from al_config_agent_options alone. */
   provider = al_config_provider(&cfg);
   model = cfg.model;
   base_url = cfg.base_url;
-  fallback = cfg.fallback_model;
-  if (max_tokens == 0) {
-    max_tokens = (uint64_t)cfg.max_tokens;
-  }
-  if (max_turns == 0) {
-    max_turns = (uint64_t)cfg.max_turns;
-  }
-  if (idle_ms == 0) {
-    idle_ms = (uint64_t)cfg.timeouts.idle_ms;
-  }
   if (timeout_s == 0 && cfg.timeouts.run_ms > 0) {
     timeout_s = (double)cfg.timeouts.run_ms / 1000.0;
   }
   if (!sandbox_set && cfg.sandbox.mode != NULL) {
-    (void)al__cli_sandbox_policy(cfg.sandbox.mode, &sandbox);
-  }
-  /* Tool flags add to the configured rules; a headless run cannot ask,
-   * so the configured `ask` rules deny here. */
-  all_allow = merge_rules(allow, cfg.permissions.allow, NULL);
-  all_deny = merge_rules(deny, cfg.permissions.deny, cfg.permissions.ask);
-  if (all_allow == NULL || all_deny == NULL) {
-    fail_usage("out of memory");
-    code = EXIT_FAIL;
-    goto done;
+    (void)al_config_sandbox_policy(cfg.sandbox.mode, &sandbox);
   }
   if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0 &&
       strcmp(format, "ndjson") != 0 && strcmp(format, "stream-json") != 0) {
@@ -1519,10 +1432,20 @@ int al_cli_run(int argc, char **argv) {
   if (!sess_on) {
     al__run_session_free(&sess);
   }
-  if (sess_on && sess.resumed && model == NULL) {
+  if (sess_on && sess.resumed && model == NULL &&
+      al__run_session_model(&sess) != NULL) {
+    char why[700];
+
     /* The session's model, unless given again. The system prompt is
      * built afresh (the instruction files may have changed). */
-    model = al__run_session_model(&sess);
+    if (al_config_set_flag(&cfg, "model", al__run_session_model(&sess),
+                           "--resume", why, sizeof(why)) != 0) {
+      fail_usage("%s", why);
+      al__run_session_free(&sess);
+      code = EXIT_USAGE;
+      goto done;
+    }
+    model = cfg.model;
   }
 
   /* Inputs: read before the loop runs. */
@@ -1623,141 +1546,72 @@ int al_cli_run(int argc, char **argv) {
   al_buf_init(&r->line, LINE_MAX_BYTES);
   uv_loop_init(&r->loop);
 
-  al_agent_options_init(&o);
-  o.provider = provider;
-  o.base_url = base_url;
-  o.api_key = api_key;
-  o.model = model;
-  o.fallback_model = fallback;
-  o.system = system_text;
-  o.max_tokens = (int64_t)max_tokens;
-  o.max_turns = (uint32_t)max_turns;
-  if (retries != UINT64_MAX) {
-    o.retry_max_attempts = (int)retries + 1;
-  }
-  o.idle_timeout_ms = (int64_t)idle_ms;
-  {
-    al_limits_t from_file;
-    char lwhy[160];
-
-    /* The config file's limits: (checked when it loaded), then --limit. */
-    memset(&from_file, 0, sizeof(from_file));
-    (void)al_limits_from_json(&from_file, al_config_section(&cfg, "limits"),
-                              lwhy, sizeof(lwhy));
-    al_limits_overlay(&from_file, &limits);
-    o.limits = from_file;
-  }
-  o.connect_timeout_ms = cfg.timeouts.connect_ms;
-  o.progress_timeout_ms = cfg.timeouts.progress_ms;
-  o.tool_timeout_ms = (uint64_t)cfg.timeouts.tool_ms;
-  o.bash_network = cfg.sandbox.network == 1;
-  o.workspace = cwd;
-  o.builtin_tools = true;
-  o.permission_mode = AL_PERMISSION_MODE_HEADLESS;
-  o.allow_tools = all_allow;
-  o.deny_tools = all_deny;
-  r->flag_allow = allow;
-  r->flag_deny = deny;
-  o.data = r;
+  /* The options: the configuration under this run's flags, headless. */
+  al_agent_opts_input_init(&in);
+  in.permission_mode = AL_PERMISSION_MODE_HEADLESS;
+  in.workspace = cwd;
+  in.system = system_text;
+  in.api_key = api_key;
+  in.getenv_fn = env_get;
+  in.trust_project = trust;
+  in.models = models;
+  in.flags.max_tokens = (int64_t)max_tokens;
+  in.flags.max_turns = (uint32_t)max_turns;
+  in.flags.idle_timeout_ms = (int64_t)idle_ms;
+  in.flags.retries = retries != UINT64_MAX ? (int)retries : -1;
+  in.flags.sandbox = sandbox_set ? (int)sandbox : -1;
   tools_dirs[ntools_dirs] = NULL;
-  o.sandbox = sandbox;
-  o.tools_d = true;
-  o.trust_project = trust || cfg.project_trusted;
-  o.tools_dirs = tools_dirs;
-  /* Paths from the configuration: tools.d directories after the flags',
-   * denied paths, and writable roots beside the workspace. */
+  in.flags.allow_tools = allow;
+  in.flags.deny_tools = deny;
+  in.flags.tools_dirs = tools_dirs;
+  in.flags.limits = &limits;
+  in.flags.mcp_file = mcp_file;
+  in.flags.hooks_file = hooks_file;
+  in.flags.context_window = (int64_t)context_window;
+  in.flags.keep_recent = (int64_t)keep_recent;
+  in.flags.micro_min_tokens = micro_min;
+  in.flags.max_messages = (uint32_t)max_messages;
+  in.flags.no_auto_compact = no_auto_compact;
+  in.flags.no_prompt_cache = no_prompt_cache;
   {
-    const char *ws = cwd != NULL ? cwd
-                     : getcwd(wsbuf, sizeof(wsbuf)) != NULL ? wsbuf
-                                                             : ".";
+    char why[1024];
 
-    cfg_tools = config_paths(&cfg, "tools_d", cfg.tools_d, ws, tools_dirs,
-                             ntools_dirs, &own_tools);
-    if (cfg_tools != NULL) {
-      o.tools_dirs = cfg_tools;
-    }
-    if (cfg.sandbox.denied != NULL) {
-      cfg_denied = config_paths(&cfg, "sandbox.denied", cfg.sandbox.denied,
-                                ws, NULL, 0, &own_denied);
-      o.denied_paths = cfg_denied;
-    }
-    if (cfg.sandbox.writable != NULL) {
-      cfg_writable = config_paths(&cfg, "sandbox.writable",
-                                  cfg.sandbox.writable, ws, &ws, 1,
-                                  &own_writable);
-      o.allowed_paths = cfg_writable;
-    }
-  }
-
-  o.models = models;
-  o.context_window = (int64_t)context_window;
-  if (sess_on) {
-    r->sess = &sess;
-    al__run_session_options(&sess, &o);
-    r->hdr.cwd = ws_real;
-    r->hdr.model = (char *)model;
-    r->hdr.provider = (char *)provider;
-    r->hdr.base_url = (char *)base_url;
-    r->hdr.system = (char *)system_text;
-    r->hdr.created_ms = (uint64_t)time(NULL) * 1000u;
-  }
-  o.keep_recent = (int64_t)keep_recent;
-  o.no_auto_compact = no_auto_compact;
-  o.no_prompt_cache = no_prompt_cache;
-  o.max_messages = (uint32_t)max_messages;
-  o.micro_min_tokens = micro_min;
-  {
-    char why[600];
-
-    /* The configuration's context: section, under the flags. */
-    if (al__config_context_apply(&cfg, &o, why, sizeof(why)) != 0) {
+    err = al_config_agent_options(&cfg, &in, &o, &store, why, sizeof(why));
+    if (err != 0) {
       fail_usage("%s", why);
-      code = EXIT_USAGE;
+      code = err == AL_ENOMEM ? EXIT_FAIL : EXIT_USAGE;
       goto out;
     }
   }
   {
-    /* Start-up, before the loop runs: the reads may block. */
     char mws[4096];
     size_t wsn = sizeof(mws);
     const char *ws = cwd != NULL ? cwd
                      : uv_cwd(mws, &wsn) == 0 ? mws
                                               : ".";
-    al_buf_t merr;
 
-    al_buf_init(&merr, 4096);
-    /* mcp_servers: and hooks: of config.yaml, then the flags' files. */
-    bool mtrust = trust || cfg.project_trusted;
-
-    if (al__mcp_config_load2(mcp_file, al_config_section(&cfg, "mcp_servers"),
-                             ws, mtrust, &mcp_json, &merr) != 0) {
-      fail_usage("MCP configuration: %s",
-                 merr.data != NULL ? merr.data : "out of memory");
-      al_buf_free(&merr);
-      code = EXIT_USAGE;
-      goto out;
-    }
-    if (al__mcp_project_skipped(ws, mtrust)) {
+    if (al__mcp_project_skipped(ws, trust || cfg.project_trusted)) {
       fprintf(stderr, "agentloop: %s/.mcp.json is not read: the project is "
                       "not trusted (--trust-project)\n", ws);
     }
-    if (al__hooks_config_load(hooks_file, al_config_section(&cfg, "hooks"),
-                              &hooks_json, &merr) != 0) {
-      fail_usage("hooks configuration: %s",
-                 merr.data != NULL ? merr.data : "out of memory");
-      al_buf_free(&merr);
-      code = EXIT_USAGE;
-      goto out;
-    }
-    al_buf_free(&merr);
-    o.mcp_config = mcp_json;
-    o.hooks_config = hooks_json;
+  }
+  /* This run's wiring: the view, the transcript. */
+  r->flag_allow = allow;
+  r->flag_deny = deny;
+  o.data = r;
+  if (sess_on) {
+    r->sess = &sess;
+    al__run_session_options(&sess, &o);
+    r->hdr.cwd = ws_real;
+    r->hdr.model = (char *)o.model;
+    r->hdr.provider = (char *)o.provider;
+    r->hdr.base_url = (char *)o.base_url;
+    r->hdr.system = (char *)o.system;
+    r->hdr.created_ms = (uint64_t)time(NULL) * 1000u;
   }
 
   code = drive(r, &o, text.data);
 out:
-  al_free(mcp_json);
-  al_free(hooks_json);
   al_models_free(models);
   if (sess_on) {
     al__run_session_free(&sess);
@@ -1773,14 +1627,7 @@ out:
   al_free(r);
 done:
   al_buf_free(&sysprompt);
-  al_free(cfg_tools);
-  al_free(cfg_denied);
-  al_free(cfg_writable);
-  free_owned(own_tools);
-  free_owned(own_denied);
-  free_owned(own_writable);
-  al_free(all_allow);
-  al_free(all_deny);
+  al_agent_opts_store_free(&store);
   al_config_free(&cfg);
   return code;
 }

@@ -11,17 +11,21 @@
 
 #define MAX_DEPTH 64
 
-/* Our base prompt: short, factual, in our own words. */
-static const char BASE[] =
+/* Our base prompt: short, factual, in our own words. The environment
+ * block is also the start of a child agent's preamble
+ * (al_sysprompt_preamble). */
+static const char INTRO[] =
     "You are agentloop, a coding agent working in a terminal on the user's "
     "machine. You act through tools; the user sees each call and its "
     "result.\n"
-    "\n"
+    "\n";
+static const char ENV[] =
     "Environment:\n"
     "- Working directory: %s\n"
     "- Platform: %s\n"
     "- Date: %s\n"
-    "- Sandbox: %s\n"
+    "- Sandbox: %s\n";
+static const char HOWTO[] =
     "\n"
     "How to work:\n"
     "- Look before you act: list_directory and read_file (with offset and "
@@ -160,24 +164,23 @@ static size_t project_dirs(const char *ws, char (*dirs)[PATH_MAX]) {
   return n;
 }
 
-int al_sysprompt_build(const al_sysprompt_options_t *o, al_buf_t *out,
-                       json_t **sources, al_buf_t *notices) {
+/* The environment block, then the user's and the project's instruction
+ * files (parts 1 and 2-3 of sysprompt.h), within *left bytes. */
+static int add_env_and_files(const al_sysprompt_options_t *o, bool howto,
+                             al_buf_t *out, size_t *left, json_t *src,
+                             al_buf_t *notices) {
   struct utsname u;
   char platform[400];
   char date[32];
   char cfgdir[4096];
   time_t now = o->now != 0 ? o->now : time(NULL);
   struct tm tm;
-  size_t left = o->cap != 0 ? o->cap : AL_SYSPROMPT_DEFAULT_CAP;
-  json_t *src = json_array();
   const char *cdir = o->config_dir;
   char (*dirs)[PATH_MAX] = al_malloc(MAX_DEPTH * sizeof(*dirs));
   size_t nd, i;
   int rc;
 
-  if (src == NULL || dirs == NULL) {
-    json_decref(src);
-    al_free(dirs);
+  if (dirs == NULL) {
     return AL_ENOMEM;
   }
   if (uname(&u) == 0) {
@@ -188,19 +191,50 @@ int al_sysprompt_build(const al_sysprompt_options_t *o, al_buf_t *out,
   }
   gmtime_r(&now, &tm);
   strftime(date, sizeof(date), "%Y-%m-%d", &tm);
-  rc = al_buf_printf(out, BASE, o->workspace, platform, date,
+  rc = al_buf_printf(out, ENV, o->workspace, platform, date,
                      o->sandbox != NULL ? o->sandbox : "unknown");
+  if (rc == 0 && howto) {
+    rc = al_buf_append_str(out, HOWTO);
+  }
   if (cdir == NULL) {
     cdir = al_config_dir(cfgdir, sizeof(cfgdir));
   }
   if (rc == 0 && cdir != NULL && is_dir(cdir)) {
-    rc = add_dir(out, cdir, &left, src, notices);
+    rc = add_dir(out, cdir, left, src, notices);
   }
   nd = project_dirs(o->workspace, dirs);
   for (i = 0; i < nd && rc == 0; i++) {
     if (cdir == NULL || strcmp(dirs[i], cdir) != 0) {
-      rc = add_dir(out, dirs[i], &left, src, notices);
+      rc = add_dir(out, dirs[i], left, src, notices);
     }
+  }
+  al_free(dirs);
+  return rc;
+}
+
+int al_sysprompt_preamble(const al_sysprompt_options_t *o, al_buf_t *out,
+                          al_buf_t *notices) {
+  size_t left = o->cap != 0 ? o->cap : AL_SYSPROMPT_DEFAULT_CAP;
+  int rc = add_env_and_files(o, false, out, &left, NULL, notices);
+
+  if (rc == 0 && out->data == NULL) {
+    rc = al_buf_append_str(out, "");
+  }
+  return rc != 0 ? AL_ENOMEM : 0;
+}
+
+int al_sysprompt_build(const al_sysprompt_options_t *o, al_buf_t *out,
+                       json_t **sources, al_buf_t *notices) {
+  size_t left = o->cap != 0 ? o->cap : AL_SYSPROMPT_DEFAULT_CAP;
+  json_t *src = json_array();
+  int rc;
+
+  if (src == NULL) {
+    return AL_ENOMEM;
+  }
+  rc = al_buf_append_str(out, INTRO);
+  if (rc == 0) {
+    rc = add_env_and_files(o, true, out, &left, src, notices);
   }
   if (rc == 0 && o->cfg != NULL && o->cfg->system_prompt.file != NULL) {
     char *p = al_config_path(o->cfg, "system_prompt.file",
@@ -227,7 +261,6 @@ int al_sysprompt_build(const al_sysprompt_options_t *o, al_buf_t *out,
   if (rc == 0 && out->data == NULL) {
     rc = al_buf_append_str(out, "");
   }
-  al_free(dirs);
   if (sources != NULL && rc == 0) {
     *sources = src;
   } else {

@@ -45,4 +45,13 @@ typedef struct {
 int al_sysprompt_build(const al_sysprompt_options_t *o, al_buf_t *out,
                        json_t **sources, al_buf_t *notices);
 
+/* Just the part a fresh child agent inherits (docs/subagents.md): the
+ * environment block of part 1 and the instruction files of parts 2 and 3
+ * (AGENTS.md, CLAUDE.md), under the same cap; not the base prompt's
+ * guidance, nor system_prompt.file/append or --system. The task tool ends
+ * a child's system prompt with it (al_agent_opts_input_t.task_preamble).
+ * Blocking reads, as al_sysprompt_build. 0 or AL_ENOMEM. */
+int al_sysprompt_preamble(const al_sysprompt_options_t *o, al_buf_t *out,
+                          al_buf_t *notices);
+
 #endif

@@ -17,6 +17,7 @@
 #include "agentloop/client.h"
 #include "common/common.h"
 #include "daemon/clients.h"
+#include "config/agent_opts.h"
 #include "daemon/daemon.h"
 #include "events/events.h"
 #include "rpc/rpc.h"
@@ -193,6 +194,18 @@ void al__session_free(session_t *s);
 char *al__transcript_path(al_daemon_t *d, const char *id);
 int al__session_start(session_t *s, uint64_t first_seq, uint64_t first_run,
                       char *why, size_t why_len);
+/* The options of a session's agent from its settings (the header, the
+ * client's key and MCP/hooks text) over the daemon's own, through
+ * al_config_agent_options: everything but the session's wiring (client,
+ * permission callback, id, numbering, commit hook, tool_output_dir). st
+ * owns what o points to. 0, AL_ENOMEM, or the mapping's error in why. */
+int al__session_agent_options(const al_daemon_options_t *dopts,
+                              const al_models_t *models,
+                              const al_tx_header_t *h, const char *api_key,
+                              bool own_config, const char *mcp_config,
+                              const char *hooks_config, al_agent_options_t *o,
+                              al_agent_opts_store_t *st, char *why,
+                              size_t why_len);
 /* Applies the settings params carries (model, provider, base_url,
  * api_key; strings or absent) to a loaded, idle session: a new agent with
  * the same history and numbering replaces its agent, and a new header

@@ -375,6 +375,8 @@ static void m_session_create(const call_t *k) {
   s->h.provider = dup_or_null(provider != NULL ? provider : d->o.provider);
   s->h.base_url = dup_or_null(base_url != NULL ? base_url : d->o.base_url);
   s->h.system = dup_or_null(system);
+  s->h.fallback_model = dup_or_null(
+      json_string_value(json_object_get(k->params, "fallback_model")));
   s->api_key = dup_or_null(key); /* memory only */
   if (json_object_get(k->params, "mcp_config") != NULL ||
       json_object_get(k->params, "hooks_config") != NULL) {

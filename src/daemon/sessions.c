@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/context.h"
 #include "loop/permrule.h"
 #include "sandbox/sandbox.h"
 
@@ -633,13 +632,11 @@ static al_permission_t on_permission(al_agent_t *agent, const char *tool,
   return ask ? AL_PERMISSION_ASK : AL_PERMISSION_DEFAULT;
 }
 
-/* A JSON array of strings as a NULL-terminated array of borrowed strings
- * (al_free it); NULL for none. */
-static int rule_list(const json_t *a, const char ***out) {
+/* A JSON array of strings into a configuration list (copies). */
+static int cfg_list(const json_t *a, al_cfg_list_t *out) {
   size_t i, n = 0;
   json_t *v;
 
-  *out = NULL;
   if (!json_is_array(a) || json_array_size(a) == 0) {
     return 0;
   }
@@ -648,34 +645,114 @@ static int rule_list(const json_t *a, const char ***out) {
     return AL_ENOMEM;
   }
   json_array_foreach(a, i, v) {
-    if (json_is_string(v)) {
-      (*out)[n++] = json_string_value(v);
+    if (json_is_string(v) &&
+        ((*out)[n++] = al_strdup(json_string_value(v))) == NULL) {
+      return AL_ENOMEM;
     }
   }
   return 0;
 }
 
-/* The workspace, then the writable paths (borrowed; al_free the array);
- * NULL when there are none (the agent's default: the workspace). */
-static int path_list(const char *cwd, const json_t *a, const char ***out) {
-  size_t i, n = 0;
-  json_t *v;
+static int cfg_str(const char *s, char **out) {
+  return s == NULL || (*out = al_strdup(s)) != NULL ? 0 : AL_ENOMEM;
+}
 
-  *out = NULL;
-  if (!json_is_array(a) || json_array_size(a) == 0 || cwd == NULL) {
-    return 0;
+/* A session's settings (its header: what the client's configuration said
+ * at session/create) as the configuration they came from, so the daemon
+ * maps them with al_config_agent_options as `agentloop run` does. A
+ * header that never reached the disk has no settings: the daemon's
+ * defaults apply. Paths are absolute already. */
+static int header_config(const al_daemon_options_t *dopts,
+                         const al_tx_header_t *h, al_config_t *cfg) {
+  json_t *to = h->timeouts;
+  int rc = 0;
+
+  rc |= cfg_str(h->provider != NULL ? h->provider : dopts->provider,
+                &cfg->provider);
+  rc |= cfg_str(h->model != NULL ? h->model : dopts->model, &cfg->model);
+  rc |= cfg_str(h->base_url != NULL ? h->base_url : dopts->base_url,
+                &cfg->base_url);
+  rc |= cfg_str(h->fallback_model, &cfg->fallback_model);
+  rc |= cfg_str(h->sandbox, &cfg->sandbox.mode);
+  cfg->max_tokens = h->max_tokens;
+  cfg->max_turns = h->max_turns;
+  cfg->sandbox.network = h->network ? 1 : -1;
+  cfg->timeouts.connect_ms =
+      json_integer_value(json_object_get(to, "connect_ms"));
+  cfg->timeouts.idle_ms = json_integer_value(json_object_get(to, "idle_ms"));
+  cfg->timeouts.progress_ms =
+      json_integer_value(json_object_get(to, "progress_ms"));
+  cfg->timeouts.tool_ms = json_integer_value(json_object_get(to, "tool_ms"));
+  rc |= cfg_list(h->allow_tools, &cfg->permissions.allow);
+  rc |= cfg_list(h->deny_tools, &cfg->permissions.deny);
+  rc |= cfg_list(h->ask_tools, &cfg->permissions.ask);
+  rc |= cfg_list(json_object_get(h->paths, "denied"), &cfg->sandbox.denied);
+  rc |= cfg_list(json_object_get(h->paths, "writable"),
+                 &cfg->sandbox.writable);
+  rc |= cfg_list(json_object_get(h->paths, "tools_dirs"), &cfg->tools_d);
+  if (h->limits != NULL) {
+    rc |= json_object_set(cfg->sections, "limits", h->limits);
   }
-  *out = al_calloc(json_array_size(a) + 2, sizeof(**out));
-  if (*out == NULL) {
-    return AL_ENOMEM;
+  if (h->context != NULL) {
+    rc |= json_object_set(cfg->sections, "context", h->context);
   }
-  (*out)[n++] = cwd;
-  json_array_foreach(a, i, v) {
-    if (json_is_string(v)) {
-      (*out)[n++] = json_string_value(v);
-    }
+  return rc != 0 ? AL_ENOMEM : 0;
+}
+
+/* The daemon's environment is not the session's: a key comes from the
+ * client or from the daemon's own settings, never a variable read here. */
+static const char *no_env(const char *name) {
+  (void)name;
+  return NULL;
+}
+
+int al__session_agent_options(const al_daemon_options_t *dopts,
+                              const al_models_t *models,
+                              const al_tx_header_t *h, const char *api_key,
+                              bool own_config, const char *mcp_config,
+                              const char *hooks_config, al_agent_options_t *o,
+                              al_agent_opts_store_t *st, char *why,
+                              size_t why_len) {
+  al_config_t cfg;
+  al_agent_opts_input_t in;
+  int rc;
+
+  al_config_init(&cfg);
+  rc = header_config(dopts, h, &cfg);
+  al_agent_opts_input_init(&in);
+  /* Watchers answer approvals (ask rules: on_permission). */
+  in.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
+  in.workspace = h->cwd;
+  in.system = h->system;
+  in.api_key = api_key != NULL ? api_key
+               : cfg.provider != NULL &&
+                       strcmp(cfg.provider, "anthropic") != 0
+                   ? dopts->openai_key
+                   : dopts->anthropic_key;
+  in.getenv_fn = no_env;
+  in.models = models;
+  in.base_limits = &dopts->limits; /* the daemon's, then the session's */
+  in.ceiling = &dopts->limits;     /* made under higher ceilings: today's */
+  in.retry_base_ms = dopts->retry_base_ms;
+  in.retry_cap_ms = dopts->retry_cap_ms;
+  in.kill_grace_ms = dopts->kill_grace_ms;
+  /* The client's configuration when it sent one (issue 22: the daemon's
+   * was read when it started, perhaps before the user's last edit). */
+  in.mcp_text_given = true;
+  in.mcp_config = own_config ? mcp_config : dopts->mcp_config;
+  in.hooks_config = own_config ? hooks_config : dopts->hooks_config;
+  /* A trusted project's .mcp.json too, read off the loop by the agent. */
+  in.mcp_project = true;
+  /* Checked at session/create; a hand-edited header falls back to the
+   * defaults for what it cannot parse. */
+  in.lenient = true;
+  if (rc == 0) {
+    rc = al_config_agent_options(&cfg, &in, o, st, why, why_len);
+  } else {
+    snprintf(why, why_len, "out of memory");
   }
-  return 0;
+  al_config_free(&cfg);
+  return rc;
 }
 
 /* al_child_cb: each sub-agent of the session (children of children too)
@@ -724,72 +801,20 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
                         al_agent_t **out, char *why, size_t why_len) {
   al_daemon_t *d = s->d;
   al_agent_options_t ao;
-  const char **allow = NULL;
-  const char **deny = NULL;
-  const char **denied = NULL, **tdirs = NULL, **writable = NULL;
+  al_agent_opts_store_t st;
   int rc;
 
-  al_agent_options_init(&ao);
-  /* A transcript whose header never reached the disk (killed right after
-   * create) has no settings: the daemon's defaults apply. */
-  ao.provider = s->h.provider != NULL ? s->h.provider : d->o.provider;
-  ao.model = s->h.model != NULL ? s->h.model : d->o.model;
-  ao.base_url = s->h.base_url != NULL ? s->h.base_url : d->o.base_url;
-  ao.system = s->h.system;
-  ao.api_key = s->api_key != NULL ? s->api_key
-               : ao.provider != NULL && strcmp(ao.provider, "anthropic") != 0
-                   ? d->o.openai_key
-                   : d->o.anthropic_key;
+  al_agent_opts_store_init(&st);
+  rc = al__session_agent_options(&d->o, d->models, &s->h, s->api_key,
+                                 s->own_config, s->mcp_config,
+                                 s->hooks_config, &ao, &st, why, why_len);
+  if (rc != 0) {
+    al_agent_opts_store_free(&st);
+    return rc;
+  }
+  /* The session's wiring: the shared client, approvals, numbering, the
+   * transcript. */
   ao.client = d->http;
-  ao.workspace = s->h.cwd;
-  ao.builtin_tools = true;
-  /* tools.d: the user's drop-ins, and the project's only once it is
-   * trusted (`agentloop tools --trust-project` records that); tools run
-   * in the best sandbox available (AUTO). */
-  ao.tools_d = true;
-  /* The client's sandbox mode; AUTO when it said nothing. */
-  ao.sandbox = s->h.sandbox == NULL ? AL_SANDBOX_AUTO
-               : strcmp(s->h.sandbox, "required") == 0 ? AL_SANDBOX_REQUIRED
-               : strcmp(s->h.sandbox, "none") == 0     ? AL_SANDBOX_OFF
-                                                       : AL_SANDBOX_AUTO;
-  ao.connect_timeout_ms =
-      json_integer_value(json_object_get(s->h.timeouts, "connect_ms"));
-  ao.idle_timeout_ms =
-      json_integer_value(json_object_get(s->h.timeouts, "idle_ms"));
-  ao.progress_timeout_ms =
-      json_integer_value(json_object_get(s->h.timeouts, "progress_ms"));
-  ao.tool_timeout_ms = (uint64_t)json_integer_value(
-      json_object_get(s->h.timeouts, "tool_ms"));
-  ao.max_tokens = s->h.max_tokens;
-  ao.max_turns = (uint32_t)s->h.max_turns;
-  ao.bash_network = s->h.network;
-  ao.permission_mode = AL_PERMISSION_MODE_INTERACTIVE;
-  if ((rc = rule_list(s->h.allow_tools, &allow)) != 0 ||
-      (rc = rule_list(s->h.deny_tools, &deny)) != 0) {
-    al_free(allow);
-    snprintf(why, why_len, "out of memory");
-    return rc;
-  }
-  ao.allow_tools = allow;
-  ao.deny_tools = deny;
-  /* Paths from the client's configuration: denied, writable beside the
-   * workspace, more tools.d directories. */
-  if ((rc = rule_list(json_object_get(s->h.paths, "denied"), &denied)) !=
-          0 ||
-      (rc = rule_list(json_object_get(s->h.paths, "tools_dirs"), &tdirs)) !=
-          0 ||
-      (rc = path_list(s->h.cwd, json_object_get(s->h.paths, "writable"),
-                      &writable)) != 0) {
-    al_free(allow);
-    al_free(deny);
-    al_free(denied);
-    al_free(tdirs);
-    snprintf(why, why_len, "out of memory");
-    return rc;
-  }
-  ao.denied_paths = denied;
-  ao.tools_dirs = tdirs;
-  ao.allowed_paths = writable;
   ao.permission = on_permission;
   ao.permission_data = s;
   ao.session_id = s->id;
@@ -799,26 +824,7 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   ao.commit_data = s;
   ao.on_child = on_child;
   ao.child_data = s;
-  ao.retry_base_ms = d->o.retry_base_ms;
-  ao.retry_cap_ms = d->o.retry_cap_ms;
-  ao.kill_grace_ms = d->o.kill_grace_ms;
-  /* The client's configuration when it sent one (issue 22: the daemon's
-   * was read when it started, perhaps before the user's last edit). */
-  ao.mcp_config = s->own_config ? s->mcp_config : d->o.mcp_config;
-  /* A trusted project's .mcp.json too, read off the loop by the agent. */
-  ao.mcp_project = true;
-  ao.hooks_config = s->own_config ? s->hooks_config : d->o.hooks_config;
   ao.data = s;
-  /* Checked at session/create; a hand-edited header falls back to the
-   * defaults for what it cannot parse. */
-  ao.limits = d->o.limits; /* the daemon's, then the session's own */
-  (void)al_limits_from_json(&ao.limits, s->h.limits, why, why_len);
-  /* A session made under higher ceilings gets today's. */
-  al_limits_clamp(&ao.limits, &d->o.limits);
-  /* Likewise the context: settings (checked whole before any applies). */
-  (void)al__context_from_json(s->h.context, &ao, why, why_len);
-  why[0] = '\0';
-  ao.models = d->models;
   /* Cleared tool outputs live next to the transcript (docs/context.md),
    * so read_tool_output works after a resume. */
   {
@@ -828,14 +834,10 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
     if (al_buf_printf(&od, "%s/%s.tool-output", d->sessions_dir, s->id) == 0) {
       ao.tool_output_dir = od.data;
     }
-    rc = al_agent_new(d->loop, &ao, out); /* the lists are copied */
+    rc = al_agent_new(d->loop, &ao, out); /* the options are copied */
     al_buf_free(&od);
   }
-  al_free(allow);
-  al_free(deny);
-  al_free(denied);
-  al_free(tdirs);
-  al_free(writable);
+  al_agent_opts_store_free(&st);
   if (rc != 0) {
     snprintf(why, why_len, "cannot create the agent: %s (bad provider, "
                            "base_url or cwd?)", al_strerror(rc));
@@ -1138,6 +1140,11 @@ static void resume_apply_params(session_t *s, json_t *params) {
   if ((v = json_string_value(json_object_get(params, "base_url"))) != NULL &&
       (force || s->h.base_url == NULL)) {
     al__set_str(&s->h.base_url, v);
+  }
+  if ((v = json_string_value(json_object_get(params, "fallback_model"))) !=
+          NULL &&
+      (force || s->h.fallback_model == NULL)) {
+    al__set_str(&s->h.fallback_model, v);
   }
   if ((v = json_string_value(json_object_get(params, "system"))) != NULL &&
       (force || s->h.system == NULL)) {

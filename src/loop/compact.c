@@ -218,7 +218,8 @@ json_t *al__compact_request(const json_t *msgs, int64_t max_tokens,
   }
   prompt = b.data;
   last = json_array_get(out, json_array_size(out) - 1);
-  if (role_is(last, "user") && json_is_array(json_object_get(last, "content"))) {
+  if (role_is(last, "user") &&
+      json_is_array(json_object_get(last, "content"))) {
     /* After the results of the last tool turn: a copy, never in place. */
     json_t *nm = json_copy(last);
     json_t *nc = json_copy(json_object_get(last, "content"));

@@ -1,7 +1,7 @@
 /* Summary compaction, the pure part (compact.c; docs/context.md §Summary
  * compaction): where to cut, the bounded summary request, the new
  * history, and the deterministic trim used when the summary call fails.
- * No uv handles, no I/O: the agent (agent.c) runs the request. */
+ * No uv handles, no I/O: the agent (compact_run.c) runs the request. */
 #ifndef AL_LOOP_COMPACT_H
 #define AL_LOOP_COMPACT_H
 

@@ -10,14 +10,18 @@
  * hands the call over to the real implementation by pointing call->impl
  * at it and calling its start. From then on the executor's cancel reaches
  * the real tool directly. Security code: kept apart from the registry so a
- * change to what is allowed is reviewed here alone. */
+ * change to what is allowed is reviewed here alone.
+ *
+ * Layers (STYLE §6.1): owns a->policy; decide() reads the policy and the
+ * tool, asks the hook runner (pre_tool_use) and gets a decision back.
+ * Calls down: hooks/, permrule.c, the executor's call API, core.c. */
 #include <assert.h>
 #include <string.h>
 
 #include "hooks/hooks.h"
 #include "loop/agent_priv.h"
-#include "loop/permrule.h"
 #include "loop/task.h"
+#include "loop/permrule.h"
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
@@ -41,14 +45,13 @@ char *al__tool_input_text(const json_t *input) {
   return s;
 }
 
-/* ---- hold accounting ------------------------------------------------------- */
+/* ---- hold accounting ---------------------------------------------------- */
 
 static void on_release(al_tool_call_t *call, void *data) {
   al_agent_t *a = data;
 
   (void)call;
-  assert(a->holds > 0);
-  a->holds--;
+  al__agent_release(a);
   al__agent_maybe_finish(a);
 }
 
@@ -71,7 +74,7 @@ void al__call_complete_fmt(al_tool_call_t *call, const char *fmt,
   al_buf_free(&b);
 }
 
-/* ---- input check ----------------------------------------------------------- */
+/* ---- input check -------------------------------------------------------- */
 
 static bool type_ok(const char *type, const json_t *v) {
   if (strcmp(type, "string") == 0) {
@@ -103,7 +106,8 @@ static bool type_ok(const char *type, const json_t *v) {
 /* The checks the model most often gets wrong: not JSON, not an object, a
  * required property missing, a property of the wrong primitive type. The
  * tool itself still validates what it uses. */
-static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) {
+static bool check_input(const ag_tool_t *t, const json_t *input,
+                        al_buf_t *why) {
   const json_t *props = json_object_get(t->schema, "properties");
   const json_t *req = json_object_get(t->schema, "required");
   const char *key;
@@ -114,15 +118,18 @@ static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) 
     al_buf_printf(why, "the input must be a JSON object");
     return false;
   }
-  if (json_object_size(input) == 1 && json_is_string(json_object_get(input, "_raw")) &&
+  if (json_object_size(input) == 1 &&
+      json_is_string(json_object_get(input, "_raw")) &&
       json_object_get(props, "_raw") == NULL) {
     al_buf_printf(why, "the input is not valid JSON: %.200s",
                   json_string_value(json_object_get(input, "_raw")));
     return false;
   }
   json_array_foreach(req, i, v) {
-    if (json_is_string(v) && json_object_get(input, json_string_value(v)) == NULL) {
-      al_buf_printf(why, "missing required property '%s'", json_string_value(v));
+    if (json_is_string(v) &&
+        json_object_get(input, json_string_value(v)) == NULL) {
+      al_buf_printf(why, "missing required property '%s'",
+                    json_string_value(v));
       return false;
     }
   }
@@ -139,7 +146,7 @@ static bool check_input(const ag_tool_t *t, const json_t *input, al_buf_t *why) 
   return true;
 }
 
-/* ---- permissions ------------------------------------------------------------- */
+/* ---- permissions --------------------------------------------------------- */
 
 json_t *al__agent_offered_tools(al_agent_t *a) {
   json_t *out;
@@ -147,20 +154,20 @@ json_t *al__agent_offered_tools(al_agent_t *a) {
   size_t i;
   size_t k;
 
-  if (a->deny_tools == NULL || a->deny_tools[0] == NULL) {
-    return json_incref(a->tool_defs);
+  if (a->policy.deny_tools == NULL || a->policy.deny_tools[0] == NULL) {
+    return json_incref(a->reg.tool_defs);
   }
   /* A tool a rule denies whole (no argument pattern) is not offered: the
    * model does not plan around a tool whose every call would fail (a call
    * to it anyway is still denied). bash(rm *) leaves bash offered. */
   out = json_array();
-  json_array_foreach(a->tool_defs, i, def) {
+  json_array_foreach(a->reg.tool_defs, i, def) {
     const char *name = json_string_value(json_object_get(def, "name"));
     bool whole = false;
 
-    for (k = 0; a->deny_tools[k] != NULL && !whole; k++) {
-      whole = strchr(a->deny_tools[k], '(') == NULL &&
-              al__perm_rule_match(a->deny_tools[k], name, NULL, false);
+    for (k = 0; a->policy.deny_tools[k] != NULL && !whole; k++) {
+      whole = strchr(a->policy.deny_tools[k], '(') == NULL &&
+              al__perm_rule_match(a->policy.deny_tools[k], name, NULL, false);
     }
     if (!whole) {
       json_array_append(out, def);
@@ -184,33 +191,34 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   char *input;
 
   /* Rules may carry argument patterns: bash(git status*) (permrule.h). */
-  if (al__perm_rules_match(a->deny_tools, t->name, call->input, false)) {
+  if (al__perm_rules_match(a->policy.deny_tools, t->name, call->input, false)) {
     *why = "it is on the deny list";
     return AL_PERMISSION_DENY;
   }
-  if (a->sandbox_refuse && !t->inproc &&
+  if (a->reg.sandbox_refuse && !t->inproc &&
       (t->spawns || t->category != AL_TOOL_READ)) {
     /* No sandbox works here and nobody opted out of it. */
-    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE && !t->always) {
+    if (a->policy.mode == AL_PERMISSION_MODE_INTERACTIVE && !t->always) {
       return AL_PERMISSION_ASK;
     }
-    if (a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+    if (a->policy.mode != AL_PERMISSION_MODE_INTERACTIVE) {
       *why = "no sandbox works on this machine (see `agentloop doctor`); "
              "run with --sandbox=none to allow it unconfined";
       return AL_PERMISSION_DENY;
     }
   }
   if (t->always ||
-      al__perm_rules_match(a->allow_tools, t->name, call->input, true)) {
+      al__perm_rules_match(a->policy.allow_tools, t->name, call->input, true)) {
     return AL_PERMISSION_ALLOW;
   }
-  if (a->permission != NULL) {
+  if (a->policy.permission != NULL) {
     /* Only the hook needs the input as text. */
     input = al__tool_input_text(call->input);
-    p = a->permission(a, t->name, input != NULL ? input : "{}", t->category,
-                      a->permission_data);
+    p = a->policy.permission(a, t->name, input != NULL ? input : "{}",
+                             t->category, a->policy.permission_data);
     al_free(input);
-    if (p == AL_PERMISSION_ASK && a->mode != AL_PERMISSION_MODE_INTERACTIVE) {
+    if (p == AL_PERMISSION_ASK &&
+        a->policy.mode != AL_PERMISSION_MODE_INTERACTIVE) {
       *why = "it needs an approval and this run cannot ask";
       return AL_PERMISSION_DENY;
     }
@@ -226,13 +234,13 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   case AL_TOOL_READ:
     return AL_PERMISSION_ALLOW;
   case AL_TOOL_WRITE:
-    if (a->mode == AL_PERMISSION_MODE_JOB) {
+    if (a->policy.mode == AL_PERMISSION_MODE_JOB) {
       *why = "write tools must be listed in a job's allowed tools";
       return AL_PERMISSION_DENY;
     }
     return AL_PERMISSION_ALLOW;
   case AL_TOOL_ADMIN:
-    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE) {
+    if (a->policy.mode == AL_PERMISSION_MODE_INTERACTIVE) {
       return AL_PERMISSION_ASK;
     }
     *why = "admin tools must be allowed explicitly (--allow-tool)";
@@ -242,7 +250,7 @@ static al_permission_t decide(al_agent_t *a, ag_tool_t *t,
   return AL_PERMISSION_DENY;
 }
 
-/* ---- handing a call to its tool --------------------------------------------- */
+/* ---- handing a call to its tool ----------------------------------------- */
 
 /* Points the call at the real tool and starts it. in_gate: called from
  * gate.start (a refusal is returned to the executor), else from an
@@ -262,7 +270,7 @@ static int start_inner(al_tool_call_t *call, ag_tool_t *t, bool in_gate) {
   if (rc != 0) {
     if (in_gate) {
       call->impl = &t->gate;
-      a->holds--; /* the executor takes no hold on a refused start */
+      al__agent_release(a); /* the executor takes no hold on a refused start */
       call->on_release = NULL;
       return rc;
     }
@@ -285,7 +293,7 @@ static ag_approval_t *approval_find_call(al_agent_t *a,
                                          const al_tool_call_t *call) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->approvals) {
+  al_list_foreach(pos, &a->policy.approvals) {
     ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
 
     if (r->call == call) {
@@ -298,7 +306,7 @@ static ag_approval_t *approval_find_call(al_agent_t *a,
 static ag_approval_t *approval_find(al_agent_t *a, const char *id) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->approvals) {
+  al_list_foreach(pos, &a->policy.approvals) {
     ag_approval_t *r = AL_CONTAINER_OF(pos, ag_approval_t, node);
 
     if (strcmp(r->id, id) == 0) {
@@ -333,7 +341,7 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
   if (p == AL_PERMISSION_ASK && hook == AL_HOOK_ALLOW) {
     p = AL_PERMISSION_ALLOW;
   } else if (p == AL_PERMISSION_ALLOW && hook == AL_HOOK_ASK) {
-    if (a->mode == AL_PERMISSION_MODE_INTERACTIVE) {
+    if (a->policy.mode == AL_PERMISSION_MODE_INTERACTIVE) {
       p = AL_PERMISSION_ASK;
     } else {
       p = AL_PERMISSION_DENY;
@@ -341,8 +349,8 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
     }
   }
   if (p == AL_PERMISSION_DENY) {
-    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
-                 reason);
+    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s",
+                          t->name, reason);
     return 0;
   }
   if (p == AL_PERMISSION_ALLOW) {
@@ -354,12 +362,13 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
     return 0;
   }
   input = al__tool_input_text(call->input);
-  snprintf(rec->id, sizeof(rec->id), "apr_%s%llu", /* task: path prefix */
+  /* A child's request ids carry its path: unique across the tree. */
+  snprintf(rec->id, sizeof(rec->id), "apr_%s%llu",
            al__task_approval_prefix(a),
-           (unsigned long long)++a->next_approval);
+           (unsigned long long)++a->policy.next_approval);
   rec->call = call;
   rec->tool = t;
-  al_list_insert_tail(&a->approvals, &rec->node);
+  al_list_insert_tail(&a->policy.approvals, &rec->node);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_APPROVAL_REQUIRED;
   ev.u.approval.request = ag_slice(rec->id);
@@ -372,7 +381,7 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
   return 0;
 }
 
-/* ---- pre_tool_use hooks ----------------------------------------------------------- */
+/* ---- pre_tool_use hooks -------------------------------------------------- */
 
 /* A call held while its pre_tool_use hooks run. */
 typedef struct ag_hookwait_s {
@@ -385,7 +394,7 @@ typedef struct ag_hookwait_s {
 static ag_hookwait_t *hookwait_find(al_agent_t *a, const al_tool_call_t *call) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->hook_waits) {
+  al_list_foreach(pos, &a->policy.hook_waits) {
     ag_hookwait_t *w = AL_CONTAINER_OF(pos, ag_hookwait_t, node);
 
     if (w->call == call) {
@@ -413,7 +422,8 @@ static void pre_done(al_hooks_run_t *run, const al_hooks_result_t *res,
   al_free(w);
   if (res->decision == AL_HOOK_DENY) {
     al_buf_init(&why, 4096);
-    al_buf_printf(&why, "denied by hook '%s'%s%s", res->hook != NULL ? res->hook : "?",
+    al_buf_printf(&why, "denied by hook '%s'%s%s",
+                  res->hook != NULL ? res->hook : "?",
                   res->reason != NULL ? ": " : "",
                   res->reason != NULL ? res->reason : "");
     al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s",
@@ -448,16 +458,17 @@ static int gate_start(al_tool_call_t *call) {
 
   call->on_release = on_release;
   call->release_data = a;
-  a->holds++;
+  al__agent_hold(a);
   al_buf_init(&why, 4096);
   if (!check_input(t, call->input, &why)) {
-    al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s", t->name,
-                 why.data != NULL ? why.data : "out of memory");
+    al__call_complete_fmt(call, "Error: invalid arguments for tool '%s': %s",
+                          t->name,
+                          why.data != NULL ? why.data : "out of memory");
     al_buf_free(&why);
     return 0;
   }
   al_buf_free(&why);
-  if (!al__hooks_match(a->hooks, AL_HOOK_PRE_TOOL_USE, t->name,
+  if (!al__hooks_match(a->hooks.set, AL_HOOK_PRE_TOOL_USE, t->name,
                        (int)t->category)) {
     return gate_decide(call, t, AL_HOOK_NONE, true);
   }
@@ -477,9 +488,10 @@ static int gate_start(al_tool_call_t *call) {
                 call->concurrency_safe));
   w->call = call;
   w->tool = t;
-  al_list_insert_tail(&a->hook_waits, &w->node);
-  if (al__hooks_run(a->hooks, AL_HOOK_PRE_TOOL_USE, t->name, (int)t->category,
-                    in, pre_report, pre_done, w, &w->run) != 0) {
+  al_list_insert_tail(&a->policy.hook_waits, &w->node);
+  if (al__hooks_run(a->hooks.set, AL_HOOK_PRE_TOOL_USE, t->name,
+                    (int)t->category, in, pre_report, pre_done, w,
+                    &w->run) != 0) {
     al_list_remove(&w->node);
     al_free(w);
     json_decref(in);
@@ -533,14 +545,15 @@ int al_agent_approve(al_agent_t *a, const char *request,
   }
   rec = approval_find(a, request);
   if (rec == NULL) {
-    return al__task_approve(a, request, decision); /* task: a child's */
+    return al__task_approve(a, request, decision); /* a child's, or none */
   }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_APPROVAL_RESPONSE;
   ev.u.approval.request = ag_slice(rec->id);
   ev.u.approval.call_id = ag_slice(rec->call->id);
   ev.u.approval.name = ag_slice(rec->tool->name);
-  ev.u.approval.category = ag_slice(al__tool_category_name(rec->tool->category));
+  ev.u.approval.category =
+      ag_slice(al__tool_category_name(rec->tool->category));
   ev.u.approval.decision = ag_slice(names[decision]);
   if (al__agent_post(a, &ev)) {
     return 0; /* the run ended meanwhile; the call was cancelled */
@@ -554,8 +567,8 @@ int al_agent_approve(al_agent_t *a, const char *request,
   al_list_remove(&rec->node);
   al_free(rec);
   if (decision == AL_APPROVE_DENY) {
-    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s", t->name,
-                 "the user refused it");
+    al__call_complete_fmt(call, "Error: permission denied for tool '%s': %s",
+                          t->name, "the user refused it");
     return 0;
   }
   if (decision == AL_APPROVE_ALWAYS) {
@@ -571,4 +584,37 @@ void al__gate_bind(ag_tool_t *t) {
   t->gate.start = gate_start;
   t->gate.cancel = gate_cancel;
   t->gate.data = t;
+}
+
+/* ---- the module --------------------------------------------------------- */
+
+void al__policy_init(al_agent_t *a, const al_agent_options_t *o) {
+  al_list_init(&a->policy.approvals);
+  al_list_init(&a->policy.hook_waits);
+  a->policy.mode = o->permission_mode;
+  a->policy.permission = o->permission;
+  a->policy.permission_data = o->permission_data;
+}
+
+int al__policy_copy(al_agent_t *a, const al_agent_options_t *o) {
+  if (al__agent_strv_dup(o->allow_tools, &a->policy.allow_tools) != 0 ||
+      al__agent_strv_dup(o->deny_tools, &a->policy.deny_tools) != 0) {
+    return AL_ENOMEM;
+  }
+  return 0;
+}
+
+void al__policy_approvals_free(al_agent_t *a) {
+  while (!al_list_empty(&a->policy.approvals)) {
+    ag_approval_t *r =
+        AL_CONTAINER_OF(a->policy.approvals.next, ag_approval_t, node);
+
+    al_list_remove(&r->node);
+    al_free(r);
+  }
+}
+
+void al__policy_free(al_agent_t *a) {
+  al__agent_strv_free(a->policy.allow_tools);
+  al__agent_strv_free(a->policy.deny_tools);
 }

@@ -94,7 +94,6 @@ struct ag_tasks_s {
   char *path;
   char *approval_prefix;
   struct ag_task_s *self; /* a child's record in its parent */
-  bool sandbox_borrowed;
   al_list_t list; /* ag_task_t, in start order */
   uint32_t next_id;
   /* Background results waiting for a turn boundary or an idle parent. */
@@ -302,23 +301,9 @@ static ag_tasks_t *tasks_get(al_agent_t *a) {
   return a->tasks;
 }
 
-bool al__task_borrow_sandbox(al_agent_t *a) {
-  ag_tasks_t *ts;
-  al_agent_t *p;
-
-  if (spawning == NULL || (ts = tasks_get(a)) == NULL) {
-    return false;
-  }
-  p = spawning->parent;
-  a->sandbox = p->sandbox;
-  a->sandbox_info = p->sandbox_info;
-  a->sandbox_refuse = p->sandbox_refuse;
-  ts->sandbox_borrowed = true;
-  return true;
-}
-
-bool al__task_sandbox_borrowed(const al_agent_t *a) {
-  return a->tasks != NULL && a->tasks->sandbox_borrowed;
+const al_agent_t *al__task_spawning_parent(const al_agent_t *a) {
+  (void)a; /* the agent al_agent_new is making now, on this thread */
+  return spawning != NULL ? spawning->parent : NULL;
 }
 
 const char *al__task_approval_prefix(const al_agent_t *a) {
@@ -340,8 +325,7 @@ void al__task_free(al_agent_t *a) {
     al_agent_t *p = ts->self->parent;
 
     ts->self->close_pending = false;
-    p->pending--;
-    al__agent_maybe_finish(p);
+    al__agent_unref(p);
   }
   while (!al_list_empty(&ts->list)) {
     ag_task_t *t = AL_CONTAINER_OF(ts->list.next, ag_task_t, node);
@@ -432,7 +416,7 @@ static void repost(ag_task_t *t, const al_event_t *ev) {
   }
   copy.path = path;
   copy.ts_ns = 0;
-  al__events_publish(p->bus, &p->session, &copy);
+  al__events_publish(p->core.bus, &p->core.session, &copy);
 }
 
 /* ---- ending a task ------------------------------------------------------------ */
@@ -444,8 +428,8 @@ static void child_close(ag_task_t *t) {
     return;
   }
   t->child = NULL;
-  al__events_bus_set_tap(c->bus, NULL, NULL);
-  t->parent->pending++;
+  al__events_bus_set_tap(c->core.bus, NULL, NULL);
+  al__agent_ref(t->parent);
   t->close_pending = true;
   al_agent_close(c, NULL); /* al__task_free of the child lets go */
 }
@@ -492,7 +476,7 @@ static void deliver(ag_task_t *t, const char *outcome, const char *text,
   if (strcmp(outcome, "cancelled") == 0) {
     return; /* someone stopped it: told at a later turn, starts nothing */
   }
-  if (p->state == AG_IDLE) {
+  if (p->run.state == AG_IDLE) {
     char *msg = al_strdup(ts->inbox.data);
 
     al_buf_reset(&ts->inbox);
@@ -517,7 +501,7 @@ static void self_sub_event(const al_event_t *ev, void *data) {
 
   if (ev->path != NULL || ts->inbox.len == 0 ||
       (ev->type != AL_EVENT_FINAL && ev->type != AL_EVENT_ERROR) ||
-      a->state != AG_IDLE) {
+      a->run.state != AG_IDLE) {
     return;
   }
   msg = al_strdup(ts->inbox.data);
@@ -546,7 +530,7 @@ static void task_end(ag_task_t *t, const char *outcome, bool is_error,
   if (t->child != NULL) {
     al_agent_stats(t->child, &t->final_stats);
   }
-  stats_add(p->tasks, p->run_id, &t->final_stats);
+  stats_add(p->tasks, p->run.run_id, &t->final_stats);
   if (n > TASK_RESULT_MAX) {
     n = TASK_RESULT_MAX;
     while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80) {
@@ -636,22 +620,8 @@ static al_permission_t child_permission(al_agent_t *child, const char *tool,
   al_agent_t *p = data; /* the parent outlives its child */
 
   (void)child;
-  return p->permission(p, tool, input, category, p->permission_data);
-}
-
-static void remove_tool(al_agent_t *c, ag_tool_t *t) {
-  size_t i;
-  json_t *d;
-
-  t->removed = true;
-  json_array_foreach(c->tool_defs, i, d) {
-    const char *n = json_string_value(json_object_get(d, "name"));
-
-    if (n != NULL && strcmp(n, t->name) == 0) {
-      json_array_remove(c->tool_defs, i);
-      return;
-    }
-  }
+  return p->policy.permission(p, tool, input, category,
+                              p->policy.permission_data);
 }
 
 /* Child tools = the parent's ∩ the definition's list − its disallowed: the
@@ -660,18 +630,16 @@ static void remove_tool(al_agent_t *c, ag_tool_t *t) {
 static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &c->tools) {
+  al_list_foreach(pos, &c->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
     if (!t->removed &&
         (al__agent_tool_find(p, t->name) == NULL || !def_allows(d, t->name))) {
-      remove_tool(c, t);
+      al__agent_tool_retire(c, t);
     }
   }
-  al_list_foreach(pos, &p->tools) {
+  al_list_foreach(pos, &p->reg.tools) {
     ag_tool_t *pt = AL_CONTAINER_OF(pos, ag_tool_t, node);
-    ag_tool_t *ct;
-    char *schema;
     int rc;
 
     if (pt->removed || pt->inner == NULL || !def_allows(d, pt->name) ||
@@ -679,44 +647,9 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
         strcmp(pt->source != NULL ? pt->source : "", "builtin") == 0) {
       continue;
     }
-    schema = pt->schema != NULL ? json_dumps(pt->schema, JSON_COMPACT) : NULL;
-    if (pt->inproc) {
-      /* The same definition registered in the child, so its calls are
-       * the child's (events, holds, close). */
-      al_tool_def_t def = pt->def;
-
-      def.name = pt->name;
-      def.description = pt->description;
-      def.input_schema = schema;
-      def.category = pt->category;
-      rc = al__agent_add_inproc(c, &def, &ct);
-    } else if (pt->mcp != NULL) {
-      /* The same server's tool, as the child's own entry: its calls and
-       * their mcp_tool_call_* events are the child's. */
-      rc = al__agent_add_entry(c, pt->name, NULL, NULL, pt->description,
-                               schema, pt->category, &ct);
-      if (rc == 0) {
-        ct->mcp = pt->mcp;
-        ct->mcp_tool = al_strdup(pt->mcp_tool);
-        ct->mcp_safe = pt->mcp_safe;
-        ct->mcp_impl = pt->mcp_impl;
-        ct->mcp_impl.name = ct->name;
-        ct->mcp_impl.data = ct;
-        ct->inner = &ct->mcp_impl;
-        if (ct->mcp_tool == NULL) {
-          rc = AL_ENOMEM;
-        }
-      }
-    } else {
-      rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
-                               schema, pt->category, &ct);
-    }
-    al_free(schema);
-    if (rc != 0) {
+    if ((rc = al__agent_lend_tool(c, pt)) != 0) {
       return rc;
     }
-    ct->source = pt->source;
-    ct->spawns = pt->spawns;
   }
   return 0;
 }
@@ -800,13 +733,13 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   o.kill_grace_ms = p->kill_grace_ms;
   o.bash_network = p->bash_network;
   /* Never looser: the stricter of the parent's and the definition's. */
-  o.permission_mode = p->mode;
-  if (d->mode > (int)p->mode) {
+  o.permission_mode = p->policy.mode;
+  if (d->mode > (int)p->policy.mode) {
     o.permission_mode = (al_permission_mode_t)d->mode;
   }
-  o.allow_tools = (const char *const *)p->allow_tools;
-  o.deny_tools = (const char *const *)p->deny_tools;
-  if (p->permission != NULL) {
+  o.allow_tools = (const char *const *)p->policy.allow_tools;
+  o.deny_tools = (const char *const *)p->policy.deny_tools;
+  if (p->policy.permission != NULL) {
     o.permission = child_permission;
     o.permission_data = p;
   }
@@ -817,8 +750,8 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   o.commit_data = commit_data;
   o.models = p->models;
   o.context_window = p->window_override;
-  o.tool_output_dir = p->tool_output_dir;
-  o.no_auto_compact = !p->auto_compact;
+  o.tool_output_dir = p->ctx.tool_output_dir;
+  o.no_auto_compact = !p->compact.auto_compact;
   o.no_prompt_cache = !p->prompt_cache;
   o.hooks_config = ts->hooks_config;
   o.hook = ts->hook;
@@ -862,7 +795,7 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   }
   /* Forwarded as published (a tap, not a subscriber): a cancel from
    * inside a walk still reports the child's end before the parent's. */
-  al__events_bus_set_tap(c->bus, on_child_event, t);
+  al__events_bus_set_tap(c->core.bus, on_child_event, t);
   return 0;
 fail:
   child_close(t);
@@ -927,8 +860,8 @@ static void task_tool_run(al_tool_ctx_t *ctx, void *data) {
   snprintf(t->id, sizeof(t->id), "t%" PRIu32, ++ts->next_id);
   /* Bounded: a deep chain keeps the end of its parent id. */
   snprintf(session, sizeof(session), "%.100s.%s",
-           p->session.id + (strlen(p->session.id) > 100
-                                ? strlen(p->session.id) - 100
+           p->core.session.id + (strlen(p->core.session.id) > 100
+                                ? strlen(p->core.session.id) - 100
                                 : 0),
            t->id);
   t->agent = al_strdup(d->name);
@@ -946,7 +879,7 @@ static void task_tool_run(al_tool_ctx_t *ctx, void *data) {
   if (ts->on_child != NULL) {
     info.task_id = t->id;
     info.session_id = t->session;
-    info.parent_session = p->session.id;
+    info.parent_session = p->core.session.id;
     info.parent_call = t->call_id;
     info.agent = t->agent;
     info.background = background;
@@ -1222,36 +1155,18 @@ void al__task_close_all(al_agent_t *a) {
   }
 }
 
-bool al__task_turn_boundary(al_agent_t *a) {
+char *al__task_take_inbox(al_agent_t *a) {
   ag_tasks_t *ts = a->tasks;
-  al_event_t ev;
-  bool stop;
+  char *text;
 
   if (ts == NULL || ts->inbox.len == 0) {
-    return false;
+    return NULL;
   }
-  if (al__history_append_user_text(&a->history, ts->inbox.data) != 0) {
-    return false; /* kept for the next boundary */
+  text = al_strdup(ts->inbox.data);
+  if (text != NULL) {
+    al_buf_reset(&ts->inbox);
   }
-  if (a->on_commit != NULL) {
-    json_t *m = json_pack("{s:s, s:[{s:s, s:s}]}", "role", "user", "content",
-                          "type", "text", "text", ts->inbox.data);
-    char *txt = m != NULL ? json_dumps(m, JSON_COMPACT) : NULL;
-
-    if (txt != NULL) {
-      a->on_commit(a, AL_COMMIT_USER, txt, strlen(txt), a->commit_data);
-    }
-    al_free(txt);
-    json_decref(m);
-  }
-  memset(&ev, 0, sizeof(ev));
-  ev.type = AL_EVENT_USER_MESSAGE;
-  ev.u.user_message.text.ptr = ts->inbox.data;
-  ev.u.user_message.text.len = ts->inbox.len;
-  ev.u.user_message.tool_results = ag_slice("[]");
-  stop = al__agent_post(a, &ev);
-  al_buf_reset(&ts->inbox);
-  return stop;
+  return text; /* NULL on OOM: kept for the next boundary */
 }
 
 int al__task_approve(al_agent_t *a, const char *request,
@@ -1287,7 +1202,7 @@ void al__task_stats(const al_agent_t *a, al_agent_stats_t *out) {
                           out->output_tokens, out->cache_read_input_tokens,
                           out->cache_creation_input_tokens);
   if (ts != NULL) {
-    if (ts->stats_run == a->run_id) {
+    if (ts->stats_run == a->run.run_id) {
       in = ts->run_in;
       o = ts->run_out;
       cost = ts->run_cost;

@@ -118,7 +118,7 @@ typedef struct al_mcp_server_config_s {
   /* {"tool": {"concurrency_safe": bool}} overrides; may be NULL. */
   json_t *tool_overrides;
   /* always_load: true (every tool) or [tool names]: never deferred by the
-   * tool budget (loop/agent_mcp.c); may be NULL. */
+   * tool budget (loop/mcp_attach.c); may be NULL. */
   json_t *always_load;
 } al_mcp_server_config_t;
 

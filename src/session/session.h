@@ -207,6 +207,7 @@ typedef struct {
   char *model;
   char *provider;
   char *base_url;
+  char *fallback_model; /* after repeated overloads (config fallback_model) */
   char *system;
   json_t *ask_tools; /* array of tool rules (docs/config.md), or NULL */
   json_t *allow_tools; /* the same, run without asking */

@@ -870,6 +870,10 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
       h->deny_tools, "limits", h->limits);
   al_blob_t *b;
 
+  if (rec != NULL && h->fallback_model != NULL) {
+    json_object_set_new(rec, "fallback_model",
+                        json_string(h->fallback_model));
+  }
   if (rec != NULL && h->sandbox != NULL) {
     json_object_set_new(rec, "sandbox", json_string(h->sandbox));
   }
@@ -919,6 +923,7 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->model = str_field(rec, "model");
   h->provider = str_field(rec, "provider");
   h->base_url = str_field(rec, "base_url");
+  h->fallback_model = str_field(rec, "fallback_model");
   h->system = str_field(rec, "system");
   ask = json_object_get(rec, "ask_tools");
   h->ask_tools = json_is_array(ask) ? json_deep_copy(ask) : NULL;
@@ -950,6 +955,7 @@ void al__tx_header_free(al_tx_header_t *h) {
   al_free(h->model);
   al_free(h->provider);
   al_free(h->base_url);
+  al_free(h->fallback_model);
   al_free(h->system);
   json_decref(h->ask_tools);
   json_decref(h->allow_tools);

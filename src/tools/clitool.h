@@ -130,8 +130,8 @@ al_cli_param_t *al__cli_param(const al_cli_def_t *d, const char *name,
  * neither is set. */
 const char *al__tools_config_dir(char *buf, size_t size);
 
-/* Project trust, bound to the content of tools.d/, .agentloop/ and
- * .mcp.json (src/tools/trust.c). All blocking. */
+/* Project trust, bound to the content of tools.d/, .agentloop/,
+ * .claude/agents/ and .mcp.json (src/tools/trust.c). All blocking. */
 typedef enum {
   AL_TRUST_NONE = 0,   /* no record for this workspace */
   AL_TRUST_TRUSTED,    /* recorded, and the files are the approved ones */

@@ -3,12 +3,13 @@
  *
  * What a project can bring: tools.d/ (tool files naming commands, and the
  * scripts they run), .agentloop/ (config.yaml: hooks, MCP servers, model,
- * permissions; and whatever scripts its hooks run) and .mcp.json (server
- * commands). The manifest lists every file below tools.d/ and .agentloop/
- * and .mcp.json itself, in name order, one "SHA256 PATH" line each (a
- * symlink hashed by its target's text, anything else that is not a
- * regular file by its type); the project's hash is the SHA-256 of that
- * text. Directories count only through their files, so an empty tools.d/
+ * permissions; and whatever scripts its hooks run), .mcp.json (server
+ * commands) and .claude/agents/ (agent definitions: prompts and tool
+ * lists, src/config/agentdefs.c). The manifest lists every file below
+ * tools.d/, .agentloop/ and .claude/agents/ and .mcp.json itself, in name
+ * order, one "SHA256 PATH" line each (a symlink hashed by its target's
+ * text, anything else that is not a regular file by its type); the
+ * project's hash is the SHA-256 of that text. Directories count only through their files, so an empty tools.d/
  * changes nothing.
  *
  * `agentloop tools --trust-project` records "sha256:HASH REALPATH" in
@@ -50,8 +51,9 @@
 #define TRUST_MANIFEST_MAX ((size_t)TRUST_MAX_FILES * (PATH_MAX + 80))
 #define TRUST_RECORDS_MAX ((size_t)16 << 20)
 
+/* .claude/agents last: a project without it keeps the hash it had. */
 static const char *const k_bound[] = {"tools.d", ".agentloop", ".mcp.json",
-                                      NULL};
+                                      ".claude/agents", NULL};
 
 typedef struct walk_s {
   al_buf_t *m;

@@ -1,6 +1,9 @@
-/* The agent's tools: the registry, in-process tool contexts, and the
- * sandbox and tools.d set-up (SPEC §6, §8). Every registered tool is
- * wrapped in the permission gate (gate.c), which the executor sees. */
+/* The agent's tools (STYLE §6.1, SPEC §6, §8): the registry (the tool
+ * list and the definitions offered to the model), the built-ins, and the
+ * sandbox and tools.d set-up. Every registered tool is wrapped in the
+ * permission gate (gate.c), which the executor sees. Owns a->reg with
+ * inproc.c (the in-process tools' contexts, a->reg.live_ctx); mcp_attach.c
+ * registers its tools through the functions here. */
 #include <dirent.h>
 #include <ctype.h>
 #include <string.h>
@@ -15,167 +18,7 @@
 #include "tools/clitool.h"
 #include "tools/tools.h"
 
-struct al_tool_ctx_s {
-  al_agent_t *agent;
-  ag_tool_t *tool;
-  al_tool_call_t *call;
-  char *id;
-  char *name;
-  char *input;
-  void *data;
-  uv_timer_t timer;
-  bool cancelled;
-  bool completed;  /* al_tool_ctx_complete was called */
-  bool exec_done;  /* the executor call was completed (released) */
-  bool entered;    /* def.run was called */
-};
-
-static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
-
-/* ---- in-process tools --------------------------------------------------------- */
-
-const char *al_tool_ctx_id(const al_tool_ctx_t *ctx) { return ctx->id; }
-const char *al_tool_ctx_name(const al_tool_ctx_t *ctx) { return ctx->name; }
-const char *al_tool_ctx_input(const al_tool_ctx_t *ctx) { return ctx->input; }
-bool al_tool_ctx_cancelled(const al_tool_ctx_t *ctx) { return ctx->cancelled; }
-void al_tool_ctx_set_data(al_tool_ctx_t *ctx, void *data) { ctx->data = data; }
-void *al_tool_ctx_get_data(const al_tool_ctx_t *ctx) { return ctx->data; }
-
-static void ctx_on_close(uv_handle_t *h) {
-  al_tool_ctx_t *ctx = h->data;
-  al_agent_t *a = ctx->agent;
-
-  al_free(ctx->id);
-  al_free(ctx->name);
-  al_free(ctx->input);
-  al_free(ctx);
-  a->live_ctx--;
-  al__agent_maybe_finish(a);
-}
-
-int al_tool_ctx_progress(al_tool_ctx_t *ctx, const char *text, size_t len) {
-  al_event_t ev;
-
-  if (ctx->cancelled || ctx->completed) {
-    return AL_ECANCELED;
-  }
-  memset(&ev, 0, sizeof(ev));
-  ev.type = AL_EVENT_TOOL_PROGRESS;
-  ev.u.tool.call_id = ag_slice(ctx->id);
-  ev.u.tool.name = ag_slice(ctx->name);
-  ev.u.tool.content.ptr = text != NULL ? text : "";
-  ev.u.tool.content.len = text != NULL ? len : 0;
-  al__agent_post(ctx->agent, &ev);
-  return 0;
-}
-
-void al_tool_ctx_complete(al_tool_ctx_t *ctx, bool is_error,
-                          const char *content, size_t len) {
-  al__tool_ctx_complete_blocks(ctx, is_error, content, len, NULL);
-}
-
-void al__tool_ctx_complete_blocks(al_tool_ctx_t *ctx, bool is_error,
-                                  const char *content, size_t len,
-                                  const json_t *blocks) {
-  if (ctx->completed) {
-    return;
-  }
-  ctx->completed = true;
-  uv_timer_stop(&ctx->timer);
-  if (!ctx->exec_done) {
-    ctx->exec_done = true;
-    al__executor_call_complete_blocks(ctx->call, is_error,
-                                      content != NULL ? content : "",
-                                      content != NULL ? len : 0, blocks);
-  }
-  uv_close((uv_handle_t *)&ctx->timer, ctx_on_close);
-}
-
-static void ctx_on_timeout(uv_timer_t *timer) {
-  al_tool_ctx_t *ctx = timer->data;
-  al_tool_call_t *call = ctx->call;
-  ag_tool_t *t = ctx->tool;
-  char secs[32];
-
-  ctx->cancelled = true;
-  ctx->exec_done = true;
-  snprintf(secs, sizeof(secs), "%.3g",
-           (double)(t->def.timeout_ms ? t->def.timeout_ms
-                                      : AG_TOOL_DEFAULT_TIMEOUT_MS) /
-               1000.0);
-  /* The result goes to the model now; the tool's own completion, when it
-   * comes, only frees the context. */
-  al__call_complete_fmt(call, "Error: tool '%s' timed out after %s s", t->name, secs);
-  if (t->def.cancel != NULL) {
-    t->def.cancel(ctx, t->def.data);
-  }
-}
-
-static int inproc_start(al_tool_call_t *call) {
-  ag_tool_t *t = AL_CONTAINER_OF(call->impl, ag_tool_t, inproc_impl);
-  al_agent_t *a = t->agent;
-  al_tool_ctx_t *ctx = al_calloc(1, sizeof(*ctx));
-  uint64_t timeout = t->def.timeout_ms ? t->def.timeout_ms
-                                       : AG_TOOL_DEFAULT_TIMEOUT_MS;
-
-  if (ctx == NULL) {
-    return AL_ENOMEM;
-  }
-  ctx->agent = a;
-  ctx->tool = t;
-  ctx->call = call;
-  ctx->id = al_strdup(call->id);
-  ctx->name = al_strdup(call->name);
-  ctx->input = al__tool_input_text(call->input);
-  if (ctx->id == NULL || ctx->name == NULL || ctx->input == NULL) {
-    al_free(ctx->id);
-    al_free(ctx->name);
-    al_free(ctx->input);
-    al_free(ctx);
-    return AL_ENOMEM;
-  }
-  uv_timer_init(a->loop, &ctx->timer);
-  ctx->timer.data = ctx;
-  a->live_ctx++;
-  call->tool_data = ctx;
-  uv_timer_start(&ctx->timer, ctx_on_timeout, timeout, 0);
-  /* "Started" means the tool's callback is entered, which is next. */
-  al__agent_post_tool(a, AL_EVENT_TOOL_USE_STARTED, call, ctx->input);
-  if (ctx->cancelled) {
-    /* A subscriber cancelled the run inside that event. */
-    al_tool_ctx_complete(ctx, true, cancelled_text, strlen(cancelled_text));
-    return 0;
-  }
-  ctx->entered = true;
-  t->def.run(ctx, t->def.data);
-  return 0;
-}
-
-static void inproc_cancel(al_tool_call_t *call) {
-  al_tool_ctx_t *ctx = call->tool_data;
-  ag_tool_t *t;
-
-  if (ctx == NULL || ctx->exec_done || ctx->cancelled) {
-    return;
-  }
-  t = ctx->tool;
-  ctx->cancelled = true;
-  uv_timer_stop(&ctx->timer);
-  /* Cancelled from a subscriber of tool_use_started, before run: the tool
-   * never saw the call, so its cancel must not either (it would find no
-   * state of its own); inproc_start completes the call. */
-  if (t->def.cancel != NULL && ctx->entered) {
-    t->def.cancel(ctx, t->def.data);
-  }
-}
-
-static bool inproc_safe(const al_tool_impl_t *impl, const json_t *input) {
-  (void)impl;
-  (void)input;
-  return true;
-}
-
-/* ---- the registry ------------------------------------------------------------ */
+/* ---- the registry -------------------------------------------------------- */
 
 static void tool_free(ag_tool_t *t) {
   if (t->inner != NULL && t->free_inner != NULL) {
@@ -191,7 +34,7 @@ static void tool_free(ag_tool_t *t) {
 ag_tool_t *al__agent_tool_find(al_agent_t *a, const char *name) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
     if (!t->removed && strcmp(t->name, name) == 0) {
@@ -267,13 +110,13 @@ int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
   }
   def = json_pack("{s:s, s:s, s:O}", "name", t->name, "description",
                   t->description, "input_schema", t->schema);
-  if (def == NULL || json_array_append_new(a->tool_defs, def) != 0) {
+  if (def == NULL || json_array_append_new(a->reg.tool_defs, def) != 0) {
     tool_free(t);
     return AL_ENOMEM;
   }
   t->source = "builtin";
   al__gate_bind(t);
-  al_list_insert_tail(&a->tools, &t->node);
+  al_list_insert_tail(&a->reg.tools, &t->node);
   if (out != NULL) {
     *out = t;
   }
@@ -290,48 +133,7 @@ nomem:
   return AL_ENOMEM;
 }
 
-int al_agent_add_tool(al_agent_t *a, const al_tool_def_t *def) {
-  if (ag_closing(a)) {
-    return AL_ECLOSING;
-  }
-  if (a->state != AG_IDLE) {
-    return AL_EBUSY;
-  }
-  return al__agent_add_inproc(a, def, NULL);
-}
-
-int al__agent_add_inproc(al_agent_t *a, const al_tool_def_t *def,
-                         ag_tool_t **out) {
-  ag_tool_t *t;
-  int rc;
-
-  if (def == NULL || def->run == NULL) {
-    return AL_EINVAL;
-  }
-  rc = al__agent_add_entry(a, def->name, NULL, NULL, def->description,
-                 def->input_schema, def->category, &t);
-  if (rc != 0) {
-    return rc;
-  }
-  if (out != NULL) {
-    *out = t;
-  }
-  t->inproc = true;
-  t->source = "in-process";
-  t->def = *def;
-  t->def.name = t->name;
-  t->def.description = t->description;
-  t->def.input_schema = NULL;
-  t->inproc_impl.name = t->name;
-  t->inproc_impl.is_concurrency_safe = def->concurrency_safe ? inproc_safe : NULL;
-  t->inproc_impl.start = inproc_start;
-  t->inproc_impl.cancel = inproc_cancel;
-  t->inproc_impl.data = t;
-  t->inner = &t->inproc_impl;
-  return 0;
-}
-
-/* ---- built-ins ----------------------------------------------------------------- */
+/* ---- built-ins ----------------------------------------------------------- */
 
 static const char bash_desc[] =
     "Run a shell command with /bin/sh -c in the workspace and return its "
@@ -351,7 +153,8 @@ static const char read_schema[] =
     "{\"type\":\"object\",\"properties\":{"
     "\"path\":{\"type\":\"string\",\"description\":\"File path, relative to "
     "the workspace or absolute.\"},"
-    "\"offset\":{\"type\":\"integer\",\"description\":\"First line, 1-based.\"},"
+    "\"offset\":{\"type\":\"integer\",\"description\":\"First line, "
+    "1-based.\"},"
     "\"limit\":{\"type\":\"integer\",\"description\":\"Number of lines.\"}},"
     "\"required\":[\"path\"]}";
 static const char write_desc[] =
@@ -462,7 +265,7 @@ int al__agent_tools_init(al_agent_t *a) {
   al__bash_options_init(&bo);
   bo.loop = a->loop;
   bo.workspace = a->workspace;
-  bo.sandbox = a->sandbox;
+  bo.sandbox = a->reg.sandbox;
   bo.timeout_ms = a->tool_timeout_ms;
   bo.kill_grace_ms = a->kill_grace_ms;
   bo.network = a->bash_network;
@@ -474,33 +277,39 @@ int al__agent_tools_init(al_agent_t *a) {
   }
   t->spawns = true;
   if ((rc = al__read_file_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "read_file", impl, al__fstool_free, read_desc,
-                      read_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "read_file", impl, al__fstool_free,
+                                read_desc, read_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__write_file_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "write_file", impl, al__fstool_free, write_desc,
-                      write_schema, AL_TOOL_WRITE, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "write_file", impl, al__fstool_free,
+                                write_desc, write_schema, AL_TOOL_WRITE,
+                                NULL)) != 0) {
     return rc;
   }
   if ((rc = al__edit_file_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "edit_file", impl, al__fstool_free, edit_desc,
-                      edit_schema, AL_TOOL_WRITE, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "edit_file", impl, al__fstool_free,
+                                edit_desc, edit_schema, AL_TOOL_WRITE, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__list_directory_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "list_directory", impl, al__fstool_free, list_desc,
-                      list_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "list_directory", impl, al__fstool_free,
+                                list_desc, list_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__grep_tool_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "grep", impl, al__search_tool_free, grep_desc,
-                      grep_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "grep", impl, al__search_tool_free,
+                                grep_desc, grep_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__glob_tool_new(&fo, &impl)) != 0 ||
-      (rc = al__agent_add_entry(a, "glob", impl, al__search_tool_free, glob_desc,
-                      glob_schema, AL_TOOL_READ, NULL)) != 0) {
+      (rc = al__agent_add_entry(a, "glob", impl, al__search_tool_free,
+                                glob_desc, glob_schema, AL_TOOL_READ, NULL)) !=
+          0) {
     return rc;
   }
   if ((rc = al__done_tool_new(&fo, &impl)) != 0 ||
@@ -511,16 +320,16 @@ int al__agent_tools_init(al_agent_t *a) {
   return 0;
 }
 
-/* ---- sandbox and tools.d ------------------------------------------------------- */
+/* ---- sandbox and tools.d ------------------------------------------------- */
 
 static void free_tools_d(al_agent_t *a) {
-  if (a->cli_set != NULL) {
-    al__cli_set_free(a->cli_set);
-    al_free(a->cli_set);
-    a->cli_set = NULL;
+  if (a->reg.cli_set != NULL) {
+    al__cli_set_free(a->reg.cli_set);
+    al_free(a->reg.cli_set);
+    a->reg.cli_set = NULL;
   }
-  al_free(a->project_tools_d);
-  a->project_tools_d = NULL;
+  al_free(a->reg.project_tools_d);
+  a->reg.project_tools_d = NULL;
 }
 
 /* Whether the directory holds a file the tools.d loader would read (a
@@ -551,6 +360,7 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   char buf[4096];
   const char *cfgdir;
   size_t n_roots = count_list(a->allowed_paths);
+  const al_agent_t *lender;
   const char **roots;
   size_t i;
   int rc;
@@ -558,12 +368,16 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   if ((unsigned)o->sandbox > AL_SANDBOX_OFF) {
     return AL_EINVAL;
   }
-  /* task: a child borrows its parent's sandbox and warm pool, and has no
-   * tools.d of its own (the parent's tools are lent). */
-  if (al__task_borrow_sandbox(a)) {
+  /* A child borrows its parent's sandbox and warm pool, and has no
+   * tools.d of its own (the parent's tools are lent, task.c). */
+  if ((lender = al__task_spawning_parent(a)) != NULL) {
+    a->reg.sandbox = lender->reg.sandbox;
+    a->reg.sandbox_info = lender->reg.sandbox_info;
+    a->reg.sandbox_refuse = lender->reg.sandbox_refuse;
+    a->reg.sandbox_borrowed = true;
     return 0;
   }
-  a->sandbox_info.mode = AL_SANDBOX_MODE_NONE;
+  a->reg.sandbox_info.mode = AL_SANDBOX_MODE_NONE;
   if (!o->builtin_tools && !o->tools_d &&
       (extra == NULL || extra[0] == NULL)) {
     return 0; /* nothing here starts a child */
@@ -597,24 +411,24 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
                          ? (uint64_t)o->limits.tool_memory_bytes
                          : UINT64_MAX;
   }
-  rc = al__sandbox_new(&cfg, &a->sandbox, &a->sandbox_info);
+  rc = al__sandbox_new(&cfg, &a->reg.sandbox, &a->reg.sandbox_info);
   al_free(roots);
   if (rc != 0) {
     return rc;
   }
-  a->sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
-                      a->sandbox_info.mode == AL_SANDBOX_MODE_NONE;
+  a->reg.sandbox_refuse = o->sandbox == AL_SANDBOX_AUTO &&
+                      a->reg.sandbox_info.mode == AL_SANDBOX_MODE_NONE;
   /* bwrap mode: the first sandboxes are built now, on the threadpool. */
-  rc = al__pool_start(a->loop, a->sandbox, (size_t)a->concurrency, 0);
+  rc = al__pool_start(a->loop, a->reg.sandbox, (size_t)a->concurrency, 0);
   if (rc != 0) {
     return rc;
   }
   /* Where tools get a cgroup: a cold start finds it joined already. */
-  rc = al__launch_start(a->loop, a->sandbox, 0);
+  rc = al__launch_start(a->loop, a->reg.sandbox, 0);
   if (rc != 0) {
     return rc;
   }
-  if (al__sandbox_helper_in_roots(a->sandbox, buf, sizeof(buf))) {
+  if (al__sandbox_helper_in_roots(a->reg.sandbox, buf, sizeof(buf))) {
     /* The file tools run outside the sandbox: they must not replace the
      * helper either. */
     size_t n = count_list(a->denied_paths);
@@ -636,7 +450,7 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
     return AL_ENOMEM;
   }
   al__cli_set_init(set);
-  a->cli_set = set;
+  a->reg.cli_set = set;
   rc = 0;
   if (o->tools_d) {
     /* Project tools.d first (SPEC §8), only when trusted: its files are
@@ -649,13 +463,13 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
      * content of tools.d/, .agentloop/ and .mcp.json (tools/trust.c). */
     if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode) &&
         dir_has_tool_file(buf)) {
-      a->project_tools_d = al_strdup(buf);
-      if (a->project_tools_d == NULL) {
+      a->reg.project_tools_d = al_strdup(buf);
+      if (a->reg.project_tools_d == NULL) {
         return AL_ENOMEM;
       }
-      a->project_trusted =
+      a->reg.project_trusted =
           o->trust_project || al__tools_project_trusted(a->workspace);
-      if (a->project_trusted) {
+      if (a->reg.project_trusted) {
         rc = al__cli_load_dir(set, buf, true);
       }
     }
@@ -674,7 +488,7 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
 }
 
 int al__agent_cli_tools_init(al_agent_t *a) {
-  al_cli_set_t *set = a->cli_set;
+  al_cli_set_t *set = a->reg.cli_set;
   al_clitool_options_t co;
   size_t i;
 
@@ -684,7 +498,7 @@ int al__agent_cli_tools_init(al_agent_t *a) {
   al__clitool_options_init(&co);
   co.loop = a->loop;
   co.workspace = a->workspace;
-  co.sandbox = a->sandbox;
+  co.sandbox = a->reg.sandbox;
   if (a->kill_grace_ms > 0) {
     co.kill_grace_ms = a->kill_grace_ms;
   }
@@ -702,8 +516,8 @@ int al__agent_cli_tools_init(al_agent_t *a) {
     }
     rc = al__clitool_new(&co, d, &impl);
     if (rc == 0) {
-      rc = al__agent_add_entry(a, d->name, impl, al__clitool_free, d->description, st,
-                     d->category, &t);
+      rc = al__agent_add_entry(a, d->name, impl, al__clitool_free,
+                               d->description, st, d->category, &t);
     }
     al_free(st);
     if (rc == AL_EEXIST) {
@@ -732,14 +546,14 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
   char *s;
 
   *out = NULL;
-  if (al_sandbox_info_json(&a->sandbox_info, &sbtext) == 0) {
+  if (al_sandbox_info_json(&a->reg.sandbox_info, &sbtext) == 0) {
     sb = json_loads(sbtext, 0, NULL);
     al_free(sbtext);
   }
   if (o == NULL || tools == NULL || errs == NULL || sb == NULL) {
     goto nomem;
   }
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
     if (t->removed) {
@@ -752,8 +566,8 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
                          t->source != NULL ? t->source : "builtin",
                          "input_schema", t->schema));
   }
-  if (a->cli_set != NULL) {
-    const al_cli_set_t *set = a->cli_set;
+  if (a->reg.cli_set != NULL) {
+    const al_cli_set_t *set = a->reg.cli_set;
     const char *p = set->errors.data;
 
     while (p != NULL && *p != '\0') {
@@ -768,10 +582,10 @@ int al_agent_tools_json(const al_agent_t *a, char **out) {
   json_object_set_new(o, "tools", tools);
   json_object_set_new(o, "mcp_servers", al__agent_mcp_json(a));
   json_object_set_new(o, "errors", errs);
-  if (a->project_tools_d != NULL) {
+  if (a->reg.project_tools_d != NULL) {
     json_object_set_new(o, "project_tools_d",
-                        json_pack("{s:s, s:b}", "path", a->project_tools_d,
-                                  "trusted", a->project_trusted));
+                        json_pack("{s:s, s:b}", "path", a->reg.project_tools_d,
+                                  "trusted", a->reg.project_trusted));
   }
   s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
@@ -789,8 +603,8 @@ nomem:
 }
 
 void al__agent_tools_free(al_agent_t *a) {
-  while (!al_list_empty(&a->tools)) {
-    ag_tool_t *t = AL_CONTAINER_OF(a->tools.next, ag_tool_t, node);
+  while (!al_list_empty(&a->reg.tools)) {
+    ag_tool_t *t = AL_CONTAINER_OF(a->reg.tools.next, ag_tool_t, node);
 
     al_list_remove(&t->node);
     if (t->inproc) {
@@ -798,21 +612,106 @@ void al__agent_tools_free(al_agent_t *a) {
     }
     tool_free(t);
   }
-  while (!al_list_empty(&a->approvals)) {
-    ag_approval_t *r = AL_CONTAINER_OF(a->approvals.next, ag_approval_t, node);
-
-    al_list_remove(&r->node);
-    al_free(r);
-  }
+  al__policy_approvals_free(a);
   al__agent_hooks_free(a);
-  al_free(a->mcp_gens);
-  a->mcp_gens = NULL;
+  al__agent_mcp_free(a);
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
-  if (!al__task_sandbox_borrowed(a)) { /* task: a child's is its parent's */
-    al__sandbox_free(a->sandbox);
+  if (!a->reg.sandbox_borrowed) { /* a child's is its parent's */
+    al__sandbox_free(a->reg.sandbox);
   }
-  a->sandbox = NULL;
+  a->reg.sandbox = NULL;
 }
 
-void *al__agent_sandbox(const al_agent_t *a) { return a->sandbox; }
+void *al__agent_sandbox(const al_agent_t *a) { return a->reg.sandbox; }
+
+void al__reg_init(al_agent_t *a) {
+  al_list_init(&a->reg.tools);
+  a->reg.tool_defs = json_array();
+}
+
+/* The definitions offered to the model (mcp_attach.c changes them at a
+ * turn boundary: tools listed late, removed, deferred or loaded). */
+void al__reg_def_remove(al_agent_t *a, const char *name) {
+  size_t i;
+  json_t *d;
+
+  json_array_foreach(a->reg.tool_defs, i, d) {
+    const char *n = json_string_value(json_object_get(d, "name"));
+
+    if (n != NULL && strcmp(n, name) == 0) {
+      json_array_remove(a->reg.tool_defs, i);
+      return;
+    }
+  }
+}
+
+int al__reg_def_add(al_agent_t *a, const ag_tool_t *t) {
+  return json_array_append_new(
+      a->reg.tool_defs, json_pack("{s:s, s:s, s:O}", "name", t->name,
+                              "description", t->description, "input_schema",
+                              t->schema));
+}
+
+/* ---- tools lent to a child (task.c) ------------------------------------- */
+
+void al__agent_tool_retire(al_agent_t *a, ag_tool_t *t) {
+  size_t i;
+  json_t *d;
+
+  t->removed = true;
+  json_array_foreach(a->reg.tool_defs, i, d) {
+    const char *n = json_string_value(json_object_get(d, "name"));
+
+    if (n != NULL && strcmp(n, t->name) == 0) {
+      json_array_remove(a->reg.tool_defs, i);
+      return;
+    }
+  }
+}
+
+int al__agent_lend_tool(al_agent_t *c, const ag_tool_t *pt) {
+  ag_tool_t *ct;
+  char *schema;
+  int rc;
+
+  schema = pt->schema != NULL ? json_dumps(pt->schema, JSON_COMPACT) : NULL;
+  if (pt->inproc) {
+    /* The same definition registered in the child, so its calls are the
+     * child's (events, holds, close). */
+    al_tool_def_t def = pt->def;
+
+    def.name = pt->name;
+    def.description = pt->description;
+    def.input_schema = schema;
+    def.category = pt->category;
+    rc = al__agent_add_inproc(c, &def, &ct);
+  } else if (pt->mcp != NULL) {
+    /* The same server's tool, as the child's own entry: its calls and
+     * their mcp_tool_call_* events are the child's. */
+    rc = al__agent_add_entry(c, pt->name, NULL, NULL, pt->description, schema,
+                             pt->category, &ct);
+    if (rc == 0) {
+      ct->mcp = pt->mcp;
+      ct->mcp_tool = al_strdup(pt->mcp_tool);
+      ct->mcp_safe = pt->mcp_safe;
+      ct->mcp_impl = pt->mcp_impl;
+      ct->mcp_impl.name = ct->name;
+      ct->mcp_impl.data = ct;
+      ct->inner = &ct->mcp_impl;
+      if (ct->mcp_tool == NULL) {
+        rc = AL_ENOMEM;
+      }
+    }
+  } else {
+    rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
+                             schema, pt->category, &ct);
+  }
+  al_free(schema);
+  if (rc != 0) {
+    return rc;
+  }
+  ct->source = pt->source;
+  ct->spawns = pt->spawns;
+  return 0;
+}

@@ -4,8 +4,12 @@
  * the built-in read_tool_output tool that reads a cleared output back.
  *
  * Disk work never runs on the loop thread: writes and reads go through
- * libuv's threadpool (uv_queue_work), each counted in a->pending so that
- * al_agent_close waits for them. */
+ * libuv's threadpool (uv_queue_work), each counted by al__agent_ref so
+ * that al_agent_close waits for them.
+ *
+ * Layers (STYLE §6.1): owns a->ctx; the driver calls al__agent_micro
+ * before a request of the main history. Calls down: micro.c, history,
+ * the registry (read_tool_output), core.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,7 +34,7 @@ static const char read_schema[] =
     "\"call_id\":{\"type\":\"string\",\"description\":\"The call id the "
     "placeholder names.\"}},\"required\":[\"call_id\"]}";
 
-/* ---- the disk cache ---------------------------------------------------------- */
+/* ---- the disk cache ------------------------------------------------------ */
 
 typedef struct {
   uv_work_t w;
@@ -111,17 +115,17 @@ static void job_done(uv_work_t *w, int status) {
 
   if (status != 0 || j->err != 0) {
     al_log(AL_LOG_WARN, "agent %s: cannot save a cleared tool output to %s: %s",
-           a->session.id, j->path, al_strerror(status != 0 ? status : j->err));
+           a->core.session.id, j->path,
+           al_strerror(status != 0 ? status : j->err));
   }
   job_free(j);
-  a->pending--;
-  al__agent_maybe_finish(a);
+  al__agent_unref(a);
 }
 
 static void cache_write(al_agent_t *a, const char *id, const json_t *content) {
   cache_job_t *j;
 
-  if (a->tool_output_dir == NULL) {
+  if (a->ctx.tool_output_dir == NULL) {
     return;
   }
   j = al_calloc(1, sizeof(*j));
@@ -129,7 +133,7 @@ static void cache_write(al_agent_t *a, const char *id, const json_t *content) {
     return;
   }
   j->agent = a;
-  j->path = cache_path(a->tool_output_dir, id);
+  j->path = cache_path(a->ctx.tool_output_dir, id);
   j->data = json_is_string(content)
                 ? al_strndup(json_string_value(content),
                              json_string_length(content))
@@ -144,10 +148,10 @@ static void cache_write(al_agent_t *a, const char *id, const json_t *content) {
     job_free(j);
     return;
   }
-  a->pending++;
+  al__agent_ref(a);
 }
 
-/* ---- read_tool_output ----------------------------------------------------------- */
+/* ---- read_tool_output ---------------------------------------------------- */
 
 static void read_work(uv_work_t *w) {
   cache_job_t *j = AL_CONTAINER_OF(w, cache_job_t, w);
@@ -218,15 +222,14 @@ static void read_done(uv_work_t *w, int status) {
     json_decref(c);
   }
   job_free(j);
-  a->pending--;
-  al__agent_maybe_finish(a);
+  al__agent_unref(a);
 }
 
 static void read_run(al_tool_ctx_t *ctx, void *data) {
   al_agent_t *a = data;
   json_t *in = json_loads(al_tool_ctx_input(ctx), 0, NULL);
   const char *id = json_string_value(json_object_get(in, "call_id"));
-  const json_t *c = id != NULL ? json_object_get(a->tool_cache, id) : NULL;
+  const json_t *c = id != NULL ? json_object_get(a->ctx.tool_cache, id) : NULL;
   cache_job_t *j;
   char *text;
 
@@ -243,15 +246,15 @@ static void read_run(al_tool_ctx_t *ctx, void *data) {
     json_decref(in);
     return;
   }
-  j = id != NULL && a->tool_output_dir != NULL ? al_calloc(1, sizeof(*j))
+  j = id != NULL && a->ctx.tool_output_dir != NULL ? al_calloc(1, sizeof(*j))
                                                 : NULL;
   if (j != NULL) {
     j->agent = a;
     j->ctx = ctx;
-    j->path = cache_path(a->tool_output_dir, id);
+    j->path = cache_path(a->ctx.tool_output_dir, id);
     if (j->path != NULL &&
         uv_queue_work(a->loop, &j->w, read_work, read_done) == 0) {
-      a->pending++;
+      al__agent_ref(a);
       json_decref(in);
       return;
     }
@@ -266,44 +269,44 @@ static void read_run(al_tool_ctx_t *ctx, void *data) {
   json_decref(in);
 }
 
-/* ---- set-up and the pass before each request --------------------------------------- */
+/* ---- set-up and the pass before each request ----------------------------- */
 
 int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o) {
   const char *const *names =
       o->compactable_tools != NULL ? o->compactable_tools : default_compactable;
-  const al_cli_set_t *set = a->cli_set;
+  const al_cli_set_t *set = a->reg.cli_set;
   size_t n = 0;
   size_t m = 0;
   size_t i;
 
-  a->tool_cache = json_object();
-  if (a->tool_cache == NULL) {
+  a->ctx.tool_cache = json_object();
+  if (a->ctx.tool_cache == NULL) {
     return AL_ENOMEM;
   }
   while (names[n] != NULL) {
     n++;
   }
   /* tools.d tools marked `compactable: true` join the list. */
-  a->compactable = al_calloc(n + (set != NULL ? set->n : 0) + 1,
-                             sizeof(*a->compactable));
-  if (a->compactable == NULL) {
+  a->ctx.compactable = al_calloc(n + (set != NULL ? set->n : 0) + 1,
+                             sizeof(*a->ctx.compactable));
+  if (a->ctx.compactable == NULL) {
     return AL_ENOMEM;
   }
   for (i = 0; i < n; i++) {
-    if ((a->compactable[m++] = al_strdup(names[i])) == NULL) {
+    if ((a->ctx.compactable[m++] = al_strdup(names[i])) == NULL) {
       return AL_ENOMEM;
     }
   }
   for (i = 0; set != NULL && i < set->n; i++) {
     if (set->defs[i]->compactable &&
-        (a->compactable[m++] = al_strdup(set->defs[i]->name)) == NULL) {
+        (a->ctx.compactable[m++] = al_strdup(set->defs[i]->name)) == NULL) {
       return AL_ENOMEM;
     }
   }
-  a->micro_min_tokens = o->micro_min_tokens != 0 ? o->micro_min_tokens
+  a->ctx.micro_min_tokens = o->micro_min_tokens != 0 ? o->micro_min_tokens
                                                  : AL_MICRO_MIN_TOKENS;
   if (o->tool_output_dir != NULL &&
-      (a->tool_output_dir = al_strdup(o->tool_output_dir)) == NULL) {
+      (a->ctx.tool_output_dir = al_strdup(o->tool_output_dir)) == NULL) {
     return AL_ENOMEM;
   }
   if (o->builtin_tools) {
@@ -325,15 +328,16 @@ int al__agent_context_init(al_agent_t *a, const al_agent_options_t *o) {
 void al__agent_context_free(al_agent_t *a) {
   size_t i;
 
-  json_decref(a->tool_cache);
-  a->tool_cache = NULL;
-  for (i = 0; a->compactable != NULL && a->compactable[i] != NULL; i++) {
-    al_free(a->compactable[i]);
+  json_decref(a->ctx.tool_cache);
+  a->ctx.tool_cache = NULL;
+  for (i = 0; a->ctx.compactable != NULL && a->ctx.compactable[i] != NULL;
+       i++) {
+    al_free(a->ctx.compactable[i]);
   }
-  al_free(a->compactable);
-  a->compactable = NULL;
-  al_free(a->tool_output_dir);
-  a->tool_output_dir = NULL;
+  al_free(a->ctx.compactable);
+  a->ctx.compactable = NULL;
+  al_free(a->ctx.tool_output_dir);
+  a->ctx.tool_output_dir = NULL;
 }
 
 bool al__agent_micro(al_agent_t *a) {
@@ -349,12 +353,12 @@ bool al__agent_micro(al_agent_t *a) {
   json_t *v;
   bool stop;
 
-  if (a->micro_min_tokens < 0 || !json_is_array(msgs)) {
+  if (a->ctx.micro_min_tokens < 0 || !json_is_array(msgs)) {
     return false;
   }
-  mo.compactable = (const char *const *)a->compactable;
+  mo.compactable = (const char *const *)a->ctx.compactable;
   mo.keep = AL_MICRO_KEEP;
-  mo.min_tokens = a->micro_min_tokens;
+  mo.min_tokens = a->ctx.micro_min_tokens;
   mo.ratio = al__budget_ratio(&a->budget, a->model);
   originals = json_object();
   cleared = json_array();
@@ -368,21 +372,12 @@ bool al__agent_micro(al_agent_t *a) {
     return false;
   }
   json_object_foreach(originals, k, v) {
-    json_object_set(a->tool_cache, k, v);
+    json_object_set(a->ctx.tool_cache, k, v);
     cache_write(a, k, v);
   }
-  a->stats_micro_saved += (uint64_t)saved;
-  if (a->on_commit != NULL) {
-    /* Durable: a resumed session clears the same results. */
-    json_t *rec = json_pack("{s:O}", "call_ids", cleared);
-    char *txt = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
-
-    if (txt != NULL) {
-      a->on_commit(a, AL_COMMIT_MICRO, txt, strlen(txt), a->commit_data);
-    }
-    al_free(txt);
-    json_decref(rec);
-  }
+  a->ctx.micro_saved += (uint64_t)saved;
+  /* Durable: a resumed session clears the same results. */
+  al__agent_commit_record(a, AL_COMMIT_MICRO, "call_ids", cleared);
   ids = json_dumps(cleared, JSON_COMPACT);
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_MICRO_COMPACTION;

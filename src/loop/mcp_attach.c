@@ -25,7 +25,13 @@
  *
  * Categories: readOnlyHint -> read; destructiveHint -> admin (needs an
  * approval or --allow-tool); otherwise write. Concurrency-safe when
- * readOnlyHint and not destructiveHint, or as configured per tool. */
+ * readOnlyHint and not destructiveHint, or as configured per tool.
+ *
+ * Layers (STYLE §6.1): owns a->mcp. Registers and removes tools through
+ * the registry (al__agent_add_entry, al__reg_def_add/remove); tells the
+ * driver "start-up settled" through a->mcp.on_settled and never calls a
+ * run transition (the driver's WAIT_MCP state is the wait). Calls down:
+ * mcp/, the registry, the gate, core.c. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,7 +42,7 @@
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
-/* ---- events ------------------------------------------------------------------ */
+/* ---- events -------------------------------------------------------------- */
 
 typedef struct {
   uint64_t tokens;          /* all of the server's definitions */
@@ -92,7 +98,7 @@ static ag_cost_t definition_cost(al_agent_t *a, const al_mcp_server_t *s) {
   al_list_t *pos;
   ag_cost_t c = {0, 0, 0, 0};
 
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
     uint64_t n;
 
@@ -125,8 +131,8 @@ static void on_state(al_mcp_t *m, al_mcp_server_t *s, void *data) {
     return;
   }
   wait_kick(a); /* calls waiting for a server look again */
-  if (a->mcp_waiting && al__mcp_settled(a->mcp)) {
-    al__agent_mcp_wait_over(a);
+  if (al__mcp_settled(a->mcp.set)) {
+    a->mcp.on_settled(a); /* the driver goes on if it waits */
   }
 }
 
@@ -140,7 +146,7 @@ static void on_notice(al_mcp_t *m, al_mcp_server_t *s, const char *text,
                 NULL);
 }
 
-/* ---- the tool ------------------------------------------------------------------ */
+/* ---- the tool ------------------------------------------------------------ */
 
 static int mcp_start(al_tool_call_t *call);
 
@@ -226,10 +232,10 @@ static int mcp_start(al_tool_call_t *call) {
   if (mc == NULL) {
     return AL_ENOMEM;
   }
-  if (t->mcp_deferred && t->agent->mcp_loaded != NULL) {
+  if (t->mcp_deferred && t->agent->mcp.loaded != NULL) {
     /* Named directly without its definition: it runs, and is sent from
      * the next turn boundary on, as if mcp_tool_search had found it. */
-    json_object_set_new(t->agent->mcp_loaded, t->name, json_true());
+    json_object_set_new(t->agent->mcp.loaded, t->name, json_true());
   }
   rc = al__mcp_call(t->mcp, t->mcp_tool, call->input, call_progress,
                     call_done, call, &mc->c);
@@ -279,25 +285,13 @@ static bool mcp_safe(const al_tool_impl_t *impl, const json_t *input) {
   return t->mcp_safe;
 }
 
-/* ---- registry ------------------------------------------------------------------ */
+/* ---- registry ------------------------------------------------------------ */
 
 static bool hint(const json_t *tool, const char *key) {
-  return json_is_true(json_object_get(json_object_get(tool, "annotations"), key));
+  return json_is_true(
+      json_object_get(json_object_get(tool, "annotations"), key));
 }
 
-static void remove_def(al_agent_t *a, const char *name) {
-  size_t i;
-  json_t *d;
-
-  json_array_foreach(a->tool_defs, i, d) {
-    const char *n = json_string_value(json_object_get(d, "name"));
-
-    if (n != NULL && strcmp(n, name) == 0) {
-      json_array_remove(a->tool_defs, i);
-      return;
-    }
-  }
-}
 
 static bool warn(al_agent_t *a, al_mcp_server_t *s, const char *fmt,
                  const char *x, const char *y, const char *z) {
@@ -396,13 +390,13 @@ static uint32_t remove_tools(al_agent_t *a, al_mcp_server_t *s) {
   al_list_t *pos;
   uint32_t n = 0;
 
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
 
     if (t->mcp == s && !t->removed) {
       t->removed = true;
       if (!t->mcp_deferred) {
-        remove_def(a, t->name);
+        al__reg_def_remove(a, t->name);
       }
       n++;
     }
@@ -410,7 +404,7 @@ static uint32_t remove_tools(al_agent_t *a, al_mcp_server_t *s) {
   return n;
 }
 
-/* ---- tool budget ---------------------------------------------------------------- */
+/* ---- tool budget --------------------------------------------------------- */
 
 static const char search_desc[] =
     "Find MCP tools that are not loaded yet. Some tools of the connected MCP "
@@ -508,12 +502,12 @@ static void search_run(al_tool_ctx_t *ctx, void *data) {
     limit = json_number_value(max) > 20 ? 20 : (size_t)json_number_value(max);
   }
   words = split_words(q != NULL ? q : "");
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     total++;
   }
   hits = al_calloc(total + 1, sizeof(*hits));
   total = 0;
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
     int sc;
 
@@ -546,7 +540,7 @@ static void search_run(al_tool_ctx_t *ctx, void *data) {
 
     al_buf_printf(&b, "- %s: %.*s%s\n", hits[i].t->name, 300, d,
                   strlen(d) > 300 ? "..." : "");
-    json_object_set_new(a->mcp_loaded, hits[i].t->name, json_true());
+    json_object_set_new(a->mcp.loaded, hits[i].t->name, json_true());
   }
   al_tool_ctx_complete(ctx, q == NULL, q == NULL ? "Error: query is required"
                                                  : b.data,
@@ -557,27 +551,21 @@ static void search_run(al_tool_ctx_t *ctx, void *data) {
   json_decref(in);
 }
 
-static int def_append(al_agent_t *a, const ag_tool_t *t) {
-  return json_array_append_new(
-      a->tool_defs, json_pack("{s:s, s:s, s:O}", "name", t->name,
-                              "description", t->description, "input_schema",
-                              t->schema));
-}
 
 /* Registers mcp_tool_search, or offers it again. false: its name is taken
  * (a tools.d or in-process tool): nothing can be deferred. */
 static bool search_on(al_agent_t *a) {
   al_tool_def_t def;
 
-  if (a->mcp_search != NULL && !a->mcp_search->removed) {
+  if (a->mcp.search != NULL && !a->mcp.search->removed) {
     return true;
   }
-  if (a->mcp_search != NULL) {
-    if (al__agent_tool_find(a, a->mcp_search->name) != NULL ||
-        def_append(a, a->mcp_search) != 0) {
+  if (a->mcp.search != NULL) {
+    if (al__agent_tool_find(a, a->mcp.search->name) != NULL ||
+        al__reg_def_add(a, a->mcp.search) != 0) {
       return false;
     }
-    a->mcp_search->removed = false;
+    a->mcp.search->removed = false;
     return true;
   }
   memset(&def, 0, sizeof(def));
@@ -588,18 +576,18 @@ static bool search_on(al_agent_t *a) {
   def.concurrency_safe = true;
   def.run = search_run;
   def.data = a;
-  if (al__agent_add_inproc(a, &def, &a->mcp_search) != 0) {
-    a->mcp_search = NULL;
+  if (al__agent_add_inproc(a, &def, &a->mcp.search) != 0) {
+    a->mcp.search = NULL;
     return false;
   }
-  a->mcp_search->source = "mcp";
+  a->mcp.search->source = "mcp";
   return true;
 }
 
 static void search_off(al_agent_t *a) {
-  if (a->mcp_search != NULL && !a->mcp_search->removed) {
-    a->mcp_search->removed = true;
-    remove_def(a, a->mcp_search->name);
+  if (a->mcp.search != NULL && !a->mcp.search->removed) {
+    a->mcp.search->removed = true;
+    al__reg_def_remove(a, a->mcp.search->name);
   }
 }
 
@@ -611,29 +599,29 @@ static void search_off(al_agent_t *a) {
 static bool apply_budget(al_agent_t *a, bool *changed) {
   ag_cost_t all = definition_cost(a, NULL);
   uint64_t budget =
-      (uint64_t)AL_MAX(a->budget.window, 0) * a->mcp_budget_pct / 100;
-  bool over = (a->mcp_budget_pct > 0 && all.tokens > budget) ||
-              (a->mcp_budget_max_tools > 0 &&
-               all.tools > a->mcp_budget_max_tools);
+      (uint64_t)AL_MAX(a->budget.window, 0) * a->mcp.budget_pct / 100;
+  bool over = (a->mcp.budget_pct > 0 && all.tokens > budget) ||
+              (a->mcp.budget_max_tools > 0 &&
+               all.tools > a->mcp.budget_max_tools);
   al_list_t *pos;
   size_t i;
   bool listed = false;
 
-  for (i = 0; i < al__mcp_count(a->mcp); i++) {
+  for (i = 0; i < al__mcp_count(a->mcp.set); i++) {
     listed = listed || changed[i];
   }
   if (over && !search_on(a)) {
     over = false;
     /* Once per list change, not at every boundary. */
     if (listed &&
-        warn(a, al__mcp_server(a->mcp, 0),
+        warn(a, al__mcp_server(a->mcp.set, 0),
              "the MCP tool definitions exceed the tool budget, but the name "
              "'%s' is taken; all tools are sent%s%s",
              "mcp_tool_search", "", "")) {
       return true;
     }
   }
-  al_list_foreach(pos, &a->tools) {
+  al_list_foreach(pos, &a->reg.tools) {
     ag_tool_t *t = AL_CONTAINER_OF(pos, ag_tool_t, node);
     bool defer;
 
@@ -641,18 +629,18 @@ static bool apply_budget(al_agent_t *a, bool *changed) {
       continue;
     }
     defer = over && !t->mcp_always &&
-            json_object_get(a->mcp_loaded, t->name) == NULL;
+            json_object_get(a->mcp.loaded, t->name) == NULL;
     if (defer == t->mcp_deferred) {
       continue;
     }
     if (defer) {
-      remove_def(a, t->name);
-    } else if (def_append(a, t) != 0) {
+      al__reg_def_remove(a, t->name);
+    } else if (al__reg_def_add(a, t) != 0) {
       continue; /* out of memory: stays deferred */
     }
     t->mcp_deferred = defer;
-    for (i = 0; i < al__mcp_count(a->mcp); i++) {
-      changed[i] = changed[i] || al__mcp_server(a->mcp, i) == t->mcp;
+    for (i = 0; i < al__mcp_count(a->mcp.set); i++) {
+      changed[i] = changed[i] || al__mcp_server(a->mcp.set, i) == t->mcp;
     }
   }
   if (definition_cost(a, NULL).deferred == 0) {
@@ -669,10 +657,10 @@ static bool sync_servers(al_agent_t *a, size_t only) {
   bool *changed;
   bool stop = false;
 
-  if (a->mcp == NULL) {
+  if (a->mcp.set == NULL) {
     return false;
   }
-  n = al__mcp_count(a->mcp);
+  n = al__mcp_count(a->mcp.set);
   counts = al_calloc(2 * n + 1, sizeof(*counts));
   changed = al_calloc(n + 1, sizeof(*changed));
   if (counts == NULL || changed == NULL) {
@@ -681,16 +669,16 @@ static bool sync_servers(al_agent_t *a, size_t only) {
     return false; /* out of memory: the lists apply at the next boundary */
   }
   for (i = 0; i < n && !stop; i++) {
-    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+    al_mcp_server_t *s = al__mcp_server(a->mcp.set, i);
     uint64_t gen = al__mcp_server_gen(s);
     bool usable = al__mcp_server_state(s) == AL_MCP_READY;
     json_t *tool;
 
-    if (!usable || gen == a->mcp_gens[i] || (only != SIZE_MAX && i != only)) {
+    if (!usable || gen == a->mcp.gens[i] || (only != SIZE_MAX && i != only)) {
       continue; /* a failed server keeps its tools: calls say why */
     }
     counts[2 * i + 1] = remove_tools(a, s);
-    a->mcp_gens[i] = gen;
+    a->mcp.gens[i] = gen;
     changed[i] = true;
     json_array_foreach(al__mcp_server_tools(s), j, tool) {
       if (add_tool(a, s, tool, &counts[2 * i])) {
@@ -703,7 +691,7 @@ static bool sync_servers(al_agent_t *a, size_t only) {
     stop = apply_budget(a, changed);
   }
   for (i = 0; i < n && !stop; i++) {
-    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+    al_mcp_server_t *s = al__mcp_server(a->mcp.set, i);
     ag_cost_t c;
 
     if (!changed[i]) {
@@ -720,7 +708,7 @@ static bool sync_servers(al_agent_t *a, size_t only) {
 
 bool al__agent_mcp_sync(al_agent_t *a) { return sync_servers(a, SIZE_MAX); }
 
-/* ---- calls to tools not registered yet ------------------------------------------ */
+/* ---- calls to tools not registered yet ----------------------------------- */
 
 /* One call to an mcp__ name whose tool is not registered: it looks at the
  * servers from a zero timer (never inside the executor's start, never
@@ -728,7 +716,7 @@ bool al__agent_mcp_sync(al_agent_t *a) { return sync_servers(a, SIZE_MAX); }
  * server is ready (handed to the tool's gate) or failed (an error). The
  * agent's `pending` covers the timer until its close callback. */
 typedef struct ag_mcp_wait_s {
-  al_list_t node; /* a->mcp_waits */
+  al_list_t node; /* a->mcp.waits */
   uv_timer_t timer;
   al_agent_t *agent;
   al_tool_call_t *call;
@@ -741,11 +729,11 @@ static al_mcp_server_t *server_of(al_agent_t *a, const char *name,
   al_mcp_server_t *best = NULL;
   size_t i, best_len = 0;
 
-  if (a->mcp == NULL || strncmp(name, "mcp__", 5) != 0) {
+  if (a->mcp.set == NULL || strncmp(name, "mcp__", 5) != 0) {
     return NULL;
   }
-  for (i = 0; i < al__mcp_count(a->mcp); i++) {
-    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+  for (i = 0; i < al__mcp_count(a->mcp.set); i++) {
+    al_mcp_server_t *s = al__mcp_server(a->mcp.set, i);
     const char *sn = al__mcp_server_name(s);
     size_t n = strlen(sn);
 
@@ -783,8 +771,7 @@ static void wait_on_close(uv_handle_t *h) {
   al_agent_t *a = w->agent;
 
   al_free(w);
-  a->pending--;
-  al__agent_maybe_finish(a);
+  al__agent_unref(a);
 }
 
 /* The call is no longer ours to complete from here (handed over, or about
@@ -816,7 +803,7 @@ static void wait_look(uv_timer_t *timer) {
   ag_tool_t *t;
   int rc;
 
-  if (ag_closing(a) || a->mcp_load != NULL) {
+  if (ag_closing(a) || a->mcp.load != NULL) {
     return; /* the close cancels it; load_done looks again */
   }
   s = server_of(a, call->name, &i);
@@ -825,7 +812,7 @@ static void wait_look(uv_timer_t *timer) {
     al_buf_printf(&b, "Error: Unknown tool '%s': no MCP server of that name "
                       "is configured",
                   call->name);
-    if (a->mcp_search != NULL && !a->mcp_search->removed) {
+    if (a->mcp.search != NULL && !a->mcp.search->removed) {
       al_buf_printf(&b, "; MCP tools left out of your tool list are found "
                         "with mcp_tool_search");
     }
@@ -849,7 +836,7 @@ static void wait_look(uv_timer_t *timer) {
   case AL_MCP_READY:
     break;
   }
-  if (al__mcp_server_gen(s) != a->mcp_gens[i]) {
+  if (al__mcp_server_gen(s) != a->mcp.gens[i]) {
     /* Ready since the last turn boundary: its tools join now (the next
      * request would have them anyway). */
     if (sync_servers(a, i) || call->tool_data != w) {
@@ -861,7 +848,7 @@ static void wait_look(uv_timer_t *timer) {
   if (t == NULL || t->mcp != s) {
     al_buf_printf(&b, "Error: MCP server '%s' has no tool named '%s'",
                   al__mcp_server_name(s), call->name);
-    if (a->mcp_search != NULL && !a->mcp_search->removed) {
+    if (a->mcp.search != NULL && !a->mcp.search->removed) {
       al_buf_printf(&b, "; MCP tools left out of your tool list are found "
                         "with mcp_tool_search");
     }
@@ -882,7 +869,7 @@ static void wait_look(uv_timer_t *timer) {
 static void wait_kick(al_agent_t *a) {
   al_list_t *pos;
 
-  al_list_foreach(pos, &a->mcp_waits) {
+  al_list_foreach(pos, &a->mcp.waits) {
     ag_mcp_wait_t *w = AL_CONTAINER_OF(pos, ag_mcp_wait_t, node);
 
     uv_timer_start(&w->timer, wait_look, 0, 0);
@@ -900,8 +887,8 @@ static int wait_start(al_tool_call_t *call) {
   w->call = call;
   uv_timer_init(a->loop, &w->timer);
   w->timer.data = w;
-  a->pending++;
-  al_list_insert_tail(&a->mcp_waits, &w->node);
+  al__agent_ref(a);
+  al_list_insert_tail(&a->mcp.waits, &w->node);
   call->tool_data = w;
   uv_timer_start(&w->timer, wait_look, 0, 0);
   return 0;
@@ -922,7 +909,7 @@ static bool wait_safe(const al_tool_impl_t *impl, const json_t *input) {
   const al_agent_t *a = impl->data;
 
   (void)input;
-  return impl == &a->mcp_wait_safe_impl;
+  return impl == &a->mcp.wait_safe_impl;
 }
 
 const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name) {
@@ -931,34 +918,34 @@ const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name) {
   size_t i = 0;
 
   if (ag_closing(a) || strncmp(name, "mcp__", 5) != 0 ||
-      (a->mcp == NULL && a->mcp_load == NULL)) {
+      (a->mcp.set == NULL && a->mcp.load == NULL)) {
     return NULL;
   }
-  if (a->mcp_load != NULL) {
-    return &a->mcp_wait_impl;
+  if (a->mcp.load != NULL) {
+    return &a->mcp.wait_impl;
   }
   s = server_of(a, name, &i);
   if (s == NULL) {
     /* No such server: unknown, unless tools are deferred (the error then
      * points at mcp_tool_search). */
-    return a->mcp_search != NULL && !a->mcp_search->removed
-               ? &a->mcp_wait_safe_impl
+    return a->mcp.search != NULL && !a->mcp.search->removed
+               ? &a->mcp.wait_safe_impl
                : NULL;
   }
   if (al__mcp_server_state(s) != AL_MCP_READY) {
-    return &a->mcp_wait_impl; /* its hints are not known yet */
+    return &a->mcp.wait_impl; /* its hints are not known yet */
   }
   /* Ready but not registered yet: concurrency-safe as its tool will be
    * (add_tool's rule); no such tool completes at once, safe too. */
   tool = server_tool(s, name);
   if (tool == NULL) {
-    return &a->mcp_wait_safe_impl;
+    return &a->mcp.wait_safe_impl;
   }
-  return tool_safe(al__mcp_server_config(s), tool) ? &a->mcp_wait_safe_impl
-                                                  : &a->mcp_wait_impl;
+  return tool_safe(al__mcp_server_config(s), tool) ? &a->mcp.wait_safe_impl
+                                                  : &a->mcp.wait_impl;
 }
 
-/* ---- life cycle ----------------------------------------------------------------- */
+/* ---- life cycle ---------------------------------------------------------- */
 
 int al__agent_mcp_check(const al_agent_options_t *o) {
   al_mcp_config_t cfg;
@@ -997,13 +984,13 @@ static void mcp_start_text(al_agent_t *a, const char *text) {
     al__mcp_config_free(&cfg);
     return;
   }
-  a->mcp_gens = al_calloc(cfg.n, sizeof(*a->mcp_gens));
-  a->mcp_loaded = json_object();
-  a->mcp_budget_pct = cfg.tool_budget_pct;
-  a->mcp_budget_max_tools = cfg.tool_budget_max_tools;
-  if (a->mcp_gens == NULL || a->mcp_loaded == NULL) {
-    json_decref(a->mcp_loaded);
-    a->mcp_loaded = NULL;
+  a->mcp.gens = al_calloc(cfg.n, sizeof(*a->mcp.gens));
+  a->mcp.loaded = json_object();
+  a->mcp.budget_pct = cfg.tool_budget_pct;
+  a->mcp.budget_max_tools = cfg.tool_budget_max_tools;
+  if (a->mcp.gens == NULL || a->mcp.loaded == NULL) {
+    json_decref(a->mcp.loaded);
+    a->mcp.loaded = NULL;
     al__mcp_config_free(&cfg);
     al_log(AL_LOG_ERROR, "MCP: out of memory; no server started");
     return;
@@ -1011,32 +998,32 @@ static void mcp_start_text(al_agent_t *a, const char *text) {
   al__mcp_options_init(&mo);
   mo.loop = a->loop;
   mo.workspace = a->workspace;
-  mo.sandbox = a->sandbox;
+  mo.sandbox = a->reg.sandbox;
   if (a->kill_grace_ms > 0) {
     mo.kill_grace_ms = a->kill_grace_ms;
     mo.shutdown_grace_ms = a->kill_grace_ms;
   }
-  if (a->mcp_restart_base_ms > 0) {
-    mo.restart_base_ms = a->mcp_restart_base_ms;
+  if (a->mcp.restart_base_ms > 0) {
+    mo.restart_base_ms = a->mcp.restart_base_ms;
   }
   mo.on_state = on_state;
   mo.on_notice = on_notice;
   mo.data = a;
-  rc = al__mcp_new(&mo, &cfg, &a->mcp);
+  rc = al__mcp_new(&mo, &cfg, &a->mcp.set);
   al__mcp_config_free(&cfg);
   if (rc != 0) {
-    json_decref(a->mcp_loaded);
-    a->mcp_loaded = NULL;
+    json_decref(a->mcp.loaded);
+    a->mcp.loaded = NULL;
     al_log(AL_LOG_ERROR, "MCP: %s; no server started", al_strerror(rc));
     return;
   }
-  if (a->mcp_t0 == 0) {
-    a->mcp_t0 = al_now_ns();
+  if (a->mcp.t0 == 0) {
+    a->mcp.t0 = al_now_ns();
   }
-  al__mcp_start(a->mcp);
+  al__mcp_start(a->mcp.set);
 }
 
-/* ---- a project's .mcp.json, read off the loop (mcp_project) ---------------------- */
+/* ---- a project's .mcp.json, read off the loop (mcp_project) -------------- */
 
 typedef struct {
   uv_work_t req;
@@ -1074,8 +1061,8 @@ static void load_done(uv_work_t *req, int status) {
   al_agent_t *a = l->a;
   char msg[2048];
 
-  a->mcp_load = NULL;
-  a->pending--;
+  a->mcp.load = NULL;
+  al__agent_unref_quiet(a); /* al__agent_maybe_finish below */
   if (!ag_closing(a)) {
     if (status != 0 || l->rc != 0) {
       /* A broken .mcp.json: said, and the configured servers start. */
@@ -1101,9 +1088,9 @@ static void load_done(uv_work_t *req, int status) {
     }
     /* A run waiting for the servers goes on when there is nothing to wait
      * for (no servers, or all settled already). */
-    if (!ag_closing(a) && a->mcp_waiting &&
-        (a->mcp == NULL || al__mcp_settled(a->mcp))) {
-      al__agent_mcp_wait_over(a);
+    if (!ag_closing(a) &&
+        (a->mcp.set == NULL || al__mcp_settled(a->mcp.set))) {
+      a->mcp.on_settled(a);
     }
     if (!ag_closing(a)) {
       wait_kick(a); /* calls made while the file was read */
@@ -1120,15 +1107,15 @@ static void load_done(uv_work_t *req, int status) {
 void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
   ag_mcp_load_t *l;
 
-  a->mcp_restart_base_ms = o->mcp_restart_base_ms;
-  a->mcp_wait_ms = AL_MCP_DEFAULT_STARTUP_WAIT_MS;
-  al_list_init(&a->mcp_waits);
-  a->mcp_wait_impl.name = "mcp_wait";
-  a->mcp_wait_impl.start = wait_start;
-  a->mcp_wait_impl.cancel = wait_cancel;
-  a->mcp_wait_impl.is_concurrency_safe = wait_safe;
-  a->mcp_wait_impl.data = a;
-  a->mcp_wait_safe_impl = a->mcp_wait_impl;
+  a->mcp.restart_base_ms = o->mcp_restart_base_ms;
+  a->mcp.wait_ms = AL_MCP_DEFAULT_STARTUP_WAIT_MS;
+  al_list_init(&a->mcp.waits);
+  a->mcp.wait_impl.name = "mcp_wait";
+  a->mcp.wait_impl.start = wait_start;
+  a->mcp.wait_impl.cancel = wait_cancel;
+  a->mcp.wait_impl.is_concurrency_safe = wait_safe;
+  a->mcp.wait_impl.data = a;
+  a->mcp.wait_safe_impl = a->mcp.wait_impl;
   if (o->mcp_config != NULL) {
     al_mcp_config_t cfg;
     al_buf_t err;
@@ -1136,7 +1123,7 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
     al_buf_init(&err, 4096);
     if (al__mcp_config_parse(o->mcp_config, strlen(o->mcp_config), &cfg,
                              &err) == 0) {
-      a->mcp_wait_ms = cfg.startup_wait_ms;
+      a->mcp.wait_ms = cfg.startup_wait_ms;
       al__mcp_config_free(&cfg);
     }
     al_buf_free(&err);
@@ -1156,7 +1143,7 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
   }
   l->a = a;
   /* The sandbox's set-up (before this) may have decided it already. */
-  l->trust = o->trust_project || a->project_trusted;
+  l->trust = o->trust_project || a->reg.project_trusted;
   l->base = o->mcp_config != NULL ? al_strdup(o->mcp_config) : NULL;
   l->workspace = al_strdup(a->workspace);
   al_buf_init(&l->err, 4096);
@@ -1171,22 +1158,22 @@ void al__agent_mcp_init(al_agent_t *a, const al_agent_options_t *o) {
     }
     return;
   }
-  a->mcp_load = l;
-  a->mcp_t0 = al_now_ns();
-  a->pending++;
+  a->mcp.load = l;
+  a->mcp.t0 = al_now_ns();
+  al__agent_ref(a);
 }
 
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms) {
   uint64_t wait, spent;
 
-  if (a->mcp_load != NULL) {
-    wait = a->mcp_wait_ms; /* the project's file is still being read */
-  } else if (a->mcp == NULL || al__mcp_settled(a->mcp)) {
+  if (a->mcp.load != NULL) {
+    wait = a->mcp.wait_ms; /* the project's file is still being read */
+  } else if (a->mcp.set == NULL || al__mcp_settled(a->mcp.set)) {
     return false;
   } else {
-    wait = al__mcp_startup_wait_ms(a->mcp);
+    wait = al__mcp_startup_wait_ms(a->mcp.set);
   }
-  spent = (al_now_ns() - a->mcp_t0) / 1000000;
+  spent = (al_now_ns() - a->mcp.t0) / 1000000;
   if (spent >= wait) {
     return false;
   }
@@ -1201,15 +1188,15 @@ bool al__agent_mcp_startup_post(al_agent_t *a) {
   size_t i;
   bool stop;
 
-  if (a->mcp == NULL || a->mcp_startup_posted) {
+  if (a->mcp.set == NULL || a->mcp.startup_posted) {
     return false;
   }
-  a->mcp_startup_posted = true;
+  a->mcp.startup_posted = true;
   ready = json_array();
   failed = json_array();
   pending = json_array();
-  for (i = 0; i < al__mcp_count(a->mcp); i++) {
-    al_mcp_server_t *s = al__mcp_server(a->mcp, i);
+  for (i = 0; i < al__mcp_count(a->mcp.set); i++) {
+    al_mcp_server_t *s = al__mcp_server(a->mcp.set, i);
     const char *name = al__mcp_server_name(s);
     const char *err = al__mcp_server_error(s);
 
@@ -1249,7 +1236,7 @@ bool al__agent_mcp_startup_post(al_agent_t *a) {
   ev.u.mcp_startup.failed = ag_slice(f != NULL ? f : "[]");
   ev.u.mcp_startup.pending = ag_slice(p != NULL ? p : "[]");
   ev.u.mcp_startup.waited_ms =
-      a->mcp_wait_t0 != 0 ? (al_now_ns() - a->mcp_wait_t0) / 1000000 : 0;
+      a->mcp.wait_t0 != 0 ? (al_now_ns() - a->mcp.wait_t0) / 1000000 : 0;
   stop = al__agent_post(a, &ev);
   al_free(r);
   al_free(f);
@@ -1260,27 +1247,38 @@ bool al__agent_mcp_startup_post(al_agent_t *a) {
 static void on_mcp_closed(void *data) {
   al_agent_t *a = data;
 
-  a->mcp = NULL;
-  json_decref(a->mcp_loaded);
-  a->mcp_loaded = NULL;
-  a->pending--;
-  al__agent_maybe_finish(a);
+  a->mcp.set = NULL;
+  json_decref(a->mcp.loaded);
+  a->mcp.loaded = NULL;
+  al__agent_unref(a);
 }
 
 void al__agent_mcp_close(al_agent_t *a) {
-  if (a->mcp == NULL) {
+  if (a->mcp.set == NULL) {
     return;
   }
-  a->pending++;
-  al__mcp_close(a->mcp, on_mcp_closed, a);
+  al__agent_ref(a);
+  al__mcp_close(a->mcp.set, on_mcp_closed, a);
 }
 
 json_t *al__agent_mcp_json(const al_agent_t *a) {
   json_t *arr = json_array();
   size_t i;
 
-  for (i = 0; a->mcp != NULL && i < al__mcp_count(a->mcp); i++) {
-    json_array_append_new(arr, al__mcp_server_json(al__mcp_server(a->mcp, i)));
+  for (i = 0; a->mcp.set != NULL && i < al__mcp_count(a->mcp.set); i++) {
+    json_array_append_new(arr,
+                          al__mcp_server_json(al__mcp_server(a->mcp.set, i)));
   }
   return arr;
 }
+
+void al__agent_mcp_free(al_agent_t *a) {
+  al_free(a->mcp.gens);
+  a->mcp.gens = NULL;
+}
+
+void al__agent_mcp_driver(al_agent_t *a, void (*on_settled)(al_agent_t *a)) {
+  a->mcp.on_settled = on_settled;
+}
+
+void al__agent_mcp_wait_begin(al_agent_t *a) { a->mcp.wait_t0 = al_now_ns(); }

@@ -7,7 +7,13 @@
  *
  * Every hook run is cancelled when the run ends (al_agent_cancel, close),
  * and a cancelled run calls nothing back; the agent's close waits until
- * the hook processes are gone (al__agent_hooks_idle). */
+ * the hook processes are gone (al__agent_hooks_idle).
+ *
+ * Layers (STYLE §6.1): owns a->hooks (and the post_tool_use decisions of
+ * each executor, ag_exec_t.posts). It never calls a run transition: what
+ * the hooks decided goes to the driver through a->hooks.on_outcome
+ * (ag_hooks_outcome_t), and the driver (run.c) decides what comes next.
+ * Calls down: hooks/, history, core.c. */
 #include <string.h>
 
 #include "hooks/hooks.h"
@@ -30,7 +36,7 @@ int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o) {
   memset(&ho, 0, sizeof(ho));
   ho.loop = a->loop;
   ho.workspace = a->workspace;
-  ho.sandbox = a->sandbox;
+  ho.sandbox = a->reg.sandbox;
   ho.kill_grace_ms = o->kill_grace_ms;
   ho.callback = o->hook;
   ho.callback_data = o->hook_data;
@@ -38,7 +44,7 @@ int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o) {
   ho.on_run_freed = on_run_freed;
   ho.on_run_freed_data = a;
   al_buf_init(&err, 4096);
-  rc = al__hooks_new(&ho, o->hooks_config, &a->hooks, &err);
+  rc = al__hooks_new(&ho, o->hooks_config, &a->hooks.set, &err);
   if (rc != 0) {
     al_log(AL_LOG_ERROR, "hooks configuration: %s",
            err.data != NULL ? err.data : "out of memory");
@@ -48,20 +54,20 @@ int al__agent_hooks_init(al_agent_t *a, const al_agent_options_t *o) {
 }
 
 void al__agent_hooks_free(al_agent_t *a) {
-  al__hooks_free(a->hooks);
-  a->hooks = NULL;
-  al_free(a->stop_text);
-  a->stop_text = NULL;
+  al__hooks_free(a->hooks.set);
+  a->hooks.set = NULL;
+  al_free(a->hooks.stop_text);
+  a->hooks.stop_text = NULL;
 }
 
 bool al__agent_hooks_idle(const al_agent_t *a) {
-  return al__hooks_live(a->hooks) == 0;
+  return al__hooks_live(a->hooks.set) == 0;
 }
 
 json_t *al__agent_hook_input(al_agent_t *a) {
-  return json_pack("{s:s, s:I, s:I, s:s}", "session", a->session.id, "run",
-                   (json_int_t)a->run_id, "turn", (json_int_t)a->turn, "cwd",
-                   a->workspace);
+  return json_pack("{s:s, s:I, s:I, s:s}", "session", a->core.session.id, "run",
+                   (json_int_t)a->run.run_id, "turn", (json_int_t)a->run.turn,
+                   "cwd", a->workspace);
 }
 
 void al__agent_hook_report(al_agent_t *a, const al_hook_report_t *r,
@@ -86,35 +92,48 @@ void al__agent_hook_report(al_agent_t *a, const al_hook_report_t *r,
   al__agent_post(a, &ev);
 }
 
-/* ---- agent-level runs ------------------------------------------------------------- */
+/* ---- agent-level runs ---------------------------------------------------- */
 
 static void runs_remove(al_agent_t *a, al_hooks_run_t *r) {
   size_t i;
 
-  for (i = 0; i < a->n_hook_runs; i++) {
-    if (a->hook_runs[i] == r) {
-      a->hook_runs[i] = a->hook_runs[--a->n_hook_runs];
+  for (i = 0; i < a->hooks.n_runs; i++) {
+    if (a->hooks.runs[i] == r) {
+      a->hooks.runs[i] = a->hooks.runs[--a->hooks.n_runs];
       return;
     }
   }
 }
 
 void al__agent_hooks_cancel_runs(al_agent_t *a) {
-  while (a->n_hook_runs > 0) {
-    al__hooks_cancel(a->hook_runs[--a->n_hook_runs]);
+  while (a->hooks.n_runs > 0) {
+    al__hooks_cancel(a->hooks.runs[--a->hooks.n_runs]);
   }
-  al_free(a->stop_text);
-  a->stop_text = NULL;
-  al_free(a->prompt_why);
-  a->prompt_why = NULL;
-  a->prompt_pending = 0;
-  a->prompt_denied = false;
+  al_free(a->hooks.stop_text);
+  a->hooks.stop_text = NULL;
+  al_free(a->hooks.prompt_why);
+  a->hooks.prompt_why = NULL;
+  a->hooks.prompt_pending = 0;
+  a->hooks.prompt_denied = false;
 }
 
-/* ---- session_start, user_prompt_submit -------------------------------------------- */
+/* ---- session_start, user_prompt_submit ----------------------------------- */
 
 static void prompt_report(const al_hook_report_t *r, void *data) {
   al__agent_hook_report(data, r, NULL);
+}
+
+/* Outcomes go up through the driver's callback; the runner never calls
+ * a run transition itself. */
+static void report(al_agent_t *a, ag_hooks_outcome_kind_t kind, int code,
+                   const char *text) {
+  ag_hooks_outcome_t o;
+
+  o.kind = kind;
+  o.code = code;
+  o.text = text;
+  o.len = text != NULL ? strlen(text) : 0;
+  a->hooks.on_outcome(a, &o);
 }
 
 static void prompt_done(al_hooks_run_t *run, const al_hooks_result_t *res,
@@ -125,16 +144,16 @@ static void prompt_done(al_hooks_run_t *run, const al_hooks_result_t *res,
   runs_remove(a, run);
   /* Only user_prompt_submit gates (session_start's failures default to no
    * decision; a deny from it is honoured too). */
-  if (res->decision == AL_HOOK_DENY && !a->prompt_denied) {
-    a->prompt_denied = true;
+  if (res->decision == AL_HOOK_DENY && !a->hooks.prompt_denied) {
+    a->hooks.prompt_denied = true;
     snprintf(msg, sizeof(msg), "the prompt was blocked by hook '%s'%s%s",
              res->hook != NULL ? res->hook : "?",
              res->reason != NULL ? ": " : "",
              res->reason != NULL ? res->reason : "");
-    al_free(a->prompt_why);
-    a->prompt_why = al_strdup(msg);
+    al_free(a->hooks.prompt_why);
+    a->hooks.prompt_why = al_strdup(msg);
   }
-  if (res->context != NULL && !a->prompt_denied) {
+  if (res->context != NULL && !a->hooks.prompt_denied) {
     /* Added to the user's message as a text block of its own. */
     char *c = al_malloc(strlen(res->context) + 32);
 
@@ -144,38 +163,39 @@ static void prompt_done(al_hooks_run_t *run, const al_hooks_result_t *res,
       al_free(c);
     }
   }
-  if (--a->prompt_pending > 0) {
+  if (--a->hooks.prompt_pending > 0) {
     return;
   }
-  if (a->prompt_denied) {
-    char *why = a->prompt_why;
+  if (a->hooks.prompt_denied) {
+    char *why = a->hooks.prompt_why;
 
-    a->prompt_why = NULL;
-    al__agent_end_error(a, UV_EACCES, why != NULL ? why : "blocked by a hook");
+    a->hooks.prompt_why = NULL;
+    report(a, AG_HOOKS_PROMPT_BLOCKED, UV_EACCES,
+           why != NULL ? why : "blocked by a hook");
     al_free(why);
     return;
   }
-  al__agent_begin_turns(a);
+  report(a, AG_HOOKS_PROMPT_PASSED, 0, NULL);
 }
 
 static bool prompt_run(al_agent_t *a, al_hook_event_t ev, const char *prompt) {
   json_t *in;
   al_hooks_run_t *run;
 
-  if (!al__hooks_match(a->hooks, ev, NULL, -1) ||
-      a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs)) {
+  if (!al__hooks_match(a->hooks.set, ev, NULL, -1) ||
+      a->hooks.n_runs >= AL_ARRAY_SIZE(a->hooks.runs)) {
     return false;
   }
   in = al__agent_hook_input(a);
   json_object_set_new(in, "prompt", json_string(prompt));
-  if (al__hooks_run(a->hooks, ev, NULL, -1, in, prompt_report, prompt_done, a,
-                    &run) != 0) {
+  if (al__hooks_run(a->hooks.set, ev, NULL, -1, in, prompt_report, prompt_done,
+                    a, &run) != 0) {
     json_decref(in);
     return false;
   }
   json_decref(in);
-  a->hook_runs[a->n_hook_runs++] = run;
-  a->prompt_pending++;
+  a->hooks.runs[a->hooks.n_runs++] = run;
+  a->hooks.prompt_pending++;
   return true;
 }
 
@@ -183,11 +203,11 @@ bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
                                   bool first) {
   bool any = false;
 
-  if (a->hooks == NULL) {
+  if (a->hooks.set == NULL) {
     return false;
   }
-  a->prompt_denied = false;
-  a->prompt_pending = 0;
+  a->hooks.prompt_denied = false;
+  a->hooks.prompt_pending = 0;
   if (first) {
     any = prompt_run(a, AL_HOOK_SESSION_START, prompt) || any;
   }
@@ -195,7 +215,7 @@ bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
   return any;
 }
 
-/* ---- post_tool_use ------------------------------------------------------------------ */
+/* ---- post_tool_use ------------------------------------------------------- */
 
 /* One call's post_tool_use run: started as soon as the call's result
  * arrives (other calls may still run, the reply may still stream); its
@@ -221,8 +241,8 @@ static void post_report(const al_hook_report_t *r, void *data) {
 
 /* What the model sees: deny withholds the result (the reason instead, an
  * error), replace swaps it, context is appended. */
-static char *post_shown(const al_tool_call_t *call, const al_hooks_result_t *res,
-                        bool *is_error) {
+static char *post_shown(const al_tool_call_t *call,
+                        const al_hooks_result_t *res, bool *is_error) {
   al_buf_t b;
 
   *is_error = call->is_error;
@@ -269,9 +289,9 @@ static void post_done(al_hooks_run_t *run, const al_hooks_result_t *res,
   }
   box->posts_pending--;
   /* The last hook of a turn whose calls are all done: commit. */
-  if (box->posts_pending == 0 && a->cur == box && a->state == AG_TOOLS &&
-      !al__executor_has_pending(&box->ex)) {
-    al__agent_tools_done(a);
+  if (box->posts_pending == 0 && a->att.cur == box &&
+      a->run.state == AG_TOOLS && !al__executor_has_pending(&box->ex)) {
+    report(a, AG_HOOKS_POSTS_DECIDED, 0, NULL);
   }
 }
 
@@ -282,13 +302,13 @@ void al__agent_post_hook_call(al_agent_t *a, ag_exec_t *box,
   json_t *in;
   ag_post_t *p;
 
-  if (a->hooks == NULL || box->retiring || box->closing ||
+  if (a->hooks.set == NULL || box->retiring || box->closing ||
       call->abort_reason != AL_EXECUTOR_ABORT_NONE) {
     return;
   }
   t = al__agent_tool_find(a, call->name);
   cat = t != NULL ? (int)t->category : -1;
-  if (!al__hooks_match(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat)) {
+  if (!al__hooks_match(a->hooks.set, AL_HOOK_POST_TOOL_USE, call->name, cat)) {
     return;
   }
   p = al_calloc(1, sizeof(*p));
@@ -305,7 +325,7 @@ void al__agent_post_hook_call(al_agent_t *a, ag_exec_t *box,
                 call->id, "input", call->input, "result",
                 call->content != NULL ? call->content : "", call->content_len,
                 "is_error", call->is_error));
-  if (al__hooks_run(a->hooks, AL_HOOK_POST_TOOL_USE, call->name, cat, in,
+  if (al__hooks_run(a->hooks.set, AL_HOOK_POST_TOOL_USE, call->name, cat, in,
                     post_report, post_done, p, &p->run) != 0) {
     al_free(p);
     json_decref(in);
@@ -396,7 +416,7 @@ void al__agent_post_hooks_drop(ag_exec_t *box) {
   box->posts_pending = 0;
 }
 
-/* ---- stop --------------------------------------------------------------------------- */
+/* ---- stop ---------------------------------------------------------------- */
 
 static void stop_report(const al_hook_report_t *r, void *data) {
   al__agent_hook_report(data, r, NULL);
@@ -405,25 +425,25 @@ static void stop_report(const al_hook_report_t *r, void *data) {
 static void stop_done(al_hooks_run_t *run, const al_hooks_result_t *res,
                       void *data) {
   al_agent_t *a = data;
-  char *text = a->stop_text;
+  char *text = a->hooks.stop_text;
 
   runs_remove(a, run);
-  a->stop_text = NULL;
+  a->hooks.stop_text = NULL;
   if (res->decision == AL_HOOK_DENY && res->reason != NULL &&
       res->reason[0] != '\0') {
     /* "Not done yet": the reason goes to the model as the next user
      * message and the run goes on. */
-    a->stop_blocks++;
+    a->hooks.stop_blocks++;
     al_free(text);
     if (al__history_append_user_text(&a->history, res->reason) != 0) {
-      al__agent_end_error(a, AL_ENOMEM, "out of memory");
+      report(a, AG_HOOKS_FAILED, AL_ENOMEM, "out of memory");
       return;
     }
-    al__agent_continue(a);
+    report(a, AG_HOOKS_STOP_CONTINUE, 0, NULL);
     return;
   }
-  a->stop_blocks = 0;
-  al__agent_end_final(a, text != NULL ? text : "", text != NULL ? strlen(text) : 0);
+  a->hooks.stop_blocks = 0;
+  report(a, AG_HOOKS_STOP_FINAL, 0, text != NULL ? text : "");
   al_free(text);
 }
 
@@ -431,35 +451,38 @@ bool al__agent_stop_hooks_start(al_agent_t *a, const char *text, size_t len) {
   json_t *in;
   al_hooks_run_t *run;
 
-  if (a->hooks == NULL || a->stop_blocks >= AG_STOP_HOOK_LIMIT ||
-      a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
-      !al__hooks_match(a->hooks, AL_HOOK_STOP, NULL, -1)) {
-    if (a->stop_blocks >= AG_STOP_HOOK_LIMIT) {
+  if (a->hooks.set == NULL || a->hooks.stop_blocks >= AG_STOP_HOOK_LIMIT ||
+      a->hooks.n_runs >= AL_ARRAY_SIZE(a->hooks.runs) ||
+      !al__hooks_match(a->hooks.set, AL_HOOK_STOP, NULL, -1)) {
+    if (a->hooks.stop_blocks >= AG_STOP_HOOK_LIMIT) {
       al_log(AL_LOG_WARN, "stop hooks continued the run %d times in a row; "
                           "this answer is final",
              AG_STOP_HOOK_LIMIT);
     }
     return false;
   }
-  a->stop_text = al_strndup(text != NULL ? text : "", text != NULL ? len : 0);
+  a->hooks.stop_text =
+      al_strndup(text != NULL ? text : "", text != NULL ? len : 0);
   in = al__agent_hook_input(a);
-  json_object_set_new(in, "final_text", json_stringn(a->stop_text,
-                                                     strlen(a->stop_text)));
-  json_object_set_new(in, "stop_hook_active", json_boolean(a->stop_blocks > 0));
-  if (a->stop_text == NULL ||
-      al__hooks_run(a->hooks, AL_HOOK_STOP, NULL, -1, in, stop_report,
+  json_object_set_new(
+      in, "final_text",
+      json_stringn(a->hooks.stop_text, strlen(a->hooks.stop_text)));
+  json_object_set_new(in, "stop_hook_active",
+                      json_boolean(a->hooks.stop_blocks > 0));
+  if (a->hooks.stop_text == NULL ||
+      al__hooks_run(a->hooks.set, AL_HOOK_STOP, NULL, -1, in, stop_report,
                     stop_done, a, &run) != 0) {
     json_decref(in);
-    al_free(a->stop_text);
-    a->stop_text = NULL;
+    al_free(a->hooks.stop_text);
+    a->hooks.stop_text = NULL;
     return false;
   }
   json_decref(in);
-  a->hook_runs[a->n_hook_runs++] = run;
+  a->hooks.runs[a->hooks.n_runs++] = run;
   return true;
 }
 
-/* ---- pre_compact --------------------------------------------------------------------- */
+/* ---- pre_compact --------------------------------------------------------- */
 
 static void precompact_done(al_hooks_run_t *run, const al_hooks_result_t *res,
                             void *data) {
@@ -474,15 +497,15 @@ void al__agent_subagent_hooks(al_agent_t *a, bool stop, const json_t *fields) {
   json_t *in;
   al_hooks_run_t *run;
 
-  if (a->hooks == NULL || a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
-      !al__hooks_match(a->hooks, evn, NULL, -1)) {
+  if (a->hooks.set == NULL || a->hooks.n_runs >= AL_ARRAY_SIZE(a->hooks.runs) ||
+      !al__hooks_match(a->hooks.set, evn, NULL, -1)) {
     return;
   }
   in = al__agent_hook_input(a);
   json_object_update(in, (json_t *)fields);
-  if (al__hooks_run(a->hooks, evn, NULL, -1, in, stop_report,
+  if (al__hooks_run(a->hooks.set, evn, NULL, -1, in, stop_report,
                     precompact_done, a, &run) == 0) {
-    a->hook_runs[a->n_hook_runs++] = run;
+    a->hooks.runs[a->hooks.n_runs++] = run;
   }
   json_decref(in);
 }
@@ -493,16 +516,24 @@ void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
   al_hooks_run_t *run;
 
   /* Observational: the compaction does not wait for it. */
-  if (a->hooks == NULL || a->n_hook_runs >= AL_ARRAY_SIZE(a->hook_runs) ||
-      !al__hooks_match(a->hooks, AL_HOOK_PRE_COMPACT, NULL, -1)) {
+  if (a->hooks.set == NULL || a->hooks.n_runs >= AL_ARRAY_SIZE(a->hooks.runs) ||
+      !al__hooks_match(a->hooks.set, AL_HOOK_PRE_COMPACT, NULL, -1)) {
     return;
   }
   in = al__agent_hook_input(a);
   json_object_set_new(in, "trigger", json_string(trigger));
   json_object_set_new(in, "tokens_before", json_integer(tokens_before));
-  if (al__hooks_run(a->hooks, AL_HOOK_PRE_COMPACT, NULL, -1, in, stop_report,
-                    precompact_done, a, &run) == 0) {
-    a->hook_runs[a->n_hook_runs++] = run;
+  if (al__hooks_run(a->hooks.set, AL_HOOK_PRE_COMPACT, NULL, -1, in,
+                    stop_report, precompact_done, a, &run) == 0) {
+    a->hooks.runs[a->hooks.n_runs++] = run;
   }
   json_decref(in);
+}
+
+void al__agent_hooks_new_run(al_agent_t *a) { a->hooks.stop_blocks = 0; }
+
+void al__agent_hooks_driver(al_agent_t *a,
+                            void (*on_outcome)(al_agent_t *a,
+                                               const ag_hooks_outcome_t *o)) {
+  a->hooks.on_outcome = on_outcome;
 }

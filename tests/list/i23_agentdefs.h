@@ -1,0 +1,13 @@
+/* issue 23, agent definitions (src/config/agentdefs.c): TEST_ENTRY(name)
+ * lines only. */
+TEST_ENTRY(agentdefs_builtins)
+TEST_ENTRY(agentdefs_fields_ours)
+TEST_ENTRY(agentdefs_claude_code_files)
+TEST_ENTRY(agentdefs_errors_name_place)
+TEST_ENTRY(agentdefs_precedence)
+TEST_ENTRY(agentdefs_untrusted_project_skipped)
+TEST_ENTRY(agentdefs_file_bounds)
+TEST_ENTRY(agentdefs_describe_budget)
+TEST_ENTRY(agentdefs_load_in_pool)
+TEST_ENTRY(agentdefs_alloc_failure)
+TEST_ENTRY(agentdefs_claude_dir_bound_to_trust)
