@@ -19,10 +19,10 @@
 typedef struct kid_s {
   struct kid_s *next;
   al_tx_kids_t *set;
-  al_tx_t *tx;     /* NULL once closed: later commits are dropped */
-  bool ending;     /* its flush and close are under way */
-  char id[64];     /* the child's session id (its events' session) */
-  char file[64];   /* its transcript's id (al__tx_child_file_id) */
+  al_tx_t *tx;   /* NULL once closed: later commits are dropped */
+  bool ending;   /* its flush and close are under way */
+  char id[64];   /* the child's session id (its events' session) */
+  char file[64]; /* its transcript's id (al__tx_child_file_id) */
 } kid_t;
 
 struct al_tx_kids_s {
@@ -31,8 +31,8 @@ struct al_tx_kids_s {
   size_t max_queue;
   kid_t *kids;
   size_t count;
-  size_t open;    /* writers not yet closed */
-  int err;        /* the first append error of any child */
+  size_t open; /* writers not yet closed */
+  int err;     /* the first append error of any child */
   bool closing;
   void (*close_cb)(void *data);
   void *close_data;
@@ -62,9 +62,8 @@ al_blob_t *al__tx_child_record(const al_tx_child_t *c) {
   }
   rec = json_pack("{s:s, s:s, s:s, s:s, s:s?, s:s?, s:s?, s:b, s:i}", "rec",
                   "child", "task", c->task_id, "session", c->session_id,
-                  "transcript", file,
-                  "parent_call", c->parent_call, "agent", c->agent,
-                  "parent_session", c->parent_session, "background",
+                  "transcript", file, "parent_call", c->parent_call, "agent",
+                  c->agent, "parent_session", c->parent_session, "background",
                   c->background, "depth", (int)c->depth);
   b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
@@ -98,8 +97,7 @@ static void kid_put(kid_t *kid, al_blob_t *b) {
   rc = al__tx_append_chained(kid->tx, b, true);
   if (rc != 0 && kid->set->err == 0) {
     kid->set->err = rc;
-    al_log(AL_LOG_ERROR, "child transcript %s: %s", kid->id,
-           al_strerror(rc));
+    al_log(AL_LOG_ERROR, "child transcript %s: %s", kid->id, al_strerror(rc));
   }
 }
 
@@ -146,9 +144,9 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
   hd.cwd = h != NULL ? h->cwd : NULL;
   hd.created_ms = h != NULL ? h->created_ms : 0;
   hd.parent = json_pack("{s:s?, s:s, s:s?, s:s?, s:i, s:b}", "session",
-                        c->parent_session, "task", c->task_id,
-                        "parent_call", c->parent_call, "agent", c->agent,
-                        "depth", (int)c->depth, "background", c->background);
+                        c->parent_session, "task", c->task_id, "parent_call",
+                        c->parent_call, "agent", c->agent, "depth",
+                        (int)c->depth, "background", c->background);
   b = hd.parent != NULL ? al__tx_header_record(kid->file, &hd) : NULL;
   json_decref(hd.parent);
   if (b == NULL) {
@@ -183,8 +181,10 @@ void al__tx_kid_commit(al_agent_t *agent, al_commit_kind_t kind,
     if (kid->set->err == 0) {
       kid->set->err = AL_ENOMEM;
     }
-    al_log(AL_LOG_ERROR, "child transcript %s: a history commit cannot be "
-                         "recorded", kid->id);
+    al_log(AL_LOG_ERROR,
+           "child transcript %s: a history commit cannot be "
+           "recorded",
+           kid->id);
     return;
   }
   kid_put(kid, b);

@@ -38,8 +38,8 @@ static const char *pstr(const dt_client_t *c, size_t i, const char *key) {
 
 /* Starts a session whose read_file asks, runs "go" up to the child's
  * approval; returns the approval_required's index. */
-static size_t start_child(dt_t *t, dt_client_t *c, const char *yaml,
-                          char *sid, size_t n) {
+static size_t start_child(dt_t *t, dt_client_t *c, const char *yaml, char *sid,
+                          size_t n) {
   char p[1024];
   size_t i;
 
@@ -73,8 +73,7 @@ static bool kid_whole(void *data) {
 
   memset(&l, 0, sizeof(l));
   ok = al__tx_load(w->path, false, 1 << 20, &l) == 0 &&
-       l.closed_tool_uses == 0 &&
-       al__history_count(&l.history) >= w->messages;
+       l.closed_tool_uses == 0 && al__history_count(&l.history) >= w->messages;
   al__tx_loaded_free(&l);
   return ok;
 }
@@ -104,21 +103,23 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
   ASSERT_STR_EQ(pstr(&c, i, "session"), child);
   ASSERT_STR_EQ(pstr(&c, i, "name"), "read_file");
   /* The parent's stream numbers the child's events: one gap-free seq. */
-  ASSERT_EQ(json_integer_value(json_object_get(params_of(&c, i), "seq")),
-            json_integer_value(json_object_get(params_of(&c, i - 1), "seq")) +
-                1);
+  ASSERT_EQ(
+      json_integer_value(json_object_get(params_of(&c, i), "seq")),
+      json_integer_value(json_object_get(params_of(&c, i - 1), "seq")) + 1);
 
   /* task/list while the child waits. */
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
   r = dt_call(&c, 5, "task/list", p);
   tasks = json_object_get(json_object_get(r, "result"), "tasks");
   ASSERT_EQ(json_array_size(tasks), 1);
-  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
-                                                  "id")), "t1");
-  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
-                                                  "state")), "running");
-  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
-                                                  "agent")), "general");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_array_get(tasks, 0), "id")), "t1");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_array_get(tasks, 0), "state")),
+      "running");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_array_get(tasks, 0), "agent")),
+      "general");
   /* Unknown tasks, missing params. */
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"task\":\"t9\"}", sid);
   ASSERT_EQ(dt_err(dt_call(&c, 6, "task/cancel", p)), AL_RPC_INVALID_PARAMS);
@@ -148,16 +149,19 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
   ASSERT_STR_EQ(pstr(&c, fin, "text"), "parent done");
   r = dt_call(&c, 10, "task/list", p);
   tasks = json_object_get(json_object_get(r, "result"), "tasks");
-  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
-                                                  "state")), "completed");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_array_get(tasks, 0), "state")),
+      "completed");
   /* session/resume lists the children as the transcript links them. */
   r = dt_call(&c, 11, "session/resume", p);
   tasks = json_object_get(json_object_get(r, "result"), "children");
   ASSERT_EQ(json_array_size(tasks), 1);
-  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
-                                                  "session")), child);
-  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tasks, 0),
-                                                  "parent_call")), "k1");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_array_get(tasks, 0), "session")),
+      child);
+  ASSERT_STR_EQ(json_string_value(
+                    json_object_get(json_array_get(tasks, 0), "parent_call")),
+                "k1");
   dt_assert_valid(&t);
 
   /* The child's transcript: its own chain, its header naming the parent,
@@ -183,8 +187,7 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
   ASSERT_STR_EQ(json_string_value(json_object_get(l.header.parent, "session")),
                 sid);
   ASSERT_STR_EQ(
-      json_string_value(json_object_get(l.header.parent, "parent_call")),
-      "k1");
+      json_string_value(json_object_get(l.header.parent, "parent_call")), "k1");
   hist = json_dumps(al__history_to_json(&l.history), JSON_COMPACT);
   ASSERT_NOT_NULL(strstr(hist, "CHILD-A"));
   ASSERT_NOT_NULL(strstr(hist, "child done"));
@@ -198,8 +201,9 @@ TEST_IMPL(i23_daemon_child_events_approval_and_transcripts) {
   ASSERT_EQ(l.chain_breaks, 0);
   ASSERT_EQ(l.bad_lines, 0);
   ASSERT_EQ(json_array_size(l.children), 1);
-  ASSERT_STR_EQ(json_string_value(json_object_get(
-                    json_array_get(l.children, 0), "session")), child);
+  ASSERT_STR_EQ(json_string_value(
+                    json_object_get(json_array_get(l.children, 0), "session")),
+                child);
   ASSERT(!l.run_open);
   ASSERT_EQ(l.closed_tool_uses, 0);
   /* The child's events are in it (since_seq replays them), its deltas
@@ -265,13 +269,12 @@ TEST_IMPL(i23_daemon_task_cancel) {
   ASSERT_EQ(dt_err(dt_call(&c, 6, "task/cancel", p)), AL_RPC_INVALID_PARAMS);
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
   r = dt_call(&c, 7, "task/list", p);
-  ASSERT_STR_EQ(json_string_value(json_object_get(
-                    json_array_get(json_object_get(json_object_get(r,
-                                                                   "result"),
-                                                   "tasks"),
-                                   0),
-                    "state")),
-                "cancelled");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(
+          json_array_get(json_object_get(json_object_get(r, "result"), "tasks"),
+                         0),
+          "state")),
+      "cancelled");
   dt_assert_valid(&t);
   dt_finish(&t, cs, 1);
   return 0;
@@ -426,8 +429,7 @@ TEST_IMPL(i23_daemon_background_child_keeps_session_loaded) {
     json_t *tk = json_array_get(
         json_object_get(json_object_get(r, "result"), "tasks"), 0);
 
-    ASSERT_STR_EQ(json_string_value(json_object_get(tk, "state")),
-                  "running");
+    ASSERT_STR_EQ(json_string_value(json_object_get(tk, "state")), "running");
   }
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"task\":\"t1\"}", a);
   ASSERT_EQ(dt_err(dt_call(&c, id++, "task/cancel", p)), 0);

@@ -42,8 +42,8 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   char path[256];
   uv_loop_t loop;
   al_tx_kids_t *k;
-  al_tx_child_t c = {"t1", "s_parent.t1", "s_parent", "toolu_1", "explore",
-                     false, 1};
+  al_tx_child_t c = {"t1",      "s_parent.t1", "s_parent", "toolu_1",
+                     "explore", false,         1};
   al_tx_header_t h;
   al_blob_t *link = NULL;
   void *cd = NULL;
@@ -52,8 +52,9 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   char prev[AL_TX_HASH_HEX + 1] = "";
   static const char user[] =
       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"look\"}]}";
-  static const char asst[] = "{\"role\":\"assistant\",\"content\":[{\"type\":"
-                             "\"text\",\"text\":\"found it\"}]}";
+  static const char asst[] =
+      "{\"role\":\"assistant\",\"content\":[{\"type\":"
+      "\"text\",\"text\":\"found it\"}]}";
   const json_t *ch;
 
   ASSERT_NOT_NULL(mkdtemp(dir));
@@ -69,8 +70,9 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
 
     bad.session_id = "../x"; /* and one past 63 bytes */
     ASSERT_EQ(al__tx_kids_open(k, &bad, &h, &cd, &link), AL_EINVAL);
-    bad.session_id = "s_0123456789012345678901234567890123456789012345678901"
-                     "23456789.t1";
+    bad.session_id =
+        "s_0123456789012345678901234567890123456789012345678901"
+        "23456789.t1";
     ASSERT_EQ(al__tx_kids_open(k, &bad, &h, &cd, &link), AL_EINVAL);
     ASSERT_NULL(link);
   }
@@ -83,8 +85,8 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   /* Its own child (depth 2) is linked from its transcript, not the
    * session's: no link comes back. */
   {
-    al_tx_child_t g = {"t3", "s_parent.t1.t3", "s_parent.t1", "toolu_9",
-                       "explore", false, 2};
+    al_tx_child_t g = {
+        "t3", "s_parent.t1.t3", "s_parent.t1", "toolu_9", "explore", false, 2};
     al_blob_t *glink = NULL;
     void *gd = NULL;
 
@@ -114,8 +116,8 @@ TEST_IMPL(i23_child_transcript_own_chain_linked) {
   ASSERT_STR_EQ(l.chain_id, "s_parent-t1");
   ASSERT_EQ(al__history_count(&l.history), 2);
   ASSERT_EQ(json_array_size(l.children), 1); /* its child t3 */
-  ASSERT_STR_EQ(json_string_value(json_object_get(
-                    json_array_get(l.children, 0), "transcript")),
+  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(l.children, 0),
+                                                  "transcript")),
                 "s_parent-t1-t3");
   ASSERT_STR_EQ(l.header.cwd, "/work");
   ASSERT_NOT_NULL(l.header.parent);
@@ -185,8 +187,9 @@ TEST_IMPL(i23_crash_while_child_runs_closes_task_call) {
   CHAIN(&buf, "s_p", prev,
         "{\"rec\":\"user\",\"message\":{\"role\":\"user\",\"content\":[{"
         "\"type\":\"text\",\"text\":\"go\"}]}}\n");
-  al_buf_append_str(&buf, "{\"type\":\"run_started\",\"seq\":1,\"run\":1,"
-                          "\"turn\":0,\"session\":\"s_p\"}\n");
+  al_buf_append_str(&buf,
+                    "{\"type\":\"run_started\",\"seq\":1,\"run\":1,"
+                    "\"turn\":0,\"session\":\"s_p\"}\n");
   CHAIN(&buf, "s_p", prev,
         "{\"rec\":\"assistant\",\"message\":{\"role\":\"assistant\","
         "\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_T\",\"name\":"
@@ -195,9 +198,10 @@ TEST_IMPL(i23_crash_while_child_runs_closes_task_call) {
         "{\"rec\":\"child\",\"task\":\"t1\",\"session\":\"s_c\","
         "\"parent_call\":\"toolu_T\",\"agent\":\"general\","
         "\"background\":false,\"depth\":1}\n");
-  al_buf_append_str(&buf, "{\"type\":\"final\",\"seq\":2,\"run\":1,"
-                          "\"turn\":1,\"session\":\"s_c\",\"path\":\"t1\"}"
-                          "\n");
+  al_buf_append_str(&buf,
+                    "{\"type\":\"final\",\"seq\":2,\"run\":1,"
+                    "\"turn\":1,\"session\":\"s_c\",\"path\":\"t1\"}"
+                    "\n");
   memset(&l, 0, sizeof(l));
   ASSERT_EQ(al__tx_load_buf(buf.data, buf.len, 1 << 20, &l, NULL), 0);
   ASSERT_EQ(l.bad_lines, 0);

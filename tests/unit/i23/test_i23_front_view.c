@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
 #include "client/run_int.h"
 #include "client/tui.h"
-#include <jansson.h>
 
 #include "test.h"
 
@@ -74,14 +74,17 @@ TEST_IMPL(i23_run_view_nested_tool_lines) {
   ev[8].u.tool.input = SL("{}");
   out = view_of(ev, 9);
   ASSERT_NOT_NULL(strstr(out, "]   explore t1: ● started: find the parser\n"));
-  ASSERT_NOT_NULL(strstr(out, "]   explore t1: ● grep {\"pattern\":\"sse\"} "
-                              "started\n"));
+  ASSERT_NOT_NULL(strstr(out,
+                         "]   explore t1: ● grep {\"pattern\":\"sse\"} "
+                         "started\n"));
   ASSERT_NOT_NULL(strstr(out, "]     general t1/t3: ● started: deeper\n"));
   ASSERT_NOT_NULL(strstr(out, "]     general t1/t3: ✓ read_file 3 ms\n"));
-  ASSERT_NOT_NULL(strstr(out, "]     general t1/t3: approval required: bash "
-                              "{\"command\":\"make\"}\n"));
-  ASSERT_NOT_NULL(strstr(out, "]   explore t1: ✓ completed, 1200 in / 80 out "
-                              "tokens: in src/sse\n"));
+  ASSERT_NOT_NULL(strstr(out,
+                         "]     general t1/t3: approval required: bash "
+                         "{\"command\":\"make\"}\n"));
+  ASSERT_NOT_NULL(strstr(out,
+                         "]   explore t1: ✓ completed, 1200 in / 80 out "
+                         "tokens: in src/sse\n"));
   ASSERT_NOT_NULL(strstr(out, "] ● ls {} started\n"));
   ASSERT_NULL(strstr(out, "CHILD TEXT"));
   ASSERT_NULL(strstr(out, "final"));
@@ -141,8 +144,9 @@ TEST_IMPL(i23_chat_view_nested_tool_lines) {
   ASSERT_NOT_NULL(strstr(err, "  ✓ explore t1 › grep(sse)  "));
   ASSERT_NOT_NULL(strstr(err, "    general t1/t3 › started: deeper\n"));
   ASSERT_NOT_NULL(strstr(err, "    ✗ general t1/t3 › read_file()  "));
-  ASSERT_NOT_NULL(strstr(err, "  explore t1 › ✓ completed · 1.2k in · 80 "
-                              "out\n"));
+  ASSERT_NOT_NULL(strstr(err,
+                         "  explore t1 › ✓ completed · 1.2k in · 80 "
+                         "out\n"));
   ASSERT_NULL(strstr(err, "CHILD OUTPUT")); /* the child's, not shown */
   ASSERT_NULL(strstr(err, "CHILD TEXT"));
   ASSERT(out == NULL || strstr(out, "CHILD TEXT") == NULL);
