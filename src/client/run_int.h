@@ -124,7 +124,6 @@ typedef struct al__run_session_s {
   al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
   al_tx_kids_t *kids;    /* the sub-agents' transcripts (issue 23) */
   char *cwd;             /* for the children's headers */
-  uint64_t created_ms;
 } al__run_session_t;
 
 /* Before the loop: a new session, or (resume_id / cont) an existing one,

@@ -343,7 +343,6 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
                   : (rs->resumed && rs->loaded.header.cwd != NULL
                          ? al_strdup(rs->loaded.header.cwd)
                          : NULL);
-    rs->created_ms = h != NULL ? h->created_ms : 0;
   }
   /* A new session's chain binds its id; a resumed one goes on after its
    * last good record, in the file's format. */
@@ -446,7 +445,6 @@ void al__run_session_child(al__run_session_t *rs, const al_tx_child_t *c,
   }
   memset(&h, 0, sizeof(h));
   h.cwd = rs->cwd;
-  h.created_ms = rs->created_ms;
   rc = al__tx_kids_open(rs->kids, c, &h, commit_data, &link);
   if (rc != 0) {
     fprintf(stderr, "agentloop: sub-agent %s (%s) keeps no transcript: "

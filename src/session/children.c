@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -105,15 +106,15 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
                      const al_tx_header_t *h, void **commit_data,
                      al_blob_t **link) {
   char path[PATH_MAX];
+  char file[64];
   al_tx_header_t hd;
   al_blob_t *b;
   kid_t *kid;
+  struct timespec now;
   int rc;
 
   *commit_data = NULL;
   *link = NULL;
-  char file[64];
-
   if (k->closing || c->task_id == NULL ||
       !al__tx_child_file_id(c->session_id, file)) {
     return AL_EINVAL;
@@ -142,7 +143,10 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
 
   memset(&hd, 0, sizeof(hd));
   hd.cwd = h != NULL ? h->cwd : NULL;
-  hd.created_ms = h != NULL ? h->created_ms : 0;
+  /* The child's own start (listings sort by it), not its parent's. */
+  clock_gettime(CLOCK_REALTIME, &now);
+  hd.created_ms =
+      (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
   hd.parent = json_pack("{s:s?, s:s, s:s?, s:s?, s:i, s:b}", "session",
                         c->parent_session, "task", c->task_id, "parent_call",
                         c->parent_call, "agent", c->agent, "depth",

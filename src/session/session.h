@@ -274,7 +274,7 @@ typedef struct al_tx_kids_s al_tx_kids_t;
 al_tx_kids_t *al__tx_kids_new(uv_loop_t *loop, const char *dir,
                               size_t max_queue);
 /* Opens the child's transcript (asynchronously) and queues its header:
- * cwd and created_ms from h (may be NULL), "parent" from c. *commit_data
+ * cwd from h (may be NULL), "parent" from c, created_ms now. *commit_data
  * is for al__tx_kid_commit (the child's al_commit_cb); *link the
  * parent's "child" record, for the caller to append to the parent's
  * chain (unref it), or NULL when the parent is a child of this set (a
