@@ -59,44 +59,6 @@ const al_claude_tool_t *al_claude_tool_find(const char *claude) {
   return NULL;
 }
 
-/* ---- the built-ins
- * ------------------------------------------------------------ */
-
-static const char k_child_prompt[] =
-    "You are a sub-agent: another agent gave you one task. Do it with the "
-    "tools you have, then end with a concise report of what you did and "
-    "found (paths, names, figures); that final message is all the other "
-    "agent sees.";
-
-static const char k_explore_prompt[] =
-    "You are a read-only sub-agent: another agent asked you to investigate "
-    "a question about the files here. Search and read (grep, glob, "
-    "list_directory, read_file) until you can answer; change nothing. End "
-    "with a concise report: the answer first, then the evidence as paths "
-    "with line numbers. That final message is all the other agent sees.";
-
-/* Read-category tools only, so the task tool may run it beside others. */
-static const char *const k_explore_tools[] = {
-    "read_file", "list_directory", "grep", "glob", "read_tool_output", NULL};
-
-typedef struct builtin_s {
-  const char *name, *description, *system;
-  const char *const *tools;
-} builtin_t;
-
-static const builtin_t k_builtins[] = {
-    {"explore",
-     "Read-only investigation: searches, lists and reads files and reports "
-     "concisely what it found. Use it for questions about the code that "
-     "need many reads; it changes nothing.",
-     k_explore_prompt, k_explore_tools},
-    {"general",
-     "General-purpose agent for a multi-step task (research, changes, "
-     "commands) with all of your tools; give it a self-contained prompt.",
-     k_child_prompt, NULL},
-};
-#define N_BUILTINS (sizeof(k_builtins) / sizeof(k_builtins[0]))
-
 /* ---- the set
  * -------------------------------------------------------------------- */
 
@@ -144,16 +106,26 @@ void al_agentdefs_free(al_agentdefs_t *d) {
   al_free(d);
 }
 
-/* Listing order: the built-ins' names first, then by name. */
+/* Listing order: the built-ins' names first (a file replacing one
+ * stands in its place), then by name. The built-ins themselves are the
+ * loop's (al_subagent_builtins): this loader reads files only. */
 static int rank(const char *name) {
-  size_t i;
+  size_t i, n;
+  const al_subagent_def_t *b = al_subagent_builtins(&n);
 
-  for (i = 0; i < N_BUILTINS; i++) {
-    if (strcmp(name, k_builtins[i].name) == 0) {
+  for (i = 0; i < n; i++) {
+    if (strcmp(name, b[i].name) == 0) {
       return (int)i;
     }
   }
-  return (int)N_BUILTINS;
+  return (int)n;
+}
+
+static bool is_builtin_name(const char *name) {
+  size_t n;
+
+  (void)al_subagent_builtins(&n);
+  return rank(name) < (int)n;
 }
 
 static int order(const char *a, const char *b) {
@@ -236,58 +208,9 @@ static int add_note(al_agentdefs_t *d, al_agentdefs_level_t lv, const char *fmt,
   return rc;
 }
 
-static char **list_dup(const char *const *l) {
-  size_t n = 0, i;
-  char **out;
-
-  while (l[n] != NULL) {
-    n++;
-  }
-  out = al_calloc(n + 1, sizeof(*out));
-  if (out == NULL) {
-    return NULL;
-  }
-  for (i = 0; i < n; i++) {
-    if ((out[i] = al_strdup(l[i])) == NULL) {
-      list_free((const char *const *)out);
-      return NULL;
-    }
-  }
-  return out;
-}
-
 int al_agentdefs_new(al_agentdefs_t **out) {
-  al_agentdefs_t *d = al_calloc(1, sizeof(*d));
-  size_t i;
-
-  *out = NULL;
-  if (d == NULL) {
-    return AL_ENOMEM;
-  }
-  for (i = 0; i < N_BUILTINS; i++) {
-    const builtin_t *b = &k_builtins[i];
-    al_subagent_def_t s, old;
-
-    memset(&s, 0, sizeof(s));
-    s.permission_mode = -1;
-    s.name = al_strdup(b->name);
-    s.description = al_strdup(b->description);
-    s.system = al_strdup(b->system);
-    s.source = al_strdup("builtin");
-    s.tools = b->tools != NULL ? (const char *const *)list_dup(b->tools) : NULL;
-    if (s.name == NULL || s.description == NULL || s.system == NULL ||
-        s.source == NULL || (b->tools != NULL && s.tools == NULL)) {
-      def_free(&s);
-      al_agentdefs_free(d);
-      return AL_ENOMEM;
-    }
-    if (insert(d, &s, &old) != 0) {
-      al_agentdefs_free(d);
-      return AL_ENOMEM;
-    }
-  }
-  *out = d;
-  return 0;
+  *out = al_calloc(1, sizeof(**out));
+  return *out != NULL ? 0 : AL_ENOMEM;
 }
 
 const al_subagent_def_t *al_agentdefs_find(const al_agentdefs_t *d,
@@ -937,9 +860,11 @@ int al_agentdefs_add_text(al_agentdefs_t *d, const char *path, const char *text,
     /* A later location's definition wins (agentdefs.h); said, not an
      * error: it is how a project refines a user's agent. */
     note_at(&p, AL_AGENTDEFS_INFO, p.name_node,
-            "agent '%s' replaces the one from %s", old.name,
-            strcmp(old.source, "builtin") == 0 ? "the built-ins" : old.source);
+            "agent '%s' replaces the one from %s", old.name, old.source);
     def_free(&old);
+  } else if (is_builtin_name(p.s.name)) {
+    note_at(&p, AL_AGENTDEFS_INFO, p.name_node,
+            "agent '%s' replaces the built-in one", p.s.name);
   }
   yaml_document_delete(&doc);
   return p.nomem ? AL_ENOMEM : 0;
@@ -1262,164 +1187,4 @@ void al_config_agents_load_cancel(al_agentdefs_req_t *req) {
   req->cancelled = true;
   /* Not started yet: the pool skips it (pool_done still frees it). */
   (void)uv_cancel((uv_req_t *)&req->work);
-}
-
-/* ---- the task tool's listing
- * ----------------------------------------------------- */
-
-#define ELLIPSIS "\xE2\x80\xA6" /* U+2026 */
-#define MIN_DESC 48
-#define NAMES_ROOM 160
-
-/* Bytes of "- NAME: DESC\n" with the description cut to cap. */
-static size_t line_bytes(const char *name, size_t dlen, size_t cap) {
-  return 2 + strlen(name) + 2 + (dlen <= cap ? dlen : cap) + 1;
-}
-
-static size_t cut_at(const char *s, size_t len, size_t cap) {
-  size_t n;
-
-  if (len <= cap) {
-    return len;
-  }
-  n = cap >= 3 ? cap - 3 : 0;
-  while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) {
-    n--; /* a character's continuation byte: cut before the character */
-  }
-  return n;
-}
-
-static int put_line(al_buf_t *b, const char *name, const char *desc,
-                    size_t dlen, size_t cap) {
-  size_t n = cut_at(desc, dlen, cap);
-
-  if (al_buf_printf(b, "- %s: %.*s%s\n", name, (int)n, desc,
-                    n < dlen ? ELLIPSIS : "") != 0) {
-    return AL_ENOMEM;
-  }
-  return 0;
-}
-
-int al_agentdefs_describe(const al_subagent_def_t *defs, size_t n,
-                          size_t budget, char **out) {
-  char **desc = al_calloc(n + 1, sizeof(*desc));
-  size_t *dlen = al_calloc(n + 1, sizeof(*dlen));
-  size_t cap = SIZE_MAX, total = 0, keep = n, i, longest = 0;
-  al_buf_t b;
-  int rc = AL_ENOMEM;
-
-  *out = NULL;
-  al_buf_init(&b, budget + 64);
-  if (desc == NULL || dlen == NULL) {
-    goto out_free;
-  }
-  for (i = 0; i < n; i++) {
-    if ((desc[i] = al_strdup(defs[i].description != NULL ? defs[i].description
-                                                         : "")) == NULL) {
-      goto out_free;
-    }
-    one_line(desc[i]);
-    dlen[i] = strlen(desc[i]);
-    longest = dlen[i] > longest ? dlen[i] : longest;
-    total += line_bytes(defs[i].name, dlen[i], cap);
-  }
-  if (total > budget) {
-    /* Cut the descriptions: the largest cap that fits, not under
-     * MIN_DESC (a description cut shorter says nothing). */
-    size_t lo = MIN_DESC, hi = longest;
-
-    cap = MIN_DESC;
-    while (lo <= hi) {
-      size_t mid = lo + (hi - lo) / 2, t = 0;
-
-      for (i = 0; i < n; i++) {
-        t += line_bytes(defs[i].name, dlen[i], mid);
-      }
-      if (t <= budget) {
-        cap = mid;
-        lo = mid + 1;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    for (total = 0, i = 0; i < n; i++) {
-      total += line_bytes(defs[i].name, dlen[i], cap);
-    }
-  }
-  if (total > budget) {
-    /* Still over: keep the first entries (the built-ins lead) and say
-     * how many more, with as many of their names as fit. */
-    char tail[64];
-
-    do {
-      size_t t = 0, names = 0;
-
-      keep--;
-      for (i = 0; i < keep; i++) {
-        t += line_bytes(defs[i].name, dlen[i], cap);
-      }
-      /* Room for some of the others' names too: a name is enough for
-       * the model to ask for an agent. */
-      for (i = keep; i < n && names < NAMES_ROOM; i++) {
-        names += 2 + strlen(defs[i].name);
-      }
-      names = names < NAMES_ROOM ? names : NAMES_ROOM;
-      snprintf(tail, sizeof(tail), ELLIPSIS " and %zu more\n", n - keep);
-      if (t + strlen(tail) + names <= budget) {
-        break;
-      }
-    } while (keep > 0);
-  }
-  for (i = 0; i < keep; i++) {
-    if (put_line(&b, defs[i].name, desc[i], dlen[i], cap) != 0) {
-      goto out_free;
-    }
-  }
-  if (keep < n) {
-    char tail[64];
-
-    snprintf(tail, sizeof(tail), ELLIPSIS " and %zu more", n - keep);
-    if (b.len + strlen(tail) + 1 <= budget) {
-      if (al_buf_append_str(&b, tail) != 0) {
-        goto out_free;
-      }
-      for (i = keep; i < n; i++) {
-        /* ": a" or ", b", and the newline still to come */
-        if (b.len + 2 + strlen(defs[i].name) + 1 > budget) {
-          break;
-        }
-        dlen[i] = b.len; /* where the name starts, to take it back */
-        if (al_buf_printf(&b, "%s%s", i == keep ? ": " : ", ", defs[i].name) !=
-            0) {
-          goto out_free;
-        }
-      }
-      if (i < n && i > keep) {
-        /* Not every name: ", …" says so, in place of the last ones if
-         * need be (one name is always left). */
-        while (b.len + 2 + strlen(ELLIPSIS) + 1 > budget && i > keep + 1) {
-          b.len = dlen[--i];
-          b.data[b.len] = '\0';
-        }
-        if (b.len + 2 + strlen(ELLIPSIS) + 1 <= budget &&
-            al_buf_append_str(&b, ", " ELLIPSIS) != 0) {
-          goto out_free;
-        }
-      }
-      if (al_buf_append_str(&b, "\n") != 0) {
-        goto out_free;
-      }
-    }
-  }
-  *out = b.data != NULL ? b.data : al_strdup("");
-  rc = *out != NULL ? 0 : AL_ENOMEM;
-  b.data = NULL;
-out_free:
-  al_buf_free(&b);
-  for (i = 0; desc != NULL && i < n; i++) {
-    al_free(desc[i]);
-  }
-  al_free(desc);
-  al_free(dlen);
-  return rc;
 }

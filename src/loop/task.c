@@ -133,6 +133,21 @@ static const char general_system[] =
     "tools you have, then reply with the result; your final message is all "
     "the other agent sees, so make it complete and concise.";
 
+/* The built-ins: the one source (the config layer's loader reads files
+ * only; `agentloop agents` lists these through al_subagent_builtins). */
+static const al_subagent_def_t builtins[2] = {
+    {"explore", "Read-only search of the workspace: finds files and code "
+                "and answers questions about them (runs in parallel).",
+     explore_system, NULL, explore_tools, NULL, -1, 0, "builtin"},
+    {"general", "A general agent with this agent's tools, for a "
+                "self-contained task.",
+     general_system, NULL, NULL, NULL, -1, 0, "builtin"}};
+
+const al_subagent_def_t *al_subagent_builtins(size_t *n) {
+  *n = AL_ARRAY_SIZE(builtins);
+  return builtins;
+}
+
 static void free_list(char **l) {
   size_t i;
 
@@ -246,13 +261,7 @@ static bool def_allows(const sdef_t *d, const char *name) {
 static int defs_init(ag_tasks_t *ts, const al_agent_options_t *o) {
   size_t i;
   size_t n = o->n_subagents;
-  const al_subagent_def_t builtin[2] = {
-      {"explore", "Read-only search of the workspace: finds files and code "
-                  "and answers questions about them (runs in parallel).",
-       explore_system, NULL, explore_tools, NULL, -1, 0, "builtin"},
-      {"general", "A general agent with this agent's tools, for a "
-                  "self-contained task.",
-       general_system, NULL, NULL, NULL, -1, 0, "builtin"}};
+  const al_subagent_def_t *builtin = builtins;
 
   if (n > 0 && o->subagents == NULL) {
     return AL_EINVAL;
