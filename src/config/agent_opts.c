@@ -364,9 +364,14 @@ static int apply_system(cx_t *x) {
   return 0;
 }
 
-/* Sub-agents (docs/subagents.md): the definitions (borrowed: al_agent_new
- * copies them) and the preamble a fresh child's prompt ends with. */
+/* Sub-agents (docs/subagents.md): the subagents: section, the
+ * definitions (borrowed: al_agent_new copies them) and the preamble a
+ * fresh child's prompt ends with. */
 static int apply_subagents(cx_t *x) {
+  x->o->no_task_tool = x->cfg->subagents.enabled == 0;
+  x->o->task_max_depth = (uint32_t)x->cfg->subagents.max_depth;
+  x->o->task_token_budget = x->cfg->subagents.token_budget;
+  x->o->task_parallel_writers = x->cfg->subagents.parallel_writers == 1;
   if (x->in->task_preamble != NULL &&
       (x->st->task_preamble = al_strdup(x->in->task_preamble)) == NULL) {
     x->oom = true;

@@ -410,6 +410,24 @@ static void c_given(const al_agent_options_t *o,
   eq_str("preamble", st->task_preamble, "PREAMBLE");
 }
 
+static void c_subagents(const al_agent_options_t *o,
+                        const al_agent_opts_store_t *st) {
+  (void)st;
+  ASSERT(o->no_task_tool);
+  ASSERT_EQ(o->task_max_depth, 3);
+  ASSERT_EQ(o->task_token_budget, 50000);
+  ASSERT(o->task_parallel_writers);
+}
+
+static void c_subagents_unset(const al_agent_options_t *o,
+                              const al_agent_opts_store_t *st) {
+  (void)st;
+  ASSERT(!o->no_task_tool); /* on unless the section says no */
+  ASSERT_EQ(o->task_max_depth, 0);
+  ASSERT_EQ(o->task_token_budget, 0);
+  ASSERT(!o->task_parallel_writers);
+}
+
 static al_limits_t g_ceiling;
 
 static void f_ceiling(al_agent_opts_input_t *in) {
@@ -463,6 +481,12 @@ TEST_IMPL(agent_opts_sections_land) {
        NULL, c_mcp_hooks},
       {"given text", "mcp_servers:\n  srv:\n    command: /bin/true\n", f_given,
        c_given},
+      {"subagents",
+       "subagents: {enabled: false, max_depth: 3, token_budget: 50000, "
+       "parallel_writers: true}\n",
+       NULL, c_subagents},
+      {"subagents unset", "subagents: {enabled: true}\n", NULL,
+       c_subagents_unset},
   };
   size_t i;
 

@@ -1,0 +1,4 @@
+/* issue 23, sub-agents in users' hands: the subagents: section, the
+ * definitions wired into run, the chat and the daemon, `agentloop agents`.
+ * TEST_ENTRY(name) lines only. */
+TEST_ENTRY(wire_config_subagents_section)
