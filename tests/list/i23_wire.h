@@ -2,3 +2,4 @@
  * definitions wired into run, the chat and the daemon, `agentloop agents`.
  * TEST_ENTRY(name) lines only. */
 TEST_ENTRY(wire_config_subagents_section)
+TEST_ENTRY(wire_run_user_agent_definition)
