@@ -181,13 +181,23 @@ int al_cli_agents(int argc, char **argv) {
   }
   arr = json ? json_array() : NULL;
   b = al_subagent_builtins(&nb);
+  /* The task tool's order: explore, general (or the files replacing
+   * them), then the others (the loader keeps those names first). */
   for (i = 0; i < nb; i++) {
     if (al_agentdefs_find(d, b[i].name) == NULL) {
       show(&b[i], arr);
+    } else {
+      show(al_agentdefs_find(d, b[i].name), arr);
     }
   }
   for (i = 0; i < d->n; i++) {
-    show(&d->defs[i], arr);
+    size_t k;
+
+    for (k = 0; k < nb && strcmp(d->defs[i].name, b[k].name) != 0; k++) {
+    }
+    if (k == nb) {
+      show(&d->defs[i], arr);
+    }
   }
   if (json) {
     json_t *notes = json_array();

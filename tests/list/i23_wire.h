@@ -3,3 +3,4 @@
  * TEST_ENTRY(name) lines only. */
 TEST_ENTRY(wire_config_subagents_section)
 TEST_ENTRY(wire_run_user_agent_definition)
+TEST_ENTRY(wire_agents_command_lists)
