@@ -870,6 +870,220 @@ int al_agentdefs_add_text(al_agentdefs_t *d, const char *path, const char *text,
   return p.nomem ? AL_ENOMEM : 0;
 }
 
+/* ---- definitions that travel
+ * ---------------------------------------------------- */
+
+static const char *const k_wire_modes[] = {"interactive", "headless", "job"};
+
+static json_t *names_json(const char *const *l) {
+  json_t *a = json_array();
+  size_t i;
+
+  for (i = 0; a != NULL && l[i] != NULL; i++) {
+    if (json_array_append_new(a, json_string(l[i])) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+json_t *al_agentdefs_to_json(const al_agentdefs_t *d) {
+  json_t *a = json_array();
+  size_t i;
+
+  for (i = 0; a != NULL && d != NULL && i < d->n; i++) {
+    const al_subagent_def_t *s = &d->defs[i];
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:s?}", "name", s->name,
+                          "description", s->description, "system", s->system,
+                          "model", s->model, "source", s->source);
+    bool bad = o == NULL;
+
+    if (!bad && s->tools != NULL) {
+      bad = json_object_set_new(o, "tools", names_json(s->tools)) != 0;
+    }
+    if (!bad && s->disallowed_tools != NULL) {
+      bad = json_object_set_new(o, "disallowed_tools",
+                                names_json(s->disallowed_tools)) != 0;
+    }
+    if (!bad && s->permission_mode >= 0 &&
+        (size_t)s->permission_mode < AL_ARRAY_SIZE(k_wire_modes)) {
+      bad = json_object_set_new(o, "permission_mode",
+                                json_string(k_wire_modes[s->permission_mode])) != 0;
+    }
+    if (!bad && s->max_turns > 0) {
+      bad = json_object_set_new(o, "max_turns", json_integer(s->max_turns)) !=
+            0;
+    }
+    if (bad || json_array_append_new(a, o) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+/* A string member (NULL: absent) of at most max bytes; *bytes counts it. */
+static bool wire_str(const json_t *o, const char *key, bool required,
+                     size_t max, const char **out, size_t *bytes) {
+  const json_t *v = json_object_get(o, key);
+
+  *out = NULL;
+  if (v == NULL || json_is_null(v)) {
+    return !required;
+  }
+  if (!json_is_string(v) || json_string_length(v) > max ||
+      strlen(json_string_value(v)) != json_string_length(v)) {
+    return false;
+  }
+  *out = json_string_value(v);
+  *bytes += json_string_length(v);
+  return true;
+}
+
+/* A list of tool names (NULL: absent) into *out (copies). */
+static int wire_tools(const json_t *v, const char *const **out,
+                      size_t *bytes) {
+  const json_t *t;
+  char **l;
+  size_t i;
+
+  *out = NULL;
+  if (v == NULL || json_is_null(v)) {
+    return 0;
+  }
+  if (!json_is_array(v) || json_array_size(v) > 256) {
+    return AL_EINVAL;
+  }
+  json_array_foreach(v, i, t) {
+    if (!json_is_string(t) ||
+        !tool_name_ok(json_string_value(t), json_string_length(t))) {
+      return AL_EINVAL;
+    }
+    *bytes += json_string_length(t);
+  }
+  if ((l = al_calloc(json_array_size(v) + 1, sizeof(*l))) == NULL) {
+    return AL_ENOMEM;
+  }
+  *out = (const char *const *)l;
+  json_array_foreach(v, i, t) {
+    if ((l[i] = al_strdup(json_string_value(t))) == NULL) {
+      return AL_ENOMEM;
+    }
+  }
+  return 0;
+}
+
+/* One entry into s (its strings copied); AL_EINVAL with what in *what. */
+static int wire_def(const json_t *o, al_subagent_def_t *s, size_t *bytes,
+                    const char **what) {
+  const char *name, *desc, *sys, *model, *src, *mode;
+  const json_t *mt = json_object_get(o, "max_turns");
+  size_t i;
+  int rc;
+
+  s->permission_mode = -1;
+  if (!json_is_object(o)) {
+    return *what = "must be an object", AL_EINVAL;
+  }
+  if (!wire_str(o, "name", true, 64, &name, bytes) || !name_ok(name)) {
+    return *what = "name: 1 to 64 of a-z 0-9 _ -", AL_EINVAL;
+  }
+  if (!wire_str(o, "description", true, 4096, &desc, bytes)) {
+    return *what = "description: a string of at most 4096 bytes", AL_EINVAL;
+  }
+  if (!wire_str(o, "system", false, AL_AGENTDEFS_MAX_FILE_BYTES, &sys,
+                bytes) ||
+      !wire_str(o, "model", false, 256, &model, bytes) ||
+      !wire_str(o, "source", false, 4096, &src, bytes) ||
+      !wire_str(o, "permission_mode", false, 16, &mode, bytes)) {
+    return *what = "system, model, source, permission_mode: bounded strings",
+           AL_EINVAL;
+  }
+  if (mode != NULL) {
+    for (i = 0; i < AL_ARRAY_SIZE(k_wire_modes) && strcmp(mode, k_wire_modes[i]) != 0;
+         i++) {
+    }
+    if (i == AL_ARRAY_SIZE(k_wire_modes)) {
+      return *what = "permission_mode: interactive, headless or job",
+             AL_EINVAL;
+    }
+    s->permission_mode = (int)i;
+  }
+  if (mt != NULL && !json_is_null(mt) &&
+      (!json_is_integer(mt) || json_integer_value(mt) < 0 ||
+       json_integer_value(mt) > AL_AGENTDEFS_MAX_TURNS)) {
+    return *what = "max_turns: 0 to 100000", AL_EINVAL;
+  }
+  s->max_turns = (uint32_t)json_integer_value(mt);
+  if ((s->name = al_strdup(name)) == NULL ||
+      (s->description = al_strdup(desc)) == NULL ||
+      (sys != NULL && (s->system = al_strdup(sys)) == NULL) ||
+      (model != NULL && (s->model = al_strdup(model)) == NULL) ||
+      (s->source = al_strdup(src != NULL ? src : "session")) == NULL) {
+    return AL_ENOMEM;
+  }
+  if ((rc = wire_tools(json_object_get(o, "tools"), &s->tools, bytes)) != 0 ||
+      (rc = wire_tools(json_object_get(o, "disallowed_tools"),
+                       &s->disallowed_tools, bytes)) != 0) {
+    if (rc == AL_EINVAL) {
+      *what = "tools, disallowed_tools: at most 256 tool names";
+    }
+    return rc;
+  }
+  return 0;
+}
+
+int al_agentdefs_from_json(const json_t *a, al_agentdefs_t **out, char *why,
+                           size_t why_len) {
+  al_agentdefs_t *d;
+  const json_t *o;
+  size_t i, bytes = 0;
+  int rc = 0;
+
+  *out = NULL;
+  if (a != NULL && !json_is_null(a) &&
+      (!json_is_array(a) || json_array_size(a) > AL_AGENTDEFS_MAX_FILES)) {
+    snprintf(why, why_len, "agents: an array of at most %d definitions",
+             AL_AGENTDEFS_MAX_FILES);
+    return AL_EINVAL;
+  }
+  if ((rc = al_agentdefs_new(&d)) != 0) {
+    return rc;
+  }
+  json_array_foreach(a, i, o) {
+    al_subagent_def_t s, old;
+    const char *what = NULL;
+
+    memset(&s, 0, sizeof(s));
+    rc = wire_def(o, &s, &bytes, &what);
+    if (rc == 0 && bytes > AL_AGENTDEFS_WIRE_BYTES) {
+      rc = AL_EINVAL;
+      what = "the definitions are over 1 MiB of text in all";
+    }
+    if (rc == 0 && al_agentdefs_find(d, s.name) != NULL) {
+      rc = AL_EINVAL;
+      what = "name: given twice";
+    }
+    if (rc != 0) {
+      if (rc == AL_EINVAL) {
+        snprintf(why, why_len, "agents[%zu]: %s", i, what);
+      }
+      def_free(&s);
+      break;
+    }
+    if ((rc = insert(d, &s, &old)) != 0) {
+      break;
+    }
+  }
+  if (rc != 0) {
+    al_agentdefs_free(d);
+    return rc;
+  }
+  *out = d;
+  return 0;
+}
+
 /* ---- the directories
  * ------------------------------------------------------------ */
 

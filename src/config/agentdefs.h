@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 #include "agentloop/agent.h"
@@ -115,6 +116,22 @@ const al_subagent_def_t *al_agentdefs_find(const al_agentdefs_t *d,
 /* The notes as text, one "level: FILE:LINE:COL: message" line each, into
  * out (its bound applies: AL_ETOOBIG past it). */
 int al_agentdefs_notes_text(const al_agentdefs_t *d, al_buf_t *out);
+
+/* Definitions that travel: a chat sends its set in session/create, the
+ * daemon keeps it in the session's transcript header (docs/protocol.md)
+ * and never reads agent files itself. The JSON is an array of
+ * {name, description, system?, model?, tools?, disallowed_tools?,
+ *  permission_mode?: "interactive"|"headless"|"job", max_turns?, source?}.
+ * Bounded: at most AL_AGENTDEFS_MAX_FILES entries and
+ * AL_AGENTDEFS_WIRE_BYTES of text in all. */
+#define AL_AGENTDEFS_WIRE_BYTES ((size_t)1024 * 1024)
+/* New array, NULL on OOM. */
+json_t *al_agentdefs_to_json(const al_agentdefs_t *d);
+/* Checks and copies a (NULL or JSON null: an empty set) into *out (the
+ * caller's to free). AL_EINVAL with what is wrong in why ("agents[2].name
+ * ..."); AL_ENOMEM. */
+int al_agentdefs_from_json(const json_t *a, al_agentdefs_t **out, char *why,
+                           size_t why_len);
 
 /* Claude Code's tool names and ours, one table (the task tool and the
  * Claude Code compatibility layer use it too). ours NULL: no equivalent

@@ -217,6 +217,10 @@ typedef struct {
   json_t *paths;       /* {denied, writable, tools_dirs}: absolute paths */
   json_t *limits;    /* agentloop/limits.h by name (object), or NULL */
   json_t *context;   /* the context: settings (docs/context.md), or NULL */
+  /* Sub-agents (docs/subagents.md): the client's subagents: settings, its
+   * agent definitions and the child preamble, as session/create gave
+   * them (al__config_subagents_from_json), or NULL. */
+  json_t *subagents;
   uint64_t created_ms;
 } al_tx_header_t;
 

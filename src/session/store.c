@@ -891,6 +891,9 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   if (rec != NULL && h->context != NULL) {
     json_object_set(rec, "context", h->context);
   }
+  if (rec != NULL && h->subagents != NULL) {
+    json_object_set(rec, "subagents", h->subagents);
+  }
   b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
   return b;
@@ -938,6 +941,8 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->paths = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   ask = json_object_get(rec, "context");
   h->context = json_is_object(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "subagents");
+  h->subagents = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   return true;
 }
 
@@ -956,6 +961,7 @@ void al__tx_header_free(al_tx_header_t *h) {
   json_decref(h->paths);
   json_decref(h->limits);
   json_decref(h->context);
+  json_decref(h->subagents);
   memset(h, 0, sizeof(*h));
 }
 

@@ -4,3 +4,5 @@
 TEST_ENTRY(wire_config_subagents_section)
 TEST_ENTRY(wire_run_user_agent_definition)
 TEST_ENTRY(wire_agents_command_lists)
+TEST_ENTRY(wire_daemon_session_agent_definition)
+TEST_ENTRY(wire_header_keeps_subagents)

@@ -175,7 +175,12 @@ static const char k_full[] =
     "hooks:\n"
     "  pre_tool_use:\n"
     "    - name: h\n"
-    "      command: [/bin/true]\n";
+    "      command: [/bin/true]\n"
+    "subagents:\n"
+    "  enabled: false\n"
+    "  max_depth: 3\n"
+    "  token_budget: 12345\n"
+    "  parallel_writers: true\n";
 
 TEST_IMPL(agent_opts_front_ends_agree) {
   char ws[] = "/tmp/al_opts_XXXXXX";
@@ -246,6 +251,9 @@ TEST_IMPL(agent_opts_front_ends_agree) {
   ASSERT_EQ(run_o.sandbox, AL_SANDBOX_OFF);
   ASSERT_NOT_NULL(run_o.mcp_config);
   ASSERT_NOT_NULL(run_o.hooks_config);
+  ASSERT(run_o.no_task_tool && run_o.task_parallel_writers);
+  ASSERT_EQ(run_o.task_max_depth, 3);
+  ASSERT_EQ(run_o.task_token_budget, 12345);
 
   al_agent_opts_store_free(&run_st);
   al_agent_opts_store_free(&d_st);
