@@ -1,10 +1,9 @@
 /* libFuzzer target: an agent definition file (src/config/agentdefs.c).
- * The input is a whole file, front matter and body, parsed into a set
- * with the built-ins, twice (the second replaces the first). Parsing must
- * never crash or leak; every note must name "a.md" or its place; every
+ * The input is a whole file, front matter and body, parsed into an
+ * empty set twice (the second replaces the first). Parsing must never
+ * crash or leak; every note must name "a.md" or its place; every
  * definition must keep the contract (a name of a-z 0-9 _ -, 1..64, a
- * description, valid UTF-8 in the prompt); the listing must stay within
- * its budget.
+ * description, valid UTF-8 in the prompt).
  * fuzz-args: -max_len=8192 -dict=yaml.dict */
 #include <stdint.h>
 #include <stdlib.h>
