@@ -31,8 +31,6 @@ static const char *env_get(const char *name) {
 static int chat_subagents(const al_config_t *cfg, al_sandbox_policy_t pol,
                           json_t *o) {
   al_agentdefs_t *d = NULL;
-  json_t *sa = json_object_get(o, "subagents");
-  json_t *defs;
   al_buf_t pre;
   int rc;
 
@@ -45,20 +43,8 @@ static int chat_subagents(const al_config_t *cfg, al_sandbox_policy_t pol,
     rc = 0; /* over the bound: children start without it */
     pre.len = 0;
   }
-  if (rc == 0 && sa == NULL) {
-    sa = json_object();
-    rc = json_object_set_new(o, "subagents", sa) != 0 ? AL_ENOMEM : 0;
-  }
-  if (rc == 0 && pre.data != NULL && pre.len > 0) {
-    rc = json_object_set_new(sa, "preamble", json_string(pre.data)) != 0
-             ? AL_ENOMEM
-             : 0;
-  }
-  if (rc == 0 && d->n > 0) {
-    defs = al_agentdefs_to_json(d);
-    rc = defs == NULL || json_object_set_new(sa, "agents", defs) != 0
-             ? AL_ENOMEM
-             : 0;
+  if (rc == 0) {
+    rc = al_config_session_agents(o, d, pre.len > 0 ? pre.data : NULL);
   }
   al_buf_free(&pre);
   al_agentdefs_free(d);

@@ -573,6 +573,34 @@ json_t *al_config_session_params(const al_config_t *cfg, const char *ws,
   return o;
 }
 
+int al_config_session_agents(json_t *params, const al_agentdefs_t *d,
+                             const char *preamble) {
+  json_t *sa = json_object_get(params, "subagents");
+  json_t *defs;
+
+  if (sa == NULL) {
+    if ((sa = json_object()) == NULL ||
+        json_object_set_new(params, "subagents", sa) != 0) {
+      return AL_ENOMEM;
+    }
+  }
+  if (preamble != NULL && preamble[0] != '\0' &&
+      strlen(preamble) <= AL_SUBAGENTS_PREAMBLE_MAX &&
+      json_object_set_new(sa, "preamble", json_string(preamble)) != 0) {
+    return AL_ENOMEM;
+  }
+  if (d != NULL && d->n > 0) {
+    defs = al_agentdefs_to_json(d);
+    if (defs == NULL || json_object_set_new(sa, "agents", defs) != 0) {
+      return AL_ENOMEM;
+    }
+  }
+  if (json_object_size(sa) == 0) {
+    json_object_del(params, "subagents");
+  }
+  return 0;
+}
+
 /* Bounds as config.c's table has them. */
 static bool sub_int(const json_t *v, int64_t lo, int64_t hi) {
   return json_is_integer(v) && json_integer_value(v) >= lo &&

@@ -144,6 +144,15 @@ json_t *al_config_session_params(const al_config_t *cfg, const char *ws,
                                  al_cfg_getenv_fn getenv_fn, char *err,
                                  size_t errlen);
 
+/* What a chat adds to session/create's params (al_config_session_params
+ * began the subagents object with the settings): its agent definitions
+ * (d may be NULL or empty) and the child preamble (NULL or "": none; one
+ * over AL_SUBAGENTS_PREAMBLE_MAX is left out, children then start without
+ * it). 0 or AL_ENOMEM. */
+struct al_agentdefs_s;
+int al_config_session_agents(json_t *params, const struct al_agentdefs_s *d,
+                             const char *preamble);
+
 /* The subagents: object of session/create and the transcript header
  * (docs/protocol.md): {enabled?, max_depth?, token_budget?,
  * parallel_writers?} as config.yaml has them, plus the chat's

@@ -1,15 +1,22 @@
 /* issue 23: a chat's agent definitions reach the daemon in session/create
- * (the daemon reads no agent file): checked and bounded there, kept in
- * the session's header, and a child started by `task` in that session
- * runs with the definition's prompt, the preamble sent with it and only
- * the tools the definition allows. Over the real socket (dtest.h). */
+ * (the daemon reads no agent file): read and built on the client's side as
+ * chat_settings.c does (al_config_session_params, al_config_agents_load,
+ * al_sysprompt_preamble, al_config_session_agents), checked and bounded by
+ * the daemon, kept in the session's header, and a child started by `task`
+ * in that session runs with the definition's prompt, the preamble sent
+ * with it and only the tools the definition allows. Over the real socket
+ * (dtest.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "../daemon/dtest.h"
+#include "config/agent_opts.h"
+#include "config/agentdefs.h"
+#include "config/sysprompt.h"
 #include "session/session.h"
 
 static const char k_scenario[] =
@@ -38,6 +45,30 @@ static bool has_tool(const json_t *body, const char *name) {
   return false;
 }
 
+static const char *no_env(const char *name) {
+  (void)name;
+  return NULL;
+}
+
+/* Test set-up, before the loop runs: blocking writes are fine. */
+static void write_file(const char *dir, const char *rel, const char *text) {
+  char path[600];
+  char *sl;
+  FILE *f;
+
+  snprintf(path, sizeof(path), "%s/%s", dir, rel);
+  for (sl = path + strlen(dir) + 1; (sl = strchr(sl, '/')) != NULL; sl++) {
+    *sl = '\0';
+    (void)mkdir(path, 0700);
+    *sl = '/';
+  }
+  (void)mkdir(dir, 0700);
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(text, f);
+  fclose(f);
+}
+
 /* The session's own final (a child's is re-posted with a path). */
 static size_t wait_top_final(dt_client_t *c) {
   size_t i = 0;
@@ -58,7 +89,15 @@ TEST_IMPL(wire_daemon_session_agent_definition) {
   dt_t t;
   dt_client_t a;
   dt_client_t *cl[] = {&a};
-  char p[2048], sid[64];
+  char p[16384], sid[64], cdir[300], path[400], why[600];
+  al_config_t cfg;
+  al_agentdefs_options_t ao;
+  al_agentdefs_t *defs;
+  al_sysprompt_options_t so;
+  al_buf_t pre;
+  json_t *params;
+  char *pj;
+  bool found;
   const al_mockllm_record_t *r, *child = NULL;
   json_t *resp;
   size_t i;
@@ -84,13 +123,40 @@ TEST_IMPL(wire_daemon_session_agent_definition) {
   ASSERT_EQ(dt_err(dt_call(&a, 4, "session/create", p)),
             AL_RPC_INVALID_PARAMS);
 
-  snprintf(p, sizeof(p),
-           "{\"cwd\":\"%s\",\"subagents\":{\"preamble\":\"DAEMON-PREAMBLE\","
-           "\"agents\":[{\"name\":\"scout\",\"description\":\"Finds.\","
-           "\"system\":\"SCOUT-PROMPT: look.\",\"tools\":[\"read_file\","
-           "\"grep\"],\"source\":\"/home/u/.config/agentloop/agents/x.md\"}"
-           "]}}",
-           t.work);
+  /* The chat's road (chat_settings.c): the configuration and the
+   * definition files read in the client, the preamble built there. */
+  snprintf(cdir, sizeof(cdir), "%s/cfg", t.root);
+  write_file(cdir, "config.yaml", "subagents: {token_budget: 99999}\n");
+  write_file(cdir, "agents/x.md",
+             "---\nname: scout\ndescription: Finds.\n"
+             "tools: [read_file, grep]\n---\nSCOUT-PROMPT: look.\n");
+  write_file(t.work, "AGENTS.md", "DAEMON-PREAMBLE\n");
+  al_config_init(&cfg);
+  snprintf(path, sizeof(path), "%s/config.yaml", cdir);
+  ASSERT_EQ(al_config_load_file(&cfg, AL_CFG_USER, path, &found), 0);
+  ASSERT(found && cfg.n_errors == 0);
+  al_agentdefs_options_init(&ao);
+  ao.config_dir = cdir;
+  ao.home = "";
+  ASSERT_EQ(al_config_agents_load(&ao, &defs), 0);
+  ASSERT_EQ(defs->n, 1);
+  memset(&so, 0, sizeof(so));
+  so.workspace = t.work;
+  so.config_dir = cdir;
+  al_buf_init(&pre, 1 << 20);
+  ASSERT_EQ(al_sysprompt_preamble(&so, &pre, NULL), 0);
+  params = al_config_session_params(&cfg, t.work, no_env, why, sizeof(why));
+  ASSERT_NOT_NULL(params);
+  ASSERT_EQ(al_config_session_agents(params, defs, pre.data), 0);
+  json_object_set_new(params, "cwd", json_string(t.work));
+  pj = json_dumps(params, JSON_COMPACT);
+  snprintf(p, sizeof(p), "%s", pj);
+  ASSERT(strlen(pj) < sizeof(p) - 1);
+  free(pj);
+  json_decref(params);
+  al_buf_free(&pre);
+  al_agentdefs_free(defs);
+  al_config_free(&cfg);
   dt_create(&a, p, sid, sizeof(sid));
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
   ASSERT_EQ(dt_err(dt_call(&a, 5, "session/subscribe", p)), 0);
