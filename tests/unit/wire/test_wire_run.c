@@ -3,8 +3,9 @@
  * scripted to call `task` with an agent defined in
  * $XDG_CONFIG_HOME/agentloop/agents/ gets a child whose request carries
  * the definition's prompt, then the environment and AGENTS.md, and only
- * the tools the definition allows; a bad file is a warning with its
- * FILE:LINE:COL and the run goes on without it. */
+ * the tools the definition allows; a file named explore replaces the
+ * built-in; a bad file is an error with its FILE:LINE:COL and the run
+ * goes on without it. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,17 +31,30 @@ static const char k_bad[] =
     "max_turns: lots\n"
     "---\n";
 
+/* A file named explore replaces the built-in of that name. */
+static const char k_explore[] =
+    "---\n"
+    "name: explore\n"
+    "description: My own explorer.\n"
+    "tools: [glob]\n"
+    "---\n"
+    "MY-EXPLORE-PROMPT\n";
+
 static const char k_scenario[] =
     "responses:\n"
     "  - reply:\n"
     "      content:\n"
     "        - tool_use: {id: k1, name: task, input: {description: look, "
     "prompt: 'CHILD-Q go', agent: scout}}\n"
-    "  - expect_request: {contains: 'child-answer'}\n"
+    "        - tool_use: {id: k2, name: task, input: {description: find, "
+    "prompt: 'CHILD-Q find', agent: explore}}\n"
+    "  - expect_request: {contains: 'explore-answer'}\n"
     "    reply: {content: [{text: 'parent done'}]}\n"
     "tracks:\n"
     "  - match: {system_contains: 'SCOUT-PROMPT'}\n"
-    "    responses: [{reply: {content: [{text: 'child-answer'}]}}]\n";
+    "    responses: [{reply: {content: [{text: 'child-answer'}]}}]\n"
+    "  - match: {system_contains: 'MY-EXPLORE-PROMPT'}\n"
+    "    responses: [{reply: {content: [{text: 'explore-answer'}]}}]\n";
 
 static bool has_tool(const json_t *body, const char *name) {
   const json_t *t;
@@ -93,6 +107,7 @@ TEST_IMPL(wire_run_user_agent_definition) {
   snprintf(ws, sizeof(ws), "%s/ws", root);
   wire_write(root, "cfg/agentloop/agents/x.md", k_scout);
   wire_write(root, "cfg/agentloop/agents/bad.md", k_bad);
+  wire_write(root, "cfg/agentloop/agents/explore.md", k_explore);
   wire_write(root, "ws/AGENTS.md", "WIRE-AGENTS-MD: be brief.\n");
 
   wire_cli_start(&c, k_scenario);
@@ -105,11 +120,15 @@ TEST_IMPL(wire_run_user_agent_definition) {
   ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: error: "));
   ASSERT_NOT_NULL(strstr(c.ebuf, "agents/bad.md:4:12: "));
 
-  ASSERT_EQ(al_mockllm_record_count(c.mock), 3);
-  for (i = 0; i < 3; i++) {
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 4);
+  for (i = 0; i < 4; i++) {
     r = al_mockllm_record_get(c.mock, i);
     if (r->track == 0) {
       child = r;
+    } else if (r->track == 1) {
+      /* The file's explore, not the built-in: its prompt, its tools. */
+      ASSERT(has_tool(r->body, "glob"));
+      ASSERT(!has_tool(r->body, "read_file"));
     } else {
       /* The parent is offered the task tool, not the definition's
        * prompt. */
