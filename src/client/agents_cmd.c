@@ -50,10 +50,14 @@ int al__cli_agents_load(const al_config_t *cfg, const char *cwd, bool trust,
 
 static const char *mode_name(int m) {
   switch (m) {
-  case AL_PERMISSION_MODE_INTERACTIVE: return "interactive";
-  case AL_PERMISSION_MODE_HEADLESS: return "headless";
-  case AL_PERMISSION_MODE_JOB: return "job";
-  default: return "inherit";
+    case AL_PERMISSION_MODE_INTERACTIVE:
+      return "interactive";
+    case AL_PERMISSION_MODE_HEADLESS:
+      return "headless";
+    case AL_PERMISSION_MODE_JOB:
+      return "job";
+    default:
+      return "inherit";
   }
 }
 
@@ -77,14 +81,14 @@ static void show(const al_subagent_def_t *s, json_t *arr) {
 
   if (arr != NULL) {
     json_array_append_new(
-        arr, json_pack("{s:s, s:s, s:s, s:o, s:o, s:s?, s:s, s:i}", "name",
-                       s->name, "description",
-                       s->description != NULL ? s->description : "", "source",
-                       s->source != NULL ? s->source : "", "tools",
-                       list_json(s->tools), "disallowed_tools",
-                       list_json(s->disallowed_tools), "model", s->model,
-                       "permission_mode", mode_name(s->permission_mode),
-                       "max_turns", (json_int_t)s->max_turns));
+        arr,
+        json_pack("{s:s, s:s, s:s, s:o, s:o, s:s?, s:s, s:i}", "name", s->name,
+                  "description", s->description != NULL ? s->description : "",
+                  "source", s->source != NULL ? s->source : "", "tools",
+                  list_json(s->tools), "disallowed_tools",
+                  list_json(s->disallowed_tools), "model", s->model,
+                  "permission_mode", mode_name(s->permission_mode), "max_turns",
+                  (json_int_t)s->max_turns));
     return;
   }
   printf("%s  (%s)\n  %s\n  tools: ", s->name,
@@ -112,16 +116,17 @@ static void show(const al_subagent_def_t *s, json_t *arr) {
 }
 
 static void usage(FILE *f) {
-  fputs("usage: agentloop agents [--json] [--cwd DIR] [--trust-project]\n"
-        "\n"
-        "Lists the agents a `task` call could start in a session begun in\n"
-        "this directory: the built-ins explore and general (unless a file\n"
-        "of that name replaces one), then the definition files of\n"
-        "~/.claude/agents, $XDG_CONFIG_HOME/agentloop/agents and, in a\n"
-        "trusted project, .claude/agents and .agentloop/agents; each with\n"
-        "its source, tools and model, and the problems found in the files\n"
-        "(FILE:LINE:COL). Exit status 2 when a file has an error.\n",
-        f);
+  fputs(
+      "usage: agentloop agents [--json] [--cwd DIR] [--trust-project]\n"
+      "\n"
+      "Lists the agents a `task` call could start in a session begun in\n"
+      "this directory: the built-ins explore and general (unless a file\n"
+      "of that name replaces one), then the definition files of\n"
+      "~/.claude/agents, $XDG_CONFIG_HOME/agentloop/agents and, in a\n"
+      "trusted project, .claude/agents and .agentloop/agents; each with\n"
+      "its source, tools and model, and the problems found in the files\n"
+      "(FILE:LINE:COL). Exit status 2 when a file has an error.\n",
+      f);
 }
 
 int al_cli_agents(int argc, char **argv) {
@@ -146,13 +151,21 @@ int al_cli_agents(int argc, char **argv) {
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
-    case O_JSON: json = true; break;
-    case O_CWD: cwd = optarg; break;
-    case O_TRUST: trust = true; break;
-    case 'h': usage(stdout); return 0;
-    default:
-      fprintf(stderr, "%s: unknown option '%s'\n", who, argv[optind - 1]);
-      return 2;
+      case O_JSON:
+        json = true;
+        break;
+      case O_CWD:
+        cwd = optarg;
+        break;
+      case O_TRUST:
+        trust = true;
+        break;
+      case 'h':
+        usage(stdout);
+        return 0;
+      default:
+        fprintf(stderr, "%s: unknown option '%s'\n", who, argv[optind - 1]);
+        return 2;
     }
   }
   if (optind < argc) {
@@ -205,10 +218,9 @@ int al_cli_agents(int argc, char **argv) {
     char *s;
 
     for (i = 0; notes != NULL && i < d->n_notes; i++) {
-      json_array_append_new(notes,
-                            json_pack("{s:s, s:s}", "level",
-                                      k_levels[d->notes[i].level], "text",
-                                      d->notes[i].text));
+      json_array_append_new(
+          notes, json_pack("{s:s, s:s}", "level", k_levels[d->notes[i].level],
+                           "text", d->notes[i].text));
     }
     o = json_pack("{s:o, s:o}", "agents", arr, "notes", notes);
     s = o != NULL ? json_dumps(o, JSON_INDENT(2)) : NULL;

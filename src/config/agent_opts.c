@@ -609,9 +609,9 @@ static bool sub_int(const json_t *v, int64_t lo, int64_t hi) {
 
 int al__config_subagents_from_json(const json_t *sub, al_config_t *cfg,
                                    char *why, size_t why_len) {
-  static const char *const keys[] = {"enabled",          "max_depth",
-                                     "token_budget",     "parallel_writers",
-                                     "preamble",         "agents"};
+  static const char *const keys[] = {"enabled",      "max_depth",
+                                     "token_budget", "parallel_writers",
+                                     "preamble",     "agents"};
   const char *k;
   const json_t *v;
   al_agentdefs_t *d;

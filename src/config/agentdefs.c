@@ -908,12 +908,13 @@ json_t *al_agentdefs_to_json(const al_agentdefs_t *d) {
     }
     if (!bad && s->permission_mode >= 0 &&
         (size_t)s->permission_mode < AL_ARRAY_SIZE(k_wire_modes)) {
-      bad = json_object_set_new(o, "permission_mode",
-                                json_string(k_wire_modes[s->permission_mode])) != 0;
+      bad = json_object_set_new(
+                o, "permission_mode",
+                json_string(k_wire_modes[s->permission_mode])) != 0;
     }
     if (!bad && s->max_turns > 0) {
-      bad = json_object_set_new(o, "max_turns", json_integer(s->max_turns)) !=
-            0;
+      bad =
+          json_object_set_new(o, "max_turns", json_integer(s->max_turns)) != 0;
     }
     if (bad || json_array_append_new(a, o) != 0) {
       json_decref(a);
@@ -942,8 +943,7 @@ static bool wire_str(const json_t *o, const char *key, bool required,
 }
 
 /* A list of tool names (NULL: absent) into *out (copies). */
-static int wire_tools(const json_t *v, const char *const **out,
-                      size_t *bytes) {
+static int wire_tools(const json_t *v, const char *const **out, size_t *bytes) {
   const json_t *t;
   char **l;
   size_t i;
@@ -992,8 +992,7 @@ static int wire_def(const json_t *o, al_subagent_def_t *s, size_t *bytes,
   if (!wire_str(o, "description", true, 4096, &desc, bytes)) {
     return *what = "description: a string of at most 4096 bytes", AL_EINVAL;
   }
-  if (!wire_str(o, "system", false, AL_AGENTDEFS_MAX_FILE_BYTES, &sys,
-                bytes) ||
+  if (!wire_str(o, "system", false, AL_AGENTDEFS_MAX_FILE_BYTES, &sys, bytes) ||
       !wire_str(o, "model", false, 256, &model, bytes) ||
       !wire_str(o, "source", false, 4096, &src, bytes) ||
       !wire_str(o, "permission_mode", false, 16, &mode, bytes)) {
@@ -1001,12 +1000,12 @@ static int wire_def(const json_t *o, al_subagent_def_t *s, size_t *bytes,
            AL_EINVAL;
   }
   if (mode != NULL) {
-    for (i = 0; i < AL_ARRAY_SIZE(k_wire_modes) && strcmp(mode, k_wire_modes[i]) != 0;
+    for (i = 0;
+         i < AL_ARRAY_SIZE(k_wire_modes) && strcmp(mode, k_wire_modes[i]) != 0;
          i++) {
     }
     if (i == AL_ARRAY_SIZE(k_wire_modes)) {
-      return *what = "permission_mode: interactive, headless or job",
-             AL_EINVAL;
+      return *what = "permission_mode: interactive, headless or job", AL_EINVAL;
     }
     s->permission_mode = (int)i;
   }

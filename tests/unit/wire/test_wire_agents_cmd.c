@@ -69,20 +69,19 @@ TEST_IMPL(wire_agents_command_lists) {
   ASSERT_STR_EQ(
       json_string_value(json_object_get(json_array_get(a, 0), "name")),
       "explore");
-  ASSERT_NOT_NULL(strstr(json_string_value(json_object_get(
-                             json_array_get(a, 0), "source")),
-                         "agents/e.md"));
+  ASSERT_NOT_NULL(
+      strstr(json_string_value(json_object_get(json_array_get(a, 0), "source")),
+             "agents/e.md"));
   ASSERT_STR_EQ(
       json_string_value(json_object_get(json_array_get(a, 1), "name")),
       "general");
-  ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(a, 1),
-                                                  "source")),
-                "builtin");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(json_array_get(a, 1), "source")),
+      "builtin");
   ASSERT_STR_EQ(
       json_string_value(json_object_get(json_array_get(a, 2), "name")),
       "scout");
-  ASSERT_EQ(json_array_size(json_object_get(json_array_get(a, 2), "tools")),
-            2);
+  ASSERT_EQ(json_array_size(json_object_get(json_array_get(a, 2), "tools")), 2);
   ASSERT_STR_EQ(json_string_value(json_object_get(
                     json_array_get(json_object_get(o, "notes"), 0), "level")),
                 "info"); /* explore replaced */

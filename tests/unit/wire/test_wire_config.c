@@ -9,8 +9,7 @@
 #include "test.h"
 
 static void load(al_config_t *cfg, al_cfg_layer_t layer, const char *yaml) {
-  ASSERT_EQ(al_config_load_string(cfg, layer, "c.yaml", yaml, strlen(yaml)),
-            0);
+  ASSERT_EQ(al_config_load_string(cfg, layer, "c.yaml", yaml, strlen(yaml)), 0);
 }
 
 TEST_IMPL(wire_config_subagents_section) {

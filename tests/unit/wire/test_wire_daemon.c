@@ -118,10 +118,9 @@ TEST_IMPL(wire_daemon_session_agent_definition) {
   ASSERT_NOT_NULL(strstr(json_string_value(json_object_get(
                              json_object_get(resp, "error"), "message")),
                          "subagents.agents[0]: name"));
-  snprintf(p, sizeof(p),
-           "{\"cwd\":\"%s\",\"subagents\":{\"max_depth\":99}}", t.work);
-  ASSERT_EQ(dt_err(dt_call(&a, 4, "session/create", p)),
-            AL_RPC_INVALID_PARAMS);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\",\"subagents\":{\"max_depth\":99}}",
+           t.work);
+  ASSERT_EQ(dt_err(dt_call(&a, 4, "session/create", p)), AL_RPC_INVALID_PARAMS);
 
   /* The chat's road (chat_settings.c): the configuration and the
    * definition files read in the client, the preamble built there. */
@@ -163,10 +162,10 @@ TEST_IMPL(wire_daemon_session_agent_definition) {
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
   ASSERT_EQ(dt_err(dt_call(&a, 6, "turn/send", p)), 0);
   i = wait_top_final(&a);
-  ASSERT_STR_EQ(json_string_value(json_object_get(
-                    json_object_get(json_array_get(a.msgs, i), "params"),
-                    "text")),
-                "parent done");
+  ASSERT_STR_EQ(
+      json_string_value(json_object_get(
+          json_object_get(json_array_get(a.msgs, i), "params"), "text")),
+      "parent done");
 
   ASSERT_EQ(al_mockllm_record_count(t.mock), 3);
   for (i = 0; i < 3; i++) {

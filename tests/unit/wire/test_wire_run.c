@@ -92,10 +92,11 @@ static const char *system_text(const json_t *body, char *buf, size_t n) {
 TEST_IMPL(wire_run_user_agent_definition) {
   char root[] = "/tmp/al-wire-run-XXXXXX";
   char ws[128], xdg[160];
-  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "ANTHROPIC_API_KEY=k",
-                 xdg, NULL};
-  const char *args[] = {"run", "--base-url", "http://127.0.0.1:{PORT}",
-                        "--cwd", ws, "-p", "go", NULL};
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "ANTHROPIC_API_KEY=k", xdg,
+                 NULL};
+  const char *args[] = {"run",   "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", ws,           "-p",
+                        "go",    NULL};
   const al_mockllm_record_t *r, *child = NULL;
   char sbuf[65536];
   const char *sys, *p;
@@ -113,8 +114,8 @@ TEST_IMPL(wire_run_user_agent_definition) {
   wire_cli_start(&c, k_scenario);
   wire_cli_run(&c, args, env);
   if (c.exit_status != 0 || strstr(c.obuf, "parent done") == NULL) {
-    AL_TEST_FAIL("exit %d\nstdout: %s\nstderr: %s", (int)c.exit_status,
-                 c.obuf, c.ebuf);
+    AL_TEST_FAIL("exit %d\nstdout: %s\nstderr: %s", (int)c.exit_status, c.obuf,
+                 c.ebuf);
   }
   /* The loader's error, where it is, on stderr; the run went on. */
   ASSERT_NOT_NULL(strstr(c.ebuf, "agentloop: error: "));
@@ -133,8 +134,8 @@ TEST_IMPL(wire_run_user_agent_definition) {
       /* The parent is offered the task tool, not the definition's
        * prompt. */
       ASSERT(has_tool(r->body, "task"));
-      ASSERT_NULL(strstr(system_text(r->body, sbuf, sizeof(sbuf)),
-                         "SCOUT-PROMPT"));
+      ASSERT_NULL(
+          strstr(system_text(r->body, sbuf, sizeof(sbuf)), "SCOUT-PROMPT"));
     }
   }
   ASSERT_NOT_NULL(child);

@@ -85,8 +85,8 @@ void wire_cli_run(wire_cli_t *c, const char *const *args, char **env) {
     const char *p = strstr(args[i], "{PORT}");
 
     if (p != NULL) {
-      snprintf(expanded[i], sizeof(expanded[i]), "%.*s%s%s",
-               (int)(p - args[i]), args[i], port, p + 6);
+      snprintf(expanded[i], sizeof(expanded[i]), "%.*s%s%s", (int)(p - args[i]),
+               args[i], port, p + 6);
       argv[i + 1] = expanded[i];
     } else {
       argv[i + 1] = (char *)args[i];
