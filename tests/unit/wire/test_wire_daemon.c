@@ -69,19 +69,24 @@ static void write_file(const char *dir, const char *rel, const char *text) {
   fclose(f);
 }
 
-/* The session's own final (a child's is re-posted with a path). */
-static size_t wait_top_final(dt_client_t *c) {
+/* The session's own end, final or error (a child's events are re-posted
+ * with a path): returns its index, so a broken wiring fails at once
+ * rather than waiting for a final that never comes. */
+static size_t wait_top_end(dt_client_t *c) {
   size_t i = 0;
 
   for (;;) {
-    json_t *p;
+    for (; i < json_array_size(c->msgs); i++) {
+      const char *type = dt_ev_type(c, i);
+      json_t *p = json_object_get(json_array_get(c->msgs, i), "params");
 
-    i = dt_wait_event(c, "final", i);
-    p = json_object_get(json_array_get(c->msgs, i), "params");
-    if (json_object_get(p, "path") == NULL) {
-      return i;
+      if ((strcmp(type, "final") == 0 || strcmp(type, "error") == 0) &&
+          json_object_get(p, "path") == NULL) {
+        return i;
+      }
     }
-    i++;
+    ASSERT(!c->eof);
+    uv_run(&c->t->loop, UV_RUN_ONCE);
   }
 }
 
@@ -161,7 +166,8 @@ TEST_IMPL(wire_daemon_session_agent_definition) {
   ASSERT_EQ(dt_err(dt_call(&a, 5, "session/subscribe", p)), 0);
   snprintf(p, sizeof(p), "{\"session\":\"%s\",\"input\":\"go\"}", sid);
   ASSERT_EQ(dt_err(dt_call(&a, 6, "turn/send", p)), 0);
-  i = wait_top_final(&a);
+  i = wait_top_end(&a);
+  ASSERT_STR_EQ(dt_ev_type(&a, i), "final");
   ASSERT_STR_EQ(
       json_string_value(json_object_get(
           json_object_get(json_array_get(a.msgs, i), "params"), "text")),
