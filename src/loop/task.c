@@ -1076,10 +1076,11 @@ static char *tool_description(const ag_tasks_t *ts) {
       while (listed(ts, i + more) != NULL) {
         more++;
       }
-      al_buf_printf(&b, "\n- ... and %zu more:", more);
-      for (; listed(ts, i) != NULL && b.len - start < 2 * TASK_DESC_BUDGET;
-           i++) {
-        al_buf_printf(&b, " %s", listed(ts, i)->name);
+      al_buf_printf(&b, "\n\u2026 and %zu more:", more);
+      for (more = 0;
+           listed(ts, i) != NULL && b.len - start < 2 * TASK_DESC_BUDGET;
+           i++, more++) {
+        al_buf_printf(&b, "%s %s", more > 0 ? "," : "", listed(ts, i)->name);
       }
       break;
     }

@@ -131,6 +131,14 @@ static void same_shared(const al_agent_options_t *a,
   eq_json("hooks_config", a->hooks_config, b->hooks_config);
   /* mcp_project: run reads a trusted project's .mcp.json itself, the
    * daemon's agent does it off the loop: the same servers either way. */
+  ASSERT_EQ(a->no_task_tool, b->no_task_tool);
+  ASSERT_EQ(a->task_max_depth, b->task_max_depth);
+  ASSERT_EQ(a->task_token_budget, b->task_token_budget);
+  ASSERT_EQ(a->task_parallel_writers, b->task_parallel_writers);
+  ASSERT_EQ(a->n_subagents, b->n_subagents);
+  /* Wiring: subagents and task_preamble (each front end loads the
+   * definitions and builds the preamble), on_child and child_data (the
+   * front end's transcripts). */
 }
 
 static const char k_full[] =
@@ -186,7 +194,7 @@ TEST_IMPL(agent_opts_front_ends_agree) {
    * as wiring, and mapped in agent_opts.c for every front end; then the
    * size here is updated (LP64's). */
   if (sizeof(void *) == 8) {
-    ASSERT_EQ(sizeof(al_agent_options_t), 512);
+    ASSERT_EQ(sizeof(al_agent_options_t), 576);
   }
   ASSERT_NOT_NULL(mkdtemp(ws));
   load(&cfg, k_full);
