@@ -347,6 +347,7 @@ typedef struct ag_reg_s {
   char *project_tools_d;
   bool project_trusted;
   uint64_t live_ctx; /* in-process tool contexts not yet completed */
+  bool sandbox_borrowed; /* task: the parent's (a child never frees it) */
 } ag_reg_t;
 
 struct al_agent_s {
@@ -686,6 +687,9 @@ const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name);
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
 /* The registry's generations of the servers' lists (with the tools). */
 void al__agent_mcp_free(al_agent_t *a);
+/* task: registers in child its parent's MCP tool pt (same server). */
+int al__agent_mcp_lend(al_agent_t *child, const ag_tool_t *pt,
+                       const char *schema);
 /* Closes the servers; a->core.pending covers it. */
 void al__agent_mcp_close(al_agent_t *a);
 /* The driver's callback for "start-up settled" (mcp_attach.c calls it

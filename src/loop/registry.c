@@ -369,7 +369,13 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   }
   /* task: a child borrows its parent's sandbox and warm pool, and has no
    * tools.d of its own (the parent's tools are lent). */
-  if (al__task_borrow_sandbox(a)) {
+  if (al__task_spawning() != NULL) {
+    const al_agent_t *p = al__task_spawning();
+
+    a->reg.sandbox = p->reg.sandbox;
+    a->reg.sandbox_info = p->reg.sandbox_info;
+    a->reg.sandbox_refuse = p->reg.sandbox_refuse;
+    a->reg.sandbox_borrowed = true;
     return 0;
   }
   a->reg.sandbox_info.mode = AL_SANDBOX_MODE_NONE;
@@ -612,7 +618,7 @@ void al__agent_tools_free(al_agent_t *a) {
   al__agent_mcp_free(a);
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
-  if (!al__task_sandbox_borrowed(a)) { /* task: a child's is its parent's */
+  if (!a->reg.sandbox_borrowed) { /* task: a child's is its parent's */
     al__sandbox_free(a->reg.sandbox);
   }
   a->reg.sandbox = NULL;

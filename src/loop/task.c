@@ -94,7 +94,6 @@ struct ag_tasks_s {
   char *path;
   char *approval_prefix;
   struct ag_task_s *self; /* a child's record in its parent */
-  bool sandbox_borrowed;
   al_list_t list; /* ag_task_t, in start order */
   uint32_t next_id;
   /* Background results waiting for a turn boundary or an idle parent. */
@@ -302,23 +301,8 @@ static ag_tasks_t *tasks_get(al_agent_t *a) {
   return a->tasks;
 }
 
-bool al__task_borrow_sandbox(al_agent_t *a) {
-  ag_tasks_t *ts;
-  al_agent_t *p;
-
-  if (spawning == NULL || (ts = tasks_get(a)) == NULL) {
-    return false;
-  }
-  p = spawning->parent;
-  a->reg.sandbox = p->reg.sandbox;
-  a->reg.sandbox_info = p->reg.sandbox_info;
-  a->reg.sandbox_refuse = p->reg.sandbox_refuse;
-  ts->sandbox_borrowed = true;
-  return true;
-}
-
-bool al__task_sandbox_borrowed(const al_agent_t *a) {
-  return a->tasks != NULL && a->tasks->sandbox_borrowed;
+const al_agent_t *al__task_spawning(void) {
+  return spawning != NULL ? spawning->parent : NULL;
 }
 
 const char *al__task_approval_prefix(const al_agent_t *a) {
@@ -660,7 +644,7 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
   }
   al_list_foreach(pos, &p->reg.tools) {
     ag_tool_t *pt = AL_CONTAINER_OF(pos, ag_tool_t, node);
-    ag_tool_t *ct;
+    ag_tool_t *ct = NULL;
     char *schema;
     int rc;
 
@@ -681,22 +665,8 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
       def.category = pt->category;
       rc = al__agent_add_inproc(c, &def, &ct);
     } else if (pt->mcp != NULL) {
-      /* The same server's tool, as the child's own entry: its calls and
-       * their mcp_tool_call_* events are the child's. */
-      rc = al__agent_add_entry(c, pt->name, NULL, NULL, pt->description,
-                               schema, pt->category, &ct);
-      if (rc == 0) {
-        ct->mcp = pt->mcp;
-        ct->mcp_tool = al_strdup(pt->mcp_tool);
-        ct->mcp_safe = pt->mcp_safe;
-        ct->mcp_impl = pt->mcp_impl;
-        ct->mcp_impl.name = ct->name;
-        ct->mcp_impl.data = ct;
-        ct->inner = &ct->mcp_impl;
-        if (ct->mcp_tool == NULL) {
-          rc = AL_ENOMEM;
-        }
-      }
+      rc = al__agent_mcp_lend(c, pt, schema);
+      ct = NULL; /* mcp_attach.c's entry, complete */
     } else {
       rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
                                schema, pt->category, &ct);
@@ -705,8 +675,10 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
     if (rc != 0) {
       return rc;
     }
-    ct->source = pt->source;
-    ct->spawns = pt->spawns;
+    if (ct != NULL) {
+      ct->source = pt->source;
+      ct->spawns = pt->spawns;
+    }
   }
   return 0;
 }
@@ -802,7 +774,7 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   }
   o.session_id = t->session;
   o.data = p->data; /* the embedder's, for its callbacks given the child */
-  o.sandbox = AL_SANDBOX_OFF; /* the parent's is borrowed */
+  o.sandbox = AL_SANDBOX_OFF; /* the parent's is borrowed (registry.c) */
   o.on_commit = commit;
   o.commit_data = commit_data;
   o.models = p->models;

@@ -9,8 +9,6 @@
 
 #include "agentloop/agent.h"
 
-struct al_sandbox_s;
-
 /* al_agent_new, after the tools: copies the sub-agent options, links a
  * child to its parent and registers `task` (builtin_tools and not
  * no_task_tool). AL_ENOMEM, AL_EINVAL (a bad definition). */
@@ -18,11 +16,9 @@ int al__task_init(al_agent_t *a, const al_agent_options_t *o);
 /* With the agent's fields (after the tools are freed). */
 void al__task_free(al_agent_t *a);
 
-/* al__agent_sandbox_init: a child borrows its parent's sandbox and warm
- * pool (never closed by the child). true when a was given its parent's. */
-bool al__task_borrow_sandbox(al_agent_t *a);
-/* Whether a's sandbox is its parent's (al__agent_tools_free keeps it). */
-bool al__task_sandbox_borrowed(const al_agent_t *a);
+/* The parent whose child al_agent_new is creating right now, else NULL
+ * (registry.c: a child borrows its parent's sandbox and warm pool). */
+const al_agent_t *al__task_spawning(void);
 
 /* al_agent_close, after the run's cancel: cancels and closes every child;
  * a->pending covers each until its close callback. */
