@@ -29,4 +29,7 @@ int al_bench_daemon(int argc, char **argv);
  *                         [--micro-min T] [--json] (bench_context.c) */
 int al_bench_context(int argc, char **argv);
 
+/* agentloop-bench subagents [--children N] [--json] (bench_subagents.c) */
+int al_bench_subagents(int argc, char **argv);
+
 #endif

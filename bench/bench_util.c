@@ -92,10 +92,15 @@ int bu_pin(pid_t pid, int cpu) {
 }
 
 int bu_srv_start(bu_srv_t *s, const char *yaml, int cpu, const char *certs) {
+  return bu_srv_start_rec(s, yaml, cpu, certs, NULL);
+}
+
+int bu_srv_start_rec(bu_srv_t *s, const char *yaml, int cpu, const char *certs,
+                     const char *record) {
   char dir[PATH_MAX];
   char cert[PATH_MAX + 32];
   char key[PATH_MAX + 32];
-  char *args[16];
+  char *args[20];
   int na = 0;
   int fd;
   FILE *f;
@@ -142,6 +147,10 @@ int bu_srv_start(bu_srv_t *s, const char *yaml, int cpu, const char *certs) {
     args[na++] = "--tls-key";
     args[na++] = key;
     s->tls = true;
+  }
+  if (record != NULL) {
+    args[na++] = "--record";
+    args[na++] = (char *)record;
   }
   args[na] = NULL;
   posix_spawn_file_actions_init(&fa);

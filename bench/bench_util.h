@@ -26,6 +26,11 @@ typedef struct {
  * its port file. certs != NULL: a TLS listener with certs/server.{crt,key}.
  * 0 or -1 (a message on stderr). */
 int bu_srv_start(bu_srv_t *s, const char *yaml, int cpu, const char *certs);
+/* The same, with every request recorded to `record` (--record: NDJSON
+ * lines with the track and arrival_ns, written by the time bu_srv_stop
+ * returns); record NULL: none. */
+int bu_srv_start_rec(bu_srv_t *s, const char *yaml, int cpu, const char *certs,
+                     const char *record);
 /* CPU time of the server so far, in seconds (/proc/PID/schedstat). */
 double bu_srv_cpu_s(const bu_srv_t *s);
 /* SIGTERM, wait, remove the temp files. */

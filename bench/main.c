@@ -58,6 +58,10 @@ static const scenario_t scenarios[] = {
      "          compaction, compaction overhead vs request prep, cached-input\n"
      "          share after micro-compaction [--turns N (70)] [--runs N (3)]\n"
      "          [--window T (20000)] [--micro-min T (3000)] [--json]"},
+    {"subagents", al_bench_subagents,
+     "N children of the task tool beside N plain agents: spawn -> first\n"
+     "          request, CPU per turn, RSS per idle agent, cancel -> quiet\n"
+     "          [--children N (100)] [--json]"},
     {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 

@@ -364,9 +364,8 @@ static int apply_system(cx_t *x) {
   return 0;
 }
 
-/* Sub-agents (docs/subagents.md): the definitions and what a fresh child
- * inherits. The preamble is copied into the store; the definitions are
- * borrowed (al_agent_new copies them). */
+/* Sub-agents (docs/subagents.md): the definitions (borrowed: al_agent_new
+ * copies them) and the preamble a fresh child's prompt ends with. */
 static int apply_subagents(cx_t *x) {
   if (x->in->task_preamble != NULL &&
       (x->st->task_preamble = al_strdup(x->in->task_preamble)) == NULL) {

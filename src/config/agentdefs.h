@@ -35,7 +35,7 @@
 #include "agentloop/agent.h"
 #include "common/common.h"
 
-/* al_subagent_def_t is in include/agentloop/agent.h (api.md). */
+/* al_subagent_def_t: include/agentloop/agent.h. */
 
 #define AL_AGENTDEFS_MAX_FILES 256
 #define AL_AGENTDEFS_MAX_FILE_BYTES ((size_t)256 * 1024)

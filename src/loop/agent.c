@@ -49,7 +49,7 @@ static void agent_free(al_agent_t *a) {
   al_models_free(a->own_models);
   al__agent_context_free(a);
   al__budget_free(&a->budget);
-  al__task_free(a); /* task: */
+  al__task_free(a);
   al__core_free(a);
 }
 
@@ -268,7 +268,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
       (rc = al__agent_context_init(a, o)) != 0 ||
       (rc = al__agent_mcp_check(o)) != 0 ||
       (rc = al__agent_hooks_init(a, o)) != 0 ||
-      (rc = al__task_init(a, o)) != 0) { /* task: */
+      (rc = al__task_init(a, o)) != 0) {
     goto fail;
   }
   if ((rc = client_open(a, o)) != 0) {
@@ -369,7 +369,7 @@ void al_agent_stats(const al_agent_t *a, al_agent_stats_t *out) {
   if (al_agent_running(a)) {
     out->duration_ms = ag_ms_since(a->run.run_t0);
   }
-  al__task_stats(a, out); /* task: children's usage, and the cost */
+  al__task_stats(a, out); /* the children's usage, and the cost */
 }
 
 int al_agent_history_json(const al_agent_t *a, char **out) {
@@ -457,7 +457,7 @@ void al_agent_close(al_agent_t *a, void (*cb)(al_agent_t *agent)) {
   }
   al__run_close(a);
   al__agent_closing(a, cb);
-  al__task_close_all(a); /* task: children close first (they borrow) */
+  al__task_close_all(a); /* children close first: they borrow */
   al__attempt_close_execs(a);
   al__agent_hooks_cancel_runs(a); /* hooks begun outside a run too */
   al__agent_mcp_close(a);

@@ -90,7 +90,7 @@ typedef struct ag_tool_s {
 /* An approval the run waits for. */
 typedef struct ag_approval_s {
   al_list_t node;
-  char id[96]; /* task: a child's carry its path (al__task_approval_prefix) */
+  char id[96]; /* a child's carries its path (al__task_approval_prefix) */
   al_tool_call_t *call;
   ag_tool_t *tool;
 } ag_approval_t;
@@ -341,13 +341,13 @@ typedef struct ag_reg_s {
   al_sandbox_info_t sandbox_info;
   /* Mode none under AUTO: the gate refuses spawning and writing tools. */
   bool sandbox_refuse;
+  bool sandbox_borrowed; /* a child's: its parent's, never freed here */
   void *cli_set;       /* al_cli_set_t: the tools.d definitions and errors */
   /* The workspace's tools.d when it is a directory (NULL otherwise), and
    * whether it loaded: listed so a skipped untrusted one is visible. */
   char *project_tools_d;
   bool project_trusted;
   uint64_t live_ctx; /* in-process tool contexts not yet completed */
-  bool sandbox_borrowed; /* task: the parent's (a child never frees it) */
 } ag_reg_t;
 
 struct al_agent_s {
@@ -401,7 +401,7 @@ struct al_agent_s {
   ag_ctx_t ctx;
   ag_compact_t compact;
   ag_reg_t reg;
-  /* task: sub-agents (task.c alone writes it; NULL until needed). */
+  /* Sub-agents (task.c alone writes it; NULL until needed). */
   struct ag_tasks_s *tasks;
 };
 
@@ -658,8 +658,15 @@ bool al__agent_prompt_hooks_start(al_agent_t *a, const char *prompt,
  * compaction does not wait; their hook_executed events report them). */
 void al__agent_pre_compact_hooks(al_agent_t *a, const char *trigger,
                                  int64_t tokens_before);
-/* task: subagent_start / subagent_stop hooks (observational); fields are
- * added to the input. */
+/* registry.c, for task.c: a child's registry. retire: the tool is neither
+ * offered nor found any more (its entry stays, as for a removed MCP
+ * tool). lend: the parent's tool pt (MCP, tools.d, in-process) as the
+ * child's own entry calling the same implementation or server. */
+void al__agent_tool_retire(al_agent_t *a, ag_tool_t *t);
+int al__agent_lend_tool(al_agent_t *c, const ag_tool_t *pt);
+
+/* subagent_start / subagent_stop hooks (observational, task.c); fields
+ * are added to the input. */
 void al__agent_subagent_hooks(al_agent_t *a, bool stop, const json_t *fields);
 
 
@@ -687,9 +694,6 @@ const al_tool_impl_t *al__agent_mcp_lookup(al_agent_t *a, const char *name);
 bool al__agent_mcp_should_wait(al_agent_t *a, uint64_t *ms);
 /* The registry's generations of the servers' lists (with the tools). */
 void al__agent_mcp_free(al_agent_t *a);
-/* task: registers in child its parent's MCP tool pt (same server). */
-int al__agent_mcp_lend(al_agent_t *child, const ag_tool_t *pt,
-                       const char *schema);
 /* Closes the servers; a->core.pending covers it. */
 void al__agent_mcp_close(al_agent_t *a);
 /* The driver's callback for "start-up settled" (mcp_attach.c calls it

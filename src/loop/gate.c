@@ -20,8 +20,8 @@
 
 #include "hooks/hooks.h"
 #include "loop/agent_priv.h"
-#include "loop/permrule.h"
 #include "loop/task.h"
+#include "loop/permrule.h"
 
 static const char cancelled_text[] = AL_HISTORY_CANCELLED_TEXT;
 
@@ -362,7 +362,8 @@ static int gate_decide(al_tool_call_t *call, ag_tool_t *t,
     return 0;
   }
   input = al__tool_input_text(call->input);
-  snprintf(rec->id, sizeof(rec->id), "apr_%s%llu", /* task: path prefix */
+  /* A child's request ids carry its path: unique across the tree. */
+  snprintf(rec->id, sizeof(rec->id), "apr_%s%llu",
            al__task_approval_prefix(a),
            (unsigned long long)++a->policy.next_approval);
   rec->call = call;
@@ -544,7 +545,7 @@ int al_agent_approve(al_agent_t *a, const char *request,
   }
   rec = approval_find(a, request);
   if (rec == NULL) {
-    return al__task_approve(a, request, decision); /* task: a child's */
+    return al__task_approve(a, request, decision); /* a child's, or none */
   }
   memset(&ev, 0, sizeof(ev));
   ev.type = AL_EVENT_APPROVAL_RESPONSE;

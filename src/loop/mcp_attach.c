@@ -385,28 +385,6 @@ static bool add_tool(al_agent_t *a, al_mcp_server_t *s, const json_t *tool,
   return false;
 }
 
-/* task: a child's entry for its parent's MCP tool pt, on the same server
- * process; the calls and their mcp_tool_call_* events are the child's. */
-int al__agent_mcp_lend(al_agent_t *child, const ag_tool_t *pt,
-                       const char *schema) {
-  ag_tool_t *t = NULL;
-  int rc = al__agent_add_entry(child, pt->name, NULL, NULL, pt->description,
-                               schema, pt->category, &t);
-
-  if (rc != 0) {
-    return rc;
-  }
-  t->mcp = pt->mcp;
-  t->mcp_tool = al_strdup(pt->mcp_tool);
-  t->mcp_safe = pt->mcp_safe;
-  t->source = "mcp";
-  t->mcp_impl = pt->mcp_impl;
-  t->mcp_impl.name = t->name;
-  t->mcp_impl.data = t;
-  t->inner = &t->mcp_impl;
-  return t->mcp_tool != NULL ? 0 : AL_ENOMEM;
-}
-
 /* Removes every registered tool of s; returns how many. */
 static uint32_t remove_tools(al_agent_t *a, al_mcp_server_t *s) {
   al_list_t *pos;

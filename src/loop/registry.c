@@ -360,6 +360,7 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   char buf[4096];
   const char *cfgdir;
   size_t n_roots = count_list(a->allowed_paths);
+  const al_agent_t *lender;
   const char **roots;
   size_t i;
   int rc;
@@ -367,14 +368,12 @@ int al__agent_sandbox_init(al_agent_t *a, const al_agent_options_t *o) {
   if ((unsigned)o->sandbox > AL_SANDBOX_OFF) {
     return AL_EINVAL;
   }
-  /* task: a child borrows its parent's sandbox and warm pool, and has no
-   * tools.d of its own (the parent's tools are lent). */
-  if (al__task_spawning() != NULL) {
-    const al_agent_t *p = al__task_spawning();
-
-    a->reg.sandbox = p->reg.sandbox;
-    a->reg.sandbox_info = p->reg.sandbox_info;
-    a->reg.sandbox_refuse = p->reg.sandbox_refuse;
+  /* A child borrows its parent's sandbox and warm pool, and has no
+   * tools.d of its own (the parent's tools are lent, task.c). */
+  if ((lender = al__task_spawning_parent(a)) != NULL) {
+    a->reg.sandbox = lender->reg.sandbox;
+    a->reg.sandbox_info = lender->reg.sandbox_info;
+    a->reg.sandbox_refuse = lender->reg.sandbox_refuse;
     a->reg.sandbox_borrowed = true;
     return 0;
   }
@@ -618,10 +617,14 @@ void al__agent_tools_free(al_agent_t *a) {
   al__agent_mcp_free(a);
   /* The tools are gone, so no child uses them any more. */
   free_tools_d(a);
-  if (!a->reg.sandbox_borrowed) { /* task: a child's is its parent's */
+  if (!a->reg.sandbox_borrowed) { /* a child's is its parent's */
     al__sandbox_free(a->reg.sandbox);
   }
   a->reg.sandbox = NULL;
+  /* The offered definitions (al__reg_init's array): nobody frees them
+   * otherwise since the cut (LeakSanitizer, every agent). */
+  json_decref(a->reg.tool_defs);
+  a->reg.tool_defs = NULL;
 }
 
 void *al__agent_sandbox(const al_agent_t *a) { return a->reg.sandbox; }
@@ -652,4 +655,67 @@ int al__reg_def_add(al_agent_t *a, const ag_tool_t *t) {
       a->reg.tool_defs, json_pack("{s:s, s:s, s:O}", "name", t->name,
                               "description", t->description, "input_schema",
                               t->schema));
+}
+
+/* ---- tools lent to a child (task.c) ------------------------------------- */
+
+void al__agent_tool_retire(al_agent_t *a, ag_tool_t *t) {
+  size_t i;
+  json_t *d;
+
+  t->removed = true;
+  json_array_foreach(a->reg.tool_defs, i, d) {
+    const char *n = json_string_value(json_object_get(d, "name"));
+
+    if (n != NULL && strcmp(n, t->name) == 0) {
+      json_array_remove(a->reg.tool_defs, i);
+      return;
+    }
+  }
+}
+
+int al__agent_lend_tool(al_agent_t *c, const ag_tool_t *pt) {
+  ag_tool_t *ct;
+  char *schema;
+  int rc;
+
+  schema = pt->schema != NULL ? json_dumps(pt->schema, JSON_COMPACT) : NULL;
+  if (pt->inproc) {
+    /* The same definition registered in the child, so its calls are the
+     * child's (events, holds, close). */
+    al_tool_def_t def = pt->def;
+
+    def.name = pt->name;
+    def.description = pt->description;
+    def.input_schema = schema;
+    def.category = pt->category;
+    rc = al__agent_add_inproc(c, &def, &ct);
+  } else if (pt->mcp != NULL) {
+    /* The same server's tool, as the child's own entry: its calls and
+     * their mcp_tool_call_* events are the child's. */
+    rc = al__agent_add_entry(c, pt->name, NULL, NULL, pt->description, schema,
+                             pt->category, &ct);
+    if (rc == 0) {
+      ct->mcp = pt->mcp;
+      ct->mcp_tool = al_strdup(pt->mcp_tool);
+      ct->mcp_safe = pt->mcp_safe;
+      ct->mcp_impl = pt->mcp_impl;
+      ct->mcp_impl.name = ct->name;
+      ct->mcp_impl.data = ct;
+      ct->inner = &ct->mcp_impl;
+      if (ct->mcp_tool == NULL) {
+        rc = AL_ENOMEM;
+      }
+    }
+  } else {
+    rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
+                             schema, pt->category, &ct);
+  }
+  al_free(schema);
+  if (rc != 0) {
+    return rc;
+  }
+  ct->source = pt->source;
+  ct->spawns = pt->spawns;
+  return 0;
 }

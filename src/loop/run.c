@@ -183,6 +183,37 @@ static bool post_tool_results(al_agent_t *a) {
   return gone;
 }
 
+/* At a turn boundary: what background children finished with since the
+ * last one joins the history as a user message (task.c holds it until
+ * then). true when the run ended. */
+static bool deliver_background(al_agent_t *a) {
+  char *text = al__task_take_inbox(a);
+  al_event_t ev;
+  bool stop;
+
+  if (text == NULL) {
+    return false;
+  }
+  if (al__history_append_user_text(&a->history, text) != 0) {
+    al_free(text);
+    return false;
+  }
+  if (a->core.on_commit != NULL) {
+    json_t *um = json_pack("{s:[{s:s, s:s}]}", "content", "type", "text",
+                           "text", text);
+
+    al__agent_commit(a, AL_COMMIT_USER, um);
+    json_decref(um);
+  }
+  memset(&ev, 0, sizeof(ev));
+  ev.type = AL_EVENT_USER_MESSAGE;
+  ev.u.user_message.text = ag_slice(text);
+  ev.u.user_message.tool_results = ag_slice("[]");
+  stop = al__agent_post(a, &ev);
+  al_free(text);
+  return stop;
+}
+
 static void end_error(al_agent_t *a, int code, const char *message) {
   al_event_t ev;
   char msg[512];
@@ -454,8 +485,8 @@ static void start_turn(al_agent_t *a) {
   if (al__agent_mcp_sync(a)) {
     return;
   }
-  /* task: background children's results join at the boundary. */
-  if (al__task_turn_boundary(a)) {
+  /* Background children's results join the history here. */
+  if (deliver_background(a)) {
     return;
   }
   a->run.turn++;

@@ -301,7 +301,8 @@ static ag_tasks_t *tasks_get(al_agent_t *a) {
   return a->tasks;
 }
 
-const al_agent_t *al__task_spawning(void) {
+const al_agent_t *al__task_spawning_parent(const al_agent_t *a) {
+  (void)a; /* the agent al_agent_new is making now, on this thread */
   return spawning != NULL ? spawning->parent : NULL;
 }
 
@@ -620,12 +621,7 @@ static al_permission_t child_permission(al_agent_t *child, const char *tool,
 
   (void)child;
   return p->policy.permission(p, tool, input, category,
-                             p->policy.permission_data);
-}
-
-static void remove_tool(al_agent_t *c, ag_tool_t *t) {
-  t->removed = true;
-  al__reg_def_remove(c, t->name);
+                              p->policy.permission_data);
 }
 
 /* Child tools = the parent's ∩ the definition's list − its disallowed: the
@@ -639,13 +635,11 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
 
     if (!t->removed &&
         (al__agent_tool_find(p, t->name) == NULL || !def_allows(d, t->name))) {
-      remove_tool(c, t);
+      al__agent_tool_retire(c, t);
     }
   }
   al_list_foreach(pos, &p->reg.tools) {
     ag_tool_t *pt = AL_CONTAINER_OF(pos, ag_tool_t, node);
-    ag_tool_t *ct = NULL;
-    char *schema;
     int rc;
 
     if (pt->removed || pt->inner == NULL || !def_allows(d, pt->name) ||
@@ -653,31 +647,8 @@ static int child_tools(al_agent_t *p, al_agent_t *c, const sdef_t *d) {
         strcmp(pt->source != NULL ? pt->source : "", "builtin") == 0) {
       continue;
     }
-    schema = pt->schema != NULL ? json_dumps(pt->schema, JSON_COMPACT) : NULL;
-    if (pt->inproc) {
-      /* The same definition registered in the child, so its calls are
-       * the child's (events, holds, close). */
-      al_tool_def_t def = pt->def;
-
-      def.name = pt->name;
-      def.description = pt->description;
-      def.input_schema = schema;
-      def.category = pt->category;
-      rc = al__agent_add_inproc(c, &def, &ct);
-    } else if (pt->mcp != NULL) {
-      rc = al__agent_mcp_lend(c, pt, schema);
-      ct = NULL; /* mcp_attach.c's entry, complete */
-    } else {
-      rc = al__agent_add_entry(c, pt->name, pt->inner, NULL, pt->description,
-                               schema, pt->category, &ct);
-    }
-    al_free(schema);
-    if (rc != 0) {
+    if ((rc = al__agent_lend_tool(c, pt)) != 0) {
       return rc;
-    }
-    if (ct != NULL) {
-      ct->source = pt->source;
-      ct->spawns = pt->spawns;
     }
   }
   return 0;
@@ -774,7 +745,7 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   }
   o.session_id = t->session;
   o.data = p->data; /* the embedder's, for its callbacks given the child */
-  o.sandbox = AL_SANDBOX_OFF; /* the parent's is borrowed (registry.c) */
+  o.sandbox = AL_SANDBOX_OFF; /* the parent's is borrowed */
   o.on_commit = commit;
   o.commit_data = commit_data;
   o.models = p->models;
@@ -1205,32 +1176,18 @@ void al__task_close_all(al_agent_t *a) {
   }
 }
 
-bool al__task_turn_boundary(al_agent_t *a) {
+char *al__task_take_inbox(al_agent_t *a) {
   ag_tasks_t *ts = a->tasks;
-  al_event_t ev;
-  bool stop;
+  char *text;
 
   if (ts == NULL || ts->inbox.len == 0) {
-    return false;
+    return NULL;
   }
-  if (al__history_append_user_text(&a->history, ts->inbox.data) != 0) {
-    return false; /* kept for the next boundary */
+  text = al_strdup(ts->inbox.data);
+  if (text != NULL) {
+    al_buf_reset(&ts->inbox);
   }
-  {
-    json_t *m = json_pack("{s:s, s:[{s:s, s:s}]}", "role", "user", "content",
-                          "type", "text", "text", ts->inbox.data);
-
-    al__agent_commit(a, AL_COMMIT_USER, m);
-    json_decref(m);
-  }
-  memset(&ev, 0, sizeof(ev));
-  ev.type = AL_EVENT_USER_MESSAGE;
-  ev.u.user_message.text.ptr = ts->inbox.data;
-  ev.u.user_message.text.len = ts->inbox.len;
-  ev.u.user_message.tool_results = ag_slice("[]");
-  stop = al__agent_post(a, &ev);
-  al_buf_reset(&ts->inbox);
-  return stop;
+  return text; /* NULL on OOM: kept for the next boundary */
 }
 
 int al__task_approve(al_agent_t *a, const char *request,

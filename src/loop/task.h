@@ -9,6 +9,8 @@
 
 #include "agentloop/agent.h"
 
+struct al_sandbox_s;
+
 /* al_agent_new, after the tools: copies the sub-agent options, links a
  * child to its parent and registers `task` (builtin_tools and not
  * no_task_tool). AL_ENOMEM, AL_EINVAL (a bad definition). */
@@ -16,9 +18,9 @@ int al__task_init(al_agent_t *a, const al_agent_options_t *o);
 /* With the agent's fields (after the tools are freed). */
 void al__task_free(al_agent_t *a);
 
-/* The parent whose child al_agent_new is creating right now, else NULL
- * (registry.c: a child borrows its parent's sandbox and warm pool). */
-const al_agent_t *al__task_spawning(void);
+/* The agent al_agent_new is making now is a child of this parent (NULL:
+ * a top agent). registry.c borrows the parent's sandbox and warm pool. */
+const al_agent_t *al__task_spawning_parent(const al_agent_t *a);
 
 /* al_agent_close, after the run's cancel: cancels and closes every child;
  * a->pending covers each until its close callback. */
@@ -27,9 +29,10 @@ void al__task_close_all(al_agent_t *a);
  * cancelled with their calls (the executor's cancel does it); nothing to
  * do here but kept for the driver's clarity. */
 
-/* The turn boundary (start_turn): background results that came in are
- * added to the history as a user message. true when the run ended. */
-bool al__task_turn_boundary(al_agent_t *a);
+/* At the driver's turn boundary: the background results that came in
+ * since the last one (al_malloc'd text, NULL: none), taken; the driver
+ * adds them to the history as a user message. */
+char *al__task_take_inbox(al_agent_t *a);
 
 /* al_agent_approve found no approval of its own: a child's (request ids
  * carry the child's path). AL_ENOTFOUND when none has it. */

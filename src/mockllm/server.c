@@ -326,7 +326,8 @@ static void record(conn_t *c, const char *method, const char *path,
   al_mockllm_t *m = c->srv;
 
   if (m->rec_file && !m->fd_failed) {
-    json_t *j = json_pack("{s:s, s:s, s:O, s:O, s:s, s:b, s:i, s:o, s:i, s:i}",
+    json_t *j = json_pack("{s:s, s:s, s:O, s:O, s:s, s:b, s:i, s:o, s:i, s:i, "
+                          "s:I}",
                           "method", method, "path", path, "headers", headers,
                           "body", body ? body : json_null(), "protocol",
                           c->proto == AL_MOCKLLM_PROTO_ANTHROPIC ? "anthropic"
@@ -334,7 +335,8 @@ static void record(conn_t *c, const char *method, const char *path,
                                                                  : "none",
                           "valid", valid, "status", status, "error",
                           error ? json_string(error) : json_null(),
-                          "response_index", index, "track", track);
+                          "response_index", index, "track", track,
+                          "arrival_ns", (json_int_t)uv_hrtime());
     char *line = j ? al__mockllm_dumps(j, NULL) : NULL;
 
     if (line == NULL || al_buf_append_str(&m->fq, line) != 0 ||
@@ -1288,12 +1290,15 @@ static void dispatch(conn_t *c) {
         strstr(text, r->expect_contains) == NULL) {
       snprintf(msg, sizeof(msg),
                "mockllm: expect_request: the request body does not contain "
-               "'%.200s' (response %d)", r->expect_contains, idx);
+               "'%.200s' (%s response %d, line %d)", r->expect_contains,
+               track >= 0 ? "its track's" : "top-level", idx, r->line);
     } else if (text != NULL && r->expect_not_contains != NULL &&
                strstr(text, r->expect_not_contains) != NULL) {
       snprintf(msg, sizeof(msg),
                "mockllm: expect_request: the request body contains "
-               "'%.200s' (response %d)", r->expect_not_contains, idx);
+               "'%.200s' (%s response %d, line %d)",
+               r->expect_not_contains,
+               track >= 0 ? "its track's" : "top-level", idx, r->line);
     }
     al_free(text);
     if (msg[0] != '\0') {

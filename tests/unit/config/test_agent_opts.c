@@ -129,6 +129,14 @@ static void same_shared(const al_agent_options_t *a,
   eq_json("mcp_config", a->mcp_config, b->mcp_config);
   ASSERT_EQ(a->mcp_restart_base_ms, b->mcp_restart_base_ms);
   eq_json("hooks_config", a->hooks_config, b->hooks_config);
+  ASSERT_EQ(a->n_subagents, b->n_subagents);
+  ASSERT(a->subagents == b->subagents);
+  ASSERT_EQ(a->no_task_tool, b->no_task_tool);
+  ASSERT_EQ(a->task_max_depth, b->task_max_depth);
+  ASSERT_EQ(a->task_token_budget, b->task_token_budget);
+  eq_str("task_preamble", a->task_preamble, b->task_preamble);
+  ASSERT_EQ(a->task_parallel_writers, b->task_parallel_writers);
+  /* on_child / child_data: per-session wiring (transcripts). */
   /* mcp_project: run reads a trusted project's .mcp.json itself, the
    * daemon's agent does it off the loop: the same servers either way. */
   ASSERT_EQ(a->no_task_tool, b->no_task_tool);

@@ -139,6 +139,7 @@ TEST_IMPL(mockllm_tracks_route_by_first_user) {
       ASSERT_NOT_NULL(j);
       ASSERT(i < 8);
       ASSERT(json_is_integer(json_object_get(j, "track")));
+      ASSERT(json_integer_value(json_object_get(j, "arrival_ns")) > 0);
       ASSERT_EQ(json_integer_value(json_object_get(j, "track")), want_track[i]);
       ASSERT_EQ(json_integer_value(json_object_get(j, "response_index")),
                 want_index[i]);
