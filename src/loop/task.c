@@ -1023,15 +1023,36 @@ static char *tool_description(const ag_tasks_t *ts) {
     al_buf_printf(&b, "\n- %s: %s", d->name, d->description);
     if (b.len - start > TASK_DESC_BUDGET) {
       size_t more = 0;
+      size_t head = strlen(d->name) + 5; /* "\n- " NAME ": " */
+      size_t room = start + TASK_DESC_BUDGET - mark;
 
-      b.len = mark; /* within the budget: the rest are named only */
+      /* Its description cut to what is left (at a character, with an
+       * ellipsis, 48 bytes at least); else this and the rest are named
+       * only. */
+      if (room >= head + 48 + 3) {
+        size_t n = room - head - 3;
+
+        while (n > 0 && ((unsigned char)d->description[n] & 0xC0) == 0x80) {
+          n--;
+        }
+        b.len = mark;
+        al_buf_printf(&b, "\n- %s: %.*s\u2026", d->name, (int)n,
+                      d->description);
+        i++;
+        mark = b.len;
+        if (listed(ts, i) == NULL) {
+          break;
+        }
+      }
+      b.len = mark;
       while (listed(ts, i + more) != NULL) {
         more++;
       }
-      al_buf_printf(&b, "\n- ... and %zu more:", more);
-      for (; listed(ts, i) != NULL && b.len - start < 2 * TASK_DESC_BUDGET;
-           i++) {
-        al_buf_printf(&b, " %s", listed(ts, i)->name);
+      al_buf_printf(&b, "\n\u2026 and %zu more:", more);
+      for (more = 0;
+           listed(ts, i) != NULL && b.len - start < 2 * TASK_DESC_BUDGET;
+           i++, more++) {
+        al_buf_printf(&b, "%s %s", more > 0 ? "," : "", listed(ts, i)->name);
       }
       break;
     }

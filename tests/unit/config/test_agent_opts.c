@@ -139,6 +139,14 @@ static void same_shared(const al_agent_options_t *a,
   /* on_child / child_data: per-session wiring (transcripts). */
   /* mcp_project: run reads a trusted project's .mcp.json itself, the
    * daemon's agent does it off the loop: the same servers either way. */
+  ASSERT_EQ(a->no_task_tool, b->no_task_tool);
+  ASSERT_EQ(a->task_max_depth, b->task_max_depth);
+  ASSERT_EQ(a->task_token_budget, b->task_token_budget);
+  ASSERT_EQ(a->task_parallel_writers, b->task_parallel_writers);
+  ASSERT_EQ(a->n_subagents, b->n_subagents);
+  /* Wiring: subagents and task_preamble (each front end loads the
+   * definitions and builds the preamble), on_child and child_data (the
+   * front end's transcripts). */
 }
 
 static const char k_full[] =
