@@ -59,3 +59,4 @@
 #include "list/i23_opts.h"
 #include "list/i23_agentdefs.h"
 #include "list/i23_cut.h"
+#include "list/i23_wire.h"

@@ -198,6 +198,10 @@ typedef struct al_subagent_def_s {
   const char *source;       /* "builtin" or the file it came from */
 } al_subagent_def_t;
 
+/* The built-in agents (explore, general) every agent has unless a
+ * definition of that name replaces them: static, *n set. For listings. */
+const al_subagent_def_t *al_subagent_builtins(size_t *n);
+
 /* What al_agent_options_t.on_child is told about a new child. */
 typedef struct al_child_info_s {
   const char *task_id;        /* "t1", unique in its parent */

@@ -16,12 +16,39 @@
 #include "client/cli.h"
 #include "config/config.h"
 #include "config/agent_opts.h"
+#include "config/agentdefs.h"
 #include "rpc/rpc.h"
 
 static const char *env_get(const char *name) {
   const char *v = al_sandbox_getenv(name);
 
   return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+/* Sub-agents (docs/subagents.md): this shell's agent definitions and the
+ * child preamble, read here (the daemon reads no agent file), added to
+ * the subagents object al_config_session_params began. */
+static int chat_subagents(const al_config_t *cfg, al_sandbox_policy_t pol,
+                          json_t *o) {
+  al_agentdefs_t *d = NULL;
+  al_buf_t pre;
+  int rc;
+
+  if (al__cli_agents_load(cfg, NULL, false, false, "agentloop", &d) != 0) {
+    return AL_ENOMEM;
+  }
+  al_buf_init(&pre, AL_SUBAGENTS_PREAMBLE_MAX);
+  rc = al__cli_task_preamble(cfg, NULL, pol, &pre);
+  if (rc == AL_ETOOBIG) {
+    rc = 0; /* over the bound: children start without it */
+    pre.len = 0;
+  }
+  if (rc == 0) {
+    rc = al_config_session_agents(o, d, pre.len > 0 ? pre.data : NULL);
+  }
+  al_buf_free(&pre);
+  al_agentdefs_free(d);
+  return rc;
 }
 
 int al__chat_settings(const char *provider, const char *model,
@@ -86,6 +113,10 @@ int al__chat_settings(const char *provider, const char *model,
       json_object_set_new(o, "system", json_string(p.data));
     }
     al_buf_free(&p);
+    if (chat_subagents(&cfg, pol, o) != 0) {
+      json_decref(o);
+      o = NULL;
+    }
   }
   al_config_free(&cfg);
   if (o == NULL) {

@@ -66,5 +66,22 @@ int al__cli_config_load_for(struct al_config_s *cfg, const char *cwd,
 int al__cli_system_prompt(const struct al_config_s *cfg, const char *cwd,
                           al_sandbox_policy_t policy, const char *extra,
                           al_buf_t *out, const char *who);
+/* The text a fresh child agent's prompt ends with (prompt_cli.c,
+ * al_sysprompt_preamble): the environment and the instruction files, the
+ * same sandbox words. 0 or AL_ENOMEM. */
+int al__cli_task_preamble(const struct al_config_s *cfg, const char *cwd,
+                          al_sandbox_policy_t policy, al_buf_t *out);
+
+/* The agent definitions of a session started in cwd (agents_cmd.c,
+ * config/agentdefs.h): the user's and, when the project is trusted
+ * (trust or cfg's verdict), the project's files. Warnings and errors go to
+ * stderr as "who: warning: FILE:LINE:COL: ..." (info notes when verbose).
+ * Blocking: start-up only. 0 with *out set, or AL_ENOMEM. */
+struct al_agentdefs_s;
+int al__cli_agents_load(const struct al_config_s *cfg, const char *cwd,
+                        bool trust, bool verbose, const char *who,
+                        struct al_agentdefs_s **out);
+/* agentloop agents [--json] [-C DIR] [--trust-project] (agents_cmd.c) */
+int al_cli_agents(int argc, char **argv);
 
 #endif

@@ -29,6 +29,8 @@ static void usage(FILE *f) {
         "                    decode a captured response body read from stdin\n"
         "  tools [--json]    the tools a run offers, tools.d load errors and\n"
         "                    the sandbox mode (see tools --help)\n"
+        "  agents [--json]   the agents a task call can start: built-ins and\n"
+        "                    definition files, with their problems\n"
         "  mcp list | get NAME\n"
         "                    start the configured MCP servers and show each\n"
         "                    one's state, tools and last error (docs/mcp.md)\n"
@@ -61,6 +63,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "tools") == 0) {
     return al_cli_tools(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "agents") == 0) {
+    return al_cli_agents(argc - 1, argv + 1);
   }
   if (strcmp(argv[1], "mcp") == 0) {
     return al_cli_mcp(argc - 1, argv + 1);

@@ -70,3 +70,21 @@ int al__cli_system_prompt(const al_config_t *cfg, const char *cwd,
   al_buf_free(&notices);
   return rc;
 }
+
+int al__cli_task_preamble(const al_config_t *cfg, const char *cwd,
+                          al_sandbox_policy_t policy, al_buf_t *out) {
+  char ws[PATH_MAX];
+  char sb[700];
+  al_sysprompt_options_t so;
+
+  if (realpath(cwd != NULL ? cwd : ".", ws) == NULL) {
+    snprintf(ws, sizeof(ws), "%s", cwd != NULL ? cwd : ".");
+  }
+  sandbox_words(policy, sb, sizeof(sb));
+  memset(&so, 0, sizeof(so));
+  so.workspace = ws;
+  so.sandbox = sb;
+  so.cfg = cfg;
+  /* Cut files were said for the parent's prompt already. */
+  return al_sysprompt_preamble(&so, out, NULL);
+}

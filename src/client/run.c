@@ -47,6 +47,7 @@
 #include "common/common.h"
 #include "config/config.h"
 #include "config/agent_opts.h"
+#include "config/agentdefs.h"
 #include "events/events.h"
 #include "mcp/mcp.h"
 #include "tools/clitool.h"
@@ -1102,6 +1103,8 @@ int al_cli_run(int argc, char **argv) {
   al_config_t cfg;
   al_agent_opts_input_t in;
   al_agent_opts_store_t store;
+  al_agentdefs_t *agents = NULL;
+  al_buf_t preamble;
   bool trust = false;
   const char *mcp_file = NULL;
   const char *hooks_file = NULL;
@@ -1317,6 +1320,7 @@ int al_cli_run(int argc, char **argv) {
   deny[ndeny] = NULL;
 
   al_buf_init(&sysprompt, 4 * INPUT_MAX);
+  al_buf_init(&preamble, 4 * INPUT_MAX);
   al_agent_opts_store_init(&store);
   /* Configuration (docs/config.md), checked before anything is read or
    * sent: the files and the environment, then the flags over them. */
@@ -1573,6 +1577,18 @@ int al_cli_run(int argc, char **argv) {
   in.flags.max_messages = (uint32_t)max_messages;
   in.flags.no_auto_compact = no_auto_compact;
   in.flags.no_prompt_cache = no_prompt_cache;
+  /* Sub-agents (docs/subagents.md): the definition files and what a
+   * fresh child's prompt ends with, read here before the loop runs. */
+  if (al__cli_agents_load(&cfg, cwd, trust, verbose == 1, "agentloop",
+                          &agents) != 0 ||
+      al__cli_task_preamble(&cfg, cwd, sandbox, &preamble) != 0) {
+    fail_usage("out of memory");
+    code = EXIT_FAIL;
+    goto out;
+  }
+  in.subagents = agents->defs;
+  in.n_subagents = agents->n;
+  in.task_preamble = preamble.data;
   {
     char why[1024];
 
@@ -1627,6 +1643,8 @@ out:
   al_free(r);
 done:
   al_buf_free(&sysprompt);
+  al_buf_free(&preamble);
+  al_agentdefs_free(agents);
   al_agent_opts_store_free(&store);
   al_config_free(&cfg);
   return code;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "config/agent_opts.h"
+#include "config/agentdefs.h"
 #include "config/context.h"
 #include "mcp/mcp.h"
 
@@ -40,6 +41,7 @@ void al_agent_opts_store_free(al_agent_opts_store_t *st) {
     al_free(st->api_key);
   }
   al_free(st->task_preamble);
+  al_agentdefs_free(st->defs);
   al_agent_opts_store_init(st);
 }
 
@@ -364,9 +366,14 @@ static int apply_system(cx_t *x) {
   return 0;
 }
 
-/* Sub-agents (docs/subagents.md): the definitions (borrowed: al_agent_new
- * copies them) and the preamble a fresh child's prompt ends with. */
+/* Sub-agents (docs/subagents.md): the subagents: section, the
+ * definitions (borrowed: al_agent_new copies them) and the preamble a
+ * fresh child's prompt ends with. */
 static int apply_subagents(cx_t *x) {
+  x->o->no_task_tool = x->cfg->subagents.enabled == 0;
+  x->o->task_max_depth = (uint32_t)x->cfg->subagents.max_depth;
+  x->o->task_token_budget = x->cfg->subagents.token_budget;
+  x->o->task_parallel_writers = x->cfg->subagents.parallel_writers == 1;
   if (x->in->task_preamble != NULL &&
       (x->st->task_preamble = al_strdup(x->in->task_preamble)) == NULL) {
     x->oom = true;
@@ -536,5 +543,131 @@ json_t *al_config_session_params(const al_config_t *cfg, const char *ws,
       json_object_set_new(o, rn[i], list_json(rl[i]));
     }
   }
+  {
+    /* subagents: only what is set (the chat adds its agents and the
+     * preamble to the same object). */
+    json_t *sa = json_object();
+
+    if (sa != NULL && cfg->subagents.enabled >= 0) {
+      json_object_set_new(sa, "enabled",
+                          json_boolean(cfg->subagents.enabled == 1));
+    }
+    if (sa != NULL && cfg->subagents.max_depth > 0) {
+      json_object_set_new(sa, "max_depth",
+                          json_integer(cfg->subagents.max_depth));
+    }
+    if (sa != NULL && cfg->subagents.token_budget > 0) {
+      json_object_set_new(sa, "token_budget",
+                          json_integer(cfg->subagents.token_budget));
+    }
+    if (sa != NULL && cfg->subagents.parallel_writers >= 0) {
+      json_object_set_new(sa, "parallel_writers",
+                          json_boolean(cfg->subagents.parallel_writers == 1));
+    }
+    if (json_object_size(sa) > 0) {
+      json_object_set_new(o, "subagents", sa);
+    } else {
+      json_decref(sa);
+    }
+  }
   return o;
+}
+
+int al_config_session_agents(json_t *params, const al_agentdefs_t *d,
+                             const char *preamble) {
+  json_t *sa = json_object_get(params, "subagents");
+  json_t *defs;
+
+  if (sa == NULL) {
+    if ((sa = json_object()) == NULL ||
+        json_object_set_new(params, "subagents", sa) != 0) {
+      return AL_ENOMEM;
+    }
+  }
+  if (preamble != NULL && preamble[0] != '\0' &&
+      strlen(preamble) <= AL_SUBAGENTS_PREAMBLE_MAX &&
+      json_object_set_new(sa, "preamble", json_string(preamble)) != 0) {
+    return AL_ENOMEM;
+  }
+  if (d != NULL && d->n > 0) {
+    defs = al_agentdefs_to_json(d);
+    if (defs == NULL || json_object_set_new(sa, "agents", defs) != 0) {
+      return AL_ENOMEM;
+    }
+  }
+  if (json_object_size(sa) == 0) {
+    json_object_del(params, "subagents");
+  }
+  return 0;
+}
+
+/* Bounds as config.c's table has them. */
+static bool sub_int(const json_t *v, int64_t lo, int64_t hi) {
+  return json_is_integer(v) && json_integer_value(v) >= lo &&
+         json_integer_value(v) <= hi;
+}
+
+int al__config_subagents_from_json(const json_t *sub, al_config_t *cfg,
+                                   char *why, size_t why_len) {
+  static const char *const keys[] = {"enabled",      "max_depth",
+                                     "token_budget", "parallel_writers",
+                                     "preamble",     "agents"};
+  const char *k;
+  const json_t *v;
+  al_agentdefs_t *d;
+  size_t i;
+  int rc;
+
+  if (sub == NULL || json_is_null(sub)) {
+    return 0;
+  }
+  if (!json_is_object(sub)) {
+    snprintf(why, why_len, "subagents must be an object");
+    return AL_EINVAL;
+  }
+  json_object_foreach((json_t *)sub, k, v) {
+    for (i = 0; i < AL_ARRAY_SIZE(keys) && strcmp(k, keys[i]) != 0; i++) {
+    }
+    if (i == AL_ARRAY_SIZE(keys)) {
+      snprintf(why, why_len,
+               "subagents.%.64s is not a setting (enabled, max_depth, "
+               "token_budget, parallel_writers, preamble, agents)",
+               k);
+      return AL_EINVAL;
+    }
+    if (((i == 0 || i == 3) && !json_is_boolean(v)) ||
+        (i == 1 && !sub_int(v, 1, 16)) ||
+        (i == 2 && !sub_int(v, 1000, INT64_C(1000000000000))) ||
+        (i == 4 && (!json_is_string(v) ||
+                    json_string_length(v) > AL_SUBAGENTS_PREAMBLE_MAX))) {
+      snprintf(why, why_len, "subagents.%s must be %s", k,
+               i == 1   ? "an integer from 1 to 16"
+               : i == 2 ? "an integer from 1000 to 1000000000000"
+               : i == 4 ? "a string of at most 1 MiB"
+                        : "true or false");
+      return AL_EINVAL;
+    }
+  }
+  if ((rc = al_agentdefs_from_json(json_object_get(sub, "agents"), &d, why,
+                                   why_len)) != 0) {
+    if (rc == AL_EINVAL) {
+      char inner[512];
+
+      snprintf(inner, sizeof(inner), "%s", why);
+      snprintf(why, why_len, "subagents.%s", inner);
+    }
+    return rc;
+  }
+  al_agentdefs_free(d);
+  if (cfg != NULL) {
+    v = json_object_get(sub, "enabled");
+    cfg->subagents.enabled = v == NULL ? -1 : json_is_true(v) ? 1 : 0;
+    cfg->subagents.max_depth =
+        (int64_t)json_integer_value(json_object_get(sub, "max_depth"));
+    cfg->subagents.token_budget =
+        (int64_t)json_integer_value(json_object_get(sub, "token_budget"));
+    v = json_object_get(sub, "parallel_writers");
+    cfg->subagents.parallel_writers = v == NULL ? -1 : json_is_true(v) ? 1 : 0;
+  }
+  return 0;
 }

@@ -109,6 +109,9 @@ typedef struct al_agent_opts_store_s {
    * for the front end's permission callback. */
   const char **ask;
   char *task_preamble;
+  /* Definitions a front end parsed for these options (the daemon's, from
+   * the session header: al_agentdefs_from_json); freed with the store. */
+  struct al_agentdefs_s *defs;
 } al_agent_opts_store_t;
 
 void al_agent_opts_input_init(al_agent_opts_input_t *in);
@@ -140,5 +143,25 @@ bool al_config_sandbox_policy(const char *mode, al_sandbox_policy_t *out);
 json_t *al_config_session_params(const al_config_t *cfg, const char *ws,
                                  al_cfg_getenv_fn getenv_fn, char *err,
                                  size_t errlen);
+
+/* What a chat adds to session/create's params (al_config_session_params
+ * began the subagents object with the settings): its agent definitions
+ * (d may be NULL or empty) and the child preamble (NULL or "": none; one
+ * over AL_SUBAGENTS_PREAMBLE_MAX is left out, children then start without
+ * it). 0 or AL_ENOMEM. */
+struct al_agentdefs_s;
+int al_config_session_agents(json_t *params, const struct al_agentdefs_s *d,
+                             const char *preamble);
+
+/* The subagents: object of session/create and the transcript header
+ * (docs/protocol.md): {enabled?, max_depth?, token_budget?,
+ * parallel_writers?} as config.yaml has them, plus the chat's
+ * preamble? (text, at most AL_SUBAGENTS_PREAMBLE_MAX bytes) and agents?
+ * (al_agentdefs_from_json). Checked here, with the same bounds as the
+ * file's; cfg (may be NULL: only check) gets the four settings. 0, or
+ * AL_EINVAL with "subagents.KEY ..." in why. */
+#define AL_SUBAGENTS_PREAMBLE_MAX ((size_t)1024 * 1024)
+int al__config_subagents_from_json(const json_t *sub, al_config_t *cfg,
+                                   char *why, size_t why_len);
 
 #endif

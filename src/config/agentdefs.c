@@ -59,44 +59,6 @@ const al_claude_tool_t *al_claude_tool_find(const char *claude) {
   return NULL;
 }
 
-/* ---- the built-ins
- * ------------------------------------------------------------ */
-
-static const char k_child_prompt[] =
-    "You are a sub-agent: another agent gave you one task. Do it with the "
-    "tools you have, then end with a concise report of what you did and "
-    "found (paths, names, figures); that final message is all the other "
-    "agent sees.";
-
-static const char k_explore_prompt[] =
-    "You are a read-only sub-agent: another agent asked you to investigate "
-    "a question about the files here. Search and read (grep, glob, "
-    "list_directory, read_file) until you can answer; change nothing. End "
-    "with a concise report: the answer first, then the evidence as paths "
-    "with line numbers. That final message is all the other agent sees.";
-
-/* Read-category tools only, so the task tool may run it beside others. */
-static const char *const k_explore_tools[] = {
-    "read_file", "list_directory", "grep", "glob", "read_tool_output", NULL};
-
-typedef struct builtin_s {
-  const char *name, *description, *system;
-  const char *const *tools;
-} builtin_t;
-
-static const builtin_t k_builtins[] = {
-    {"explore",
-     "Read-only investigation: searches, lists and reads files and reports "
-     "concisely what it found. Use it for questions about the code that "
-     "need many reads; it changes nothing.",
-     k_explore_prompt, k_explore_tools},
-    {"general",
-     "General-purpose agent for a multi-step task (research, changes, "
-     "commands) with all of your tools; give it a self-contained prompt.",
-     k_child_prompt, NULL},
-};
-#define N_BUILTINS (sizeof(k_builtins) / sizeof(k_builtins[0]))
-
 /* ---- the set
  * -------------------------------------------------------------------- */
 
@@ -144,16 +106,26 @@ void al_agentdefs_free(al_agentdefs_t *d) {
   al_free(d);
 }
 
-/* Listing order: the built-ins' names first, then by name. */
+/* Listing order: the built-ins' names first (a file replacing one
+ * stands in its place), then by name. The built-ins themselves are the
+ * loop's (al_subagent_builtins): this loader reads files only. */
 static int rank(const char *name) {
-  size_t i;
+  size_t i, n;
+  const al_subagent_def_t *b = al_subagent_builtins(&n);
 
-  for (i = 0; i < N_BUILTINS; i++) {
-    if (strcmp(name, k_builtins[i].name) == 0) {
+  for (i = 0; i < n; i++) {
+    if (strcmp(name, b[i].name) == 0) {
       return (int)i;
     }
   }
-  return (int)N_BUILTINS;
+  return (int)n;
+}
+
+static bool is_builtin_name(const char *name) {
+  size_t n;
+
+  (void)al_subagent_builtins(&n);
+  return rank(name) < (int)n;
 }
 
 static int order(const char *a, const char *b) {
@@ -236,58 +208,9 @@ static int add_note(al_agentdefs_t *d, al_agentdefs_level_t lv, const char *fmt,
   return rc;
 }
 
-static char **list_dup(const char *const *l) {
-  size_t n = 0, i;
-  char **out;
-
-  while (l[n] != NULL) {
-    n++;
-  }
-  out = al_calloc(n + 1, sizeof(*out));
-  if (out == NULL) {
-    return NULL;
-  }
-  for (i = 0; i < n; i++) {
-    if ((out[i] = al_strdup(l[i])) == NULL) {
-      list_free((const char *const *)out);
-      return NULL;
-    }
-  }
-  return out;
-}
-
 int al_agentdefs_new(al_agentdefs_t **out) {
-  al_agentdefs_t *d = al_calloc(1, sizeof(*d));
-  size_t i;
-
-  *out = NULL;
-  if (d == NULL) {
-    return AL_ENOMEM;
-  }
-  for (i = 0; i < N_BUILTINS; i++) {
-    const builtin_t *b = &k_builtins[i];
-    al_subagent_def_t s, old;
-
-    memset(&s, 0, sizeof(s));
-    s.permission_mode = -1;
-    s.name = al_strdup(b->name);
-    s.description = al_strdup(b->description);
-    s.system = al_strdup(b->system);
-    s.source = al_strdup("builtin");
-    s.tools = b->tools != NULL ? (const char *const *)list_dup(b->tools) : NULL;
-    if (s.name == NULL || s.description == NULL || s.system == NULL ||
-        s.source == NULL || (b->tools != NULL && s.tools == NULL)) {
-      def_free(&s);
-      al_agentdefs_free(d);
-      return AL_ENOMEM;
-    }
-    if (insert(d, &s, &old) != 0) {
-      al_agentdefs_free(d);
-      return AL_ENOMEM;
-    }
-  }
-  *out = d;
-  return 0;
+  *out = al_calloc(1, sizeof(**out));
+  return *out != NULL ? 0 : AL_ENOMEM;
 }
 
 const al_subagent_def_t *al_agentdefs_find(const al_agentdefs_t *d,
@@ -937,12 +860,227 @@ int al_agentdefs_add_text(al_agentdefs_t *d, const char *path, const char *text,
     /* A later location's definition wins (agentdefs.h); said, not an
      * error: it is how a project refines a user's agent. */
     note_at(&p, AL_AGENTDEFS_INFO, p.name_node,
-            "agent '%s' replaces the one from %s", old.name,
-            strcmp(old.source, "builtin") == 0 ? "the built-ins" : old.source);
+            "agent '%s' replaces the one from %s", old.name, old.source);
     def_free(&old);
+  } else if (is_builtin_name(p.s.name)) {
+    note_at(&p, AL_AGENTDEFS_INFO, p.name_node,
+            "agent '%s' replaces the built-in one", p.s.name);
   }
   yaml_document_delete(&doc);
   return p.nomem ? AL_ENOMEM : 0;
+}
+
+/* ---- definitions that travel
+ * ---------------------------------------------------- */
+
+static const char *const k_wire_modes[] = {"interactive", "headless", "job"};
+
+static json_t *names_json(const char *const *l) {
+  json_t *a = json_array();
+  size_t i;
+
+  for (i = 0; a != NULL && l[i] != NULL; i++) {
+    if (json_array_append_new(a, json_string(l[i])) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+json_t *al_agentdefs_to_json(const al_agentdefs_t *d) {
+  json_t *a = json_array();
+  size_t i;
+
+  for (i = 0; a != NULL && d != NULL && i < d->n; i++) {
+    const al_subagent_def_t *s = &d->defs[i];
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:s?, s:s?}", "name", s->name,
+                          "description", s->description, "system", s->system,
+                          "model", s->model, "source", s->source);
+    bool bad = o == NULL;
+
+    if (!bad && s->tools != NULL) {
+      bad = json_object_set_new(o, "tools", names_json(s->tools)) != 0;
+    }
+    if (!bad && s->disallowed_tools != NULL) {
+      bad = json_object_set_new(o, "disallowed_tools",
+                                names_json(s->disallowed_tools)) != 0;
+    }
+    if (!bad && s->permission_mode >= 0 &&
+        (size_t)s->permission_mode < AL_ARRAY_SIZE(k_wire_modes)) {
+      bad = json_object_set_new(
+                o, "permission_mode",
+                json_string(k_wire_modes[s->permission_mode])) != 0;
+    }
+    if (!bad && s->max_turns > 0) {
+      bad =
+          json_object_set_new(o, "max_turns", json_integer(s->max_turns)) != 0;
+    }
+    if (bad || json_array_append_new(a, o) != 0) {
+      json_decref(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+/* A string member (NULL: absent) of at most max bytes; *bytes counts it. */
+static bool wire_str(const json_t *o, const char *key, bool required,
+                     size_t max, const char **out, size_t *bytes) {
+  const json_t *v = json_object_get(o, key);
+
+  *out = NULL;
+  if (v == NULL || json_is_null(v)) {
+    return !required;
+  }
+  if (!json_is_string(v) || json_string_length(v) > max ||
+      strlen(json_string_value(v)) != json_string_length(v)) {
+    return false;
+  }
+  *out = json_string_value(v);
+  *bytes += json_string_length(v);
+  return true;
+}
+
+/* A list of tool names (NULL: absent) into *out (copies). */
+static int wire_tools(const json_t *v, const char *const **out, size_t *bytes) {
+  const json_t *t;
+  char **l;
+  size_t i;
+
+  *out = NULL;
+  if (v == NULL || json_is_null(v)) {
+    return 0;
+  }
+  if (!json_is_array(v) || json_array_size(v) > 256) {
+    return AL_EINVAL;
+  }
+  json_array_foreach(v, i, t) {
+    if (!json_is_string(t) ||
+        !tool_name_ok(json_string_value(t), json_string_length(t))) {
+      return AL_EINVAL;
+    }
+    *bytes += json_string_length(t);
+  }
+  if ((l = al_calloc(json_array_size(v) + 1, sizeof(*l))) == NULL) {
+    return AL_ENOMEM;
+  }
+  *out = (const char *const *)l;
+  json_array_foreach(v, i, t) {
+    if ((l[i] = al_strdup(json_string_value(t))) == NULL) {
+      return AL_ENOMEM;
+    }
+  }
+  return 0;
+}
+
+/* One entry into s (its strings copied); AL_EINVAL with what in *what. */
+static int wire_def(const json_t *o, al_subagent_def_t *s, size_t *bytes,
+                    const char **what) {
+  const char *name, *desc, *sys, *model, *src, *mode;
+  const json_t *mt = json_object_get(o, "max_turns");
+  size_t i;
+  int rc;
+
+  s->permission_mode = -1;
+  if (!json_is_object(o)) {
+    return *what = "must be an object", AL_EINVAL;
+  }
+  if (!wire_str(o, "name", true, 64, &name, bytes) || !name_ok(name)) {
+    return *what = "name: 1 to 64 of a-z 0-9 _ -", AL_EINVAL;
+  }
+  if (!wire_str(o, "description", true, 4096, &desc, bytes)) {
+    return *what = "description: a string of at most 4096 bytes", AL_EINVAL;
+  }
+  if (!wire_str(o, "system", false, AL_AGENTDEFS_MAX_FILE_BYTES, &sys, bytes) ||
+      !wire_str(o, "model", false, 256, &model, bytes) ||
+      !wire_str(o, "source", false, 4096, &src, bytes) ||
+      !wire_str(o, "permission_mode", false, 16, &mode, bytes)) {
+    return *what = "system, model, source, permission_mode: bounded strings",
+           AL_EINVAL;
+  }
+  if (mode != NULL) {
+    for (i = 0;
+         i < AL_ARRAY_SIZE(k_wire_modes) && strcmp(mode, k_wire_modes[i]) != 0;
+         i++) {
+    }
+    if (i == AL_ARRAY_SIZE(k_wire_modes)) {
+      return *what = "permission_mode: interactive, headless or job", AL_EINVAL;
+    }
+    s->permission_mode = (int)i;
+  }
+  if (mt != NULL && !json_is_null(mt) &&
+      (!json_is_integer(mt) || json_integer_value(mt) < 0 ||
+       json_integer_value(mt) > AL_AGENTDEFS_MAX_TURNS)) {
+    return *what = "max_turns: 0 to 100000", AL_EINVAL;
+  }
+  s->max_turns = (uint32_t)json_integer_value(mt);
+  if ((s->name = al_strdup(name)) == NULL ||
+      (s->description = al_strdup(desc)) == NULL ||
+      (sys != NULL && (s->system = al_strdup(sys)) == NULL) ||
+      (model != NULL && (s->model = al_strdup(model)) == NULL) ||
+      (s->source = al_strdup(src != NULL ? src : "session")) == NULL) {
+    return AL_ENOMEM;
+  }
+  if ((rc = wire_tools(json_object_get(o, "tools"), &s->tools, bytes)) != 0 ||
+      (rc = wire_tools(json_object_get(o, "disallowed_tools"),
+                       &s->disallowed_tools, bytes)) != 0) {
+    if (rc == AL_EINVAL) {
+      *what = "tools, disallowed_tools: at most 256 tool names";
+    }
+    return rc;
+  }
+  return 0;
+}
+
+int al_agentdefs_from_json(const json_t *a, al_agentdefs_t **out, char *why,
+                           size_t why_len) {
+  al_agentdefs_t *d;
+  const json_t *o;
+  size_t i, bytes = 0;
+  int rc = 0;
+
+  *out = NULL;
+  if (a != NULL && !json_is_null(a) &&
+      (!json_is_array(a) || json_array_size(a) > AL_AGENTDEFS_MAX_FILES)) {
+    snprintf(why, why_len, "agents: an array of at most %d definitions",
+             AL_AGENTDEFS_MAX_FILES);
+    return AL_EINVAL;
+  }
+  if ((rc = al_agentdefs_new(&d)) != 0) {
+    return rc;
+  }
+  json_array_foreach(a, i, o) {
+    al_subagent_def_t s, old;
+    const char *what = NULL;
+
+    memset(&s, 0, sizeof(s));
+    rc = wire_def(o, &s, &bytes, &what);
+    if (rc == 0 && bytes > AL_AGENTDEFS_WIRE_BYTES) {
+      rc = AL_EINVAL;
+      what = "the definitions are over 1 MiB of text in all";
+    }
+    if (rc == 0 && al_agentdefs_find(d, s.name) != NULL) {
+      rc = AL_EINVAL;
+      what = "name: given twice";
+    }
+    if (rc != 0) {
+      if (rc == AL_EINVAL) {
+        snprintf(why, why_len, "agents[%zu]: %s", i, what);
+      }
+      def_free(&s);
+      break;
+    }
+    if ((rc = insert(d, &s, &old)) != 0) {
+      break;
+    }
+  }
+  if (rc != 0) {
+    al_agentdefs_free(d);
+    return rc;
+  }
+  *out = d;
+  return 0;
 }
 
 /* ---- the directories
@@ -1262,164 +1400,4 @@ void al_config_agents_load_cancel(al_agentdefs_req_t *req) {
   req->cancelled = true;
   /* Not started yet: the pool skips it (pool_done still frees it). */
   (void)uv_cancel((uv_req_t *)&req->work);
-}
-
-/* ---- the task tool's listing
- * ----------------------------------------------------- */
-
-#define ELLIPSIS "\xE2\x80\xA6" /* U+2026 */
-#define MIN_DESC 48
-#define NAMES_ROOM 160
-
-/* Bytes of "- NAME: DESC\n" with the description cut to cap. */
-static size_t line_bytes(const char *name, size_t dlen, size_t cap) {
-  return 2 + strlen(name) + 2 + (dlen <= cap ? dlen : cap) + 1;
-}
-
-static size_t cut_at(const char *s, size_t len, size_t cap) {
-  size_t n;
-
-  if (len <= cap) {
-    return len;
-  }
-  n = cap >= 3 ? cap - 3 : 0;
-  while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) {
-    n--; /* a character's continuation byte: cut before the character */
-  }
-  return n;
-}
-
-static int put_line(al_buf_t *b, const char *name, const char *desc,
-                    size_t dlen, size_t cap) {
-  size_t n = cut_at(desc, dlen, cap);
-
-  if (al_buf_printf(b, "- %s: %.*s%s\n", name, (int)n, desc,
-                    n < dlen ? ELLIPSIS : "") != 0) {
-    return AL_ENOMEM;
-  }
-  return 0;
-}
-
-int al_agentdefs_describe(const al_subagent_def_t *defs, size_t n,
-                          size_t budget, char **out) {
-  char **desc = al_calloc(n + 1, sizeof(*desc));
-  size_t *dlen = al_calloc(n + 1, sizeof(*dlen));
-  size_t cap = SIZE_MAX, total = 0, keep = n, i, longest = 0;
-  al_buf_t b;
-  int rc = AL_ENOMEM;
-
-  *out = NULL;
-  al_buf_init(&b, budget + 64);
-  if (desc == NULL || dlen == NULL) {
-    goto out_free;
-  }
-  for (i = 0; i < n; i++) {
-    if ((desc[i] = al_strdup(defs[i].description != NULL ? defs[i].description
-                                                         : "")) == NULL) {
-      goto out_free;
-    }
-    one_line(desc[i]);
-    dlen[i] = strlen(desc[i]);
-    longest = dlen[i] > longest ? dlen[i] : longest;
-    total += line_bytes(defs[i].name, dlen[i], cap);
-  }
-  if (total > budget) {
-    /* Cut the descriptions: the largest cap that fits, not under
-     * MIN_DESC (a description cut shorter says nothing). */
-    size_t lo = MIN_DESC, hi = longest;
-
-    cap = MIN_DESC;
-    while (lo <= hi) {
-      size_t mid = lo + (hi - lo) / 2, t = 0;
-
-      for (i = 0; i < n; i++) {
-        t += line_bytes(defs[i].name, dlen[i], mid);
-      }
-      if (t <= budget) {
-        cap = mid;
-        lo = mid + 1;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    for (total = 0, i = 0; i < n; i++) {
-      total += line_bytes(defs[i].name, dlen[i], cap);
-    }
-  }
-  if (total > budget) {
-    /* Still over: keep the first entries (the built-ins lead) and say
-     * how many more, with as many of their names as fit. */
-    char tail[64];
-
-    do {
-      size_t t = 0, names = 0;
-
-      keep--;
-      for (i = 0; i < keep; i++) {
-        t += line_bytes(defs[i].name, dlen[i], cap);
-      }
-      /* Room for some of the others' names too: a name is enough for
-       * the model to ask for an agent. */
-      for (i = keep; i < n && names < NAMES_ROOM; i++) {
-        names += 2 + strlen(defs[i].name);
-      }
-      names = names < NAMES_ROOM ? names : NAMES_ROOM;
-      snprintf(tail, sizeof(tail), ELLIPSIS " and %zu more\n", n - keep);
-      if (t + strlen(tail) + names <= budget) {
-        break;
-      }
-    } while (keep > 0);
-  }
-  for (i = 0; i < keep; i++) {
-    if (put_line(&b, defs[i].name, desc[i], dlen[i], cap) != 0) {
-      goto out_free;
-    }
-  }
-  if (keep < n) {
-    char tail[64];
-
-    snprintf(tail, sizeof(tail), ELLIPSIS " and %zu more", n - keep);
-    if (b.len + strlen(tail) + 1 <= budget) {
-      if (al_buf_append_str(&b, tail) != 0) {
-        goto out_free;
-      }
-      for (i = keep; i < n; i++) {
-        /* ": a" or ", b", and the newline still to come */
-        if (b.len + 2 + strlen(defs[i].name) + 1 > budget) {
-          break;
-        }
-        dlen[i] = b.len; /* where the name starts, to take it back */
-        if (al_buf_printf(&b, "%s%s", i == keep ? ": " : ", ", defs[i].name) !=
-            0) {
-          goto out_free;
-        }
-      }
-      if (i < n && i > keep) {
-        /* Not every name: ", …" says so, in place of the last ones if
-         * need be (one name is always left). */
-        while (b.len + 2 + strlen(ELLIPSIS) + 1 > budget && i > keep + 1) {
-          b.len = dlen[--i];
-          b.data[b.len] = '\0';
-        }
-        if (b.len + 2 + strlen(ELLIPSIS) + 1 <= budget &&
-            al_buf_append_str(&b, ", " ELLIPSIS) != 0) {
-          goto out_free;
-        }
-      }
-      if (al_buf_append_str(&b, "\n") != 0) {
-        goto out_free;
-      }
-    }
-  }
-  *out = b.data != NULL ? b.data : al_strdup("");
-  rc = *out != NULL ? 0 : AL_ENOMEM;
-  b.data = NULL;
-out_free:
-  al_buf_free(&b);
-  for (i = 0; desc != NULL && i < n; i++) {
-    al_free(desc[i]);
-  }
-  al_free(desc);
-  al_free(dlen);
-  return rc;
 }

@@ -6,8 +6,10 @@
  *
  * Where, lowest precedence first (a later definition of a name replaces
  * an earlier one, said as an info note):
- *   the built-ins `explore` and `general`,
-^ *   ~/.claude/agents/NAME.md              (Claude Code's user agents),
+ *   the built-ins `explore` and `general` (the loop's own,
+ *   al_subagent_builtins: they are not in a load's set; a file of that
+ *   name is, and replaces the built-in in the agent),
+ *   ~/.claude/agents/NAME.md              (Claude Code's user agents),
  *   <config dir>/agents/NAME.md            ($XDG_CONFIG_HOME/agentloop/...),
  *   <workspace>/.claude/agents/NAME.md     (trusted project only),
  *   <workspace>/.agentloop/agents/NAME.md  (trusted project only).
@@ -30,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 #include "agentloop/agent.h"
@@ -40,8 +43,6 @@
 #define AL_AGENTDEFS_MAX_FILES 256
 #define AL_AGENTDEFS_MAX_FILE_BYTES ((size_t)256 * 1024)
 #define AL_AGENTDEFS_MAX_TURNS 100000
-/* The task tool's listing of agents (al_agentdefs_describe). */
-#define AL_AGENTDEFS_LIST_BUDGET 2048
 
 typedef enum {
   AL_AGENTDEFS_INFO = 0,    /* a name normalized, a definition replaced */
@@ -55,9 +56,9 @@ typedef struct al_agentdefs_note_s {
   char *text;
 } al_agentdefs_note_t;
 
-/* What a load produced; owns every string it points to. defs: the
- * built-ins (or the files that replace them) first, explore then
- * general, then the others by name: a deterministic order. */
+/* What a load produced; owns every string it points to. defs: the files'
+ * definitions only, those named explore then general (replacing the
+ * built-ins) first, then the others by name: a deterministic order. */
 typedef struct al_agentdefs_s {
   al_subagent_def_t *defs;
   size_t n;
@@ -104,7 +105,7 @@ void al_config_agents_load_cancel(al_agentdefs_req_t *req);
 int al_agentdefs_add_text(al_agentdefs_t *d, const char *path, const char *text,
                           size_t len);
 
-/* An empty set with the built-ins (what a load starts from). */
+/* An empty set (what a load starts from). */
 int al_agentdefs_new(al_agentdefs_t **out);
 void al_agentdefs_free(al_agentdefs_t *d);
 
@@ -116,15 +117,21 @@ const al_subagent_def_t *al_agentdefs_find(const al_agentdefs_t *d,
  * out (its bound applies: AL_ETOOBIG past it). */
 int al_agentdefs_notes_text(const al_agentdefs_t *d, al_buf_t *out);
 
-/* The listing of agents for the task tool's description: one
- * "- NAME: DESCRIPTION" line each, in the order given, at most budget
- * bytes. Over budget, descriptions are cut first (at a character, with
- * "…"), then entries from the end dropped for a last line "… and N
- * more: NAME, NAME" (names as many as fit). Pure: depends on nothing of
- * this layer, so the loop layer may take it. *out al_malloc'd; 0 or
- * AL_ENOMEM. */
-int al_agentdefs_describe(const al_subagent_def_t *defs, size_t n,
-                          size_t budget, char **out);
+/* Definitions that travel: a chat sends its set in session/create, the
+ * daemon keeps it in the session's transcript header (docs/protocol.md)
+ * and never reads agent files itself. The JSON is an array of
+ * {name, description, system?, model?, tools?, disallowed_tools?,
+ *  permission_mode?: "interactive"|"headless"|"job", max_turns?, source?}.
+ * Bounded: at most AL_AGENTDEFS_MAX_FILES entries and
+ * AL_AGENTDEFS_WIRE_BYTES of text in all. */
+#define AL_AGENTDEFS_WIRE_BYTES ((size_t)1024 * 1024)
+/* New array, NULL on OOM. */
+json_t *al_agentdefs_to_json(const al_agentdefs_t *d);
+/* Checks and copies a (NULL or JSON null: an empty set) into *out (the
+ * caller's to free). AL_EINVAL with what is wrong in why ("agents[2].name
+ * ..."); AL_ENOMEM. */
+int al_agentdefs_from_json(const json_t *a, al_agentdefs_t **out, char *why,
+                           size_t why_len);
 
 /* Claude Code's tool names and ours, one table (the task tool and the
  * Claude Code compatibility layer use it too). ours NULL: no equivalent

@@ -190,6 +190,17 @@ static const field_t system_prompt_keys[] = {
      check_nonempty, NULL, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL}};
 
+/* Sub-agents (docs/subagents.md): mapped by apply_subagents. */
+static const field_t subagents_keys[] = {
+    {"enabled", F_BOOL, OFF(subagents.enabled), 0, 0, 1, NULL, NULL, NULL},
+    {"max_depth", F_INT, OFF(subagents.max_depth), 0, 1, 16, NULL, NULL,
+     NULL},
+    {"token_budget", F_INT, OFF(subagents.token_budget), 0, 1000,
+     INT64_C(1000000000000), NULL, NULL, NULL},
+    {"parallel_writers", F_BOOL, OFF(subagents.parallel_writers), 0, 0, 1,
+     NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL}};
+
 /* Top level. The owners' sections: replace al__config_section_keep with
  * your parse function (config.h). */
 static const field_t keys[] = {
@@ -211,6 +222,7 @@ static const field_t keys[] = {
     {"tools_d", F_LIST, OFF(tools_d), P_REL_PATHS, 0, 0, check_nonempty,
      NULL, NULL},
     {"system_prompt", F_MAP, 0, 0, 0, 0, NULL, system_prompt_keys, NULL},
+    {"subagents", F_MAP, 0, 0, 0, 0, NULL, subagents_keys, NULL},
     {"context", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_section_keep},
     {"mcp_servers", F_SECTION, 0, 0, 0, 0, NULL, NULL,
      al__config_section_keep},
@@ -223,6 +235,8 @@ static const field_t keys[] = {
 void al_config_init(al_config_t *cfg) {
   memset(cfg, 0, sizeof(*cfg));
   cfg->sandbox.network = -1;
+  cfg->subagents.enabled = -1;
+  cfg->subagents.parallel_writers = -1;
   cfg->sections = json_object();
   cfg->positions = json_object();
   cfg->origins = json_object();

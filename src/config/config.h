@@ -71,6 +71,12 @@ typedef struct al_config_s {
     int network;          /* -1 unset, 0, 1 */
   } sandbox;
   al_cfg_list_t tools_d;
+  struct {               /* sub-agents (docs/subagents.md) */
+    int enabled;          /* -1 unset (on), 0, 1 */
+    int64_t max_depth;    /* 0: unset (the agent's 2) */
+    int64_t token_budget; /* per child; 0: unset (the agent's) */
+    int parallel_writers; /* -1 unset (off), 0, 1 */
+  } subagents;
   struct {
     char *append; /* text after the assembled prompt */
     char *file;   /* a file whose text is appended */

@@ -178,6 +178,19 @@ static bool check_context(const call_t *k) {
   return false;
 }
 
+/* subagents: the client's settings, definitions and preamble, bounded
+ * (docs/protocol.md); the daemon reads no agent file itself. */
+static bool check_subagents(const call_t *k) {
+  char why[600];
+
+  if (al__config_subagents_from_json(json_object_get(k->params, "subagents"),
+                                     NULL, why, sizeof(why)) == 0) {
+    return true;
+  }
+  al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why, NULL);
+  return false;
+}
+
 /* mcp_config and hooks_config: the client's configuration (objects in
  * al_agent_options_t's shapes, or absent: the daemon's own). A bad hook
  * is named here, not found as a failed agent. */
@@ -242,7 +255,7 @@ static void m_session_create(const call_t *k) {
       !popt_str(k, "base_url", &base_url) ||
       !popt_str(k, "system", &system) || !check_provider(k, provider) ||
       !check_base_url(k, base_url) || !check_limits(k) ||
-      !check_context(k)) {
+      !check_context(k) || !check_subagents(k)) {
     return;
   }
   {
@@ -411,6 +424,10 @@ static void m_session_create(const call_t *k) {
     s->h.context = json_is_object(ask) && json_object_size(ask) > 0
                        ? json_deep_copy(ask)
                        : NULL;
+    ask = json_object_get(k->params, "subagents");
+    s->h.subagents = json_is_object(ask) && json_object_size(ask) > 0
+                         ? json_deep_copy(ask)
+                         : NULL;
   }
   s->h.created_ms = s->updated_ms = al__wall_ms();
   why[0] = '\0';

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/agentdefs.h"
 #include "loop/permrule.h"
 #include "sandbox/sandbox.h"
 
@@ -665,6 +666,7 @@ static int cfg_str(const char *s, char **out) {
 static int header_config(const al_daemon_options_t *dopts,
                          const al_tx_header_t *h, al_config_t *cfg) {
   json_t *to = h->timeouts;
+  char why[600];
   int rc = 0;
 
   rc |= cfg_str(h->provider != NULL ? h->provider : dopts->provider,
@@ -695,6 +697,13 @@ static int header_config(const al_daemon_options_t *dopts,
   }
   if (h->context != NULL) {
     rc |= json_object_set(cfg->sections, "context", h->context);
+  }
+  /* Checked at session/create; a hand-edited header: the defaults. */
+  if (al__config_subagents_from_json(h->subagents, cfg, why,
+                                     sizeof(why)) != 0) {
+    memset(&cfg->subagents, 0, sizeof(cfg->subagents));
+    cfg->subagents.enabled = -1;
+    cfg->subagents.parallel_writers = -1;
   }
   return rc != 0 ? AL_ENOMEM : 0;
 }
@@ -746,6 +755,23 @@ int al__session_agent_options(const al_daemon_options_t *dopts,
   /* Checked at session/create; a hand-edited header falls back to the
    * defaults for what it cannot parse. */
   in.lenient = true;
+  /* The client's agent definitions and child preamble, as the header
+   * keeps them (no agent file is read here); one the header cannot give
+   * leaves the built-ins. */
+  if (rc == 0 && h->subagents != NULL) {
+    char no[600];
+
+    if (al_agentdefs_from_json(json_object_get(h->subagents, "agents"),
+                               &st->defs, no, sizeof(no)) == AL_ENOMEM) {
+      rc = AL_ENOMEM;
+    }
+    if (st->defs != NULL) {
+      in.subagents = st->defs->defs;
+      in.n_subagents = st->defs->n;
+    }
+    in.task_preamble =
+        json_string_value(json_object_get(h->subagents, "preamble"));
+  }
   if (rc == 0) {
     rc = al_config_agent_options(&cfg, &in, o, st, why, why_len);
   } else {

@@ -621,6 +621,10 @@ void al__agent_tools_free(al_agent_t *a) {
     al__sandbox_free(a->reg.sandbox);
   }
   a->reg.sandbox = NULL;
+  /* The offered definitions (al__reg_init's array): nobody frees them
+   * otherwise since the cut (LeakSanitizer, every agent). */
+  json_decref(a->reg.tool_defs);
+  a->reg.tool_defs = NULL;
 }
 
 void *al__agent_sandbox(const al_agent_t *a) { return a->reg.sandbox; }

@@ -133,6 +133,21 @@ static const char general_system[] =
     "tools you have, then reply with the result; your final message is all "
     "the other agent sees, so make it complete and concise.";
 
+/* The built-ins: the one source (the config layer's loader reads files
+ * only; `agentloop agents` lists these through al_subagent_builtins). */
+static const al_subagent_def_t builtins[2] = {
+    {"explore", "Read-only search of the workspace: finds files and code "
+                "and answers questions about them (runs in parallel).",
+     explore_system, NULL, explore_tools, NULL, -1, 0, "builtin"},
+    {"general", "A general agent with this agent's tools, for a "
+                "self-contained task.",
+     general_system, NULL, NULL, NULL, -1, 0, "builtin"}};
+
+const al_subagent_def_t *al_subagent_builtins(size_t *n) {
+  *n = AL_ARRAY_SIZE(builtins);
+  return builtins;
+}
+
 static void free_list(char **l) {
   size_t i;
 
@@ -246,13 +261,7 @@ static bool def_allows(const sdef_t *d, const char *name) {
 static int defs_init(ag_tasks_t *ts, const al_agent_options_t *o) {
   size_t i;
   size_t n = o->n_subagents;
-  const al_subagent_def_t builtin[2] = {
-      {"explore", "Read-only search of the workspace: finds files and code "
-                  "and answers questions about them (runs in parallel).",
-       explore_system, NULL, explore_tools, NULL, -1, 0, "builtin"},
-      {"general", "A general agent with this agent's tools, for a "
-                  "self-contained task.",
-       general_system, NULL, NULL, NULL, -1, 0, "builtin"}};
+  const al_subagent_def_t *builtin = builtins;
 
   if (n > 0 && o->subagents == NULL) {
     return AL_EINVAL;
@@ -1014,15 +1023,36 @@ static char *tool_description(const ag_tasks_t *ts) {
     al_buf_printf(&b, "\n- %s: %s", d->name, d->description);
     if (b.len - start > TASK_DESC_BUDGET) {
       size_t more = 0;
+      size_t head = strlen(d->name) + 5; /* "\n- " NAME ": " */
+      size_t room = start + TASK_DESC_BUDGET - mark;
 
-      b.len = mark; /* within the budget: the rest are named only */
+      /* Its description cut to what is left (at a character, with an
+       * ellipsis, 48 bytes at least); else this and the rest are named
+       * only. */
+      if (room >= head + 48 + 3) {
+        size_t n = room - head - 3;
+
+        while (n > 0 && ((unsigned char)d->description[n] & 0xC0) == 0x80) {
+          n--;
+        }
+        b.len = mark;
+        al_buf_printf(&b, "\n- %s: %.*s\u2026", d->name, (int)n,
+                      d->description);
+        i++;
+        mark = b.len;
+        if (listed(ts, i) == NULL) {
+          break;
+        }
+      }
+      b.len = mark;
       while (listed(ts, i + more) != NULL) {
         more++;
       }
-      al_buf_printf(&b, "\n- ... and %zu more:", more);
-      for (; listed(ts, i) != NULL && b.len - start < 2 * TASK_DESC_BUDGET;
-           i++) {
-        al_buf_printf(&b, " %s", listed(ts, i)->name);
+      al_buf_printf(&b, "\n\u2026 and %zu more:", more);
+      for (more = 0;
+           listed(ts, i) != NULL && b.len - start < 2 * TASK_DESC_BUDGET;
+           i++, more++) {
+        al_buf_printf(&b, "%s %s", more > 0 ? "," : "", listed(ts, i)->name);
       }
       break;
     }

@@ -224,6 +224,10 @@ typedef struct {
                       * parent_call, agent, depth, background} of the
                       * session whose task call started it; NULL: a
                       * top-level session */
+  /* Sub-agents (docs/subagents.md): the client's subagents: settings, its
+   * agent definitions and the child preamble, as session/create gave
+   * them (al__config_subagents_from_json), or NULL. */
+  json_t *subagents;
   uint64_t created_ms;
 } al_tx_header_t;
 

@@ -898,6 +898,9 @@ al_blob_t *al__tx_header_record(const char *id, const al_tx_header_t *h) {
   if (rec != NULL && h->parent != NULL) {
     json_object_set(rec, "parent", h->parent);
   }
+  if (rec != NULL && h->subagents != NULL) {
+    json_object_set(rec, "subagents", h->subagents);
+  }
   b = rec != NULL ? al__tx_record(rec) : NULL;
   json_decref(rec);
   return b;
@@ -947,6 +950,8 @@ bool al__tx_header_parse(const json_t *rec, al_tx_header_t *h) {
   h->context = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   ask = json_object_get(rec, "parent");
   h->parent = json_is_object(ask) ? json_deep_copy(ask) : NULL;
+  ask = json_object_get(rec, "subagents");
+  h->subagents = json_is_object(ask) ? json_deep_copy(ask) : NULL;
   return true;
 }
 
@@ -966,6 +971,7 @@ void al__tx_header_free(al_tx_header_t *h) {
   json_decref(h->limits);
   json_decref(h->context);
   json_decref(h->parent);
+  json_decref(h->subagents);
   memset(h, 0, sizeof(*h));
 }
 

@@ -139,6 +139,14 @@ static void same_shared(const al_agent_options_t *a,
   /* on_child / child_data: per-session wiring (transcripts). */
   /* mcp_project: run reads a trusted project's .mcp.json itself, the
    * daemon's agent does it off the loop: the same servers either way. */
+  ASSERT_EQ(a->no_task_tool, b->no_task_tool);
+  ASSERT_EQ(a->task_max_depth, b->task_max_depth);
+  ASSERT_EQ(a->task_token_budget, b->task_token_budget);
+  ASSERT_EQ(a->task_parallel_writers, b->task_parallel_writers);
+  ASSERT_EQ(a->n_subagents, b->n_subagents);
+  /* Wiring: subagents and task_preamble (each front end loads the
+   * definitions and builds the preamble), on_child and child_data (the
+   * front end's transcripts). */
 }
 
 static const char k_full[] =
@@ -175,7 +183,12 @@ static const char k_full[] =
     "hooks:\n"
     "  pre_tool_use:\n"
     "    - name: h\n"
-    "      command: [/bin/true]\n";
+    "      command: [/bin/true]\n"
+    "subagents:\n"
+    "  enabled: false\n"
+    "  max_depth: 3\n"
+    "  token_budget: 12345\n"
+    "  parallel_writers: true\n";
 
 TEST_IMPL(agent_opts_front_ends_agree) {
   char ws[] = "/tmp/al_opts_XXXXXX";
@@ -246,6 +259,9 @@ TEST_IMPL(agent_opts_front_ends_agree) {
   ASSERT_EQ(run_o.sandbox, AL_SANDBOX_OFF);
   ASSERT_NOT_NULL(run_o.mcp_config);
   ASSERT_NOT_NULL(run_o.hooks_config);
+  ASSERT(run_o.no_task_tool && run_o.task_parallel_writers);
+  ASSERT_EQ(run_o.task_max_depth, 3);
+  ASSERT_EQ(run_o.task_token_budget, 12345);
 
   al_agent_opts_store_free(&run_st);
   al_agent_opts_store_free(&d_st);
@@ -410,6 +426,24 @@ static void c_given(const al_agent_options_t *o,
   eq_str("preamble", st->task_preamble, "PREAMBLE");
 }
 
+static void c_subagents(const al_agent_options_t *o,
+                        const al_agent_opts_store_t *st) {
+  (void)st;
+  ASSERT(o->no_task_tool);
+  ASSERT_EQ(o->task_max_depth, 3);
+  ASSERT_EQ(o->task_token_budget, 50000);
+  ASSERT(o->task_parallel_writers);
+}
+
+static void c_subagents_unset(const al_agent_options_t *o,
+                              const al_agent_opts_store_t *st) {
+  (void)st;
+  ASSERT(!o->no_task_tool); /* on unless the section says no */
+  ASSERT_EQ(o->task_max_depth, 0);
+  ASSERT_EQ(o->task_token_budget, 0);
+  ASSERT(!o->task_parallel_writers);
+}
+
 static al_limits_t g_ceiling;
 
 static void f_ceiling(al_agent_opts_input_t *in) {
@@ -463,6 +497,12 @@ TEST_IMPL(agent_opts_sections_land) {
        NULL, c_mcp_hooks},
       {"given text", "mcp_servers:\n  srv:\n    command: /bin/true\n", f_given,
        c_given},
+      {"subagents",
+       "subagents: {enabled: false, max_depth: 3, token_budget: 50000, "
+       "parallel_writers: true}\n",
+       NULL, c_subagents},
+      {"subagents unset", "subagents: {enabled: true}\n", NULL,
+       c_subagents_unset},
   };
   size_t i;
 

@@ -95,11 +95,20 @@ TEST_IMPL(agentdefs_builtins) {
   const al_subagent_def_t *e;
   size_t i;
 
+  const al_subagent_def_t *b;
+  size_t nb;
+
+  /* The loader reads files only: the built-ins are the loop's, one source
+   * for the agent and every listing. */
   ASSERT_EQ(al_agentdefs_new(&d), 0);
-  ASSERT_EQ(d->n, 2);
-  ASSERT_STR_EQ(d->defs[0].name, "explore");
-  ASSERT_STR_EQ(d->defs[1].name, "general");
-  e = al_agentdefs_find(d, "explore");
+  ASSERT_EQ(d->n, 0);
+  ASSERT_NULL(al_agentdefs_find(d, "explore"));
+  al_agentdefs_free(d);
+  b = al_subagent_builtins(&nb);
+  ASSERT_EQ(nb, 2);
+  ASSERT_STR_EQ(b[0].name, "explore");
+  ASSERT_STR_EQ(b[1].name, "general");
+  e = &b[0];
   ASSERT_STR_EQ(e->source, "builtin");
   ASSERT_NOT_NULL(e->system);
   ASSERT_EQ(e->permission_mode, -1);
@@ -112,12 +121,9 @@ TEST_IMPL(agentdefs_builtins) {
     ASSERT(strcmp(e->tools[i], "edit_file") != 0);
     ASSERT(strcmp(e->tools[i], "task") != 0);
   }
-  e = al_agentdefs_find(d, "general");
+  e = &b[1];
   ASSERT_NULL(e->tools); /* all of the parent's */
   ASSERT_NULL(e->disallowed_tools);
-  ASSERT_NULL(al_agentdefs_find(d, "nobody"));
-  ASSERT_EQ(d->n_notes, 0);
-  al_agentdefs_free(d);
   return 0;
 }
 
@@ -131,9 +137,9 @@ TEST_IMPL(agentdefs_fields_ours) {
     dump_notes(d);
   }
   ASSERT_EQ(d->n_notes, 0);
-  ASSERT_EQ(d->n, 3);
-  ASSERT_STR_EQ(d->defs[2].name, "doc_writer");
-  s = &d->defs[2];
+  ASSERT_EQ(d->n, 1);
+  ASSERT_STR_EQ(d->defs[0].name, "doc_writer");
+  s = &d->defs[0];
   ASSERT_STR_EQ(s->description,
                 "Writes and updates the documentation under docs/.");
   ASSERT_STR_EQ(s->system,
@@ -319,7 +325,7 @@ TEST_IMPL(agentdefs_errors_name_place) {
       AL_TEST_FAIL("case %zu: no error note '%s'", i, cases[i].note);
     }
     ASSERT_EQ(d->n_errors, 1);
-    ASSERT_EQ(d->n, 2); /* the file is skipped, nothing half-added */
+    ASSERT_EQ(d->n, 0); /* the file is skipped, nothing half-added */
     al_agentdefs_free(d);
   }
   return 0;
@@ -372,17 +378,15 @@ TEST_IMPL(agentdefs_precedence) {
   ASSERT_NOT_NULL(note_with(d, AL_AGENTDEFS_INFO,
                             "x.md:2:7: agent 'rev' replaces the one from"));
   ASSERT_NOT_NULL(note_with(d, AL_AGENTDEFS_INFO,
-                            "agent 'explore' replaces the one from the "
-                            "built-ins"));
+                            "agent 'explore' replaces the built-in one"));
   ASSERT_STR_EQ(d->defs[0].name, "explore");
   ASSERT_STR_EQ(d->defs[0].description, "mine");
-  ASSERT_STR_EQ(d->defs[1].name, "general");
-  /* The rest by name, whatever their layer. */
-  ASSERT_EQ(d->n, 6);
-  ASSERT_STR_EQ(d->defs[2].name, "cp");
-  ASSERT_STR_EQ(d->defs[3].name, "cu");
-  ASSERT_STR_EQ(d->defs[4].name, "rev");
-  ASSERT_STR_EQ(d->defs[5].name, "us");
+  /* The rest by name, whatever their layer; general stays the loop's. */
+  ASSERT_EQ(d->n, 5);
+  ASSERT_STR_EQ(d->defs[1].name, "cp");
+  ASSERT_STR_EQ(d->defs[2].name, "cu");
+  ASSERT_STR_EQ(d->defs[3].name, "rev");
+  ASSERT_STR_EQ(d->defs[4].name, "us");
   ASSERT_NULL(al_agentdefs_find(d, "zz"));
   al_agentdefs_free(d);
 
@@ -500,99 +504,6 @@ TEST_IMPL(agentdefs_file_bounds) {
   return 0;
 }
 
-/* Valid UTF-8, and no line but the last without its newline. */
-static void check_listing(const char *s, size_t budget) {
-  ASSERT_LE(strlen(s), budget);
-  ASSERT(al__utf8_valid(s, strlen(s)));
-  ASSERT(s[0] == '\0' || s[strlen(s) - 1] == '\n');
-}
-
-TEST_IMPL(agentdefs_describe_budget) {
-  al_agentdefs_t *d;
-  char *out;
-  char text[2048], desc[600];
-  size_t i;
-
-  ASSERT_EQ(al_agentdefs_new(&d), 0);
-  /* Within the budget: every line whole, in listing order. */
-  ASSERT_EQ(
-      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
-  ASSERT(strncmp(out, "- explore: Read-only", 20) == 0);
-  ASSERT(strstr(out, "\n- general: General-purpose") != NULL);
-  ASSERT(strstr(out, "\xE2\x80\xA6") == NULL);
-  check_listing(out, AL_AGENTDEFS_LIST_BUDGET);
-  al_free(out);
-
-  /* Descriptions over several lines come out on one. */
-  add(d, "m.md", "---\nname: multi\ndescription: |\n  one\n  two\n---\n");
-  ASSERT_EQ(
-      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
-  ASSERT(strstr(out, "- multi: one two\n") != NULL);
-  al_free(out);
-
-  /* Ten long descriptions (two-byte characters, so a cut may fall inside
-   * one): cut, all listed. */
-  for (i = 0; i < 10; i++) {
-    size_t k;
-
-    for (k = 0; k + 2 < 500; k += 2) {
-      memcpy(desc + k, "\xC3\xA9", 2); /* é */
-    }
-    desc[k] = '\0';
-    snprintf(text, sizeof(text), "---\nname: a%02zu\ndescription: x%s\n---\n",
-             i, desc);
-    add(d, "long.md", text);
-  }
-  ASSERT_EQ(
-      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
-  check_listing(out, AL_AGENTDEFS_LIST_BUDGET);
-  ASSERT(strstr(out, "- a09: x") != NULL);
-  ASSERT(strstr(out, "\xE2\x80\xA6\n") != NULL);
-  ASSERT(strstr(out, "more") == NULL);
-  al_free(out);
-
-  /* Sixty: entries dropped from the end, the built-ins kept, the count
-   * and as many names as fit said. */
-  for (i = 10; i < 60; i++) {
-    snprintf(text, sizeof(text), "---\nname: a%02zu\ndescription: x%s\n---\n",
-             i, desc);
-    add(d, "long.md", text);
-  }
-  ASSERT_EQ(d->n, 63);
-  ASSERT_EQ(
-      al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out), 0);
-  fprintf(stderr, "%s", out);
-  check_listing(out, AL_AGENTDEFS_LIST_BUDGET);
-  ASSERT(strncmp(out, "- explore: ", 11) == 0);
-  ASSERT(strstr(out, "\n- general: ") != NULL);
-  ASSERT(strstr(out, "\n\xE2\x80\xA6 and ") != NULL);
-  ASSERT(strstr(out, " more: ") != NULL);
-  ASSERT(strstr(out, "- a59") == NULL);
-  al_free(out);
-  /* The same input, the same text. */
-  {
-    char *again;
-
-    ASSERT_EQ(
-        al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &out),
-        0);
-    ASSERT_EQ(
-        al_agentdefs_describe(d->defs, d->n, AL_AGENTDEFS_LIST_BUDGET, &again),
-        0);
-    ASSERT_STR_EQ(out, again);
-    al_free(out);
-    al_free(again);
-  }
-  /* Budgets from nothing up: never over. */
-  for (i = 0; i < 400; i += 7) {
-    ASSERT_EQ(al_agentdefs_describe(d->defs, d->n, i, &out), 0);
-    check_listing(out, i);
-    al_free(out);
-  }
-  al_agentdefs_free(d);
-  return 0;
-}
-
 typedef struct load_s {
   int calls;
   int status;
@@ -679,7 +590,6 @@ TEST_IMPL(agentdefs_alloc_failure) {
   size_t len;
   char *text = al_test_read_file(
       al_test_data_path("agents/claude/code-reviewer.md"), &len);
-  char *out;
   int k, rc;
   bool done = false;
 
@@ -703,14 +613,8 @@ TEST_IMPL(agentdefs_alloc_failure) {
       continue;
     }
     rc = al_agentdefs_add_text(d, "r.md", text, len);
-    if (rc == 0) {
-      rc = al_agentdefs_describe(d->defs, d->n, 200, &out);
-      if (rc == 0) {
-        al_free(out);
-      }
-    }
     ASSERT(rc == 0 || rc == AL_ENOMEM);
-    ASSERT_NOT_NULL(al_agentdefs_find(d, "explore"));
+    ASSERT_NOT_NULL(al_agentdefs_find(d, "a"));
     al_agentdefs_free(d);
     done = alloc_count < alloc_fail_at;
   }

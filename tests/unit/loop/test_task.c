@@ -1263,3 +1263,48 @@ TEST_IMPL(task_custom_agent_max_turns) {
   fx_finish(&f);
   return 0;
 }
+
+/* The task tool's description lists explore, general, then the
+ * definitions, within its budget: past it the rest are named only. */
+TEST_IMPL(task_listing_within_budget) {
+  fx_t f;
+  al_subagent_def_t defs[40];
+  char names[40][16];
+  char desc[200];
+  char *tools = NULL;
+  json_t *j, *t;
+  const char *text = NULL;
+  size_t i;
+
+  memset(defs, 0, sizeof(defs));
+  memset(desc, 'd', sizeof(desc) - 1);
+  desc[sizeof(desc) - 1] = '\0';
+  for (i = 0; i < 40; i++) {
+    snprintf(names[i], sizeof(names[i]), "agent-%02zu", i);
+    defs[i].name = names[i];
+    defs[i].description = desc;
+    defs[i].permission_mode = -1;
+  }
+  fx_init(&f, NULL);
+  f.opts.subagents = defs;
+  f.opts.n_subagents = 40;
+  fx_start(&f);
+  ASSERT_EQ(al_agent_tools_json(f.agent, &tools), 0);
+  j = json_loads(tools, 0, NULL);
+  json_array_foreach(json_object_get(j, "tools"), i, t) {
+    if (strcmp(jstr(t, "name"), "task") == 0) {
+      text = jstr(t, "description");
+    }
+  }
+  ASSERT_NOT_NULL(text);
+  ASSERT(strstr(text, "\n- explore: ") < strstr(text, "\n- general: "));
+  ASSERT(strstr(text, "\n- general: ") < strstr(text, "\n- agent-00: "));
+  ASSERT_NOT_NULL(strstr(text, "\xe2\x80\xa6 and "));
+  ASSERT_NOT_NULL(strstr(text, "agent-39"));
+  ASSERT_NULL(strstr(text, "- agent-39:"));
+  ASSERT_LE(strlen(strstr(text, "Agents:")), 2 * 2048 + 64);
+  json_decref(j);
+  al_free(tools);
+  fx_finish(&f);
+  return 0;
+}
