@@ -2,20 +2,24 @@
  * (set_state) and the only place that decides what comes next. It owns
  * a->run (turn, run id, retry state, stats, pauses). It calls down: the
  * attempt (attempt.c, one model request), compaction (compact_run.c), the
- * hook runner (hookpoints.c), MCP (mcp_attach.c), context (context.c) and
- * the kernel (core.c). They report back through the outcome callbacks
- * installed here (a->att.on_outcome, a->att.on_settled) or the return
- * values of the calls.
+ * hook runner (hookpoints.c), MCP (mcp_attach.c), context (context.c),
+ * the kernel (core.c) and the children (task.c). They report back through
+ * the outcome callbacks installed here (al__attempt_driver,
+ * al__agent_hooks_driver, al__agent_mcp_driver) or the return values of
+ * the calls.
  *
  * A run is a chain of attempts; an attempt ends with one outcome value:
  *
  *   run_start -> [prompt hooks] -> [MCP wait] -> start_turn -> send
- *   send -> (stream) -> outcome: final    -> [stop hooks] -> end_final
- *                               tools    -> TOOLS -> tools_done -> start_turn
- *                                                                | end_final
- * (done) pause    -> send (same turn, at most 5) max_tokens -> send (tokens
- * doubled) | end_error failed   -> BACKOFF -> send | compaction | end_error
- *   start_turn past max_turns -> SUMMARY -> send -> end_final (the summary)
+ *   send -> (stream) -> outcome:
+ *     final      -> [stop hooks] -> end_final (or continue: start_turn)
+ *     tools      -> TOOLS -> tools_done -> start_turn | end_final (done)
+ *     pause      -> send (same turn, at most 5)
+ *     max_tokens -> send (max_tokens doubled) | end_error
+ *     failed     -> BACKOFF -> send | compaction -> send | end_error
+ *   start_turn: late MCP servers join, background children's results are
+ *     added (task.c holds them until here); past max_turns -> SUMMARY ->
+ *     send -> end_final (the summary)
  *   send with the context past its trigger -> compaction -> send again
  *   al_agent_cancel, from any run state -> ENDING -> interrupted -> IDLE
  *
