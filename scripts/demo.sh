@@ -3,7 +3,8 @@
 # a real agent conversation with tools in a small scratch project.
 # Offline by default: agentloop-mockllm plays examples/scenarios/demo.yaml on
 # a loopback port (two read-only tools start in parallel while the reply
-# still streams, bash runs alone, then a final answer), and `agentloop run -v`
+# still streams, bash runs alone, two explore sub-agents work in parallel,
+# then a final answer), and `agentloop run -v`
 # shows every step with its time. With ANTHROPIC_API_KEY (or OPENAI_API_KEY)
 # set, a real model works on the same project. Extra arguments replace the
 # prompt.

@@ -683,7 +683,8 @@ TEST_IMPL(agent_demo_scenario) {
   fx_t f;
   char path[512];
   char *yaml;
-  long ls, notes, last1, wc_done, todo;
+  long ls, notes, last1, wc_done, todo, a_read, b_read, first_done;
+  size_t last;
 
   /* The demo is paced for a person (about 2 s of its timers and a
    * sleep 0.3 in its bash call), so the default 5 s left a loaded machine
@@ -699,7 +700,10 @@ TEST_IMPL(agent_demo_scenario) {
   fx_write(&f, "todo.txt", "one\ntwo\n");
   fx_run(&f, "Look at this project and tell me what is left to do.");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  ASSERT_EQ(fx_count(&f, "turn_started"), 3);
+  /* Four turns of the agent's own, two of each explore child's (their
+   * events carry a path). */
+  ASSERT_EQ(fx_count(&f, "turn_started"), 8);
+  ASSERT_EQ(fx_count(&f, "subagent_started"), 2);
   fx_assert_valid(&f);
   ls = fx_find(&f, "tool_use_started", "toolu_demo_ls", 0);
   notes = fx_find(&f, "tool_use_started", "toolu_demo_notes", 0);
@@ -712,6 +716,21 @@ TEST_IMPL(agent_demo_scenario) {
   ASSERT(wc_done >= 0 && todo > wc_done);
   ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, 2, "toolu_demo_wc"), "content"),
                          "todo.txt"));
+  /* The two children work side by side: each starts its read before
+   * either has finished, and their answers are the task calls' results in
+   * the agent's last request. */
+  a_read = fx_find(&f, "tool_use_started", "toolu_demo_a_read", 0);
+  b_read = fx_find(&f, "tool_use_started", "toolu_demo_b_read", 0);
+  first_done = fx_find(&f, "subagent_completed", NULL, 0);
+  ASSERT(a_read >= 0 && b_read >= 0 && first_done >= 0);
+  ASSERT(a_read < first_done && b_read < first_done);
+  last = fx_requests(&f) - 1;
+  ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, last, "toolu_demo_task_a"),
+                              "content"),
+                         "escaped quotes"));
+  ASSERT_NOT_NULL(strstr(jstr(fx_tool_result(&f, last, "toolu_demo_task_b"),
+                              "content"),
+                         "quoted fields"));
   fx_finish(&f);
   return 0;
 }
