@@ -19,6 +19,7 @@
  * its result and nothing of the child fires after. */
 #include <inttypes.h>
 #include <string.h>
+#include <strings.h>
 
 #include "loop/agent_priv.h"
 #include "loop/task.h"
@@ -235,6 +236,16 @@ static const sdef_t *def_find(const ag_tasks_t *ts, const char *name) {
 
   for (i = 0; i < ts->n_defs; i++) {
     if (strcmp(ts->defs[i].name, name) == 0) {
+      return &ts->defs[i];
+    }
+  }
+  /* Claude Code's names for the built-ins ("Explore", "general-purpose"):
+   * definitions are lower-case, so only a miss is retried. */
+  if (strcasecmp(name, "general-purpose") == 0) {
+    return def_find(ts, "general");
+  }
+  for (i = 0; i < ts->n_defs; i++) {
+    if (strcasecmp(ts->defs[i].name, name) == 0) {
       return &ts->defs[i];
     }
   }
@@ -818,6 +829,21 @@ static void fail_call(al_tool_ctx_t *ctx, const char *fmt, const char *arg) {
   al_tool_ctx_complete(ctx, true, msg, strlen(msg));
 }
 
+/* The input's agent and background flag. Claude Code's Agent tool names
+ * them subagent_type and run_in_background; a model used to that tool
+ * gets what it asked for, not the default agent. */
+static const char *input_agent(const json_t *in) {
+  const char *name = json_string_value(json_object_get(in, "agent"));
+
+  return name != NULL ? name
+                      : json_string_value(json_object_get(in, "subagent_type"));
+}
+
+static bool input_background(const json_t *in) {
+  return json_is_true(json_object_get(in, "background")) ||
+         json_is_true(json_object_get(in, "run_in_background"));
+}
+
 static void task_tool_run(al_tool_ctx_t *ctx, void *data) {
   al_agent_t *p = data;
   ag_tasks_t *ts = p->tasks;
@@ -825,8 +851,8 @@ static void task_tool_run(al_tool_ctx_t *ctx, void *data) {
   json_t *in = json_loads(input, 0, NULL);
   const char *desc = json_string_value(json_object_get(in, "description"));
   const char *prompt = json_string_value(json_object_get(in, "prompt"));
-  const char *name = json_string_value(json_object_get(in, "agent"));
-  bool background = json_is_true(json_object_get(in, "background"));
+  const char *name = input_agent(in);
+  bool background = input_background(in);
   bool fork = json_is_true(json_object_get(in, "fork"));
   const sdef_t *d;
   ag_task_t *t;
@@ -943,11 +969,11 @@ static bool task_safe(const al_tool_impl_t *impl, const json_t *input) {
   ag_tool_t *tt = AL_CONTAINER_OF(impl, ag_tool_t, inproc_impl);
   al_agent_t *p = tt->agent;
   ag_tasks_t *ts = p->tasks;
-  const char *name = json_string_value(json_object_get(input, "agent"));
+  const char *name = input_agent(input);
   const sdef_t *d;
   size_t i;
 
-  if (ts->parallel_writers || json_is_true(json_object_get(input, "background"))) {
+  if (ts->parallel_writers || input_background(input)) {
     return true;
   }
   if (json_is_true(json_object_get(input, "fork"))) {

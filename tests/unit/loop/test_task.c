@@ -1308,3 +1308,42 @@ TEST_IMPL(task_listing_within_budget) {
   fx_finish(&f);
   return 0;
 }
+
+/* A model used to Claude Code's Agent tool names the agent subagent_type
+ * (with its names for the built-ins) and the background flag
+ * run_in_background: it gets the agent it asked for. */
+TEST_IMPL(task_claude_code_input_names) {
+  fx_t f;
+  long s;
+
+  fx_init(&f,
+          "responses:\n"
+          "  - reply:\n"
+          "      content:\n"
+          "        - tool_use: {id: k1, name: task, input: {description: a, "
+          "prompt: 'CHILD-E', subagent_type: Explore}}\n"
+          "        - tool_use: {id: k2, name: task, input: {description: b, "
+          "prompt: 'CHILD-G', subagent_type: general-purpose, "
+          "run_in_background: true}}\n"
+          "  - reply: {content: [{text: 'parent done'}]}\n"
+          "tracks:\n"
+          "  - match: {first_user_contains: CHILD-E}\n"
+          "    responses: [{reply: {content: [{text: 'explored'}]}}]\n"
+          "  - match: {first_user_contains: CHILD-G}\n"
+          "    responses: [{reply: {content: [{text: 'general done'}]}}]\n");
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  s = fx_find(&f, "subagent_started", "k1", 0);
+  ASSERT(s >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, s), "agent"), "explore");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "explored");
+  s = fx_find(&f, "subagent_started", "k2", 0);
+  ASSERT(s >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, s), "agent"), "general");
+  ASSERT(json_is_true(json_object_get(fx_event(&f, s), "background")));
+  ASSERT_NOT_NULL(strstr(result_of(&f, "k2"), "\"task_id\""));
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
