@@ -729,6 +729,13 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   char *hist = NULL;
   int rc;
 
+  /* Every option is decided here: taken from the parent (below), or not a
+   * child's to have: ca_file, connect_timeout_ms (the client is lent),
+   * rng_seed (clock), sandbox_* (the sandbox is lent), tools_d,
+   * trust_project, tools_dirs, mcp_* (the parent's tools are lent),
+   * first_seq, first_run (a new session), subagents, task_*, on_child
+   * (the tree's, task.c), builtin_tools (always, then filtered). Test
+   * task_child_options_tripwire fails when an option is added. */
   al_agent_options_init(&o);
   o.provider = p->provider->name;
   o.base_url = p->base_url;
@@ -772,6 +779,10 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   o.context_window = p->window_override;
   o.tool_output_dir = p->ctx.tool_output_dir;
   o.no_auto_compact = !p->compact.auto_compact;
+  o.keep_recent = p->compact.keep_recent;
+  o.max_messages = p->compact.max_messages;
+  o.micro_min_tokens = p->ctx.micro_min_tokens;
+  o.compactable_tools = (const char *const *)p->ctx.compactable;
   o.no_prompt_cache = !p->prompt_cache;
   o.hooks_config = ts->hooks_config;
   o.hook = ts->hook;

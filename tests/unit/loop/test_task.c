@@ -1347,3 +1347,62 @@ TEST_IMPL(task_claude_code_input_names) {
   fx_finish(&f);
   return 0;
 }
+
+/* A child takes its parent's context settings, not the defaults: with the
+ * parent's max_messages, a child's long conversation is trimmed too (a
+ * compaction with the child's path), and no child request holds more. */
+TEST_IMPL(task_child_inherits_context_settings) {
+  fx_t f;
+  size_t i;
+  al_buf_t y;
+  int k;
+  long c;
+
+  al_buf_init(&y, 1 << 16);
+  al_buf_append_str(&y,
+                    "responses:\n"
+                    "  - reply:\n"
+                    "      content:\n"
+                    "        - tool_use: {id: k1, name: task, input: "
+                    "{description: a, prompt: 'CHILD-M'}}\n"
+                    "  - reply: {content: [{text: 'parent done'}]}\n"
+                    "tracks:\n"
+                    "  - match: {first_user_contains: CHILD-M}\n"
+                    "    responses:\n");
+  for (k = 1; k <= 6; k++) {
+    al_buf_printf(&y, "      - reply: {content: [{tool_use: {id: c%d, name: "
+                      "list_directory, input: {path: .}}}]}\n", k);
+  }
+  al_buf_append_str(&y, "      - reply: {content: [{text: 'child done'}]}\n");
+  fx_init(&f, y.data);
+  al_buf_free(&y);
+  f.opts.max_messages = 5;
+  f.opts.micro_min_tokens = -1;
+  fx_start(&f);
+  fx_run(&f, "go");
+  maybe_dump(&f);
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_STR_EQ(result_of(&f, "k1"), "child done");
+  c = find_path(&f, "compaction_completed", "t1", 0);
+  ASSERT(c >= 0);
+  ASSERT_STR_EQ(jstr(fx_event(&f, c), "trigger"), "max_messages");
+  for (i = 0; i < fx_requests(&f); i++) {
+    ASSERT_LE(json_array_size(json_object_get(fx_request(&f, i)->body,
+                                              "messages")),
+              5);
+  }
+  fx_assert_valid(&f);
+  fx_finish(&f);
+  return 0;
+}
+
+/* spawn() in src/loop/task.c decides, option by option, what a child takes
+ * from its parent. A new option changes the size below: decide there
+ * whether a child inherits it (and list it in the comment above the
+ * mapping), then update the number (LP64's). */
+TEST_IMPL(task_child_options_tripwire) {
+  if (sizeof(void *) == 8) {
+    ASSERT_EQ(sizeof(al_agent_options_t), 576);
+  }
+  return 0;
+}
