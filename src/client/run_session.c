@@ -393,16 +393,7 @@ void al__run_session_event(al__run_session_t *rs, const al_event_t *ev) {
   al_buf_t line;
   al_blob_t *b;
 
-  if (ev->type == AL_EVENT_SUBAGENT_COMPLETED && rs->kids != NULL) {
-    /* The child's last commit is in: its transcript closes now. */
-    char id[64];
-
-    snprintf(id, sizeof(id), "%.*s", (int)ev->u.subagent.child_session.len,
-             ev->u.subagent.child_session.ptr != NULL
-                 ? ev->u.subagent.child_session.ptr
-                 : "");
-    al__tx_kids_end(rs->kids, id);
-  }
+  al__tx_kids_event(rs->kids, ev);
   if (rs->tx == NULL || (ev->path != NULL && al__tx_is_delta(ev->type))) {
     /* A sub-agent's deltas: its text is in its own transcript's commits,
      * and they must not count against this session's reply bound. */

@@ -253,26 +253,38 @@ static void subagent_line(al__cli_view_t *v, const al_event_t *ev) {
 /* A sub-agent's own event: its tool lines, approvals and failures,
  * nested under it; its text and turns stay in its transcript (the
  * parent's reply would be cut up by them). */
-static void child_event(al__cli_view_t *v, const al_event_t *ev) {
+/* The line's head: the time, then for a sub-agent's event its depth,
+ * agent and path. */
+static void lead(al__cli_view_t *v, const al_event_t *ev) {
+  if (ev->path != NULL) {
+    nest(v, ev, ev->path);
+  } else {
+    stamp(v, ev);
+  }
+}
+
+/* A tool's start, end or abort and an approval asked: the same line for
+ * the agent's own calls and, nested, for its sub-agents'. */
+static void tool_line(al__cli_view_t *v, const al_event_t *ev) {
   const al_event_tool_t *t = &ev->u.tool;
 
   switch (ev->type) {
-  case AL_EVENT_SUBAGENT_STARTED:
-  case AL_EVENT_SUBAGENT_COMPLETED:
-    subagent_line(v, ev);
-    break;
   case AL_EVENT_TOOL_USE_STARTED:
-    nest(v, ev, ev->path);
+    lead(v, ev);
     put(v, C_YELLOW, "●");
     fputc(' ', v->f);
     excerpt(v, t->name, 64);
     fputc(' ', v->f);
     excerpt(v, t->input, EXCERPT_MAX);
     fputs(" started", v->f);
+    if (ev->path == NULL && v->streaming) {
+      v->tools_early++;
+      put(v, C_CYAN, " (reply still streaming)");
+    }
     end_line(v);
     break;
   case AL_EVENT_TOOL_USE_COMPLETED:
-    nest(v, ev, ev->path);
+    lead(v, ev);
     put(v, t->is_error ? C_RED : C_GREEN, t->is_error ? "✗" : "✓");
     fputc(' ', v->f);
     excerpt(v, t->name, 64);
@@ -284,9 +296,10 @@ static void child_event(al__cli_view_t *v, const al_event_t *ev) {
     end_line(v);
     break;
   case AL_EVENT_TOOL_EXECUTION_ABORTED:
-    nest(v, ev, ev->path);
+    lead(v, ev);
     put(v, C_RED, "✗");
     fputc(' ', v->f);
+    /* A run-wide abort (cancel) names no call. */
     if (t->name.ptr != NULL) {
       excerpt(v, t->name, 64);
     } else {
@@ -298,12 +311,23 @@ static void child_event(al__cli_view_t *v, const al_event_t *ev) {
     end_line(v);
     break;
   case AL_EVENT_APPROVAL_REQUIRED:
-    nest(v, ev, ev->path);
+    lead(v, ev);
     fputs("approval required: ", v->f);
     excerpt(v, ev->u.approval.name, 64);
     fputc(' ', v->f);
     excerpt(v, ev->u.approval.input, EXCERPT_MAX);
     end_line(v);
+    break;
+  default:
+    break;
+  }
+}
+
+static void child_event(al__cli_view_t *v, const al_event_t *ev) {
+  switch (ev->type) {
+  case AL_EVENT_SUBAGENT_STARTED:
+  case AL_EVENT_SUBAGENT_COMPLETED:
+    subagent_line(v, ev);
     break;
   case AL_EVENT_API_ERROR:
   case AL_EVENT_ERROR:
@@ -316,13 +340,12 @@ static void child_event(al__cli_view_t *v, const al_event_t *ev) {
     end_line(v);
     break;
   default:
+    tool_line(v, ev);
     break;
   }
 }
 
 void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
-  const al_event_tool_t *t = &ev->u.tool;
-
   if (ev->path != NULL) {
     child_event(v, ev);
     return;
@@ -377,53 +400,10 @@ void al__cli_view_event(al__cli_view_t *v, const al_event_t *ev) {
     }
     break;
   case AL_EVENT_TOOL_USE_STARTED:
-    stamp(v, ev);
-    put(v, C_YELLOW, "●");
-    fputc(' ', v->f);
-    excerpt(v, t->name, 64);
-    fputc(' ', v->f);
-    excerpt(v, t->input, EXCERPT_MAX);
-    fputs(" started", v->f);
-    if (v->streaming) {
-      v->tools_early++;
-      put(v, C_CYAN, " (reply still streaming)");
-    }
-    end_line(v);
-    break;
   case AL_EVENT_TOOL_USE_COMPLETED:
-    stamp(v, ev);
-    put(v, t->is_error ? C_RED : C_GREEN, t->is_error ? "✗" : "✓");
-    fputc(' ', v->f);
-    excerpt(v, t->name, 64);
-    fprintf(v->f, " %" PRIu64 " ms", t->duration_ms);
-    if (t->is_error) {
-      fputs(": ", v->f);
-      excerpt(v, t->content, EXCERPT_MAX);
-    }
-    end_line(v);
-    break;
   case AL_EVENT_TOOL_EXECUTION_ABORTED:
-    stamp(v, ev);
-    put(v, C_RED, "✗");
-    fputc(' ', v->f);
-    /* A run-wide abort (cancel) names no call. */
-    if (t->name.ptr != NULL) {
-      excerpt(v, t->name, 64);
-    } else {
-      fputs("tools", v->f);
-    }
-    fputs(" aborted (", v->f);
-    excerpt(v, t->reason, 64);
-    fputc(')', v->f);
-    end_line(v);
-    break;
   case AL_EVENT_APPROVAL_REQUIRED:
-    stamp(v, ev);
-    fputs("approval required: ", v->f);
-    excerpt(v, ev->u.approval.name, 64);
-    fputc(' ', v->f);
-    excerpt(v, ev->u.approval.input, EXCERPT_MAX);
-    end_line(v);
+    tool_line(v, ev);
     break;
   case AL_EVENT_APPROVAL_RESPONSE:
     stamp(v, ev);

@@ -424,16 +424,7 @@ void al__session_on_event(const al_event_t *ev, void *data) {
              s->children > 0) {
     s->children--;
   }
-  if (ev->type == AL_EVENT_SUBAGENT_COMPLETED && s->kids != NULL) {
-    /* The child's last commit is in: its transcript closes now. */
-    char id[64];
-
-    snprintf(id, sizeof(id), "%.*s", (int)ev->u.subagent.child_session.len,
-             ev->u.subagent.child_session.ptr != NULL
-                 ? ev->u.subagent.child_session.ptr
-                 : "");
-    al__tx_kids_end(s->kids, id);
-  }
+  al__tx_kids_event(s->kids, ev);
   switch (child && ev->type != AL_EVENT_USAGE ? AL_EVENT_TYPE_COUNT
                                               : ev->type) {
   case AL_EVENT_RUN_STARTED:

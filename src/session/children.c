@@ -275,6 +275,19 @@ void al__tx_kids_end(al_tx_kids_t *k, const char *session_id) {
   }
 }
 
+void al__tx_kids_event(al_tx_kids_t *k, const al_event_t *ev) {
+  char id[64];
+
+  if (k == NULL || ev->type != AL_EVENT_SUBAGENT_COMPLETED) {
+    return;
+  }
+  snprintf(id, sizeof(id), "%.*s", (int)ev->u.subagent.child_session.len,
+           ev->u.subagent.child_session.ptr != NULL
+               ? ev->u.subagent.child_session.ptr
+               : "");
+  al__tx_kids_end(k, id);
+}
+
 void al__tx_kids_close(al_tx_kids_t *k, void (*cb)(void *data), void *data) {
   kid_t *kid;
 

@@ -294,6 +294,9 @@ void al__tx_kid_commit(al_agent_t *agent, al_commit_kind_t kind,
 /* Child session_id ended (its subagent_completed): its writer flushes
  * and closes; a commit after that is dropped. Unknown ids are ignored. */
 void al__tx_kids_end(al_tx_kids_t *k, const char *session_id);
+/* A session event: a child's subagent_completed (its last commit is in)
+ * ends that child's transcript. Others are ignored; k may be NULL. */
+void al__tx_kids_event(al_tx_kids_t *k, const al_event_t *ev);
 /* Children opened; bytes queued and not written over all of them; the
  * first write error of any (0: none). */
 size_t al__tx_kids_count(const al_tx_kids_t *k);
