@@ -552,6 +552,38 @@ static bool view_event_at_prompt(chat_t *c, json_t *ev) {
   return ended;
 }
 
+/* An event of this session or of one of its sub-agents (not the user's
+ * line): approvals are asked or settled, the rest drawn. Output while a
+ * question is up (parallel tools, more text, a child's lines): the
+ * question line is cleared, the event shown, the question redrawn. true
+ * when it ended the session's run. */
+static bool show_event(chat_t *c, json_t *ev, const char *type, bool replay) {
+  bool asking = !replay && c->state == ST_APPROVAL;
+  bool ended;
+
+  if (strcmp(type, "approval_required") == 0) {
+    approval_required(c, ev, !replay);
+    return false;
+  }
+  if (strcmp(type, "approval_response") == 0) {
+    if (replay) {
+      approval_forget(c, json_string_value(json_object_get(ev, "request")));
+    } else {
+      approval_resolved(c, ev);
+    }
+    return false;
+  }
+  if (asking) {
+    fputs("\r\x1b[K", stderr);
+  }
+  ended = view_event_at_prompt(c, ev);
+  if (asking && !ended && c->state == ST_APPROVAL && c->napprovals > 0) {
+    al__tui_view_settle(&c->view);
+    approval_draw(c);
+  }
+  return ended;
+}
+
 static void on_event(chat_t *c, json_t *ev) {
   const char *type = json_string_value(json_object_get(ev, "type"));
   const char *session = json_string_value(json_object_get(ev, "session"));
@@ -566,26 +598,7 @@ static void on_event(chat_t *c, json_t *ev) {
     /* A sub-agent's event (its own session id, in this session's
      * stream): its approvals are asked here, the rest shown nested; its
      * run's start and end are not this session's. */
-    if (strcmp(type, "approval_required") == 0) {
-      approval_required(c, ev, !replay);
-    } else if (strcmp(type, "approval_response") == 0) {
-      if (replay) {
-        approval_forget(c, json_string_value(json_object_get(ev, "request")));
-      } else {
-        approval_resolved(c, ev);
-      }
-    } else {
-      bool asking = !replay && c->state == ST_APPROVAL;
-
-      if (asking) {
-        fputs("\r\x1b[K", stderr);
-      }
-      view_event_at_prompt(c, ev);
-      if (asking && c->state == ST_APPROVAL && c->napprovals > 0) {
-        al__tui_view_settle(&c->view);
-        approval_draw(c);
-      }
-    }
+    (void)show_event(c, ev, type, replay);
     if (replay && c->state == ST_CONNECTING && seq + 1 >= c->replay_until) {
       replay_done(c);
     }
@@ -617,27 +630,8 @@ static void on_event(chat_t *c, json_t *ev) {
     } else if (tl > 0) {
       al__tui_view_user(&c->view, json_string_value(t), tl, NULL);
     }
-  } else if (strcmp(type, "approval_required") == 0) {
-    approval_required(c, ev, !replay);
-  } else if (strcmp(type, "approval_response") == 0) {
-    if (replay) {
-      approval_forget(c, json_string_value(json_object_get(ev, "request")));
-    } else {
-      approval_resolved(c, ev);
-    }
   } else {
-    bool asking = !replay && c->state == ST_APPROVAL;
-
-    /* Output while a question is up (parallel tools, more text): the
-     * question line is cleared, the event shown, the question redrawn. */
-    if (asking) {
-      fputs("\r\x1b[K", stderr);
-    }
-    ended = view_event_at_prompt(c, ev);
-    if (asking && !ended && c->state == ST_APPROVAL && c->napprovals > 0) {
-      al__tui_view_settle(&c->view);
-      approval_draw(c);
-    }
+    ended = show_event(c, ev, type, replay);
     if (ended && replay) {
       c->replay_run_active = false;
     } else if (ended && (c->state == ST_BUSY || c->state == ST_APPROVAL)) {
