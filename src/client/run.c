@@ -76,6 +76,11 @@ typedef struct run_s {
   uv_signal_t sigint;
   uv_signal_t sigterm;
   uv_timer_t timer;
+  /* The answer came while background sub-agents still run: the run goes
+   * on until they are done (their results start the agent's next run);
+   * bg_check looks again once a child's end has been handled. */
+  uv_timer_t bg_check;
+  bool bg_wait;
   bool handles_open;
   al_agent_t *agent;
   al_sub_t *sub;
@@ -518,6 +523,7 @@ static void end_run(run_t *r) {
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->timer, NULL);
+    uv_close((uv_handle_t *)&r->bg_check, NULL);
   }
   al_agent_close(r->agent, on_agent_closed);
   if (r->sess != NULL) {
@@ -532,6 +538,90 @@ static void set_result(run_t *r, al_slice_t s) {
 }
 
 static void run_result_now(run_t *r);
+
+static void on_bg_check(uv_timer_t *t);
+
+/* Background sub-agents of this agent still running (with any: how many
+ * it started at all). */
+static size_t bg_count(const run_t *r, bool any) {
+  char *txt = NULL;
+  json_t *l;
+  json_t *t;
+  size_t i, n = 0;
+
+  if (al_agent_tasks_json(r->agent, &txt) != 0) {
+    return 0;
+  }
+  l = json_loads(txt, 0, NULL);
+  al_free(txt);
+  json_array_foreach(l, i, t) {
+    const char *st = json_string_value(json_object_get(t, "state"));
+
+    if (json_is_true(json_object_get(t, "background")) &&
+        (any || (st != NULL && strcmp(st, "running") == 0))) {
+      n++;
+    }
+  }
+  json_decref(l);
+  return n;
+}
+
+/* After an answer: ends the run unless background children still work. A
+ * child that finishes starts the agent's next run with its result (its
+ * answer ends up here again); one cancelled or failed may not, so its end
+ * schedules bg_check. A result that came in during this answer starts
+ * the next run from this very event (task.c): bg_check, one tick later,
+ * sees it running. */
+static bool bg_hold(run_t *r) {
+  size_t n = bg_count(r, false);
+
+  if (n == 0 && bg_count(r, true) == 0) {
+    r->bg_wait = false;
+    return false;
+  }
+  r->bg_wait = true;
+  r->printed = false;
+  if (n == 0) {
+    uv_timer_start(&r->bg_check, on_bg_check, 0, 0);
+    return true;
+  }
+  if (r->format == FMT_TEXT && r->result != NULL) {
+    /* This answer now: the one the children's results lead to follows. */
+    fputs(r->result, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    r->printed = true;
+  }
+  if (r->verbose) {
+    al__cli_view_flush(&r->view);
+    fprintf(stderr, "agentloop: waiting for %zu background sub-agent%s\n", n,
+            n == 1 ? "" : "s");
+  }
+  return true;
+}
+
+static void on_bg_check(uv_timer_t *t) {
+  run_t *r = t->data;
+
+  if (r->ended || !r->bg_wait) {
+    return;
+  }
+  if (al_agent_running(r->agent)) {
+    /* A child's result started the next run: this answer is not the
+     * last one. */
+    if (r->format == FMT_TEXT && r->result != NULL && !r->printed) {
+      fputs(r->result, stdout);
+      fputc('\n', stdout);
+      fflush(stdout);
+      r->printed = true;
+    }
+    return;
+  }
+  if (bg_count(r, false) == 0) {
+    r->bg_wait = false;
+    end_run(r);
+  }
+}
 
 static void on_event(const al_event_t *ev, void *data) {
   run_t *r = data;
@@ -584,7 +674,15 @@ static void on_event(const al_event_t *ev, void *data) {
       al__line_reader_next(&r->lr);
       break;
     }
+    if (bg_hold(r)) {
+      break;
+    }
     end_run(r);
+    break;
+  case AL_EVENT_SUBAGENT_COMPLETED:
+    if (r->bg_wait) {
+      uv_timer_start(&r->bg_check, on_bg_check, 0, 0);
+    }
     break;
   case AL_EVENT_ERROR: {
     char msg[1024];
@@ -731,6 +829,23 @@ static void cancel_run(run_t *r, int cause) {
      * exits once the pending read of stdin returns). */
     r->exit_code = cause;
     r->printed = true;
+    end_run(r);
+    return;
+  }
+  if (r->bg_wait && !al_agent_running(r->agent)) {
+    /* Answered, waiting for background children: they are cancelled
+     * with the agent's close. */
+    char msg[128];
+
+    snprintf(msg, sizeof(msg), "interrupted (%s) while background "
+             "sub-agents ran",
+             cause == EXIT_SIGINT ? "SIGINT"
+             : cause == EXIT_SIGTERM ? "SIGTERM" : "timeout");
+    r->cause = cause;
+    r->end_type = AL_EVENT_INTERRUPTED;
+    r->exit_code = cause;
+    al_free(r->result);
+    r->result = al_strdup(msg);
     end_run(r);
     return;
   }
@@ -923,6 +1038,8 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
     uv_signal_init(&r->loop, &r->sigint);
     uv_signal_init(&r->loop, &r->sigterm);
     uv_timer_init(&r->loop, &r->timer);
+    uv_timer_init(&r->loop, &r->bg_check);
+    r->bg_check.data = r;
     r->sigint.data = r;
     r->sigterm.data = r;
     r->timer.data = r;
@@ -950,6 +1067,7 @@ static int drive(run_t *r, const al_agent_options_t *o, const char *text) {
       uv_close((uv_handle_t *)&r->sigint, NULL);
       uv_close((uv_handle_t *)&r->sigterm, NULL);
       uv_close((uv_handle_t *)&r->timer, NULL);
+      uv_close((uv_handle_t *)&r->bg_check, NULL);
     }
     al_agent_close(r->agent, on_agent_closed);
     if (r->sess != NULL) {

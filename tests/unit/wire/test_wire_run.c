@@ -155,3 +155,58 @@ TEST_IMPL(wire_run_user_agent_definition) {
   ASSERT_EQ(al_test_rm_tree(root), 0);
   return 0;
 }
+
+/* A background sub-agent still working when the agent answers: `run` does
+ * not exit under it (that would cancel it and lose its result). The
+ * answer is printed, the child's result starts the agent's next run, and
+ * that run's answer follows; the exit is clean. */
+TEST_IMPL(run_waits_for_background_subagent) {
+  char root[] = "/tmp/al-wire-bg-XXXXXX";
+  char ws[128], xdg[160], state[160];
+  char *env[] = {"PATH=/usr/bin:/bin", "NO_COLOR=1", "ANTHROPIC_API_KEY=k", xdg,
+                 state, NULL};
+  const char *args[] = {"run",   "--base-url", "http://127.0.0.1:{PORT}",
+                        "--cwd", ws,           "-p",
+                        "go",    NULL};
+  wire_cli_t c;
+  const char *first, *second;
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(xdg, sizeof(xdg), "XDG_CONFIG_HOME=%s/cfg", root);
+  snprintf(state, sizeof(state), "XDG_STATE_HOME=%s/state", root);
+  snprintf(ws, sizeof(ws), "%s/ws", root);
+  wire_write(root, "ws/README", "x\n");
+  /* The child answers only after the parent's answer went out: its reply
+   * waits for the parent's second request (expect_request orders them
+   * without a clock). */
+  wire_cli_start(
+      &c,
+      "responses:\n"
+      "  - reply:\n"
+      "      content:\n"
+      "        - tool_use: {id: k1, name: task, input: {description: job, "
+      "prompt: 'CHILD-BG do it', background: true}}\n"
+      "  - reply: {content: [{text: 'FIRST-ANSWER started it'}]}\n"
+      "  - expect_request: {contains: 'BG-RESULT'}\n"
+      "    reply: {content: [{text: 'SECOND-ANSWER it reported'}]}\n"
+      "tracks:\n"
+      "  - match: {first_user_contains: CHILD-BG}\n"
+      "    responses:\n"
+      "      - reply: {content: [{tool_use: {id: c1, name: bash, input: "
+      "{command: 'sleep 0.3'}}}]}\n"
+      "      - reply: {content: [{text: 'BG-RESULT all good'}]}\n");
+  wire_cli_run(&c, args, env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d\nstdout: %s\nstderr: %s", (int)c.exit_status, c.obuf,
+                 c.ebuf);
+  }
+  first = strstr(c.obuf, "FIRST-ANSWER");
+  second = strstr(c.obuf, "SECOND-ANSWER");
+  if (first == NULL || second == NULL || second < first) {
+    AL_TEST_FAIL("stdout: %s\nstderr: %s", c.obuf, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 5);
+  wire_cli_finish(&c);
+  ASSERT_EQ(al_test_rm_tree(root), 0);
+  return 0;
+}
