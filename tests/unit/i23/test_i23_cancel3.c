@@ -542,6 +542,29 @@ static bool c3_d_quiet(void *data) {
 }
 
 typedef struct {
+  al_mockllm_t *mock;
+  uint64_t before, t0;
+} c3_connw_t;
+
+/* The mock holds fewer open connections than while child 1 streamed. */
+static bool c3_d_conn_closed(void *data) {
+  c3_connw_t *w = data;
+  al_mockllm_stats_t ms;
+
+  al_mockllm_stats(w->mock, &ms);
+  if (ms.connections_active >= w->before &&
+      uv_hrtime() - w->t0 >
+          (uint64_t)al_test_timeout_multiplier() * 5000000000u) {
+    AL_TEST_FAIL(
+        "the mock still holds %llu connections (%llu while child 1 "
+        "streamed) 5 s after the cancel",
+        (unsigned long long)ms.connections_active,
+        (unsigned long long)w->before);
+  }
+  return ms.connections_active < w->before;
+}
+
+typedef struct {
   const char *dir;
   uint64_t t0;
   int ok;
@@ -592,7 +615,10 @@ TEST_IMPL(i23_daemon_cancel_three_children_no_orphan) {
   json_t *r;
   c3_dwait_t w;
   c3_txw_t tw;
+  c3_connw_t cw;
+  al_mockllm_stats_t ms;
   uint64_t t_answer;
+  int k;
 
   al_test_timeout_s(60); /* the bounds below say why it failed first */
   memset(&w, 0, sizeof(w));
@@ -617,6 +643,9 @@ TEST_IMPL(i23_daemon_cancel_three_children_no_orphan) {
   w.t0 = uv_hrtime();
   dt_run_until(&t, c3_d_busy, &w);
 
+  al_mockllm_stats(t.mock, &ms);
+  cw.mock = t.mock;
+  cw.before = ms.connections_active;
   snprintf(p, sizeof(p), "{\"session\":\"%s\"}", sid);
   w.t0 = uv_hrtime();
   r = dt_call(&c, 5, "turn/cancel", p);
@@ -628,6 +657,14 @@ TEST_IMPL(i23_daemon_cancel_three_children_no_orphan) {
       "after %.1f ms (%zu tool processes)\n",
       (double)(t_answer - w.t0) / 1e6, (double)(w.t_quiet - w.t0) / 1e6,
       w.procs.n);
+  /* Each child completed "cancelled", then the parent's run ended. */
+  for (i = 0, k = 0; k < 3; k++) {
+    i = dt_wait_event(&c, "subagent_completed", i);
+    ASSERT_STR_EQ(
+        json_string_value(json_object_get(c3_params(&c, i), "outcome")),
+        "cancelled");
+    i++;
+  }
   for (i = 0;;) {
     i = dt_wait_event(&c, "interrupted", i);
     if (json_object_get(c3_params(&c, i), "path") == NULL) {
@@ -635,6 +672,14 @@ TEST_IMPL(i23_daemon_cancel_three_children_no_orphan) {
     }
     i++;
   }
+  /* Child 1's stream is not left open: its connection closes (the
+   * others may stay pooled, idle; no request was made since). */
+  cw.t0 = uv_hrtime();
+  dt_run_until(&t, c3_d_conn_closed, &cw);
+  al_mockllm_stats(t.mock, &ms);
+  printf("mock connections open: %llu while streaming, %llu after\n",
+         (unsigned long long)cw.before,
+         (unsigned long long)ms.connections_active);
   {
     c3_procs_t left;
 
