@@ -183,6 +183,9 @@ static void c3_check_transcripts(const char *dir) {
   DIR *d = opendir(dir);
   struct dirent *e;
   int files = 0, kids = 0;
+  static const char *const calls[] = {"k1", "k2", "k3", "c2", "c3"};
+  bool answered[5] = {false};
+  size_t i;
 
   ASSERT_NOT_NULL(d);
   while ((e = readdir(d)) != NULL) {
@@ -218,6 +221,19 @@ static void c3_check_transcripts(const char *dir) {
       ASSERT(!l.run_open);
       ASSERT_EQ(json_array_size(l.children), 3);
     }
+    {
+      char *h = json_dumps(al__history_to_json(&l.history), JSON_COMPACT);
+      size_t c;
+
+      ASSERT_NOT_NULL(h);
+      for (c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
+        char key[64];
+
+        snprintf(key, sizeof(key), "\"tool_use_id\":\"%s\"", calls[c]);
+        answered[c] = answered[c] || strstr(h, key) != NULL;
+      }
+      free(h);
+    }
     al__tx_loaded_free(&l);
     f = fopen(path, "r");
     ASSERT_NOT_NULL(f);
@@ -229,6 +245,12 @@ static void c3_check_transcripts(const char *dir) {
   closedir(d);
   ASSERT_EQ(files, 4);
   ASSERT_EQ(kids, 3);
+  /* Not vacuous: the calls made are in the histories, each answered. */
+  for (i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+    if (!answered[i]) {
+      AL_TEST_FAIL("call %s has no result in any transcript", calls[i]);
+    }
+  }
 }
 
 static void c3_tag(const char *root, char *tag, size_t n) {
@@ -237,8 +259,7 @@ static void c3_tag(const char *root, char *tag, size_t n) {
   snprintf(tag, n, "%s", b != NULL ? b + 1 : root);
 }
 
-/* ---- agentloop run + SIGINT ------------------------------------------------
- */
+/* ---- agentloop run + SIGINT ---- */
 
 typedef struct {
   wire_cli_t c; /* first: the loop's data is both */
@@ -483,8 +504,7 @@ TEST_IMPL(i23_run_sigint_three_children_no_orphan) {
   return 0;
 }
 
-/* ---- agentloopd + turn/cancel ----------------------------------------------
- */
+/* ---- agentloopd + turn/cancel ---- */
 
 static json_t *c3_params(const dt_client_t *c, size_t i) {
   return json_object_get(json_array_get(c->msgs, i), "params");
