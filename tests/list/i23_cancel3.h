@@ -3,3 +3,4 @@
 TEST_ENTRY(i23_run_sigint_three_children_no_orphan)
 TEST_ENTRY(i23_daemon_cancel_three_children_no_orphan)
 TEST_ENTRY(i23_run_sigint_at_child_bash_start_no_orphan)
+TEST_ENTRY(i23_daemon_cancel_at_child_bash_start_no_orphan)
