@@ -636,6 +636,33 @@ static bool c3_d_quiet(void *data) {
 }
 
 typedef struct {
+  const char *tag;
+  uint64_t t0, t_gone;
+  size_t max_seen;
+} c3_gonew_t;
+
+/* No process with the tag is alive (a rescan: those started late count
+ * too), the daemon's loop running meanwhile. */
+static bool c3_d_gone(void *data) {
+  c3_gonew_t *w = data;
+  c3_procs_t p;
+  size_t n;
+
+  c3_scan(w->tag, &p);
+  n = c3_alive_count(&p);
+  w->max_seen = n > w->max_seen ? n : w->max_seen;
+  if (n == 0) {
+    w->t_gone = uv_hrtime();
+    return true;
+  }
+  if (uv_hrtime() - w->t0 >
+      (uint64_t)al_test_timeout_multiplier() * 5000000000u) {
+    c3_assert_none(w->tag, "5 s after the cancel");
+  }
+  return false;
+}
+
+typedef struct {
   al_mockllm_t *mock;
   uint64_t before, t0;
 } c3_connw_t;
@@ -713,10 +740,12 @@ static int c3_daemon_case(bool early) {
   al_mockllm_stats_t ms;
   uint64_t t_answer;
   size_t asked;
+  c3_gonew_t gw;
   int k;
 
   al_test_timeout_s(60); /* the bounds below say why it failed first */
   memset(&w, 0, sizeof(w));
+  memset(&gw, 0, sizeof(gw));
   /* The tag must be unique to this run: the pid of the test process. */
   snprintf(tag, sizeof(tag), "al-c3d-%d", (int)getpid());
   c3_scenario(yaml, sizeof(yaml), tag);
@@ -779,6 +808,15 @@ static int c3_daemon_case(bool early) {
            (unsigned long long)cw.before,
            (unsigned long long)ms.connections_active);
   }
+  /* The first check saw the processes alive at the cancel; some may have
+   * been starting then. The report waits for every tagged one. */
+  gw.tag = tag;
+  gw.t0 = w.t0;
+  dt_run_until(&t, c3_d_gone, &gw);
+  printf(
+      "daemon: every tagged process gone %.1f ms after the cancel (%zu "
+      "seen alive after the events)\n",
+      (double)(gw.t_gone - gw.t0) / 1e6, gw.max_seen);
   c3_assert_none(tag, "left");
   /* Four requests (early: perhaps fewer): none after the cancel. */
   asked = al_mockllm_record_count(t.mock);
