@@ -750,6 +750,9 @@ static int c3_daemon_case(bool early) {
   snprintf(tag, sizeof(tag), "al-c3d-%d", (int)getpid());
   c3_scenario(yaml, sizeof(yaml), tag);
   dt_init(&t, yaml);
+  /* A TERM ignored must not be what ends the tools: with a long grace,
+   * a process left to the KILL after it would outlive every bound. */
+  t.o.kill_grace_ms = 10000;
   dt_start(&t);
   dt_connect(&t, &c);
   dt_init_client(&c);
