@@ -6,7 +6,10 @@
  * three children) loads with nothing to repair, and nothing went on
  * asking the model. The time from the signal / the cancel to the last
  * process gone is printed ("quiet after N ms"); the bound asserted is
- * generous, for a loaded 2-core box. */
+ * generous, for a loaded 2-core box. The "at a bash start" cases stop
+ * everything as soon as a child's bash call started, its sandbox perhaps
+ * still starting (where a bwrap ignoring the TERM outlived the cancel by
+ * the spawn's 500 ms drain: test_i23_spawn_kill.c). */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,9 +27,9 @@
 
 #define C3_MAXPIDS 32
 
-/* Parent: three task calls at once. Child 1 streams a long text slowly;
- * children 2 and 3 write their shell's pid, then sleep with a tag in
- * their environment. A second parent reply serves the daemon's next
+/* Parent: three task calls at once. Child 1 streams a long text slowly
+ * (400 deltas 50 ms apart); children 2 and 3 write a file (the sign they
+ * run), then sleep with a tag in their environment. A second parent reply serves the daemon's next
  * turn. */
 static void c3_scenario(char *buf, size_t n, const char *tag) {
   snprintf(buf, n,
