@@ -60,3 +60,4 @@
 #include "list/i23_agentdefs.h"
 #include "list/i23_cut.h"
 #include "list/i23_wire.h"
+#include "list/i23_cancel3.h"

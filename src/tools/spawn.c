@@ -328,6 +328,13 @@ static void child_exited(al_spawn_t *sp, int64_t exit_status,
   sp->exit_status = exit_status;
   sp->term_signal = term_signal;
   uv_timer_stop(&sp->timers[T_TIMEOUT]);
+  if (sp->killing) {
+    /* Being stopped and its leader is gone: the rest of the group ends
+     * now, not after the drain or the grace. A TERM may not have reached
+     * it all: a PID namespace's init (bwrap's inner half, mid-start)
+     * ignores it, and held the pipes until the drain's KILL. */
+    kill_group(sp, SIGKILL);
+  }
   if (!sp->eof[0] || !sp->eof[1]) {
     uv_timer_start(&sp->timers[T_DRAIN], on_drain, sp->drain_ms, 0);
   }

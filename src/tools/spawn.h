@@ -21,7 +21,9 @@
  *    the child has exited, drain_ms later the group is SIGKILLed and the
  *    pipes are closed (result.drain_killed).
  *  - Timeout (timeout_ms) and al__spawn_kill() send SIGTERM to the group,
- *    then SIGKILL after kill_grace_ms if the join has not happened.
+ *    then SIGKILL after kill_grace_ms if the join has not happened, or as
+ *    soon as the child itself has exited (a TERM does not reach a PID
+ *    namespace's init, and the command is over).
  *  - When the result is final, whatever is left of the group is SIGKILLed
  *    (background jobs do not outlive their command), every handle is
  *    closed, and on_done runs exactly once from the last close callback,
