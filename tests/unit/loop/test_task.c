@@ -730,6 +730,7 @@ static void cancel_at_third_bash(fx_t *f, const al_event_t *ev,
 
 typedef struct {
   uv_timer_t t;
+  const char *what; /* the command line looked for */
   int left;
   int polls;
   bool done;
@@ -739,7 +740,7 @@ static void poll_procs(uv_timer_t *t) {
   poll_t *p = t->data;
 
   p->polls++;
-  if (procs_with("sleep 29.25") == 0 || --p->left == 0) {
+  if (procs_with(p->what) == 0 || --p->left == 0) {
     p->done = true;
     uv_timer_stop(t);
   }
@@ -811,11 +812,17 @@ static void cancel_three(bool committed) {
   uint64_t t0;
   json_t *commits;
   char yaml[2048];
+  /* Each variant its own command line: ctest runs the two side by side,
+   * and the process count is machine-wide. */
+  const char *cmd = committed ? "sleep 29.25" : "sleep 29.5";
   const char *tail = committed ? ""
                                : "        - text: 'still streaming'\n"
                                  "          chunks: 4\n"
                                  "          delay_ms: 2000\n";
 
+  /* Three children, their bash calls and a poll of up to 5 s: sized for
+   * a loaded 2-core machine. */
+  al_test_timeout_s(20);
   memset(&c, 0, sizeof(c));
   c.committed = committed;
   snprintf(yaml, sizeof(yaml),
@@ -830,17 +837,17 @@ static void cancel_three(bool committed) {
           "prompt: 'CHILD-Q'}}\n"
           "  - reply:\n"
           "      content:\n"
-          "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
+          "        - tool_use: {name: bash, input: {command: '%s'}}\n"
           "%s"
           "  - reply:\n"
           "      content:\n"
-          "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
+          "        - tool_use: {name: bash, input: {command: '%s'}}\n"
           "%s"
           "  - reply:\n"
           "      content:\n"
-          "        - tool_use: {name: bash, input: {command: 'sleep 29.25'}}\n"
+          "        - tool_use: {name: bash, input: {command: '%s'}}\n"
           "%s",
-          tail, tail, tail);
+          cmd, tail, cmd, tail, cmd, tail);
   fx_init(&f, yaml);
   f.opts.sandbox = AL_SANDBOX_OFF;
   f.opts.task_parallel_writers = true;
@@ -886,6 +893,7 @@ static void cancel_three(bool committed) {
   t0 = uv_hrtime();
   memset(&p, 0, sizeof(p));
   p.left = 5000; /* 5 s at 1 ms */
+  p.what = cmd;
   uv_timer_init(&f.loop, &p.t);
   p.t.data = &p;
   uv_timer_start(&p.t, poll_procs, 0, 1);
@@ -893,7 +901,7 @@ static void cancel_three(bool committed) {
     uv_run(&f.loop, UV_RUN_ONCE);
   }
   uv_close((uv_handle_t *)&p.t, NULL);
-  ASSERT_EQ(procs_with("sleep 29.25"), 0);
+  ASSERT_EQ(procs_with(cmd), 0);
   fprintf(stderr, "task_cancel_three_children%s: processes gone %.1f ms "
                   "after the cancel\n",
           committed ? "_committed" : "", (double)(uv_hrtime() - t0) / 1e6);
