@@ -238,6 +238,12 @@ typedef struct al_agent_options_s {
   int retry_max_attempts;
   int64_t retry_base_ms;
   int64_t retry_cap_ms;
+  /* Shared pacing: a cap on requests per minute for this endpoint and key
+   * (0: none), with pace_burst of them allowed back to back (0: 1). The
+   * cap and the cool-down after a 429 or 529 are shared by every agent
+   * on the same client (docs/run.md "Shared pacing"). */
+  int pace_rpm;
+  int pace_burst;
   uint64_t rng_seed;          /* jitter seed; 0: from the clock */
   /* Transport timeouts; 0 keeps the defaults (10 s, 30 s, 120 s). */
   int64_t connect_timeout_ms;

@@ -22,6 +22,7 @@
 #include "loop/history.h"
 #include "loop/retry.h"
 #include "provider/provider.h"
+#include "transport/pace.h"
 #include "transport/transport.h"
 
 struct al_hook_report_s;
@@ -38,6 +39,7 @@ struct al_hooks_run_s;
   XX(WAIT_MCP, "wait_mcp")     /* MCP servers still starting */            \
   XX(STREAMING, "streaming")   /* a model request of the run in flight */  \
   XX(BACKOFF, "backoff")       /* waiting to retry that request */         \
+  XX(PACED, "paced")           /* a request waits for the shared pacer */  \
   XX(TOOLS, "tools")           /* reply committed, waiting for results */  \
   XX(SUMMARY, "summary")       /* the max_turns summary request */         \
   XX(COMPACTING, "compacting") /* the summary-compaction request */        \
@@ -201,6 +203,14 @@ typedef struct ag_run_s {
   uint32_t pauses;
   char *pause_text;
   uv_timer_t backoff; /* retry backoff, and the MCP start-up wait */
+  /* Shared pacing (transport/pace.h): the pacer of this endpoint and key
+   * on the agent's client (looked up at the first request), the wait
+   * while PACED and the state the request was sent from. */
+  al_pace_t *pace;
+  al_pace_wait_t pace_wait;
+  ag_state_t pace_from;
+  int pace_rpm;
+  int pace_burst;
   bool has_run; /* al_agent_run was called once (load refuses after) */
   bool overflow_retried; /* one "prompt too long" compaction a request */
 } ag_run_t;

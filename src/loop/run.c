@@ -21,6 +21,8 @@
  *     added (task.c holds them until here); past max_turns -> SUMMARY ->
  *     send -> end_final (the summary)
  *   send with the context past its trigger -> compaction -> send again
+ *   send held by the shared pacer (rpm cap, a 429/529 cool-down of the
+ *     endpoint and key) -> PACED -> the state it was sent from -> send
  *   al_agent_cancel, from any run state -> ENDING -> interrupted -> IDLE
  *
  * States (agent_priv.h, AG_STATE_MAP), each change logged at debug level:
@@ -31,6 +33,7 @@
  *   IDLE ------> STREAMING <--------------------------------> WAIT_MCP
  *    ^  al_agent_run  | ^ ^ ^   first turn, servers starting; settled
  *    |                | | | +--> BACKOFF    failed: retry timer, resend
+ *    |                | | |      PACED      any send held by the pacer
  *    |                | | +----> COMPACTING context past its trigger,
  *    |                v |        (summary)  overflow, manual; then resend
  *    |              TOOLS -----> SUMMARY    max_turns: one summary request
@@ -78,6 +81,7 @@
 #define AG_MAX_TOKENS_CEILING 128000
 
 static int send_request(al_agent_t *a);
+static int send_now(al_agent_t *a);
 static void start_turn(al_agent_t *a);
 static void tools_done(al_agent_t *a);
 static void end_error(al_agent_t *a, int code, const char *message);
@@ -116,6 +120,7 @@ static void set_state(al_agent_t *a, ag_state_t st) {
 static void run_end_common(al_agent_t *a) {
   al__attempt_clear(a);
   uv_timer_stop(&a->run.backoff);
+  al__pace_cancel(&a->run.pace_wait);
   al__agent_hooks_cancel_runs(a);
   al__attempt_close_execs(a);
   if (a->run.state == AG_SUMMARY) {
@@ -281,6 +286,18 @@ static bool post_retry(al_agent_t *a, int attempt, int max, int64_t delay,
   return al__agent_post(a, &ev);
 }
 
+/* A 429 or 529 that will be retried: every agent of this endpoint and key
+ * waits as long as this one does (the server's retry-after, else our
+ * backoff), instead of each finding the limit with its own request. */
+static void share_cool_down(al_agent_t *a, const al_retry_err_t *err,
+                            const al_retry_decision_t *d) {
+  if (a->run.pace != NULL && d->retry && !d->fallback &&
+      (err->cls == AL_RETRY_CLASS_RATE_LIMIT ||
+       err->cls == AL_RETRY_CLASS_OVERLOADED)) {
+    al__pace_cool(a->run.pace, d->delay_ms);
+  }
+}
+
 /* The request failed: retry it, fall back, compact, or end the run. */
 static void failed(al_agent_t *a, const al_retry_err_t *err, int status,
                    const char *message) {
@@ -301,6 +318,7 @@ static void failed(al_agent_t *a, const al_retry_err_t *err, int status,
       compaction_end(a, NULL, 0);
       return;
     }
+    share_cool_down(a, err, &d);
     if (post_retry(a, d.attempt, d.max_attempts, d.delay_ms, status,
                    al__retry_class_name(err->cls), message)) {
       return;
@@ -354,6 +372,7 @@ static void failed(al_agent_t *a, const al_retry_err_t *err, int status,
     }
     al_free(from);
   }
+  share_cool_down(a, err, &d);
   if (post_retry(a, d.attempt, d.max_attempts, d.delay_ms, status,
                  al__retry_class_name(err->cls), message)) {
     return;
@@ -722,11 +741,47 @@ static void on_mcp_wait(uv_timer_t *t) {
   mcp_wait_over(AL_CONTAINER_OF(t, al_agent_t, run.backoff));
 }
 
+/* The pacer let a waiting request go (its slot is taken): back to the
+ * state it was sent from, and send. */
+static void on_paced(al_pace_wait_t *w) {
+  al_agent_t *a = AL_CONTAINER_OF(w, al_agent_t, run.pace_wait);
+  int rc;
+
+  set_state(a, a->run.pace_from);
+  rc = send_now(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
+/* Every request of a run passes the shared pacer (transport/pace.h) of
+ * its endpoint and key first: when the rpm cap or a cool-down holds it,
+ * the run waits in PACED (cancel and close unlink the wait) and on_paced
+ * sends it. The pacer hangs off the client, so agents sharing a client
+ * share it; an agent with its own client paces alone. */
+static int send_request(al_agent_t *a) {
+  int rc;
+
+  if (a->run.pace == NULL) {
+    rc = al__pace_get(a->client, a->base_url, a->api_key, &a->run.pace);
+    if (rc != 0) {
+      return rc;
+    }
+    al__pace_set_rpm(a->run.pace, a->run.pace_rpm, a->run.pace_burst);
+  }
+  if (al__pace_acquire(a->run.pace, &a->run.pace_wait, on_paced) == 1) {
+    a->run.pace_from = a->run.state;
+    set_state(a, AG_PACED);
+    return 0;
+  }
+  return send_now(a);
+}
+
 /* One request of the run: the history the state says (summary,
  * compaction or the main one), micro-compaction and trimming first, then
  * the compaction check on the built request. 0 when sent or when the run
  * went elsewhere (compaction, its end); an error when nothing was sent. */
-static int send_request(al_agent_t *a) {
+static int send_now(al_agent_t *a) {
   al_provider_request_t preq;
   al_history_t *h = a->run.state == AG_SUMMARY      ? &a->run.summary_hist
                     : a->run.state == AG_COMPACTING ? &a->compact.hist
@@ -948,6 +1003,9 @@ void al__run_init(al_agent_t *a, const al_agent_options_t *o, uint64_t seed) {
   a->run.cur_max_tokens = a->max_tokens;
   al__retry_rng_seed(&a->run.rng, seed);
   al__retry_state_init(&a->run.retry);
+  al__pace_wait_init(&a->run.pace_wait);
+  a->run.pace_rpm = o->pace_rpm;
+  a->run.pace_burst = o->pace_burst;
   a->run.run_id = o->first_run > 0 ? o->first_run - 1 : 0;
   al__attempt_driver(a, on_outcome, on_settled);
   al__agent_hooks_driver(a, on_hooks);
@@ -968,7 +1026,10 @@ void al__run_model_refresh(al_agent_t *a) {
   a->budget.window = a->model_info.context_window;
 }
 
-void al__run_close(al_agent_t *a) { set_state(a, AG_CLOSING); }
+void al__run_close(al_agent_t *a) {
+  al__pace_cancel(&a->run.pace_wait); /* nothing fires once closing */
+  set_state(a, AG_CLOSING);
+}
 
 void al__run_handles_init(al_agent_t *a) {
   uv_timer_init(a->loop, &a->run.backoff);

@@ -41,6 +41,7 @@
 
 #include "agentloop/version.h"
 #include "transport/transport_int.h"
+#include "transport/pace.h"
 
 /* Read buffers start small: a paced stream's reads are a few hundred
  * bytes, and thousands of idle or slow streams should not pin 64 KB each.
@@ -88,6 +89,9 @@ struct al_http_client_s {
   bool close_started;
   void (*close_cb)(al_http_client_t *c);
   al_http_client_stats_t stats;
+  /* Shared pacing (pace.c): NULL until an agent asks for a pacer. */
+  al_pace_set_t *paces;
+  bool paces_closing;
   void *data; /* the owner's */
 };
 
@@ -96,6 +100,14 @@ void al_http_client_set_data(al_http_client_t *c, void *data) {
 }
 
 void *al_http_client_get_data(const al_http_client_t *c) { return c->data; }
+
+al_pace_set_t **al__http_client_paces(al_http_client_t *c) {
+  return &c->paces;
+}
+
+uv_loop_t *al__http_client_loop(al_http_client_t *c) { return c->loop; }
+
+bool al__http_client_closing(const al_http_client_t *c) { return c->closing; }
 
 struct conn_s {
   al_http_client_t *client;
@@ -525,11 +537,18 @@ static void client_closed_cb(uv_handle_t *h) {
 
 static void client_maybe_finish_close(al_http_client_t *c) {
   if (!c->closing || c->close_started || c->n_requests > 0 ||
-      c->n_conns > 0 || c->tls_state == TLS_LOADING) {
+      c->n_conns > 0 || c->tls_state == TLS_LOADING || c->paces_closing) {
     return;
   }
   c->close_started = true;
   uv_close((uv_handle_t *)&c->close_timer, client_closed_cb);
+}
+
+static void on_paces_closed(void *arg) {
+  al_http_client_t *c = arg;
+
+  c->paces_closing = false;
+  client_maybe_finish_close(c);
 }
 
 static void abort_cb(uv_timer_t *t) {
@@ -557,6 +576,10 @@ void al_http_client_close(al_http_client_t *c,
   }
   while (!al_list_empty(&c->idle)) {
     conn_close(AL_CONTAINER_OF(c->idle.next, conn_t, node));
+  }
+  if (c->paces != NULL) {
+    c->paces_closing = al__pace_set_close(c->paces, on_paces_closed, c);
+    c->paces = NULL;
   }
   client_maybe_finish_close(c);
 }

@@ -1,0 +1,6 @@
+/* Shared pacing across sessions (issue 24; tests/unit/loop/test_i24_pace.c):
+ * TEST_ENTRY(name) lines only. */
+TEST_ENTRY(i24_pace_gate_math)
+TEST_ENTRY(i24_pace_429_cooldown_shared_no_storm)
+TEST_ENTRY(i24_pace_rpm_cap_spreads_requests)
+TEST_ENTRY(i24_pace_cancel_while_paced)
