@@ -191,7 +191,7 @@ static int apply_endpoint(cx_t *x) {
   return 0;
 }
 
-/* max_tokens, max_turns and the retry policy. */
+/* max_tokens, max_turns, the retry policy and the shared pacing. */
 static int apply_counts(cx_t *x) {
   const al_agent_opts_input_t *in = x->in;
 
@@ -204,6 +204,8 @@ static int apply_counts(cx_t *x) {
   }
   x->o->retry_base_ms = in->retry_base_ms;
   x->o->retry_cap_ms = in->retry_cap_ms;
+  x->o->pace_rpm = (int)x->cfg->pacing.rpm;
+  x->o->pace_burst = (int)x->cfg->pacing.burst;
   return 0;
 }
 

@@ -201,6 +201,12 @@ static const field_t subagents_keys[] = {
      NULL, NULL, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL}};
 
+/* Shared pacing (docs/run.md): mapped by apply_counts. */
+static const field_t pacing_keys[] = {
+    {"rpm", F_INT, OFF(pacing.rpm), 0, 1, 1000000, NULL, NULL, NULL},
+    {"burst", F_INT, OFF(pacing.burst), 0, 1, 1000000, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL}};
+
 /* Top level. The owners' sections: replace al__config_section_keep with
  * your parse function (config.h). */
 static const field_t keys[] = {
@@ -223,6 +229,7 @@ static const field_t keys[] = {
      NULL, NULL},
     {"system_prompt", F_MAP, 0, 0, 0, 0, NULL, system_prompt_keys, NULL},
     {"subagents", F_MAP, 0, 0, 0, 0, NULL, subagents_keys, NULL},
+    {"pacing", F_MAP, 0, 0, 0, 0, NULL, pacing_keys, NULL},
     {"context", F_SECTION, 0, 0, 0, 0, NULL, NULL, al__config_section_keep},
     {"mcp_servers", F_SECTION, 0, 0, 0, 0, NULL, NULL,
      al__config_section_keep},

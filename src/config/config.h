@@ -77,6 +77,10 @@ typedef struct al_config_s {
     int64_t token_budget; /* per child; 0: unset (the agent's) */
     int parallel_writers; /* -1 unset (off), 0, 1 */
   } subagents;
+  struct {          /* shared pacing (docs/run.md "Shared pacing") */
+    int64_t rpm;    /* requests per minute per endpoint and key; 0: none */
+    int64_t burst;  /* back to back; 0: 1 */
+  } pacing;
   struct {
     char *append; /* text after the assembled prompt */
     char *file;   /* a file whose text is appended */

@@ -99,6 +99,11 @@ typedef struct {
    * session/create may lower but not raise. Zero fields: the agent's
    * default, no ceiling. */
   al_limits_t limits;
+  /* Shared pacing (its config file's `pacing:`): every session's agent
+   * uses the daemon's one client, so the cap and the cool-downs of an
+   * endpoint and key hold across sessions. 0: no cap. */
+  int pace_rpm;
+  int pace_burst;
   void (*on_exit)(al_daemon_t *d, void *data);
   void *data;
 } al_daemon_options_t;

@@ -278,6 +278,8 @@ int main(int argc, char **argv) {
       al_config_free(&cfg);
       return 2;
     }
+    o.pace_rpm = (int)cfg.pacing.rpm;
+    o.pace_burst = (int)cfg.pacing.burst;
     al_buf_free(&cerr);
     al_config_free(&cfg);
     o.mcp_config = mcp_json;

@@ -832,6 +832,8 @@ static int agent_create(session_t *s, uint64_t first_seq, uint64_t first_run,
   /* The session's wiring: the shared client, approvals, numbering, the
    * transcript. */
   ao.client = d->http;
+  ao.pace_rpm = d->o.pace_rpm; /* the process's, like the client */
+  ao.pace_burst = d->o.pace_burst;
   ao.permission = on_permission;
   ao.permission_data = s;
   ao.session_id = s->id;

@@ -734,7 +734,8 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
    * rng_seed (clock), sandbox_* (the sandbox is lent), tools_d,
    * trust_project, tools_dirs, mcp_* (the parent's tools are lent),
    * first_seq, first_run (a new session), subagents, task_*, on_child
-   * (the tree's, task.c), builtin_tools (always, then filtered). Test
+   * (the tree's, task.c), builtin_tools (always, then filtered); pace_*
+ * are the parent's (the pacer is the client's). Test
    * task_child_options_tripwire fails when an option is added. */
   al_agent_options_init(&o);
   o.provider = p->provider->name;
@@ -752,6 +753,9 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   o.progress_timeout_ms = p->progress_timeout_ms;
   o.limits = p->limits;
   o.client = (al_client_t *)p->client;
+  /* The same client and key: the child waits in its parent's pacer. */
+  o.pace_rpm = p->run.pace_rpm;
+  o.pace_burst = p->run.pace_burst;
   o.workspace = p->workspace;
   o.builtin_tools = true;
   o.allowed_paths = (const char *const *)p->allowed_paths;

@@ -22,7 +22,7 @@
 struct al_pace_s {
   al_list_t node; /* in the set */
   al_pace_set_t *set;
-  char *key;      /* base_url '\n' hex hash of the api key */
+  char *key; /* base_url '\n' hex hash of the api key */
   al_pace_gate_t gate;
   al_list_t queue;
   size_t queued;
@@ -38,7 +38,8 @@ struct al_pace_set_s {
   void *close_arg;
 };
 
-/* ---- gate ----------------------------------------------------------------- */
+/* ---- gate -----------------------------------------------------------------
+ */
 
 void al__pace_gate_init(al_pace_gate_t *g) {
   memset(g, 0, sizeof(*g));
@@ -78,7 +79,8 @@ void al__pace_gate_cool(al_pace_gate_t *g, int64_t until_ms) {
   }
 }
 
-/* ---- pacers --------------------------------------------------------------- */
+/* ---- pacers ---------------------------------------------------------------
+ */
 
 void al__pace_wait_init(al_pace_wait_t *w) {
   memset(w, 0, sizeof(*w));
@@ -142,8 +144,8 @@ int al__pace_set_new(uv_loop_t *loop, al_pace_set_t **out) {
   return 0;
 }
 
-int al__pace_get(al_http_client_t *c, const char *base_url,
-                 const char *api_key, al_pace_t **out) {
+int al__pace_get(al_http_client_t *c, const char *base_url, const char *api_key,
+                 al_pace_t **out) {
   al_pace_set_t **sp = al__http_client_paces(c);
   al_pace_t *p;
   al_list_t *it;
@@ -238,7 +240,9 @@ void al__pace_cool(al_pace_t *p, int64_t delay_ms) {
   }
 }
 
-size_t al__pace_queued(const al_pace_t *p) { return p->queued; }
+size_t al__pace_queued(const al_pace_t *p) {
+  return p->queued;
+}
 
 static void on_pace_closed(uv_handle_t *h) {
   al_pace_t *p = AL_CONTAINER_OF((uv_timer_t *)h, al_pace_t, timer);

@@ -37,9 +37,9 @@ extern "C" {
 /* ---- pure gate math (no clock, no uv) ------------------------------------ */
 
 typedef struct al_pace_gate_s {
-  int rpm;              /* 0: no cap */
-  int burst;            /* requests allowed back to back (>= 1) */
-  int64_t tat_ms;       /* GCRA theoretical arrival time */
+  int rpm;               /* 0: no cap */
+  int burst;             /* requests allowed back to back (>= 1) */
+  int64_t tat_ms;        /* GCRA theoretical arrival time */
   int64_t cool_until_ms; /* no request before this (0: none) */
 } al_pace_gate_t;
 
@@ -72,8 +72,8 @@ void al__pace_wait_init(al_pace_wait_t *w);
 /* The pacer of (base_url, api_key) on client c, created on first use.
  * Borrowed: valid until the client closes. Only a hash of the key is
  * kept. AL_ENOMEM, AL_ECLOSING (the client is closing). */
-int al__pace_get(al_http_client_t *c, const char *base_url,
-                 const char *api_key, al_pace_t **out);
+int al__pace_get(al_http_client_t *c, const char *base_url, const char *api_key,
+                 al_pace_t **out);
 
 /* Asks for the cap: the smallest non-zero rpm any user asked for wins
  * (two configurations of one key must not double its rate). burst < 1

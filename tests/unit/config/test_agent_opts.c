@@ -82,7 +82,9 @@ static void eq_json(const char *what, const char *a, const char *b) {
 
 /* Every field of al_agent_options_t that comes from the configuration.
  * The rest is each front end's wiring (data, client, permission callback,
- * session id and numbering, commit hook, tool_output_dir, hook) or a test
+ * session id and numbering, commit hook, tool_output_dir, hook, pace_rpm
+ * and pace_burst: the process's, like the client; the daemon takes them
+ * from its own configuration) or a test
  * seam (sandbox_bwrap/helper/no_landlock, rng_seed, ca_file). Adding an
  * option changes the size below: add it here (or to the wiring list) and
  * to agent_opts.c, for every front end at once. */
@@ -207,7 +209,7 @@ TEST_IMPL(agent_opts_front_ends_agree) {
    * as wiring, and mapped in agent_opts.c for every front end; then the
    * size here is updated (LP64's). */
   if (sizeof(void *) == 8) {
-    ASSERT_EQ(sizeof(al_agent_options_t), 576);
+    ASSERT_EQ(sizeof(al_agent_options_t), 584);
   }
   ASSERT_NOT_NULL(mkdtemp(ws));
   load(&cfg, k_full);

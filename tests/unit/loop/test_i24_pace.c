@@ -8,18 +8,21 @@
 #include "test.h"
 #include "unit/loop/agent_fx.h"
 
+#include "config/agent_opts.h"
+#include "config/config.h"
 #include "transport/pace.h"
 
 #define NAG 20
 
-/* ---- the gate, pure ------------------------------------------------------- */
+/* ---- the gate, pure -------------------------------------------------------
+ */
 
 TEST_IMPL(i24_pace_gate_math) {
   al_pace_gate_t g;
 
   al__pace_gate_init(&g);
   ASSERT_EQ(al__pace_gate_delay(&g, 0), 0); /* no cap, no cool-down */
-  g.rpm = 600;                               /* one per 100 ms */
+  g.rpm = 600;                              /* one per 100 ms */
   ASSERT_EQ(al__pace_gate_delay(&g, 1000), 0);
   al__pace_gate_take(&g, 1000);
   ASSERT_EQ(al__pace_gate_delay(&g, 1000), 100);
@@ -48,7 +51,8 @@ TEST_IMPL(i24_pace_gate_math) {
   return 0;
 }
 
-/* ---- agents on one client ------------------------------------------------- */
+/* ---- agents on one client -------------------------------------------------
+ */
 
 typedef struct pa_s {
   fx_t *f;
@@ -106,8 +110,7 @@ static void pfx_init(pfx_t *x, const char *yaml, int n, int rpm) {
     o.idle_timeout_ms = 5000;
     x->ag[i].f = &x->f;
     ASSERT_EQ(al_agent_new(&x->f.loop, &o, &x->ag[i].agent), 0);
-    ASSERT_EQ(al_agent_subscribe(x->ag[i].agent, pa_event, &x->ag[i], NULL),
-              0);
+    ASSERT_EQ(al_agent_subscribe(x->ag[i].agent, pa_event, &x->ag[i], NULL), 0);
   }
 }
 
@@ -158,9 +161,10 @@ TEST_IMPL(i24_pace_429_cooldown_shared_no_storm) {
   size_t i;
 
   al_buf_init(&y, 1 << 16);
-  al_buf_append_str(&y, "responses:\n"
-                        "  - fault: {status: 429}\n"
-                        "    headers: {retry-after-ms: '300'}\n");
+  al_buf_append_str(&y,
+                    "responses:\n"
+                    "  - fault: {status: 429}\n"
+                    "    headers: {retry-after-ms: '300'}\n");
   for (i = 0; i < NAG; i++) {
     al_buf_append_str(&y, "  - reply: {content: [{text: 'ok'}]}\n");
   }
@@ -200,9 +204,10 @@ TEST_IMPL(i24_pace_rpm_cap_spreads_requests) {
   uint64_t lo = UINT64_MAX;
   uint64_t hi = 0;
 
-  pfx_init(&x, "on_exhausted: cycle\n"
-               "responses:\n"
-               "  - reply: {content: [{text: 'ok'}]}\n",
+  pfx_init(&x,
+           "on_exhausted: cycle\n"
+           "responses:\n"
+           "  - reply: {content: [{text: 'ok'}]}\n",
            5, 600);
   for (i = 0; i < 5; i++) {
     ASSERT_EQ(al_agent_run(x.ag[i].agent, "go"), 0);
@@ -233,17 +238,17 @@ TEST_IMPL(i24_pace_cancel_while_paced) {
   al_pace_t *p;
   int b_events;
 
-  pfx_init(&x, "on_exhausted: cycle\n"
-               "responses:\n"
-               "  - reply: {content: [{text: 'ok'}]}\n",
+  pfx_init(&x,
+           "on_exhausted: cycle\n"
+           "responses:\n"
+           "  - reply: {content: [{text: 'ok'}]}\n",
            2, 60);
   ASSERT_EQ(al_agent_run(x.ag[0].agent, "a"), 0);
   ASSERT_EQ(al_agent_run(x.ag[1].agent, "b"), 0);
   pfx_wait_ends(&x, 1);
   ASSERT_EQ(x.ag[0].finals, 1);
   ASSERT_EQ(x.ag[1].ends, 0);
-  ASSERT_EQ(al__pace_get(x.client, x.f.opts.base_url, x.f.opts.api_key, &p),
-            0);
+  ASSERT_EQ(al__pace_get(x.client, x.f.opts.base_url, x.f.opts.api_key, &p), 0);
   ASSERT_EQ(al__pace_queued(p), 1);
   ASSERT_EQ(al_agent_cancel(x.ag[1].agent), 0);
   ASSERT_EQ(x.ag[1].ends, 1);
@@ -257,5 +262,40 @@ TEST_IMPL(i24_pace_cancel_while_paced) {
   ASSERT_EQ(x.ag[1].events, b_events);
   ASSERT_EQ(fx_requests(&x.f), 2);
   pfx_finish(&x);
+  return 0;
+}
+
+/* pacing: {rpm, burst} in a configuration becomes the agent options every
+ * front end builds with al_config_agent_options (run, batch); a value out
+ * of range is an error with its place. */
+TEST_IMPL(i24_pace_config_section) {
+  static const char ok[] = "pacing:\n  rpm: 120\n  burst: 3\n";
+  static const char bad[] = "pacing:\n  rpm: 0\n";
+  al_config_t cfg;
+  al_agent_opts_input_t in;
+  al_agent_opts_store_t st;
+  al_agent_options_t o;
+  char why[512];
+
+  al_config_init(&cfg);
+  ASSERT_EQ(
+      al_config_load_string(&cfg, AL_CFG_USER, "config.yaml", ok, strlen(ok)),
+      0);
+  ASSERT_EQ(cfg.n_errors, 0);
+  al_agent_opts_input_init(&in);
+  in.workspace = "/tmp";
+  al_agent_opts_store_init(&st);
+  ASSERT_EQ(al_config_agent_options(&cfg, &in, &o, &st, why, sizeof(why)), 0);
+  ASSERT_EQ(o.pace_rpm, 120);
+  ASSERT_EQ(o.pace_burst, 3);
+  al_agent_opts_store_free(&st);
+  al_config_free(&cfg);
+
+  al_config_init(&cfg);
+  (void)al_config_load_string(&cfg, AL_CFG_USER, "config.yaml", bad,
+                              strlen(bad));
+  ASSERT_EQ(cfg.n_errors, 1);
+  ASSERT_NOT_NULL(strstr(cfg.errors.data, "pacing.rpm"));
+  al_config_free(&cfg);
   return 0;
 }
