@@ -299,3 +299,33 @@ TEST_IMPL(i24_pace_config_section) {
   al_config_free(&cfg);
   return 0;
 }
+
+/* An agent that shares no client paces alone, with the same code: its
+ * own client has its own pacer. rpm 600: its second run's request comes
+ * at least one slot (100 ms) after the first was let through; 50 ms of
+ * that allow for the first request's connect being slower than the
+ * second's on a pooled connection. */
+TEST_IMPL(i24_pace_own_client_paces_alone) {
+  fx_t f;
+  int64_t gap;
+
+  fx_init(&f,
+          "on_exhausted: cycle\n"
+          "responses:\n"
+          "  - reply: {content: [{text: 'ok'}]}\n");
+  f.opts.pace_rpm = 600;
+  fx_start(&f);
+  fx_run(&f, "one");
+  fx_run(&f, "two");
+  ASSERT_STR_EQ(fx_last_type(&f), "final");
+  ASSERT_EQ(fx_requests(&f), 2);
+  gap = ms_after(&f, 1, 0);
+  if (gap < 50) {
+    AL_TEST_FAIL("the second request came %" PRId64
+                 " ms after the first "
+                 "at rpm 600",
+                 gap);
+  }
+  fx_finish(&f);
+  return 0;
+}
