@@ -87,7 +87,11 @@ void al__pace_wait_init(al_pace_wait_t *w) {
   al_list_init(&w->node);
 }
 
+/* The loop's cached time can be a whole callback old (an agent built
+ * after a slow start, a long dispatch): a slot taken at a stale now would
+ * let the next request through early, so the clock is read fresh. */
 static int64_t now_of(const al_pace_t *p) {
+  uv_update_time(p->set->loop);
   return (int64_t)uv_now(p->set->loop);
 }
 
@@ -97,8 +101,7 @@ static void on_timer(uv_timer_t *t) {
   al_pace_t *p = AL_CONTAINER_OF(t, al_pace_t, timer);
   int64_t now;
 
-  /* Read the clock once per pass (STYLE §3.6); each grant moves tat. */
-  uv_update_time(p->set->loop);
+  /* The clock once per pass (STYLE §3.6); each grant moves tat. */
   now = now_of(p);
   while (!al_list_empty(&p->queue) && !p->set->closed &&
          al__pace_gate_delay(&p->gate, now) == 0) {
