@@ -332,3 +332,45 @@ TEST_IMPL(i24_pace_own_client_paces_alone) {
   fx_finish(&f);
   return 0;
 }
+
+static int b_closed;
+
+static void on_b_closed(al_agent_t *a) {
+  (void)a;
+  b_closed++;
+}
+
+/* Closing an agent while it waits in the pacer unlinks the wait: the
+ * agent closes (its callback runs once), nothing of its run fires, and
+ * the next agent's request is not held behind it. */
+TEST_IMPL(i24_pace_close_while_paced) {
+  static pfx_t x;
+  al_pace_t *p;
+  int b_events;
+
+  pfx_init(&x,
+           "on_exhausted: cycle\n"
+           "responses:\n"
+           "  - reply: {content: [{text: 'ok'}]}\n",
+           2, 60);
+  ASSERT_EQ(al_agent_run(x.ag[0].agent, "a"), 0);
+  ASSERT_EQ(al_agent_run(x.ag[1].agent, "b"), 0);
+  pfx_wait_ends(&x, 1);
+  ASSERT_EQ(al__pace_get(x.client, x.f.opts.base_url, x.f.opts.api_key, &p), 0);
+  ASSERT_EQ(al__pace_queued(p), 1);
+  al_agent_close(x.ag[1].agent, on_b_closed);
+  /* The close cancels the run first: its interrupted, then nothing. */
+  ASSERT_EQ(x.ag[1].ends, 1);
+  b_events = x.ag[1].events;
+  ASSERT_EQ(al__pace_queued(p), 0);
+  ASSERT_EQ(al_agent_run(x.ag[0].agent, "a again"), 0);
+  pfx_wait_ends(&x, 3);
+  ASSERT_EQ(b_closed, 1);
+  ASSERT_EQ(x.ag[0].finals, 2);
+  ASSERT_EQ(fx_requests(&x.f), 2);
+  x.n = 1; /* B is closed already */
+  pfx_finish(&x);
+  ASSERT_EQ(x.ag[1].events, b_events);
+  ASSERT_EQ(b_closed, 1);
+  return 0;
+}
