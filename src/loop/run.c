@@ -123,7 +123,9 @@ static void run_end_common(al_agent_t *a) {
   al__pace_cancel(&a->run.pace_wait);
   al__agent_hooks_cancel_runs(a);
   al__attempt_close_execs(a);
-  if (a->run.state == AG_SUMMARY) {
+  /* A summary request held by the pacer still owns its history. */
+  if (a->run.state == AG_SUMMARY ||
+      (a->run.state == AG_PACED && a->run.pace_from == AG_SUMMARY)) {
     al__history_free(&a->run.summary_hist);
     al__history_init(&a->run.summary_hist);
   }
@@ -286,16 +288,26 @@ static bool post_retry(al_agent_t *a, int attempt, int max, int64_t delay,
   return al__agent_post(a, &ev);
 }
 
+/* The longest shared cool-down a 429/529 without retry-after sets. */
+#define AG_PACE_GUESS_MAX_MS 1000
+
 /* A 429 or 529 that will be retried: every agent of this endpoint and key
- * waits as long as this one does (the server's retry-after, else our
- * backoff), instead of each finding the limit with its own request. */
+ * waits before its next request, instead of each finding the limit with a
+ * request of its own. The server's retry-after is a fact about the key and
+ * is shared whole. Without one, this agent's delay is only its own guess
+ * (exponential, jittered; a test or a user may set it to minutes): shared
+ * up to 1 s, enough that the others do not pile onto the server at once,
+ * while each agent's own full-jitter backoff spreads its retry. */
 static void share_cool_down(al_agent_t *a, const al_retry_err_t *err,
                             const al_retry_decision_t *d) {
-  if (a->run.pace != NULL && d->retry && !d->fallback &&
-      (err->cls == AL_RETRY_CLASS_RATE_LIMIT ||
-       err->cls == AL_RETRY_CLASS_OVERLOADED)) {
-    al__pace_cool(a->run.pace, d->delay_ms);
+  if (a->run.pace == NULL || !d->retry || d->fallback ||
+      (err->cls != AL_RETRY_CLASS_RATE_LIMIT &&
+       err->cls != AL_RETRY_CLASS_OVERLOADED)) {
+    return;
   }
+  al__pace_cool(a->run.pace, err->retry_after_ms > 0
+                                 ? d->delay_ms
+                                 : AL_MIN(d->delay_ms, AG_PACE_GUESS_MAX_MS));
 }
 
 /* The request failed: retry it, fall back, compact, or end the run. */
