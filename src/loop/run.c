@@ -873,6 +873,11 @@ static void max_tokens_again(al_agent_t *a) {
 static void on_outcome(al_agent_t *a, ag_outcome_t *o) {
   al_event_t ev;
 
+  /* The request's answer, for the pacer's probe after a cool-down. */
+  al__pace_done(&a->run.pace_wait,
+                o->kind == AG_OUT_FAILED && o->code == 0 &&
+                    (o->err.cls == AL_RETRY_CLASS_RATE_LIMIT ||
+                     o->err.cls == AL_RETRY_CLASS_OVERLOADED));
   if (o->kind == AG_OUT_FAILED) {
     if (o->code != 0) {
       end_error(a, o->code, o->message);

@@ -8,6 +8,10 @@
  *  - The timer is armed exactly when the queue is not empty, for the
  *    head's delay; dispatch pops the head before calling it, so a
  *    callback may cancel other waiters, acquire again or close the client.
+ *  - After a cool-down one request goes first (the probe); the others are
+ *    let through only when it succeeded (al__pace_done), else the next
+ *    one probes again, so a limit that outlasted its retry-after meets one
+ *    request, not the whole queue.
  *  - Pacers are freed only in the set's close, after their timers' close
  *    callbacks: a callback never finds its pacer freed under it. */
 #include "transport/pace.h"
@@ -27,6 +31,10 @@ struct al_pace_s {
   al_list_t queue;
   size_t queued;
   uv_timer_t timer;
+  /* Half-open after a cool-down: the first request after it goes alone
+   * (the probe) and the queue waits for its answer. */
+  bool cooled;  /* a cool-down was set since the last probe's success */
+  bool probing; /* a probe is in flight: nothing else is let through */
 };
 
 struct al_pace_set_s {
@@ -97,27 +105,44 @@ static int64_t now_of(const al_pace_t *p) {
 
 static void arm(al_pace_t *p);
 
+/* Nothing may go while a probe is out; otherwise the gate decides. */
+static bool may_go(const al_pace_t *p, int64_t now) {
+  return !p->probing && al__pace_gate_delay(&p->gate, now) == 0;
+}
+
+/* A request is let through: the slot is taken, and after a cool-down it
+ * is the probe. */
+static void grant(al_pace_t *p, al_pace_wait_t *w, int64_t now) {
+  al__pace_gate_take(&p->gate, now);
+  w->pace = p;
+  if (p->cooled) {
+    p->cooled = false;
+    p->probing = true;
+    w->probe = true;
+  }
+}
+
 static void on_timer(uv_timer_t *t) {
   al_pace_t *p = AL_CONTAINER_OF(t, al_pace_t, timer);
   int64_t now;
 
   /* The clock once per pass (STYLE §3.6); each grant moves tat. */
   now = now_of(p);
-  while (!al_list_empty(&p->queue) && !p->set->closed &&
-         al__pace_gate_delay(&p->gate, now) == 0) {
+  while (!al_list_empty(&p->queue) && !p->set->closed && may_go(p, now)) {
     al_pace_wait_t *w = AL_CONTAINER_OF(p->queue.next, al_pace_wait_t, node);
 
     al_list_remove(&w->node);
     p->queued--;
     w->queued = false;
-    al__pace_gate_take(&p->gate, now);
+    grant(p, w, now);
     w->cb(w); /* may cancel, acquire again or close: the loop re-reads */
   }
   arm(p);
 }
 
 static void arm(al_pace_t *p) {
-  if (p->set->closed || al_list_empty(&p->queue)) {
+  /* A probe's answer (al__pace_done) re-arms. */
+  if (p->set->closed || al_list_empty(&p->queue) || p->probing) {
     uv_timer_stop(&p->timer);
     return;
   }
@@ -209,8 +234,8 @@ int al__pace_acquire(al_pace_t *p, al_pace_wait_t *w, al_pace_wait_cb cb) {
   int64_t now = now_of(p);
 
   al__pace_cancel(w);
-  if (al_list_empty(&p->queue) && al__pace_gate_delay(&p->gate, now) == 0) {
-    al__pace_gate_take(&p->gate, now);
+  if (al_list_empty(&p->queue) && may_go(p, now)) {
+    grant(p, w, now);
     return 0;
   }
   w->pace = p;
@@ -225,6 +250,10 @@ int al__pace_acquire(al_pace_t *p, al_pace_wait_t *w, al_pace_wait_cb cb) {
 void al__pace_cancel(al_pace_wait_t *w) {
   al_pace_t *p = w->pace;
 
+  if (w->probe) {
+    /* A probe given up without an answer: the next request probes. */
+    al__pace_done(w, true);
+  }
   if (!w->queued) {
     return;
   }
@@ -236,7 +265,23 @@ void al__pace_cancel(al_pace_wait_t *w) {
   }
 }
 
+void al__pace_done(al_pace_wait_t *w, bool limited) {
+  al_pace_t *p = w->pace;
+
+  if (!w->probe) {
+    return;
+  }
+  w->probe = false;
+  p->probing = false;
+  /* Limited (or no answer): the next request probes again, after the
+   * cool-down its 429 set. Success: the queue goes, as the gate allows.
+   * Either way dispatch happens in the timer, never inside this call. */
+  p->cooled = p->cooled || limited;
+  arm(p);
+}
+
 void al__pace_cool(al_pace_t *p, int64_t delay_ms) {
+  p->cooled = true;
   al__pace_gate_cool(&p->gate, now_of(p) + AL_MAX(delay_ms, 0));
   if (!al_list_empty(&p->queue)) {
     arm(p);

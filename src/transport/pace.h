@@ -7,6 +7,9 @@
  *    with `burst` of them allowed back to back;
  *  - a cool-down: no request of the key starts before cool_until, set when
  *    any agent of the key got a 429 (its retry-after) or a 529.
+ * After a cool-down the first request goes alone (a probe, half-open like
+ * a circuit breaker); the queue follows when it succeeded, else the next
+ * request probes after the new cool-down.
  * A request that may not start now waits in the pacer's FIFO queue; one uv
  * timer per pacer (not per request) wakes the head when its gate opens, so
  * sessions are served in the order they asked.
@@ -65,6 +68,7 @@ struct al_pace_wait_s {
   al_pace_t *pace;
   al_pace_wait_cb cb;
   bool queued;
+  bool probe; /* let through as the first request after a cool-down */
 };
 
 void al__pace_wait_init(al_pace_wait_t *w);
@@ -86,8 +90,14 @@ void al__pace_set_rpm(al_pace_t *p, int rpm, int burst);
 int al__pace_acquire(al_pace_t *p, al_pace_wait_t *w, al_pace_wait_cb cb);
 
 /* Unlinks a queued waiter; nothing fires for it after. Safe on a waiter
- * that is not queued. */
+ * that is not queued. A probe given up counts as limited (below). */
 void al__pace_cancel(al_pace_wait_t *w);
+
+/* The answer to a request that was let through: limited when it was a
+ * 429/529. Only a probe's answer matters: success lets the queue go,
+ * limited keeps it waiting for the next probe after the new cool-down
+ * (which the caller sets with al__pace_cool, before or after). */
+void al__pace_done(al_pace_wait_t *w, bool limited);
 
 /* No request of this key starts for delay_ms from now (a 429 or 529). */
 void al__pace_cool(al_pace_t *p, int64_t delay_ms);

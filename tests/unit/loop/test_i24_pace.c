@@ -374,3 +374,52 @@ TEST_IMPL(i24_pace_close_while_paced) {
   ASSERT_EQ(b_closed, 1);
   return 0;
 }
+
+/* Half-open after a cool-down: the limit outlasts the first retry-after
+ * (the second request, the first after the cool-down, gets a 429 again).
+ * That request went alone, as the probe: every later request comes at
+ * least its 300 ms retry-after after it, none together with it. Without
+ * the probe the whole queue goes when the first cool-down ends and meets
+ * the second 429 side by side with it. */
+TEST_IMPL(i24_pace_probe_after_cooldown) {
+  static pfx_t x;
+  al_buf_t y;
+  size_t i;
+
+  al_buf_init(&y, 1 << 16);
+  al_buf_append_str(&y,
+                    "responses:\n"
+                    "  - fault: {status: 429}\n"
+                    "    headers: {retry-after-ms: '300'}\n"
+                    "  - fault: {status: 429}\n"
+                    "    headers: {retry-after-ms: '300'}\n");
+  for (i = 0; i < 10; i++) {
+    al_buf_append_str(&y, "  - reply: {content: [{text: 'ok'}]}\n");
+  }
+  pfx_init(&x, y.data, 10, 0);
+  ASSERT_EQ(al_agent_run(x.ag[0].agent, "first"), 0);
+  while (x.ag[0].retries == 0) {
+    ASSERT(uv_run(&x.f.loop, UV_RUN_ONCE) != 0);
+  }
+  for (i = 1; i < 10; i++) {
+    ASSERT_EQ(al_agent_run(x.ag[i].agent, "then"), 0);
+  }
+  pfx_wait_ends(&x, 10);
+  for (i = 0; i < 10; i++) {
+    ASSERT_EQ(x.ag[i].finals, 1);
+  }
+  ASSERT_EQ(fx_requests(&x.f), 12); /* each agent one answer, two 429s */
+  ASSERT_EQ(fx_request(&x.f, 0)->status, 429);
+  ASSERT_EQ(fx_request(&x.f, 1)->status, 429);
+  ASSERT_GE(ms_after(&x.f, 1, 0), 300 - 2);
+  for (i = 2; i < fx_requests(&x.f); i++) {
+    if (ms_after(&x.f, i, 1) < 300 - 2) {
+      AL_TEST_FAIL("request %zu came %" PRId64 " ms after the probe's 429", i,
+                   ms_after(&x.f, i, 1));
+    }
+  }
+  fx_assert_valid(&x.f);
+  al_buf_free(&y);
+  pfx_finish(&x);
+  return 0;
+}
