@@ -439,6 +439,10 @@ static void on_data(al_http_request_t *r, const char *p, size_t n) {
   uint64_t gen = a->run.gen;
   int rc;
 
+  /* A 2xx body is streaming: the server took the request. If it was the
+   * pacer's probe after a cool-down, the queue need not wait for the
+   * whole reply (a no-op otherwise). */
+  al__pace_done(&a->run.pace_wait, false);
   a->att.in_feed = true;
   rc = al_pstream_feed(&a->att.ps, p, n);
   a->att.in_feed = false;

@@ -423,3 +423,46 @@ TEST_IMPL(i24_pace_probe_after_cooldown) {
   pfx_finish(&x);
   return 0;
 }
+
+/* The probe's answer is its status: once a 2xx stream starts, the queue
+ * goes, without waiting for the whole reply. The probe's reply streams
+ * for about 2 s (20 deltas 100 ms apart); the others reach the server
+ * well before it ends (1.5 s of slack for a loaded box), not after. */
+TEST_IMPL(i24_pace_probe_released_at_stream_start) {
+  static pfx_t x;
+  al_buf_t y;
+  size_t i;
+
+  al_buf_init(&y, 1 << 16);
+  al_buf_append_str(&y,
+                    "responses:\n"
+                    "  - fault: {status: 429}\n"
+                    "    headers: {retry-after-ms: '100'}\n"
+                    "  - delay_ms: 100\n"
+                    "    reply: {content: [{text: 'a slow reply of the "
+                    "probe', chunks: 20}]}\n");
+  for (i = 0; i < 5; i++) {
+    al_buf_append_str(&y, "  - reply: {content: [{text: 'ok'}]}\n");
+  }
+  pfx_init(&x, y.data, 5, 0);
+  ASSERT_EQ(al_agent_run(x.ag[0].agent, "first"), 0);
+  while (x.ag[0].retries == 0) {
+    ASSERT(uv_run(&x.f.loop, UV_RUN_ONCE) != 0);
+  }
+  for (i = 1; i < 5; i++) {
+    ASSERT_EQ(al_agent_run(x.ag[i].agent, "then"), 0);
+  }
+  pfx_wait_ends(&x, 5);
+  ASSERT_EQ(fx_requests(&x.f), 6);
+  for (i = 2; i < fx_requests(&x.f); i++) {
+    if (ms_after(&x.f, i, 1) >= 1500) {
+      AL_TEST_FAIL("request %zu came %" PRId64
+                   " ms after the probe: it "
+                   "waited for the probe's whole reply",
+                   i, ms_after(&x.f, i, 1));
+    }
+  }
+  al_buf_free(&y);
+  pfx_finish(&x);
+  return 0;
+}
