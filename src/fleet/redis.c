@@ -1,18 +1,24 @@
-/* One Redis connection on a uv loop: hiredis async + its libuv adapter.
+/* One Redis connection on a uv loop: hiredis async on a uv_poll_t.
  *
  * Owns at most one redisAsyncContext at a time (ac, NULL while down) and a
  * reconnect timer. hiredis frees a context itself after a failed connect or
  * a disconnect, and runs every pending command's callback with a NULL reply
  * first; each command carries a small request so that those callbacks, and
- * any after close, are swallowed here instead of reaching the caller. The
- * adapter closes its own poll handle; r is freed in the timer's close
- * callback, the last handle it owns. */
+ * any after close, are swallowed here instead of reaching the caller.
+ *
+ * The event hooks are ours, shaped like hiredis' adapters/libuv.h, because
+ * the one Debian ships (0.14) drops a poll error: libuv stops the handle and
+ * reports UV_EBADF when the peer resets, the adapter returns, and the
+ * connection hangs with no event and no disconnect (seen when redis-server
+ * is killed while a command is being written). Here an error is handed to
+ * hiredis' read or write handler, which sees the failure and disconnects.
+ * Each context has its own poll (closing while the next one connects); r is
+ * freed when its timer and every poll are closed. */
 #include "fleet/fleet.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
 
-#include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
@@ -30,6 +36,7 @@ struct al_fleet_redis_s {
   bool up_pending; /* connected; on_state(up) waits for the timer */
   bool closing;
   unsigned reconnects;
+  unsigned handles; /* the timer and the polls not yet closed */
   al_fleet_redis_state_cb on_state;
   al_fleet_redis_close_cb close_cb;
   void *data;
@@ -43,6 +50,97 @@ typedef struct {
 
 static void schedule_reconnect(al_fleet_redis_t *r);
 static void on_timer(uv_timer_t *t);
+static void handle_closed(al_fleet_redis_t *r);
+
+/* ---- hiredis event hooks ------------------------------------------------ */
+
+typedef struct {
+  uv_poll_t poll;
+  redisAsyncContext *ac; /* NULL once hiredis cleaned up */
+  al_fleet_redis_t *r;
+  int events;
+} ev_t;
+
+static void ev_poll(uv_poll_t *h, int status, int events) {
+  ev_t *ev = AL_CONTAINER_OF(h, ev_t, poll);
+
+  /* An error (libuv has stopped the handle): let hiredis find it out on
+   * the operations it waits for. */
+  if (status != 0) {
+    events = ev->events;
+  }
+  if (ev->ac != NULL && (events & UV_READABLE)) {
+    redisAsyncHandleRead(ev->ac);
+  }
+  if (ev->ac != NULL && (events & UV_WRITABLE)) {
+    redisAsyncHandleWrite(ev->ac);
+  }
+}
+
+static void ev_update(ev_t *ev, int add, int del) {
+  ev->events = (ev->events | add) & ~del;
+  if (ev->events != 0) {
+    uv_poll_start(&ev->poll, ev->events, ev_poll);
+  } else {
+    uv_poll_stop(&ev->poll);
+  }
+}
+
+static void ev_add_read(void *p) {
+  ev_update(p, UV_READABLE, 0);
+}
+
+static void ev_del_read(void *p) {
+  ev_update(p, 0, UV_READABLE);
+}
+
+static void ev_add_write(void *p) {
+  ev_update(p, UV_WRITABLE, 0);
+}
+
+static void ev_del_write(void *p) {
+  ev_update(p, 0, UV_WRITABLE);
+}
+
+static void ev_closed(uv_handle_t *h) {
+  ev_t *ev = AL_CONTAINER_OF((uv_poll_t *)h, ev_t, poll);
+  al_fleet_redis_t *r = ev->r;
+
+  al_free(ev);
+  handle_closed(r);
+}
+
+static void ev_cleanup(void *p) {
+  ev_t *ev = p;
+
+  if (ev->ac == NULL) {
+    return; /* hiredis may clean up twice (disconnect, then free) */
+  }
+  ev->ac = NULL;
+  uv_close((uv_handle_t *)&ev->poll, ev_closed);
+}
+
+static int ev_attach(al_fleet_redis_t *r, redisAsyncContext *ac) {
+  ev_t *ev = al_calloc(1, sizeof(*ev));
+
+  if (ev == NULL) {
+    return UV_ENOMEM;
+  }
+  if (uv_poll_init(r->loop, &ev->poll, ac->c.fd) != 0) {
+    al_free(ev);
+    return UV_EBADF;
+  }
+  ev->ac = ac;
+  ev->r = r;
+  r->handles++;
+  ac->ev.data = ev;
+  ac->ev.addRead = ev_add_read;
+  ac->ev.delRead = ev_del_read;
+  ac->ev.addWrite = ev_add_write;
+  ac->ev.delWrite = ev_del_write;
+  ac->ev.cleanup = ev_cleanup;
+  return 0;
+}
 
 void al_fleet_redis_options_init(al_fleet_redis_options_t *o) {
   memset(o, 0, sizeof(*o));
@@ -101,7 +199,7 @@ static void connect_now(al_fleet_redis_t *r) {
   } else {
     ac = redisAsyncConnect(r->host, r->port);
   }
-  if (ac == NULL || ac->err != 0 || redisLibuvAttach(ac, r->loop) != REDIS_OK) {
+  if (ac == NULL || ac->err != 0 || ev_attach(r, ac) != 0) {
     if (ac != NULL) {
       redisAsyncFree(ac);
     }
@@ -171,6 +269,7 @@ int al_fleet_redis_new(uv_loop_t *loop, const al_fleet_redis_options_t *o,
   r->on_state = o->on_state;
   r->data = o->data;
   uv_timer_init(loop, &r->timer);
+  r->handles = 1;
   connect_now(r);
   *out = r;
   return 0;
@@ -232,15 +331,20 @@ int al_fleet_redis_command(al_fleet_redis_t *r, al_fleet_reply_cb cb,
   return 0;
 }
 
-static void on_timer_close(uv_handle_t *h) {
-  al_fleet_redis_t *r = AL_CONTAINER_OF(h, al_fleet_redis_t, timer);
-
+static void handle_closed(al_fleet_redis_t *r) {
+  if (--r->handles > 0 || !r->closing) {
+    return;
+  }
   if (r->close_cb != NULL) {
     r->close_cb(r);
   }
   al_free(r->unix_path);
   al_free(r->host);
   al_free(r);
+}
+
+static void on_timer_close(uv_handle_t *h) {
+  handle_closed(AL_CONTAINER_OF(h, al_fleet_redis_t, timer));
 }
 
 void al_fleet_redis_close(al_fleet_redis_t *r, al_fleet_redis_close_cb cb) {
@@ -252,8 +356,7 @@ void al_fleet_redis_close(al_fleet_redis_t *r, al_fleet_redis_close_cb cb) {
   r->ac = NULL;
   if (ac != NULL) {
     /* Pending callbacks run with NULL replies (now, or when hiredis leaves
-     * the callback it is in) and see closing; the adapter closes its poll
-     * handle before the timer's close below completes. */
+     * the callback it is in) and see closing; its poll is closed then. */
     redisAsyncFree(ac);
   }
   uv_close((uv_handle_t *)&r->timer, on_timer_close);

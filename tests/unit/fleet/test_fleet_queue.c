@@ -28,8 +28,12 @@ typedef struct {
   al_fleet_queue_t w2;
 } fx_t;
 
+static int downs;
+
 static void on_state(al_fleet_redis_t *r, bool up, int status) {
-  ASSERT(up);
+  if (!up) {
+    downs++;
+  }
 }
 
 static void wait_res(fx_t *f, res_t *res) {
@@ -76,16 +80,18 @@ static void entries_cb(int status, const al_fleet_entry_t *e, size_t n,
   }
 }
 
-static void fx_setup(fx_t *f) {
+static void fx_setup_aof(fx_t *f, bool aof) {
   al_fleet_redis_options_t o;
   res_t res = {0};
 
   memset(f, 0, sizeof(*f));
-  al_test_redis_start(&f->srv, false);
+  al_test_redis_start(&f->srv, aof);
   ASSERT_EQ(uv_loop_init(&f->loop), 0);
   al_fleet_redis_options_init(&o);
   o.unix_path = f->srv.sock;
   o.on_state = on_state;
+  o.backoff_min_ms = 5;
+  o.backoff_max_ms = 20;
   ASSERT_EQ(al_fleet_redis_new(&f->loop, &o, &f->r), 0);
   while (!al_fleet_redis_is_up(f->r)) {
     ASSERT(uv_run(&f->loop, UV_RUN_ONCE) != 0);
@@ -101,6 +107,10 @@ static void fx_setup(fx_t *f) {
   ASSERT_EQ(al_fleet_queue_ensure_group(&f->w1, status_cb, &res), 0);
   wait_res(f, &res);
   ASSERT_EQ(res.status, 0);
+}
+
+static void fx_setup(fx_t *f) {
+  fx_setup_aof(f, false);
 }
 
 static void fx_teardown(fx_t *f) {
@@ -392,6 +402,41 @@ TEST_IMPL(i24_queue_dead_letter_after_max_deliveries) {
          "0");
   rp = reap(&f, &f.w1, 0);
   ASSERT_EQ(rp.n + rp.dead, 0);
+  fx_teardown(&f);
+  return 0;
+}
+
+/* F4 at the protocol's level: with appendonly yes and appendfsync always,
+ * every submit that was answered survives a SIGKILL of redis-server, and
+ * the connection comes back by itself. */
+TEST_IMPL(i24_queue_acked_submits_survive_redis_crash) {
+  fx_t f;
+  res_t rd;
+  size_t total = 0;
+  int i;
+
+  fx_setup_aof(&f, true);
+  for (i = 0; i < 20; i++) {
+    char id[8];
+
+    snprintf(id, sizeof(id), "j%d", i);
+    submit(&f, id, true);
+  }
+  al_test_redis_kill(&f.srv);
+  while (downs == 0) {
+    ASSERT(uv_run(&f.loop, UV_RUN_ONCE) != 0);
+  }
+  al_test_redis_restart(&f.srv);
+  while (!al_fleet_redis_is_up(f.r)) {
+    ASSERT(uv_run(&f.loop, UV_RUN_ONCE) != 0);
+  }
+  /* Resubmitting after the crash is a no-op: the jobs are known. */
+  submit(&f, "j7", false);
+  do {
+    rd = read_n(&f, &f.w1, 8);
+    total += rd.n;
+  } while (rd.n > 0);
+  ASSERT_EQ(total, 20);
   fx_teardown(&f);
   return 0;
 }
