@@ -94,21 +94,21 @@ static char *reply_text(redisReply *r) {
     return NULL;
   }
   switch (r->type) {
-  case REDIS_REPLY_NIL:
-    out = strdup("(nil)");
-    break;
-  case REDIS_REPLY_INTEGER:
-    ASSERT(asprintf(&out, "%lld", r->integer) >= 0);
-    break;
-  case REDIS_REPLY_ERROR:
-    ASSERT(asprintf(&out, "ERR:%s", r->str) >= 0);
-    break;
-  case REDIS_REPLY_ARRAY:
-    ASSERT(asprintf(&out, "(array %zu)", r->elements) >= 0);
-    break;
-  default:
-    out = strdup(r->str);
-    break;
+    case REDIS_REPLY_NIL:
+      out = strdup("(nil)");
+      break;
+    case REDIS_REPLY_INTEGER:
+      ASSERT(asprintf(&out, "%lld", r->integer) >= 0);
+      break;
+    case REDIS_REPLY_ERROR:
+      ASSERT(asprintf(&out, "ERR:%s", r->str) >= 0);
+      break;
+    case REDIS_REPLY_ARRAY:
+      ASSERT(asprintf(&out, "(array %zu)", r->elements) >= 0);
+      break;
+    default:
+      out = strdup(r->str);
+      break;
   }
   return out;
 }
@@ -159,8 +159,7 @@ static void oneshot_connect(oneshot_t *o) {
   redisAsyncSetConnectCallback(ac, oneshot_connected);
   redisAsyncSetDisconnectCallback(ac, oneshot_disconnected);
   o->ac = ac;
-  ASSERT_EQ(redisAsyncCommandArgv(ac, oneshot_reply, o, o->argc, o->argv,
-                                  NULL),
+  ASSERT_EQ(redisAsyncCommandArgv(ac, oneshot_reply, o, o->argc, o->argv, NULL),
             REDIS_OK);
 }
 

@@ -109,8 +109,7 @@ int al_fleet_queue_ensure_group(al_fleet_queue_t *q, al_fleet_status_cb cb,
 /* Idempotent: SET NX P:job:<id> body and XADD P:jobs in one script, so a
  * crash between them cannot leave a job recorded but never queued. */
 int al_fleet_queue_submit(al_fleet_queue_t *q, const char *job_id,
-                          const char *body, al_fleet_submit_cb cb,
-                          void *data);
+                          const char *body, al_fleet_submit_cb cb, void *data);
 /* XREADGROUP COUNT free_slots (never more; 0 is AL_EINVAL), no BLOCK: a
  * blocked read would hold up every other command on the connection. */
 int al_fleet_queue_read(al_fleet_queue_t *q, unsigned free_slots,
@@ -121,13 +120,13 @@ int al_fleet_queue_claim(al_fleet_queue_t *q, const char *job_id,
                          al_fleet_claim_cb cb, void *data);
 /* Extends the lease (PEXPIRE) and resets the entry's idle time (XCLAIM
  * JUSTID to ourselves) when the fence holds; AL_EFENCED otherwise. */
-int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id,
-                         int64_t epoch, const char *entry_id,
-                         al_fleet_status_cb cb, void *data);
+int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
+                         const char *entry_id, al_fleet_status_cb cb,
+                         void *data);
 /* 0 when the owner key is still "consumer:epoch" and the epoch unchanged;
  * AL_EFENCED otherwise. Checked before every model request and commit. */
-int al_fleet_queue_fence(al_fleet_queue_t *q, const char *job_id,
-                         int64_t epoch, al_fleet_status_cb cb, void *data);
+int al_fleet_queue_fence(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
+                         al_fleet_status_cb cb, void *data);
 /* Records a job's last error (kept for the dead letter). */
 int al_fleet_queue_set_error(al_fleet_queue_t *q, const char *job_id,
                              const char *error, al_fleet_status_cb cb,

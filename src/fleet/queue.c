@@ -55,8 +55,8 @@ static const char claim_lua[] =
 
 /* The fence, shared by the scripts below. KEYS: epoch, owner. ARGV:
  * "consumer:epoch", epoch. */
-#define FENCE_LUA                                                \
-  "if redis.call('GET', KEYS[2]) ~= ARGV[1] or "                 \
+#define FENCE_LUA                                \
+  "if redis.call('GET', KEYS[2]) ~= ARGV[1] or " \
   "redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end\n"
 
 static const char fence_lua[] = FENCE_LUA "return 1\n";
@@ -64,8 +64,7 @@ static const char fence_lua[] = FENCE_LUA "return 1\n";
 /* + KEYS: jobs. ARGV: lease ms, group, consumer, entry id. XCLAIM JUSTID
  * resets the entry's idle time without counting a delivery, so the reaper
  * does not take a live job. */
-static const char renew_lua[] =
-    FENCE_LUA
+static const char renew_lua[] = FENCE_LUA
     "redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
     "redis.call('XCLAIM', KEYS[3], ARGV[4], ARGV[5], 0, ARGV[6], 'JUSTID')\n"
     "return 1\n";
@@ -73,8 +72,7 @@ static const char renew_lua[] =
 /* + KEYS: result, results, jobs. ARGV: result, group, entry id, job id.
  * The result is written once (NX) and appended to the results stream only
  * then; the ack and the release happen either way. */
-static const char complete_lua[] =
-    FENCE_LUA
+static const char complete_lua[] = FENCE_LUA
     "if redis.call('SET', KEYS[3], ARGV[3], 'NX') then\n"
     "  redis.call('XADD', KEYS[4], '*', 'id', ARGV[6], 'result', ARGV[3])\n"
     "end\n"
@@ -220,57 +218,57 @@ static void on_reply(al_fleet_redis_t *r, int status, redisReply *reply,
   size_t dead = 0;
 
   switch (op->kind) {
-  case OP_GROUP:
-    if (status == AL_EREDIS && strncmp(reply->str, "BUSYGROUP", 9) == 0) {
-      status = 0;
-    }
-    op->cb.status(status, op->data);
-    break;
-  case OP_STATUS:
-    op->cb.status(status, op->data);
-    break;
-  case OP_SUBMIT:
-    if (status == 0 && !is_str(reply) && reply->type != REDIS_REPLY_NIL) {
-      status = AL_EPROTO;
-    }
-    op->cb.submit(status, status == 0 && is_str(reply), op->data);
-    break;
-  case OP_FENCED:
-    if (status == 0) {
-      status = reply->type != REDIS_REPLY_INTEGER ? AL_EPROTO
-               : reply->integer == 1              ? 0
-                                                  : AL_EFENCED;
-    }
-    op->cb.status(status, op->data);
-    break;
-  case OP_CLAIM:
-    if (status == 0 && reply->type != REDIS_REPLY_INTEGER) {
-      status = AL_EPROTO;
-    }
-    if (status == 0 && reply->integer < 0) {
-      status = AL_EFENCED;
-    }
-    op->cb.claim(status, status == 0 ? reply->integer : 0,
-                 status == 0 && reply->integer == 0, op->data);
-    break;
-  case OP_READ:
-  case OP_REAP:
-    if (status == 0) {
-      status = op->kind == OP_READ ? decode_read(reply, &e, &n)
-                                   : decode_reap(reply, &e, &n, &dead);
-    }
-    op->cb.entries(status, status == 0 ? e : NULL, status == 0 ? n : 0,
-                   dead, op->data);
-    al_free(e);
-    break;
+    case OP_GROUP:
+      if (status == AL_EREDIS && strncmp(reply->str, "BUSYGROUP", 9) == 0) {
+        status = 0;
+      }
+      op->cb.status(status, op->data);
+      break;
+    case OP_STATUS:
+      op->cb.status(status, op->data);
+      break;
+    case OP_SUBMIT:
+      if (status == 0 && !is_str(reply) && reply->type != REDIS_REPLY_NIL) {
+        status = AL_EPROTO;
+      }
+      op->cb.submit(status, status == 0 && is_str(reply), op->data);
+      break;
+    case OP_FENCED:
+      if (status == 0) {
+        status = reply->type != REDIS_REPLY_INTEGER ? AL_EPROTO
+                 : reply->integer == 1              ? 0
+                                                    : AL_EFENCED;
+      }
+      op->cb.status(status, op->data);
+      break;
+    case OP_CLAIM:
+      if (status == 0 && reply->type != REDIS_REPLY_INTEGER) {
+        status = AL_EPROTO;
+      }
+      if (status == 0 && reply->integer < 0) {
+        status = AL_EFENCED;
+      }
+      op->cb.claim(status, status == 0 ? reply->integer : 0,
+                   status == 0 && reply->integer == 0, op->data);
+      break;
+    case OP_READ:
+    case OP_REAP:
+      if (status == 0) {
+        status = op->kind == OP_READ ? decode_read(reply, &e, &n)
+                                     : decode_reap(reply, &e, &n, &dead);
+      }
+      op->cb.entries(status, status == 0 ? e : NULL, status == 0 ? n : 0, dead,
+                     op->data);
+      al_free(e);
+      break;
   }
   al_free(op);
 }
 
-/* ---- sending --------------------------------------------------------------- */
+/* ---- sending ---------------------------------------------------------------
+ */
 
-static int send_op(al_fleet_queue_t *q, op_t *op, int argc,
-                   const char **argv) {
+static int send_op(al_fleet_queue_t *q, op_t *op, int argc, const char **argv) {
   int rc;
 
   if (op == NULL) {
@@ -329,8 +327,7 @@ int al_fleet_queue_ensure_group(al_fleet_queue_t *q, al_fleet_status_cb cb,
 }
 
 int al_fleet_queue_submit(al_fleet_queue_t *q, const char *job_id,
-                          const char *body, al_fleet_submit_cb cb,
-                          void *data) {
+                          const char *body, al_fleet_submit_cb cb, void *data) {
   char job[KEYLEN];
   char jobs[KEYLEN];
   const char *argv[7];
@@ -430,8 +427,8 @@ static int fence_args(fence_args_t *f, const al_fleet_queue_t *q,
       key(f->owner, sizeof(f->owner), q, "owner", job_id) != 0) {
     return AL_ETOOBIG;
   }
-  n = snprintf(f->owner_val, sizeof(f->owner_val), "%s:%" PRId64,
-               q->consumer, epoch);
+  n = snprintf(f->owner_val, sizeof(f->owner_val), "%s:%" PRId64, q->consumer,
+               epoch);
   if (n < 0 || (size_t)n >= sizeof(f->owner_val)) {
     return AL_ETOOBIG;
   }
@@ -439,8 +436,8 @@ static int fence_args(fence_args_t *f, const al_fleet_queue_t *q,
   return 0;
 }
 
-int al_fleet_queue_fence(al_fleet_queue_t *q, const char *job_id,
-                         int64_t epoch, al_fleet_status_cb cb, void *data) {
+int al_fleet_queue_fence(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
+                         al_fleet_status_cb cb, void *data) {
   fence_args_t f;
   const char *argv[7];
   op_t *op;
@@ -463,9 +460,9 @@ int al_fleet_queue_fence(al_fleet_queue_t *q, const char *job_id,
   return send_op(q, op, 7, argv);
 }
 
-int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id,
-                         int64_t epoch, const char *entry_id,
-                         al_fleet_status_cb cb, void *data) {
+int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
+                         const char *entry_id, al_fleet_status_cb cb,
+                         void *data) {
   fence_args_t f;
   char jobs[KEYLEN];
   char lease[24];

@@ -137,9 +137,9 @@ static void expect(fx_t *f, const char *a0, const char *a1, const char *a2,
 static void submit(fx_t *f, const char *id, bool fresh) {
   res_t res = {0};
 
-  ASSERT_EQ(al_fleet_queue_submit(&f->w1, id, "{\"prompt\":\"hi\"}",
-                                  submit_cb, &res),
-            0);
+  ASSERT_EQ(
+      al_fleet_queue_submit(&f->w1, id, "{\"prompt\":\"hi\"}", submit_cb, &res),
+      0);
   wait_res(f, &res);
   ASSERT_EQ(res.status, 0);
   ASSERT_EQ(res.flag, fresh);
@@ -183,8 +183,8 @@ static int complete(fx_t *f, al_fleet_queue_t *q, const char *id, int64_t e,
                     const char *entry, const char *result) {
   res_t res = {0};
 
-  ASSERT_EQ(
-      al_fleet_queue_complete(q, id, e, entry, result, status_cb, &res), 0);
+  ASSERT_EQ(al_fleet_queue_complete(q, id, e, entry, result, status_cb, &res),
+            0);
   wait_res(f, &res);
   return res.status;
 }
@@ -200,7 +200,8 @@ static res_t reap(fx_t *f, al_fleet_queue_t *q, uint64_t min_idle) {
   return res;
 }
 
-/* ---- the tests -------------------------------------------------------------- */
+/* ---- the tests --------------------------------------------------------------
+ */
 
 TEST_IMPL(i24_queue_submit_idempotent) {
   fx_t f;
@@ -379,9 +380,9 @@ TEST_IMPL(i24_queue_dead_letter_after_max_deliveries) {
   submit(&f, "j1", true);
   rd = read_n(&f, &f.w1, 1); /* delivery 1 */
   ASSERT_EQ(rd.n, 1);
-  ASSERT_EQ(al_fleet_queue_set_error(&f.w1, "j1", "worker crashed",
-                                     status_cb, &res),
-            0);
+  ASSERT_EQ(
+      al_fleet_queue_set_error(&f.w1, "j1", "worker crashed", status_cb, &res),
+      0);
   wait_res(&f, &res);
   ASSERT_EQ(res.status, 0);
   rp = reap(&f, &f.w2, 0); /* delivery 2 */

@@ -96,26 +96,26 @@ static void rt_reply(al_fleet_redis_t *r, int status, redisReply *reply,
   ASSERT(!c->in_api);
   c->replies++;
   switch (c->replies) {
-  case 1:
-    ASSERT_EQ(status, 0);
-    ASSERT_STR_EQ(reply->str, "OK");
-    break;
-  case 2:
-    ASSERT_EQ(status, 0);
-    ASSERT_STR_EQ(reply->str, "hello");
-    break;
-  case 3:
-    ASSERT_EQ(status, 0);
-    ASSERT_EQ(reply->integer, 1);
-    break;
-  case 4:
-    /* An error reply is a status, with the text kept. */
-    ASSERT_EQ(status, AL_EREDIS);
-    ASSERT_EQ(reply->type, REDIS_REPLY_ERROR);
-    close_conn(c);
-    break;
-  default:
-    ASSERT(0);
+    case 1:
+      ASSERT_EQ(status, 0);
+      ASSERT_STR_EQ(reply->str, "OK");
+      break;
+    case 2:
+      ASSERT_EQ(status, 0);
+      ASSERT_STR_EQ(reply->str, "hello");
+      break;
+    case 3:
+      ASSERT_EQ(status, 0);
+      ASSERT_EQ(reply->integer, 1);
+      break;
+    case 4:
+      /* An error reply is a status, with the text kept. */
+      ASSERT_EQ(status, AL_EREDIS);
+      ASSERT_EQ(reply->type, REDIS_REPLY_ERROR);
+      close_conn(c);
+      break;
+    default:
+      ASSERT(0);
   }
 }
 
@@ -192,8 +192,7 @@ static void rc_state(al_fleet_redis_t *r, bool up, int status) {
   ASSERT_EQ(status, UV_ECONNRESET);
   ASSERT_EQ(c->errors, 1);
   /* Down: refused until it is back (the worker pauses its intake). */
-  ASSERT_EQ(al_fleet_redis_command(r, rc_after, c, 1, ping, NULL),
-            UV_ENOTCONN);
+  ASSERT_EQ(al_fleet_redis_command(r, rc_after, c, 1, ping, NULL), UV_ENOTCONN);
   ASSERT(!al_fleet_redis_is_up(r));
   /* Back after the first retries have failed on a missing socket. */
   al_test_redis_restart(&c->srv);
@@ -213,7 +212,8 @@ TEST_IMPL(i24_redis_reconnects_after_restart) {
   return 0;
 }
 
-/* ---- close mid-command ----------------------------------------------------- */
+/* ---- close mid-command -----------------------------------------------------
+ */
 
 static void never(al_fleet_redis_t *r, int status, redisReply *reply,
                   void *data) {
