@@ -1,12 +1,15 @@
 /* A redis-server per test (tests/redis_server.h). */
 #include "redis_server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,7 +51,10 @@ static void spawn_server(al_test_redis_t *s) {
   pid_t parent = getpid();
   pid_t pid;
 
+  char port[16];
+
   snprintf(logfile, sizeof(logfile), "%s/redis.log", s->dir);
+  snprintf(port, sizeof(port), "%d", s->port);
   pid = fork();
   ASSERT(pid >= 0);
   if (pid == 0) {
@@ -57,10 +63,11 @@ static void spawn_server(al_test_redis_t *s) {
     if (getppid() != parent) {
       _exit(1);
     }
-    execlp(AL_REDIS_SERVER, AL_REDIS_SERVER, "--port", "0", "--unixsocket",
-           s->sock, "--unixsocketperm", "700", "--dir", s->dir, "--save", "",
-           "--appendonly", s->aof ? "yes" : "no", "--appendfsync", "always",
-           "--daemonize", "no", "--logfile", logfile, (char *)NULL);
+    execlp(AL_REDIS_SERVER, AL_REDIS_SERVER, "--port", port, "--bind",
+           "127.0.0.1", "--unixsocket", s->sock, "--unixsocketperm", "700",
+           "--dir", s->dir, "--save", "", "--appendonly", s->aof ? "yes" : "no",
+           "--appendfsync", "always", "--daemonize", "no", "--logfile", logfile,
+           (char *)NULL);
     _exit(127);
   }
   s->pid = pid;
@@ -143,6 +150,19 @@ static void oneshot_connected(const redisAsyncContext *ac, int status) {
   }
 }
 
+/* The server has exited (it could not bind its port, say): reaped, and
+ * the wait ends with no reply. */
+static bool server_gone(oneshot_t *o) {
+  int st;
+
+  if (o->s->pid > 0 && waitpid(o->s->pid, &st, WNOHANG) == o->s->pid) {
+    o->s->pid = 0;
+    o->done = true;
+    return true;
+  }
+  return false;
+}
+
 static void oneshot_connect(oneshot_t *o) {
   redisAsyncContext *ac = redisAsyncConnectUnix(o->s->sock);
 
@@ -150,6 +170,9 @@ static void oneshot_connect(oneshot_t *o) {
   if (ac->err != 0) {
     /* Not listening yet (the socket file is missing). */
     redisAsyncFree(ac);
+    if (server_gone(o)) {
+      return;
+    }
     ASSERT(uv_now(&o->loop) < o->deadline);
     uv_timer_start(&o->timer, oneshot_retry, 5, 0);
     return;
@@ -186,8 +209,9 @@ char *al_test_redis_cmd(al_test_redis_t *s, int argc, const char **argv) {
   return oneshot(s, argc, argv);
 }
 
-/* PONG, once it has loaded its AOF (LOADING errors until then). */
-static void wait_ready(al_test_redis_t *s) {
+/* PONG, once it has loaded its AOF (LOADING errors until then); false
+ * when the server exited instead. */
+static bool wait_ready(al_test_redis_t *s) {
   const char *ping[] = {"PING"};
   int tries = 0;
   char *pong;
@@ -197,12 +221,44 @@ static void wait_ready(al_test_redis_t *s) {
     free(pong);
     ASSERT(++tries < 100000);
   }
+  if (pong == NULL && s->pid == 0) {
+    return false;
+  }
   ASSERT_STR_EQ(pong, "PONG");
   free(pong);
+  return true;
 }
 
+static void start(al_test_redis_t *s, bool aof, bool tcp);
+
 void al_test_redis_start(al_test_redis_t *s, bool aof) {
+  start(s, aof, false);
+}
+
+void al_test_redis_start_tcp(al_test_redis_t *s) {
+  start(s, false, true);
+}
+
+static int free_port(void) {
+  struct sockaddr_in a;
+  socklen_t alen = sizeof(a);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int port;
+
+  ASSERT(fd >= 0);
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ASSERT_EQ(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+  port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+static void start(al_test_redis_t *s, bool aof, bool tcp) {
   const char *tmp = getenv("TMPDIR");
+  int tries;
 
   if (!redis_server_exists()) {
     if (al_test_ci()) {
@@ -218,8 +274,14 @@ void al_test_redis_start(al_test_redis_t *s, bool aof) {
   ASSERT_NOT_NULL(mkdtemp(s->dir));
   snprintf(s->sock, sizeof(s->sock), "%s/redis.sock", s->dir);
   s->aof = aof;
-  spawn_server(s);
-  wait_ready(s);
+  for (tries = 0; tries < 5; tries++) {
+    s->port = tcp ? free_port() : 0;
+    spawn_server(s);
+    if (wait_ready(s)) {
+      return;
+    }
+  }
+  AL_TEST_FAIL("redis-server did not start (see %s/redis.log)", s->dir);
 }
 
 static void signal_and_reap(al_test_redis_t *s, int sig) {
@@ -246,7 +308,7 @@ void al_test_redis_stop(al_test_redis_t *s) {
 void al_test_redis_restart(al_test_redis_t *s) {
   ASSERT_EQ(s->pid, 0);
   spawn_server(s);
-  wait_ready(s);
+  ASSERT(wait_ready(s));
 }
 
 void al_test_redis_cleanup(al_test_redis_t *s) {

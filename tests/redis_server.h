@@ -13,12 +13,17 @@ typedef struct {
   char sock[300]; /* its unix socket */
   pid_t pid;      /* 0 when stopped */
   bool aof;       /* appendonly yes, appendfsync always */
+  int port;       /* also on 127.0.0.1:port (0: unix socket only) */
 } al_test_redis_t;
 
 /* Makes the directory, starts the server and returns once it answers PING
  * (a hiredis async PING on a private loop, retried every 5 ms). Skips the
  * test (exit 77) when redis-server is missing, except under CI=true. */
 void al_test_redis_start(al_test_redis_t *s, bool aof);
+/* The same, also listening on 127.0.0.1 at a port that was free a moment
+ * before (bound to port 0 and released): another is tried when the server
+ * could not bind it. */
+void al_test_redis_start_tcp(al_test_redis_t *s);
 /* SIGKILL and reap: a crash, nothing flushed beyond what fsync gave. */
 void al_test_redis_kill(al_test_redis_t *s);
 /* SIGTERM and reap: a clean shutdown (the AOF is flushed). */

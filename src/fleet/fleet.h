@@ -71,6 +71,22 @@ void al_fleet_redis_close(al_fleet_redis_t *r, al_fleet_redis_close_cb cb);
 /* Reconnects made since new (for tests and status). */
 unsigned al_fleet_redis_reconnects(const al_fleet_redis_t *r);
 
+/* ---- queue URLs -------------------------------------------------------- */
+
+/* redis://HOST[:PORT][/PREFIX] (port 6379, prefix "agentloop"; HOST an
+ * IPv4 address, [IPv6] or localhost, which is 127.0.0.1) or
+ * unix://PATH[?prefix=PREFIX]. A prefix is [A-Za-z0-9_.-]+. */
+typedef struct {
+  char host[64];
+  int port;
+  char unix_path[108];
+  char prefix[128];
+} al_fleet_url_t;
+
+/* 0, or AL_EINVAL with why (one sentence) filled. */
+int al_fleet_url_parse(const char *url, al_fleet_url_t *out, char *why,
+                       size_t why_len);
+
 /* ---- the job queue protocol -------------------------------------------- */
 
 /* Keys under prefix P: P:jobs (the stream, consumer group `group`),

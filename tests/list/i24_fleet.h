@@ -2,6 +2,8 @@
  * connection and the job protocol (tests/unit/fleet/). */
 TEST_ENTRY(i24_redis_harness_aof_restart)
 TEST_ENTRY(i24_redis_round_trip)
+TEST_ENTRY(i24_redis_tcp_round_trip)
+TEST_ENTRY(i24_fleet_url_parse)
 TEST_ENTRY(i24_redis_reconnects_after_restart)
 TEST_ENTRY(i24_redis_close_mid_command_fires_nothing)
 TEST_ENTRY(i24_queue_submit_idempotent)

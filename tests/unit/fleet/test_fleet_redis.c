@@ -63,14 +63,23 @@ static void close_conn(ctx_t *c) {
   c->in_api = false;
 }
 
-static void setup(ctx_t *c, al_fleet_redis_state_cb on_state) {
+static void setup_on(ctx_t *c, al_fleet_redis_state_cb on_state, bool tcp) {
   al_fleet_redis_options_t o;
 
   memset(c, 0, sizeof(*c));
-  al_test_redis_start(&c->srv, false);
+  if (tcp) {
+    al_test_redis_start_tcp(&c->srv);
+  } else {
+    al_test_redis_start(&c->srv, false);
+  }
   ASSERT_EQ(uv_loop_init(&c->loop), 0);
   al_fleet_redis_options_init(&o);
-  o.unix_path = c->srv.sock;
+  if (tcp) {
+    o.host = "127.0.0.1";
+    o.port = c->srv.port;
+  } else {
+    o.unix_path = c->srv.sock;
+  }
   o.backoff_min_ms = 10;
   o.backoff_max_ms = 40;
   o.on_state = on_state;
@@ -85,6 +94,10 @@ static void cmd(ctx_t *c, al_fleet_reply_cb cb, int argc, const char **argv) {
   rc = al_fleet_redis_command(c->r, cb, c, argc, argv, NULL);
   c->in_api = false;
   ASSERT_EQ(rc, 0);
+}
+
+static void setup(ctx_t *c, al_fleet_redis_state_cb on_state) {
+  setup_on(c, on_state, false);
 }
 
 /* ---- round trip ---------------------------------------------------------- */
@@ -147,6 +160,63 @@ TEST_IMPL(i24_redis_round_trip) {
   ASSERT_EQ(c.replies, 4);
   ASSERT_EQ(c.closed, 1);
   al_test_redis_cleanup(&c.srv);
+  return 0;
+}
+
+/* The same over TCP on loopback, and a host name refused up front. */
+TEST_IMPL(i24_redis_tcp_round_trip) {
+  ctx_t c;
+  al_fleet_redis_options_t o;
+  al_fleet_redis_t *r = NULL;
+
+  setup_on(&c, rt_state, true);
+  ASSERT_LOOP_CLOSES(&c.loop);
+  ASSERT_EQ(c.ups, 1);
+  ASSERT_EQ(c.replies, 4);
+  ASSERT_EQ(c.closed, 1);
+  al_fleet_redis_options_init(&o);
+  o.host = "redis.example";
+  o.port = 6379;
+  ASSERT_EQ(al_fleet_redis_new(&c.loop, &o, &r), AL_ECONFIG);
+  ASSERT_NULL(r);
+  al_test_redis_cleanup(&c.srv);
+  return 0;
+}
+
+TEST_IMPL(i24_fleet_url_parse) {
+  al_fleet_url_t u;
+  char why[200];
+
+  ASSERT_EQ(
+      al_fleet_url_parse("redis://10.0.0.7:6380/evals", &u, why, sizeof(why)),
+      0);
+  ASSERT_STR_EQ(u.host, "10.0.0.7");
+  ASSERT_EQ(u.port, 6380);
+  ASSERT_STR_EQ(u.prefix, "evals");
+  ASSERT_EQ(al_fleet_url_parse("redis://localhost", &u, why, sizeof(why)), 0);
+  ASSERT_STR_EQ(u.host, "127.0.0.1");
+  ASSERT_EQ(u.port, 6379);
+  ASSERT_STR_EQ(u.prefix, "agentloop");
+  ASSERT_EQ(al_fleet_url_parse("redis://[::1]:7000/", &u, why, sizeof(why)), 0);
+  ASSERT_STR_EQ(u.host, "::1");
+  ASSERT_EQ(u.port, 7000);
+  ASSERT_EQ(al_fleet_url_parse("unix:///run/redis.sock?prefix=p1", &u, why,
+                               sizeof(why)),
+            0);
+  ASSERT_STR_EQ(u.unix_path, "/run/redis.sock");
+  ASSERT_STR_EQ(u.prefix, "p1");
+  ASSERT_EQ(
+      al_fleet_url_parse("redis://redis.internal:6379/x", &u, why, sizeof(why)),
+      AL_EINVAL);
+  ASSERT_NOT_NULL(strstr(why, "blocking"));
+  ASSERT_EQ(al_fleet_url_parse("redis://127.0.0.1:0/x", &u, why, sizeof(why)),
+            AL_EINVAL);
+  ASSERT_EQ(al_fleet_url_parse("redis://127.0.0.1/a:b", &u, why, sizeof(why)),
+            AL_EINVAL);
+  ASSERT_EQ(al_fleet_url_parse("http://127.0.0.1/", &u, why, sizeof(why)),
+            AL_EINVAL);
+  ASSERT_EQ(al_fleet_url_parse("unix://rel.sock", &u, why, sizeof(why)),
+            AL_EINVAL);
   return 0;
 }
 
