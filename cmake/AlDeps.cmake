@@ -1,6 +1,6 @@
 # Locates every dependency from Debian 12 packages. A missing one is a fatal
 # configure error that names the exact package to install.
-set(AL_APT_PACKAGES "cmake pkg-config gcc libuv1-dev libmbedtls-dev libyaml-dev libjansson-dev node-llhttp ca-certificates libedit-dev libmd4c-dev libseccomp-dev bubblewrap")
+set(AL_APT_PACKAGES "cmake pkg-config gcc libuv1-dev libmbedtls-dev libyaml-dev libjansson-dev node-llhttp ca-certificates libedit-dev libmd4c-dev libseccomp-dev bubblewrap libhiredis-dev")
 
 function(al_missing what pkg)
   message(FATAL_ERROR "agentloop: ${what} not found.\n"
@@ -24,6 +24,12 @@ endif()
 pkg_check_modules(YAML QUIET IMPORTED_TARGET yaml-0.1)
 if(NOT YAML_FOUND)
   al_missing("libyaml" "libyaml-dev")
+endif()
+
+# Fleet mode's Redis client (src/fleet/); its libuv adapter is a header.
+pkg_check_modules(HIREDIS QUIET IMPORTED_TARGET hiredis>=0.14)
+if(NOT HIREDIS_FOUND)
+  al_missing("hiredis >= 0.14 (fleet mode's Redis client)" "libhiredis-dev")
 endif()
 
 find_package(MbedTLS 2.28 QUIET)

@@ -9,6 +9,7 @@ AL_BUILD_DIR="${AL_BUILD_DIR:-$AL_ROOT/build}"
 AL_PACKAGES=(cmake make gcc pkg-config libuv1-dev libmbedtls-dev libyaml-dev
              libjansson-dev node-llhttp ca-certificates openssl
              bubblewrap libseccomp-dev libedit-dev libmd4c-dev tmux
+             libhiredis-dev redis-server
              ${AL_EXTRA_PACKAGES:-})
 
 al_missing_packages() {

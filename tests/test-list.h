@@ -62,3 +62,4 @@
 #include "list/i23_wire.h"
 #include "list/i23_cancel3.h"
 #include "list/i24_pace.h"
+#include "list/i24_fleet.h"

@@ -32,7 +32,9 @@ extern "C" {
   XX(ETRUNCATED, -7014, "stream ended early")                                 \
   XX(EHISTORY, -7040, "invalid request history")                              \
   XX(ECONTEXT, -7041, "context window exceeded")                              \
-  XX(ECOMPACT, -7042, "compaction failed")
+  XX(ECOMPACT, -7042, "compaction failed")                                    \
+  XX(EREDIS, -7060, "Redis answered with an error")                           \
+  XX(EFENCED, -7061, "job ownership lost (lease or epoch)")
 
 typedef enum {
 #define AL_ERRNO_GEN(name, val, msg) AL_##name = (val),
