@@ -61,3 +61,4 @@
 #include "list/i23_cut.h"
 #include "list/i23_wire.h"
 #include "list/i23_cancel3.h"
+#include "list/i24_batch.h"

@@ -1,0 +1,6 @@
+/* issue 24, Deliver 1: `agentloop batch run` in one process (local mode).
+ * TEST_ENTRY(name) lines only. */
+TEST_ENTRY(batch_jobs_once_concurrency_rerun_skips)
+TEST_ENTRY(batch_sigkill_rerun_resumes_exactly_once)
+TEST_ENTRY(batch_copy_and_git_workspaces)
+TEST_ENTRY(batch_bad_jobs_line_names_file_line)
