@@ -791,6 +791,7 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   if (j->sess.resumed && !j->sess.loaded.run_open) {
     j->text = answered_text(&j->sess.loaded.history);
     j->recovered = j->text != NULL;
+    j->stats.cost_usd = -1; /* not known from the transcript: null */
   }
   /* The workspace the job will run in; its instruction files are read
    * from the source (a copy or a checkout of it). */

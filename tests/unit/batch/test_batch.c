@@ -440,3 +440,68 @@ TEST_IMPL(batch_bad_jobs_line_names_file_line) {
   al_test_rm_tree(e.root);
   return 0;
 }
+
+/* A crash after a job's transcript was closed and before its result line
+ * was whole: the line is missing or torn. The rerun cuts the torn line
+ * off and gives the job's answer from its transcript, asking the model
+ * nothing; the other job stays skipped. */
+TEST_IMPL(batch_result_lost_recovered_from_transcript) {
+  static const char *const ids[] = {"r1", "r2"};
+  bt_env_t e;
+  char jobs[256], out[256], text[1024], path[300];
+  const char *args[] = {"batch", "run", jobs, "--out", out, "-j", "1",
+                        NULL};
+  json_t *counts, *by_id;
+  wire_cli_t c;
+  char *res, *nl;
+  size_t len, reqs;
+  FILE *f;
+
+  bt_env(&e);
+  snprintf(jobs, sizeof(jobs), "%s/jobs.jsonl", e.root);
+  snprintf(out, sizeof(out), "%s/out", e.root);
+  wire_cli_start(&c, k_plain);
+  snprintf(text, sizeof(text),
+           "{\"id\":\"r1\",\"prompt\":\"one\",\"workspace\":\"%s\","
+           "\"base_url\":\"http://127.0.0.1:%d\"}\n"
+           "{\"id\":\"r2\",\"prompt\":\"two\",\"workspace\":\"%s\","
+           "\"base_url\":\"http://127.0.0.1:%d\"}\n",
+           e.root, al_mockllm_port(c.mock), e.root, al_mockllm_port(c.mock));
+  wire_write(e.root, "jobs.jsonl", text);
+  wire_cli_run(&c, args, e.env);
+  ASSERT_EQ(c.exit_status, 0);
+  reqs = al_mockllm_record_count(c.mock);
+  ASSERT_EQ(reqs, 2);
+  /* Keep r1's line; r2's becomes a torn half. */
+  snprintf(path, sizeof(path), "%s/out/results.jsonl", e.root);
+  res = al_test_read_file(path, &len);
+  ASSERT_NOT_NULL(res);
+  nl = strchr(res, '\n');
+  ASSERT_NOT_NULL(nl);
+  ASSERT_NOT_NULL(strstr(nl + 1, "\"r2\""));
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fwrite(res, 1, (size_t)(nl + 1 - res) + 12, f);
+  fclose(f);
+  free(res);
+
+  c.olen = c.elen = 0;
+  c.exits = c.eofs = 0;
+  wire_cli_run(&c, args, e.env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("rerun: exit %d\nstderr: %s", (int)c.exit_status, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), reqs);
+  counts = results(e.root, &by_id);
+  expect_once(counts, ids, 2);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(by_id, "r2"), "text")),
+                "plain answer");
+  ASSERT(json_is_true(
+      json_object_get(json_object_get(by_id, "r2"), "recovered")));
+  json_decref(counts);
+  json_decref(by_id);
+  wire_cli_finish(&c);
+  al_test_rm_tree(e.root);
+  return 0;
+}
