@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +43,7 @@
 #include "client/tui.h"
 #include "common/common.h"
 #include "config/agent_opts.h"
+#include "config/agentdefs.h"
 #include "config/config.h"
 #include "loop/history.h"
 #include "session/session.h"
@@ -82,6 +82,7 @@ typedef struct bjob_s {
   al_agent_opts_store_t store;
   al_agent_options_t o;
   al_buf_t sysprompt;
+  al_buf_t preamble; /* what a fresh sub-agent's prompt ends with */
   al__run_session_t sess;
   al_tx_header_t hdr;
   char ws_real[PATH_MAX];
@@ -125,6 +126,7 @@ typedef struct batch_s {
   bool cost_unknown;
   uint64_t t0_ms;
   al_models_t *models;
+  struct al_agentdefs_s *agents; /* the user's agent definitions */
   int results_fd;
   bjob_t *wq_head, *wq_tail; /* results waiting to be written */
   bool writing;
@@ -414,6 +416,7 @@ static void job_done(bjob_t *j) {
   }
   al__run_session_free(&j->sess);
   al_buf_free(&j->sysprompt);
+  al_buf_free(&j->preamble);
   start_jobs(b);
   maybe_end(b);
 }
@@ -762,8 +765,11 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   size_t i;
   int rc;
 
+  al_sandbox_policy_t policy = AL_SANDBOX_AUTO;
+
   al_agent_opts_store_init(&j->store);
   al_buf_init(&j->sysprompt, 128u << 20);
+  al_buf_init(&j->preamble, 128u << 20);
   if (al__cli_config_load_for(&j->cfg, NULL, false, s->provider,
                               "agentloop batch") != 0) {
     return false;
@@ -816,8 +822,21 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
     snprintf(j->ws_real, sizeof(j->ws_real), "%.3000s/work/%s", b->out_dir,
              s->id);
   }
-  if (al__cli_system_prompt(&j->cfg, src, AL_SANDBOX_AUTO, NULL,
-                            &j->sysprompt, "agentloop batch") != 0) {
+  if (j->cfg.sandbox.mode != NULL) {
+    (void)al_config_sandbox_policy(j->cfg.sandbox.mode, &policy);
+  }
+  /* The user's agent definitions, for the task tool: read once (they
+   * come from the user's configuration directory, the same for every
+   * job; a project's are not read: batch does not trust projects). */
+  if (b->agents == NULL &&
+      al__cli_agents_load(&j->cfg, src, false, false, "agentloop batch",
+                          &b->agents) != 0) {
+    fail_usage("out of memory");
+    return false;
+  }
+  if (al__cli_system_prompt(&j->cfg, src, policy, NULL, &j->sysprompt,
+                            "agentloop batch") != 0 ||
+      al__cli_task_preamble(&j->cfg, src, policy, &j->preamble) != 0) {
     fail_usage("out of memory");
     return false;
   }
@@ -834,6 +853,9 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   in.flags.allow_tools = tools;
   in.flags.sandbox = -1;
   in.flags.retries = -1;
+  in.subagents = b->agents->defs;
+  in.n_subagents = b->agents->n;
+  in.task_preamble = j->preamble.data;
   rc = al_config_agent_options(&j->cfg, &in, &j->o, &j->store, why,
                                sizeof(why));
   if (rc != 0) {
@@ -851,8 +873,12 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   return true;
 }
 
+/* One batch per DIR. A POSIX record lock, not flock: it belongs to this
+ * process alone, so a helper forked from it (a warm sandbox) that outlives
+ * a SIGKILL does not keep the next run out. */
 static int lock_dir(const char *dir) {
   char path[PATH_MAX];
+  struct flock fl;
   int fd;
 
   snprintf(path, sizeof(path), "%.4000s/.lock", dir);
@@ -861,7 +887,10 @@ static int lock_dir(const char *dir) {
     fail_usage("%s: %s", path, strerror(errno));
     return -1;
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  memset(&fl, 0, sizeof(fl));
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (fcntl(fd, F_SETLK, &fl) != 0) {
     fail_usage("%s is in use by another agentloop batch (one at a time)",
                dir);
     close(fd);
@@ -1046,6 +1075,7 @@ static int batch_run(int argc, char **argv) {
         al_config_free(&b->jobs[i].cfg);
         al__run_session_free(&b->jobs[i].sess);
         al_buf_free(&b->jobs[i].sysprompt);
+        al_buf_free(&b->jobs[i].preamble);
         al_free(b->jobs[i].text);
       }
     }
@@ -1097,6 +1127,7 @@ out_loop:
     (void)uv_loop_close(&b->loop);
   }
   al_models_free(b->models);
+  al_agentdefs_free(b->agents);
 out_specs:
   if (b->results_fd >= 0) {
     close(b->results_fd);
