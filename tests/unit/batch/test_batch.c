@@ -505,3 +505,95 @@ TEST_IMPL(batch_result_lost_recovered_from_transcript) {
   al_test_rm_tree(e.root);
   return 0;
 }
+
+/* SIGINT while a job waits for its reply: the batch cancels it, writes no
+ * line for it, exits 130; the rerun resumes it and skips the one done. */
+static const char k_int[] =
+    "responses:\n"
+    "  - reply: {content: [{text: 'fast answer'}]}\n"
+    "tracks:\n"
+    "  - match: {first_user_contains: 'SLOW-JOB'}\n"
+    "    responses:\n"
+    "      - fault: {stall_after_headers: true}\n"
+    "      - expect_request: {contains: 'was interrupted'}\n"
+    "        reply: {content: [{text: 'slow answer'}]}\n";
+
+typedef struct {
+  wire_cli_t *c;
+  uv_timer_t poll;
+  bool sent;
+} interrupter_t;
+
+static void on_poll_int(uv_timer_t *t) {
+  interrupter_t *k = t->data;
+  size_t i, n = al_mockllm_record_count(k->c->mock);
+
+  for (i = 0; i < n && !k->sent; i++) {
+    if (al_mockllm_record_get(k->c->mock, i)->track == 0) {
+      ASSERT_EQ(uv_process_kill(&k->c->proc, SIGINT), 0);
+      k->sent = true;
+    }
+  }
+  if (k->sent || k->c->exits > 0) {
+    uv_close((uv_handle_t *)t, NULL);
+  }
+}
+
+TEST_IMPL(batch_sigint_no_line_rerun_resumes) {
+  static const char *const ids[] = {"f1", "s1"};
+  bt_env_t e;
+  char jobs[256], out[256], text[1024];
+  const char *args[] = {"batch", "run", jobs, "--out", out, "-j", "1",
+                        "--output-format", "ndjson", NULL};
+  json_t *counts, *by_id;
+  interrupter_t k;
+  wire_cli_t c;
+
+  al_test_timeout_s(30);
+  bt_env(&e);
+  snprintf(jobs, sizeof(jobs), "%s/jobs.jsonl", e.root);
+  snprintf(out, sizeof(out), "%s/out", e.root);
+  wire_cli_start(&c, k_int);
+  snprintf(text, sizeof(text),
+           "{\"id\":\"f1\",\"prompt\":\"first\",\"workspace\":\"%s\","
+           "\"base_url\":\"http://127.0.0.1:%d\"}\n"
+           "{\"id\":\"s1\",\"prompt\":\"SLOW-JOB\",\"workspace\":\"%s\","
+           "\"base_url\":\"http://127.0.0.1:%d\"}\n",
+           e.root, al_mockllm_port(c.mock), e.root, al_mockllm_port(c.mock));
+  wire_write(e.root, "jobs.jsonl", text);
+  memset(&k, 0, sizeof(k));
+  k.c = &c;
+  ASSERT_EQ(uv_timer_init(&c.loop, &k.poll), 0);
+  k.poll.data = &k;
+  ASSERT_EQ(uv_timer_start(&k.poll, on_poll_int, 2, 2), 0);
+  wire_cli_run(&c, args, e.env);
+  if (!k.sent || c.exit_status != 130 ||
+      strstr(c.obuf, "\"interrupted\":true") == NULL) {
+    AL_TEST_FAIL("sent %d, exit %d\nstdout: %s\nstderr: %s", k.sent,
+                 (int)c.exit_status, c.obuf, c.ebuf);
+  }
+  counts = results(e.root, &by_id);
+  expect_once(counts, ids, 1);
+  json_decref(counts);
+  json_decref(by_id);
+
+  c.olen = c.elen = 0;
+  c.exits = c.eofs = 0;
+  wire_cli_run(&c, args, e.env);
+  if (c.exit_status != 0 ||
+      strstr(c.obuf, "{\"type\":\"job_started\",\"id\":\"s1\","
+                     "\"resumed\":true}") == NULL) {
+    AL_TEST_FAIL("rerun: exit %d\nstdout: %s\nstderr: %s",
+                 (int)c.exit_status, c.obuf, c.ebuf);
+  }
+  counts = results(e.root, &by_id);
+  expect_once(counts, ids, 2);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(by_id, "s1"), "text")),
+                "slow answer");
+  json_decref(counts);
+  json_decref(by_id);
+  wire_cli_finish(&c);
+  al_test_rm_tree(e.root);
+  return 0;
+}
