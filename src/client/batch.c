@@ -5,11 +5,13 @@
  *
  * Before the loop runs (blocking I/O is fine there): the jobs file is
  * read, DIR is locked (one batch per DIR), DIR/results.jsonl is read back
- * into the set of finished jobs (a torn last line is cut off), and each
- * job still to run gets its configuration, options and session (loaded
- * when DIR/sessions/ID.jsonl exists: an interrupted run, resumed).
+ * into the set of finished jobs (a torn last line is cut off), the user's
+ * agent definitions are read once.
  *
- * A job's life on the loop: workspace (batch_ws.c) -> agent run -> the
+ * A job's life on the loop: its configuration, options, prompts and
+ * session (loaded when DIR/sessions/ID.jsonl exists: an interrupted run,
+ * resumed) prepared in libuv's pool -> workspace (batch_ws.c) -> agent
+ * run -> the
  * terminal event -> the agent closes -> the transcript flushes and closes
  * -> its result line is appended to results.jsonl and fdatasync'ed (one
  * write at a time) -> the workspace is removed unless kept -> the next
@@ -64,6 +66,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_SIGINT = 130,
 typedef enum {
   J_SKIP,     /* in results.jsonl already */
   J_PENDING,
+  J_PREPARING,
   J_WORKSPACE,
   J_RUNNING,
   J_CLOSING,  /* agent and transcript closing */
@@ -100,6 +103,15 @@ typedef struct bjob_s {
   char *line; /* the result line being written */
   uv_fs_t req;
   struct bjob_s *next_write;
+  /* Prepared in the pool just before the job starts (configuration,
+   * prompts, session: blocking reads), so memory and start-up grow with
+   * --concurrency, not with the number of jobs. */
+  uv_work_t prep;
+  bool prepared;
+  bool opts_init; /* store and cfg to free */
+  bool opts_freed;
+  bool ws_made;   /* a copy or worktree to remove */
+  char why[PATH_MAX + 1024];
 } bjob_t;
 
 typedef struct batch_s {
@@ -405,15 +417,22 @@ static void ndjson_line(json_t *o) {
 static void start_jobs(batch_t *b);
 static void maybe_end(batch_t *b);
 
+/* The agent copied what it keeps: its options' store and configuration
+ * go once it exists (or the job ends without one). */
+static void free_opts(bjob_t *j) {
+  if (j->opts_init && !j->opts_freed) {
+    j->opts_freed = true;
+    al_agent_opts_store_free(&j->store);
+    al_config_free(&j->cfg);
+  }
+}
+
 static void job_done(bjob_t *j) {
   batch_t *b = j->b;
 
   j->state = J_DONE;
   b->active--;
-  if (j->agent == NULL) {
-    al_agent_opts_store_free(&j->store);
-    al_config_free(&j->cfg);
-  }
+  free_opts(j);
   al__run_session_free(&j->sess);
   al_buf_free(&j->sysprompt);
   al_buf_free(&j->preamble);
@@ -451,8 +470,7 @@ static void job_written(bjob_t *j) {
   }
   al_free(j->text);
   j->text = NULL;
-  if (!b->keep_ws && j->spec->mode != AL_BATCH_WS_INPLACE &&
-      b->write_err == 0) {
+  if (!b->keep_ws && j->ws_made && b->write_err == 0) {
     j->state = J_CLEANUP;
     al__batch_ws_remove(&j->ws, on_ws_removed);
     return;
@@ -519,8 +537,7 @@ static void on_agent_closed(al_agent_t *agent) {
   bjob_t *j = al_agent_get_data(agent);
 
   j->agent = NULL;
-  al_agent_opts_store_free(&j->store);
-  al_config_free(&j->cfg);
+  free_opts(j);
   al__run_session_agent_closed(&j->sess);
   if (j->sess.tx != NULL) {
     j->sess.on_closed = on_sess_closed;
@@ -651,6 +668,7 @@ static void on_ws_ready(al_batch_ws_t *w, int status, const char *why) {
     fail_job(j, "workspace", why);
     return;
   }
+  j->ws_made = j->spec->mode != AL_BATCH_WS_INPLACE;
   if (j->recovered) {
     j->outcome = "done";
     queue_result(j);
@@ -692,19 +710,47 @@ static void on_ws_ready(al_batch_ws_t *w, int status, const char *why) {
   }
 }
 
-static void start_job(bjob_t *j) {
+static bool prepare_job(batch_t *b, bjob_t *j);
+
+static void prep_work(uv_work_t *req) {
+  bjob_t *j = req->data;
+
+  j->prepared = prepare_job(j->b, j);
+}
+
+static void prep_done(uv_work_t *req, int status) {
+  bjob_t *j = req->data;
   batch_t *b = j->b;
 
-  j->state = J_WORKSPACE;
-  j->t0_ms = now_ms();
-  b->active++;
-  b->started_now++;
+  (void)status;
+  if (b->cause != 0) {
+    j->no_result = true;
+    queue_result(j);
+    return;
+  }
   if (b->ndjson) {
     ndjson_line(json_pack("{s:s,s:s,s:b}", "type", "job_started", "id",
                           j->spec->id, "resumed", j->sess.resumed));
   }
+  if (!j->prepared) {
+    fail_job(j, "config", j->why);
+    return;
+  }
+  j->state = J_WORKSPACE;
   al__batch_ws_prepare(&j->ws, &b->loop, j->spec, b->out_dir, on_ws_ready,
                        j);
+}
+
+static void start_job(bjob_t *j) {
+  batch_t *b = j->b;
+
+  j->state = J_PREPARING;
+  j->t0_ms = now_ms();
+  j->stats.cost_usd = -1; /* null until an agent's stats say */
+  b->active++;
+  b->started_now++;
+  j->prep.data = j;
+  uv_queue_work(&b->loop, &j->prep, prep_work, prep_done);
 }
 
 static void start_jobs(batch_t *b) {
@@ -752,8 +798,9 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 /* ---- set-up (before the loop) ------------------------------------------- */
 
-/* A job's configuration, options and session; false (said on stderr)
- * when it cannot run: a usage error of the whole batch. */
+/* A job's configuration, options and session, in the pool (blocking
+ * reads; nothing here touches the loop). false with the reason in
+ * j->why: the job fails with error_kind "config". */
 static bool prepare_job(batch_t *b, bjob_t *j) {
   al_batch_job_t *s = j->spec;
   al_agent_opts_input_t in;
@@ -768,30 +815,33 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   al_sandbox_policy_t policy = AL_SANDBOX_AUTO;
 
   al_agent_opts_store_init(&j->store);
+  j->opts_init = true; /* cfg is initialized by the load, either way */
   al_buf_init(&j->sysprompt, 128u << 20);
   al_buf_init(&j->preamble, 128u << 20);
   if (al__cli_config_load_for(&j->cfg, NULL, false, s->provider,
                               "agentloop batch") != 0) {
+    snprintf(j->why, sizeof(j->why), "the configuration does not load "
+                                     "(the reason is on stderr)");
     return false;
   }
   if (s->provider != NULL &&
       al_config_set_flag(&j->cfg, "provider", s->provider, "provider", why,
                          sizeof(why)) != 0) {
-    fail_usage("job %s (line %zu): %s", s->id, s->line, why);
+    snprintf(j->why, sizeof(j->why), "%s", why);
     return false;
   }
   for (i = 0; i < 2; i++) {
     if (vals[i] != NULL && al_config_set_flag(&j->cfg, keys[i], vals[i],
                                               keys[i], why,
                                               sizeof(why)) != 0) {
-      fail_usage("job %s (line %zu): %s", s->id, s->line, why);
+      snprintf(j->why, sizeof(j->why), "%s", why);
       return false;
     }
   }
   rc = al__run_session_prepare_at(&j->sess, b->sessions_dir, s->id, why,
                                   sizeof(why));
   if (rc != 0) {
-    fail_usage("job %s: %s", s->id, why);
+    snprintf(j->why, sizeof(j->why), "%s", why);
     return false;
   }
   if (j->sess.resumed && !j->sess.loaded.run_open) {
@@ -808,8 +858,8 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
 
     if (realpath(s->ws_src, real) == NULL || stat(real, &st) != 0 ||
         !S_ISDIR(st.st_mode)) {
-      fail_usage("job %s (line %zu): workspace %s: not a directory", s->id,
-                 s->line, s->ws_src);
+      snprintf(j->why, sizeof(j->why), "workspace %.3000s: not a directory",
+               s->ws_src);
       return false;
     }
     al_free(s->ws_src);
@@ -825,19 +875,10 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   if (j->cfg.sandbox.mode != NULL) {
     (void)al_config_sandbox_policy(j->cfg.sandbox.mode, &policy);
   }
-  /* The user's agent definitions, for the task tool: read once (they
-   * come from the user's configuration directory, the same for every
-   * job; a project's are not read: batch does not trust projects). */
-  if (b->agents == NULL &&
-      al__cli_agents_load(&j->cfg, src, false, false, "agentloop batch",
-                          &b->agents) != 0) {
-    fail_usage("out of memory");
-    return false;
-  }
   if (al__cli_system_prompt(&j->cfg, src, policy, NULL, &j->sysprompt,
                             "agentloop batch") != 0 ||
       al__cli_task_preamble(&j->cfg, src, policy, &j->preamble) != 0) {
-    fail_usage("out of memory");
+    snprintf(j->why, sizeof(j->why), "out of memory");
     return false;
   }
   al_agent_opts_input_init(&in);
@@ -859,7 +900,7 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   rc = al_config_agent_options(&j->cfg, &in, &j->o, &j->store, why,
                                sizeof(why));
   if (rc != 0) {
-    fail_usage("job %s (line %zu): %s", s->id, s->line, why);
+    snprintf(j->why, sizeof(j->why), "%s", why);
     return false;
   }
   j->o.client = b->client;
@@ -1060,25 +1101,25 @@ static int batch_run(int argc, char **argv) {
     if (json_object_get(done, j->spec->id) != NULL) {
       j->state = J_SKIP;
       b->skipped++;
-      continue;
-    }
-    if (!prepare_job(b, j)) {
-      code = EXIT_USAGE;
-      break;
     }
   }
   json_decref(done);
-  if (b->jobs == NULL || code != EXIT_OK) {
-    for (i = 0; b->jobs != NULL && i < b->nspecs; i++) {
-      if (b->jobs[i].state == J_PENDING) {
-        al_agent_opts_store_free(&b->jobs[i].store);
-        al_config_free(&b->jobs[i].cfg);
-        al__run_session_free(&b->jobs[i].sess);
-        al_buf_free(&b->jobs[i].sysprompt);
-        al_buf_free(&b->jobs[i].preamble);
-        al_free(b->jobs[i].text);
-      }
+  {
+    /* The user's agent definitions, for every job's task tool: read once
+     * (the user's configuration directory; batch trusts no project). A
+     * configuration that does not load stops the batch here. */
+    al_config_t base;
+
+    if (al__cli_config_load_for(&base, NULL, false, NULL,
+                                "agentloop batch") != 0) {
+      code = EXIT_USAGE;
+    } else if (al__cli_agents_load(&base, NULL, false, false,
+                                   "agentloop batch", &b->agents) != 0) {
+      code = EXIT_FAIL;
     }
+    al_config_free(&base);
+  }
+  if (b->jobs == NULL || code != EXIT_OK) {
     al_client_close(b->client, on_client_closed);
     uv_run(&b->loop, UV_RUN_DEFAULT);
     code = code != EXIT_OK ? code : EXIT_FAIL;
