@@ -4,7 +4,6 @@
  * git worktree is made and removed by git itself, spawned with uv_spawn.
  * A workspace that exists already is an interrupted run's: used as it is,
  * so the resumed session sees its own edits. */
-#define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
