@@ -133,6 +133,7 @@ typedef struct batch_s {
   size_t concurrency;
   size_t active; /* started, not yet J_DONE */
   size_t skipped, done, failed, started_now, finished_now;
+  size_t unsaved; /* ended without a line: their transcript not saved */
   uint64_t tokens;
   double cost;
   bool cost_unknown;
@@ -433,6 +434,8 @@ static void job_done(bjob_t *j) {
   j->state = J_DONE;
   b->active--;
   free_opts(j);
+  al_free(j->text);
+  j->text = NULL;
   al__run_session_free(&j->sess);
   al_buf_free(&j->sysprompt);
   al_buf_free(&j->preamble);
@@ -484,7 +487,11 @@ static void queue_result(bjob_t *j) {
   char *s;
 
   if (j->no_result) {
-    /* Cancelled by a signal: no line, the next run resumes it. */
+    /* Cancelled by a signal, or its transcript not saved: no line, the
+     * next run resumes it. */
+    if (b->cause == 0) {
+      b->unsaved++;
+    }
     job_done(j);
     return;
   }
@@ -1145,6 +1152,11 @@ static int batch_run(int argc, char **argv) {
                     "without a line run again next time\n",
             b->out_dir, al_strerror(b->write_err));
   }
+  if (b->unsaved > 0) {
+    fprintf(stderr, "agentloop batch: %zu job%s ended with an incomplete "
+                    "transcript and no result line: rerun to resume\n",
+            b->unsaved, b->unsaved == 1 ? "" : "s");
+  }
   if (b->ndjson) {
     ndjson_line(json_pack("{s:s,s:I,s:I,s:I,s:I,s:b}", "type", "batch_end",
                           "jobs", (json_int_t)b->nspecs, "done",
@@ -1160,7 +1172,8 @@ static int batch_run(int argc, char **argv) {
             b->cause != 0 ? "; interrupted: rerun to go on" : "");
   }
   code = b->cause != 0                         ? b->cause
-         : b->failed > 0 || b->write_err != 0 ? EXIT_FAIL
+         : b->failed > 0 || b->write_err != 0 || b->unsaved > 0
+             ? EXIT_FAIL
                                                : EXIT_OK;
 out_loop:
   if (uv_loop_close(&b->loop) != 0) {
