@@ -103,6 +103,12 @@ typedef struct bjob_s {
   char *line; /* the result line being written */
   uv_fs_t req;
   struct bjob_s *next_write;
+  /* limits.timeout_s, else the configuration's timeouts.run: the job is
+   * cancelled and ends with outcome "timeout". */
+  uv_timer_t timer;
+  bool timer_open;
+  bool timed_out;
+  uint64_t timeout_ms;
   /* Prepared in the pool just before the job starts (configuration,
    * prompts, session: blocking reads), so memory and start-up grow with
    * --concurrency, not with the number of jobs. */
@@ -557,6 +563,10 @@ static void on_agent_closed(al_agent_t *agent) {
 
 static void end_job(bjob_t *j) {
   j->state = J_CLOSING;
+  if (j->timer_open) {
+    j->timer_open = false;
+    uv_close((uv_handle_t *)&j->timer, NULL); /* j outlives the loop */
+  }
   al_agent_stats(j->agent, &j->stats);
   if (j->sub != NULL) {
     al_agent_unsubscribe(j->agent, j->sub);
@@ -604,7 +614,17 @@ static void on_event(const al_event_t *ev, void *data) {
     end_job(j);
     break;
   case AL_EVENT_INTERRUPTED:
-    set_error(j, "interrupted", "interrupted", ev->u.interrupted.reason);
+    set_error(j, j->timed_out ? "timeout" : "interrupted",
+              j->timed_out ? "timeout" : "interrupted",
+              ev->u.interrupted.reason);
+    if (j->timed_out) {
+      char msg[64];
+
+      al_free(j->text);
+      snprintf(msg, sizeof(msg), "timed out after %.3g s",
+               (double)j->timeout_ms / 1000.0);
+      j->text = al_strdup(msg);
+    }
     if (j->b->cause != 0) {
       j->no_result = true;
     }
@@ -648,6 +668,15 @@ static char *answered_text(const al_history_t *h) {
     return al_strdup("");
   }
   return t.data;
+}
+
+static void on_job_timeout(uv_timer_t *t) {
+  bjob_t *j = t->data;
+
+  if (j->state == J_RUNNING && !j->timed_out) {
+    j->timed_out = true;
+    (void)al_agent_cancel(j->agent); /* posts interrupted: end_job */
+  }
 }
 
 static void fail_job(bjob_t *j, const char *kind, const char *why) {
@@ -704,6 +733,12 @@ static void on_ws_ready(al_batch_ws_t *w, int status, const char *why) {
   j->state = J_RUNNING;
   if (rc == 0) {
     rc = al_agent_run(j->agent, text);
+    if (rc == 0 && j->timeout_ms > 0) {
+      uv_timer_init(&b->loop, &j->timer);
+      j->timer.data = j;
+      j->timer_open = true;
+      uv_timer_start(&j->timer, on_job_timeout, j->timeout_ms, 0);
+    }
     if (rc != 0) {
       snprintf(err, sizeof(err), "cannot start the run: %s",
                al_strerror(rc));
@@ -912,6 +947,10 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   }
   j->o.client = b->client;
   j->o.data = j;
+  j->timeout_ms = s->timeout_ms != 0 ? s->timeout_ms
+                  : j->cfg.timeouts.run_ms > 0
+                      ? (uint64_t)j->cfg.timeouts.run_ms
+                      : 0;
   al__run_session_options(&j->sess, &j->o);
   j->hdr.model = (char *)j->o.model;
   j->hdr.provider = (char *)j->o.provider;

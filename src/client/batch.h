@@ -35,6 +35,7 @@ typedef struct al_batch_job_s {
   char *base_url;
   uint32_t max_turns;  /* limits.max_turns; 0: the configuration's */
   int64_t max_tokens;  /* limits.max_tokens */
+  uint64_t timeout_ms; /* limits.timeout_s; 0: timeouts.run of the config */
   al_limits_t limits;  /* the other limits.* (al_limits_set names) */
   char **tools;        /* NULL-terminated allow rules, or NULL */
 } al_batch_job_t;

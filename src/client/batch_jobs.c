@@ -134,6 +134,20 @@ static int parse_limits(const json_t *l, al_batch_job_t *j, char *why,
   json_object_foreach((json_t *)l, k, v) {
     char val[64];
 
+    if (strcmp(k, "timeout_s") == 0) {
+      /* The whole job, as run --timeout: seconds, fractions allowed. */
+      double t = json_is_number(v) ? json_number_value(v) : -1;
+
+      if (!(t > 0 && t <= 30 * 86400.0)) {
+        snprintf(why, whylen, "limits.timeout_s: seconds, more than 0");
+        return AL_EINVAL;
+      }
+      j->timeout_ms = (uint64_t)(t * 1000.0 + 0.5);
+      if (j->timeout_ms == 0) {
+        j->timeout_ms = 1;
+      }
+      continue;
+    }
     if (json_is_integer(v)) {
       snprintf(val, sizeof(val), "%lld", (long long)json_integer_value(v));
     } else if (json_is_string(v)) {

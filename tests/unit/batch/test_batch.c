@@ -597,3 +597,55 @@ TEST_IMPL(batch_sigint_no_line_rerun_resumes) {
   al_test_rm_tree(e.root);
   return 0;
 }
+
+/* limits.timeout_s: a job whose reply never comes is cancelled and ends
+ * with outcome "timeout" (its line written: it is not run again); the
+ * other job is not held up by it. */
+static const char k_stall[] =
+    "responses:\n"
+    "  - reply: {content: [{text: 'fast answer'}]}\n"
+    "tracks:\n"
+    "  - match: {first_user_contains: 'SLOW-JOB'}\n"
+    "    responses:\n"
+    "      - fault: {stall_after_headers: true}\n";
+
+TEST_IMPL(batch_job_timeout_outcome) {
+  static const char *const ids[] = {"t1", "f1"};
+  bt_env_t e;
+  char jobs[256], out[256], text[1024];
+  const char *args[] = {"batch", "run", jobs, "--out", out, "-j", "2", NULL};
+  json_t *counts, *by_id, *r;
+  wire_cli_t c;
+
+  al_test_timeout_s(20);
+  bt_env(&e);
+  snprintf(jobs, sizeof(jobs), "%s/jobs.jsonl", e.root);
+  snprintf(out, sizeof(out), "%s/out", e.root);
+  wire_cli_start(&c, k_stall);
+  snprintf(text, sizeof(text),
+           "{\"id\":\"t1\",\"prompt\":\"SLOW-JOB\",\"workspace\":\"%s\","
+           "\"base_url\":\"http://127.0.0.1:%d\","
+           "\"limits\":{\"timeout_s\":0.2}}\n"
+           "{\"id\":\"f1\",\"prompt\":\"fast\",\"workspace\":\"%s\","
+           "\"base_url\":\"http://127.0.0.1:%d\"}\n",
+           e.root, al_mockllm_port(c.mock), e.root, al_mockllm_port(c.mock));
+  wire_write(e.root, "jobs.jsonl", text);
+  wire_cli_run(&c, args, e.env);
+  if (c.exit_status != 1) {
+    AL_TEST_FAIL("exit %d\nstderr: %s", (int)c.exit_status, c.ebuf);
+  }
+  counts = results(e.root, &by_id);
+  expect_once(counts, ids, 2);
+  r = json_object_get(by_id, "t1");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "outcome")), "timeout");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "error_kind")),
+                "timeout");
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(by_id, "f1"), "outcome")),
+                "done");
+  json_decref(counts);
+  json_decref(by_id);
+  wire_cli_finish(&c);
+  al_test_rm_tree(e.root);
+  return 0;
+}
