@@ -880,6 +880,19 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
       return false;
     }
   }
+  {
+    const char *var = NULL;
+
+    /* As run says it (exit 2 there): before anything is sent. */
+    if (al_config_api_key(&j->cfg, env_get, &var) == NULL &&
+        al__cli_public_endpoint(j->cfg.base_url)) {
+      snprintf(j->why, sizeof(j->why), "no API key for %s: set %s",
+               j->cfg.base_url != NULL ? j->cfg.base_url
+                                       : "the public endpoint",
+               var != NULL ? var : "the provider's key variable");
+      return false;
+    }
+  }
   rc = al__run_session_prepare_at(&j->sess, b->sessions_dir, s->id, why,
                                   sizeof(why));
   if (rc != 0) {
@@ -1006,6 +1019,9 @@ static int batch_run(int argc, char **argv) {
   int c, rc, code = EXIT_OK, lock_fd;
   bool keep = false;
 
+  /* As run: this process holds the API keys and runs tools (before any
+   * thread: the pool starts with the first job). */
+  (void)al_sandbox_harden_process();
   opterr = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":j:o:h", longopts, NULL)) != -1) {

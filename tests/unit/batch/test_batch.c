@@ -649,3 +649,47 @@ TEST_IMPL(batch_job_timeout_outcome) {
   al_test_rm_tree(e.root);
   return 0;
 }
+
+/* A job bound for a provider's own endpoint without a key fails alone,
+ * before anything is sent, as run refuses it (exit 2 there); the job with
+ * a local base_url runs. */
+TEST_IMPL(batch_job_without_key_fails_alone) {
+  static const char *const ids[] = {"nokey", "local"};
+  bt_env_t e;
+  char jobs[256], out[256], text[1024];
+  const char *args[] = {"batch", "run", jobs, "--out", out, NULL};
+  json_t *counts, *by_id, *r;
+  wire_cli_t c;
+
+  bt_env(&e);
+  e.env[2] = "AGENTLOOP_LOG=error"; /* no ANTHROPIC_API_KEY */
+  snprintf(jobs, sizeof(jobs), "%s/jobs.jsonl", e.root);
+  snprintf(out, sizeof(out), "%s/out", e.root);
+  wire_cli_start(&c, k_plain);
+  snprintf(text, sizeof(text),
+           "{\"id\":\"nokey\",\"prompt\":\"p\",\"workspace\":\"%s\"}\n"
+           "{\"id\":\"local\",\"prompt\":\"p\",\"workspace\":\"%s\","
+           "\"base_url\":\"http://127.0.0.1:%d\"}\n",
+           e.root, e.root, al_mockllm_port(c.mock));
+  wire_write(e.root, "jobs.jsonl", text);
+  wire_cli_run(&c, args, e.env);
+  ASSERT_EQ(c.exit_status, 1);
+  counts = results(e.root, &by_id);
+  expect_once(counts, ids, 2);
+  r = json_object_get(by_id, "nokey");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "error_kind")),
+                "config");
+  if (strstr(json_string_value(json_object_get(r, "text")),
+             "no API key for") == NULL) {
+    AL_TEST_FAIL("nokey: %s", json_string_value(json_object_get(r, "text")));
+  }
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(by_id, "local"), "outcome")),
+                "done");
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 1);
+  json_decref(counts);
+  json_decref(by_id);
+  wire_cli_finish(&c);
+  al_test_rm_tree(e.root);
+  return 0;
+}
