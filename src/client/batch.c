@@ -779,8 +779,8 @@ static void prep_done(uv_work_t *req, int status) {
     return;
   }
   j->state = J_WORKSPACE;
-  al__batch_ws_prepare(&j->ws, &b->loop, j->spec, b->out_dir, on_ws_ready,
-                       j);
+  al__batch_ws_prepare(&j->ws, &b->loop, j->spec, b->out_dir,
+                       j->sess.resumed, on_ws_ready, j);
 }
 
 static void start_job(bjob_t *j) {

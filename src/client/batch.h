@@ -66,17 +66,20 @@ struct al_batch_ws_s {
   uv_work_t work;
   uv_process_t proc;
   bool removing;
+  bool reuse; /* an existing workspace is the resumed session's */
   int err;
   char why[2 * 4096 + 256];
 };
 
 /* Makes the job's workspace at path (copy: DIR/work/ID; git: a worktree
- * there; in place: the directory itself). One that exists already (an
- * interrupted run's) is used as it is. cb runs once, on a later
- * iteration. */
+ * there; in place: the directory itself). With reuse (the job's session
+ * is resumed, so its workspace was whole when it started) one that exists
+ * already is used as it is; without, it is left from a run killed before
+ * its session began (a worktree perhaps half checked out) and is made
+ * again. cb runs once, on a later iteration. */
 void al__batch_ws_prepare(al_batch_ws_t *w, uv_loop_t *loop,
                           al_batch_job_t *job, const char *out_dir,
-                          al_batch_ws_cb cb, void *data);
+                          bool reuse, al_batch_ws_cb cb, void *data);
 /* Removes a copy or a worktree (in place: nothing); cb runs once, on a
  * later iteration. */
 void al__batch_ws_remove(al_batch_ws_t *w, al_batch_ws_cb cb);

@@ -2,8 +2,9 @@
  * in libuv's pool (never on the loop): into DIR/work/ID.tmp, renamed to
  * DIR/work/ID when whole, so a copy cut short by a crash is made again. A
  * git worktree is made and removed by git itself, spawned with uv_spawn.
- * A workspace that exists already is an interrupted run's: used as it is,
- * so the resumed session sees its own edits. */
+ * A workspace that exists already for a resumed session is used as it is,
+ * so the resumed session sees its own edits; one without a session to
+ * resume is made again (a git worktree add cut short is not whole). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -144,8 +145,16 @@ static void copy_work(uv_work_t *req) {
     return;
   }
   if (stat(w->path, &st) == 0) {
-    w->err = 0; /* an interrupted run's copy */
-    return;
+    if (w->reuse) {
+      w->err = 0; /* the resumed session's copy */
+      return;
+    }
+    w->err = rm_tree(w->path);
+    if (w->err != 0) {
+      snprintf(w->why, sizeof(w->why), "cannot remove %s: %s", w->path,
+               al_strerror(w->err));
+      return;
+    }
   }
   snprintf(tmp, sizeof(tmp), "%s.tmp", w->path);
   w->err = rm_tree(tmp);
@@ -207,7 +216,7 @@ static void run_git(al_batch_ws_t *w) {
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
   char *add[] = {"git", "-C", w->job->ws_src, "worktree", "add", "--detach",
-                 "--quiet", w->path, w->job->commit, NULL};
+                 "--force", "--quiet", w->path, w->job->commit, NULL};
   char *rm[] = {"git", "-C", w->job->ws_src, "worktree", "remove",
                 "--force", w->path, NULL};
   int rc;
@@ -241,7 +250,21 @@ static void stat_work(uv_work_t *req) {
   al_batch_ws_t *w = req->data;
   struct stat st;
 
-  w->err = stat(w->path, &st) == 0 && S_ISDIR(st.st_mode) ? 1 : 0;
+  if (stat(w->path, &st) != 0) {
+    w->err = 0;
+    return;
+  }
+  if (w->reuse && S_ISDIR(st.st_mode)) {
+    w->err = 1;
+    return;
+  }
+  /* Left by a run killed before the session began: made again (add
+   * --force takes over its registration in the repository). */
+  w->err = rm_tree(w->path);
+  if (w->err != 0) {
+    snprintf(w->why, sizeof(w->why), "cannot remove %s: %s", w->path,
+             al_strerror(w->err));
+  }
 }
 
 static void stat_done(uv_work_t *req, int status) {
@@ -250,18 +273,22 @@ static void stat_done(uv_work_t *req, int status) {
   (void)status;
   if (w->err == 1) {
     w->err = 0;
-    w->cb(w, 0, NULL); /* an interrupted run's worktree */
+    w->cb(w, 0, NULL); /* the resumed session's worktree */
     return;
   }
-  w->err = 0;
+  if (w->err != 0) {
+    w->cb(w, w->err, w->why);
+    return;
+  }
   run_git(w);
 }
 
 void al__batch_ws_prepare(al_batch_ws_t *w, uv_loop_t *loop,
                           al_batch_job_t *job, const char *out_dir,
-                          al_batch_ws_cb cb, void *data) {
+                          bool reuse, al_batch_ws_cb cb, void *data) {
   memset(w, 0, sizeof(*w));
   w->loop = loop;
+  w->reuse = reuse;
   w->job = job;
   w->cb = cb;
   w->data = data;

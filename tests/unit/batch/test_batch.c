@@ -359,6 +359,10 @@ TEST_IMPL(batch_copy_and_git_workspaces) {
            e.root, al_mockllm_port(c.mock), e.root, head1,
            al_mockllm_port(c.mock));
   wire_write(e.root, "jobs.jsonl", text);
+  /* Left by a run killed before these jobs' sessions began (a worktree
+   * add cut short): made again, not used. */
+  wire_write(e.root, "out/work/cp/STALE-FILE", "x\n");
+  wire_write(e.root, "out/work/gt/STALE-FILE", "x\n");
   wire_cli_run(&c, args, e.env);
   if (c.exit_status != 0) {
     AL_TEST_FAIL("exit %d\nstdout: %s\nstderr: %s", (int)c.exit_status,
@@ -370,11 +374,13 @@ TEST_IMPL(batch_copy_and_git_workspaces) {
   r = al_mockllm_record_get(c.mock, 1);
   body = json_dumps(r->body, JSON_COMPACT);
   ASSERT_NOT_NULL(strstr(body, "COPY-ME"));
+  ASSERT_NULL(strstr(body, "STALE-FILE"));
   free(body);
   r = al_mockllm_record_get(c.mock, 3);
   body = json_dumps(r->body, JSON_COMPACT);
   ASSERT_NOT_NULL(strstr(body, "AT-COMMIT-1"));
   ASSERT_NULL(strstr(body, "AFTER-COMMIT-1"));
+  ASSERT_NULL(strstr(body, "STALE-FILE"));
   free(body);
   counts = results(e.root, &by_id);
   ASSERT_EQ(json_object_size(counts), 2);
