@@ -64,8 +64,6 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_SIGINT = 130,
        EXIT_SIGTERM = 143 };
 
 typedef enum {
-  J_SKIP,     /* in results.jsonl already */
-  J_PENDING,
   J_PREPARING,
   J_WORKSPACE,
   J_RUNNING,
@@ -77,8 +75,11 @@ typedef enum {
 
 struct batch_s;
 
+/* A started job (allocated when it starts, freed when it is done: memory
+ * follows --concurrency, not the number of jobs). */
 typedef struct bjob_s {
   struct batch_s *b;
+  struct bjob_s *prev, *next; /* b->running */
   al_batch_job_t *spec;
   job_state_t state;
   al_config_t cfg;
@@ -101,12 +102,13 @@ typedef struct bjob_s {
   al_agent_stats_t stats;
   uint64_t t0_ms;
   char *line; /* the result line being written */
-  uv_fs_t req;
   struct bjob_s *next_write;
   /* limits.timeout_s, else the configuration's timeouts.run: the job is
    * cancelled and ends with outcome "timeout". */
   uv_timer_t timer;
   bool timer_open;
+  bool timer_closing; /* its close callback frees j when free_pending */
+  bool free_pending;
   bool timed_out;
   uint64_t timeout_ms;
   /* Prepared in the pool just before the job starts (configuration,
@@ -134,7 +136,8 @@ typedef struct batch_s {
   char sessions_dir[PATH_MAX];
   al_batch_job_t *specs;
   size_t nspecs;
-  bjob_t *jobs;
+  bool *skip;       /* by spec: in results.jsonl already */
+  bjob_t *running;  /* started, not yet done */
   size_t next; /* the next job to look at for a start */
   size_t concurrency;
   size_t active; /* started, not yet J_DONE */
@@ -148,7 +151,11 @@ typedef struct batch_s {
   struct al_agentdefs_s *agents; /* the user's agent definitions */
   int results_fd;
   bjob_t *wq_head, *wq_tail; /* results waiting to be written */
+  bjob_t *group;             /* the ones being written */
   bool writing;
+  uv_fs_t wreq;
+  char *wbuf;
+  size_t wlen;
   int write_err;
 } batch_t;
 
@@ -314,68 +321,87 @@ static json_t *result_json(const bjob_t *j) {
 static void write_next(batch_t *b);
 static void job_written(bjob_t *j);
 
+/* The group in flight is out (or failed: b->write_err): each job goes on. */
+static void group_done(batch_t *b) {
+  bjob_t *j = b->group;
+
+  b->group = NULL;
+  b->writing = false;
+  al_free(b->wbuf);
+  b->wbuf = NULL;
+  while (j != NULL) {
+    bjob_t *next = j->next_write;
+
+    job_written(j);
+    j = next;
+  }
+  write_next(b);
+}
+
 static void on_result_synced(uv_fs_t *req) {
-  bjob_t *j = req->data;
-  batch_t *b = j->b;
+  batch_t *b = req->data;
 
   if (req->result < 0 && b->write_err == 0) {
     b->write_err = (int)req->result;
   }
   uv_fs_req_cleanup(req);
-  b->writing = false;
-  job_written(j);
-  write_next(b);
+  group_done(b);
 }
 
 static void on_result_written(uv_fs_t *req) {
-  bjob_t *j = req->data;
-  batch_t *b = j->b;
-  int rc = (int)req->result;
+  batch_t *b = req->data;
+  ssize_t rc = req->result;
 
   uv_fs_req_cleanup(req);
-  if (rc < 0 || (size_t)rc != strlen(j->line)) {
+  if (rc < 0 || (size_t)rc != b->wlen) {
     /* A short append is a torn line: the next start cuts it off. */
     if (b->write_err == 0) {
-      b->write_err = rc < 0 ? rc : UV_EIO;
+      b->write_err = rc < 0 ? (int)rc : UV_EIO;
     }
-    b->writing = false;
-    job_written(j);
-    write_next(b);
+    group_done(b);
     return;
   }
-  if (uv_fs_fdatasync(&b->loop, req, b->results_fd, on_result_synced) != 0) {
-    b->writing = false;
-    job_written(j);
-    write_next(b);
+  if (uv_fs_fdatasync(&b->loop, &b->wreq, b->results_fd,
+                      on_result_synced) != 0) {
+    b->write_err = UV_EIO;
+    group_done(b);
   }
 }
 
+/* Every line queued while the last group was written goes out in one
+ * append and one fdatasync (a group commit): thousands of short jobs do
+ * not wait for a sync each. */
 static void write_next(batch_t *b) {
-  bjob_t *j = b->wq_head;
+  bjob_t *j;
+  al_buf_t w;
   uv_buf_t buf;
 
-  if (b->writing || j == NULL) {
+  if (b->writing || b->wq_head == NULL) {
     return;
   }
-  b->wq_head = j->next_write;
-  if (b->wq_head == NULL) {
-    b->wq_tail = NULL;
+  b->group = b->wq_head;
+  b->wq_head = b->wq_tail = NULL;
+  b->writing = true;
+  al_buf_init(&w, SIZE_MAX);
+  for (j = b->group; j != NULL && b->write_err == 0; j = j->next_write) {
+    if (al_buf_append_str(&w, j->line) != 0) {
+      b->write_err = AL_ENOMEM;
+    }
   }
   if (b->write_err != 0) {
     /* results.jsonl failed once: nothing more is claimed written. */
-    job_written(j);
-    write_next(b);
+    al_buf_free(&w);
+    group_done(b);
     return;
   }
-  b->writing = true;
-  j->req.data = j;
-  buf = uv_buf_init(j->line, (unsigned)strlen(j->line));
-  if (uv_fs_write(&b->loop, &j->req, b->results_fd, &buf, 1, -1,
+  b->wbuf = w.data; /* freed by group_done */
+  b->wlen = w.len;
+  b->wreq.data = b;
+  buf = uv_buf_init(b->wbuf, (unsigned)b->wlen);
+  if (uv_fs_write(&b->loop, &b->wreq, b->results_fd, &buf, 1, -1,
                   on_result_written) != 0) {
     b->write_err = UV_EIO;
-    b->writing = false;
-    job_written(j);
-    write_next(b);
+    group_done(b);
   }
 }
 
@@ -439,12 +465,24 @@ static void job_done(bjob_t *j) {
 
   j->state = J_DONE;
   b->active--;
+  if (j->prev != NULL) {
+    j->prev->next = j->next;
+  } else {
+    b->running = j->next;
+  }
+  if (j->next != NULL) {
+    j->next->prev = j->prev;
+  }
   free_opts(j);
   al_free(j->text);
-  j->text = NULL;
   al__run_session_free(&j->sess);
   al_buf_free(&j->sysprompt);
   al_buf_free(&j->preamble);
+  if (j->timer_closing) {
+    j->free_pending = true;
+  } else {
+    al_free(j);
+  }
   start_jobs(b);
   maybe_end(b);
 }
@@ -561,11 +599,21 @@ static void on_agent_closed(al_agent_t *agent) {
   queue_result(j);
 }
 
+static void on_timer_closed(uv_handle_t *h) {
+  bjob_t *j = h->data;
+
+  j->timer_closing = false;
+  if (j->free_pending) {
+    al_free(j);
+  }
+}
+
 static void end_job(bjob_t *j) {
   j->state = J_CLOSING;
   if (j->timer_open) {
     j->timer_open = false;
-    uv_close((uv_handle_t *)&j->timer, NULL); /* j outlives the loop */
+    j->timer_closing = true;
+    uv_close((uv_handle_t *)&j->timer, on_timer_closed);
   }
   al_agent_stats(j->agent, &j->stats);
   if (j->sub != NULL) {
@@ -783,9 +831,21 @@ static void prep_done(uv_work_t *req, int status) {
                        j->sess.resumed, on_ws_ready, j);
 }
 
-static void start_job(bjob_t *j) {
-  batch_t *b = j->b;
+static void start_job(batch_t *b, al_batch_job_t *spec) {
+  bjob_t *j = al_calloc(1, sizeof(*j));
 
+  if (j == NULL) {
+    /* Not started: no line, the next run takes it. */
+    b->unsaved++;
+    return;
+  }
+  j->b = b;
+  j->spec = spec;
+  j->next = b->running;
+  if (b->running != NULL) {
+    b->running->prev = j;
+  }
+  b->running = j;
   j->state = J_PREPARING;
   j->t0_ms = now_ms();
   j->stats.cost_usd = -1; /* null until an agent's stats say */
@@ -797,10 +857,10 @@ static void start_job(bjob_t *j) {
 
 static void start_jobs(batch_t *b) {
   while (b->cause == 0 && b->active < b->concurrency && b->next < b->nspecs) {
-    bjob_t *j = &b->jobs[b->next++];
+    size_t i = b->next++;
 
-    if (j->state == J_PENDING) {
-      start_job(j);
+    if (!b->skip[i]) {
+      start_job(b, &b->specs[i]);
     }
   }
 }
@@ -823,16 +883,19 @@ static void maybe_end(batch_t *b) {
 
 static void on_signal(uv_signal_t *h, int signum) {
   batch_t *b = h->data;
-  size_t i;
+  bjob_t *j, *next;
 
   if (b->cause != 0) {
     return;
   }
   b->cause = signum == SIGINT ? EXIT_SIGINT : EXIT_SIGTERM;
-  for (i = 0; i < b->nspecs; i++) {
-    if (b->jobs[i].state == J_RUNNING) {
-      b->jobs[i].no_result = true;
-      (void)al_agent_cancel(b->jobs[i].agent);
+  for (j = b->running; j != NULL; j = next) {
+    /* A cancel ends the job's run at once (interrupted): the job may
+     * leave the list meanwhile. */
+    next = j->next;
+    if (j->state == J_RUNNING) {
+      j->no_result = true;
+      (void)al_agent_cancel(j->agent);
     }
   }
   maybe_end(b);
@@ -1149,19 +1212,14 @@ static int batch_run(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out_loop;
   }
-  b->jobs = al_calloc(b->nspecs, sizeof(*b->jobs));
+  b->skip = al_calloc(b->nspecs, sizeof(*b->skip));
   b->concurrency = conc;
   b->keep_ws = keep;
   b->ndjson = strcmp(format, "ndjson") == 0;
   b->tty = isatty(STDERR_FILENO) != 0;
-  for (i = 0; b->jobs != NULL && i < b->nspecs; i++) {
-    bjob_t *j = &b->jobs[i];
-
-    j->b = b;
-    j->spec = &b->specs[i];
-    j->state = J_PENDING;
-    if (json_object_get(done, j->spec->id) != NULL) {
-      j->state = J_SKIP;
+  for (i = 0; b->skip != NULL && i < b->nspecs; i++) {
+    if (json_object_get(done, b->specs[i].id) != NULL) {
+      b->skip[i] = true;
       b->skipped++;
     }
   }
@@ -1181,7 +1239,7 @@ static int batch_run(int argc, char **argv) {
     }
     al_config_free(&base);
   }
-  if (b->jobs == NULL || code != EXIT_OK) {
+  if (b->skip == NULL || code != EXIT_OK) {
     al_client_close(b->client, on_client_closed);
     uv_run(&b->loop, UV_RUN_DEFAULT);
     code = code != EXIT_OK ? code : EXIT_FAIL;
@@ -1241,7 +1299,7 @@ out_specs:
   if (b->results_fd >= 0) {
     close(b->results_fd);
   }
-  al_free(b->jobs);
+  al_free(b->skip);
   al__batch_jobs_free(b->specs, b->nspecs);
   al_free((char *)b->out_dir);
   al_free(b);
