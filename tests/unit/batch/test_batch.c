@@ -442,6 +442,27 @@ TEST_IMPL(batch_bad_jobs_line_names_file_line) {
   if (strstr(c.ebuf, want) == NULL) {
     AL_TEST_FAIL("want '%s' in stderr: %s", want, c.ebuf);
   }
+  /* A line past the bound (1 MiB) is an error at its line. */
+  {
+    size_t big = ((size_t)1 << 20) + 64;
+    char *line = malloc(big + 64);
+
+    ASSERT_NOT_NULL(line);
+    snprintf(line, 64, "{\"id\":\"ok\",\"prompt\":\"p\",\"workspace\":\"/\"}\n");
+    memset(line + strlen(line), ' ', big);
+    line[big] = '\n';
+    line[big + 1] = '\0';
+    wire_write(e.root, "jobs.jsonl", line);
+    free(line);
+  }
+  c.olen = c.elen = 0;
+  c.exits = c.eofs = 0;
+  wire_cli_run(&c, args, e.env);
+  ASSERT_EQ(c.exit_status, 2);
+  snprintf(want, sizeof(want), "%s:2: line longer than 1048576 bytes", jobs);
+  if (strstr(c.ebuf, want) == NULL) {
+    AL_TEST_FAIL("want '%s' in stderr: %s", want, c.ebuf);
+  }
   wire_cli_finish(&c);
   al_test_rm_tree(e.root);
   return 0;
