@@ -720,3 +720,105 @@ TEST_IMPL(batch_job_without_key_fails_alone) {
   al_test_rm_tree(e.root);
   return 0;
 }
+
+/* Killed again and again: run r is SIGKILLed once the mock has taken r + 1
+ * more requests (wherever the jobs are then: streaming, between a commit
+ * and its sync, writing results), eight runs; then a run is left to
+ * finish. Every job ends with exactly one line, each "done", and
+ * every request (resumed histories too) passed the API's rules. */
+static const char k_cycle[] =
+    "responses:\n"
+    "  - delay_ms: 3\n"
+    "    reply: {content: [{text: 'cycled answer', chunks: 4}]}\n";
+
+typedef struct {
+  wire_cli_t *c;
+  uv_timer_t poll;
+  size_t at;
+  bool killed;
+} nth_killer_t;
+
+static void on_poll_nth(uv_timer_t *t) {
+  nth_killer_t *k = t->data;
+
+  if (!k->killed && al_mockllm_record_count(k->c->mock) >= k->at) {
+    ASSERT_EQ(uv_process_kill(&k->c->proc, SIGKILL), 0);
+    k->killed = true;
+  }
+  if (k->killed || k->c->exits > 0) {
+    uv_close((uv_handle_t *)t, NULL);
+  }
+}
+
+TEST_IMPL(batch_kill_loop_exactly_once) {
+  static const char *const ids[] = {"k1", "k2", "k3", "k4", "k5", "k6"};
+  bt_env_t e;
+  char jobs[256], out[256], line[512];
+  const char *args[] = {"batch", "run", jobs, "--out", out, "-j", "3", NULL};
+  json_t *counts, *by_id;
+  nth_killer_t k;
+  wire_cli_t c;
+  size_t i;
+  int round, kills = 0;
+  FILE *f;
+
+  al_test_timeout_s(60);
+  bt_env(&e);
+  snprintf(jobs, sizeof(jobs), "%s/jobs.jsonl", e.root);
+  snprintf(out, sizeof(out), "%s/out", e.root);
+  wire_write(e.root, "ws/FILE", "x\n");
+  wire_cli_start(&c, k_cycle);
+  f = fopen(jobs, "w");
+  ASSERT_NOT_NULL(f);
+  for (i = 0; i < 6; i++) {
+    snprintf(line, sizeof(line),
+             "{\"id\":\"%s\",\"prompt\":\"job %s\",\"workspace\":\"%s/ws\","
+             "\"base_url\":\"http://127.0.0.1:%d\"}\n",
+             ids[i], ids[i], e.root, al_mockllm_port(c.mock));
+    fputs(line, f);
+  }
+  fclose(f);
+  for (round = 0; round < 9; round++) {
+    c.olen = c.elen = 0;
+    c.exits = c.eofs = 0;
+    memset(&k, 0, sizeof(k));
+    k.c = &c;
+    /* Later rounds go further: some jobs finish (their lines written,
+     * or not yet) before the kill. */
+    k.at = al_mockllm_record_count(c.mock) + 1 + (size_t)round;
+    if (round < 8) {
+      ASSERT_EQ(uv_timer_init(&c.loop, &k.poll), 0);
+      k.poll.data = &k;
+      ASSERT_EQ(uv_timer_start(&k.poll, on_poll_nth, 1, 1), 0);
+    }
+    wire_cli_run(&c, args, e.env);
+    kills += k.killed;
+    if (!k.killed) {
+      if (c.exit_status != 0) {
+        AL_TEST_FAIL("round %d: exit %d\nstderr: %s", round,
+                     (int)c.exit_status, c.ebuf);
+      }
+      break;
+    }
+  }
+  counts = results(e.root, &by_id);
+  expect_once(counts, ids, 6);
+  for (i = 0; i < 6; i++) {
+    ASSERT_STR_EQ(json_string_value(json_object_get(
+                      json_object_get(by_id, ids[i]), "outcome")),
+                  "done");
+  }
+  for (i = 0; i < al_mockllm_record_count(c.mock); i++) {
+    if (!al_mockllm_record_get(c.mock, i)->valid) {
+      AL_TEST_FAIL("request %zu refused: %s", i,
+                   al_mockllm_record_get(c.mock, i)->error);
+    }
+  }
+  fprintf(stderr, "%d kills, %zu requests\n", kills,
+          al_mockllm_record_count(c.mock));
+  json_decref(counts);
+  json_decref(by_id);
+  wire_cli_finish(&c);
+  al_test_rm_tree(e.root);
+  return 0;
+}
