@@ -410,10 +410,28 @@ static void write_next(batch_t *b) {
 static void print_progress(batch_t *b, bool final) {
   size_t total = b->nspecs - b->skipped;
   size_t fin = b->done + b->failed;
+  uint64_t tokens = b->tokens;
+  double cost = b->cost;
+  bool unknown = b->cost_unknown;
   char eta[32] = "";
+  bjob_t *j;
 
   if (!b->tty || b->ndjson) {
     return;
+  }
+  /* The running jobs' counts so far too: the line moves while they do. */
+  for (j = b->running; j != NULL; j = j->next) {
+    al_agent_stats_t st;
+
+    if (j->state == J_RUNNING) {
+      al_agent_stats(j->agent, &st);
+      tokens += st.input_tokens + st.output_tokens;
+      if (st.cost_usd >= 0) {
+        cost += st.cost_usd;
+      } else {
+        unknown = true;
+      }
+    }
   }
   if (b->finished_now > 0 && fin < total) {
     uint64_t el = now_ms() - b->t0_ms;
@@ -424,8 +442,8 @@ static void print_progress(batch_t *b, bool final) {
   fprintf(stderr,
           "\r\033[Kbatch: %zu/%zu done, %zu running, %zu failed, %" PRIu64
           " tokens, $%.4f%s%s%s",
-          fin, total, b->active, b->failed, b->tokens, b->cost,
-          b->cost_unknown ? "+" : "", eta, final ? "\n" : "");
+          fin, total, b->active, b->failed, tokens, cost, unknown ? "+" : "",
+          eta, final ? "\n" : "");
   fflush(stderr);
 }
 
