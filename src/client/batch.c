@@ -1244,7 +1244,7 @@ static int batch_run(int argc, char **argv) {
   json_decref(done);
   {
     /* The user's agent definitions, for every job's task tool: read once
-     * (the user's configuration directory; batch trusts no project). A
+     * (the user's, and an approved project's of this directory). A
      * configuration that does not load stops the batch here. */
     al_config_t base;
 
