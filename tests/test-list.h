@@ -63,3 +63,4 @@
 #include "list/i23_cancel3.h"
 #include "list/i24_pace.h"
 #include "list/i24_fleet.h"
+#include "list/i24_batch.h"

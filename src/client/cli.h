@@ -19,6 +19,12 @@ int al_cli_decode(int argc, char **argv);
 json_t *al__cli_pevent_json(const al_pevent_t *ev);
 /* agentloop run -p PROMPT ... (run.c) */
 int al_cli_run(int argc, char **argv);
+/* agentloop batch run JOBS.jsonl --out DIR ... (batch.c) */
+int al_cli_batch(int argc, char **argv);
+/* The providers' own endpoints (NULL: the default one), the only ones
+ * that need an API key: local servers, proxies and the mock take requests
+ * without one (run.c). */
+bool al__cli_public_endpoint(const char *url);
 /* agentloop tools [--json] ... (tools_cmd.c) */
 int al_cli_tools(int argc, char **argv);
 /* `agentloop mcp list|get NAME` (mcp_cmd.c). */

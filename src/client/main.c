@@ -25,6 +25,9 @@ static void usage(FILE *f) {
         "                    the effective configuration and where each\n"
         "                    value came from (see config --help)\n"
         "  run -p PROMPT     one headless agent run with tools (see run --help)\n"
+        "  batch run JOBS.jsonl --out DIR [--concurrency N]\n"
+        "                    every job of the file in this process, results\n"
+        "                    in DIR/results.jsonl (see batch --help)\n"
         "  decode --provider sse|anthropic|openai|openai-responses [--events]\n"
         "                    decode a captured response body read from stdin\n"
         "  tools [--json]    the tools a run offers, tools.d load errors and\n"
@@ -60,6 +63,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "run") == 0) {
     return al_cli_run(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "batch") == 0) {
+    return al_cli_batch(argc - 1, argv + 1);
   }
   if (strcmp(argv[1], "tools") == 0) {
     return al_cli_tools(argc - 1, argv + 1);

@@ -308,7 +308,7 @@ static const char *env_get(const char *name) {
 
 /* The API key is needed only by the providers' own endpoints: local
  * servers, proxies and the mock take requests without one. */
-static bool is_public_endpoint(const char *url) {
+bool al__cli_public_endpoint(const char *url) {
   const char *h;
   size_t n;
 
@@ -1510,7 +1510,7 @@ int al_cli_run(int argc, char **argv) {
       goto done;
     }
   }
-  public_url = is_public_endpoint(base_url);
+  public_url = al__cli_public_endpoint(base_url);
   if (api_key == NULL && public_url && !print_prompt) {
     fail_usage("no API key for %s: set %s or pass --api-key",
                base_url != NULL ? base_url : "the public endpoint", key_var);

@@ -124,6 +124,10 @@ typedef struct al__run_session_s {
   al_tx_deltas_t deltas; /* what a reply's deltas leave in tx */
   al_tx_kids_t *kids;    /* the sub-agents' transcripts (issue 23) */
   char *cwd;             /* for the children's headers */
+  /* Called once the writer has flushed and closed (batch: the result is
+   * written after the transcript is durable); NULL: nobody waits. */
+  void (*on_closed)(struct al__run_session_s *rs, void *data);
+  void *closed_data;
 } al__run_session_t;
 
 /* Before the loop: a new session, or (resume_id / cont) an existing one,
@@ -131,6 +135,12 @@ typedef struct al__run_session_s {
 int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
                             bool cont, const char *workspace, char *err,
                             size_t errlen);
+/* Before the loop (blocking): the session ID kept in DIR/ID.jsonl
+ * (`agentloop batch`): loaded and resumed when the file exists with a
+ * header, else new (a file without one is removed). 0, or an error with a
+ * one-line reason in err. */
+int al__run_session_prepare_at(al__run_session_t *rs, const char *dir,
+                               const char *id, char *err, size_t errlen);
 /* A resumed session's model and system prompt (NULL: none / new). */
 const char *al__run_session_model(const al__run_session_t *rs);
 const char *al__run_session_system(const al__run_session_t *rs);

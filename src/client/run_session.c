@@ -231,6 +231,48 @@ int al__run_session_prepare(al__run_session_t *rs, const char *resume_id,
   return 0;
 }
 
+int al__run_session_prepare_at(al__run_session_t *rs, const char *dir,
+                               const char *id, char *err, size_t errlen) {
+  int rc;
+
+  memset(rs, 0, sizeof(*rs));
+  al__tx_deltas_init(&rs->deltas, AL_TX_REPLY_DELTAS_MAX);
+  if (!al__session_id_valid(id)) {
+    snprintf(err, errlen, "'%s' is not a session id", id);
+    return AL_EINVAL;
+  }
+  snprintf(rs->id, sizeof(rs->id), "%s", id);
+  if (snprintf(rs->path, sizeof(rs->path), "%.3900s/%.63s.jsonl", dir,
+               rs->id) >= (int)sizeof(rs->path)) {
+    snprintf(err, errlen, "the sessions directory's path is too long");
+    return AL_EINVAL;
+  }
+  rc = al__tx_load(rs->path, true, REPLAY_KEEP, &rs->loaded);
+  rs->have_loaded = true;
+  if (rc == UV_ENOENT) {
+    al__tx_loaded_free(&rs->loaded);
+    rs->have_loaded = false;
+    return 0; /* a new session */
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot load %s: %s", rs->path, al_strerror(rc));
+    return rc;
+  }
+  if (!rs->loaded.has_header) {
+    /* Killed before its header was written: nothing to resume. */
+    al__tx_loaded_free(&rs->loaded);
+    rs->have_loaded = false;
+    if (unlink(rs->path) != 0) {
+      snprintf(err, errlen, "%s has no header and cannot be removed: %s",
+               rs->path, strerror(errno));
+      return AL_EINVAL;
+    }
+    return 0;
+  }
+  rs->resumed = true;
+  return 0;
+}
+
 const char *al__run_session_model(const al__run_session_t *rs) {
   return rs->resumed ? rs->loaded.header.model : NULL;
 }
@@ -475,6 +517,9 @@ static void on_tx_closed(al_tx_t *tx, void *data) {
 
   (void)tx;
   rs->tx = NULL;
+  if (rs->on_closed != NULL) {
+    rs->on_closed(rs, rs->closed_data);
+  }
 }
 
 /* Retried until the end of the run, then once more: a writer still
