@@ -86,7 +86,7 @@ static void files(fx_t *f, int n, size_t bytes) {
 
   ASSERT_NOT_NULL(big);
   for (k = 1; k <= n; k++) {
-    char name[8];
+    char name[16];
 
     memset(big, 'a' + k, bytes);
     big[bytes] = '\0';
