@@ -225,6 +225,18 @@ static bool deliver_background(al_agent_t *a) {
   return stop;
 }
 
+/* A new request of the run (the retry budget starts again); a request
+ * that cannot be sent ends the run. */
+static void start_request(al_agent_t *a) {
+  int rc;
+
+  al__retry_request_start(&a->run.retry);
+  rc = send_request(a);
+  if (rc != 0) {
+    end_error(a, rc, "could not send the request to the model");
+  }
+}
+
 static void end_error(al_agent_t *a, int code, const char *message) {
   al_event_t ev;
   char msg[512];
@@ -405,7 +417,6 @@ static void continue_paused(al_agent_t *a, al_buf_t *text, json_t *single) {
   char *joined = al_realloc(a->run.pause_text, old + n + 1);
   al_event_t ev = al__events_blank;
   char msg[96];
-  int rc;
 
   if (joined != NULL) {
     if (n > 0) {
@@ -426,11 +437,7 @@ static void continue_paused(al_agent_t *a, al_buf_t *text, json_t *single) {
   if (al__agent_post(a, &ev)) {
     return;
   }
-  al__retry_request_start(&a->run.retry);
-  rc = send_request(a);
-  if (rc != 0) {
-    end_error(a, rc, "could not send the request to the model");
-  }
+  start_request(a);
 }
 
 /* The turn's answer after pauses: the paused replies' text first. */
@@ -494,7 +501,6 @@ static void tools_done(al_agent_t *a) {
 
 static void start_turn(al_agent_t *a) {
   al_event_t ev;
-  int rc;
 
   memset(&ev, 0, sizeof(ev));
   if (a->run.turn >= a->max_turns) {
@@ -530,17 +536,11 @@ static void start_turn(al_agent_t *a) {
   if (al__agent_post(a, &ev)) {
     return;
   }
-  al__retry_request_start(&a->run.retry);
-  rc = send_request(a);
-  if (rc != 0) {
-    end_error(a, rc, "could not send the request to the model");
-  }
+  start_request(a);
 }
 
 /* After the compaction: the run goes on, or the agent is idle again. */
 static void compact_resume(al_agent_t *a) {
-  int rc;
-
   if (!a->compact.in_run) {
     al__attempt_clear(a); /* the summary request's pipeline */
     set_state(a, AG_IDLE);
@@ -548,11 +548,7 @@ static void compact_resume(al_agent_t *a) {
   }
   set_state(a, AG_STREAMING);
   al__compact_resumed(a);
-  al__retry_request_start(&a->run.retry);
-  rc = send_request(a);
-  if (rc != 0) {
-    end_error(a, rc, "could not send the request to the model");
-  }
+  start_request(a);
 }
 
 int al__run_start(al_agent_t *a, const char *text) {
@@ -845,8 +841,6 @@ static int send_now(al_agent_t *a) {
 /* The reply hit max_tokens inside a tool call (discarded): again with
  * max_tokens doubled, at most max_continuations times. */
 static void max_tokens_again(al_agent_t *a) {
-  int rc;
-
   if (!al__retry_continuation_take(&a->run.retry, &a->ropts)) {
     end_error(a, AL_EAPI,
               "the reply hit max_tokens inside a tool call (after 3 "
@@ -863,11 +857,7 @@ static void max_tokens_again(al_agent_t *a) {
   if (a->run.cur_max_tokens < a->max_tokens) {
     a->run.cur_max_tokens = a->max_tokens;
   }
-  al__retry_request_start(&a->run.retry);
-  rc = send_request(a);
-  if (rc != 0) {
-    end_error(a, rc, "could not send the request to the model");
-  }
+  start_request(a);
 }
 
 static void on_outcome(al_agent_t *a, ag_outcome_t *o) {
