@@ -792,6 +792,13 @@ TEST_IMPL(batch_kill_loop_exactly_once) {
       ASSERT_EQ(uv_timer_start(&k.poll, on_poll_nth, 1, 1), 0);
     }
     wire_cli_run(&c, args, e.env);
+    /* wire_cli_run stops the loop once the CLI has exited; a run that
+     * ended before the poll saw its threshold leaves the timer armed,
+     * and it must not outlive k (or the mock). */
+    if (round < 8 && !uv_is_closing((uv_handle_t *)&k.poll)) {
+      uv_close((uv_handle_t *)&k.poll, NULL);
+      uv_run(&c.loop, UV_RUN_NOWAIT);
+    }
     kills += k.killed;
     if (!k.killed) {
       if (c.exit_status != 0) {
