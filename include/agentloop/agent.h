@@ -383,6 +383,13 @@ typedef struct al_agent_options_s {
   bool task_parallel_writers;
   al_child_cb on_child;
   void *child_data;
+  /* A gate before every model request of a run, retries and paced ones
+   * included, asked when the request would go out (fleet mode's fence,
+   * docs/fleet.md: no request without time left on the job's lease).
+   * false: nothing is sent and the run ends with error AL_EFENCED. NULL:
+   * every request goes. */
+  bool (*admit)(al_agent_t *agent, void *data);
+  void *admit_data;
 } al_agent_options_t;
 
 void al_agent_options_init(al_agent_options_t *o);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "agentloop/sandbox.h"
 #include "client/cli.h"
@@ -87,4 +88,20 @@ int al__cli_task_preamble(const al_config_t *cfg, const char *cwd,
   so.cfg = cfg;
   /* Cut files were said for the parent's prompt already. */
   return al_sysprompt_preamble(&so, out, NULL);
+}
+
+/* The API key is needed only by the providers' own endpoints: local
+ * servers, proxies and the mock take requests without one. */
+bool al__cli_public_endpoint(const char *url) {
+  const char *h;
+  size_t n;
+
+  if (url == NULL) {
+    return true;
+  }
+  h = strstr(url, "://");
+  h = h != NULL ? h + 3 : url;
+  n = strcspn(h, ":/?#");
+  return (n == 17 && strncasecmp(h, "api.anthropic.com", n) == 0) ||
+         (n == 14 && strncasecmp(h, "api.openai.com", n) == 0);
 }

@@ -306,22 +306,6 @@ static const char *env_get(const char *name) {
   return v != NULL && *v != '\0' ? v : NULL;
 }
 
-/* The API key is needed only by the providers' own endpoints: local
- * servers, proxies and the mock take requests without one. */
-bool al__cli_public_endpoint(const char *url) {
-  const char *h;
-  size_t n;
-
-  if (url == NULL) {
-    return true;
-  }
-  h = strstr(url, "://");
-  h = h != NULL ? h + 3 : url;
-  n = strcspn(h, ":/?#");
-  return (n == 17 && strncasecmp(h, "api.anthropic.com", n) == 0) ||
-         (n == 14 && strncasecmp(h, "api.openai.com", n) == 0);
-}
-
 static bool parse_u64(const char *s, uint64_t max, uint64_t *out) {
   char *end;
   unsigned long long v;

@@ -128,6 +128,12 @@ typedef struct al__run_session_s {
    * written after the transcript is durable); NULL: nobody waits. */
   void (*on_closed)(struct al__run_session_s *rs, void *data);
   void *closed_data;
+  /* A gate before every append (fleet mode's fence, docs/fleet.md):
+   * false drops the record and every later one (fenced: another owner may
+   * write this file now). NULL: every record goes. */
+  bool (*admit)(void *data);
+  void *admit_data;
+  bool fenced;
 } al__run_session_t;
 
 /* Before the loop: a new session, or (resume_id / cont) an existing one,

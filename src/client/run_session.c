@@ -317,6 +317,10 @@ static void put(al__run_session_t *rs, al_blob_t *b, bool sync, bool rec) {
   if (rs->tx == NULL || b == NULL) {
     return;
   }
+  if (rs->fenced || (rs->admit != NULL && !rs->admit(rs->admit_data))) {
+    rs->fenced = true; /* not ours to write any more: nothing, not lost */
+    return;
+  }
   rc = rec ? al__tx_append_chained(rs->tx, b, sync)
            : al__tx_append(rs->tx, b, sync);
   if (rc != 0 && al__tx_lost(rs->tx)) {

@@ -143,6 +143,12 @@ int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
  * AL_EFENCED otherwise. Checked before every model request and commit. */
 int al_fleet_queue_fence(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
                          al_fleet_status_cb cb, void *data);
+/* Hands a job back unfinished (a drain, a storage failure): fenced, the
+ * owner key deleted and the entry made a lease idle, so another worker
+ * reaps and claims it at once; not acked. AL_EFENCED when not ours. */
+int al_fleet_queue_release(al_fleet_queue_t *q, const char *job_id,
+                           int64_t epoch, const char *entry_id,
+                           al_fleet_status_cb cb, void *data);
 /* Records a job's last error (kept for the dead letter). */
 int al_fleet_queue_set_error(al_fleet_queue_t *q, const char *job_id,
                              const char *error, al_fleet_status_cb cb,

@@ -72,6 +72,16 @@ static const char renew_lua[] = FENCE_LUA
 /* + KEYS: result, results, jobs. ARGV: result, group, entry id, job id.
  * The result is written once (NX) and appended to the results stream only
  * then; the ack and the release happen either way. */
+/* + KEYS: jobs. ARGV: group, consumer, entry id, idle ms. Hands a job
+ * back: the owner key goes (another worker may claim at once) and XCLAIM
+ * IDLE makes the entry look a lease old, so the next reap takes it; JUSTID
+ * counts no delivery. Not acked: the job is not done. */
+static const char release_lua[] = FENCE_LUA
+    "redis.call('DEL', KEYS[2])\n"
+    "redis.call('XCLAIM', KEYS[3], ARGV[3], ARGV[4], 0, ARGV[5], 'IDLE', "
+    "ARGV[6], 'JUSTID')\n"
+    "return 1\n";
+
 static const char complete_lua[] = FENCE_LUA
     "if redis.call('SET', KEYS[3], ARGV[3], 'NX') then\n"
     "  redis.call('XADD', KEYS[4], '*', 'id', ARGV[6], 'result', ARGV[3])\n"
@@ -486,6 +496,39 @@ int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
   argv[9] = q->group;
   argv[10] = q->consumer;
   argv[11] = entry_id;
+  op = op_new(OP_FENCED, data);
+  if (op != NULL) {
+    op->cb.status = cb;
+  }
+  return send_op(q, op, 12, argv);
+}
+
+int al_fleet_queue_release(al_fleet_queue_t *q, const char *job_id,
+                           int64_t epoch, const char *entry_id,
+                           al_fleet_status_cb cb, void *data) {
+  fence_args_t f;
+  char jobs[KEYLEN];
+  char idle[24];
+  const char *argv[12];
+  op_t *op;
+  int rc = fence_args(&f, q, job_id, epoch);
+
+  if (rc != 0 || key(jobs, sizeof(jobs), q, "jobs", NULL) != 0) {
+    return AL_ETOOBIG;
+  }
+  snprintf(idle, sizeof(idle), "%" PRIu64, q->lease_ms);
+  argv[0] = "EVAL";
+  argv[1] = release_lua;
+  argv[2] = "3";
+  argv[3] = f.epoch;
+  argv[4] = f.owner;
+  argv[5] = jobs;
+  argv[6] = f.owner_val;
+  argv[7] = f.epoch_val;
+  argv[8] = q->group;
+  argv[9] = q->consumer;
+  argv[10] = entry_id;
+  argv[11] = idle;
   op = op_new(OP_FENCED, data);
   if (op != NULL) {
     op->cb.status = cb;

@@ -183,6 +183,9 @@ typedef struct ag_core_s {
   /* Durable sessions: history commit hook (al_agent_options_t). */
   al_commit_cb on_commit;
   void *commit_data;
+  /* The embedder's request gate (al_agent_options_t.admit). */
+  bool (*admit)(al_agent_t *agent, void *data);
+  void *admit_data;
 } ag_core_t;
 
 /* run.c: the run driver. */

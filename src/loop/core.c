@@ -15,6 +15,8 @@ void al__core_init(al_agent_t *a, const al_agent_options_t *o,
                    void (*on_free)(al_agent_t *a)) {
   a->core.on_commit = o->on_commit;
   a->core.commit_data = o->commit_data;
+  a->core.admit = o->admit;
+  a->core.admit_data = o->admit_data;
   a->core.on_free = on_free;
 }
 

@@ -798,6 +798,9 @@ static int send_now(al_agent_t *a) {
   char why[1200];
   int rc;
 
+  if (a->core.admit != NULL && !a->core.admit(a, a->core.admit_data)) {
+    return AL_EFENCED; /* the embedder's gate: nothing goes out */
+  }
   al__attempt_clear(a);
   if (h == &a->history && (al__agent_micro(a) || al__compact_trim(a))) {
     return 0; /* a subscriber ended the run or closed the agent */

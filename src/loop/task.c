@@ -791,6 +791,8 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
   o.hooks_config = ts->hooks_config;
   o.hook = ts->hook;
   o.hook_data = ts->hook_data;
+  o.admit = p->core.admit;
+  o.admit_data = p->core.admit_data;
   al_buf_init(&sys, (size_t)1 << 20);
   if (!fork) {
     if (d->system != NULL) {
