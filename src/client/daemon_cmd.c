@@ -57,6 +57,35 @@ static void on_list(al__conn_t *c, json_t *result, json_t *error,
   }
   printf("settings: each session uses the provider, model, base URL and "
          "key of the client that created or resumed it\n");
+  {
+    /* A fleet worker (agentloopd --queue, docs/fleet.md). */
+    json_t *f = json_object_get(info, "fleet");
+
+    if (json_is_object(f)) {
+      const char *le =
+          json_string_value(json_object_get(f, "last_error"));
+
+      printf("fleet worker %s on %s group %s: redis %s, intake %s\n",
+             json_string_value(json_object_get(f, "consumer")),
+             json_string_value(json_object_get(f, "queue")),
+             json_string_value(json_object_get(f, "group")),
+             json_string_value(json_object_get(f, "redis")),
+             json_string_value(json_object_get(f, "intake")));
+      printf("fleet slots: %lld/%lld used; jobs: %lld done, %lld failed, "
+             "%lld fenced, %lld handed back, %lld storage failures\n",
+             (long long)json_integer_value(json_object_get(f, "slots_used")),
+             (long long)json_integer_value(json_object_get(f, "slots")),
+             (long long)json_integer_value(json_object_get(f, "done")),
+             (long long)json_integer_value(json_object_get(f, "failed")),
+             (long long)json_integer_value(json_object_get(f, "fenced")),
+             (long long)json_integer_value(json_object_get(f, "handed_back")),
+             (long long)json_integer_value(
+                 json_object_get(f, "storage_failures")));
+      if (le != NULL) {
+        printf("fleet last error: %s\n", le);
+      }
+    }
+  }
   done(x, 0);
 }
 

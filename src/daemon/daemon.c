@@ -671,6 +671,12 @@ void al__daemon_stats(const al_daemon_t *d, al_daemon_stats_t *out) {
   out->fd_limit = d->fd_limit;
 }
 
+void al__daemon_set_status(al_daemon_t *d, json_t *(*fn)(void *data),
+                           void *data) {
+  d->status = fn;
+  d->status_data = data;
+}
+
 al_agent_t *al__daemon_agent(al_daemon_t *d, const char *session) {
   session_t *s = al__session_find(d, session);
 

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
 #include <uv.h>
 
 #include "agentloop/agent.h"
@@ -135,6 +136,10 @@ typedef struct {
   size_t fd_limit;
 } al_daemon_stats_t;
 void al__daemon_stats(const al_daemon_t *d, al_daemon_stats_t *out);
+/* What the initialize reply carries as "fleet" (a fleet worker's
+ * metrics, shown by `agentloop daemon status`); fn returns a new object. */
+void al__daemon_set_status(al_daemon_t *d, json_t *(*fn)(void *data),
+                           void *data);
 
 /* The session's agent (tests), or NULL. */
 al_agent_t *al__daemon_agent(al_daemon_t *d, const char *session);

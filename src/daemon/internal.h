@@ -130,6 +130,9 @@ struct session_s {
 struct al_daemon_s {
   uv_loop_t *loop;
   al_daemon_options_t o;
+  /* A fleet worker's metrics for initialize (al__daemon_set_status). */
+  json_t *(*status)(void *data);
+  void *status_data;
   al_models_t *models; /* the models catalogue, with the user's overlay */
   char *socket_path;
   char *state_dir;

@@ -24,6 +24,8 @@
 #include "agentloop/version.h"
 #include "common/common.h"
 #include "daemon/daemon.h"
+#include "fleet/fleet.h"
+#include "fleet/worker.h"
 #include "config/config.h"
 #include "hooks/hooks.h"
 #include "mcp/mcp.h"
@@ -41,6 +43,11 @@ static void usage(FILE *f) {
           "(docs/mcp.md, docs/hooks.md)\n"
           "                  [--limit NAME=VALUE]... (defaults and ceilings "
           "of every session; docs/daemon.md)\n"
+          "Fleet worker (docs/fleet.md): --queue URL [--group NAME] "
+          "[--slots N] [--consumer NAME]\n"
+          "                  [--sessions DIR] [--work DIR] [--lease-ms MS] "
+          "[--max-deliveries N]\n"
+          "                  [--drain-grace-ms MS]\n"
           "Environment: AGENTLOOP_SOCKET, AGENTLOOP_PROVIDER, "
           "AGENTLOOP_MODEL, AGENTLOOP_BASE_URL,\n"
           "  ANTHROPIC_API_KEY, OPENAI_API_KEY, XDG_RUNTIME_DIR, "
@@ -139,6 +146,16 @@ static void raise_nofile(void) {
   }
 }
 
+/* The fleet worker drained and closed: the daemon follows. */
+static void on_worker_exit(al_fleet_worker_t *w, void *data) {
+  (void)w;
+  al__daemon_shutdown(data);
+}
+
+static json_t *worker_status(void *data) {
+  return al_fleet_worker_status(data);
+}
+
 static void on_exit_cb(al_daemon_t *d, void *data) {
   al_log(AL_LOG_INFO, "agentloopd stopped");
 }
@@ -160,6 +177,9 @@ int main(int argc, char **argv) {
   const char *mcp_file = NULL;
   const char *hooks_file = NULL;
   al_limits_t flag_limits;
+  al_fleet_worker_options_t fo;
+  al_fleet_worker_t *worker = NULL;
+  char fleet_sessions[4400], fleet_work[4400];
   int i;
   int rc;
 
@@ -172,6 +192,7 @@ int main(int argc, char **argv) {
   raise_nofile();
   al__daemon_options_init(&o);
   memset(&flag_limits, 0, sizeof(flag_limits));
+  al_fleet_worker_options_init(&fo);
   o.provider = env("AGENTLOOP_PROVIDER");
   o.model = env("AGENTLOOP_MODEL");
   o.base_url = env("AGENTLOOP_BASE_URL");
@@ -214,6 +235,27 @@ int main(int argc, char **argv) {
       mcp_file = next;
     } else if (strcmp(a, "--hooks-config") == 0) {
       hooks_file = next;
+    } else if (strcmp(a, "--queue") == 0) {
+      fo.url = next;
+    } else if (strcmp(a, "--group") == 0) {
+      fo.group = next;
+    } else if (strcmp(a, "--consumer") == 0) {
+      fo.consumer = next;
+    } else if (strcmp(a, "--sessions") == 0) {
+      fo.sessions_dir = next;
+    } else if (strcmp(a, "--work") == 0) {
+      fo.work_dir = next;
+    } else if (strcmp(a, "--slots") == 0 && parse_size(next, &v) && v > 0 &&
+               v <= 4096) {
+      fo.slots = (unsigned)v;
+    } else if (strcmp(a, "--lease-ms") == 0 && parse_size(next, &v) &&
+               v >= 30) {
+      fo.lease_ms = v;
+    } else if (strcmp(a, "--max-deliveries") == 0 && parse_size(next, &v) &&
+               v > 0 && v < 1000) {
+      fo.max_deliveries = (unsigned)v;
+    } else if (strcmp(a, "--drain-grace-ms") == 0 && parse_size(next, &v)) {
+      fo.drain_grace_ms = v;
     } else if (strcmp(a, "--limit") == 0) {
       if (al_limits_set_kv(&flag_limits, next) != 0) {
         fprintf(stderr, "agentloopd: bad --limit %s (NAME=VALUE: a positive "
@@ -314,6 +356,26 @@ int main(int argc, char **argv) {
                     "directory\n");
     return 2;
   }
+  if (fo.url != NULL) {
+    al_fleet_url_t u;
+
+    if (al_fleet_url_parse(fo.url, &u, why, sizeof(why)) != 0) {
+      fprintf(stderr, "agentloopd: --queue %s: %s\n", fo.url, why);
+      return 2;
+    }
+    /* Defaults under the state directory, one tree per queue prefix. */
+    snprintf(fleet_sessions, sizeof(fleet_sessions), "%s/fleet/%s/sessions",
+             state, u.prefix);
+    snprintf(fleet_work, sizeof(fleet_work), "%s/fleet/%s", state, u.prefix);
+    if (fo.sessions_dir == NULL) {
+      fo.sessions_dir = fleet_sessions;
+    }
+    if (fo.work_dir == NULL) {
+      fo.work_dir = fleet_work;
+    }
+    /* The worker takes SIGTERM (drain) and SIGINT; the daemon follows it. */
+    o.handle_signals = false;
+  }
   /* A client that vanishes must cost us an EPIPE, not the process. */
   signal(SIGPIPE, SIG_IGN);
   if (!foreground) {
@@ -356,6 +418,19 @@ int main(int argc, char **argv) {
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     return 1;
+  }
+  if (fo.url != NULL) {
+    fo.on_exit = on_worker_exit;
+    fo.data = d;
+    rc = al_fleet_worker_new(&loop, &fo, &worker, why, sizeof(why));
+    if (rc != 0) {
+      fprintf(stderr, "agentloopd: %s\n", why[0] ? why : uv_strerror(rc));
+      al__daemon_shutdown(d);
+      uv_run(&loop, UV_RUN_DEFAULT);
+      uv_loop_close(&loop);
+      return 1;
+    }
+    al__daemon_set_status(d, worker_status, worker);
   }
   if (!foreground) {
     char logp[4200];

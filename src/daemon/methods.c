@@ -100,12 +100,21 @@ static void m_initialize(const call_t *k) {
              safe);
   }
   c->initialized = true;
-  al__daemon_reply(c, k->id,
-        json_pack("{s:i, s:{s:s, s:s}, s:I, s:s, s:{s:b, s:b}}",
-                  "protocol_version", AL_RPC_PROTOCOL_VERSION, "server",
-                  "name", "agentloopd", "version", AL_VERSION_STRING,
-                  "pid", (json_int_t)getpid(), "client_id", c->id,
-                  "capabilities", "compact", 1, "replay", 1));
+  {
+    al_daemon_t *d = client_daemon(c);
+    json_t *r = json_pack("{s:i, s:{s:s, s:s}, s:I, s:s, s:{s:b, s:b}}",
+                          "protocol_version", AL_RPC_PROTOCOL_VERSION,
+                          "server", "name", "agentloopd", "version",
+                          AL_VERSION_STRING, "pid", (json_int_t)getpid(),
+                          "client_id", c->id, "capabilities", "compact", 1,
+                          "replay", 1);
+
+    if (r != NULL && d->status != NULL) {
+      /* A fleet worker's metrics (docs/fleet.md). */
+      json_object_set_new(r, "fleet", d->status(d->status_data));
+    }
+    al__daemon_reply(c, k->id, r);
+  }
 }
 
 static bool check_provider(const call_t *k, const char *p) {
