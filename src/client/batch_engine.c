@@ -613,6 +613,7 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
     j->o.admit_data = j;
     j->sess.admit = sess_admit;
     j->sess.admit_data = j;
+    j->sess.no_lock = true;
   }
   j->hdr.model = (char *)j->o.model;
   j->hdr.provider = (char *)j->o.provider;

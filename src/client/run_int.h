@@ -134,6 +134,9 @@ typedef struct al__run_session_s {
   bool (*admit)(void *data);
   void *admit_data;
   bool fenced;
+  /* With admit: the transcript is not flocked (the fence is the one-writer
+   * rule; a stopped former owner may still hold the lock). */
+  bool no_lock;
 } al__run_session_t;
 
 /* Before the loop: a new session, or (resume_id / cont) an existing one,

@@ -374,6 +374,12 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     return rc;
   }
   al__tx_set_state_cb(rs->tx, on_tx_state, rs);
+  if (rs->no_lock) {
+    al__tx_set_no_lock(rs->tx);
+  }
+  if (rs->admit != NULL) {
+    al__tx_set_gate(rs->tx, rs->admit, rs->admit_data);
+  }
   {
     char dir[PATH_MAX];
     char *slash;

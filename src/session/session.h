@@ -144,6 +144,14 @@ al_blob_t *al__tx_chain_record(const char *id, const char *prev,
  * session id's chain (a new session: its id; a loaded transcript:
  * al_tx_loaded_t.chain and .chain_id, "" for a format-1 file). */
 void al__tx_set_chain(al_tx_t *tx, const char *hash, const char *id);
+/* Before the open completes (right after al__tx_open): no flock. For a
+ * writer fenced otherwise (fleet mode: an epoch and a lease, docs/fleet.md),
+ * whose previous owner may be a stopped process that still holds the lock
+ * but will never write again. */
+void al__tx_set_no_lock(al_tx_t *tx);
+/* Asked before every write is issued (not only when a record is queued):
+ * false drops the queue unwritten, and every record queued later. */
+void al__tx_set_gate(al_tx_t *tx, bool (*gate)(void *data), void *data);
 
 /* A session id: 1 to 63 of [A-Za-z0-9_-] (it names the transcript file,
  * so nothing else may reach a path). */

@@ -78,6 +78,9 @@ struct al_tx_s {
   int err;
   bool closing;
   bool closed_fd;
+  bool no_lock; /* al__tx_set_no_lock: the caller fences writers */
+  bool (*gate)(void *data); /* al__tx_set_gate */
+  void *gate_data;
   al_tx_close_cb close_cb;
   void *close_data;
   al_tx_flush_cb flush_cb;
@@ -256,7 +259,7 @@ static void tx_on_fs(uv_fs_t *req) {
        * headless `agentloop run --resume`): an exclusive advisory lock
        * for as long as the writer is open. Non-blocking: a holder makes
        * this writer fail (degraded), it never waits. */
-      if (flock(tx->fd, LOCK_EX | LOCK_NB) != 0) {
+      if (!tx->no_lock && flock(tx->fd, LOCK_EX | LOCK_NB) != 0) {
         tx_fail(tx, errno == EWOULDBLOCK ? UV_EBUSY : -errno);
         tx_drop_queue(tx);
       } else {
@@ -375,6 +378,13 @@ static void tx_kick(al_tx_t *tx) {
       return;
     }
     tx_fail(tx, rc);
+  }
+  if (tx->gate != NULL && !al_list_empty(&tx->queue) &&
+      !tx->gate(tx->gate_data)) {
+    /* Fenced (fleet mode): the file is another owner's now. What was
+     * queued while ours is dropped, not written late (a process stopped
+     * past its lease wakes with appends queued). */
+    tx_drop_queue(tx);
   }
   if (tx->fd >= 0 && !tx->waiting && !al_list_empty(&tx->queue)) {
     al_list_t *pos;
@@ -815,6 +825,15 @@ int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync) {
     memcpy(tx->chain, h, sizeof(h));
   }
   return rc;
+}
+
+void al__tx_set_gate(al_tx_t *tx, bool (*gate)(void *data), void *data) {
+  tx->gate = gate;
+  tx->gate_data = data;
+}
+
+void al__tx_set_no_lock(al_tx_t *tx) {
+  tx->no_lock = true;
 }
 
 void al__tx_set_chain(al_tx_t *tx, const char *hash, const char *id) {

@@ -1,0 +1,6 @@
+/* issue 24, the fleet worker end to end: agentloopd --queue processes on a
+ * real redis-server with an in-process mock (tests/unit/fleet/
+ * test_worker.c). */
+TEST_ENTRY(fleet_sigkill_mid_stream_taken_over)
+TEST_ENTRY(fleet_sigkill_after_final_before_ack)
+TEST_ENTRY(fleet_sigstop_past_lease_writes_nothing)
