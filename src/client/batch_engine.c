@@ -80,7 +80,16 @@ json_t *al__bjob_result_json(const al_bjob_t *j) {
 static bool gate(al_bjob_t *j) {
   al_bengine_t *e = j->e;
 
-  if (j->fenced) {
+  if (j->fenced || (j->storage && j->no_result)) {
+    return false;
+  }
+  if (e->drv->admit != NULL && j->sess.failing != 0) {
+    /* Its transcript cannot be written (fleet mode): nothing it does can
+     * be made durable, so it stops now, without a result. */
+    snprintf(j->why, sizeof(j->why), "%s: %s", j->sess.path,
+             al_strerror(j->sess.failing));
+    j->storage = true;
+    j->no_result = true;
     return false;
   }
   if (e->drv->admit != NULL && !e->drv->admit(j)) {

@@ -58,6 +58,7 @@ typedef struct fjob_s {
   bool gone;        /* the slot is free; freed when no command is out */
   unsigned cmds;    /* our commands in flight (their callbacks use us) */
   bool handed_back; /* the drain's grace is over: give it back */
+  bool reaped;      /* taken over from a worker that did not finish it */
   al_batch_job_t *spec;
   size_t nspec;
   al_bjob_t *bj;
@@ -392,6 +393,18 @@ static void on_claimed(int status, int64_t epoch, bool done, void *data) {
   }
   fj->epoch = epoch;
   fj->lease_t0 = fj->sent;
+  if (fj->reaped) {
+    /* Its last owner stopped without a result (it crashed, or lost its
+     * lease): the error a dead letter will carry unless a later one says
+     * more. */
+    char why[160];
+
+    snprintf(why, sizeof(why), "taken over: its worker stopped without "
+                               "finishing it (%s)", fj->entry);
+    if (al_fleet_queue_set_error(&w->q, fj->id, why, on_job_cmd, fj) == 0) {
+      fj->cmds++;
+    }
+  }
   snprintf(job, sizeof(job), "%s:job:%s", w->u.prefix, fj->id);
   snprintf(jobs, sizeof(jobs), "%s:jobs", w->u.prefix);
   argv[0] = "EVAL";
@@ -409,7 +422,8 @@ static void on_claimed(int status, int64_t epoch, bool done, void *data) {
   fj->cmds++;
 }
 
-static void take(al_fleet_worker_t *w, const al_fleet_entry_t *e) {
+static void take(al_fleet_worker_t *w, const al_fleet_entry_t *e,
+                 bool reaped) {
   fjob_t *fj;
 
   if (strlen(e->job_id) >= sizeof(fj->id) ||
@@ -421,6 +435,7 @@ static void take(al_fleet_worker_t *w, const al_fleet_entry_t *e) {
     return; /* left pending: reaped later */
   }
   fj->w = w;
+  fj->reaped = reaped;
   snprintf(fj->id, sizeof(fj->id), "%s", e->job_id);
   snprintf(fj->entry, sizeof(fj->entry), "%s", e->entry_id);
   fj->next = w->jobs;
@@ -446,9 +461,9 @@ static bool can_take(const al_fleet_worker_t *w) {
          w->used < w->o.slots;
 }
 
-static void on_entries(int status, const al_fleet_entry_t *e, size_t n,
-                       size_t dead, void *data) {
-  al_fleet_worker_t *w = data;
+static void entries(al_fleet_worker_t *w, int status,
+                    const al_fleet_entry_t *e, size_t n, size_t dead,
+                    bool reaped) {
   size_t i;
 
   w->reading = false;
@@ -461,9 +476,19 @@ static void on_entries(int status, const al_fleet_entry_t *e, size_t n,
     if (w->draining || w->closing) {
       break; /* left pending to us: reaped after a lease */
     }
-    take(w, &e[i]);
+    take(w, &e[i], reaped);
   }
   maybe_exit(w);
+}
+
+static void on_read_entries(int status, const al_fleet_entry_t *e,
+                            size_t n, size_t dead, void *data) {
+  entries(data, status, e, n, dead, false);
+}
+
+static void on_reaped(int status, const al_fleet_entry_t *e, size_t n,
+                      size_t dead, void *data) {
+  entries(data, status, e, n, dead, true);
 }
 
 static void on_intake(uv_timer_t *t) {
@@ -472,7 +497,8 @@ static void on_intake(uv_timer_t *t) {
   if (!can_take(w)) {
     return;
   }
-  if (al_fleet_queue_read(&w->q, w->o.slots - w->used, on_entries, w) == 0) {
+  if (al_fleet_queue_read(&w->q, w->o.slots - w->used, on_read_entries,
+                          w) == 0) {
     w->reading = true;
     w->cmds++;
   }
@@ -484,7 +510,7 @@ static void on_reap(uv_timer_t *t) {
   if (!can_take(w)) {
     return;
   }
-  if (al_fleet_queue_reap(&w->q, w->o.slots - w->used, on_entries, w) == 0) {
+  if (al_fleet_queue_reap(&w->q, w->o.slots - w->used, on_reaped, w) == 0) {
     w->reading = true;
     w->cmds++;
   }

@@ -4,3 +4,6 @@
 TEST_ENTRY(fleet_sigkill_mid_stream_taken_over)
 TEST_ENTRY(fleet_sigkill_after_final_before_ack)
 TEST_ENTRY(fleet_sigstop_past_lease_writes_nothing)
+TEST_ENTRY(fleet_crashing_job_dead_lettered)
+TEST_ENTRY(fleet_readonly_sessions_dir_not_acked)
+TEST_ENTRY(fleet_sigterm_drains)

@@ -592,3 +592,198 @@ TEST_IMPL(fleet_sigstop_past_lease_writes_nothing) {
   fx_finish(&fx);
   return 0;
 }
+
+/* ---- F5 -------------------------------------------------------------------- */
+
+/* Every request of CRASH-JOB stalls; the test SIGKILLs the worker that
+ * sent it (the job's owner) and starts another in its place. */
+static const char k_crash[] =
+    "responses:\n"
+    "  - reply: {content: [{text: 'fast answer'}]}\n"
+    "tracks:\n"
+    "  - match: {first_user_contains: 'CRASH-JOB'}\n"
+    "    responses:\n"
+    "      - fault: {stall_after_headers: true}\n";
+
+typedef struct {
+  size_t seen; /* crash-job requests handled */
+  int kills;
+} crasher_t;
+
+static bool p_crash_loop(fw_t *fx, void *arg) {
+  crasher_t *c = arg;
+  size_t i, n = al_mockllm_record_count(fx->mock), mine = 0;
+
+  for (i = 0; i < n; i++) {
+    if (al_mockllm_record_get(fx->mock, i)->track == 0) {
+      mine++;
+    }
+  }
+  if (mine > c->seen) {
+    char owner[32];
+    fw_proc_t *p;
+
+    c->seen = mine;
+    ASSERT(owner_of(fx, "c1", owner, sizeof(owner)));
+    p = worker_named(fx, owner);
+    ASSERT_NOT_NULL(p);
+    ASSERT(p->running);
+    ASSERT_EQ(uv_process_kill(&p->proc, SIGKILL), 0);
+    c->kills++;
+    spawn_worker(fx, 2, NULL, NULL);
+  }
+  return key_exists(fx, "result", "c1") && key_exists(fx, "result", "f1") &&
+         key_exists(fx, "result", "f2");
+}
+
+TEST_IMPL(fleet_crashing_job_dead_lettered) {
+  fw_t fx;
+  crasher_t c = {0, 0};
+  json_t *r;
+  const char *xlen[] = {"XLEN", "t:dead"};
+  char *v;
+
+  al_test_timeout_s(90);
+  fx_init(&fx, k_crash);
+  spawn_worker(&fx, 2, NULL, NULL);
+  spawn_worker(&fx, 2, NULL, NULL);
+  submit(&fx, "c1", "CRASH-JOB");
+  submit(&fx, "f1", "first");
+  submit(&fx, "f2", "second");
+  wait_for(&fx, p_crash_loop, &c, 60000, "the crashing job's dead letter");
+  /* Delivered 3 times, a worker killed each time; the 4th reap
+   * dead-letters it. */
+  ASSERT_EQ(c.kills, 3);
+  r = result_of(&fx, "c1");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "outcome")),
+                "dead_letter");
+  ASSERT_EQ(json_integer_value(json_object_get(r, "deliveries")), 4);
+  ASSERT_NOT_NULL(strstr(json_string_value(json_object_get(r, "error")),
+                         "taken over"));
+  json_decref(r);
+  v = fw_rcmd(&fx, 2, xlen);
+  ASSERT_STR_EQ(v, "1");
+  free(v);
+  r = result_of(&fx, "f1");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "outcome")), "done");
+  json_decref(r);
+  ASSERT_EQ(results_for(&fx, "c1"), 1);
+  ASSERT_EQ(results_for(&fx, "f1"), 1);
+  ASSERT_EQ(results_for(&fx, "f2"), 1);
+  ASSERT_EQ(pending_count(&fx), 0);
+  fx_finish(&fx);
+  return 0;
+}
+
+/* ---- F7 -------------------------------------------------------------------- */
+
+/* The sessions directory read-only: a read-only tmpfs in a private mount
+ * namespace as root (root writes through mode bits), else mode 0555. */
+static bool make_readonly(const char *dir) {
+  if (geteuid() == 0) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+      return false;
+    }
+    return mount("none", dir, "tmpfs", MS_RDONLY, "size=64k,mode=0755") == 0;
+  }
+  return chmod(dir, 0555) == 0;
+}
+
+static bool p_released(fw_t *fx, void *arg) {
+  return key_exists(fx, "error", arg) && !key_exists(fx, "owner", arg);
+}
+
+TEST_IMPL(fleet_readonly_sessions_dir_not_acked) {
+  fw_t fx;
+  char dir[256], cmd[600];
+  fw_proc_t *w;
+  FILE *f;
+  char out[4096];
+  size_t n;
+  char *err;
+
+  al_test_timeout_s(60);
+  fx_init(&fx, k_slow);
+  snprintf(dir, sizeof(dir), "%s/sessions", fx.root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  if (!make_readonly(dir)) {
+    if (al_test_ci()) {
+      AL_TEST_FAIL("cannot make %s read-only", dir);
+    }
+    fprintf(stderr, "cannot make a read-only directory here: not run\n");
+    fx_finish(&fx);
+    exit(AL_TEST_SKIP_CODE);
+  }
+  w = spawn_worker(&fx, 1, NULL, NULL);
+  submit(&fx, "r1", "first");
+  submit(&fx, "r2", "second");
+  wait_stderr(&fx, "w0", "stops taking jobs", 20000);
+  wait_for(&fx, p_released, "r1", 20000, "r1 handed back with its error");
+  /* Not acked, not completed: r1 waits in the pending list for a worker
+   * that can write it; r2 was never taken. */
+  ASSERT(!key_exists(&fx, "result", "r1"));
+  ASSERT(!key_exists(&fx, "result", "r2"));
+  ASSERT_EQ(pending_count(&fx), 1);
+  err = get_key(&fx, "error", "r1");
+  ASSERT_NOT_NULL(strstr(err, "transcript cannot be written"));
+  free(err);
+  ASSERT(w->running);
+  /* And its status says so. */
+  snprintf(cmd, sizeof(cmd),
+           "AGENTLOOP_SOCKET=%s/rt/w0.sock XDG_RUNTIME_DIR=%s/rt "
+           "%s/agentloop daemon status 2>&1",
+           fx.root, fx.root, AL_BINARY_DIR);
+  f = popen(cmd, "r");
+  ASSERT_NOT_NULL(f);
+  n = fread(out, 1, sizeof(out) - 1, f);
+  out[n] = '\0';
+  pclose(f);
+  if (strstr(out, "intake stopped") == NULL ||
+      strstr(out, "transcript cannot be written") == NULL) {
+    AL_TEST_FAIL("agentloop daemon status:\n%s", out);
+  }
+  fx_finish(&fx);
+  return 0;
+}
+
+/* ---- SIGTERM --------------------------------------------------------------- */
+
+TEST_IMPL(fleet_sigterm_drains) {
+  fw_t fx;
+  saw_t stalled = {0, 1};
+  fw_proc_t *first;
+  json_t *r;
+
+  al_test_timeout_s(60);
+  fx_init(&fx, k_slow);
+  first = spawn_worker(&fx, 1, "300", NULL);
+  submit(&fx, "s1", "SLOW-JOB");
+  wait_for(&fx, p_saw, &stalled, 20000, "the slow job's stalled request");
+  submit(&fx, "f1", "first");
+  ASSERT_EQ(uv_process_kill(&first->proc, SIGTERM), 0);
+  /* Its job stalls past the grace: handed back, then exit 0. */
+  wait_for(&fx, p_exited, first, 20000, "the drained worker's exit");
+  ASSERT_EQ(first->sig, 0);
+  ASSERT_EQ(first->status, 0);
+  ASSERT_NOT_NULL(strstr(first->ebuf, "draining"));
+  ASSERT(!key_exists(&fx, "result", "s1"));
+  ASSERT(!key_exists(&fx, "owner", "s1"));
+  /* s1 pending (handed back, not acked); f1 never taken. */
+  ASSERT_EQ(pending_count(&fx), 1);
+  ASSERT_EQ(al_mockllm_record_count(fx.mock), 2);
+  /* The next worker takes both over at once and finishes them. */
+  spawn_worker(&fx, 2, NULL, NULL);
+  wait_for(&fx, p_result, "s1", 20000, "s1's result");
+  wait_for(&fx, p_result, "f1", 20000, "f1's result");
+  r = result_of(&fx, "s1");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")),
+                "slow answer");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "worker")), "w1");
+  json_decref(r);
+  ASSERT_EQ(results_for(&fx, "s1"), 1);
+  ASSERT_EQ(results_for(&fx, "f1"), 1);
+  assert_chain(&fx, "s1");
+  fx_finish(&fx);
+  return 0;
+}
