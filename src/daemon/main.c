@@ -146,10 +146,21 @@ static void raise_nofile(void) {
   }
 }
 
-/* The fleet worker drained and closed: the daemon follows. */
+/* The daemon and the fleet worker end together, whichever goes first: a
+ * signal drains the worker, then the daemon stops; `agentloop daemon
+ * stop` (or --idle-exit) stops the daemon, then the worker drains. */
+static al_fleet_worker_t *g_worker;
+static al_daemon_t *g_daemon;
+static uint64_t g_grace_ms;
+
 static void on_worker_exit(al_fleet_worker_t *w, void *data) {
   (void)w;
-  al__daemon_shutdown(data);
+  (void)data;
+  g_worker = NULL;
+  if (g_daemon != NULL) {
+    al__daemon_set_status(g_daemon, NULL, NULL);
+    al__daemon_shutdown(g_daemon);
+  }
 }
 
 static json_t *worker_status(void *data) {
@@ -157,6 +168,12 @@ static json_t *worker_status(void *data) {
 }
 
 static void on_exit_cb(al_daemon_t *d, void *data) {
+  (void)d;
+  (void)data;
+  g_daemon = NULL;
+  if (g_worker != NULL) {
+    al_fleet_worker_drain(g_worker, g_grace_ms);
+  }
   al_log(AL_LOG_INFO, "agentloopd stopped");
 }
 
@@ -421,7 +438,8 @@ int main(int argc, char **argv) {
   }
   if (fo.url != NULL) {
     fo.on_exit = on_worker_exit;
-    fo.data = d;
+    g_daemon = d;
+    g_grace_ms = fo.drain_grace_ms;
     rc = al_fleet_worker_new(&loop, &fo, &worker, why, sizeof(why));
     if (rc != 0) {
       fprintf(stderr, "agentloopd: %s\n", why[0] ? why : uv_strerror(rc));
@@ -430,6 +448,7 @@ int main(int argc, char **argv) {
       uv_loop_close(&loop);
       return 1;
     }
+    g_worker = worker;
     al__daemon_set_status(d, worker_status, worker);
   }
   if (!foreground) {
