@@ -351,7 +351,13 @@ static bool p_saw(fw_t *fx, void *arg) {
 
 /* ---- set-up and tear-down ------------------------------------------------- */
 
+static void fx_init_aof(fw_t *fx, const char *yaml, bool aof);
+
 static void fx_init(fw_t *fx, const char *yaml) {
+  fx_init_aof(fx, yaml, false);
+}
+
+static void fx_init_aof(fw_t *fx, const char *yaml, bool aof) {
   al_mockllm_options_t mo;
   char err[256], path[256];
 
@@ -370,7 +376,7 @@ static void fx_init(fw_t *fx, const char *yaml) {
     fputs("x\n", f);
     fclose(f);
   }
-  al_test_redis_start(&fx->redis, false);
+  al_test_redis_start(&fx->redis, aof);
   snprintf(fx->url, sizeof(fx->url), "unix://%s?prefix=t", fx->redis.sock);
   ASSERT_EQ(uv_loop_init(&fx->loop), 0);
   ASSERT_EQ(uv_timer_init(&fx->loop, &fx->poll), 0);
@@ -784,6 +790,33 @@ TEST_IMPL(fleet_sigterm_drains) {
   ASSERT_EQ(results_for(&fx, "s1"), 1);
   ASSERT_EQ(results_for(&fx, "f1"), 1);
   assert_chain(&fx, "s1");
+  fx_finish(&fx);
+  return 0;
+}
+
+/* ---- Redis away ------------------------------------------------------------ */
+
+TEST_IMPL(fleet_redis_away_pauses_intake) {
+  fw_t fx;
+  fw_proc_t *w;
+
+  al_test_timeout_s(60);
+  fx_init_aof(&fx, k_slow, true);
+  w = spawn_worker(&fx, 1, NULL, NULL);
+  submit(&fx, "f1", "first");
+  wait_for(&fx, p_result, "f1", 20000, "f1's result");
+  /* Redis goes away: the worker pauses and keeps trying; it does not
+   * exit. Back (AOF: the queue survives), intake resumes. */
+  al_test_redis_stop(&fx.redis);
+  wait_stderr(&fx, "w0", "redis is away", 20000);
+  ASSERT(w->running);
+  al_test_redis_restart(&fx.redis);
+  wait_stderr(&fx, "w0", "redis is back", 20000);
+  submit(&fx, "f2", "second");
+  wait_for(&fx, p_result, "f2", 20000, "f2's result");
+  ASSERT_EQ(results_for(&fx, "f1"), 1);
+  ASSERT_EQ(results_for(&fx, "f2"), 1);
+  ASSERT(w->running);
   fx_finish(&fx);
   return 0;
 }
