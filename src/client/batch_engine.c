@@ -375,7 +375,7 @@ static void on_ws_ready(al_batch_ws_t *w, int status, const char *why) {
   j->hdr.cwd = w->path;
   rc = al__run_session_attach(&j->sess, e->loop, j->agent, &j->hdr, err,
                               sizeof(err));
-  if (rc != 0 && e->drv->admit != NULL) {
+  if (rc != 0 && e->drv->admit != NULL && j->sess.tx == NULL) {
     /* The transcript cannot be opened (a read-only or full disk): no
      * result may be given without it; the job goes back unfinished. */
     snprintf(j->why, sizeof(j->why), "%s", err);

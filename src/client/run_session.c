@@ -390,6 +390,9 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
       *slash = '\0';
     }
     rs->kids = al__tx_kids_new(loop, dir, TX_QUEUE_MAX);
+    if (rs->kids != NULL && rs->admit != NULL) {
+      al__tx_kids_set_gate(rs->kids, rs->admit, rs->admit_data);
+    }
     rs->cwd = h != NULL && h->cwd != NULL
                   ? al_strdup(h->cwd)
                   : (rs->resumed && rs->loaded.header.cwd != NULL

@@ -120,6 +120,11 @@ static bool lease_ok(const fjob_t *fj) {
 
 static void maybe_exit(al_fleet_worker_t *w);
 
+/* Still to be stopped: a job whose completion is out is Redis' to fence. */
+static bool stoppable(const fjob_t *fj) {
+  return fj->bj != NULL && fj->bj->state < AL_BJOB_STORING;
+}
+
 /* ---- jobs ------------------------------------------------------------------ */
 
 static void fjob_free_maybe(fjob_t *fj) {
@@ -523,7 +528,7 @@ static void on_renewed(int status, void *data) {
   fj->renewing = false;
   if (status == 0) {
     fj->lease_t0 = fj->sent;
-  } else if (status == AL_EFENCED && fj->bj != NULL) {
+  } else if (status == AL_EFENCED && stoppable(fj)) {
     al__bjob_stop(fj->bj, true);
   }
   fjob_free_maybe(fj);
@@ -541,7 +546,7 @@ static void on_renew(uv_timer_t *t) {
     if (!lease_ok(fj)) {
       /* Too little lease left to write (Redis away, or this process was
        * stopped): stop now, as fenced. */
-      if (fj->bj != NULL) {
+      if (stoppable(fj)) {
         al__bjob_stop(fj->bj, true);
       }
       continue;
@@ -652,7 +657,7 @@ static void on_grace(uv_timer_t *t) {
   for (fj = w->jobs; fj != NULL; fj = next) {
     next = fj->next;
     fj->handed_back = true;
-    if (fj->bj != NULL) {
+    if (stoppable(fj)) {
       al__bjob_stop(fj->bj, false); /* drv_end releases it */
     }
   }

@@ -38,6 +38,8 @@ struct al_tx_kids_s {
   void (*close_cb)(void *data);
   void *close_data;
   uv_timer_t defer; /* a close with nothing open still answers later */
+  bool (*gate)(void *data); /* al__tx_kids_set_gate */
+  void *gate_data;
 };
 
 bool al__tx_child_file_id(const char *session_id, char out[64]) {
@@ -89,11 +91,20 @@ al_tx_kids_t *al__tx_kids_new(uv_loop_t *loop, const char *dir,
   return k;
 }
 
+void al__tx_kids_set_gate(al_tx_kids_t *k, bool (*gate)(void *data),
+                          void *data) {
+  k->gate = gate;
+  k->gate_data = data;
+}
+
 static void kid_put(kid_t *kid, al_blob_t *b) {
   int rc;
 
   if (b == NULL || kid->tx == NULL || kid->ending) {
     return;
+  }
+  if (kid->set->gate != NULL && !kid->set->gate(kid->set->gate_data)) {
+    return; /* fenced: the session is another owner's now */
   }
   rc = al__tx_append_chained(kid->tx, b, true);
   if (rc != 0 && kid->set->err == 0) {
@@ -136,6 +147,10 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
     return rc;
   }
   al__tx_set_chain(kid->tx, "", kid->file);
+  if (k->gate != NULL) {
+    al__tx_set_gate(kid->tx, k->gate, k->gate_data);
+    al__tx_set_no_lock(kid->tx);
+  }
   kid->next = k->kids;
   k->kids = kid;
   k->count++;

@@ -307,6 +307,10 @@ void al__tx_kids_end(al_tx_kids_t *k, const char *session_id);
 void al__tx_kids_event(al_tx_kids_t *k, const al_event_t *ev);
 /* Children opened; bytes queued and not written over all of them; the
  * first write error of any (0: none). */
+/* The gate of the session's writer (al__tx_set_gate) for every child's:
+ * asked before each append and write; children's files not flocked. */
+void al__tx_kids_set_gate(al_tx_kids_t *k, bool (*gate)(void *data),
+                          void *data);
 size_t al__tx_kids_count(const al_tx_kids_t *k);
 size_t al__tx_kids_pending(const al_tx_kids_t *k);
 int al__tx_kids_error(const al_tx_kids_t *k);

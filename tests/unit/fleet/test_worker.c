@@ -820,3 +820,26 @@ TEST_IMPL(fleet_redis_away_pauses_intake) {
   fx_finish(&fx);
   return 0;
 }
+
+/* SIGINT: the same drain with no grace (the worker's grace is 30 s here;
+ * the exit comes long before it). */
+TEST_IMPL(fleet_sigint_hands_back_at_once) {
+  fw_t fx;
+  saw_t stalled = {0, 1};
+  fw_proc_t *first;
+
+  al_test_timeout_s(60);
+  fx_init(&fx, k_slow);
+  first = spawn_worker(&fx, 1, "30000", NULL);
+  submit(&fx, "s1", "SLOW-JOB");
+  wait_for(&fx, p_saw, &stalled, 20000, "the slow job's stalled request");
+  ASSERT_EQ(uv_process_kill(&first->proc, SIGINT), 0);
+  wait_for(&fx, p_exited, first, 15000, "the interrupted worker's exit");
+  ASSERT_EQ(first->sig, 0);
+  ASSERT_EQ(first->status, 0);
+  ASSERT(!key_exists(&fx, "result", "s1"));
+  ASSERT(!key_exists(&fx, "owner", "s1"));
+  ASSERT_EQ(pending_count(&fx), 1);
+  fx_finish(&fx);
+  return 0;
+}
