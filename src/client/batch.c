@@ -924,6 +924,22 @@ static void on_signal(uv_signal_t *h, int signum) {
 /* A job's configuration, options and session, in the pool (blocking
  * reads; nothing here touches the loop). false with the reason in
  * j->why: the job fails with error_kind "config". */
+/* A job's main agent: a definition of the user's, else a built-in. */
+static const al_subagent_def_t *job_agent(const batch_t *b,
+                                          const char *name) {
+  const al_subagent_def_t *d = al_agentdefs_find(b->agents, name);
+  size_t i, n;
+
+  if (d == NULL) {
+    const al_subagent_def_t *bi = al_subagent_builtins(&n);
+
+    for (i = 0; i < n && d == NULL; i++) {
+      d = strcmp(bi[i].name, name) == 0 ? &bi[i] : NULL;
+    }
+  }
+  return d;
+}
+
 static bool prepare_job(batch_t *b, bjob_t *j) {
   al_batch_job_t *s = j->spec;
   al_agent_opts_input_t in;
@@ -1033,6 +1049,9 @@ static bool prepare_job(batch_t *b, bjob_t *j) {
   in.subagents = b->agents->defs;
   in.n_subagents = b->agents->n;
   in.task_preamble = j->preamble.data;
+  /* Checked before the batch started (every job's agent exists). */
+  in.main_agent = s->agent != NULL ? job_agent(b, s->agent) : NULL;
+  in.model_flag = s->model != NULL;
   rc = al_config_agent_options(&j->cfg, &in, &j->o, &j->store, why,
                                sizeof(why));
   if (rc != 0) {
@@ -1256,6 +1275,15 @@ static int batch_run(int argc, char **argv) {
       code = EXIT_FAIL;
     }
     al_config_free(&base);
+  }
+  for (i = 0; code == EXIT_OK && i < b->nspecs; i++) {
+    if (b->specs[i].agent != NULL && job_agent(b, b->specs[i].agent) == NULL) {
+      fprintf(stderr,
+              "agentloop batch: %s:%zu: job %s: no agent definition named "
+              "'%s' (agentloop agents lists them)\n",
+              jobs_path, b->specs[i].line, b->specs[i].id, b->specs[i].agent);
+      code = EXIT_USAGE;
+    }
   }
   if (b->skip == NULL || code != EXIT_OK) {
     al_client_close(b->client, on_client_closed);

@@ -3,3 +3,4 @@
  * TEST_ENTRY(name) lines only. */
 TEST_ENTRY(agent_tools_only_every_source)
 TEST_ENTRY(agent_tools_only_empty_means_none)
+TEST_ENTRY(batch_job_agent_definition)
