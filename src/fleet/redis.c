@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <stdio.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -36,6 +37,7 @@ struct al_fleet_redis_s {
   bool up_pending; /* connected; on_state(up) waits for the timer */
   bool closing;
   unsigned reconnects;
+  char last_error[128]; /* why the last connect failed */
   unsigned handles; /* the timer and the polls not yet closed */
   al_fleet_redis_state_cb on_state;
   al_fleet_redis_close_cb close_cb;
@@ -165,6 +167,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     return;
   }
   if (status != REDIS_OK) {
+    snprintf(r->last_error, sizeof(r->last_error), "%s", ac->errstr);
     /* hiredis frees ac after this returns. */
     r->ac = NULL;
     schedule_reconnect(r);
@@ -200,6 +203,8 @@ static void connect_now(al_fleet_redis_t *r) {
     ac = redisAsyncConnect(r->host, r->port);
   }
   if (ac == NULL || ac->err != 0 || ev_attach(r, ac) != 0) {
+    snprintf(r->last_error, sizeof(r->last_error), "%s",
+             ac != NULL && ac->err != 0 ? ac->errstr : "cannot connect");
     if (ac != NULL) {
       redisAsyncFree(ac);
     }
@@ -285,6 +290,10 @@ void *al_fleet_redis_data(const al_fleet_redis_t *r) {
 
 unsigned al_fleet_redis_reconnects(const al_fleet_redis_t *r) {
   return r->reconnects;
+}
+
+const char *al_fleet_redis_last_error(const al_fleet_redis_t *r) {
+  return r->last_error;
 }
 
 static void on_reply(redisAsyncContext *ac, void *reply_, void *priv) {
