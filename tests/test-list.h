@@ -64,3 +64,4 @@
 #include "list/i24_pace.h"
 #include "list/i24_fleet.h"
 #include "list/i24_batch.h"
+#include "list/i24_fleetcli.h"

@@ -1,0 +1,8 @@
+/* issue 24, fleet mode's CLI: agentloop batch submit | results | status
+ * --queue URL (tests/unit/fleet/test_batch_fleet.c). */
+TEST_ENTRY(fleet_cli_submit_idempotent_duplicates)
+TEST_ENTRY(fleet_cli_submit_bad_line_submits_nothing)
+TEST_ENTRY(fleet_cli_results_follow_until_all_done)
+TEST_ENTRY(fleet_cli_results_follow_survives_redis_restart)
+TEST_ENTRY(fleet_cli_status_counts)
+TEST_ENTRY(fleet_cli_unreachable_redis_clear_error)
