@@ -357,14 +357,16 @@ static void on_results(int status, const al_fleet_result_t *res, size_t n,
   }
   c->seen += (int64_t)n;
   fflush(stdout);
-  if (n == RESULTS_PAGE) {
-    results_read(c); /* more may be there already */
-    return;
-  }
   if (!c->follow) {
-    finish(c, EXIT_OK);
+    if (n == RESULTS_PAGE) {
+      results_read(c); /* more may be there already */
+    } else {
+      finish(c, EXIT_OK);
+    }
     return;
   }
+  /* Following: the count after every page, so the last page ends it
+   * without waiting out a block. */
   rc = al_fleet_admin_submitted(c->redis, c->url.prefix, on_submitted_count,
                                 c);
   if (rc == 0) {
