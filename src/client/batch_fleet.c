@@ -27,8 +27,13 @@
 #include "fleet/admin.h"
 #include "fleet/fleet.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_SIGINT = 130,
-       EXIT_SIGTERM = 143 };
+enum {
+  EXIT_OK = 0,
+  EXIT_FAIL = 1,
+  EXIT_USAGE = 2,
+  EXIT_SIGINT = 130,
+  EXIT_SIGTERM = 143
+};
 
 #define JOBS_FILE_MAX ((size_t)1 << 30)
 #define SUBMIT_WINDOW 256 /* submits in flight at once */
@@ -103,7 +108,8 @@ static void usage(FILE *f) {
       f);
 }
 
-/* ---- ending ------------------------------------------------------------------ */
+/* ---- ending
+ * ------------------------------------------------------------------ */
 
 static void finish(fc_t *c, int code) {
   if (c->finished) {
@@ -133,23 +139,25 @@ static void on_connect_timeout(uv_timer_t *t) {
   finish(c, EXIT_FAIL);
 }
 
-/* ---- submit ------------------------------------------------------------------ */
+/* ---- submit
+ * ------------------------------------------------------------------ */
 
 static void submit_pump(fc_t *c);
 
 static void submit_end(fc_t *c) {
   if (c->machine) {
-    printf("{\"type\":\"submit_end\",\"submitted\":%zu,\"already\":%zu,"
-           "\"failed\":%zu}\n",
-           c->fresh, c->known, c->njobs - c->fresh - c->known);
+    printf(
+        "{\"type\":\"submit_end\",\"submitted\":%zu,\"already\":%zu,"
+        "\"failed\":%zu}\n",
+        c->fresh, c->known, c->njobs - c->fresh - c->known);
   } else {
     printf("%zu submitted, %zu already there\n", c->fresh, c->known);
   }
   if (c->failed > 0 || c->fresh + c->known < c->njobs) {
-    fail_msg("%zu of %zu jobs not submitted: %s (submitting again is "
-             "harmless)",
-             c->njobs - c->fresh - c->known, c->njobs,
-             al_strerror(c->fail_status));
+    fail_msg(
+        "%zu of %zu jobs not submitted: %s (submitting again is "
+        "harmless)",
+        c->njobs - c->fresh - c->known, c->njobs, al_strerror(c->fail_status));
     finish(c, EXIT_FAIL);
     return;
   }
@@ -276,7 +284,8 @@ static int submit_prepare(fc_t *c, const char *path) {
   return EXIT_OK;
 }
 
-/* ---- results ------------------------------------------------------------------ */
+/* ---- results
+ * ------------------------------------------------------------------ */
 
 static void results_read(fc_t *c);
 
@@ -367,8 +376,7 @@ static void on_results(int status, const al_fleet_result_t *res, size_t n,
   }
   /* Following: the count after every page, so the last page ends it
    * without waiting out a block. */
-  rc = al_fleet_admin_submitted(c->redis, c->url.prefix, on_submitted_count,
-                                c);
+  rc = al_fleet_admin_submitted(c->redis, c->url.prefix, on_submitted_count, c);
   if (rc == 0) {
     c->reading = true;
   } else if (rc != UV_ENOTCONN) {
@@ -383,9 +391,8 @@ static void results_read(fc_t *c) {
   if (c->reading || c->finished) {
     return;
   }
-  rc = al_fleet_admin_results(c->redis, c->url.prefix, c->last_id,
-                              RESULTS_PAGE, c->follow ? FOLLOW_BLOCK_MS : -1,
-                              on_results, c);
+  rc = al_fleet_admin_results(c->redis, c->url.prefix, c->last_id, RESULTS_PAGE,
+                              c->follow ? FOLLOW_BLOCK_MS : -1, on_results, c);
   if (rc == 0) {
     c->reading = true;
   } else if (rc != UV_ENOTCONN || !c->follow) {
@@ -395,7 +402,8 @@ static void results_read(fc_t *c) {
   /* UV_ENOTCONN while following: on_state(up) reads again. */
 }
 
-/* ---- status ------------------------------------------------------------------- */
+/* ---- status
+ * ------------------------------------------------------------------- */
 
 static void on_status(int status, al_fleet_status_t *st, void *data) {
   fc_t *c = data;
@@ -410,9 +418,10 @@ static void on_status(int status, al_fleet_status_t *st, void *data) {
     return;
   }
   if (st->persistence == 0) {
-    fail_msg("warning: Redis has appendonly %s, appendfsync %s: jobs can be "
-             "lost: see docs/fleet.md",
-             st->appendonly, st->appendfsync);
+    fail_msg(
+        "warning: Redis has appendonly %s, appendfsync %s: jobs can be "
+        "lost: see docs/fleet.md",
+        st->appendonly, st->appendfsync);
   }
   if (c->machine) {
     json_t *o = json_pack(
@@ -461,7 +470,8 @@ static void on_status(int status, al_fleet_status_t *st, void *data) {
       printf("results/min: %" PRId64 " last minute, %.1f last 10 minutes\n",
              st->rate_1m, (double)st->rate_10m / 10.0);
     } else {
-      printf("results/min: %" PRId64 "+ last minute, over %.0f last 10 "
+      printf("results/min: %" PRId64
+             "+ last minute, over %.0f last 10 "
              "minutes\n",
              st->rate_1m, 100000.0 / 10.0);
     }
@@ -469,7 +479,8 @@ static void on_status(int status, al_fleet_status_t *st, void *data) {
   finish(c, EXIT_OK);
 }
 
-/* ---- the connection --------------------------------------------------------- */
+/* ---- the connection ---------------------------------------------------------
+ */
 
 static void on_state(al_fleet_redis_t *r, bool up, int status) {
   fc_t *c = al_fleet_redis_data(r);
@@ -555,8 +566,7 @@ int al__cli_batch_fleet(int argc, char **argv) {
         break;
       case O_TIMEOUT:
         if (parse_seconds(optarg, &timeout_ms) != 0) {
-          fail_msg("--connect-timeout: seconds (0 to 86400), not '%s'",
-                   optarg);
+          fail_msg("--connect-timeout: seconds (0 to 86400), not '%s'", optarg);
           goto out;
         }
         break;

@@ -25,7 +25,8 @@ static bool is_str(const redisReply *r) {
          (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
-/* ---- results -------------------------------------------------------------- */
+/* ---- results --------------------------------------------------------------
+ */
 
 typedef struct {
   al_fleet_results_cb cb;
@@ -146,7 +147,8 @@ int al_fleet_admin_results(al_fleet_redis_t *r, const char *prefix,
   return rc;
 }
 
-/* ---- the submitted count --------------------------------------------------- */
+/* ---- the submitted count ---------------------------------------------------
+ */
 
 typedef struct {
   al_fleet_count_cb cb;
@@ -214,7 +216,8 @@ int al_fleet_admin_submitted(al_fleet_redis_t *r, const char *prefix,
   return rc;
 }
 
-/* ---- status ------------------------------------------------------------------ */
+/* ---- status
+ * ------------------------------------------------------------------ */
 
 /* KEYS: results. ARGV: scan bound. {last minute, last 10 minutes (-1 past
  * the bound)} by the server's clock, which also stamps the entry ids. The
@@ -302,8 +305,7 @@ static int decode_groups(status_ctx_t *c, redisReply *reply) {
       } else if (strcmp(k->str, "entries-read") == 0 &&
                  v->type == REDIS_REPLY_INTEGER) {
         er = v->integer;
-      } else if (strcmp(k->str, "lag") == 0 &&
-                 v->type == REDIS_REPLY_INTEGER) {
+      } else if (strcmp(k->str, "lag") == 0 && v->type == REDIS_REPLY_INTEGER) {
         lag = v->integer;
       }
     }
@@ -384,8 +386,8 @@ static void status_finish(status_ctx_t *c) {
   al_free(c);
 }
 
-static void on_status_reply(al_fleet_redis_t *r, int status,
-                            redisReply *reply, void *data) {
+static void on_status_reply(al_fleet_redis_t *r, int status, redisReply *reply,
+                            void *data) {
   st_op_t *op = data;
   status_ctx_t *c = op->ctx;
   al_fleet_status_t *st = &c->st;
@@ -476,11 +478,11 @@ int al_fleet_admin_status(al_fleet_redis_t *r, const char *prefix,
   c->entries_read = c->lag = -1;
   c->cb = cb;
   c->data = data;
-#define CMD(k, n, ...)                                    \
-  do {                                                    \
-    const char *a_[] = {__VA_ARGS__};                     \
-    memcpy(argv[k], a_, sizeof(a_));                      \
-    argc[k] = n;                                          \
+#define CMD(k, n, ...)                \
+  do {                                \
+    const char *a_[] = {__VA_ARGS__}; \
+    memcpy(argv[k], a_, sizeof(a_));  \
+    argc[k] = n;                      \
   } while (0)
   CMD(ST_SUBMITTED, 2, "GET", submitted);
   CMD(ST_QUEUED, 2, "XLEN", jobs);

@@ -38,7 +38,7 @@ struct al_fleet_redis_s {
   bool closing;
   unsigned reconnects;
   char last_error[128]; /* why the last connect failed */
-  unsigned handles; /* the timer and the polls not yet closed */
+  unsigned handles;     /* the timer and the polls not yet closed */
   al_fleet_redis_state_cb on_state;
   al_fleet_redis_close_cb close_cb;
   void *data;

@@ -5,6 +5,7 @@
  * connection (read, claim, complete, reap into a dead letter). Nothing
  * sleeps: the test's "worker" finishes the next job when the CLI has
  * printed the previous result (a poll of its stdout on the loop). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,8 @@ static size_t lines(const char *s) {
   return n;
 }
 
-/* ---- the test's worker ------------------------------------------------------- */
+/* ---- the test's worker
+ * ------------------------------------------------------- */
 
 static void step_status(int status, void *data) {
   fx_t *f = data;
@@ -173,8 +175,8 @@ static void worker_complete_start(fx_t *f, al_fleet_queue_t *q, size_t k) {
            "\"turns\":2,\"cost_usd\":0.5,\"worker\":\"%s\",\"deliveries\":1}",
            f->job[k], f->job[k], q->consumer);
   f->busy = true;
-  ASSERT_EQ(al_fleet_queue_complete(q, f->job[k], f->epoch[k], f->entry[k],
-                                    res, step_status, f),
+  ASSERT_EQ(al_fleet_queue_complete(q, f->job[k], f->epoch[k], f->entry[k], res,
+                                    step_status, f),
             0);
 }
 
@@ -216,7 +218,8 @@ static void submit_file(fx_t *f, const char *rel, const char *want) {
   }
 }
 
-/* ---- submit --------------------------------------------------------------------- */
+/* ---- submit
+ * --------------------------------------------------------------------- */
 
 TEST_IMPL(fleet_cli_submit_idempotent_duplicates) {
   static const char *const ids[] = {"j1", "j2", "j3", "j4"};
@@ -268,7 +271,8 @@ TEST_IMPL(fleet_cli_submit_bad_line_submits_nothing) {
   return 0;
 }
 
-/* ---- results --follow --------------------------------------------------------------- */
+/* ---- results --follow
+ * --------------------------------------------------------------- */
 
 /* XREADs Redis has answered (a blocked one counts when it returns). */
 static long long xread_calls(fx_t *f) {
@@ -287,8 +291,8 @@ typedef struct {
   long long idle_from; /* xread_calls when the last wait began; -1 none */
   bool poll_closed;
   unsigned reconnects; /* the worker's, before the restart */
-  size_t done;     /* jobs finished by the test's worker */
-  bool restart;    /* kill and restart redis after two results */
+  size_t done;         /* jobs finished by the test's worker */
+  bool restart;        /* kill and restart redis after two results */
   bool restarted;
 } follower_t;
 
@@ -366,9 +370,10 @@ static void follow(fx_t *f, bool restart) {
   fx_run(f, args);
   if (f->c.exit_status != 0 || lines(f->c.obuf) != 4 || w.done != 4 ||
       (restart && !w.restarted)) {
-    AL_TEST_FAIL("results --follow: exit %d after %zu finished\nstdout: %s\n"
-                 "stderr: %s",
-                 (int)f->c.exit_status, w.done, f->c.obuf, f->c.ebuf);
+    AL_TEST_FAIL(
+        "results --follow: exit %d after %zu finished\nstdout: %s\n"
+        "stderr: %s",
+        (int)f->c.exit_status, w.done, f->c.obuf, f->c.ebuf);
   }
   /* Each line exactly the stored result, each job once, in order, the
    * dead letter last. */
@@ -412,7 +417,8 @@ TEST_IMPL(fleet_cli_results_follow_until_all_done) {
     fx_run(&f, args);
     ASSERT_EQ(f.c.exit_status, 0);
     ASSERT_EQ(lines(f.c.obuf), 4);
-    ASSERT_NOT_NULL(strstr(f.c.obuf, "r1  done  2 turns  $0.5000  answer r1\n"));
+    ASSERT_NOT_NULL(
+        strstr(f.c.obuf, "r1  done  2 turns  $0.5000  answer r1\n"));
     ASSERT_NOT_NULL(strstr(f.c.obuf, "r4  dead_letter  0 turns  -  \n"));
   }
   fx_finish(&f);
@@ -429,14 +435,15 @@ TEST_IMPL(fleet_cli_results_follow_survives_redis_restart) {
   return 0;
 }
 
-/* ---- status ------------------------------------------------------------------------ */
+/* ---- status
+ * ------------------------------------------------------------------------ */
 
 TEST_IMPL(fleet_cli_status_counts) {
   static const char *const ids[] = {"s1", "s2", "s3", "s4", "s5"};
   fx_t f;
   const char *args[] = {"batch", "status", "--queue", f.url, NULL};
-  const char *jargs[] = {"batch", "status", "--queue", f.url,
-                         "--output-format", "json", NULL};
+  const char *jargs[] = {"batch",           "status", "--queue", f.url,
+                         "--output-format", "json",   NULL};
   json_t *o;
 
   al_test_timeout_s(60);
@@ -456,10 +463,10 @@ TEST_IMPL(fleet_cli_status_counts) {
   wait_step(&f);
   fx_run(&f, args);
   ASSERT_EQ(f.c.exit_status, 0);
-  if (strstr(f.c.obuf, "\nsubmitted: 5\ndone: 2\ndead letters: 1\n"
-                       "pending: 1\nrunning: 2\n  w1: 1\n  w2: 1\n"
-                       "results/min: 2 last minute, 0.2 last 10 minutes\n") ==
-      NULL) {
+  if (strstr(f.c.obuf,
+             "\nsubmitted: 5\ndone: 2\ndead letters: 1\n"
+             "pending: 1\nrunning: 2\n  w1: 1\n  w2: 1\n"
+             "results/min: 2 last minute, 0.2 last 10 minutes\n") == NULL) {
     AL_TEST_FAIL("status:\n%s", f.c.obuf);
   }
   /* No AOF on this server: said. */
@@ -493,13 +500,14 @@ TEST_IMPL(fleet_cli_status_counts) {
   return 0;
 }
 
-/* ---- unreachable ------------------------------------------------------------------- */
+/* ---- unreachable
+ * ------------------------------------------------------------------- */
 
 TEST_IMPL(fleet_cli_unreachable_redis_clear_error) {
   fx_t f;
   char url[300];
-  const char *args[] = {"batch", "status", "--queue", url,
-                        "--connect-timeout", "0.3", NULL};
+  const char *args[] = {"batch", "status", "--queue", url, "--connect-timeout",
+                        "0.3",   NULL};
   uint64_t t0, ms;
 
   al_test_timeout_s(30);
@@ -524,6 +532,67 @@ TEST_IMPL(fleet_cli_unreachable_redis_clear_error) {
       NULL) {
     AL_TEST_FAIL("stderr: %s", f.c.ebuf);
   }
+  fx_finish(&f);
+  return 0;
+}
+
+/* ---- results --follow and SIGINT ------------------------------------------- */
+
+typedef struct {
+  fx_t *f;
+  uv_timer_t poll;
+  bool sent;
+  uint64_t sent_ns;
+} interrupter_t;
+
+static void on_int_poll(uv_timer_t *t) {
+  interrupter_t *k = t->data;
+  const char *argv[2] = {"INFO", "clients"};
+  char *info;
+
+  if (k->f->c.exits > 0) {
+    uv_close((uv_handle_t *)t, NULL);
+    return;
+  }
+  if (k->sent) {
+    return;
+  }
+  /* The CLI is blocked in its XREAD: interrupt it there. */
+  info = al_test_redis_cmd(&k->f->srv, 2, argv);
+  if (strstr(info, "blocked_clients:1\r\n") != NULL) {
+    ASSERT_EQ(uv_process_kill(&k->f->c.proc, SIGINT), 0);
+    k->sent = true;
+    k->sent_ns = uv_hrtime();
+  }
+  free(info);
+}
+
+TEST_IMPL(fleet_cli_results_follow_sigint_130) {
+  static const char *const ids[] = {"i1"};
+  fx_t f;
+  const char *args[] = {"batch", "results", "--queue", f.url, "--follow",
+                        NULL};
+  interrupter_t k;
+  uint64_t ms;
+
+  al_test_timeout_s(30);
+  fx_start(&f, false);
+  write_jobs(&f, "jobs.jsonl", ids, 1);
+  submit_file(&f, "jobs.jsonl", "1 submitted, 0 already there\n");
+  memset(&k, 0, sizeof(k));
+  k.f = &f;
+  ASSERT_EQ(uv_timer_init(&f.c.loop, &k.poll), 0);
+  k.poll.data = &k;
+  ASSERT_EQ(uv_timer_start(&k.poll, on_int_poll, 2, 2), 0);
+  fx_run(&f, args);
+  ms = (uv_hrtime() - k.sent_ns) / 1000000u;
+  if (!k.sent || f.c.exit_status != 130) {
+    AL_TEST_FAIL("exit %d, SIGINT %s\nstdout: %s\nstderr: %s",
+                 (int)f.c.exit_status, k.sent ? "sent" : "not sent",
+                 f.c.obuf, f.c.ebuf);
+  }
+  fprintf(stderr, "exit 130 %llu ms after SIGINT\n", (unsigned long long)ms);
+  ASSERT_LE(ms, 10000);
   fx_finish(&f);
   return 0;
 }
