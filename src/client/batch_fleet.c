@@ -438,12 +438,21 @@ static void on_status(int status, al_fleet_status_t *st, void *data) {
         st->persistence < 0 ? json_null() : json_boolean(st->persistence),
         "appendonly", st->appendonly, "appendfsync", st->appendfsync);
     json_t *cons = json_object();
+    json_t *leases = json_object();
     char *s;
 
     for (i = 0; i < st->nconsumers; i++) {
-      json_object_set_new(cons, st->consumers[i].name,
-                          json_integer(st->consumers[i].pending));
+      const al_fleet_consumer_t *k = &st->consumers[i];
+
+      json_object_set_new(cons, k->name, json_integer(k->pending));
+      json_object_set_new(
+          leases, k->name,
+          json_pack("{s:o,s:I}", "shortest_left_ms",
+                    k->lease_min_ms >= 0 ? json_integer(k->lease_min_ms)
+                                         : json_null(),
+                    "without_lease", (json_int_t)k->no_lease));
     }
+    json_object_set_new(o, "leases_by_consumer", leases);
     json_object_set_new(o, "group", json_string(c->group));
     json_object_set_new(o, "running_by_consumer", cons);
     s = json_dumps(o, JSON_COMPACT);
@@ -463,8 +472,16 @@ static void on_status(int status, al_fleet_status_t *st, void *data) {
     }
     printf("running: %" PRId64 "\n", st->running);
     for (i = 0; i < st->nconsumers; i++) {
-      printf("  %s: %" PRId64 "\n", st->consumers[i].name,
-             st->consumers[i].pending);
+      const al_fleet_consumer_t *k = &st->consumers[i];
+
+      printf("  %s: %" PRId64, k->name, k->pending);
+      if (k->lease_min_ms >= 0) {
+        printf(", shortest lease left %.1f s", (double)k->lease_min_ms / 1e3);
+      }
+      if (k->no_lease > 0) {
+        printf(", %" PRId64 " without a live lease", k->no_lease);
+      }
+      putchar('\n');
     }
     if (st->rate_10m >= 0) {
       printf("results/min: %" PRId64 " last minute, %.1f last 10 minutes\n",

@@ -13,6 +13,8 @@
 /* The rate scan reads at most this many result entries (in pages of 500,
  * inside one script, so only two numbers cross the wire). */
 #define RATE_SCAN_MAX "100000"
+/* The lease scan looks at most at this many running jobs. */
+#define LEASE_SCAN_MAX "10000"
 
 static int key(char *buf, size_t len, const char *prefix, const char *what) {
   int n = snprintf(buf, len, "%s:%s", prefix, what);
@@ -242,6 +244,34 @@ static const char rate_lua[] =
     "end\n"
     "return {n1, -1}\n";
 
+/* KEYS: jobs. ARGV: group, prefix, scan bound. {{consumer, shortest
+ * lease left in ms (-1 none), entries without an owner key}, ...} over the
+ * group's pending entries (one XRANGE and one PTTL each: as many as jobs
+ * are running, bounded). */
+static const char leases_lua[] =
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+',"
+    " tonumber(ARGV[3]))\n"
+    "local by, out = {}, {}\n"
+    "for _, e in ipairs(p) do\n"
+    "  local r = redis.call('XRANGE', KEYS[1], e[1], e[1])\n"
+    "  local jid = nil\n"
+    "  if r[1] then\n"
+    "    local f = r[1][2]\n"
+    "    for i = 1, #f, 2 do if f[i] == 'id' then jid = f[i + 1] end end\n"
+    "  end\n"
+    "  local t = -2\n"
+    "  if jid then t = redis.call('PTTL', ARGV[2] .. ':owner:' .. jid) end\n"
+    "  local s = by[e[2]]\n"
+    "  if not s then\n"
+    "    s = {e[2], -1, 0}\n"
+    "    by[e[2]] = s\n"
+    "    out[#out + 1] = s\n"
+    "  end\n"
+    "  if t == -2 then s[3] = s[3] + 1\n"
+    "  elseif t >= 0 and (s[2] < 0 or t < s[2]) then s[2] = t end\n"
+    "end\n"
+    "return out\n";
+
 enum st_kind {
   ST_SUBMITTED,
   ST_QUEUED,
@@ -249,6 +279,7 @@ enum st_kind {
   ST_DEAD,
   ST_GROUPS,
   ST_PENDING,
+  ST_LEASES, /* after ST_PENDING: it fills the consumers listed there */
   ST_RATE,
   ST_APPENDONLY,
   ST_APPENDFSYNC,
@@ -346,12 +377,40 @@ static int decode_pending(status_ctx_t *c, redisReply *reply) {
     }
     k = &c->st.consumers[c->st.nconsumers++];
     snprintf(k->name, sizeof(k->name), "%s", e->element[0]->str);
+    k->lease_min_ms = -1;
     k->pending = reply_int(e->element[1], &ok);
     if (!ok) {
       return AL_EPROTO;
     }
   }
   return 0;
+}
+
+/* leases_lua's {{consumer, shortest, without}, ...}. */
+static int decode_leases(status_ctx_t *c, redisReply *reply) {
+  size_t i, k;
+  bool ok = true;
+
+  if (reply->type != REDIS_REPLY_ARRAY) {
+    return AL_EPROTO;
+  }
+  for (i = 0; i < reply->elements; i++) {
+    redisReply *e = reply->element[i];
+
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 ||
+        !is_str(e->element[0])) {
+      return AL_EPROTO;
+    }
+    for (k = 0; k < c->st.nconsumers; k++) {
+      al_fleet_consumer_t *x = &c->st.consumers[k];
+
+      if (strcmp(x->name, e->element[0]->str) == 0) {
+        x->lease_min_ms = reply_int(e->element[1], &ok);
+        x->no_lease = ok ? reply_int(e->element[2], &ok) : 0;
+      }
+    }
+  }
+  return ok ? 0 : AL_EPROTO;
 }
 
 static int decode_config(redisReply *reply, char *out, size_t len) {
@@ -398,7 +457,8 @@ static void on_status_reply(al_fleet_redis_t *r, int status, redisReply *reply,
   if (status == AL_EREDIS) {
     /* Nothing submitted yet, no group yet, or CONFIG refused: not errors. */
     if ((op->kind == ST_GROUPS && err_is(reply, "no such key")) ||
-        (op->kind == ST_PENDING && err_is(reply, "NOGROUP")) ||
+        ((op->kind == ST_PENDING || op->kind == ST_LEASES) &&
+         err_is(reply, "NOGROUP")) ||
         op->kind == ST_APPENDONLY || op->kind == ST_APPENDFSYNC) {
       rc = 0;
       reply = NULL;
@@ -423,6 +483,9 @@ static void on_status_reply(al_fleet_redis_t *r, int status, redisReply *reply,
         break;
       case ST_PENDING:
         rc = decode_pending(c, reply);
+        break;
+      case ST_LEASES:
+        rc = decode_leases(c, reply);
         break;
       case ST_RATE:
         if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
@@ -457,7 +520,7 @@ int al_fleet_admin_status(al_fleet_redis_t *r, const char *prefix,
                           const char *group, al_fleet_status_done_cb cb,
                           void *data) {
   char submitted[KEYLEN], jobs[KEYLEN], results[KEYLEN], dead[KEYLEN];
-  const char *argv[ST_N][6];
+  const char *argv[ST_N][7];
   int argc[ST_N];
   status_ctx_t *c;
   unsigned i;
@@ -490,6 +553,8 @@ int al_fleet_admin_status(al_fleet_redis_t *r, const char *prefix,
   CMD(ST_DEAD, 2, "XLEN", dead);
   CMD(ST_GROUPS, 3, "XINFO", "GROUPS", jobs);
   CMD(ST_PENDING, 3, "XPENDING", jobs, c->group);
+  CMD(ST_LEASES, 7, "EVAL", leases_lua, "1", jobs, c->group, prefix,
+      LEASE_SCAN_MAX);
   CMD(ST_RATE, 5, "EVAL", rate_lua, "1", results, RATE_SCAN_MAX);
   CMD(ST_APPENDONLY, 3, "CONFIG", "GET", "appendonly");
   CMD(ST_APPENDFSYNC, 3, "CONFIG", "GET", "appendfsync");

@@ -31,7 +31,10 @@ int al_fleet_admin_submitted(al_fleet_redis_t *r, const char *prefix,
 
 typedef struct {
   char name[128];
-  int64_t pending; /* delivered to it, not acked */
+  int64_t pending;      /* delivered to it, not acked */
+  int64_t lease_min_ms; /* the shortest owner lease left; -1 none */
+  int64_t no_lease;     /* of them, without a live owner key (not claimed
+                           yet, or the lease ran out: to be taken over) */
 } al_fleet_consumer_t;
 
 #define AL_FLEET_STATUS_CONSUMERS 64

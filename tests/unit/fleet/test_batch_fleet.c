@@ -461,11 +461,16 @@ TEST_IMPL(fleet_cli_status_counts) {
   wait_step(&f);
   worker_dead_letter_start(&f);
   wait_step(&f);
+  /* s4's lease runs out (its owner key gone): w2 holds it without one. */
+  free(fx_cmd(&f, "DEL", "t:owner:s4"));
   fx_run(&f, args);
   ASSERT_EQ(f.c.exit_status, 0);
   if (strstr(f.c.obuf,
              "\nsubmitted: 5\ndone: 2\ndead letters: 1\n"
-             "pending: 1\nrunning: 2\n  w1: 1\n  w2: 1\n"
+             "pending: 1\nrunning: 2\n  w1: 1, shortest lease "
+             "left ") == NULL ||
+      strstr(f.c.obuf,
+             " s\n  w2: 1, 1 without a live lease\n"
              "results/min: 2 last minute, 0.2 last 10 minutes\n") == NULL) {
     AL_TEST_FAIL("status:\n%s", f.c.obuf);
   }
@@ -487,6 +492,14 @@ TEST_IMPL(fleet_cli_status_counts) {
                 json_object_get(o, "running_by_consumer"), "w2")),
             1);
   ASSERT(json_is_false(json_object_get(o, "durable")));
+  ASSERT_EQ(json_integer_value(json_object_get(
+                json_object_get(json_object_get(o, "leases_by_consumer"), "w2"),
+                "without_lease")),
+            1);
+  ASSERT_GE(json_integer_value(json_object_get(
+                json_object_get(json_object_get(o, "leases_by_consumer"), "w1"),
+                "shortest_left_ms")),
+            1);
   json_decref(o);
   fx_finish(&f);
 
@@ -536,7 +549,8 @@ TEST_IMPL(fleet_cli_unreachable_redis_clear_error) {
   return 0;
 }
 
-/* ---- results --follow and SIGINT ------------------------------------------- */
+/* ---- results --follow and SIGINT -------------------------------------------
+ */
 
 typedef struct {
   fx_t *f;
@@ -570,8 +584,7 @@ static void on_int_poll(uv_timer_t *t) {
 TEST_IMPL(fleet_cli_results_follow_sigint_130) {
   static const char *const ids[] = {"i1"};
   fx_t f;
-  const char *args[] = {"batch", "results", "--queue", f.url, "--follow",
-                        NULL};
+  const char *args[] = {"batch", "results", "--queue", f.url, "--follow", NULL};
   interrupter_t k;
   uint64_t ms;
 
@@ -588,8 +601,8 @@ TEST_IMPL(fleet_cli_results_follow_sigint_130) {
   ms = (uv_hrtime() - k.sent_ns) / 1000000u;
   if (!k.sent || f.c.exit_status != 130) {
     AL_TEST_FAIL("exit %d, SIGINT %s\nstdout: %s\nstderr: %s",
-                 (int)f.c.exit_status, k.sent ? "sent" : "not sent",
-                 f.c.obuf, f.c.ebuf);
+                 (int)f.c.exit_status, k.sent ? "sent" : "not sent", f.c.obuf,
+                 f.c.ebuf);
   }
   fprintf(stderr, "exit 130 %llu ms after SIGINT\n", (unsigned long long)ms);
   ASSERT_LE(ms, 10000);
