@@ -155,9 +155,10 @@ static void submit_end(fc_t *c) {
   }
   if (c->failed > 0 || c->fresh + c->known < c->njobs) {
     fail_msg(
-        "%zu of %zu jobs not submitted: %s (submitting again is "
+        "%s: %zu of %zu jobs not submitted: %s (submitting again is "
         "harmless)",
-        c->njobs - c->fresh - c->known, c->njobs, al_strerror(c->fail_status));
+        c->url_text, c->njobs - c->fresh - c->known, c->njobs,
+        al_strerror(c->fail_status));
     finish(c, EXIT_FAIL);
     return;
   }
