@@ -142,7 +142,7 @@ int al_fleet_admin_results(al_fleet_redis_t *r, const char *prefix,
   }
   op->cb = cb;
   op->data = data;
-  rc = al_fleet_redis_command(r, on_results, op, argc, argv, NULL);
+  rc = al_fleet_redis_command_rel(r, on_results, al_free, op, argc, argv, NULL);
   if (rc != 0) {
     al_free(op);
   }
@@ -211,7 +211,7 @@ int al_fleet_admin_submitted(al_fleet_redis_t *r, const char *prefix,
   }
   op->cb = cb;
   op->data = data;
-  rc = al_fleet_redis_command(r, on_count, op, 2, argv, NULL);
+  rc = al_fleet_redis_command_rel(r, on_count, al_free, op, 2, argv, NULL);
   if (rc != 0) {
     al_free(op);
   }
@@ -516,6 +516,16 @@ static void on_status_reply(al_fleet_redis_t *r, int status, redisReply *reply,
   }
 }
 
+/* A reply dropped by a close: the last one frees the context. */
+static void status_release(void *data) {
+  st_op_t *op = data;
+  status_ctx_t *c = op->ctx;
+
+  if (--c->outstanding == 0) {
+    al_free(c);
+  }
+}
+
 int al_fleet_admin_status(al_fleet_redis_t *r, const char *prefix,
                           const char *group, al_fleet_status_done_cb cb,
                           void *data) {
@@ -565,8 +575,8 @@ int al_fleet_admin_status(al_fleet_redis_t *r, const char *prefix,
   for (i = 0; i < ST_N && rc == 0; i++) {
     c->ops[i].ctx = c;
     c->ops[i].kind = (enum st_kind)i;
-    rc = al_fleet_redis_command(r, on_status_reply, &c->ops[i], argc[i],
-                                argv[i], NULL);
+    rc = al_fleet_redis_command_rel(r, on_status_reply, status_release,
+                                    &c->ops[i], argc[i], argv[i], NULL);
     if (rc == 0) {
       c->outstanding++;
     }

@@ -64,6 +64,16 @@ void *al_fleet_redis_data(const al_fleet_redis_t *r);
 int al_fleet_redis_command(al_fleet_redis_t *r, al_fleet_reply_cb cb,
                            void *data, int argc, const char **argv,
                            const size_t *argvlen);
+/* Frees a command's data when close drops the command (cb never fires). */
+typedef void (*al_fleet_release_cb)(void *data);
+/* The same; release (may be NULL) runs instead of cb, once, for a command
+ * still pending when r is closed (inside al_fleet_redis_close or when
+ * hiredis leaves the callback it is in), so data the caller allocated for
+ * the reply is not leaked. It must only free: r is closing. */
+int al_fleet_redis_command_rel(al_fleet_redis_t *r, al_fleet_reply_cb cb,
+                               al_fleet_release_cb release, void *data,
+                               int argc, const char **argv,
+                               const size_t *argvlen);
 /* Asynchronous, once: nothing fires after it returns (pending commands'
  * callbacks included); cb (may be NULL) runs on a later iteration, when
  * every handle is closed and r is about to be freed. */

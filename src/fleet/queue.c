@@ -277,7 +277,9 @@ static int send_op(al_fleet_queue_t *q, op_t *op, int argc, const char **argv) {
   if (op == NULL) {
     return UV_ENOMEM;
   }
-  rc = al_fleet_redis_command(q->redis, on_reply, op, argc, argv, NULL);
+  /* An op dropped by a close of the connection is freed, not leaked. */
+  rc = al_fleet_redis_command_rel(q->redis, on_reply, al_free, op, argc, argv,
+                                  NULL);
   if (rc != 0) {
     al_free(op);
   }

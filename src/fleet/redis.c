@@ -47,6 +47,7 @@ struct al_fleet_redis_s {
 typedef struct {
   al_fleet_redis_t *r;
   al_fleet_reply_cb cb;
+  al_fleet_release_cb release; /* the data of a command dropped by close */
   void *data;
 } request_t;
 
@@ -310,6 +311,8 @@ static void on_reply(redisAsyncContext *ac, void *reply_, void *priv) {
       status = AL_EREDIS;
     }
     req->cb(r, status, reply, req->data);
+  } else if (req->release != NULL) {
+    req->release(req->data); /* swallowed by close: its data is freed */
   }
   al_free(req);
 }
@@ -317,6 +320,13 @@ static void on_reply(redisAsyncContext *ac, void *reply_, void *priv) {
 int al_fleet_redis_command(al_fleet_redis_t *r, al_fleet_reply_cb cb,
                            void *data, int argc, const char **argv,
                            const size_t *argvlen) {
+  return al_fleet_redis_command_rel(r, cb, NULL, data, argc, argv, argvlen);
+}
+
+int al_fleet_redis_command_rel(al_fleet_redis_t *r, al_fleet_reply_cb cb,
+                               al_fleet_release_cb release, void *data,
+                               int argc, const char **argv,
+                               const size_t *argvlen) {
   request_t *req;
 
   if (r->closing) {
@@ -331,6 +341,7 @@ int al_fleet_redis_command(al_fleet_redis_t *r, al_fleet_reply_cb cb,
   }
   req->r = r;
   req->cb = cb;
+  req->release = release;
   req->data = data;
   if (redisAsyncCommandArgv(r->ac, on_reply, req, argc, argv, argvlen) !=
       REDIS_OK) {
