@@ -108,8 +108,7 @@ static void usage(FILE *f) {
       f);
 }
 
-/* ---- ending
- * ------------------------------------------------------------------ */
+/* ---- ending -------------------------------------------------------------- */
 
 static void finish(fc_t *c, int code) {
   if (c->finished) {
@@ -139,8 +138,7 @@ static void on_connect_timeout(uv_timer_t *t) {
   finish(c, EXIT_FAIL);
 }
 
-/* ---- submit
- * ------------------------------------------------------------------ */
+/* ---- submit -------------------------------------------------------------- */
 
 static void submit_pump(fc_t *c);
 
@@ -285,8 +283,7 @@ static int submit_prepare(fc_t *c, const char *path) {
   return EXIT_OK;
 }
 
-/* ---- results
- * ------------------------------------------------------------------ */
+/* ---- results ------------------------------------------------------------- */
 
 static void results_read(fc_t *c);
 
@@ -403,8 +400,7 @@ static void results_read(fc_t *c) {
   /* UV_ENOTCONN while following: on_state(up) reads again. */
 }
 
-/* ---- status
- * ------------------------------------------------------------------- */
+/* ---- status -------------------------------------------------------------- */
 
 static void on_status(int status, al_fleet_status_t *st, void *data) {
   fc_t *c = data;
@@ -497,8 +493,7 @@ static void on_status(int status, al_fleet_status_t *st, void *data) {
   finish(c, EXIT_OK);
 }
 
-/* ---- the connection ---------------------------------------------------------
- */
+/* ---- the connection ------------------------------------------------------ */
 
 static void on_state(al_fleet_redis_t *r, bool up, int status) {
   fc_t *c = al_fleet_redis_data(r);

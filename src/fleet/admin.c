@@ -27,8 +27,7 @@ static bool is_str(const redisReply *r) {
          (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
-/* ---- results --------------------------------------------------------------
- */
+/* ---- results ------------------------------------------------------------- */
 
 typedef struct {
   al_fleet_results_cb cb;
@@ -149,8 +148,7 @@ int al_fleet_admin_results(al_fleet_redis_t *r, const char *prefix,
   return rc;
 }
 
-/* ---- the submitted count ---------------------------------------------------
- */
+/* ---- the submitted count ------------------------------------------------- */
 
 typedef struct {
   al_fleet_count_cb cb;
@@ -218,8 +216,7 @@ int al_fleet_admin_submitted(al_fleet_redis_t *r, const char *prefix,
   return rc;
 }
 
-/* ---- status
- * ------------------------------------------------------------------ */
+/* ---- status -------------------------------------------------------------- */
 
 /* KEYS: results. ARGV: scan bound. {last minute, last 10 minutes (-1 past
  * the bound)} by the server's clock, which also stamps the entry ids. The

@@ -91,8 +91,7 @@ static size_t lines(const char *s) {
   return n;
 }
 
-/* ---- the test's worker
- * ------------------------------------------------------- */
+/* ---- the test's worker --------------------------------------------------- */
 
 static void step_status(int status, void *data) {
   fx_t *f = data;
@@ -218,8 +217,7 @@ static void submit_file(fx_t *f, const char *rel, const char *want) {
   }
 }
 
-/* ---- submit
- * --------------------------------------------------------------------- */
+/* ---- submit -------------------------------------------------------------- */
 
 TEST_IMPL(fleet_cli_submit_idempotent_duplicates) {
   static const char *const ids[] = {"j1", "j2", "j3", "j4"};
@@ -271,8 +269,7 @@ TEST_IMPL(fleet_cli_submit_bad_line_submits_nothing) {
   return 0;
 }
 
-/* ---- results --follow
- * --------------------------------------------------------------- */
+/* ---- results --follow ---------------------------------------------------- */
 
 /* XREADs Redis has answered (a blocked one counts when it returns). */
 static long long xread_calls(fx_t *f) {
@@ -435,8 +432,7 @@ TEST_IMPL(fleet_cli_results_follow_survives_redis_restart) {
   return 0;
 }
 
-/* ---- status
- * ------------------------------------------------------------------------ */
+/* ---- status -------------------------------------------------------------- */
 
 TEST_IMPL(fleet_cli_status_counts) {
   static const char *const ids[] = {"s1", "s2", "s3", "s4", "s5"};
@@ -513,8 +509,7 @@ TEST_IMPL(fleet_cli_status_counts) {
   return 0;
 }
 
-/* ---- unreachable
- * ------------------------------------------------------------------- */
+/* ---- unreachable --------------------------------------------------------- */
 
 TEST_IMPL(fleet_cli_unreachable_redis_clear_error) {
   fx_t f;
@@ -549,8 +544,7 @@ TEST_IMPL(fleet_cli_unreachable_redis_clear_error) {
   return 0;
 }
 
-/* ---- results --follow and SIGINT -------------------------------------------
- */
+/* ---- results --follow and SIGINT ----------------------------------------- */
 
 typedef struct {
   fx_t *f;
@@ -610,7 +604,7 @@ TEST_IMPL(fleet_cli_results_follow_sigint_130) {
   return 0;
 }
 
-/* ---- a close drops pending commands: their data is released ------------ */
+/* ---- a close drops pending commands: their data is released -------------- */
 
 typedef struct {
   int replies;
