@@ -659,3 +659,59 @@ TEST_IMPL(fleet_redis_close_releases_dropped_commands) {
   ASSERT_EQ(d.releases, 2);
   return 0;
 }
+
+/* ---- many jobs: the submit window and the results pages ------------------ */
+
+TEST_IMPL(fleet_cli_many_jobs_window_and_pages) {
+  fx_t f;
+  char path[256];
+  const char *sargs[] = {"batch", "submit", path, "--queue", f.url, NULL};
+  const char *rargs[] = {"batch",           "results", "--queue", f.url,
+                         "--output-format", "ndjson",  NULL};
+  const char *fargs[] = {"batch",           "results", "--queue", f.url,
+                         "--output-format", "ndjson",  "--follow", NULL};
+  /* A result per job, written as a worker's completion would be. */
+  const char *fill[] = {
+      "EVAL",
+      "for i = 1, 1200 do redis.call('XADD', KEYS[1], '*', 'id', 'm' .. i,"
+      " 'result', '{\"id\":\"m' .. i .. '\",\"outcome\":\"done\"}') end",
+      "1", "t:results"};
+  char *text, *want;
+  size_t i, len = 0, wlen = 0;
+
+  al_test_timeout_s(60);
+  fx_start(&f, false);
+  /* More jobs than the 256 in flight, more results than a 500 page. */
+  text = malloc(1200 * 128);
+  want = malloc(1200 * 64);
+  ASSERT_NOT_NULL(text);
+  ASSERT_NOT_NULL(want);
+  for (i = 1; i <= 1200; i++) {
+    len += (size_t)snprintf(text + len, 128,
+                            "{\"id\":\"m%zu\",\"prompt\":\"p\","
+                            "\"workspace\":\"/tmp\"}\n",
+                            i);
+    wlen += (size_t)snprintf(want + wlen, 64,
+                             "{\"id\":\"m%zu\",\"outcome\":\"done\"}\n", i);
+  }
+  wire_write(f.root, "jobs.jsonl", text);
+  snprintf(path, sizeof(path), "%s/jobs.jsonl", f.root);
+  fx_run(&f, sargs);
+  ASSERT_EQ(f.c.exit_status, 0);
+  ASSERT_STR_EQ(f.c.obuf, "1200 submitted, 0 already there\n");
+  expect_cmd(&f, "XLEN", "t:jobs", "1200");
+  expect_cmd(&f, "GET", "t:submitted", "1200");
+  free(al_test_redis_cmd(&f.srv, 4, fill));
+  /* Every page, in order, each result once; --follow ends with the last. */
+  fx_run(&f, rargs);
+  ASSERT_EQ(f.c.exit_status, 0);
+  ASSERT_EQ(f.c.olen, wlen);
+  ASSERT_STR_EQ(f.c.obuf, want);
+  fx_run(&f, fargs);
+  ASSERT_EQ(f.c.exit_status, 0);
+  ASSERT_STR_EQ(f.c.obuf, want);
+  free(text);
+  free(want);
+  fx_finish(&f);
+  return 0;
+}
