@@ -40,6 +40,7 @@
 
 #include "agentloop/agentloop.h"
 #include "client/batch.h"
+#include "client/batch_fleet.h"
 #include "client/cli.h"
 #include "client/run_int.h"
 #include "client/tui.h"
@@ -1360,6 +1361,10 @@ int al_cli_batch(int argc, char **argv) {
   }
   if (strcmp(argv[1], "run") == 0) {
     return batch_run(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "submit") == 0 || strcmp(argv[1], "results") == 0 ||
+      strcmp(argv[1], "status") == 0) {
+    return al__cli_batch_fleet(argc - 1, argv + 1);
   }
   fail_usage("unknown command '%s' (run; try agentloop batch --help)",
              argv[1]);
