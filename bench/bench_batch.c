@@ -340,6 +340,8 @@ static void mock_thread(void *arg) {
   uv_run(&k->loop, UV_RUN_DEFAULT);
 }
 
+static const char *g_record; /* --record: the mock's requests, NDJSON */
+
 static int mock_start(mock_t *k, const char *yaml, bool validate) {
   al_mockllm_options_t o;
   char err[256] = "";
@@ -351,6 +353,7 @@ static int mock_start(mock_t *k, const char *yaml, bool validate) {
   al_mockllm_options_init(&o);
   o.scenario_yaml = yaml;
   o.validate = validate;
+  o.record_path = g_record;
   o.err = err;
   o.err_len = sizeof(err);
   if (al_mockllm_new(&k->loop, &o, &k->m) != 0) {
@@ -412,11 +415,20 @@ static char *scenario_yaml(size_t n, int kind, unsigned hold_ms) {
 
     job_id(i, id, sizeof(id));
     bfmt(ws, sizeof(ws), "%s/ws/%s", g_root, id);
+    /* codex's first user message is its environment context (the cwd);
+     * the prompt comes second. */
+    if (kind == S_CODEX) {
+      len += (size_t)bfmt(y + len, cap - len,
+                          "  - match: {first_user_contains: 'ws/%s</cwd>'}\n",
+                          id);
+    } else {
+      len += (size_t)bfmt(y + len, cap - len,
+                          "  - match: {first_user_contains: '[JOB-%s]'}\n",
+                          id);
+    }
     len += (size_t)bfmt(y + len, cap - len,
-                            "  - match: {first_user_contains: '[JOB-%s]'}\n"
-                            "    on_exhausted: error\n"
-                            "    responses:\n",
-                            id);
+                        "    on_exhausted: error\n"
+                        "    responses:\n");
     switch (kind) {
       case S_CLAUDE:
         len += (size_t)bfmt(
@@ -431,9 +443,9 @@ static char *scenario_yaml(size_t n, int kind, unsigned hold_ms) {
         len += (size_t)bfmt(
             y + len, cap - len,
             "      - reply: {content: [{text: 'Reading.'}, {tool_use: {name: "
-            "shell, input: {command: [cat, README]}}}]}\n"
-            "      - reply: {content: [{tool_use: {name: shell, input: "
-            "{command: [ls]}}}]}\n");
+            "exec_command, input: {cmd: 'cat README', tty: false}}}]}\n"
+            "      - reply: {content: [{tool_use: {name: exec_command, input: "
+            "{cmd: 'ls', tty: false}}}]}\n");
         break;
       case S_HOLD:
         len += (size_t)bfmt(
@@ -1449,6 +1461,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->queue_window = (unsigned)strtoul(v, NULL, 10);
     } else if (strcmp(a, "--json") == 0) {
       o->json_path = v;
+    } else if (strcmp(a, "--record") == 0) {
+      g_record = v;
     } else if (strcmp(a, "--claude") == 0) {
       o->claude = v;
     } else if (strcmp(a, "--codex") == 0) {
@@ -1543,7 +1557,7 @@ int al_bench_batch(int argc, char **argv) {
   bfmt(g_exe_agentloop, sizeof(g_exe_agentloop), "%s/agentloop", g_bin);
   g_exe_claude = o.claude;
   g_exe_codex = o.codex;
-  bfmt(g_root, sizeof(g_root), "/tmp/al-bench-batch-XXXXXX");
+  bfmt(g_root, sizeof(g_root), "/var/tmp/al-bench-batch-XXXXXX");
   if (mkdtemp(g_root) == NULL) {
     return 1;
   }
@@ -1650,12 +1664,14 @@ int al_bench_batch(int argc, char **argv) {
     printf("batch: %zu jobs of 3 turns (read_file, glob, text), -j %u, "
            "median of %u\n",
            o.jobs, o.conc, o.repeat);
-    printf("%-8s %6s %8s %10s %8s %10s %12s %s\n", "mode", "ok", "wall_s",
-           "jobs/h", "vs run", "cpu_s/job", "peak_rss_kb", "note");
+    printf("%-8s %6s %8s %10s %8s %10s %12s %14s %s\n", "mode", "ok",
+           "wall_s", "jobs/h", "vs run", "cpu_s/job", "peak_rss_kb",
+           "kb/concurrent", "note");
     for (m = 0; m < MAX_MODES; m++) {
       result_t *r0 = &res[m][0];
       double wall = median_wall(res[m], o.repeat);
-      double cpu = 0;
+      double cpu = 0, per_conc;
+      size_t inflight = o.conc < o.jobs ? o.conc : o.jobs;
       size_t ok = 0;
       long rss = 0;
       uint64_t invalid = 0;
@@ -1680,10 +1696,22 @@ int al_bench_batch(int argc, char **argv) {
         }
       }
       cpu /= (double)o.repeat * (double)o.jobs;
-      printf("%-8s %6zu %8.2f %10.0f %8.2f %10.3f %12ld %s%s\n", mode_names[m],
-             ok / o.repeat, wall, wall > 0 ? (double)o.jobs * 3600.0 / wall : 0,
+      /* Memory per concurrent session: a process per job holds one, so its
+       * (median) peak; batch and fleet hold min(C, N) in their processes. */
+      if (m == M_BATCH) {
+        per_conc = (double)rss / (double)inflight;
+      } else if (m == M_FLEET) {
+        per_conc = (double)(r0->rss_worker_kb[0] + r0->rss_worker_kb[1]) /
+                   (double)inflight;
+      } else {
+        per_conc = (double)r0->rss_med_kb;
+      }
+      printf("%-8s %6zu %8.2f %10.0f %8.2f %10.3f %12ld %14.0f %s%s\n",
+             mode_names[m], ok / o.repeat, wall,
+             wall > 0 ? (double)o.jobs * 3600.0 / wall : 0,
              wall > 0 && ref_wall > 0 ? ref_wall / wall : 0, cpu, rss,
-             m == M_RUN || m >= M_CLAUDE ? "largest process" : "",
+             per_conc,
+             m == M_RUN || m >= M_CLAUDE ? "largest process; " : "",
              r0->why[0] != '\0' ? r0->why : "");
       if (m == M_FLEET) {
         printf("%-8s workers peak RSS %ld / %ld KB; redis-server %.3f cpu_s "
@@ -1694,11 +1722,12 @@ int al_bench_batch(int argc, char **argv) {
         printf("%-8s median process peak RSS %ld KB\n", "", r0->rss_med_kb);
       }
       jr = json_pack(
-          "{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "available", 1,
+          "{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:s}", "available", 1,
           "ok_per_repeat", (json_int_t)(ok / o.repeat), "wall_s_median", wall,
           "jobs_per_hour", wall > 0 ? (double)o.jobs * 3600.0 / wall : 0.0,
           "ratio_vs_run", wall > 0 && ref_wall > 0 ? ref_wall / wall : 0.0,
           "cpu_s_per_job", cpu, "peak_rss_kb", (json_int_t)rss,
+          "kb_per_concurrent_session", (json_int_t)per_conc,
           "median_process_rss_kb", (json_int_t)r0->rss_med_kb,
           "invalid_requests", (json_int_t)invalid, "note", r0->why);
       if (m == M_FLEET) {

@@ -71,7 +71,8 @@ static const scenario_t scenarios[] = {
      "          [--modes batch,run,fleet[,claude,codex]] [--parts jobs,rss,queue]\n"
      "          [--rss-k K,K (50,200)] [--hold-ms MS (4000)]\n"
      "          [--queue-jobs N (2000)] [--queue-window W (50)]\n"
-     "          [--claude PATH] [--codex PATH] [--json FILE] [--keep]"},
+     "          [--claude PATH] [--codex PATH] [--json FILE] [--keep]\n"
+     "          [--record FILE (the mock's requests)]"},
     {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 
