@@ -116,6 +116,10 @@ static int bfmt(char *buf, size_t len, const char *fmt, ...) {
 /* ---- paths and the environment ------------------------------------------ */
 
 static char g_bin[PATH_MAX];  /* the build directory (this binary's) */
+/* agentloop and agentloopd: beside this binary unless --agentloop /
+ * --agentloopd name others (a build of another branch). */
+static char g_exe_agentloop[PATH_MAX + 16];
+static char g_exe_agentloopd[PATH_MAX + 16];
 static char g_root[64]; /* a temp directory for everything (mkdtemp) */
 
 static int exe_dir(char *out, size_t len) {
@@ -574,7 +578,7 @@ static void run_batch(const opts_t *o, mock_t *k, const char *jobs,
   pid_t pid;
 
   (void)o;
-  bfmt(exe, sizeof(exe), "%s/agentloop", g_bin);
+  bfmt(exe, sizeof(exe), "%s", g_exe_agentloop);
   bfmt(out, sizeof(out), "%s/out-%s", g_root, tag);
   bfmt(err, sizeof(err), "%s/log/%s.err", g_root, tag);
   bfmt(jc, sizeof(jc), "%u", conc);
@@ -696,7 +700,6 @@ static void pool_run(mock_t *k, size_t n, unsigned conc, argv_fn fn,
   free(pids);
 }
 
-static char g_exe_agentloop[PATH_MAX + 16];
 static const char *g_exe_claude;
 static const char *g_exe_codex;
 
@@ -909,8 +912,12 @@ static int worker_wait(pid_t pid, const char *err, char *why, size_t wl) {
       if (text != NULL && (nl = strchr(text, '\n')) != NULL) {
         *nl = '\0';
       }
-      bfmt(why, wl, "agentloopd has no --queue (it exited: %s)",
-               text != NULL ? text : "");
+      if (text != NULL && strstr(text, "option --queue") != NULL) {
+        bfmt(why, wl, "agentloopd has no --queue");
+      } else {
+        bfmt(why, wl, "agentloopd --queue exited: %s",
+             text != NULL ? text : "");
+      }
       free(text);
       return -1;
     }
@@ -953,15 +960,18 @@ static void run_fleet(mock_t *k, const char *jobs, size_t n, unsigned conc,
   }
   bfmt(url, sizeof(url), "unix://%s?prefix=bench%u", rs.sock, rep);
   bfmt(slots, sizeof(slots), "%u", conc / 2 > 0 ? conc / 2 : 1);
-  bfmt(d_exe, sizeof(d_exe), "%s/agentloopd", g_bin);
+  bfmt(d_exe, sizeof(d_exe), "%s", g_exe_agentloopd);
   bfmt(sessions, sizeof(sessions), "%s/sessions", dir);
   bfmt(work, sizeof(work), "%s/work", dir);
   mkdirs(sessions);
   mkdirs(work);
   env_base(&e, k->url);
   for (i = 0; i < 2; i++) {
-    bfmt(wsock[i], sizeof(wsock[i]), "%s/w%d.sock", dir, i);
-    bfmt(wstate[i], sizeof(wstate[i]), "%s/w%d-state", dir, i);
+    /* The daemon wants its socket's directory private. */
+    bfmt(wstate[i], sizeof(wstate[i]), "%s/w%d", dir, i);
+    mkdir(wstate[i], 0700);
+    bfmt(wsock[i], sizeof(wsock[i]), "%s/w%d/d.sock", dir, i);
+    bfmt(wstate[i], sizeof(wstate[i]), "%s/w%d/state", dir, i);
     bfmt(werr[i], sizeof(werr[i]), "%s/w%d.err", dir, i);
     bfmt(name[i], sizeof(name[i]), "bench-w%d", i);
     argv[0] = d_exe;
@@ -1461,6 +1471,10 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->queue_window = (unsigned)strtoul(v, NULL, 10);
     } else if (strcmp(a, "--json") == 0) {
       o->json_path = v;
+    } else if (strcmp(a, "--agentloop") == 0) {
+      bfmt(g_exe_agentloop, sizeof(g_exe_agentloop), "%s", v);
+    } else if (strcmp(a, "--agentloopd") == 0) {
+      bfmt(g_exe_agentloopd, sizeof(g_exe_agentloopd), "%s", v);
     } else if (strcmp(a, "--record") == 0) {
       g_record = v;
     } else if (strcmp(a, "--claude") == 0) {
@@ -1554,7 +1568,12 @@ int al_bench_batch(int argc, char **argv) {
   if (exe_dir(g_bin, sizeof(g_bin)) != 0) {
     return 1;
   }
-  bfmt(g_exe_agentloop, sizeof(g_exe_agentloop), "%s/agentloop", g_bin);
+  if (g_exe_agentloop[0] == '\0') {
+    bfmt(g_exe_agentloop, sizeof(g_exe_agentloop), "%s/agentloop", g_bin);
+  }
+  if (g_exe_agentloopd[0] == '\0') {
+    bfmt(g_exe_agentloopd, sizeof(g_exe_agentloopd), "%s/agentloopd", g_bin);
+  }
   g_exe_claude = o.claude;
   g_exe_codex = o.codex;
   bfmt(g_root, sizeof(g_root), "/var/tmp/al-bench-batch-XXXXXX");

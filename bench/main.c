@@ -72,7 +72,8 @@ static const scenario_t scenarios[] = {
      "          [--rss-k K,K (50,200)] [--hold-ms MS (4000)]\n"
      "          [--queue-jobs N (2000)] [--queue-window W (50)]\n"
      "          [--claude PATH] [--codex PATH] [--json FILE] [--keep]\n"
-     "          [--record FILE (the mock's requests)]"},
+     "          [--record FILE (the mock's requests)]\n"
+     "          [--agentloop PATH] [--agentloopd PATH (default: beside this)]"},
     {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 
