@@ -15,13 +15,15 @@
  * workspace, a glob, then the final text. Reported per mode: jobs/hour
  * (from the median wall time over the repeats) and its ratio to `run` of
  * the same run, CPU seconds per job (the processes' own rusage, their
- * reaped descendants included, the mock's excluded) and peak RSS (wait4's
- * ru_maxrss: of the batch process, of each worker, of the largest `run`).
+ * reaped descendants included, the mock's excluded, the fleet's
+ * redis-server included), each process's own peak RSS (VmHWM, read while
+ * it runs) and memory per concurrent session.
  *
  * `rss`: RSS per in-flight session. K jobs whose first turn runs `bash`
  * (so each session's warm sandbox pool exists) and whose second reply the
  * mock holds --hold-ms before its first byte, all K at once: (peak RSS with
- * K - peak RSS with 1) / (K - 1). Goal <= 256 KiB.
+ * K - peak RSS with 1) / (K - 1), each peak the median over --repeat.
+ * Goal <= 256 KiB.
  *
  * `queue`: the fleet primitives (src/fleet) per job against a real
  * redis-server on a unix socket, on one loop, pipelined as a worker does
@@ -87,14 +89,14 @@ typedef struct {
   bool ran;
   bool unavailable;
   char why[256];
-  size_t ok;          /* jobs that ended done with 3 turns */
-  double wall_s;      /* first spawn -> last exit */
-  double cpu_s;       /* every process of the mode */
-  double cpu_aux_s;   /* of that: redis-server (fleet) */
-  long rss_kb;        /* batch: the process; run/peers: the largest one */
-  long rss_med_kb;    /* run/peers: the median process */
+  size_t ok;        /* jobs that ended done with 3 turns */
+  double wall_s;    /* first spawn -> last exit */
+  double cpu_s;     /* every process of the mode */
+  double cpu_aux_s; /* of that: redis-server (fleet) */
+  long rss_kb;      /* batch: the process; run/peers: the largest one */
+  long rss_med_kb;  /* run/peers: the median process */
   long rss_worker_kb[2];
-  uint64_t invalid;   /* requests the mock refused */
+  uint64_t invalid; /* requests the mock refused */
 } result_t;
 
 /* snprintf whose truncation is accepted: every path here is under a
@@ -115,7 +117,7 @@ static int bfmt(char *buf, size_t len, const char *fmt, ...) {
 
 /* ---- paths and the environment ------------------------------------------ */
 
-static char g_bin[PATH_MAX];  /* the build directory (this binary's) */
+static char g_bin[PATH_MAX]; /* the build directory (this binary's) */
 /* agentloop and agentloopd: beside this binary unless --agentloop /
  * --agentloopd name others (a build of another branch). */
 static char g_exe_agentloop[PATH_MAX + 16];
@@ -448,10 +450,10 @@ static char *scenario_yaml(size_t n, int kind, unsigned hold_ms) {
     return NULL;
   }
   len += (size_t)bfmt(y + len, cap - len,
-                          "on_exhausted: repeat_last\n"
-                          "responses:\n"
-                          "  - reply: {content: [{text: 'ok'}]}\n"
-                          "tracks:\n");
+                      "on_exhausted: repeat_last\n"
+                      "responses:\n"
+                      "  - reply: {content: [{text: 'ok'}]}\n"
+                      "tracks:\n");
   for (i = 0; i < n; i++) {
     char id[16];
     char ws[PATH_MAX];
@@ -461,13 +463,12 @@ static char *scenario_yaml(size_t n, int kind, unsigned hold_ms) {
     /* codex's first user message is its environment context (the cwd);
      * the prompt comes second. */
     if (kind == S_CODEX) {
-      len += (size_t)bfmt(y + len, cap - len,
-                          "  - match: {first_user_contains: 'ws/%s</cwd>'}\n",
-                          id);
+      len +=
+          (size_t)bfmt(y + len, cap - len,
+                       "  - match: {first_user_contains: 'ws/%s</cwd>'}\n", id);
     } else {
       len += (size_t)bfmt(y + len, cap - len,
-                          "  - match: {first_user_contains: '[JOB-%s]'}\n",
-                          id);
+                          "  - match: {first_user_contains: '[JOB-%s]'}\n", id);
     }
     len += (size_t)bfmt(y + len, cap - len,
                         "    on_exhausted: error\n"
@@ -510,8 +511,7 @@ static char *scenario_yaml(size_t n, int kind, unsigned hold_ms) {
         break;
     }
     len += (size_t)bfmt(y + len, cap - len,
-                            "      - reply: {content: [{text: 'done %s'}]}\n",
-                            id);
+                        "      - reply: {content: [{text: 'done %s'}]}\n", id);
   }
   return y;
 }
@@ -543,13 +543,11 @@ static void prompt_of(size_t i, char *out, size_t len) {
   char id[16];
 
   job_id(i, id, sizeof(id));
-  bfmt(out, len, "[JOB-%s] Read the README, list the files, then answer.",
-           id);
+  bfmt(out, len, "[JOB-%s] Read the README, list the files, then answer.", id);
 }
 
 /* One jobs-file line per job (as `batch run` and `batch submit` read). */
-static int write_jobs(const char *path, size_t n, const char *url,
-                      bool bash) {
+static int write_jobs(const char *path, size_t n, const char *url, bool bash) {
   FILE *f = fopen(path, "w");
   size_t i;
 
@@ -602,11 +600,11 @@ static size_t count_done(const char *path) {
   return ok;
 }
 
-/* ---- the modes ------------------------------------------------------------ */
+/* ---- the modes ------------------------------------------------------------
+ */
 
-static void run_batch(const opts_t *o, mock_t *k, const char *jobs,
-                      size_t n, unsigned conc, const char *tag,
-                      result_t *r) {
+static void run_batch(const opts_t *o, mock_t *k, const char *jobs, size_t n,
+                      unsigned conc, const char *tag, result_t *r) {
   char exe[PATH_MAX + 16], out[PATH_MAX + 32], res[PATH_MAX + 64];
   char err[PATH_MAX + 32], jc[16];
   char *argv[12];
@@ -646,7 +644,7 @@ static void run_batch(const opts_t *o, mock_t *k, const char *jobs,
   r->ok = count_done(res);
   if (st != 0) {
     bfmt(r->why, sizeof(r->why), "exit status %d (see %s)",
-             WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
+         WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
   }
   (void)n;
 }
@@ -730,7 +728,7 @@ static void pool_run(mock_t *k, size_t n, unsigned conc, argv_fn fn,
       r->ok++;
     } else if (r->why[0] == '\0') {
       bfmt(r->why, sizeof(r->why), "job %zu: status 0x%x (see %s)", i + 1,
-               (unsigned)st, err);
+           (unsigned)st, err);
     }
   }
   r->wall_s = now_s() - t0;
@@ -830,18 +828,19 @@ static int codex_config(const char *url) {
   }
   bfmt(path, sizeof(path), "%s/home/.codex/config.toml", g_root);
   bfmt(text, sizeof(text),
-           "model = \"gpt-5\"\n"
-           "model_provider = \"mock\"\n"
-           "[model_providers.mock]\n"
-           "name = \"mock\"\n"
-           "base_url = \"%s/v1\"\n"
-           "wire_api = \"responses\"\n"
-           "env_key = \"OPENAI_API_KEY\"\n",
-           url);
+       "model = \"gpt-5\"\n"
+       "model_provider = \"mock\"\n"
+       "[model_providers.mock]\n"
+       "name = \"mock\"\n"
+       "base_url = \"%s/v1\"\n"
+       "wire_api = \"responses\"\n"
+       "env_key = \"OPENAI_API_KEY\"\n",
+       url);
   return write_file(path, text);
 }
 
-/* ---- fleet ----------------------------------------------------------------- */
+/* ---- fleet -----------------------------------------------------------------
+ */
 
 static int sock_ready(const char *path) {
   struct sockaddr_un sa;
@@ -927,8 +926,8 @@ static double proc_cpu_s(pid_t pid) {
     return 0;
   }
   if (fgets(buf, sizeof(buf), f) == NULL || (p = strrchr(buf, ')')) == NULL ||
-      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-             &ut, &stime) != 2) {
+      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+             &stime) != 2) {
     ut = stime = 0;
   }
   fclose(f);
@@ -979,8 +978,8 @@ static int worker_wait(pid_t pid, const char *err, char *why, size_t wl) {
     }
     free(text);
     if (waited > WORKER_WAIT_MS) {
-      bfmt(why, wl, "no worker start line in %u ms (see %s)",
-               WORKER_WAIT_MS, err);
+      bfmt(why, wl, "no worker start line in %u ms (see %s)", WORKER_WAIT_MS,
+           err);
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
       return -1;
@@ -1075,7 +1074,7 @@ static void run_fleet(mock_t *k, const char *jobs, size_t n, unsigned conc,
   r->cpu_s += ru_cpu(&ru);
   if (st != 0) {
     bfmt(r->why, sizeof(r->why), "batch submit: status 0x%x (see %s)",
-             (unsigned)st, err);
+         (unsigned)st, err);
   }
   argv[1] = "batch";
   argv[2] = "results";
@@ -1091,7 +1090,7 @@ static void run_fleet(mock_t *k, const char *jobs, size_t n, unsigned conc,
   r->cpu_s += ru_cpu(&ru);
   if (st != 0 && r->why[0] == '\0') {
     bfmt(r->why, sizeof(r->why), "batch results: status 0x%x (see %s)",
-             (unsigned)st, err);
+         (unsigned)st, err);
   }
   redis_cpu = proc_cpu_s(rs.pid);
   for (i = 0; i < 2; i++) {
@@ -1203,7 +1202,7 @@ static void on_renew(int status, void *data) {
     return;
   }
   bfmt(result, sizeof(result),
-           "{\"id\":\"%s\",\"outcome\":\"done\",\"turns\":3}", j->job);
+       "{\"id\":\"%s\",\"outcome\":\"done\",\"turns\":3}", j->job);
   if (al_fleet_queue_complete(&b->q, j->job, j->epoch, j->entry, result,
                               on_complete, j) != 0) {
     qb_fail(b, "complete", -1);
@@ -1283,9 +1282,9 @@ static void qb_next(qb_t *b) {
 
       job_id(b->sent, id, sizeof(id));
       bfmt(body, sizeof(body),
-               "{\"id\":\"%s\",\"prompt\":\"[JOB-%s]\",\"workspace\":\"/"
-               "tmp\"}",
-               id, id);
+           "{\"id\":\"%s\",\"prompt\":\"[JOB-%s]\",\"workspace\":\"/"
+           "tmp\"}",
+           id, id);
       if (al_fleet_queue_submit(&b->q, id, body, on_submit, b) != 0) {
         qb_fail(b, "submit", -1);
         return;
@@ -1480,7 +1479,8 @@ static void run_rss(const opts_t *o, unsigned k, rss_res_t *rr) {
   }
 }
 
-/* ---- report ---------------------------------------------------------------- */
+/* ---- report ----------------------------------------------------------------
+ */
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -1755,12 +1755,13 @@ int al_bench_batch(int argc, char **argv) {
   /* The table. */
   if (o.do_jobs) {
     ref_wall = median_wall(res[M_RUN], o.repeat);
-    printf("batch: %zu jobs of 3 turns (read_file, glob, text), -j %u, "
-           "median of %u\n",
-           o.jobs, o.conc, o.repeat);
-    printf("%-8s %6s %8s %10s %8s %10s %12s %14s %s\n", "mode", "ok",
-           "wall_s", "jobs/h", "vs run", "cpu_s/job", "peak_rss_kb",
-           "kb/concurrent", "note");
+    printf(
+        "batch: %zu jobs of 3 turns (read_file, glob, text), -j %u, "
+        "median of %u\n",
+        o.jobs, o.conc, o.repeat);
+    printf("%-8s %6s %8s %10s %8s %10s %12s %14s %s\n", "mode", "ok", "wall_s",
+           "jobs/h", "vs run", "cpu_s/job", "peak_rss_kb", "kb/concurrent",
+           "note");
     for (m = 0; m < MAX_MODES; m++) {
       result_t *r0 = &res[m][0];
       double wall = median_wall(res[m], o.repeat);
@@ -1776,9 +1777,9 @@ int al_bench_batch(int argc, char **argv) {
       }
       if (r0->unavailable) {
         printf("%-8s not available (%s)\n", mode_names[m], r0->why);
-        json_object_set_new(jm, mode_names[m],
-                            json_pack("{s:b, s:s}", "available", 0, "why",
-                                      r0->why));
+        json_object_set_new(
+            jm, mode_names[m],
+            json_pack("{s:b, s:s}", "available", 0, "why", r0->why));
         continue;
       }
       for (rep = 0; rep < o.repeat; rep++) {
@@ -1803,39 +1804,40 @@ int al_bench_batch(int argc, char **argv) {
       printf("%-8s %6zu %8.2f %10.0f %8.2f %10.3f %12ld %14.0f %s%s\n",
              mode_names[m], ok / o.repeat, wall,
              wall > 0 ? (double)o.jobs * 3600.0 / wall : 0,
-             wall > 0 && ref_wall > 0 ? ref_wall / wall : 0, cpu, rss,
-             per_conc,
+             wall > 0 && ref_wall > 0 ? ref_wall / wall : 0, cpu, rss, per_conc,
              m == M_RUN || m >= M_CLAUDE ? "largest process; " : "",
              r0->why[0] != '\0' ? r0->why : "");
       if (m == M_FLEET) {
-        printf("%-8s workers peak RSS %ld / %ld KB; redis-server %.3f cpu_s "
-               "(in cpu_s/job)\n",
-               "", r0->rss_worker_kb[0], r0->rss_worker_kb[1], r0->cpu_aux_s);
+        printf(
+            "%-8s workers peak RSS %ld / %ld KB; redis-server %.3f cpu_s "
+            "(in cpu_s/job)\n",
+            "", r0->rss_worker_kb[0], r0->rss_worker_kb[1], r0->cpu_aux_s);
       }
       if (m == M_RUN || m >= M_CLAUDE) {
         printf("%-8s median process peak RSS %ld KB\n", "", r0->rss_med_kb);
       }
       jr = json_pack(
-          "{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:s}", "available", 1,
-          "ok_per_repeat", (json_int_t)(ok / o.repeat), "wall_s_median", wall,
-          "jobs_per_hour", wall > 0 ? (double)o.jobs * 3600.0 / wall : 0.0,
-          "ratio_vs_run", wall > 0 && ref_wall > 0 ? ref_wall / wall : 0.0,
-          "cpu_s_per_job", cpu, "peak_rss_kb", (json_int_t)rss,
-          "kb_per_concurrent_session", (json_int_t)per_conc,
-          "median_process_rss_kb", (json_int_t)r0->rss_med_kb,
-          "invalid_requests", (json_int_t)invalid, "note", r0->why);
+          "{s:b, s:I, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:s}",
+          "available", 1, "ok_per_repeat", (json_int_t)(ok / o.repeat),
+          "wall_s_median", wall, "jobs_per_hour",
+          wall > 0 ? (double)o.jobs * 3600.0 / wall : 0.0, "ratio_vs_run",
+          wall > 0 && ref_wall > 0 ? ref_wall / wall : 0.0, "cpu_s_per_job",
+          cpu, "peak_rss_kb", (json_int_t)rss, "kb_per_concurrent_session",
+          (json_int_t)per_conc, "median_process_rss_kb",
+          (json_int_t)r0->rss_med_kb, "invalid_requests", (json_int_t)invalid,
+          "note", r0->why);
       if (m == M_FLEET) {
         json_object_set_new(jr, "worker_rss_kb",
-                            json_pack("[I,I]",
-                                      (json_int_t)r0->rss_worker_kb[0],
+                            json_pack("[I,I]", (json_int_t)r0->rss_worker_kb[0],
                                       (json_int_t)r0->rss_worker_kb[1]));
         json_object_set_new(jr, "redis_cpu_s", json_real(r0->cpu_aux_s));
       }
       json_object_set_new(jm, mode_names[m], jr);
       if (ok != (size_t)o.repeat * o.jobs || invalid != 0) {
-        printf("%-8s !! %zu of %zu jobs done in 3 turns, %llu invalid "
-               "requests\n",
-               "", ok, (size_t)o.repeat * o.jobs, (unsigned long long)invalid);
+        printf(
+            "%-8s !! %zu of %zu jobs done in 3 turns, %llu invalid "
+            "requests\n",
+            "", ok, (size_t)o.repeat * o.jobs, (unsigned long long)invalid);
         rc = 1;
       }
     }
@@ -1848,18 +1850,19 @@ int al_bench_batch(int argc, char **argv) {
     json_t *ja = json_array();
 
     for (i = 0; i < o.n_rss_k; i++) {
-      printf("rss: K=%u in flight (bash ran, reply held %u ms): peak %ld KB, "
-             "1 job %ld KB (medians) -> %.1f KiB per session (goal <= %.0f)%s%s\n",
-             rr[i].k, o.hold_ms, rr[i].rssk_kb, rr[i].rss1_kb,
-             rr[i].kib_per_session, TARGET_SESSION_KIB,
-             rr[i].why[0] != '\0' ? "; " : "", rr[i].why);
+      printf(
+          "rss: K=%u in flight (bash ran, reply held %u ms): peak %ld KB, "
+          "1 job %ld KB (medians) -> %.1f KiB per session (goal <= %.0f)%s%s\n",
+          rr[i].k, o.hold_ms, rr[i].rssk_kb, rr[i].rss1_kb,
+          rr[i].kib_per_session, TARGET_SESSION_KIB,
+          rr[i].why[0] != '\0' ? "; " : "", rr[i].why);
       json_array_append_new(
-          ja, json_pack("{s:i, s:I, s:I, s:f, s:I, s:f, s:s}", "k", rr[i].k,
-                        "peak_rss_kb", (json_int_t)rr[i].rssk_kb,
-                        "one_job_rss_kb", (json_int_t)rr[i].rss1_kb,
-                        "kib_per_session", rr[i].kib_per_session, "ok",
-                        (json_int_t)rr[i].okk, "wall_s", rr[i].wall_s, "note",
-                        rr[i].why));
+          ja,
+          json_pack("{s:i, s:I, s:I, s:f, s:I, s:f, s:s}", "k", rr[i].k,
+                    "peak_rss_kb", (json_int_t)rr[i].rssk_kb, "one_job_rss_kb",
+                    (json_int_t)rr[i].rss1_kb, "kib_per_session",
+                    rr[i].kib_per_session, "ok", (json_int_t)rr[i].okk,
+                    "wall_s", rr[i].wall_s, "note", rr[i].why));
       if (rr[i].okk != rr[i].k || rr[i].ok1 != 1) {
         rc = 1;
       }
@@ -1871,13 +1874,14 @@ int al_bench_batch(int argc, char **argv) {
       printf("queue: failed: %s\n", qr.why);
       rc = 1;
     } else {
-      printf("queue: %zu jobs, %u in flight: %.4f ms per job (submit %.4f + "
-             "read/claim/renew/complete) (goal <= %.1f); 5 PINGs %.4f ms "
-             "(%.4f ms each); ratio %.1fx; redis-server %.2f cpu_s\n",
-             qr.n, qr.window, qr.ms_per_job, qr.ms_submit_per_job,
-             TARGET_QUEUE_MS, qr.ms_ping_per_job, qr.ms_per_ping,
-             qr.ms_ping_per_job > 0 ? qr.ms_per_job / qr.ms_ping_per_job : 0,
-             qr.redis_cpu_s);
+      printf(
+          "queue: %zu jobs, %u in flight: %.4f ms per job (submit %.4f + "
+          "read/claim/renew/complete) (goal <= %.1f); 5 PINGs %.4f ms "
+          "(%.4f ms each); ratio %.1fx; redis-server %.2f cpu_s\n",
+          qr.n, qr.window, qr.ms_per_job, qr.ms_submit_per_job, TARGET_QUEUE_MS,
+          qr.ms_ping_per_job, qr.ms_per_ping,
+          qr.ms_ping_per_job > 0 ? qr.ms_per_job / qr.ms_ping_per_job : 0,
+          qr.redis_cpu_s);
     }
     json_object_set_new(
         js, "queue",
