@@ -60,7 +60,6 @@
 #define MAX_MODES 5
 #define MAX_REPEAT 32
 #define WORKER_WAIT_MS 20000
-#define PROC_TIMEOUT_MS 1800000
 
 enum { M_BATCH = 0, M_RUN, M_FLEET, M_CLAUDE, M_CODEX };
 static const char *const mode_names[MAX_MODES] = {"batch", "run", "fleet",
@@ -118,6 +117,9 @@ static int bfmt(char *buf, size_t len, const char *fmt, ...) {
 /* ---- paths and the environment ------------------------------------------ */
 
 static char g_bin[PATH_MAX]; /* the build directory (this binary's) */
+/* --timeout: a mode's process (a process per job: the whole pool) is
+ * killed past it and its jobs count as not done. */
+static unsigned g_timeout_ms = 1800000;
 /* agentloop and agentloopd: beside this binary unless --agentloop /
  * --agentloopd name others (a build of another branch). */
 static char g_exe_agentloop[PATH_MAX + 16];
@@ -635,7 +637,7 @@ static void run_batch(const opts_t *o, mock_t *k, const char *jobs, size_t n,
   argv[10] = NULL;
   t0 = now_s();
   pid = spawn(argv, e.v, NULL, NULL, err);
-  st = wait_pid_hwm(pid, &ru, PROC_TIMEOUT_MS, &hwm);
+  st = wait_pid_hwm(pid, &ru, g_timeout_ms, &hwm);
   r->wall_s = now_s() - t0;
   r->ran = true;
   r->cpu_s = ru_cpu(&ru);
@@ -689,6 +691,19 @@ static void pool_run(mock_t *k, size_t n, unsigned conc, argv_fn fn,
       running++;
     }
     p = wait4(-1, &st, WNOHANG, &ru);
+    if (p == 0 && now_s() - t0 > g_timeout_ms / 1000.0) {
+      for (i = 0; i < next; i++) {
+        if (pids[i] > 0) {
+          kill(pids[i], SIGKILL);
+        }
+      }
+      if (r->why[0] == '\0') {
+        bfmt(r->why, sizeof(r->why), "timed out");
+      }
+      done += n - next; /* never started */
+      next = n;
+      p = wait4(-1, &st, 0, &ru);
+    }
     if (p == 0) {
       /* Every running process's own peak (vm_hwm_kb), every 10 ms. */
       for (i = 0; i < next; i++) {
@@ -1070,7 +1085,7 @@ static void run_fleet(mock_t *k, const char *jobs, size_t n, unsigned conc,
   argv[6] = NULL;
   t0 = now_s();
   p = spawn(argv, e.v, NULL, NULL, err);
-  st = wait_pid(p, &ru, PROC_TIMEOUT_MS);
+  st = wait_pid(p, &ru, g_timeout_ms);
   r->cpu_s += ru_cpu(&ru);
   if (st != 0) {
     bfmt(r->why, sizeof(r->why), "batch submit: status 0x%x (see %s)",
@@ -1085,7 +1100,7 @@ static void run_fleet(mock_t *k, const char *jobs, size_t n, unsigned conc,
   argv[7] = "ndjson";
   argv[8] = NULL;
   p = spawn(argv, e.v, NULL, res, err);
-  st = wait_pid(p, &ru, PROC_TIMEOUT_MS);
+  st = wait_pid(p, &ru, g_timeout_ms);
   r->wall_s = now_s() - t0;
   r->cpu_s += ru_cpu(&ru);
   if (st != 0 && r->why[0] == '\0') {
@@ -1546,6 +1561,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->queue_window = (unsigned)strtoul(v, NULL, 10);
     } else if (strcmp(a, "--json") == 0) {
       o->json_path = v;
+    } else if (strcmp(a, "--timeout") == 0) {
+      g_timeout_ms = (unsigned)strtoul(v, NULL, 10) * 1000u;
     } else if (strcmp(a, "--agentloop") == 0) {
       bfmt(g_exe_agentloop, sizeof(g_exe_agentloop), "%s", v);
     } else if (strcmp(a, "--agentloopd") == 0) {

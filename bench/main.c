@@ -73,7 +73,8 @@ static const scenario_t scenarios[] = {
      "          [--queue-jobs N (2000)] [--queue-window W (50)]\n"
      "          [--claude PATH] [--codex PATH] [--json FILE] [--keep]\n"
      "          [--record FILE (the mock's requests)]\n"
-     "          [--agentloop PATH] [--agentloopd PATH (default: beside this)]"},
+     "          [--agentloop PATH] [--agentloopd PATH (default: beside this)]\n"
+     "          [--timeout S (1800): per mode run]"},
     {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 
