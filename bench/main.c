@@ -62,6 +62,19 @@ static const scenario_t scenarios[] = {
      "N children of the task tool beside N plain agents: spawn -> first\n"
      "          request, CPU per turn, RSS per idle agent, cancel -> quiet\n"
      "          [--children N (100)] [--json]"},
+    {"batch", al_bench_batch,
+     "N 3-turn tool jobs as `agentloop batch run`, as N `agentloop run`\n"
+     "          processes (the reference), as a fleet (redis + 2 agentloopd\n"
+     "          --queue): jobs/hour, CPU/job, peak RSS; RSS per in-flight\n"
+     "          session; queue overhead per job vs PING\n"
+     "          [--jobs N (200)] [--concurrency C (50)] [--repeat R (1)]\n"
+     "          [--modes batch,run,fleet[,claude,codex]] [--parts jobs,rss,queue]\n"
+     "          [--rss-k K,K (50,200)] [--hold-ms MS (4000)]\n"
+     "          [--queue-jobs N (2000)] [--queue-window W (50)]\n"
+     "          [--claude PATH] [--codex PATH] [--json FILE] [--keep]\n"
+     "          [--record FILE (the mock's requests)]\n"
+     "          [--agentloop PATH] [--agentloopd PATH (default: beside this)]\n"
+     "          [--timeout S (1800): per mode run]"},
     {"daemon", al_bench_daemon, "agentloopd RSS and text_delta latency reactor -> socket client [--deltas N] [--delta-ms MS] [--sessions N] [--json]"},
 };
 

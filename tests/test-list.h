@@ -65,3 +65,5 @@
 #include "list/i24_fleet.h"
 #include "list/i24_batch.h"
 #include "list/i24_worker.h"
+#include "list/i24_main_agent.h"
+#include "list/i24_fleetcli.h"

@@ -273,6 +273,14 @@ typedef struct al_agent_options_s {
   al_permission_mode_t permission_mode;
   const char *const *allow_tools;
   const char *const *deny_tools;
+  /* The agent's tools (a main agent from a definition, as a child gets
+   * from its own): only those named in tools_only (NULL-terminated; NULL:
+   * every tool), never those in tools_never (may be NULL). Unlike
+   * deny_tools, a tool left out is not offered to the model at all. It
+   * holds for every source (built-ins, tools.d, MCP servers listed later,
+   * in-process tools added later) and so for the agent's children. */
+  const char *const *tools_only;
+  const char *const *tools_never;
   al_permission_cb permission;
   void *permission_data;
   /* Session id for events (NULL: generated, "s_" + 16 hex digits). */

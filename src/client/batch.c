@@ -38,6 +38,7 @@
 #include "agentloop/agentloop.h"
 #include "client/batch.h"
 #include "client/batch_engine.h"
+#include "client/batch_fleet.h"
 #include "client/cli.h"
 #include "client/run_int.h"
 #include "client/tui.h"
@@ -711,6 +712,16 @@ static int batch_run(int argc, char **argv) {
     al_config_free(&base);
     b->eng.agents = b->agents;
   }
+  for (i = 0; code == EXIT_OK && i < b->nspecs; i++) {
+    if (b->specs[i].agent != NULL &&
+        al__bengine_job_agent(b->agents, b->specs[i].agent) == NULL) {
+      fprintf(stderr,
+              "agentloop batch: %s:%zu: job %s: no agent definition named "
+              "'%s' (agentloop agents lists them)\n",
+              jobs_path, b->specs[i].line, b->specs[i].id, b->specs[i].agent);
+      code = EXIT_USAGE;
+    }
+  }
   if (b->skip == NULL || code != EXIT_OK) {
     al_client_close(b->client, on_client_closed);
     uv_run(&b->loop, UV_RUN_DEFAULT);
@@ -786,6 +797,10 @@ int al_cli_batch(int argc, char **argv) {
   }
   if (strcmp(argv[1], "run") == 0) {
     return batch_run(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "submit") == 0 || strcmp(argv[1], "results") == 0 ||
+      strcmp(argv[1], "status") == 0) {
+    return al__cli_batch_fleet(argc - 1, argv + 1);
   }
   fail_usage("unknown command '%s' (run; try agentloop batch --help)",
              argv[1]);

@@ -38,6 +38,7 @@ typedef struct al_batch_job_s {
   uint64_t timeout_ms; /* limits.timeout_s; 0: timeouts.run of the config */
   al_limits_t limits;  /* the other limits.* (al_limits_set names) */
   char **tools;        /* NULL-terminated allow rules, or NULL */
+  char *agent;         /* a definition's name: the job's main agent */
 } al_batch_job_t;
 
 /* Parses the jobs file's text (len bytes; name for the messages): one JSON

@@ -495,6 +495,21 @@ void al__bengine_stop(al_bengine_t *e) {
   }
 }
 
+const al_subagent_def_t *al__bengine_job_agent(
+    const struct al_agentdefs_s *agents, const char *name) {
+  const al_subagent_def_t *d = al_agentdefs_find(agents, name);
+  size_t i, n;
+
+  if (d == NULL) {
+    const al_subagent_def_t *bi = al_subagent_builtins(&n);
+
+    for (i = 0; i < n && d == NULL; i++) {
+      d = strcmp(bi[i].name, name) == 0 ? &bi[i] : NULL;
+    }
+  }
+  return d;
+}
+
 static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
   al_batch_job_t *s = j->spec;
   al_agent_opts_input_t in;
@@ -604,6 +619,18 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
   in.subagents = e->agents->defs;
   in.n_subagents = e->agents->n;
   in.task_preamble = j->preamble.data;
+  /* A job's main agent: batch run checked every job's before it started;
+   * a fleet job is checked here. */
+  in.main_agent =
+      s->agent != NULL ? al__bengine_job_agent(e->agents, s->agent) : NULL;
+  if (s->agent != NULL && in.main_agent == NULL) {
+    snprintf(j->why, sizeof(j->why),
+             "no agent definition named '%.200s' (agentloop agents lists "
+             "them)",
+             s->agent);
+    return false;
+  }
+  in.model_flag = s->model != NULL;
   rc = al_config_agent_options(&j->cfg, &in, &j->o, &j->store, why,
                                sizeof(why));
   if (rc != 0) {

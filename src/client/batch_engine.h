@@ -131,5 +131,9 @@ json_t *al__bjob_result_json(const al_bjob_t *j);
  * is removed (when stored and not kept), then on_end. */
 void al__bjob_stored(al_bjob_t *j, int status);
 uint64_t al__bengine_now_ms(void);
+/* A job's main agent by name: a definition of the user's, else a
+ * built-in; NULL when there is none. */
+const al_subagent_def_t *al__bengine_job_agent(
+    const struct al_agentdefs_s *agents, const char *name);
 
 #endif

@@ -38,6 +38,7 @@ static void job_free(al_batch_job_t *j) {
   al_free(j->model);
   al_free(j->provider);
   al_free(j->base_url);
+  al_free(j->agent);
   for (i = 0; j->tools != NULL && j->tools[i] != NULL; i++) {
     al_free(j->tools[i]);
   }
@@ -259,10 +260,8 @@ static int parse_job(const json_t *o, al_batch_job_t *j, const char **id,
     snprintf(why, whylen, "model, provider and base_url: non-empty strings");
     return AL_EINVAL;
   }
-  if (json_object_get(o, "agent") != NULL) {
-    /* The main agent from a definition file is not wired yet: refused
-     * rather than ignored (docs/batch.md). */
-    snprintf(why, whylen, "\"agent\" is not supported yet");
+  if (!opt_str(o, "agent", &j->agent)) {
+    snprintf(why, whylen, "agent: the name of an agent definition");
     return AL_EINVAL;
   }
   if (json_object_get(o, "limits") != NULL &&

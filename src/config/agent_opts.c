@@ -386,6 +386,56 @@ static int apply_subagents(cx_t *x) {
   return 0;
 }
 
+/* The main agent from a definition (in->main_agent): what a child of it
+ * would get from its definition (src/loop/task.c spawn), for the agent
+ * itself. */
+static int apply_main_agent(cx_t *x) {
+  const al_subagent_def_t *d = x->in->main_agent;
+  list_t only, never;
+
+  if (d == NULL) {
+    return 0;
+  }
+  if (d->system != NULL) {
+    size_t n = strlen(d->system) + 2 +
+               (x->in->task_preamble != NULL ? strlen(x->in->task_preamble)
+                                             : 0) + 1;
+    char *s = keep(x->st, al_malloc(n));
+
+    if (s == NULL) {
+      x->oom = true;
+      return 0;
+    }
+    snprintf(s, n, "%s%s%s", d->system,
+             x->in->task_preamble != NULL ? "\n\n" : "",
+             x->in->task_preamble != NULL ? x->in->task_preamble : "");
+    x->o->system = s;
+  }
+  if (d->model != NULL && !x->in->model_flag) {
+    x->o->model = str(x->st, d->model, &x->oom);
+  }
+  if (d->max_turns > 0 && x->in->flags.max_turns == 0) {
+    x->o->max_turns = d->max_turns;
+  }
+  if (d->permission_mode > (int)x->o->permission_mode) {
+    x->o->permission_mode = (al_permission_mode_t)d->permission_mode;
+  }
+  memset(&only, 0, sizeof(only));
+  memset(&never, 0, sizeof(never));
+  if (d->tools != NULL) {
+    static const char *const none[] = {NULL};
+
+    list_add_all(x->st, &only, d->tools, &x->oom);
+    x->o->tools_only = list_done(x->st, &only, &x->oom);
+    if (x->o->tools_only == NULL) {
+      x->o->tools_only = none; /* an empty allowlist: no tools at all */
+    }
+  }
+  list_add_all(x->st, &never, d->disallowed_tools, &x->oom);
+  x->o->tools_never = list_done(x->st, &never, &x->oom);
+  return 0;
+}
+
 int al_config_agent_options(const al_config_t *cfg,
                             const al_agent_opts_input_t *in,
                             al_agent_options_t *o, al_agent_opts_store_t *st,
@@ -393,7 +443,7 @@ int al_config_agent_options(const al_config_t *cfg,
   static int (*const sections[])(cx_t *) = {
       apply_endpoint,  apply_counts,  apply_timeouts,    apply_limits,
       apply_tools,     apply_sandbox, apply_permissions, apply_context,
-      apply_mcp_hooks, apply_system,  apply_subagents};
+      apply_mcp_hooks, apply_system,  apply_subagents,   apply_main_agent};
   char here[PATH_MAX];
   cx_t x;
   size_t i;

@@ -97,6 +97,14 @@ typedef struct al_agent_opts_input_s {
   const struct al_subagent_def_s *subagents;
   size_t n_subagents;
   const char *task_preamble;
+  /* The main agent from a definition (a batch job's "agent"; borrowed):
+   * its prompt (followed by task_preamble, as a child's) instead of
+   * system, its model unless model_flag (a model given over the
+   * configuration: a flag, a job field), its max_turns unless
+   * flags.max_turns, its tools (tools_only / tools_never) and its
+   * permission mode when stricter. NULL: none. */
+  const struct al_subagent_def_s *main_agent;
+  bool model_flag;
 } al_agent_opts_input_t;
 
 /* Everything the options point to: every string and list copied here is

@@ -64,12 +64,24 @@ void *al_fleet_redis_data(const al_fleet_redis_t *r);
 int al_fleet_redis_command(al_fleet_redis_t *r, al_fleet_reply_cb cb,
                            void *data, int argc, const char **argv,
                            const size_t *argvlen);
+/* Frees a command's data when close drops the command (cb never fires). */
+typedef void (*al_fleet_release_cb)(void *data);
+/* The same; release (may be NULL) runs instead of cb, once, for a command
+ * still pending when r is closed (inside al_fleet_redis_close or when
+ * hiredis leaves the callback it is in), so data the caller allocated for
+ * the reply is not leaked. It must only free: r is closing. */
+int al_fleet_redis_command_rel(al_fleet_redis_t *r, al_fleet_reply_cb cb,
+                               al_fleet_release_cb release, void *data,
+                               int argc, const char **argv,
+                               const size_t *argvlen);
 /* Asynchronous, once: nothing fires after it returns (pending commands'
  * callbacks included); cb (may be NULL) runs on a later iteration, when
  * every handle is closed and r is about to be freed. */
 void al_fleet_redis_close(al_fleet_redis_t *r, al_fleet_redis_close_cb cb);
 /* Reconnects made since new (for tests and status). */
 unsigned al_fleet_redis_reconnects(const al_fleet_redis_t *r);
+/* Why the last connect failed (hiredis' words), "" when none has. */
+const char *al_fleet_redis_last_error(const al_fleet_redis_t *r);
 
 /* ---- queue URLs -------------------------------------------------------- */
 
@@ -92,7 +104,8 @@ int al_fleet_url_parse(const char *url, al_fleet_url_t *out, char *why,
 /* Keys under prefix P: P:jobs (the stream, consumer group `group`),
  * P:job:<id> (the job, SET NX), P:epoch:<id> (INCR per claim),
  * P:owner:<id> ("consumer:epoch", PX lease), P:result:<id> (SET NX),
- * P:results (stream), P:dead (stream), P:error:<id> (last error). */
+ * P:results (stream), P:dead (stream), P:error:<id> (last error),
+ * P:submitted (the number of jobs submitted fresh). */
 typedef struct {
   al_fleet_redis_t *redis; /* borrowed; outlives every call */
   const char *prefix;
@@ -122,8 +135,9 @@ typedef void (*al_fleet_claim_cb)(int status, int64_t epoch, bool done,
 /* XGROUP CREATE P:jobs group 0 MKSTREAM; an existing group is fine. */
 int al_fleet_queue_ensure_group(al_fleet_queue_t *q, al_fleet_status_cb cb,
                                 void *data);
-/* Idempotent: SET NX P:job:<id> body and XADD P:jobs in one script, so a
- * crash between them cannot leave a job recorded but never queued. */
+/* Idempotent: SET NX P:job:<id> body, XADD P:jobs and INCR P:submitted in
+ * one script, so a crash between them cannot leave a job recorded but never
+ * queued (nor counted). */
 int al_fleet_queue_submit(al_fleet_queue_t *q, const char *job_id,
                           const char *body, al_fleet_submit_cb cb, void *data);
 /* XREADGROUP COUNT free_slots (never more; 0 is AL_EINVAL), no BLOCK: a

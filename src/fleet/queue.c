@@ -37,9 +37,12 @@ typedef struct {
 
 /* ---- scripts ------------------------------------------------------------- */
 
-/* KEYS: job, jobs. ARGV: id, body. The entry id, or nil when known. */
+/* KEYS: job, jobs, submitted. ARGV: id, body. The entry id, or nil when
+ * known. The counter of fresh jobs lets a reader (`batch results
+ * --follow`, `batch status`) know how many results make "all done". */
 static const char submit_lua[] =
     "if redis.call('SET', KEYS[1], ARGV[2], 'NX') then\n"
+    "  redis.call('INCR', KEYS[3])\n"
     "  return redis.call('XADD', KEYS[2], '*', 'id', ARGV[1])\n"
     "end\n"
     "return false\n";
@@ -284,7 +287,9 @@ static int send_op(al_fleet_queue_t *q, op_t *op, int argc, const char **argv) {
   if (op == NULL) {
     return UV_ENOMEM;
   }
-  rc = al_fleet_redis_command(q->redis, on_reply, op, argc, argv, NULL);
+  /* An op dropped by a close of the connection is freed, not leaked. */
+  rc = al_fleet_redis_command_rel(q->redis, on_reply, al_free, op, argc, argv,
+                                  NULL);
   if (rc != 0) {
     al_free(op);
   }
@@ -340,25 +345,28 @@ int al_fleet_queue_submit(al_fleet_queue_t *q, const char *job_id,
                           const char *body, al_fleet_submit_cb cb, void *data) {
   char job[KEYLEN];
   char jobs[KEYLEN];
-  const char *argv[7];
+  char submitted[KEYLEN];
+  const char *argv[8];
   op_t *op;
 
   if (key(job, sizeof(job), q, "job", job_id) != 0 ||
-      key(jobs, sizeof(jobs), q, "jobs", NULL) != 0) {
+      key(jobs, sizeof(jobs), q, "jobs", NULL) != 0 ||
+      key(submitted, sizeof(submitted), q, "submitted", NULL) != 0) {
     return AL_ETOOBIG;
   }
   argv[0] = "EVAL";
   argv[1] = submit_lua;
-  argv[2] = "2";
+  argv[2] = "3";
   argv[3] = job;
   argv[4] = jobs;
-  argv[5] = job_id;
-  argv[6] = body;
+  argv[5] = submitted;
+  argv[6] = job_id;
+  argv[7] = body;
   op = op_new(OP_SUBMIT, data);
   if (op != NULL) {
     op->cb.submit = cb;
   }
-  return send_op(q, op, 7, argv);
+  return send_op(q, op, 8, argv);
 }
 
 int al_fleet_queue_read(al_fleet_queue_t *q, unsigned free_slots,

@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <stdio.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -36,7 +37,8 @@ struct al_fleet_redis_s {
   bool up_pending; /* connected; on_state(up) waits for the timer */
   bool closing;
   unsigned reconnects;
-  unsigned handles; /* the timer and the polls not yet closed */
+  char last_error[128]; /* why the last connect failed */
+  unsigned handles;     /* the timer and the polls not yet closed */
   al_fleet_redis_state_cb on_state;
   al_fleet_redis_close_cb close_cb;
   void *data;
@@ -45,6 +47,7 @@ struct al_fleet_redis_s {
 typedef struct {
   al_fleet_redis_t *r;
   al_fleet_reply_cb cb;
+  al_fleet_release_cb release; /* the data of a command dropped by close */
   void *data;
 } request_t;
 
@@ -165,6 +168,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     return;
   }
   if (status != REDIS_OK) {
+    snprintf(r->last_error, sizeof(r->last_error), "%s", ac->errstr);
     /* hiredis frees ac after this returns. */
     r->ac = NULL;
     schedule_reconnect(r);
@@ -200,6 +204,8 @@ static void connect_now(al_fleet_redis_t *r) {
     ac = redisAsyncConnect(r->host, r->port);
   }
   if (ac == NULL || ac->err != 0 || ev_attach(r, ac) != 0) {
+    snprintf(r->last_error, sizeof(r->last_error), "%s",
+             ac != NULL && ac->err != 0 ? ac->errstr : "cannot connect");
     if (ac != NULL) {
       redisAsyncFree(ac);
     }
@@ -287,6 +293,10 @@ unsigned al_fleet_redis_reconnects(const al_fleet_redis_t *r) {
   return r->reconnects;
 }
 
+const char *al_fleet_redis_last_error(const al_fleet_redis_t *r) {
+  return r->last_error;
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply_, void *priv) {
   request_t *req = priv;
   al_fleet_redis_t *r = req->r;
@@ -301,6 +311,8 @@ static void on_reply(redisAsyncContext *ac, void *reply_, void *priv) {
       status = AL_EREDIS;
     }
     req->cb(r, status, reply, req->data);
+  } else if (req->release != NULL) {
+    req->release(req->data); /* swallowed by close: its data is freed */
   }
   al_free(req);
 }
@@ -308,6 +320,13 @@ static void on_reply(redisAsyncContext *ac, void *reply_, void *priv) {
 int al_fleet_redis_command(al_fleet_redis_t *r, al_fleet_reply_cb cb,
                            void *data, int argc, const char **argv,
                            const size_t *argvlen) {
+  return al_fleet_redis_command_rel(r, cb, NULL, data, argc, argv, argvlen);
+}
+
+int al_fleet_redis_command_rel(al_fleet_redis_t *r, al_fleet_reply_cb cb,
+                               al_fleet_release_cb release, void *data,
+                               int argc, const char **argv,
+                               const size_t *argvlen) {
   request_t *req;
 
   if (r->closing) {
@@ -322,6 +341,7 @@ int al_fleet_redis_command(al_fleet_redis_t *r, al_fleet_reply_cb cb,
   }
   req->r = r;
   req->cb = cb;
+  req->release = release;
   req->data = data;
   if (redisAsyncCommandArgv(r->ac, on_reply, req, argc, argv, argvlen) !=
       REDIS_OK) {

@@ -243,7 +243,7 @@ int al_agent_new(uv_loop_t *loop, const al_agent_options_t *o,
   a->tool_timeout_ms = o->tool_timeout_ms;
   a->bash_network = o->bash_network;
   a->kill_grace_ms = o->kill_grace_ms;
-  if (al__policy_copy(a, o) != 0 ||
+  if (al__policy_copy(a, o) != 0 || al__reg_filter_copy(a, o) != 0 ||
       al__agent_strv_dup(o->allowed_paths, &a->allowed_paths) != 0 ||
       al__agent_strv_dup(o->denied_paths, &a->denied_paths) != 0) {
     goto fail;

@@ -361,6 +361,8 @@ typedef struct ag_reg_s {
   char *project_tools_d;
   bool project_trusted;
   uint64_t live_ctx; /* in-process tool contexts not yet completed */
+  char **only;  /* al_agent_options_t.tools_only (NULL: every tool) */
+  char **never; /* .tools_never */
 } ag_reg_t;
 
 struct al_agent_s {
@@ -458,6 +460,8 @@ void al__agent_release(al_agent_t *a);
 void al__agent_maybe_finish(al_agent_t *a);
 /* A copy of a NULL-terminated list (NULL for NULL), and its free. */
 int al__agent_strv_dup(const char *const *src, char ***out);
+/* The tools_only / tools_never lists (registry.c). */
+int al__reg_filter_copy(al_agent_t *a, const al_agent_options_t *o);
 void al__agent_strv_free(char **l);
 /* al_agent_close's callback, run after the agent is freed. */
 void al__agent_closing(al_agent_t *a, void (*cb)(al_agent_t *agent));

@@ -65,6 +65,34 @@ static bool name_ok(const char *name) {
   return true;
 }
 
+static bool in_strv(char *const *l, const char *name) {
+  size_t i;
+
+  for (i = 0; l != NULL && l[i] != NULL; i++) {
+    if (strcmp(l[i], name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* tools_only / tools_never. mcp_tool_search is the loop's way to reach
+ * deferred MCP tools, which pass this filter themselves: never filtered. */
+static bool filter_allows(al_agent_t *a, const char *name) {
+  if (strcmp(name, "mcp_tool_search") == 0) {
+    return true;
+  }
+  return (a->reg.only == NULL || in_strv(a->reg.only, name)) &&
+         !in_strv(a->reg.never, name);
+}
+
+int al__reg_filter_copy(al_agent_t *a, const al_agent_options_t *o) {
+  return al__agent_strv_dup(o->tools_only, &a->reg.only) != 0 ||
+                 al__agent_strv_dup(o->tools_never, &a->reg.never) != 0
+             ? AL_ENOMEM
+             : 0;
+}
+
 /* Registers a tool whose implementation is `inner` (NULL for in-process:
  * filled by the caller). On failure inner is freed. */
 int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
@@ -117,6 +145,11 @@ int al__agent_add_entry(al_agent_t *a, const char *name, al_tool_impl_t *inner,
   t->source = "builtin";
   al__gate_bind(t);
   al_list_insert_tail(&a->reg.tools, &t->node);
+  /* Registered and at once retired, not refused: every caller goes on as
+   * for any tool, and a retired tool is never offered, found or lent. */
+  if (!filter_allows(a, t->name)) {
+    al__agent_tool_retire(a, t);
+  }
   if (out != NULL) {
     *out = t;
   }
@@ -625,6 +658,9 @@ void al__agent_tools_free(al_agent_t *a) {
    * otherwise since the cut (LeakSanitizer, every agent). */
   json_decref(a->reg.tool_defs);
   a->reg.tool_defs = NULL;
+  al__agent_strv_free(a->reg.only);
+  al__agent_strv_free(a->reg.never);
+  a->reg.only = a->reg.never = NULL;
 }
 
 void *al__agent_sandbox(const al_agent_t *a) { return a->reg.sandbox; }

@@ -734,7 +734,9 @@ static int spawn(al_agent_t *p, ag_task_t *t, const sdef_t *d, bool fork,
    * rng_seed (clock), sandbox_* (the sandbox is lent), tools_d,
    * trust_project, tools_dirs, mcp_* (the parent's tools are lent),
    * first_seq, first_run (a new session), subagents, task_*, on_child
-   * (the tree's, task.c), builtin_tools (always, then filtered); pace_*
+   * (the tree's, task.c), builtin_tools (always, then filtered),
+   * tools_only / tools_never (the parent's filtered tools are retired, so
+   * child_tools neither lends them nor keeps the child's own); pace_*
  * are the parent's (the pacer is the client's). Test
    * task_child_options_tripwire fails when an option is added. */
   al_agent_options_init(&o);

@@ -829,3 +829,91 @@ TEST_IMPL(batch_kill_loop_exactly_once) {
   al_test_rm_tree(e.root);
   return 0;
 }
+
+/* A job's "agent": the definition's prompt, model and tools make the
+ * job's main agent (the job without one keeps the configuration's); a
+ * name no definition has refuses the batch at its line, before anything
+ * runs. */
+TEST_IMPL(batch_job_agent_definition) {
+  bt_env_t e;
+  char jobs[256], out[256], text[1024], want[512];
+  const char *args[] = {"batch", "run", jobs, "--out", out, "-j", "1", NULL};
+  json_t *counts, *by_id;
+  wire_cli_t c;
+  size_t i;
+  int seen = 0;
+
+  al_test_timeout_s(30);
+  bt_env(&e);
+  snprintf(jobs, sizeof(jobs), "%s/jobs.jsonl", e.root);
+  snprintf(out, sizeof(out), "%s/out", e.root);
+  wire_write(e.root, "cfg/agentloop/agents/reviewer.md",
+             "---\nname: reviewer\ndescription: Reviews a change\n"
+             "tools: read_file, grep\nmodel: m-reviewer\n---\n"
+             "REVIEWER-SYSTEM-PROMPT\n");
+  wire_write(e.root, "ws/FILE", "x\n");
+  wire_cli_start(&c, k_plain);
+  snprintf(text, sizeof(text),
+           "{\"id\":\"r1\",\"prompt\":\"job r1\",\"workspace\":\"%s/ws\","
+           "\"agent\":\"reviewer\",\"base_url\":\"http://127.0.0.1:%d\"}\n"
+           "{\"id\":\"u1\",\"prompt\":\"job u1\",\"workspace\":\"%s/ws\","
+           "\"agent\":\"nosuch\",\"base_url\":\"http://127.0.0.1:%d\"}\n",
+           e.root, al_mockllm_port(c.mock), e.root, al_mockllm_port(c.mock));
+  wire_write(e.root, "jobs.jsonl", text);
+  wire_cli_run(&c, args, e.env);
+  ASSERT_EQ(c.exit_status, 2);
+  snprintf(want, sizeof(want),
+           "%s:2: job u1: no agent definition named 'nosuch'", jobs);
+  if (strstr(c.ebuf, want) == NULL) {
+    AL_TEST_FAIL("want '%s' in stderr: %s", want, c.ebuf);
+  }
+  ASSERT_EQ(al_mockllm_record_count(c.mock), 0);
+
+  snprintf(text, sizeof(text),
+           "{\"id\":\"r1\",\"prompt\":\"job r1\",\"workspace\":\"%s/ws\","
+           "\"agent\":\"reviewer\",\"base_url\":\"http://127.0.0.1:%d\"}\n"
+           "{\"id\":\"p1\",\"prompt\":\"job p1\",\"workspace\":\"%s/ws\","
+           "\"base_url\":\"http://127.0.0.1:%d\"}\n",
+           e.root, al_mockllm_port(c.mock), e.root, al_mockllm_port(c.mock));
+  wire_write(e.root, "jobs.jsonl", text);
+  c.olen = c.elen = 0;
+  c.exits = c.eofs = 0;
+  wire_cli_run(&c, args, e.env);
+  if (c.exit_status != 0) {
+    AL_TEST_FAIL("exit %d\nstderr: %s", (int)c.exit_status, c.ebuf);
+  }
+  counts = results(e.root, &by_id);
+  for (i = 0; i < al_mockllm_record_count(c.mock); i++) {
+    const json_t *body = al_mockllm_record_get(c.mock, i)->body;
+    char *s = json_dumps(body, JSON_COMPACT);
+    const json_t *tools = json_object_get(body, "tools");
+    bool reviewer = strstr(s, "job r1") != NULL;
+
+    ASSERT(al_mockllm_record_get(c.mock, i)->valid);
+    if (reviewer) {
+      seen |= 1;
+      ASSERT_STR_EQ(json_string_value(json_object_get(body, "model")),
+                    "m-reviewer");
+      ASSERT_NOT_NULL(strstr(s, "REVIEWER-SYSTEM-PROMPT"));
+      ASSERT_EQ(json_array_size(tools), 2);
+      ASSERT_NULL(strstr(s, "\"name\":\"write_file\""));
+      ASSERT_NOT_NULL(strstr(s, "\"name\":\"grep\""));
+    } else {
+      seen |= 2;
+      ASSERT_NULL(strstr(s, "REVIEWER-SYSTEM-PROMPT"));
+      ASSERT_NOT_NULL(strstr(s, "\"name\":\"write_file\""));
+      ASSERT(strcmp(json_string_value(json_object_get(body, "model")),
+                    "m-reviewer") != 0);
+    }
+    free(s);
+  }
+  ASSERT_EQ(seen, 3);
+  ASSERT_STR_EQ(json_string_value(json_object_get(
+                    json_object_get(by_id, "r1"), "outcome")),
+                "done");
+  json_decref(counts);
+  json_decref(by_id);
+  wire_cli_finish(&c);
+  al_test_rm_tree(e.root);
+  return 0;
+}

@@ -114,6 +114,8 @@ static void same_shared(const al_agent_options_t *a,
   ASSERT_EQ(a->kill_grace_ms, b->kill_grace_ms);
   ASSERT_EQ(a->bash_network, b->bash_network);
   eq_list("allow_tools", a->allow_tools, b->allow_tools);
+  eq_list("tools_only", a->tools_only, b->tools_only);
+  eq_list("tools_never", a->tools_never, b->tools_never);
   /* permission_mode and deny_tools: compared by the caller (headless
    * turns ask rules into denials). */
   ASSERT_EQ(a->sandbox, b->sandbox);
@@ -209,7 +211,7 @@ TEST_IMPL(agent_opts_front_ends_agree) {
    * as wiring, and mapped in agent_opts.c for every front end; then the
    * size here is updated (LP64's). */
   if (sizeof(void *) == 8) {
-    ASSERT_EQ(sizeof(al_agent_options_t), 600);
+    ASSERT_EQ(sizeof(al_agent_options_t), 616);
   }
   ASSERT_NOT_NULL(mkdtemp(ws));
   load(&cfg, k_full);
@@ -446,6 +448,46 @@ static void c_subagents_unset(const al_agent_options_t *o,
   ASSERT(!o->task_parallel_writers);
 }
 
+/* A main agent from a definition (a batch job's "agent"). */
+static const char *const k_def_tools[] = {"read_file", "grep", NULL};
+static const char *const k_def_never[] = {"grep", NULL};
+static const al_subagent_def_t k_main_def = {
+    "reviewer", "reviews", "REVIEWER PROMPT", "m-def", k_def_tools,
+    k_def_never, AL_PERMISSION_MODE_JOB, 9, "test"};
+
+static void f_main_agent(al_agent_opts_input_t *in) {
+  in->system = "ASSEMBLED";
+  in->task_preamble = "PREAMBLE";
+  in->main_agent = &k_main_def;
+}
+
+static void c_main_agent(const al_agent_options_t *o,
+                         const al_agent_opts_store_t *st) {
+  (void)st;
+  eq_str("system", o->system, "REVIEWER PROMPT\n\nPREAMBLE");
+  eq_str("model", o->model, "m-def");
+  ASSERT_EQ(o->max_turns, 9);
+  eq_list("only", o->tools_only, k_def_tools);
+  eq_list("never", o->tools_never, k_def_never);
+  ASSERT_EQ(o->permission_mode, AL_PERMISSION_MODE_JOB);
+}
+
+/* A model and max_turns given over the configuration win over the
+ * definition's, as a flag wins over the configuration. */
+static void f_main_agent_flags(al_agent_opts_input_t *in) {
+  f_main_agent(in);
+  in->model_flag = true;
+  in->flags.max_turns = 3;
+}
+
+static void c_main_agent_flags(const al_agent_options_t *o,
+                               const al_agent_opts_store_t *st) {
+  (void)st;
+  eq_str("model", o->model, "m1");
+  ASSERT_EQ(o->max_turns, 3);
+  eq_list("only", o->tools_only, k_def_tools);
+}
+
 static al_limits_t g_ceiling;
 
 static void f_ceiling(al_agent_opts_input_t *in) {
@@ -505,6 +547,10 @@ TEST_IMPL(agent_opts_sections_land) {
        NULL, c_subagents},
       {"subagents unset", "subagents: {enabled: true}\n", NULL,
        c_subagents_unset},
+      {"main agent", "model: m1\nmax_turns: 5\n", f_main_agent,
+       c_main_agent},
+      {"main agent under flags", "model: m1\nmax_turns: 5\n",
+       f_main_agent_flags, c_main_agent_flags},
   };
   size_t i;
 

@@ -1410,7 +1410,7 @@ TEST_IMPL(task_child_inherits_context_settings) {
  * mapping), then update the number (LP64's). */
 TEST_IMPL(task_child_options_tripwire) {
   if (sizeof(void *) == 8) {
-    ASSERT_EQ(sizeof(al_agent_options_t), 600);
+    ASSERT_EQ(sizeof(al_agent_options_t), 616);
   }
   return 0;
 }
