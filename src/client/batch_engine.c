@@ -26,8 +26,8 @@
 
 /* What a resumed session is told when its transcript holds the prompt
  * already. */
-#define RESUME_TEXT                                                          \
-  "(agentloop batch: the previous run of this job was interrupted; "       \
+#define RESUME_TEXT                                                  \
+  "(agentloop batch: the previous run of this job was interrupted; " \
   "continue the task from where it stopped.)"
 
 static const char *env_get(const char *name) {
@@ -48,8 +48,7 @@ json_t *al__bjob_result_json(const al_bjob_t *j) {
   json_t *usage = json_pack(
       "{s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)j->stats.input_tokens,
       "output_tokens", (json_int_t)j->stats.output_tokens,
-      "cache_read_input_tokens",
-      (json_int_t)j->stats.cache_read_input_tokens,
+      "cache_read_input_tokens", (json_int_t)j->stats.cache_read_input_tokens,
       "cache_creation_input_tokens",
       (json_int_t)j->stats.cache_creation_input_tokens);
 
@@ -59,15 +58,15 @@ json_t *al__bjob_result_json(const al_bjob_t *j) {
                       j->text != NULL ? json_string(j->text) : json_null());
   json_object_set_new(o, "turns", json_integer(j->stats.turns));
   json_object_set_new(o, "usage", usage != NULL ? usage : json_null());
-  json_object_set_new(o, "cost_usd", j->stats.cost_usd >= 0
-                                         ? json_real(j->stats.cost_usd)
-                                         : json_null());
+  json_object_set_new(
+      o, "cost_usd",
+      j->stats.cost_usd >= 0 ? json_real(j->stats.cost_usd) : json_null());
   json_object_set_new(
       o, "duration_ms",
       json_integer((json_int_t)(al__bengine_now_ms() - j->t0_ms)));
-  json_object_set_new(o, "error_kind", j->error_kind[0] != '\0'
-                                           ? json_string(j->error_kind)
-                                           : json_null());
+  json_object_set_new(
+      o, "error_kind",
+      j->error_kind[0] != '\0' ? json_string(j->error_kind) : json_null());
   json_object_set_new(o, "session", json_string(j->sess.path));
   if (j->recovered) {
     json_object_set_new(o, "recovered", json_true());
@@ -109,7 +108,8 @@ static bool sess_admit(void *data) {
   return gate(data);
 }
 
-/* ---- a job's end ---------------------------------------------------------- */
+/* ---- a job's end ----------------------------------------------------------
+ */
 
 static void free_opts(al_bjob_t *j) {
   if (j->opts_init && !j->opts_freed) {
@@ -249,44 +249,43 @@ static void on_event(const al_event_t *ev, void *data) {
     return; /* a sub-agent's */
   }
   switch (ev->type) {
-  case AL_EVENT_MAX_TURNS_REACHED:
-    j->max_turns = true;
-    break;
-  case AL_EVENT_FINAL:
-    j->outcome = j->max_turns ? "max_turns" : "done";
-    if (j->max_turns) {
-      snprintf(j->error_kind, sizeof(j->error_kind), "max_turns");
-    }
-    al_free(j->text);
-    j->text = ev->u.final.text.ptr != NULL
-                  ? al_strndup(ev->u.final.text.ptr, ev->u.final.text.len)
-                  : NULL;
-    end_job(j);
-    break;
-  case AL_EVENT_ERROR:
-    set_error(j, "error", al_err_name(ev->u.error.code),
-              ev->u.error.message);
-    end_job(j);
-    break;
-  case AL_EVENT_INTERRUPTED:
-    set_error(j, j->timed_out ? "timeout" : "interrupted",
-              j->timed_out ? "timeout" : "interrupted",
-              ev->u.interrupted.reason);
-    if (j->timed_out) {
-      char msg[64];
-
+    case AL_EVENT_MAX_TURNS_REACHED:
+      j->max_turns = true;
+      break;
+    case AL_EVENT_FINAL:
+      j->outcome = j->max_turns ? "max_turns" : "done";
+      if (j->max_turns) {
+        snprintf(j->error_kind, sizeof(j->error_kind), "max_turns");
+      }
       al_free(j->text);
-      snprintf(msg, sizeof(msg), "timed out after %.3g s",
-               (double)j->timeout_ms / 1000.0);
-      j->text = al_strdup(msg);
-    }
-    if (j->e->stopping) {
-      j->no_result = true;
-    }
-    end_job(j);
-    break;
-  default:
-    break;
+      j->text = ev->u.final.text.ptr != NULL
+                    ? al_strndup(ev->u.final.text.ptr, ev->u.final.text.len)
+                    : NULL;
+      end_job(j);
+      break;
+    case AL_EVENT_ERROR:
+      set_error(j, "error", al_err_name(ev->u.error.code), ev->u.error.message);
+      end_job(j);
+      break;
+    case AL_EVENT_INTERRUPTED:
+      set_error(j, j->timed_out ? "timeout" : "interrupted",
+                j->timed_out ? "timeout" : "interrupted",
+                ev->u.interrupted.reason);
+      if (j->timed_out) {
+        char msg[64];
+
+        al_free(j->text);
+        snprintf(msg, sizeof(msg), "timed out after %.3g s",
+                 (double)j->timeout_ms / 1000.0);
+        j->text = al_strdup(msg);
+      }
+      if (j->e->stopping) {
+        j->no_result = true;
+      }
+      end_job(j);
+      break;
+    default:
+      break;
   }
 }
 /* The text of the last message when it is the assistant's answer (no
@@ -367,8 +366,7 @@ static void on_ws_ready(al_batch_ws_t *w, int status, const char *why) {
   j->o.workspace = w->path;
   rc = al_agent_new(e->loop, &j->o, &j->agent);
   if (rc != 0) {
-    snprintf(err, sizeof(err), "cannot create the agent: %s",
-             al_strerror(rc));
+    snprintf(err, sizeof(err), "cannot create the agent: %s", al_strerror(rc));
     fail_job(j, al_err_name(rc), err);
     return;
   }
@@ -386,12 +384,11 @@ static void on_ws_ready(al_batch_ws_t *w, int status, const char *why) {
   if (rc == 0) {
     rc = al_agent_subscribe(j->agent, on_event, j, &j->sub);
   }
-  text = j->sess.resumed && al__history_to_json(&j->sess.loaded.history) !=
-                                NULL &&
-                 json_array_size(al__history_to_json(
-                     &j->sess.loaded.history)) > 0
-             ? RESUME_TEXT
-             : j->spec->prompt;
+  text =
+      j->sess.resumed && al__history_to_json(&j->sess.loaded.history) != NULL &&
+              json_array_size(al__history_to_json(&j->sess.loaded.history)) > 0
+          ? RESUME_TEXT
+          : j->spec->prompt;
   j->state = AL_BJOB_RUNNING;
   if (rc == 0) {
     rc = al_agent_run(j->agent, text);
@@ -402,8 +399,7 @@ static void on_ws_ready(al_batch_ws_t *w, int status, const char *why) {
       uv_timer_start(&j->timer, on_job_timeout, j->timeout_ms, 0);
     }
     if (rc != 0) {
-      snprintf(err, sizeof(err), "cannot start the run: %s",
-               al_strerror(rc));
+      snprintf(err, sizeof(err), "cannot start the run: %s", al_strerror(rc));
     }
   }
   if (rc != 0) {
@@ -440,12 +436,11 @@ static void prep_done(uv_work_t *req, int status) {
     return;
   }
   j->state = AL_BJOB_WORKSPACE;
-  al__batch_ws_prepare(&j->ws, e->loop, j->spec, e->work_dir,
-                       j->sess.resumed, on_ws_ready, j);
+  al__batch_ws_prepare(&j->ws, e->loop, j->spec, e->work_dir, j->sess.resumed,
+                       on_ws_ready, j);
 }
 
-al_bjob_t *al__bjob_start(al_bengine_t *e, al_batch_job_t *spec,
-                          void *data) {
+al_bjob_t *al__bjob_start(al_bengine_t *e, al_batch_job_t *spec, void *data) {
   al_bjob_t *j = al_calloc(1, sizeof(*j));
 
   if (j == NULL) {
@@ -529,8 +524,9 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
   al_buf_init(&j->preamble, 128u << 20);
   if (al__cli_config_load_for(&j->cfg, NULL, false, s->provider,
                               "agentloop batch") != 0) {
-    snprintf(j->why, sizeof(j->why), "the configuration does not load "
-                                     "(the reason is on stderr)");
+    snprintf(j->why, sizeof(j->why),
+             "the configuration does not load "
+             "(the reason is on stderr)");
     return false;
   }
   if (s->provider != NULL &&
@@ -541,8 +537,7 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
   }
   for (i = 0; i < 2; i++) {
     if (vals[i] != NULL && al_config_set_flag(&j->cfg, keys[i], vals[i],
-                                              keys[i], why,
-                                              sizeof(why)) != 0) {
+                                              keys[i], why, sizeof(why)) != 0) {
       snprintf(j->why, sizeof(j->why), "%s", why);
       return false;
     }
@@ -553,10 +548,10 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
     /* As run says it (exit 2 there): before anything is sent. */
     if (al_config_api_key(&j->cfg, env_get, &var) == NULL &&
         al__cli_public_endpoint(j->cfg.base_url)) {
-      snprintf(j->why, sizeof(j->why), "no API key for %s: set %s",
-               j->cfg.base_url != NULL ? j->cfg.base_url
-                                       : "the public endpoint",
-               var != NULL ? var : "the provider's key variable");
+      snprintf(
+          j->why, sizeof(j->why), "no API key for %s: set %s",
+          j->cfg.base_url != NULL ? j->cfg.base_url : "the public endpoint",
+          var != NULL ? var : "the provider's key variable");
       return false;
     }
   }
@@ -631,8 +626,8 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
     return false;
   }
   in.model_flag = s->model != NULL;
-  rc = al_config_agent_options(&j->cfg, &in, &j->o, &j->store, why,
-                               sizeof(why));
+  rc =
+      al_config_agent_options(&j->cfg, &in, &j->o, &j->store, why, sizeof(why));
   if (rc != 0) {
     snprintf(j->why, sizeof(j->why), "%s", why);
     return false;
@@ -658,4 +653,3 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
   j->hdr.created_ms = (uint64_t)time(NULL) * 1000u;
   return true;
 }
-

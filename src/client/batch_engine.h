@@ -68,14 +68,14 @@ struct al_bengine_s {
   bool keep_ws;
   bool stopping; /* al__bengine_stop: every job ends without a result */
   const al_bengine_driver_t *drv;
-  void *data; /* the driver's */
+  void *data;         /* the driver's */
   al_bjob_t *running; /* started, not yet done */
   size_t active;
 };
 
 struct al_bjob_s {
   al_bengine_t *e;
-  void *data; /* the driver's */
+  void *data;                    /* the driver's */
   struct al_bjob_s *prev, *next; /* e->running */
   al_batch_job_t *spec;
   al_bjob_state_t state;
@@ -117,8 +117,7 @@ struct al_bjob_s {
 };
 
 /* Starts a job (spec borrowed until on_end); NULL when out of memory. */
-al_bjob_t *al__bjob_start(al_bengine_t *e, al_batch_job_t *spec,
-                          void *data);
+al_bjob_t *al__bjob_start(al_bengine_t *e, al_batch_job_t *spec, void *data);
 /* Ends a job without a result (a signal, a drain's hand-back); with
  * fenced, as the gate would: nothing more is written. */
 void al__bjob_stop(al_bjob_t *j, bool fenced);

@@ -125,7 +125,8 @@ static bool stoppable(const fjob_t *fj) {
   return fj->bj != NULL && fj->bj->state < AL_BJOB_STORING;
 }
 
-/* ---- jobs ------------------------------------------------------------------ */
+/* ---- jobs ------------------------------------------------------------------
+ */
 
 static void fjob_free_maybe(fjob_t *fj) {
   al_fleet_worker_t *w = fj->w;
@@ -174,9 +175,8 @@ static void on_job_cmd(int status, void *data) {
 /* Hands the job back unfinished: the owner key goes, the entry is left
  * pending (not acked) and made a lease old for the next reap. */
 static void release(fjob_t *fj) {
-  if (fj->epoch > 0 &&
-      al_fleet_queue_release(&fj->w->q, fj->id, fj->epoch, fj->entry,
-                             on_job_cmd, fj) == 0) {
+  if (fj->epoch > 0 && al_fleet_queue_release(&fj->w->q, fj->id, fj->epoch,
+                                              fj->entry, on_job_cmd, fj) == 0) {
     fj->cmds++;
   }
 }
@@ -203,7 +203,8 @@ static void ack(fjob_t *fj) {
   }
 }
 
-/* ---- the engine's fleet driver --------------------------------------------- */
+/* ---- the engine's fleet driver ---------------------------------------------
+ */
 
 static bool drv_admit(al_bjob_t *j) {
   return lease_ok(j->data);
@@ -258,8 +259,8 @@ static void drv_result(al_bjob_t *j) {
   json_object_set_new(o, "deliveries", json_integer(fj->deliveries));
   s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
-  rc = s != NULL ? al_fleet_queue_complete(&w->q, fj->id, fj->epoch,
-                                           fj->entry, s, on_completed, fj)
+  rc = s != NULL ? al_fleet_queue_complete(&w->q, fj->id, fj->epoch, fj->entry,
+                                           s, on_completed, fj)
                  : AL_ENOMEM;
   free(s);
   if (rc != 0) {
@@ -278,21 +279,24 @@ static void drv_end(al_bjob_t *j) {
   if (j->fenced) {
     /* Not ours any more: nothing written, nothing said to Redis. */
     w->fenced++;
-    set_last_error(w, "job %s: fenced (its lease ran out or another "
-                      "worker owns it)", fj->id);
+    set_last_error(w,
+                   "job %s: fenced (its lease ran out or another "
+                   "worker owns it)",
+                   fj->id);
     fprintf(stderr, WHO ": fleet: job %s fenced: stopped without writing\n",
             fj->id);
   } else if (j->storage) {
     /* Its transcript cannot be written here: not acked, not completed,
      * the reason kept for the dead letter; this worker takes no more. */
     w->storage_failures++;
-    set_last_error(w, "job %s: the transcript cannot be written: %s",
-                   fj->id, j->why);
+    set_last_error(w, "job %s: the transcript cannot be written: %s", fj->id,
+                   j->why);
     if (!w->intake_stopped) {
       w->intake_stopped = true;
       fprintf(stderr,
-              WHO ": fleet worker %s stops taking jobs: job %s: the "
-                  "transcript cannot be written (%s)\n",
+              WHO
+              ": fleet worker %s stops taking jobs: job %s: the "
+              "transcript cannot be written (%s)\n",
               w->consumer, fj->id, j->why);
     }
     if (al_fleet_queue_set_error(&w->q, fj->id, w->last_error, on_job_cmd,
@@ -313,16 +317,15 @@ static const al_bengine_driver_t fleet_driver = {NULL, drv_result, drv_end,
 /* A job that cannot be run (its JSON does not parse) still gets its one
  * result. */
 static void complete_error(fjob_t *fj, const char *why) {
-  json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "id", fj->id, "outcome",
-                        "error", "error_kind", "config", "text", why,
-                        "worker", fj->w->consumer, "deliveries",
-                        (json_int_t)fj->deliveries);
+  json_t *o =
+      json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "id", fj->id, "outcome", "error",
+                "error_kind", "config", "text", why, "worker", fj->w->consumer,
+                "deliveries", (json_int_t)fj->deliveries);
   char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 
   json_decref(o);
   if (s != NULL && al_fleet_queue_complete(&fj->w->q, fj->id, fj->epoch,
-                                           fj->entry, s, on_job_cmd,
-                                           fj) == 0) {
+                                           fj->entry, s, on_job_cmd, fj) == 0) {
     fj->cmds++;
     fj->w->failed++;
   }
@@ -364,9 +367,9 @@ static void on_fetched(al_fleet_redis_t *r, int status,
     return;
   }
   snprintf(name, sizeof(name), "%s:job:%s", w->u.prefix, fj->id);
-  rc = al__batch_jobs_parse(name, reply->element[0]->str,
-                            reply->element[0]->len, &fj->spec, &fj->nspec,
-                            err, sizeof(err));
+  rc =
+      al__batch_jobs_parse(name, reply->element[0]->str, reply->element[0]->len,
+                           &fj->spec, &fj->nspec, err, sizeof(err));
   if (rc != 0 || fj->nspec != 1 || strcmp(fj->spec[0].id, fj->id) != 0) {
     complete_error(fj, rc != 0 ? err : "the job's JSON is not this job");
     return;
@@ -404,8 +407,10 @@ static void on_claimed(int status, int64_t epoch, bool done, void *data) {
      * more. */
     char why[160];
 
-    snprintf(why, sizeof(why), "taken over: its worker stopped without "
-                               "finishing it (%s)", fj->entry);
+    snprintf(why, sizeof(why),
+             "taken over: its worker stopped without "
+             "finishing it (%s)",
+             fj->entry);
     if (al_fleet_queue_set_error(&w->q, fj->id, why, on_job_cmd, fj) == 0) {
       fj->cmds++;
     }
@@ -427,8 +432,7 @@ static void on_claimed(int status, int64_t epoch, bool done, void *data) {
   fj->cmds++;
 }
 
-static void take(al_fleet_worker_t *w, const al_fleet_entry_t *e,
-                 bool reaped) {
+static void take(al_fleet_worker_t *w, const al_fleet_entry_t *e, bool reaped) {
   fjob_t *fj;
 
   if (strlen(e->job_id) >= sizeof(fj->id) ||
@@ -466,9 +470,8 @@ static bool can_take(const al_fleet_worker_t *w) {
          w->used < w->o.slots;
 }
 
-static void entries(al_fleet_worker_t *w, int status,
-                    const al_fleet_entry_t *e, size_t n, size_t dead,
-                    bool reaped) {
+static void entries(al_fleet_worker_t *w, int status, const al_fleet_entry_t *e,
+                    size_t n, size_t dead, bool reaped) {
   size_t i;
 
   w->reading = false;
@@ -486,8 +489,8 @@ static void entries(al_fleet_worker_t *w, int status,
   maybe_exit(w);
 }
 
-static void on_read_entries(int status, const al_fleet_entry_t *e,
-                            size_t n, size_t dead, void *data) {
+static void on_read_entries(int status, const al_fleet_entry_t *e, size_t n,
+                            size_t dead, void *data) {
   entries(data, status, e, n, dead, false);
 }
 
@@ -502,8 +505,8 @@ static void on_intake(uv_timer_t *t) {
   if (!can_take(w)) {
     return;
   }
-  if (al_fleet_queue_read(&w->q, w->o.slots - w->used, on_read_entries,
-                          w) == 0) {
+  if (al_fleet_queue_read(&w->q, w->o.slots - w->used, on_read_entries, w) ==
+      0) {
     w->reading = true;
     w->cmds++;
   }
@@ -596,8 +599,7 @@ static void on_state(al_fleet_redis_t *r, bool up, int status) {
   if (w->announced) {
     fprintf(stderr, WHO ": fleet: redis is back: intake resumes\n");
   }
-  if (!w->closing &&
-      al_fleet_queue_ensure_group(&w->q, on_group, w) == 0) {
+  if (!w->closing && al_fleet_queue_ensure_group(&w->q, on_group, w) == 0) {
     w->cmds++;
   }
 }
@@ -629,10 +631,9 @@ static void on_http_closed(al_client_t *c) {
 }
 
 static void maybe_exit(al_fleet_worker_t *w) {
-  uv_handle_t *hs[] = {(uv_handle_t *)&w->intake, (uv_handle_t *)&w->renew,
-                       (uv_handle_t *)&w->reap, (uv_handle_t *)&w->grace,
-                       (uv_handle_t *)&w->sigterm,
-                       (uv_handle_t *)&w->sigint};
+  uv_handle_t *hs[] = {(uv_handle_t *)&w->intake,  (uv_handle_t *)&w->renew,
+                       (uv_handle_t *)&w->reap,    (uv_handle_t *)&w->grace,
+                       (uv_handle_t *)&w->sigterm, (uv_handle_t *)&w->sigint};
   size_t i;
 
   if (!w->draining || w->closing || w->live > 0 || w->cmds > 0) {
@@ -673,8 +674,10 @@ void al_fleet_worker_drain(al_fleet_worker_t *w, uint64_t grace_ms) {
   w->draining = true;
   uv_timer_stop(&w->intake);
   uv_timer_stop(&w->reap);
-  fprintf(stderr, WHO ": fleet worker %s draining: %u job%s in flight, "
-                  "%" PRIu64 " ms grace\n",
+  fprintf(stderr,
+          WHO
+          ": fleet worker %s draining: %u job%s in flight, "
+          "%" PRIu64 " ms grace\n",
           w->consumer, w->used, w->used == 1 ? "" : "s", grace_ms);
   uv_timer_start(&w->grace, on_grace, grace_ms, 0);
   maybe_exit(w);
@@ -688,17 +691,16 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 json_t *al_fleet_worker_status(const al_fleet_worker_t *w) {
   return json_pack(
-      "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s?}",
-      "queue", w->url, "group", w->group, "consumer", w->consumer,
-      "sessions", w->sessions, "slots", (json_int_t)w->o.slots,
-      "slots_used", (json_int_t)w->used, "done", (json_int_t)w->done,
-      "failed", (json_int_t)w->failed, "fenced", (json_int_t)w->fenced,
-      "handed_back", (json_int_t)w->handed_back, "dead_lettered",
-      (json_int_t)w->dead, "storage_failures",
-      (json_int_t)w->storage_failures, "redis",
+      "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s?}", "queue",
+      w->url, "group", w->group, "consumer", w->consumer, "sessions",
+      w->sessions, "slots", (json_int_t)w->o.slots, "slots_used",
+      (json_int_t)w->used, "done", (json_int_t)w->done, "failed",
+      (json_int_t)w->failed, "fenced", (json_int_t)w->fenced, "handed_back",
+      (json_int_t)w->handed_back, "dead_lettered", (json_int_t)w->dead,
+      "storage_failures", (json_int_t)w->storage_failures, "redis",
       al_fleet_redis_is_up(w->redis) ? "up" : "down", "intake",
-      w->draining         ? "draining"
-      : w->intake_stopped ? "stopped"
+      w->draining                       ? "draining"
+      : w->intake_stopped               ? "stopped"
       : !al_fleet_redis_is_up(w->redis) ? "paused"
                                         : "on",
       "last_error", w->last_error[0] != '\0' ? w->last_error : NULL);
@@ -727,8 +729,9 @@ int al_fleet_worker_new(uv_loop_t *loop, const al_fleet_worker_options_t *o,
   *out = NULL;
   if (o->slots == 0 || o->lease_ms < 30 || o->max_deliveries == 0 ||
       o->sessions_dir == NULL || o->work_dir == NULL) {
-    snprintf(why, why_len, "fleet: bad options (slots, lease, deliveries, "
-                           "directories)");
+    snprintf(why, why_len,
+             "fleet: bad options (slots, lease, deliveries, "
+             "directories)");
     return AL_EINVAL;
   }
   w = al_calloc(1, sizeof(*w));
@@ -799,8 +802,7 @@ int al_fleet_worker_new(uv_loop_t *loop, const al_fleet_worker_options_t *o,
   w->eng.client = w->http;
   w->eng.models = w->models;
   w->eng.agents = w->agents;
-  snprintf(w->eng.sessions_dir, sizeof(w->eng.sessions_dir), "%s",
-           w->sessions);
+  snprintf(w->eng.sessions_dir, sizeof(w->eng.sessions_dir), "%s", w->sessions);
   w->eng.work_dir = w->work;
   w->eng.who = WHO;
   w->eng.drv = &fleet_driver;

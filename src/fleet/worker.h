@@ -22,10 +22,10 @@ typedef struct {
   const char *sessions_dir; /* transcripts (created) */
   const char *work_dir;     /* copies and worktrees: WORK/work/ID */
   unsigned slots;
-  uint64_t lease_ms;        /* 30000 */
-  unsigned max_deliveries;  /* 3 */
-  uint64_t drain_grace_ms;  /* 30000 */
-  uint64_t poll_ms;         /* intake poll while idle (0: lease/4, <= 250) */
+  uint64_t lease_ms;       /* 30000 */
+  unsigned max_deliveries; /* 3 */
+  uint64_t drain_grace_ms; /* 30000 */
+  uint64_t poll_ms;        /* intake poll while idle (0: lease/4, <= 250) */
   /* Drained (or stopped) and every handle closed: the daemon may exit. */
   void (*on_exit)(al_fleet_worker_t *w, void *data);
   void *data;

@@ -80,8 +80,7 @@ static bool key_exists(fw_t *fx, const char *kind, const char *id) {
 }
 
 static long long lua_int(fw_t *fx, const char *script, const char *arg) {
-  const char *argv[] = {"EVAL", script, "2", "t:jobs", "t:results", "g",
-                        arg};
+  const char *argv[] = {"EVAL", script, "2", "t:jobs", "t:results", "g", arg};
   char *v = fw_rcmd(fx, 7, argv);
   long long n;
 
@@ -132,14 +131,15 @@ static void submit(fw_t *fx, const char *id, const char *prompt) {
   free(v);
 }
 
-/* ---- workers --------------------------------------------------------------- */
+/* ---- workers ---------------------------------------------------------------
+ */
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   fw_proc_t *p = h->data;
 
   (void)hint;
-  *buf = uv_buf_init(p->ebuf + p->elen,
-                     (unsigned)(sizeof(p->ebuf) - p->elen - 1));
+  *buf =
+      uv_buf_init(p->ebuf + p->elen, (unsigned)(sizeof(p->ebuf) - p->elen - 1));
 }
 
 static void on_err_closed(uv_handle_t *h) {
@@ -176,8 +176,8 @@ static fw_proc_t *spawn_worker(fw_t *fx, unsigned slots, const char *grace,
   fw_proc_t *p;
   uv_process_options_t po;
   uv_stdio_container_t stdio[3];
-  char bin[4096], sock[256], state[256], sessions[256], work[256],
-      slots_s[16], lease_s[16];
+  char bin[4096], sock[256], state[256], sessions[256], work[256], slots_s[16],
+      lease_s[16];
   char cfg[256], xstate[256], rt[256];
   char *env[16];
   char *argv[40];
@@ -263,7 +263,8 @@ static fw_proc_t *worker_named(fw_t *fx, const char *name) {
   return NULL;
 }
 
-/* ---- waiting ---------------------------------------------------------------- */
+/* ---- waiting ----------------------------------------------------------------
+ */
 
 static void on_poll(uv_timer_t *t) {
   fw_t *fx = t->data;
@@ -349,7 +350,8 @@ static bool p_saw(fw_t *fx, void *arg) {
   return mock_saw(fx, s->track, s->index);
 }
 
-/* ---- set-up and tear-down ------------------------------------------------- */
+/* ---- set-up and tear-down -------------------------------------------------
+ */
 
 static void fx_init_aof(fw_t *fx, const char *yaml, bool aof);
 
@@ -472,7 +474,8 @@ static const char k_slow[] =
     "      - expect_request: {contains: 'was interrupted'}\n"
     "        reply: {content: [{text: 'slow answer'}]}\n";
 
-/* ---- F1 -------------------------------------------------------------------- */
+/* ---- F1 --------------------------------------------------------------------
+ */
 
 TEST_IMPL(fleet_sigkill_mid_stream_taken_over) {
   fw_t fx;
@@ -500,10 +503,8 @@ TEST_IMPL(fleet_sigkill_mid_stream_taken_over) {
   wait_for(&fx, p_result, "f1", 20000, "f1's result");
   r = result_of(&fx, "s1");
   ASSERT_STR_EQ(json_string_value(json_object_get(r, "outcome")), "done");
-  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")),
-                "slow answer");
-  ASSERT_STR_EQ(json_string_value(json_object_get(r, "worker")),
-                other->name);
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")), "slow answer");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "worker")), other->name);
   ASSERT(json_integer_value(json_object_get(r, "deliveries")) >= 2);
   json_decref(r);
   ASSERT_EQ(results_for(&fx, "s1"), 1);
@@ -515,7 +516,8 @@ TEST_IMPL(fleet_sigkill_mid_stream_taken_over) {
   return 0;
 }
 
-/* ---- F2 -------------------------------------------------------------------- */
+/* ---- F2 --------------------------------------------------------------------
+ */
 
 TEST_IMPL(fleet_sigkill_after_final_before_ack) {
   static const char *const stop[] = {
@@ -538,8 +540,7 @@ TEST_IMPL(fleet_sigkill_after_final_before_ack) {
   wait_for(&fx, p_result, "f1", 20000, "f1's result");
   r = result_of(&fx, "f1");
   ASSERT_STR_EQ(json_string_value(json_object_get(r, "outcome")), "done");
-  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")),
-                "fast answer");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")), "fast answer");
   ASSERT(json_is_true(json_object_get(r, "recovered")));
   ASSERT_STR_EQ(json_string_value(json_object_get(r, "worker")), "w1");
   json_decref(r);
@@ -552,7 +553,8 @@ TEST_IMPL(fleet_sigkill_after_final_before_ack) {
   return 0;
 }
 
-/* ---- F3 -------------------------------------------------------------------- */
+/* ---- F3 --------------------------------------------------------------------
+ */
 
 TEST_IMPL(fleet_sigstop_past_lease_writes_nothing) {
   fw_t fx;
@@ -582,16 +584,16 @@ TEST_IMPL(fleet_sigstop_past_lease_writes_nothing) {
   after = al_test_read_file(path, &alen);
   ASSERT_NOT_NULL(after);
   if (alen != blen || memcmp(before, after, blen) != 0) {
-    AL_TEST_FAIL("the fenced worker wrote to the transcript (%zu bytes, "
-                 "then %zu):\n%s\n--- w0:\n%s",
-                 blen, alen, after + (alen > blen ? blen : 0), first->ebuf);
+    AL_TEST_FAIL(
+        "the fenced worker wrote to the transcript (%zu bytes, "
+        "then %zu):\n%s\n--- w0:\n%s",
+        blen, alen, after + (alen > blen ? blen : 0), first->ebuf);
   }
   free(before);
   free(after);
   r = result_of(&fx, "s1");
   ASSERT_STR_EQ(json_string_value(json_object_get(r, "worker")), "w1");
-  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")),
-                "slow answer");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")), "slow answer");
   json_decref(r);
   ASSERT_EQ(results_for(&fx, "s1"), 1);
   assert_chain(&fx, "s1");
@@ -599,7 +601,8 @@ TEST_IMPL(fleet_sigstop_past_lease_writes_nothing) {
   return 0;
 }
 
-/* ---- F5 -------------------------------------------------------------------- */
+/* ---- F5 --------------------------------------------------------------------
+ */
 
 /* Every request of CRASH-JOB stalls; the test SIGKILLs the worker that
  * sent it (the job's owner) and starts another in its place. */
@@ -667,8 +670,8 @@ TEST_IMPL(fleet_crashing_job_dead_lettered) {
   ASSERT_STR_EQ(json_string_value(json_object_get(r, "outcome")),
                 "dead_letter");
   ASSERT_EQ(json_integer_value(json_object_get(r, "deliveries")), 4);
-  ASSERT_NOT_NULL(strstr(json_string_value(json_object_get(r, "error")),
-                         "taken over"));
+  ASSERT_NOT_NULL(
+      strstr(json_string_value(json_object_get(r, "error")), "taken over"));
   json_decref(r);
   v = fw_rcmd(&fx, 2, xlen);
   if (strcmp(v, "1") != 0) {
@@ -686,7 +689,8 @@ TEST_IMPL(fleet_crashing_job_dead_lettered) {
   return 0;
 }
 
-/* ---- F7 -------------------------------------------------------------------- */
+/* ---- F7 --------------------------------------------------------------------
+ */
 
 /* The sessions directory read-only: a read-only tmpfs in a private mount
  * namespace as root (root writes through mode bits), else mode 0555. */
@@ -758,7 +762,8 @@ TEST_IMPL(fleet_readonly_sessions_dir_not_acked) {
   return 0;
 }
 
-/* ---- SIGTERM --------------------------------------------------------------- */
+/* ---- SIGTERM ---------------------------------------------------------------
+ */
 
 TEST_IMPL(fleet_sigterm_drains) {
   fw_t fx;
@@ -788,8 +793,7 @@ TEST_IMPL(fleet_sigterm_drains) {
   wait_for(&fx, p_result, "s1", 20000, "s1's result");
   wait_for(&fx, p_result, "f1", 20000, "f1's result");
   r = result_of(&fx, "s1");
-  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")),
-                "slow answer");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")), "slow answer");
   ASSERT_STR_EQ(json_string_value(json_object_get(r, "worker")), "w1");
   json_decref(r);
   ASSERT_EQ(results_for(&fx, "s1"), 1);
@@ -799,7 +803,8 @@ TEST_IMPL(fleet_sigterm_drains) {
   return 0;
 }
 
-/* ---- Redis away ------------------------------------------------------------ */
+/* ---- Redis away ------------------------------------------------------------
+ */
 
 TEST_IMPL(fleet_redis_away_pauses_intake) {
   fw_t fx;
