@@ -568,6 +568,26 @@ static void on_renew(uv_timer_t *t) {
 
 /* ---- the connection ---------------------------------------------------- */
 
+/* CONFIG GET appendonly: without an AOF an answered submit or completion
+ * can be lost (docs/fleet.md, Guarantees). Said, not refused: a Redis that
+ * forbids CONFIG, or a test, still runs. */
+static void on_aof(al_fleet_redis_t *r, int status, struct redisReply *reply,
+                   void *data) {
+  al_fleet_worker_t *w = data;
+
+  (void)r;
+  w->cmds--;
+  if (status == 0 && reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+      reply->elements == 2 && reply->element[1]->type == REDIS_REPLY_STRING &&
+      strcmp(reply->element[1]->str, "no") == 0) {
+    fprintf(stderr, WHO
+            ": fleet: warning: Redis runs without an AOF (appendonly "
+            "no): a restart of Redis can lose jobs and results; use "
+            "appendonly yes with appendfsync always (docs/fleet.md)\n");
+  }
+  maybe_exit(w);
+}
+
 static void on_group(int status, void *data) {
   al_fleet_worker_t *w = data;
 
@@ -579,9 +599,14 @@ static void on_group(int status, void *data) {
   }
   w->group_ok = true;
   if (!w->announced) {
+    const char *argv[] = {"CONFIG", "GET", "appendonly"};
+
     w->announced = true;
     fprintf(stderr, WHO ": fleet worker %s on %s group %s, %u slots\n",
             w->consumer, w->url, w->group, w->o.slots);
+    if (al_fleet_redis_command(w->redis, on_aof, w, 3, argv, NULL) == 0) {
+      w->cmds++;
+    }
   }
   maybe_exit(w);
 }
