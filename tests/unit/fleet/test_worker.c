@@ -853,3 +853,59 @@ TEST_IMPL(fleet_sigint_hands_back_at_once) {
   fx_finish(&fx);
   return 0;
 }
+
+/* F3 with a sub-agent: the job's `task` child is mid-stream when its
+ * worker is stopped; woken past the lease, neither the session's file nor
+ * the child's beside it changes. */
+static const char k_child[] =
+    "responses:\n"
+    "  - reply: {content: [{text: 'fast answer'}]}\n"
+    "tracks:\n"
+    "  - match: {first_user_contains: 'PARENT-JOB'}\n"
+    "    responses:\n"
+    "      - reply: {content: [{tool_use: {id: k1, name: task, input: "
+    "{description: a, prompt: 'CHILD-Q', agent: explore}}}]}\n"
+    "      - expect_request: {contains: 'was interrupted'}\n"
+    "        reply: {content: [{text: 'parent done'}]}\n"
+    "  - match: {first_user_contains: 'CHILD-Q'}\n"
+    "    responses:\n"
+    "      - reply: {content: [{tool_use: {id: c1, name: list_directory, "
+    "input: {path: '.'}}}]}\n"
+    "      - fault: {stall_after_headers: true}\n";
+
+TEST_IMPL(fleet_sigstop_child_transcript_untouched) {
+  fw_t fx;
+  saw_t stalled = {1, 1};
+  fw_proc_t *first;
+  char dir[256];
+  char *before, *after;
+  json_t *r;
+
+  al_test_timeout_s(60);
+  fx_init(&fx, k_child);
+  first = spawn_worker(&fx, 1, NULL, NULL);
+  submit(&fx, "p1", "PARENT-JOB");
+  wait_for(&fx, p_saw, &stalled, 20000, "the child's stalled request");
+  ASSERT_EQ(uv_process_kill(&first->proc, SIGSTOP), 0);
+  spawn_worker(&fx, 1, NULL, NULL);
+  wait_for(&fx, p_result, "p1", 20000, "p1's result from the second");
+  r = result_of(&fx, "p1");
+  ASSERT_STR_EQ(json_string_value(json_object_get(r, "text")), "parent done");
+  json_decref(r);
+  snprintf(dir, sizeof(dir), "%s/sessions", fx.root);
+  before = al_test_tree_listing(dir);
+  ASSERT_NOT_NULL(before);
+  ASSERT_EQ(uv_process_kill(&first->proc, SIGCONT), 0);
+  wait_stderr(&fx, "w0", "job p1 fenced", 20000);
+  after = al_test_tree_listing(dir);
+  ASSERT_NOT_NULL(after);
+  if (strcmp(before, after) != 0) {
+    AL_TEST_FAIL("the fenced worker wrote:\nbefore:\n%s\nafter:\n%s", before,
+                 after);
+  }
+  free(before);
+  free(after);
+  ASSERT_EQ(results_for(&fx, "p1"), 1);
+  fx_finish(&fx);
+  return 0;
+}
