@@ -52,6 +52,7 @@
 #include <uv.h>
 
 #include "bench.h"
+#include "bench_util.h"
 #include "fleet/fleet.h"
 #include "mockllm/mockllm.h"
 
@@ -125,23 +126,6 @@ static unsigned g_timeout_ms = 1800000;
 static char g_exe_agentloop[PATH_MAX + 16];
 static char g_exe_agentloopd[PATH_MAX + 16];
 static char g_root[64]; /* a temp directory for everything (mkdtemp) */
-
-static int exe_dir(char *out, size_t len) {
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  char *slash;
-
-  if (n <= 0) {
-    return -1;
-  }
-  self[n] = '\0';
-  slash = strrchr(self, '/');
-  if (slash == NULL) {
-    return -1;
-  }
-  *slash = '\0';
-  return bfmt(out, len, "%s", self) < (int)len ? 0 : -1;
-}
 
 static double now_s(void) {
   return (double)uv_hrtime() / 1e9;
@@ -1657,7 +1641,7 @@ int al_bench_batch(int argc, char **argv) {
   if (parse_opts(argc, argv, &o) != 0) {
     return 2;
   }
-  if (exe_dir(g_bin, sizeof(g_bin)) != 0) {
+  if (bu_exe_dir(g_bin, sizeof(g_bin)) != 0) {
     return 1;
   }
   if (g_exe_agentloop[0] == '\0') {

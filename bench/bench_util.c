@@ -29,7 +29,7 @@
 
 extern char **environ;
 
-static int exe_dir(char *out, size_t len) {
+int bu_exe_dir(char *out, size_t len) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   char *slash;
@@ -61,7 +61,7 @@ int bu_find_certs(const char *given, char *out, size_t len) {
     return 0;
   }
   c1[0] = '\0';
-  if (exe_dir(dir, sizeof(dir)) == 0) {
+  if (bu_exe_dir(dir, sizeof(dir)) == 0) {
     snprintf(c1, sizeof(c1), "%s/../tests/certs", dir);
   }
   cands[0] = c1;
@@ -110,7 +110,7 @@ int bu_srv_start_rec(bu_srv_t *s, const char *yaml, int cpu, const char *certs,
 
   memset(s, 0, sizeof(*s));
   s->pid = -1;
-  if (exe_dir(dir, sizeof(dir)) != 0) {
+  if (bu_exe_dir(dir, sizeof(dir)) != 0) {
     fprintf(stderr, "bench: cannot resolve /proc/self/exe\n");
     return -1;
   }

@@ -39,6 +39,8 @@ void bu_srv_stop(bu_srv_t *s);
 /* The test PKI directory: `given`, else ../tests/certs next to this
  * binary, ./tests/certs, ../tests/certs. */
 int bu_find_certs(const char *given, char *out, size_t len);
+/* The directory of this executable (its build directory). 0 or -1. */
+int bu_exe_dir(char *out, size_t len);
 
 /* sched_setaffinity(pid, {cpu}); cpu < 0: nothing. */
 int bu_pin(pid_t pid, int cpu);

@@ -50,7 +50,6 @@
 #include "session/session.h"
 
 
-#define JOBS_FILE_MAX ((size_t)1 << 30)
 #define RESULTS_FILE_MAX ((size_t)1 << 30)
 #define CONCURRENCY_MAX 4096
 #define PROGRESS_MS 500
@@ -137,40 +136,6 @@ static void usage(FILE *f) {
 }
 
 
-/* Reads a whole file (start-up only). */
-static int slurp(const char *path, size_t max, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  al_buf_t b;
-  char chunk[65536];
-  size_t n;
-  int rc = 0;
-
-  *out = NULL;
-  *len = 0;
-  if (f == NULL) {
-    return -errno;
-  }
-  al_buf_init(&b, max);
-  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && rc == 0) {
-    rc = al_buf_append(&b, chunk, n);
-  }
-  if (ferror(f) && rc == 0) {
-    rc = UV_EIO;
-  }
-  fclose(f);
-  if (rc != 0) {
-    al_buf_free(&b);
-    return rc;
-  }
-  if (b.data == NULL) {
-    *out = al_strdup("");
-  } else {
-    *out = b.data; /* owned by the caller now */
-  }
-  *len = b.len;
-  return *out != NULL ? 0 : AL_ENOMEM;
-}
-
 /* ---- results.jsonl ---------------------------------------------------------- */
 
 /* The ids with a result line; a torn last line (a crash mid-write) is cut
@@ -180,7 +145,7 @@ static int read_results(const char *path, json_t *done, char *err,
   char *text = NULL;
   size_t len = 0, good = 0;
   const char *p;
-  int rc = slurp(path, RESULTS_FILE_MAX, &text, &len);
+  int rc = al__batch_read_file(path, RESULTS_FILE_MAX, &text, &len);
 
   if (rc == UV_ENOENT) {
     return 0;
@@ -601,7 +566,7 @@ static int batch_run(int argc, char **argv) {
     fail_usage("--output-format: text or ndjson, not '%s'", format);
     return EXIT_USAGE;
   }
-  rc = slurp(jobs_path, JOBS_FILE_MAX, &text, &len);
+  rc = al__batch_read_file(jobs_path, AL_BATCH_JOBS_FILE_MAX, &text, &len);
   if (rc != 0) {
     fail_usage("%s: %s", jobs_path, al_strerror(rc));
     return EXIT_USAGE;

@@ -41,6 +41,15 @@ typedef struct al_batch_job_s {
   char *agent;         /* a definition's name: the job's main agent */
 } al_batch_job_t;
 
+/* The bound of a jobs file (a million lines of about 1 KiB). */
+#define AL_BATCH_JOBS_FILE_MAX ((size_t)1 << 30)
+
+/* Reads a whole file of at most max bytes (blocking: start-up only,
+ * before the loop runs). 0 with *out (NUL-terminated, the caller's) and
+ * *len; -errno, AL_ETOOBIG, UV_EIO, AL_ENOMEM. */
+int al__batch_read_file(const char *path, size_t max, char **out,
+                        size_t *len);
+
 /* Parses the jobs file's text (len bytes; name for the messages): one JSON
  * object a line, blank lines skipped. 0 with *jobs (n of them); else
  * AL_EINVAL with "NAME:LINE: job ID: reason" (or without the id when

@@ -35,7 +35,6 @@ enum {
   EXIT_SIGTERM = 143
 };
 
-#define JOBS_FILE_MAX ((size_t)1 << 30)
 #define SUBMIT_WINDOW 256 /* submits in flight at once */
 #define RESULTS_PAGE 500
 #define FOLLOW_BLOCK_MS 1000
@@ -227,41 +226,12 @@ static int submit_bodies(fc_t *c, const char *text, size_t len) {
   return k == c->njobs ? 0 : AL_EPROTO;
 }
 
-static int read_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  al_buf_t b;
-  char chunk[65536];
-  size_t n;
-  int rc = 0;
-
-  *out = NULL;
-  *len = 0;
-  if (f == NULL) {
-    return -errno;
-  }
-  al_buf_init(&b, JOBS_FILE_MAX);
-  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0 && rc == 0) {
-    rc = al_buf_append(&b, chunk, n);
-  }
-  if (ferror(f) && rc == 0) {
-    rc = UV_EIO;
-  }
-  fclose(f);
-  if (rc != 0) {
-    al_buf_free(&b);
-    return rc;
-  }
-  *out = b.data != NULL ? b.data : al_strdup("");
-  *len = b.len;
-  return *out != NULL ? 0 : AL_ENOMEM;
-}
-
 /* Reads and checks the whole file before the connection is made. */
 static int submit_prepare(fc_t *c, const char *path) {
   char *text;
   size_t len;
   char err[4096 + 1024];
-  int rc = read_file(path, &text, &len);
+  int rc = al__batch_read_file(path, AL_BATCH_JOBS_FILE_MAX, &text, &len);
 
   if (rc != 0) {
     fail_msg("%s: %s", path, al_strerror(rc));

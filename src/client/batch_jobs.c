@@ -2,12 +2,14 @@
  * a line, read by jansson. Every error names FILE:LINE and, once it is
  * known, the job's id; the file stops at its first bad line (a half-read
  * batch would run the wrong set). */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+#include <uv.h>
 
 #include "client/batch.h"
 #include "common/common.h"
@@ -43,6 +45,36 @@ static void job_free(al_batch_job_t *j) {
     al_free(j->tools[i]);
   }
   al_free(j->tools);
+}
+
+int al__batch_read_file(const char *path, size_t max, char **out,
+                        size_t *len) {
+  FILE *f = fopen(path, "rb");
+  al_buf_t b;
+  char chunk[65536];
+  size_t n;
+  int rc = 0;
+
+  *out = NULL;
+  *len = 0;
+  if (f == NULL) {
+    return -errno;
+  }
+  al_buf_init(&b, max);
+  while (rc == 0 && (n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+    rc = al_buf_append(&b, chunk, n);
+  }
+  if (rc == 0 && ferror(f)) {
+    rc = UV_EIO;
+  }
+  fclose(f);
+  if (rc != 0) {
+    al_buf_free(&b);
+    return rc;
+  }
+  *out = b.data != NULL ? b.data : al_strdup("");
+  *len = b.len;
+  return *out != NULL ? 0 : AL_ENOMEM;
 }
 
 void al__batch_jobs_free(al_batch_job_t *jobs, size_t n) {

@@ -224,3 +224,31 @@ const json_t *fx_tool_result(const fx_t *f, size_t i, const char *id) {
   }
   return NULL;
 }
+
+bool fx_offers(const fx_t *f, size_t i, const char *name) {
+  const json_t *tools = json_object_get(fx_request(f, i)->body, "tools");
+  size_t k;
+  json_t *t;
+
+  json_array_foreach(tools, k, t) {
+    if (strcmp(fx_jstr(t, "name"), name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+long fx_request_with(const fx_t *f, const char *marker) {
+  size_t i;
+
+  for (i = 0; i < fx_requests(f); i++) {
+    char *s = json_dumps(fx_request(f, i)->body, JSON_COMPACT);
+    bool hit = strstr(s, marker) != NULL;
+
+    free(s);
+    if (hit) {
+      return (long)i;
+    }
+  }
+  return -1;
+}

@@ -69,6 +69,10 @@ size_t fx_requests(const fx_t *f);
 const al_mockllm_record_t *fx_request(const fx_t *f, size_t i);
 /* The last message of request i's body. */
 const json_t *fx_last_message(const fx_t *f, size_t i);
+/* Whether request i offered the tool name. */
+bool fx_offers(const fx_t *f, size_t i, const char *name);
+/* The first request whose body contains marker (-1: none). */
+long fx_request_with(const fx_t *f, const char *marker);
 /* The tool_result block of request i for tool_use_id, or NULL. */
 const json_t *fx_tool_result(const fx_t *f, size_t i, const char *id);
 

@@ -10,34 +10,6 @@
 
 #define jstr fx_jstr
 
-static bool offers(const fx_t *f, size_t i, const char *name) {
-  const json_t *tools = json_object_get(fx_request(f, i)->body, "tools");
-  size_t k;
-  json_t *t;
-
-  json_array_foreach(tools, k, t) {
-    if (strcmp(jstr(t, "name"), name) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-static long request_with(const fx_t *f, const char *marker) {
-  size_t i;
-
-  for (i = 0; i < fx_requests(f); i++) {
-    char *s = json_dumps(fx_request(f, i)->body, JSON_COMPACT);
-    bool hit = strstr(s, marker) != NULL;
-
-    free(s);
-    if (hit) {
-      return (long)i;
-    }
-  }
-  return -1;
-}
-
 static void probe_run(al_tool_ctx_t *ctx, void *data) {
   int *runs = data;
 
@@ -92,15 +64,15 @@ TEST_IMPL(agent_tools_only_every_source) {
   add_probe(&f, "other", &other_runs);
   fx_run(&f, "go");
   ASSERT_STR_EQ(fx_last_type(&f), "final");
-  ASSERT(offers(&f, 0, "read_file"));
-  ASSERT(offers(&f, 0, "probe"));
-  ASSERT(offers(&f, 0, "task"));
-  ASSERT(!offers(&f, 0, "bash"));
-  ASSERT(!offers(&f, 0, "write_file"));
-  ASSERT(!offers(&f, 0, "list_directory"));
-  ASSERT(!offers(&f, 0, "grep"));
-  ASSERT(!offers(&f, 0, "other"));
-  ASSERT(!offers(&f, 0, "done"));
+  ASSERT(fx_offers(&f, 0, "read_file"));
+  ASSERT(fx_offers(&f, 0, "probe"));
+  ASSERT(fx_offers(&f, 0, "task"));
+  ASSERT(!fx_offers(&f, 0, "bash"));
+  ASSERT(!fx_offers(&f, 0, "write_file"));
+  ASSERT(!fx_offers(&f, 0, "list_directory"));
+  ASSERT(!fx_offers(&f, 0, "grep"));
+  ASSERT(!fx_offers(&f, 0, "other"));
+  ASSERT(!fx_offers(&f, 0, "done"));
   ASSERT_EQ(probe_runs, 1);
   ASSERT_EQ(other_runs, 0);
   c = fx_find(&f, "tool_use_completed", "b1", 0);
@@ -111,13 +83,13 @@ TEST_IMPL(agent_tools_only_every_source) {
   ASSERT(c >= 0);
   ASSERT(json_is_true(json_object_get(fx_event(&f, c), "is_error")));
   /* The child: the parent's tools it may have, nothing the parent lacks. */
-  r = request_with(&f, "CHILD-Q");
+  r = fx_request_with(&f, "CHILD-Q");
   ASSERT(r >= 1);
-  ASSERT(offers(&f, (size_t)r, "read_file"));
-  ASSERT(offers(&f, (size_t)r, "probe"));
-  ASSERT(!offers(&f, (size_t)r, "bash"));
-  ASSERT(!offers(&f, (size_t)r, "grep"));
-  ASSERT(!offers(&f, (size_t)r, "other"));
+  ASSERT(fx_offers(&f, (size_t)r, "read_file"));
+  ASSERT(fx_offers(&f, (size_t)r, "probe"));
+  ASSERT(!fx_offers(&f, (size_t)r, "bash"));
+  ASSERT(!fx_offers(&f, (size_t)r, "grep"));
+  ASSERT(!fx_offers(&f, (size_t)r, "other"));
   /* The listing shows what the agent has. */
   ASSERT_EQ(al_agent_tools_json(f.agent, &tools), 0);
   ASSERT_NULL(strstr(tools, "\"bash\""));

@@ -96,36 +96,6 @@ static void assert_no_orphans(const fx_t *f) {
   }
 }
 
-/* The tool names request i offered. */
-static bool offers(const fx_t *f, size_t i, const char *name) {
-  const json_t *tools = json_object_get(fx_request(f, i)->body, "tools");
-  size_t k;
-  json_t *t;
-
-  json_array_foreach(tools, k, t) {
-    if (strcmp(jstr(t, "name"), name) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-/* The request whose body contains marker (-1: none). */
-static long request_with(const fx_t *f, const char *marker) {
-  size_t i;
-
-  for (i = 0; i < fx_requests(f); i++) {
-    char *s = json_dumps(fx_request(f, i)->body, JSON_COMPACT);
-    bool hit = strstr(s, marker) != NULL;
-
-    free(s);
-    if (hit) {
-      return (long)i;
-    }
-  }
-  return -1;
-}
-
 static void maybe_dump(const fx_t *f) {
   size_t i;
   json_t *e;
@@ -240,13 +210,13 @@ TEST_IMPL(task_three_parallel_explore) {
   ASSERT(find_path(&f, "final", "t1", 0) >= 0);
   ASSERT(find_path(&f, "final", "t3", 0) >= 0);
   /* A child's request: its prompt, read-only tools, no task. */
-  r = request_with(&f, "CHILD-Q one");
+  r = fx_request_with(&f, "CHILD-Q one");
   ASSERT(r >= 1);
-  ASSERT(offers(&f, (size_t)r, "read_file"));
-  ASSERT(!offers(&f, (size_t)r, "bash"));
-  ASSERT(!offers(&f, (size_t)r, "write_file"));
-  ASSERT(!offers(&f, (size_t)r, "task"));
-  ASSERT(offers(&f, 0, "task"));
+  ASSERT(fx_offers(&f, (size_t)r, "read_file"));
+  ASSERT(!fx_offers(&f, (size_t)r, "bash"));
+  ASSERT(!fx_offers(&f, (size_t)r, "write_file"));
+  ASSERT(!fx_offers(&f, (size_t)r, "task"));
+  ASSERT(fx_offers(&f, 0, "task"));
   fx_assert_valid(&f);
   /* Stats: the parent's include its children's usage. */
   json_array_foreach(f.events, i, e) {
@@ -484,10 +454,10 @@ TEST_IMPL(task_fork) {
   ASSERT_STR_EQ(fx_last_type(&f), "final");
   ASSERT_NOT_NULL(strstr(result_of(&f, "k0"), "cannot run agent 'explore'"));
   ASSERT_STR_EQ(result_of(&f, "k1"), "forked ok");
-  r = request_with(&f, "FORK-CHILD");
+  r = fx_request_with(&f, "FORK-CHILD");
   ASSERT(r >= 1);
-  ASSERT_EQ(request_with(&f, "PARENT-SECRET-CONTEXT"), 0);
-  ASSERT(request_with(&f, "FORK-CHILD") == r);
+  ASSERT_EQ(fx_request_with(&f, "PARENT-SECRET-CONTEXT"), 0);
+  ASSERT(fx_request_with(&f, "FORK-CHILD") == r);
   {
     char *body = json_dumps(fx_request(&f, (size_t)r)->body, JSON_COMPACT);
 
@@ -568,7 +538,7 @@ TEST_IMPL(task_background_after_turn) {
   maybe_dump(&f);
   ASSERT_STR_EQ(jstr(fx_event(&f, find_path(&f, "final", NULL, 1)), "text"),
                 "saw the background result");
-  r = request_with(&f, "Background task t1");
+  r = fx_request_with(&f, "Background task t1");
   ASSERT(r >= 2);
   {
     char *body = json_dumps(fx_request(&f, (size_t)r)->body, JSON_COMPACT);
@@ -1236,7 +1206,7 @@ TEST_IMPL(task_custom_agent_max_turns) {
   c = find_path(&f, "subagent_completed", NULL, 0);
   ASSERT_STR_EQ(jstr(fx_event(&f, c), "outcome"), "max_turns");
   ASSERT_STR_EQ(jstr(fx_event(&f, c), "agent"), "one-turn");
-  r = request_with(&f, "CHILD-Q");
+  r = fx_request_with(&f, "CHILD-Q");
   ASSERT(r >= 1);
   {
     char *sys = json_dumps(json_object_get(fx_request(&f, (size_t)r)->body,
@@ -1246,9 +1216,9 @@ TEST_IMPL(task_custom_agent_max_turns) {
     ASSERT_NOT_NULL(strstr(sys, "CUSTOM-SYSTEM-PROMPT\\n\\nPREAMBLE-X"));
     free(sys);
   }
-  ASSERT(offers(&f, (size_t)r, "list_directory"));
-  ASSERT(!offers(&f, (size_t)r, "read_file"));
-  ASSERT(!offers(&f, (size_t)r, "no_such_tool"));
+  ASSERT(fx_offers(&f, (size_t)r, "list_directory"));
+  ASSERT(!fx_offers(&f, (size_t)r, "read_file"));
+  ASSERT(!fx_offers(&f, (size_t)r, "no_such_tool"));
   /* Headless like its parent, not the definition's interactive: the admin
    * tool is refused, never asked. */
   ASSERT_EQ(pr.runs, 0);
