@@ -393,6 +393,22 @@ static int take_lock(const char *path, int *out, char *why, size_t why_len) {
 static int mkdir_private(const char *dir, char *why, size_t why_len) {
   struct stat st;
 
+  if (mkdir(dir, 0700) != 0 && errno == ENOENT) {
+    /* $XDG_STATE_HOME itself may not exist yet (a fresh account, a
+     * container): its parents are made as the XDG spec asks, 0700. */
+    char parent[PATH_MAX];
+    char *slash;
+
+    snprintf(parent, sizeof(parent), "%s", dir);
+    slash = strrchr(parent, '/');
+    if (slash != NULL && slash != parent) {
+      *slash = '\0';
+      if (mkdir_private(parent, why, why_len) != 0) {
+        return -ENOENT;
+      }
+      (void)mkdir(dir, 0700);
+    }
+  }
   if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
     int e = -errno;
 

@@ -3,6 +3,7 @@
  * its replies. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dtest.h"
 
@@ -41,6 +42,30 @@ TEST_IMPL(daemon_refuses_bad_base_url) {
            t.work);
   r = dt_call(&c, 21, "session/create", p);
   ASSERT_EQ(dt_err(r), AL_RPC_INVALID_PARAMS);
+  dt_finish(&t, cs, 1);
+  return 0;
+}
+
+/* A state directory whose parents do not exist yet ($XDG_STATE_HOME on a
+ * fresh account): made, 0700 each, and the daemon serves. */
+TEST_IMPL(daemon_creates_missing_state_parents) {
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cs[] = {&c};
+  char deep[300], mid[300];
+  struct stat st;
+
+  dt_init(&t, NULL);
+  snprintf(mid, sizeof(mid), "%s/xdg-state", t.root);
+  snprintf(deep, sizeof(deep), "%s/xdg-state/agentloop", t.root);
+  t.o.state_dir = deep;
+  dt_start(&t);
+  ASSERT_EQ(stat(mid, &st), 0);
+  ASSERT_EQ(st.st_mode & 0777, 0700);
+  ASSERT_EQ(stat(deep, &st), 0);
+  ASSERT_EQ(st.st_mode & 0777, 0700);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
   dt_finish(&t, cs, 1);
   return 0;
 }
