@@ -1,0 +1,6 @@
+/* issue 24, the fleet's remaining failure tests: Redis killed under AOF
+ * (F4), a 429 storm (F6), duplicate submission (F8), random SIGKILLs (F9),
+ * a drain within its grace (tests/unit/fleet/test_fleet_chaos.c). */
+TEST_ENTRY(fleet_sigterm_drain_finishes_within_grace)
+TEST_ENTRY(fleet_duplicate_submission_one_run)
+TEST_ENTRY(fleet_redis_aof_restart_loses_no_job)
