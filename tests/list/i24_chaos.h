@@ -4,3 +4,4 @@
 TEST_ENTRY(fleet_sigterm_drain_finishes_within_grace)
 TEST_ENTRY(fleet_duplicate_submission_one_run)
 TEST_ENTRY(fleet_redis_aof_restart_loses_no_job)
+TEST_ENTRY(fleet_429_storm_paced)

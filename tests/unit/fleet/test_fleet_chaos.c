@@ -438,3 +438,105 @@ TEST_IMPL(fleet_redis_aof_restart_loses_no_job) {
   fw_finish(&fx);
   return 0;
 }
+
+/* ---- F6 --------------------------------------------------------------------
+ */
+
+#define F6_SLOTS 6
+#define F6_JOBS 24
+#define F6_STORM_MS 3000
+
+static const char k_storm[] =
+    "responses:\n"
+    "  - fault: {status: 429, retry_after: 1}\n";
+
+typedef struct {
+  uint64_t until;
+} clock_t_;
+
+static bool p_first_request(fw_t *fx, void *arg) {
+  (void)arg;
+  return al_mockllm_record_count(fx->mock) > 0;
+}
+
+static bool p_past(fw_t *fx, void *arg) {
+  clock_t_ *c = arg;
+
+  return uv_now(&fx->loop) >= c->until;
+}
+
+static bool p_calm(fw_t *fx, void *arg) {
+  al_mockllm_scenario_t *s = *(al_mockllm_scenario_t **)arg;
+
+  /* AL_EBUSY while a response plays: tried again on the next poll. */
+  if (al_mockllm_set_scenario(fx->mock, s) == 0) {
+    *(al_mockllm_scenario_t **)arg = NULL;
+    return true;
+  }
+  return false;
+}
+
+TEST_IMPL(fleet_429_storm_paced) {
+  fw_t fx;
+  char path[256], err[256];
+  cli_t sub;
+  clock_t_ storm;
+  al_mockllm_scenario_t *calm = NULL;
+  size_t during, bound;
+  int i;
+
+  al_test_timeout_s(120);
+  fw_init(&fx, k_storm);
+  ASSERT_EQ(al_mockllm_load_scenario_string(k_plain, strlen(k_plain), "calm",
+                                            &calm, err, sizeof(err)),
+            0);
+  write_jobs(&fx, "jobs.jsonl", "s", F6_JOBS, path, sizeof(path));
+  submit_file(&fx, path, &sub);
+  ASSERT_EQ(cli_wait(&fx, &sub, 20000, "submit"), 0);
+  free(sub.obuf);
+  fw_spawn_worker(&fx, F6_SLOTS, NULL, NULL);
+  fw_spawn_worker(&fx, F6_SLOTS, NULL, NULL);
+  /* The storm: every request is a 429 with retry-after 1 s, for a window
+   * of the test's clock from the first request. */
+  fw_wait_for(&fx, p_first_request, NULL, 20000, "the first request");
+  storm.until = uv_now(&fx.loop) + F6_STORM_MS;
+  fw_wait_for(&fx, p_past, &storm, F6_STORM_MS + 20000, "the storm's end");
+  during = al_mockllm_record_count(fx.mock);
+  fw_wait_for(&fx, p_calm, &calm, 20000, "the calm scenario in place");
+  /* Paced per endpoint and key within a worker: each sends its first
+   * slots' requests (in flight before the first 429 came back), then one
+   * probe per cool-down. Each job retrying on its own would send about
+   * jobs in flight x (window / cool-down) = 12 x 3 more. */
+  bound = 2 * (F6_SLOTS + F6_STORM_MS / 1000 + 2);
+  fprintf(stderr, "429 storm: %zu requests in %d ms (bound %zu)\n", during,
+          F6_STORM_MS, bound);
+  if (during > bound) {
+    AL_TEST_FAIL(
+        "a retry storm: %zu requests during the %d ms storm, more "
+        "than %zu",
+        during, F6_STORM_MS, bound);
+  }
+  /* Then every job finishes, once. */
+  {
+    count_t all = {F6_JOBS};
+
+    fw_wait_for(&fx, p_results_at_least, &all, 60000, "every result");
+  }
+  ASSERT_EQ(results_not_once(&fx, "s", F6_JOBS), 0);
+  for (i = 0; i < F6_JOBS; i++) {
+    char id[16];
+    json_t *r;
+
+    snprintf(id, sizeof(id), "s%04d", i);
+    r = fw_result_of(&fx, id);
+    if (strcmp(json_string_value(json_object_get(r, "outcome")), "done") != 0) {
+      char *s = json_dumps(r, 0);
+
+      AL_TEST_FAIL("job %s: %s", id, s);
+    }
+    json_decref(r);
+  }
+  ASSERT_EQ(xlen(&fx, "t:dead"), 0);
+  fw_finish(&fx);
+  return 0;
+}
