@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <uv.h>
@@ -538,5 +539,164 @@ TEST_IMPL(fleet_429_storm_paced) {
   }
   ASSERT_EQ(xlen(&fx, "t:dead"), 0);
   fw_finish(&fx);
+  return 0;
+}
+
+/* ---- F9 --------------------------------------------------------------------
+ */
+
+#define F9_WORKERS 4
+#define F9_SLOTS 8
+
+typedef struct {
+  unsigned seed;
+  int kills, max_kills;
+  long long at[64];     /* result counts at which to kill, ascending */
+  int live[F9_WORKERS]; /* fixture indices of the live workers */
+  long long total;
+} chaos_t;
+
+/* xorshift32: the same kills for the same seed. */
+static unsigned chaos_rand(chaos_t *c) {
+  c->seed ^= c->seed << 13;
+  c->seed ^= c->seed >> 17;
+  c->seed ^= c->seed << 5;
+  return c->seed;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+
+  return x < y ? -1 : x > y;
+}
+
+/* Kills a random live worker when the results pass the next mark, and
+ * starts another in its place (a new consumer name); done when every job
+ * has its result. */
+static bool p_chaos(fw_t *fx, void *arg) {
+  chaos_t *c = arg;
+  long long n = xlen(fx, "t:results");
+
+  if (c->kills < c->max_kills && n >= c->at[c->kills]) {
+    int k = (int)(chaos_rand(c) % F9_WORKERS);
+    fw_proc_t *p = &fx->w[c->live[k]];
+
+    ASSERT(p->running);
+    ASSERT_EQ(uv_process_kill(&p->proc, SIGKILL), 0);
+    c->kills++;
+    c->live[k] = fx->nw;
+    fw_spawn_worker(fx, F9_SLOTS, NULL, NULL);
+  }
+  return c->kills == c->max_kills && n >= c->total;
+}
+
+TEST_IMPL(fleet_chaos_random_sigkills) {
+  fw_t *fx = calloc(1, sizeof(*fx));
+  chaos_t c;
+  char path[256], *env_seed = getenv("AL_CHAOS_SEED");
+  const char *sargs[] = {"batch", "status",          "--queue", NULL, "--group",
+                         "g",     "--output-format", "json",    NULL};
+  cli_t sub, st;
+  json_t *s;
+  int jobs, i, dead = 0, taken_over = 0, checked = 0;
+  uint64_t t0;
+
+  ASSERT_NOT_NULL(fx);
+  al_test_timeout_s(300);
+  memset(&c, 0, sizeof(c));
+  c.seed = env_seed != NULL ? (unsigned)strtoul(env_seed, NULL, 10)
+                            : (unsigned)time(NULL) ^ (unsigned)getpid();
+  if (c.seed == 0) {
+    c.seed = 1;
+  }
+  /* Under a slowed build (ASan, valgrind) a quarter of the jobs and a
+   * third of the kills, so the run keeps to its CI budget. */
+  jobs = al_test_timeout_multiplier() > 1 ? 500 : 2000;
+  c.max_kills = al_test_timeout_multiplier() > 1 ? 10 : 30;
+  c.total = jobs;
+  fprintf(stderr,
+          "chaos: %d jobs, %d workers of %d slots, %d SIGKILLs, seed %u "
+          "(AL_CHAOS_SEED=%u to replay the marks)\n",
+          jobs, F9_WORKERS, F9_SLOTS, c.max_kills, c.seed, c.seed);
+  /* The marks: result counts drawn from 1% to 90% of the jobs. */
+  for (i = 0; i < c.max_kills; i++) {
+    c.at[i] =
+        jobs / 100 + (long long)(chaos_rand(&c) % (unsigned)(jobs * 89 / 100));
+  }
+  qsort(c.at, (size_t)c.max_kills, sizeof(c.at[0]), cmp_ll);
+  fw_init(fx, k_plain);
+  write_jobs(fx, "jobs.jsonl", "c", jobs, path, sizeof(path));
+  submit_file(fx, path, &sub);
+  ASSERT_EQ(cli_wait(fx, &sub, 30000, "submit"), 0);
+  free(sub.obuf);
+  uv_update_time(&fx->loop);
+  t0 = uv_now(&fx->loop);
+  for (i = 0; i < F9_WORKERS; i++) {
+    c.live[i] = fx->nw;
+    fw_spawn_worker(fx, F9_SLOTS, NULL, NULL);
+  }
+  fw_wait_for(fx, p_chaos, &c, 240000, "every job's result under the kills");
+  uv_update_time(&fx->loop);
+  fprintf(stderr, "chaos: %d jobs done in %llu ms with %d SIGKILLs\n", jobs,
+          (unsigned long long)(uv_now(&fx->loop) - t0), c.kills);
+  /* Every job exactly one result, in the stream and in its key. */
+  ASSERT_EQ(xlen(fx, "t:results"), jobs);
+  ASSERT_EQ(results_not_once(fx, "c", jobs), 0);
+  for (i = 0; i < jobs; i++) {
+    char id[16];
+    json_t *r;
+    const char *outcome;
+    json_int_t deliveries;
+
+    snprintf(id, sizeof(id), "c%04d", i);
+    r = fw_result_of(fx, id);
+    outcome = json_string_value(json_object_get(r, "outcome"));
+    deliveries = json_integer_value(json_object_get(r, "deliveries"));
+    if (outcome != NULL && strcmp(outcome, "dead_letter") == 0) {
+      /* Only a job whose owner was killed under it on each of its
+       * max_deliveries (3) deliveries. */
+      dead++;
+      fprintf(stderr, "chaos: %s dead-lettered after %lld deliveries\n", id,
+              (long long)deliveries);
+      ASSERT(deliveries > 3);
+    } else {
+      ASSERT_STR_EQ(outcome, "done");
+      /* Every transcript taken over, and one in 20 of the others. */
+      if (deliveries > 1 || i % 20 == 0) {
+        taken_over += deliveries > 1;
+        fw_assert_chain(fx, id);
+        checked++;
+      }
+    }
+    json_decref(r);
+  }
+  fprintf(stderr,
+          "chaos: %d taken over, %d dead letters, %d transcripts' chains "
+          "verified\n",
+          taken_over, dead, checked);
+  ASSERT_EQ(xlen(fx, "t:dead"), dead);
+  ASSERT_EQ(fw_pending_count(fx), 0);
+  /* The status agrees. */
+  sargs[3] = fx->url;
+  cli_start(fx, &st, sargs);
+  ASSERT_EQ(cli_wait(fx, &st, 20000, "batch status"), 0);
+  s = json_loads(st.obuf, 0, NULL);
+  if (s == NULL) {
+    AL_TEST_FAIL("batch status: %s", st.obuf);
+  }
+  ASSERT_EQ(json_integer_value(json_object_get(s, "submitted")), jobs);
+  ASSERT_EQ(json_integer_value(json_object_get(s, "done")), jobs);
+  ASSERT_EQ(json_integer_value(json_object_get(s, "dead")), dead);
+  ASSERT_EQ(json_integer_value(json_object_get(s, "running")), 0);
+  /* Queued counts the stream's entries (kept); none undelivered. */
+  ASSERT_EQ(json_integer_value(json_object_get(s, "queued")), jobs);
+  ASSERT_EQ(json_integer_value(json_object_get(s, "pending")), 0);
+  json_decref(s);
+  free(st.obuf);
+  for (i = 0; i < F9_WORKERS; i++) {
+    ASSERT(fx->w[c.live[i]].running);
+  }
+  fw_finish(fx);
+  free(fx);
   return 0;
 }
