@@ -6,3 +6,7 @@ TEST_ENTRY(fleet_duplicate_submission_one_run)
 TEST_ENTRY(fleet_redis_aof_restart_loses_no_job)
 TEST_ENTRY(fleet_429_storm_paced)
 TEST_ENTRY(fleet_chaos_random_sigkills)
+/* A gated transcript write is not made past its window
+ * (tests/unit/session/test_i24_tx_window.c). */
+TEST_ENTRY(i24_tx_window_late_write_not_made)
+TEST_ENTRY(i24_tx_window_renewed_write_made)
