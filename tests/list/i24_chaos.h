@@ -10,3 +10,6 @@ TEST_ENTRY(fleet_chaos_random_sigkills)
  * (tests/unit/session/test_i24_tx_window.c). */
 TEST_ENTRY(i24_tx_window_late_write_not_made)
 TEST_ENTRY(i24_tx_window_renewed_write_made)
+/* A Redis connection up only once the server loaded its data
+ * (tests/unit/fleet/test_redis_loading.c). */
+TEST_ENTRY(i24_redis_up_only_once_loaded)
