@@ -51,10 +51,41 @@ static void spawn_server(al_test_redis_t *s) {
   pid_t parent = getpid();
   pid_t pid;
 
-  char port[16];
+  char port[16], delay[16];
+  const char *argv[32];
+  int n = 0;
 
   snprintf(logfile, sizeof(logfile), "%s/redis.log", s->dir);
   snprintf(port, sizeof(port), "%d", s->port);
+  snprintf(delay, sizeof(delay), "%d", s->load_delay_us);
+  argv[n++] = AL_REDIS_SERVER;
+  argv[n++] = "--port";
+  argv[n++] = port;
+  argv[n++] = "--bind";
+  argv[n++] = "127.0.0.1";
+  argv[n++] = "--unixsocket";
+  argv[n++] = s->sock;
+  argv[n++] = "--unixsocketperm";
+  argv[n++] = "700";
+  argv[n++] = "--dir";
+  argv[n++] = s->dir;
+  argv[n++] = "--save";
+  argv[n++] = "";
+  argv[n++] = "--appendonly";
+  argv[n++] = s->aof ? "yes" : "no";
+  argv[n++] = "--appendfsync";
+  argv[n++] = "always";
+  argv[n++] = "--daemonize";
+  argv[n++] = "no";
+  argv[n++] = "--logfile";
+  argv[n++] = logfile;
+  if (s->load_delay_us > 0) {
+    argv[n++] = "--key-load-delay";
+    argv[n++] = delay;
+    argv[n++] = "--loading-process-events-interval-bytes";
+    argv[n++] = "1024";
+  }
+  argv[n] = NULL;
   pid = fork();
   ASSERT(pid >= 0);
   if (pid == 0) {
@@ -63,11 +94,7 @@ static void spawn_server(al_test_redis_t *s) {
     if (getppid() != parent) {
       _exit(1);
     }
-    execlp(AL_REDIS_SERVER, AL_REDIS_SERVER, "--port", port, "--bind",
-           "127.0.0.1", "--unixsocket", s->sock, "--unixsocketperm", "700",
-           "--dir", s->dir, "--save", "", "--appendonly", s->aof ? "yes" : "no",
-           "--appendfsync", "always", "--daemonize", "no", "--logfile", logfile,
-           (char *)NULL);
+    execvp(AL_REDIS_SERVER, (char *const *)argv);
     _exit(127);
   }
   s->pid = pid;
@@ -309,6 +336,21 @@ void al_test_redis_restart(al_test_redis_t *s) {
   ASSERT_EQ(s->pid, 0);
   spawn_server(s);
   ASSERT(wait_ready(s));
+}
+
+void al_test_redis_restart_loading(al_test_redis_t *s) {
+  const char *ping[] = {"PING"};
+  char *pong;
+
+  ASSERT_EQ(s->pid, 0);
+  spawn_server(s);
+  pong = oneshot(s, 1, ping);
+  ASSERT_NOT_NULL(pong);
+  if (strncmp(pong, "ERR:LOADING", 11) != 0) {
+    AL_TEST_FAIL("redis-server answered %s, not LOADING (a load too fast?)",
+                 pong);
+  }
+  free(pong);
 }
 
 void al_test_redis_cleanup(al_test_redis_t *s) {

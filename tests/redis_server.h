@@ -14,6 +14,10 @@ typedef struct {
   pid_t pid;      /* 0 when stopped */
   bool aof;       /* appendonly yes, appendfsync always */
   int port;       /* also on 127.0.0.1:port (0: unix socket only) */
+  /* Set before a (re)start: each key loaded waits this long (redis'
+   * key-load-delay, with events served every KiB), so the server answers
+   * LOADING for a while. 0: none. */
+  int load_delay_us;
 } al_test_redis_t;
 
 /* Makes the directory, starts the server and returns once it answers PING
@@ -31,6 +35,9 @@ void al_test_redis_stop(al_test_redis_t *s);
 /* Starts the server again on the same directory and socket (with AOF, the
  * data comes back) and waits until it answers. */
 void al_test_redis_restart(al_test_redis_t *s);
+/* The same, returning as soon as it answers LOADING (its AOF is being
+ * loaded): for a load slowed by load_delay_us. */
+void al_test_redis_restart_loading(al_test_redis_t *s);
 /* Kills the server if running and removes the directory. */
 void al_test_redis_cleanup(al_test_redis_t *s);
 /* One synchronous-looking command on a private loop (tests only):

@@ -67,3 +67,4 @@
 #include "list/i24_worker.h"
 #include "list/i24_main_agent.h"
 #include "list/i24_fleetcli.h"
+#include "list/i24_chaos.h"

@@ -644,6 +644,7 @@ static bool prepare_job(al_bengine_t *e, al_bjob_t *j) {
     j->o.admit_data = j;
     j->sess.admit = sess_admit;
     j->sess.admit_data = j;
+    j->sess.admit_window_ms = e->admit_window_ms;
     j->sess.no_lock = true;
   }
   j->hdr.model = (char *)j->o.model;

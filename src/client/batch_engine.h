@@ -68,6 +68,10 @@ struct al_bengine_s {
   bool keep_ws;
   bool stopping; /* al__bengine_stop: every job ends without a result */
   const al_bengine_driver_t *drv;
+  /* How long the driver's admit holds once it said yes (fleet mode: the
+   * lease margin it keeps); a transcript write issued under it and not
+   * made within that is not made (al__tx_set_gate). 0: unbounded. */
+  uint64_t admit_window_ms;
   void *data;         /* the driver's */
   al_bjob_t *running; /* started, not yet done */
   size_t active;

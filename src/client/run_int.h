@@ -133,6 +133,8 @@ typedef struct al__run_session_s {
    * write this file now). NULL: every record goes. */
   bool (*admit)(void *data);
   void *admit_data;
+  /* How long admit's yes holds (al__tx_set_gate); 0: unbounded. */
+  uint64_t admit_window_ms;
   bool fenced;
   /* With admit: the transcript is not flocked (the fence is the one-writer
    * rule; a stopped former owner may still hold the lock). */

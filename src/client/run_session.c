@@ -378,7 +378,7 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     al__tx_set_no_lock(rs->tx);
   }
   if (rs->admit != NULL) {
-    al__tx_set_gate(rs->tx, rs->admit, rs->admit_data);
+    al__tx_set_gate(rs->tx, rs->admit, rs->admit_data, rs->admit_window_ms);
   }
   {
     char dir[PATH_MAX];
@@ -391,7 +391,8 @@ int al__run_session_attach(al__run_session_t *rs, uv_loop_t *loop,
     }
     rs->kids = al__tx_kids_new(loop, dir, TX_QUEUE_MAX);
     if (rs->kids != NULL && rs->admit != NULL) {
-      al__tx_kids_set_gate(rs->kids, rs->admit, rs->admit_data);
+      al__tx_kids_set_gate(rs->kids, rs->admit, rs->admit_data,
+                           rs->admit_window_ms);
     }
     rs->cwd = h != NULL && h->cwd != NULL
                   ? al_strdup(h->cwd)

@@ -35,6 +35,7 @@ struct al_fleet_redis_s {
   uint64_t backoff_ms; /* next delay */
   bool up;
   bool up_pending; /* connected; on_state(up) waits for the timer */
+  bool ping_wait;  /* connected, the server loading: PING again later */
   bool closing;
   unsigned reconnects;
   char last_error[128]; /* why the last connect failed */
@@ -161,6 +162,42 @@ static void set_state(al_fleet_redis_t *r, bool up, int status) {
   }
 }
 
+static void send_ready_ping(al_fleet_redis_t *r);
+
+/* The server is ready when it answers PING: one restarted with an AOF (or
+ * a replica syncing) accepts connections and answers LOADING to
+ * everything until its data is in, and an embedder told "up" would see
+ * its first commands fail. So up waits for a PONG, asked again after the
+ * back-off while the server refuses. */
+static void on_ready_ping(redisAsyncContext *ac, void *reply_, void *priv) {
+  al_fleet_redis_t *r = priv;
+  redisReply *reply = reply_;
+
+  (void)ac;
+  if (r->closing || reply == NULL) {
+    return; /* closed, or dropped: on_disconnect reconnects */
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    snprintf(r->last_error, sizeof(r->last_error), "%s", reply->str);
+    r->ping_wait = true;
+    uv_timer_start(&r->timer, on_timer, r->backoff_ms, 0);
+    r->backoff_ms = AL_MIN(r->backoff_ms * 2, r->backoff_max_ms);
+    return;
+  }
+  /* hiredis still uses ac after this returns: the embedder hears of it
+   * from the timer, on a later pass. */
+  r->backoff_ms = r->backoff_min_ms;
+  r->up_pending = true;
+  uv_timer_start(&r->timer, on_timer, 0, 0);
+}
+
+static void send_ready_ping(al_fleet_redis_t *r) {
+  if (redisAsyncCommand(r->ac, on_ready_ping, r, "PING") != REDIS_OK) {
+    /* The context is going away: on_disconnect reconnects. */
+    snprintf(r->last_error, sizeof(r->last_error), "cannot send PING");
+  }
+}
+
 static void on_connect(const redisAsyncContext *ac, int status) {
   al_fleet_redis_t *r = ac->data;
 
@@ -174,11 +211,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     schedule_reconnect(r);
     return;
   }
-  /* hiredis still uses ac after this returns, so the embedder (who may
-   * close r in on_state) hears of it from the timer, on a later pass. */
-  r->backoff_ms = r->backoff_min_ms;
-  r->up_pending = true;
-  uv_timer_start(&r->timer, on_timer, 0, 0);
+  send_ready_ping(r);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status) {
@@ -189,6 +222,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
   }
   r->ac = NULL;
   r->up_pending = false;
+  r->ping_wait = false;
   schedule_reconnect(r);
   set_state(r, false, UV_ECONNRESET);
 }
@@ -227,6 +261,13 @@ static void on_timer(uv_timer_t *t) {
   if (r->up_pending) {
     r->up_pending = false;
     set_state(r, true, 0);
+    return;
+  }
+  if (r->ping_wait) {
+    r->ping_wait = false;
+    if (r->ac != NULL) {
+      send_ready_ping(r);
+    }
     return;
   }
   r->reconnects++;

@@ -831,6 +831,8 @@ int al_fleet_worker_new(uv_loop_t *loop, const al_fleet_worker_options_t *o,
   w->eng.work_dir = w->work;
   w->eng.who = WHO;
   w->eng.drv = &fleet_driver;
+  /* lease_ok admits with at least lease/3 left: a yes holds that long. */
+  w->eng.admit_window_ms = (uint64_t)w->o.lease_ms / 3;
   w->eng.data = w;
   al_fleet_redis_options_init(&ro);
   ro.unix_path = w->u.unix_path[0] != '\0' ? w->u.unix_path : NULL;

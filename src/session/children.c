@@ -40,6 +40,7 @@ struct al_tx_kids_s {
   uv_timer_t defer; /* a close with nothing open still answers later */
   bool (*gate)(void *data); /* al__tx_kids_set_gate */
   void *gate_data;
+  uint64_t gate_window_ms;
 };
 
 bool al__tx_child_file_id(const char *session_id, char out[64]) {
@@ -91,10 +92,11 @@ al_tx_kids_t *al__tx_kids_new(uv_loop_t *loop, const char *dir,
   return k;
 }
 
-void al__tx_kids_set_gate(al_tx_kids_t *k, bool (*gate)(void *data),
-                          void *data) {
+void al__tx_kids_set_gate(al_tx_kids_t *k, bool (*gate)(void *data), void *data,
+                          uint64_t window_ms) {
   k->gate = gate;
   k->gate_data = data;
+  k->gate_window_ms = window_ms;
 }
 
 static void kid_put(kid_t *kid, al_blob_t *b) {
@@ -148,7 +150,7 @@ int al__tx_kids_open(al_tx_kids_t *k, const al_tx_child_t *c,
   }
   al__tx_set_chain(kid->tx, "", kid->file);
   if (k->gate != NULL) {
-    al__tx_set_gate(kid->tx, k->gate, k->gate_data);
+    al__tx_set_gate(kid->tx, k->gate, k->gate_data, k->gate_window_ms);
     al__tx_set_no_lock(kid->tx);
   }
   kid->next = k->kids;

@@ -150,8 +150,13 @@ void al__tx_set_chain(al_tx_t *tx, const char *hash, const char *id);
  * but will never write again. */
 void al__tx_set_no_lock(al_tx_t *tx);
 /* Asked before every write is issued (not only when a record is queued):
- * false drops the queue unwritten, and every record queued later. */
-void al__tx_set_gate(al_tx_t *tx, bool (*gate)(void *data), void *data);
+ * false drops the queue unwritten, and every record queued later.
+ * window_ms > 0: a yes holds that long (fleet mode: the lease margin the
+ * gate keeps). The threadpool checks it right before the write(2): a write
+ * that reaches the disk later than that after its yes (the process was
+ * stopped, or the pool was busy) is not made; the gate is asked again. */
+void al__tx_set_gate(al_tx_t *tx, bool (*gate)(void *data), void *data,
+                     uint64_t window_ms);
 
 /* A session id: 1 to 63 of [A-Za-z0-9_-] (it names the transcript file,
  * so nothing else may reach a path). */
@@ -307,10 +312,11 @@ void al__tx_kids_end(al_tx_kids_t *k, const char *session_id);
 void al__tx_kids_event(al_tx_kids_t *k, const al_event_t *ev);
 /* Children opened; bytes queued and not written over all of them; the
  * first write error of any (0: none). */
-/* The gate of the session's writer (al__tx_set_gate) for every child's:
- * asked before each append and write; children's files not flocked. */
-void al__tx_kids_set_gate(al_tx_kids_t *k, bool (*gate)(void *data),
-                          void *data);
+/* The gate of the session's writer (al__tx_set_gate, with its window) for
+ * every child's: asked before each append and write; children's files not
+ * flocked. */
+void al__tx_kids_set_gate(al_tx_kids_t *k, bool (*gate)(void *data), void *data,
+                          uint64_t window_ms);
 size_t al__tx_kids_count(const al_tx_kids_t *k);
 size_t al__tx_kids_pending(const al_tx_kids_t *k);
 int al__tx_kids_error(const al_tx_kids_t *k);

@@ -81,6 +81,13 @@ struct al_tx_s {
   bool no_lock; /* al__tx_set_no_lock: the caller fences writers */
   bool (*gate)(void *data); /* al__tx_set_gate */
   void *gate_data;
+  /* A windowed gate: its writes go through the threadpool as work that
+   * checks the window first (uv_fs_write could not), in req's place. */
+  uint64_t gate_window_ns;
+  uv_work_t work;
+  uint64_t write_by_ns; /* this write is not made from then on */
+  unsigned work_n;      /* iov entries */
+  ssize_t work_res;     /* bytes written, a negative errno, or AL_EFENCED */
   al_tx_close_cb close_cb;
   void *close_data;
   al_tx_flush_cb flush_cb;
@@ -228,6 +235,8 @@ static void tx_drop_queue(al_tx_t *tx) {
   tx->head_off = 0;
 }
 
+static void tx_on_done(al_tx_t *tx, uv_fs_type type, ssize_t res);
+
 static void tx_on_fs(uv_fs_t *req) {
   al_tx_t *tx = AL_CONTAINER_OF(req, al_tx_t, req);
   uv_fs_type type = req->fs_type;
@@ -243,6 +252,40 @@ static void tx_on_fs(uv_fs_t *req) {
     tx->inject_err = 0;
     tx->inject_sync = false;
   }
+  tx_on_done(tx, type, res);
+}
+
+/* The windowed write, on a threadpool thread: the window is checked here,
+ * right before the write(2), not when the write was issued (a process
+ * stopped in between, or a busy pool, would land it late: fleet F3). */
+static void tx_work_write(uv_work_t *w) {
+  al_tx_t *tx = AL_CONTAINER_OF(w, al_tx_t, work);
+  ssize_t r;
+
+  if (uv_hrtime() >= tx->write_by_ns) {
+    tx->work_res = AL_EFENCED;
+    return;
+  }
+  do {
+    r = writev(tx->fd, (const struct iovec *)tx->iov, (int)tx->work_n);
+  } while (r < 0 && errno == EINTR);
+  tx->work_res = r < 0 ? -errno : r;
+}
+
+static void tx_after_write(uv_work_t *w, int status) {
+  al_tx_t *tx = AL_CONTAINER_OF(w, al_tx_t, work);
+
+  tx->busy = false;
+  if (status == 0 && tx->work_res == AL_EFENCED) {
+    /* Not made: the gate is asked again (now past the lease it says no and
+     * the queue is dropped; renewed meanwhile, it is written now). */
+    tx_kick(tx);
+    return;
+  }
+  tx_on_done(tx, UV_FS_WRITE, status != 0 ? status : tx->work_res);
+}
+
+static void tx_on_done(al_tx_t *tx, uv_fs_type type, ssize_t res) {
   switch (type) {
   case UV_FS_OPEN:
     if (res < 0) {
@@ -379,6 +422,10 @@ static void tx_kick(al_tx_t *tx) {
     }
     tx_fail(tx, rc);
   }
+  if (tx->gate != NULL && !al_list_empty(&tx->queue)) {
+    /* Taken before the gate is asked: the window runs from its yes. */
+    tx->write_by_ns = uv_hrtime() + tx->gate_window_ns;
+  }
   if (tx->gate != NULL && !al_list_empty(&tx->queue) &&
       !tx->gate(tx->gate_data)) {
     /* Fenced (fleet mode): the file is another owner's now. What was
@@ -412,7 +459,12 @@ static void tx_kick(al_tx_t *tx) {
       off = 0;
       n++;
     }
-    rc = uv_fs_write(tx->loop, &tx->req, tx->fd, tx->iov, n, -1, tx_on_fs);
+    if (tx->gate != NULL && tx->gate_window_ns > 0) {
+      tx->work_n = n;
+      rc = uv_queue_work(tx->loop, &tx->work, tx_work_write, tx_after_write);
+    } else {
+      rc = uv_fs_write(tx->loop, &tx->req, tx->fd, tx->iov, n, -1, tx_on_fs);
+    }
     if (rc == 0) {
       tx->busy = true;
       return;
@@ -827,9 +879,11 @@ int al__tx_append_chained(al_tx_t *tx, al_blob_t *rec, bool sync) {
   return rc;
 }
 
-void al__tx_set_gate(al_tx_t *tx, bool (*gate)(void *data), void *data) {
+void al__tx_set_gate(al_tx_t *tx, bool (*gate)(void *data), void *data,
+                     uint64_t window_ms) {
   tx->gate = gate;
   tx->gate_data = data;
+  tx->gate_window_ns = window_ms * 1000000u;
 }
 
 void al__tx_set_no_lock(al_tx_t *tx) {
