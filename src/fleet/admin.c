@@ -22,10 +22,6 @@ static int key(char *buf, size_t len, const char *prefix, const char *what) {
   return n < 0 || (size_t)n >= len ? AL_ETOOBIG : 0;
 }
 
-static bool is_str(const redisReply *r) {
-  return r != NULL &&
-         (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
-}
 
 /* ---- results ------------------------------------------------------------- */
 
@@ -37,51 +33,26 @@ typedef struct {
 /* XREAD's nil (timed out) or [[stream, [[id, [f, v, ...]], ...]]]. */
 static int decode_results(redisReply *reply, al_fleet_result_t **out,
                           size_t *n) {
-  redisReply *list;
-  size_t i, j;
+  const redisReply *list;
+  size_t i;
+  int rc = al__fleet_stream_entries(reply, &list);
 
   *out = NULL;
   *n = 0;
-  if (reply->type == REDIS_REPLY_NIL) {
-    return 0;
-  }
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
-      reply->element[0]->type != REDIS_REPLY_ARRAY ||
-      reply->element[0]->elements != 2 ||
-      reply->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
-    return AL_EPROTO;
-  }
-  list = reply->element[0]->element[1];
-  if (list->elements == 0) {
-    return 0;
+  if (rc != 0 || list == NULL) {
+    return rc;
   }
   *out = al_calloc(list->elements, sizeof(**out));
   if (*out == NULL) {
     return UV_ENOMEM;
   }
   for (i = 0; i < list->elements; i++) {
-    redisReply *e = list->element[i];
-    redisReply *f;
+    const redisReply *e = list->element[i];
 
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-        !is_str(e->element[0]) || e->element[1]->type != REDIS_REPLY_ARRAY) {
-      al_free(*out);
-      *out = NULL;
-      return AL_EPROTO;
-    }
-    (*out)[i].entry_id = e->element[0]->str;
-    f = e->element[1];
-    for (j = 0; j + 1 < f->elements; j += 2) {
-      if (!is_str(f->element[j]) || !is_str(f->element[j + 1])) {
-        continue;
-      }
-      if (strcmp(f->element[j]->str, "id") == 0) {
-        (*out)[i].job_id = f->element[j + 1]->str;
-      } else if (strcmp(f->element[j]->str, "result") == 0) {
-        (*out)[i].result = f->element[j + 1]->str;
-      }
-    }
-    if ((*out)[i].job_id == NULL || (*out)[i].result == NULL) {
+    (*out)[i].entry_id = al__fleet_entry(e, "id", &(*out)[i].job_id);
+    (void)al__fleet_entry(e, "result", &(*out)[i].result);
+    if ((*out)[i].entry_id == NULL || (*out)[i].job_id == NULL ||
+        (*out)[i].result == NULL) {
       al_free(*out);
       *out = NULL;
       return AL_EPROTO;
@@ -166,7 +137,7 @@ static int64_t reply_int(const redisReply *reply, bool *ok) {
   if (reply->type == REDIS_REPLY_NIL) {
     return 0;
   }
-  if (is_str(reply)) {
+  if (al__fleet_is_str(reply)) {
     v = strtoll(reply->str, &end, 10);
     if (end != reply->str && *end == '\0') {
       return v;
@@ -325,10 +296,10 @@ static int decode_groups(status_ctx_t *c, redisReply *reply) {
     for (j = 0; j + 1 < g->elements; j += 2) {
       const redisReply *k = g->element[j], *v = g->element[j + 1];
 
-      if (!is_str(k)) {
+      if (!al__fleet_is_str(k)) {
         continue;
       }
-      if (strcmp(k->str, "name") == 0 && is_str(v)) {
+      if (strcmp(k->str, "name") == 0 && al__fleet_is_str(v)) {
         mine = strcmp(v->str, c->group) == 0;
       } else if (strcmp(k->str, "entries-read") == 0 &&
                  v->type == REDIS_REPLY_INTEGER) {
@@ -366,7 +337,7 @@ static int decode_pending(status_ctx_t *c, redisReply *reply) {
     al_fleet_consumer_t *k;
 
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-        !is_str(e->element[0])) {
+        !al__fleet_is_str(e->element[0])) {
       return AL_EPROTO;
     }
     if (c->st.nconsumers == AL_FLEET_STATUS_CONSUMERS) {
@@ -395,7 +366,7 @@ static int decode_leases(status_ctx_t *c, redisReply *reply) {
     redisReply *e = reply->element[i];
 
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 ||
-        !is_str(e->element[0])) {
+        !al__fleet_is_str(e->element[0])) {
       return AL_EPROTO;
     }
     for (k = 0; k < c->st.nconsumers; k++) {
@@ -414,7 +385,7 @@ static int decode_config(redisReply *reply, char *out, size_t len) {
   if (reply->type != REDIS_REPLY_ARRAY) {
     return AL_EPROTO;
   }
-  if (reply->elements == 2 && is_str(reply->element[1])) {
+  if (reply->elements == 2 && al__fleet_is_str(reply->element[1])) {
     snprintf(out, len, "%s", reply->element[1]->str);
   }
   return 0;

@@ -83,6 +83,21 @@ unsigned al_fleet_redis_reconnects(const al_fleet_redis_t *r);
 /* Why the last connect failed (hiredis' words), "" when none has. */
 const char *al_fleet_redis_last_error(const al_fleet_redis_t *r);
 
+/* ---- replies (for the fleet's own modules) ----------------------------- */
+
+/* A string or status reply. */
+bool al__fleet_is_str(const struct redisReply *r);
+/* The entries of an XREAD / XREADGROUP reply of one stream: 0 with
+ * *entries NULL for nil or none; 0 with the array of [id, [f, v, ...]]
+ * entries; AL_EPROTO for any other shape. */
+int al__fleet_stream_entries(const struct redisReply *reply,
+                             const struct redisReply **entries);
+/* The id of entry e, and (name non-NULL) its field's value in *value
+ * (NULL when absent); NULL for an entry of another shape (one deleted
+ * while pending has no fields). */
+const char *al__fleet_entry(const struct redisReply *e, const char *name,
+                            const char **value);
+
 /* ---- queue URLs -------------------------------------------------------- */
 
 /* redis://HOST[:PORT][/PREFIX] (port 6379, prefix "agentloop"; HOST an

@@ -132,54 +132,32 @@ static const char reap_lua[] =
 
 /* ---- replies ------------------------------------------------------------- */
 
-static bool is_str(const redisReply *r) {
-  return r != NULL &&
-         (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
-}
 
 /* XREADGROUP's [[stream, [[id, [f, v, ...]], ...]]] into entries. */
 static int decode_read(redisReply *reply, al_fleet_entry_t **out, size_t *n) {
-  redisReply *list;
+  const redisReply *list;
   size_t i;
   size_t k = 0;
+  int rc = al__fleet_stream_entries(reply, &list);
 
   *out = NULL;
   *n = 0;
-  if (reply->type == REDIS_REPLY_NIL) {
-    return 0;
-  }
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
-      reply->element[0]->type != REDIS_REPLY_ARRAY ||
-      reply->element[0]->elements != 2 ||
-      reply->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
-    return AL_EPROTO;
-  }
-  list = reply->element[0]->element[1];
-  if (list->elements == 0) {
-    return 0;
+  if (rc != 0 || list == NULL) {
+    return rc;
   }
   *out = al_calloc(list->elements, sizeof(**out));
   if (*out == NULL) {
     return UV_ENOMEM;
   }
   for (i = 0; i < list->elements; i++) {
-    redisReply *e = list->element[i];
-    redisReply *f;
-    size_t j;
+    const char *job;
+    const char *eid = al__fleet_entry(list->element[i], "id", &job);
 
-    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-        !is_str(e->element[0]) || e->element[1]->type != REDIS_REPLY_ARRAY) {
-      continue; /* an entry deleted while pending has no fields */
-    }
-    f = e->element[1];
-    for (j = 0; j + 1 < f->elements; j += 2) {
-      if (is_str(f->element[j]) && strcmp(f->element[j]->str, "id") == 0 &&
-          is_str(f->element[j + 1])) {
-        (*out)[k].entry_id = e->element[0]->str;
-        (*out)[k].job_id = f->element[j + 1]->str;
-        k++;
-        break;
-      }
+    /* An entry deleted while pending has no fields: skipped. */
+    if (eid != NULL && job != NULL) {
+      (*out)[k].entry_id = eid;
+      (*out)[k].job_id = job;
+      k++;
     }
   }
   *n = k;
@@ -211,7 +189,7 @@ static int decode_reap(redisReply *reply, al_fleet_entry_t **out, size_t *n,
     return UV_ENOMEM;
   }
   for (i = 0; i < list->elements; i += 2) {
-    if (!is_str(list->element[i]) || !is_str(list->element[i + 1])) {
+    if (!al__fleet_is_str(list->element[i]) || !al__fleet_is_str(list->element[i + 1])) {
       al_free(*out);
       *out = NULL;
       return AL_EPROTO;
@@ -241,10 +219,10 @@ static void on_reply(al_fleet_redis_t *r, int status, redisReply *reply,
       op->cb.status(status, op->data);
       break;
     case OP_SUBMIT:
-      if (status == 0 && !is_str(reply) && reply->type != REDIS_REPLY_NIL) {
+      if (status == 0 && !al__fleet_is_str(reply) && reply->type != REDIS_REPLY_NIL) {
         status = AL_EPROTO;
       }
-      op->cb.submit(status, status == 0 && is_str(reply), op->data);
+      op->cb.submit(status, status == 0 && al__fleet_is_str(reply), op->data);
       break;
     case OP_FENCED:
       if (status == 0) {
@@ -478,12 +456,14 @@ int al_fleet_queue_fence(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
   return send_op(q, op, 7, argv);
 }
 
-int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
-                         const char *entry_id, al_fleet_status_cb cb,
-                         void *data) {
+/* A fenced script on the job's entry: KEYS epoch, owner, jobs; ARGV the
+ * owner's value, the epoch, then four more (renew and release). */
+static int send_fenced_entry(al_fleet_queue_t *q, const char *script,
+                             const char *job_id, int64_t epoch,
+                             const char *const more[4],
+                             al_fleet_status_cb cb, void *data) {
   fence_args_t f;
   char jobs[KEYLEN];
-  char lease[24];
   const char *argv[12];
   op_t *op;
   int rc = fence_args(&f, q, job_id, epoch);
@@ -491,19 +471,15 @@ int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
   if (rc != 0 || key(jobs, sizeof(jobs), q, "jobs", NULL) != 0) {
     return AL_ETOOBIG;
   }
-  snprintf(lease, sizeof(lease), "%" PRIu64, q->lease_ms);
   argv[0] = "EVAL";
-  argv[1] = renew_lua;
+  argv[1] = script;
   argv[2] = "3";
   argv[3] = f.epoch;
   argv[4] = f.owner;
   argv[5] = jobs;
   argv[6] = f.owner_val;
   argv[7] = f.epoch_val;
-  argv[8] = lease;
-  argv[9] = q->group;
-  argv[10] = q->consumer;
-  argv[11] = entry_id;
+  memcpy(&argv[8], more, 4 * sizeof(*more));
   op = op_new(OP_FENCED, data);
   if (op != NULL) {
     op->cb.status = cb;
@@ -511,37 +487,32 @@ int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
   return send_op(q, op, 12, argv);
 }
 
+int al_fleet_queue_renew(al_fleet_queue_t *q, const char *job_id, int64_t epoch,
+                         const char *entry_id, al_fleet_status_cb cb,
+                         void *data) {
+  char lease[24];
+  const char *more[4];
+
+  snprintf(lease, sizeof(lease), "%" PRIu64, q->lease_ms);
+  more[0] = lease;
+  more[1] = q->group;
+  more[2] = q->consumer;
+  more[3] = entry_id;
+  return send_fenced_entry(q, renew_lua, job_id, epoch, more, cb, data);
+}
+
 int al_fleet_queue_release(al_fleet_queue_t *q, const char *job_id,
                            int64_t epoch, const char *entry_id,
                            al_fleet_status_cb cb, void *data) {
-  fence_args_t f;
-  char jobs[KEYLEN];
   char idle[24];
-  const char *argv[12];
-  op_t *op;
-  int rc = fence_args(&f, q, job_id, epoch);
+  const char *more[4];
 
-  if (rc != 0 || key(jobs, sizeof(jobs), q, "jobs", NULL) != 0) {
-    return AL_ETOOBIG;
-  }
   snprintf(idle, sizeof(idle), "%" PRIu64, q->lease_ms);
-  argv[0] = "EVAL";
-  argv[1] = release_lua;
-  argv[2] = "3";
-  argv[3] = f.epoch;
-  argv[4] = f.owner;
-  argv[5] = jobs;
-  argv[6] = f.owner_val;
-  argv[7] = f.epoch_val;
-  argv[8] = q->group;
-  argv[9] = q->consumer;
-  argv[10] = entry_id;
-  argv[11] = idle;
-  op = op_new(OP_FENCED, data);
-  if (op != NULL) {
-    op->cb.status = cb;
-  }
-  return send_op(q, op, 12, argv);
+  more[0] = q->group;
+  more[1] = q->consumer;
+  more[2] = entry_id;
+  more[3] = idle;
+  return send_fenced_entry(q, release_lua, job_id, epoch, more, cb, data);
 }
 
 int al_fleet_queue_set_error(al_fleet_queue_t *q, const char *job_id,

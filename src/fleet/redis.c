@@ -422,3 +422,54 @@ void al_fleet_redis_close(al_fleet_redis_t *r, al_fleet_redis_close_cb cb) {
   }
   uv_close((uv_handle_t *)&r->timer, on_timer_close);
 }
+
+/* ---- replies ---------------------------------------------------------------- */
+
+bool al__fleet_is_str(const redisReply *r) {
+  return r != NULL &&
+         (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+
+int al__fleet_stream_entries(const redisReply *reply,
+                             const redisReply **entries) {
+  const redisReply *list;
+
+  *entries = NULL;
+  if (reply->type == REDIS_REPLY_NIL) {
+    return 0;
+  }
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
+      reply->element[0]->type != REDIS_REPLY_ARRAY ||
+      reply->element[0]->elements != 2 ||
+      reply->element[0]->element[1]->type != REDIS_REPLY_ARRAY) {
+    return AL_EPROTO;
+  }
+  list = reply->element[0]->element[1];
+  *entries = list->elements > 0 ? list : NULL;
+  return 0;
+}
+
+const char *al__fleet_entry(const redisReply *e, const char *name,
+                            const char **value) {
+  const redisReply *f;
+  size_t j;
+
+  if (value != NULL) {
+    *value = NULL;
+  }
+  if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+      !al__fleet_is_str(e->element[0]) ||
+      e->element[1]->type != REDIS_REPLY_ARRAY) {
+    return NULL;
+  }
+  f = e->element[1];
+  for (j = 0; name != NULL && j + 1 < f->elements; j += 2) {
+    if (al__fleet_is_str(f->element[j]) &&
+        al__fleet_is_str(f->element[j + 1]) &&
+        strcmp(f->element[j]->str, name) == 0) {
+      *value = f->element[j + 1]->str;
+      break;
+    }
+  }
+  return e->element[0]->str;
+}
