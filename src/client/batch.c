@@ -98,21 +98,11 @@ typedef struct batch_s {
   int write_err;
 } batch_t;
 
-static void fail_usage(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static void fail_usage(const char *fmt, ...) {
-  va_list ap;
-
-  fputs("agentloop batch: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
-
 static void usage(FILE *f) {
   fputs(
       "usage: agentloop batch run JOBS.jsonl --out DIR [options]\n"
+      "       agentloop batch submit | results | status --queue URL ...\n"
+      "                 (fleet mode: agentloop batch submit --help)\n"
       "\n"
       "Runs every job of JOBS.jsonl (one JSON object a line: id, prompt,\n"
       "workspace, and optionally model, provider, base_url, limits, tools)\n"
@@ -477,14 +467,14 @@ static int lock_dir(const char *dir) {
   snprintf(path, sizeof(path), "%.4000s/.lock", dir);
   fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
-    fail_usage("%s: %s", path, strerror(errno));
+    al__batch_say("%s: %s", path, strerror(errno));
     return -1;
   }
   memset(&fl, 0, sizeof(fl));
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   if (fcntl(fd, F_SETLK, &fl) != 0) {
-    fail_usage("%s is in use by another agentloop batch (one at a time)",
+    al__batch_say("%s is in use by another agentloop batch (one at a time)",
                dir);
     close(fd);
     return -1;
@@ -524,7 +514,7 @@ static int batch_run(int argc, char **argv) {
       conc = strtoul(optarg, &end, 10);
       if (errno != 0 || *end != '\0' || conc == 0 ||
           conc > CONCURRENCY_MAX) {
-        fail_usage("--concurrency: 1 to %d, not '%s'", CONCURRENCY_MAX,
+        al__batch_say("--concurrency: 1 to %d, not '%s'", CONCURRENCY_MAX,
                    optarg);
         return EXIT_USAGE;
       }
@@ -542,33 +532,33 @@ static int batch_run(int argc, char **argv) {
       usage(stdout);
       return EXIT_OK;
     case ':':
-      fail_usage("%s needs a value (try agentloop batch --help)",
+      al__batch_say("%s needs a value (try agentloop batch --help)",
                  argv[optind - 1]);
       return EXIT_USAGE;
     default:
-      fail_usage("unknown option '%s' (try agentloop batch --help)",
+      al__batch_say("unknown option '%s' (try agentloop batch --help)",
                  argv[optind - 1]);
       return EXIT_USAGE;
     }
   }
   if (optind + 1 != argc) {
-    fail_usage(optind >= argc ? "run: JOBS.jsonl is required"
+    al__batch_say(optind >= argc ? "run: JOBS.jsonl is required"
                               : "run: one jobs file, not '%s' too",
                optind < argc ? argv[optind + 1] : "");
     return EXIT_USAGE;
   }
   jobs_path = argv[optind];
   if (out == NULL) {
-    fail_usage("run: --out DIR is required");
+    al__batch_say("run: --out DIR is required");
     return EXIT_USAGE;
   }
   if (strcmp(format, "text") != 0 && strcmp(format, "ndjson") != 0) {
-    fail_usage("--output-format: text or ndjson, not '%s'", format);
+    al__batch_say("--output-format: text or ndjson, not '%s'", format);
     return EXIT_USAGE;
   }
   rc = al__batch_read_file(jobs_path, AL_BATCH_JOBS_FILE_MAX, &text, &len);
   if (rc != 0) {
-    fail_usage("%s: %s", jobs_path, al_strerror(rc));
+    al__batch_say("%s: %s", jobs_path, al_strerror(rc));
     return EXIT_USAGE;
   }
   b = al_calloc(1, sizeof(*b));
@@ -586,7 +576,7 @@ static int batch_run(int argc, char **argv) {
   }
   b->results_fd = -1;
   if (al__tui_mkdirs(out) != 0 || realpath(out, path) == NULL) {
-    fail_usage("--out %s: cannot create it", out);
+    al__batch_say("--out %s: cannot create it", out);
     code = EXIT_USAGE;
     goto out_specs;
   }
@@ -595,7 +585,7 @@ static int batch_run(int argc, char **argv) {
            "%.4000s/sessions", b->out_dir);
   snprintf(path, sizeof(path), "%.4000s/work", b->out_dir);
   if (al__tui_mkdirs(b->eng.sessions_dir) != 0 || al__tui_mkdirs(path) != 0) {
-    fail_usage("cannot create %s/sessions and work", b->out_dir);
+    al__batch_say("cannot create %s/sessions and work", b->out_dir);
     code = EXIT_USAGE;
     goto out_specs;
   }
@@ -607,14 +597,14 @@ static int batch_run(int argc, char **argv) {
   snprintf(path, sizeof(path), "%.4000s/results.jsonl", b->out_dir);
   done = json_object();
   if (read_results(path, done, err, sizeof(err)) != 0) {
-    fail_usage("%s", err);
+    al__batch_say("%s", err);
     json_decref(done);
     code = EXIT_USAGE;
     goto out_specs;
   }
   b->results_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (b->results_fd < 0) {
-    fail_usage("%s: %s", path, strerror(errno));
+    al__batch_say("%s: %s", path, strerror(errno));
     json_decref(done);
     code = EXIT_USAGE;
     goto out_specs;
@@ -623,7 +613,7 @@ static int batch_run(int argc, char **argv) {
   json_object_seed(0);
   rc = al_models_load(&b->models, NULL, &models_err);
   if (rc != 0) {
-    fail_usage("%s", models_err != NULL ? models_err : al_strerror(rc));
+    al__batch_say("%s", models_err != NULL ? models_err : al_strerror(rc));
     al_free(models_err);
     json_decref(done);
     code = EXIT_USAGE;
@@ -637,7 +627,7 @@ static int batch_run(int argc, char **argv) {
     rc = al_client_new(&b->loop, &co, &b->client);
   }
   if (rc != 0) {
-    fail_usage("cannot create the HTTP client: %s", al_strerror(rc));
+    al__batch_say("cannot create the HTTP client: %s", al_strerror(rc));
     json_decref(done);
     code = EXIT_FAIL;
     goto out_loop;
@@ -767,7 +757,7 @@ int al_cli_batch(int argc, char **argv) {
       strcmp(argv[1], "status") == 0) {
     return al__cli_batch_fleet(argc - 1, argv + 1);
   }
-  fail_usage("unknown command '%s' (run; try agentloop batch --help)",
+  al__batch_say("unknown command '%s' (run, submit, results, status; try agentloop batch --help)",
              argv[1]);
   return EXIT_USAGE;
 }

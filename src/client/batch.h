@@ -44,6 +44,9 @@ typedef struct al_batch_job_s {
 /* The bound of a jobs file (a million lines of about 1 KiB). */
 #define AL_BATCH_JOBS_FILE_MAX ((size_t)1 << 30)
 
+/* "agentloop batch: " and the message, a line on stderr. */
+void al__batch_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Reads a whole file of at most max bytes (blocking: start-up only,
  * before the loop runs). 0 with *out (NUL-terminated, the caller's) and
  * *len; -errno, AL_ETOOBIG, UV_EIO, AL_ENOMEM. */

@@ -67,19 +67,6 @@ typedef struct {
   int64_t seen;
 } fc_t;
 
-static void fail_msg(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static void fail_msg(const char *fmt, ...) {
-  va_list ap;
-
-  fputs("agentloop batch: ", stderr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
-
 static void usage(FILE *f) {
   fputs(
       "usage: agentloop batch submit JOBS.jsonl --queue URL [options]\n"
@@ -132,7 +119,7 @@ static void on_connect_timeout(uv_timer_t *t) {
   fc_t *c = t->data;
   const char *why = al_fleet_redis_last_error(c->redis);
 
-  fail_msg("cannot reach Redis at %s: %s", c->url_text,
+  al__batch_say("cannot reach Redis at %s: %s", c->url_text,
            why[0] != '\0' ? why : "no answer");
   finish(c, EXIT_FAIL);
 }
@@ -151,7 +138,7 @@ static void submit_end(fc_t *c) {
     printf("%zu submitted, %zu already there\n", c->fresh, c->known);
   }
   if (c->failed > 0 || c->fresh + c->known < c->njobs) {
-    fail_msg(
+    al__batch_say(
         "%s: %zu of %zu jobs not submitted: %s (submitting again is "
         "harmless)",
         c->url_text, c->njobs - c->fresh - c->known, c->njobs,
@@ -234,20 +221,20 @@ static int submit_prepare(fc_t *c, const char *path) {
   int rc = al__batch_read_file(path, AL_BATCH_JOBS_FILE_MAX, &text, &len);
 
   if (rc != 0) {
-    fail_msg("%s: %s", path, al_strerror(rc));
+    al__batch_say("%s: %s", path, al_strerror(rc));
     return EXIT_USAGE;
   }
   rc = al__batch_jobs_parse(path, text, len, &c->jobs, &c->njobs, err,
                             sizeof(err));
   if (rc != 0) {
     al_free(text);
-    fail_msg("%s", err);
+    al__batch_say("%s", err);
     return EXIT_USAGE;
   }
   rc = submit_bodies(c, text, len);
   al_free(text);
   if (rc != 0) {
-    fail_msg("%s: %s", path, al_strerror(rc));
+    al__batch_say("%s: %s", path, al_strerror(rc));
     return EXIT_FAIL;
   }
   return EXIT_OK;
@@ -293,7 +280,7 @@ static void on_submitted_count(int status, int64_t n, void *data) {
     return; /* read again once it is back (on_state) */
   }
   if (status != 0) {
-    fail_msg("%s: reading the submitted count: %s", c->url_text,
+    al__batch_say("%s: reading the submitted count: %s", c->url_text,
              al_strerror(status));
     finish(c, EXIT_FAIL);
     return;
@@ -319,7 +306,7 @@ static void on_results(int status, const al_fleet_result_t *res, size_t n,
     return; /* read again after the last id once it is back (on_state) */
   }
   if (status != 0) {
-    fail_msg("%s: reading the results: %s", c->url_text, al_strerror(status));
+    al__batch_say("%s: reading the results: %s", c->url_text, al_strerror(status));
     finish(c, EXIT_FAIL);
     return;
   }
@@ -348,7 +335,7 @@ static void on_results(int status, const al_fleet_result_t *res, size_t n,
   if (rc == 0) {
     c->reading = true;
   } else if (rc != UV_ENOTCONN) {
-    fail_msg("%s: %s", c->url_text, al_strerror(rc));
+    al__batch_say("%s: %s", c->url_text, al_strerror(rc));
     finish(c, EXIT_FAIL);
   }
 }
@@ -364,7 +351,7 @@ static void results_read(fc_t *c) {
   if (rc == 0) {
     c->reading = true;
   } else if (rc != UV_ENOTCONN || !c->follow) {
-    fail_msg("%s: %s", c->url_text, al_strerror(rc));
+    al__batch_say("%s: %s", c->url_text, al_strerror(rc));
     finish(c, EXIT_FAIL);
   }
   /* UV_ENOTCONN while following: on_state(up) reads again. */
@@ -380,12 +367,12 @@ static void on_status(int status, al_fleet_status_t *st, void *data) {
     return;
   }
   if (status != 0) {
-    fail_msg("%s: %s", c->url_text, al_strerror(status));
+    al__batch_say("%s: %s", c->url_text, al_strerror(status));
     finish(c, EXIT_FAIL);
     return;
   }
   if (st->persistence == 0) {
-    fail_msg(
+    al__batch_say(
         "warning: Redis has appendonly %s, appendfsync %s: jobs can be "
         "lost: see docs/fleet.md",
         st->appendonly, st->appendfsync);
@@ -492,7 +479,7 @@ static void on_state(al_fleet_redis_t *r, bool up, int status) {
       rc = al_fleet_admin_status(c->redis, c->url.prefix, c->group, on_status,
                                  c);
       if (rc != 0) {
-        fail_msg("%s: %s", c->url_text, al_strerror(rc));
+        al__batch_say("%s: %s", c->url_text, al_strerror(rc));
         finish(c, EXIT_FAIL);
       }
       break;
@@ -549,20 +536,20 @@ int al__cli_batch_fleet(int argc, char **argv) {
         break;
       case O_TIMEOUT:
         if (parse_seconds(optarg, &timeout_ms) != 0) {
-          fail_msg("--connect-timeout: seconds (0 to 86400), not '%s'", optarg);
+          al__batch_say("--connect-timeout: seconds (0 to 86400), not '%s'", optarg);
           goto out;
         }
         break;
       case O_FOLLOW:
         if (c->cmd != CMD_RESULTS) {
-          fail_msg("%s: --follow is for results", cmd);
+          al__batch_say("%s: --follow is for results", cmd);
           goto out;
         }
         c->follow = true;
         break;
       case O_GROUP:
         if (c->cmd != CMD_STATUS) {
-          fail_msg("%s: --group is for status", cmd);
+          al__batch_say("%s: --group is for status", cmd);
           goto out;
         }
         c->group = optarg;
@@ -575,29 +562,29 @@ int al__cli_batch_fleet(int argc, char **argv) {
         code = EXIT_OK;
         goto out;
       case ':':
-        fail_msg("%s needs a value (try agentloop batch --help)",
+        al__batch_say("%s needs a value (try agentloop batch --help)",
                  argv[optind - 1]);
         goto out;
       default:
-        fail_msg("unknown option '%s' (try agentloop batch %s --help)",
+        al__batch_say("unknown option '%s' (try agentloop batch %s --help)",
                  argv[optind - 1], cmd);
         goto out;
     }
   }
   if (c->cmd == CMD_SUBMIT) {
     if (optind + 1 != argc) {
-      fail_msg(optind >= argc ? "submit: JOBS.jsonl is required"
+      al__batch_say(optind >= argc ? "submit: JOBS.jsonl is required"
                               : "submit: one jobs file, not '%s' too",
                optind < argc ? argv[optind + 1] : "");
       goto out;
     }
     jobs_path = argv[optind];
   } else if (optind != argc) {
-    fail_msg("%s: unexpected '%s'", cmd, argv[optind]);
+    al__batch_say("%s: unexpected '%s'", cmd, argv[optind]);
     goto out;
   }
   if (c->url_text == NULL) {
-    fail_msg("%s: --queue URL is required", cmd);
+    al__batch_say("%s: --queue URL is required", cmd);
     goto out;
   }
   if (strcmp(format, "text") == 0) {
@@ -605,12 +592,12 @@ int al__cli_batch_fleet(int argc, char **argv) {
   } else if (strcmp(format, c->cmd == CMD_STATUS ? "json" : "ndjson") == 0) {
     c->machine = true;
   } else {
-    fail_msg("--output-format: text or %s, not '%s'",
+    al__batch_say("--output-format: text or %s, not '%s'",
              c->cmd == CMD_STATUS ? "json" : "ndjson", format);
     goto out;
   }
   if (al_fleet_url_parse(c->url_text, &c->url, why, sizeof(why)) != 0) {
-    fail_msg("--queue %s: %s", c->url_text, why);
+    al__batch_say("--queue %s: %s", c->url_text, why);
     goto out;
   }
   if (jobs_path != NULL) {
@@ -635,7 +622,7 @@ int al__cli_batch_fleet(int argc, char **argv) {
   ro.data = c;
   rc = al_fleet_redis_new(&c->loop, &ro, &c->redis);
   if (rc != 0) {
-    fail_msg("--queue %s: %s", c->url_text, al_strerror(rc));
+    al__batch_say("--queue %s: %s", c->url_text, al_strerror(rc));
     code = EXIT_FAIL;
     (void)uv_loop_close(&c->loop);
     goto out;

@@ -47,6 +47,16 @@ static void job_free(al_batch_job_t *j) {
   al_free(j->tools);
 }
 
+void al__batch_say(const char *fmt, ...) {
+  va_list ap;
+
+  fputs("agentloop batch: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
 int al__batch_read_file(const char *path, size_t max, char **out,
                         size_t *len) {
   FILE *f = fopen(path, "rb");
