@@ -324,6 +324,14 @@ static int export_records(const char *dir, const char *id, const char *p,
   const char *line = p;
   size_t lineno = 0;
   bool header = false;
+  size_t stop = SIZE_MAX;
+
+  /* The loader names its first 64 skipped lines: past the last of them,
+   * when it skipped more, no line is known to verify. */
+  if (l->bad_lines > json_array_size(l->skipped)) {
+    stop = (size_t)json_integer_value(json_object_get(
+        json_array_get(l->skipped, json_array_size(l->skipped) - 1), "line"));
+  }
 
   while (line < p + n) {
     const char *e = memchr(line, '\n', (size_t)(p + n - line));
@@ -334,7 +342,14 @@ static int export_records(const char *dir, const char *id, const char *p,
     if (e == NULL) {
       break; /* a torn tail: the loader cut it too */
     }
-    lineno++;
+    if (++lineno >= stop) {
+      if (o->md) {
+        fputs("*[the rest of this transcript is left out: too many records "
+              "fail its chain]*\n\n",
+              out);
+      }
+      break;
+    }
     rec = skipped_line(l->skipped, lineno)
               ? NULL
               : json_loadb(line, (size_t)(e - line), 0, NULL);
@@ -355,11 +370,13 @@ static int export_records(const char *dir, const char *id, const char *p,
 
       header = true;
       fprintf(out, "%.*s Session %s\n\n", depth + 1, "########", id);
-      if (json_is_string(cwd) || json_is_string(model)) {
-        fprintf(out, "- directory: `%s`\n- model: `%s`\n\n",
-                json_is_string(cwd) ? json_string_value(cwd) : "?",
-                json_is_string(model) ? json_string_value(model) : "?");
+      if (json_is_string(cwd)) {
+        fprintf(out, "- directory: `%s`\n", json_string_value(cwd));
       }
+      if (json_is_string(model)) {
+        fprintf(out, "- model: `%s`\n", json_string_value(model));
+      }
+      fputc('\n', out);
     } else if (strcmp(kind, "title") == 0 && o->md) {
       fprintf(out, "*Titled: %s*\n\n",
               json_string_value(json_object_get(rec, "title")));
