@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "client/export.h"
@@ -177,6 +178,9 @@ TEST_IMPL(i25_rename_refuses_control_chars) {
 
 #define PLANTED_KEY "sk-ant-api03-PLANTEDsecretKEY0123456789abcdef"
 #define PLANTED_TOKEN "tok_PLANTED_bearer_987654"
+/* A configured key of no known shape: redacted only as the exporting
+ * shell's $ANTHROPIC_API_KEY. */
+#define CONF_KEY "conf9key9of9no9shape"
 
 static void put_chained(FILE *f, const char *id, char prev[AL_TX_HASH_HEX + 1],
                         al_blob_t *rec) {
@@ -230,7 +234,8 @@ static void write_session(const char *dir, const char *id) {
   big[19999] = '\0';
   m = json_pack("{s:s, s:[{s:s, s:s, s:s}, {s:s, s:s, s:s+}]}", "role", "user",
                 "content", "type", "tool_result", "tool_use_id", "tu_bash",
-                "content", "deployed", "type", "tool_result", "tool_use_id",
+                "content", "deployed with " CONF_KEY, "type", "tool_result",
+                "tool_use_id",
                 "tu_read", "content", "KEY=" PLANTED_KEY "\n", big);
   ms = json_dumps(m, JSON_COMPACT);
   put_commit(f, id, prev, AL_COMMIT_TOOL_RESULTS, ms);
@@ -361,7 +366,7 @@ TEST_IMPL(i25_export_tampered_says_chain_broken) {
 
   ASSERT_NOT_NULL(mkdtemp(dir));
   write_session(dir, "s_exp");
-  /* An edit in place: "deployed" becomes "DEPLOYED", hash unchanged. */
+  /* An edit in place: "deployed" becomes "DEPLOYED", its hash kept. */
   snprintf(path, sizeof(path), "%s/s_exp.jsonl", dir);
   f = fopen(path, "r+");
   ASSERT_NOT_NULL(f);
@@ -371,9 +376,9 @@ TEST_IMPL(i25_export_tampered_says_chain_broken) {
   buf = malloc((size_t)n + 1);
   ASSERT_EQ(fread(buf, 1, (size_t)n, f), (size_t)n);
   buf[n] = '\0';
-  at = strstr(buf, "\"deployed\"");
+  at = strstr(buf, "\"deployed with");
   ASSERT_NOT_NULL(at);
-  memcpy(at, "\"DEPLOYED\"", 10);
+  memcpy(at, "\"DEPLOYED", 9);
   rewind(f);
   fwrite(buf, 1, (size_t)n, f);
   fclose(f);
@@ -409,5 +414,93 @@ TEST_IMPL(i25_resume_name_two_matches_refused) {
             AL_PICK_FOUND);
   ASSERT_STR_EQ(id, "s_c");
   json_decref(list);
+  return 0;
+}
+
+/* The command itself: a title names the session, the shell's key value is
+ * redacted, a tampered transcript exits 3, two sessions with one title
+ * are refused naming both. Blocking waits: the test's own thread, no
+ * loop runs. */
+static int run_export(const char *state, const char *args, const char *out) {
+  char cmd[2048];
+  int st;
+
+  snprintf(cmd, sizeof(cmd),
+           "env -i PATH=/usr/bin:/bin XDG_STATE_HOME='%s' "
+           "ANTHROPIC_API_KEY=" CONF_KEY " '%s/agentloop' export %s "
+           ">'%s' 2>&1",
+           state, AL_BINARY_DIR, args, out);
+  st = system(cmd);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  char *s = NULL;
+  size_t n = 0;
+
+  ASSERT_NOT_NULL(f);
+  ASSERT_NE(getdelim(&s, &n, '\0', f), -1);
+  fclose(f);
+  return s;
+}
+
+TEST_IMPL(i25_export_cli_by_name) {
+  char root[] = "/tmp/al-i25c-XXXXXX";
+  char dir[256], out[256], log[256], path[300];
+  char *s;
+
+  ASSERT_NOT_NULL(mkdtemp(root));
+  snprintf(dir, sizeof(dir), "%s/agentloop", root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(dir, sizeof(dir), "%s/agentloop/sessions", root);
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  write_session(dir, "s_exp");
+  snprintf(out, sizeof(out), "%s/out.md", root);
+  snprintf(log, sizeof(log), "%s/log", root);
+
+  {
+    char args[400];
+
+    snprintf(args, sizeof(args), "'deploy day' --format md --out '%s'", out);
+    ASSERT_EQ(run_export(root, args, log), 0);
+  }
+  s = slurp(out);
+  ASSERT(has(s, "**Tool call** `bash` (`tu_bash`)"));
+  ASSERT(has(s, "deployed with [REDACTED]"));
+  ASSERT(!has(s, CONF_KEY) && !has(s, PLANTED_KEY) && !has(s, PLANTED_TOKEN));
+  free(s);
+  ASSERT_EQ(run_export(root, "s_exp --format jsonl", out), 0);
+  s = slurp(out);
+  ASSERT(has(s, "\"tu_read\"") && !has(s, CONF_KEY));
+  free(s);
+  ASSERT_EQ(run_export(root, "s_exp --format html", log), 2);
+
+  /* Another session with the same title: neither is guessed. */
+  write_session(dir, "s_two");
+  ASSERT_EQ(run_export(root, "'deploy day' --format md", log), 1);
+  s = slurp(log);
+  ASSERT(has(s, "s_exp") && has(s, "s_two"));
+  free(s);
+
+  /* Tampered: written without the record, exit 3, said on stderr. */
+  snprintf(path, sizeof(path), "%s/s_exp.jsonl", dir);
+  s = slurp(path);
+  {
+    char *at = strstr(s, "deploy it");
+    FILE *f = fopen(path, "w");
+
+    ASSERT_NOT_NULL(at);
+    at[0] = 'D';
+    fputs(s, f);
+    fclose(f);
+  }
+  free(s);
+  ASSERT_EQ(run_export(root, "s_exp --format md", out), 3);
+  s = slurp(out);
+  ASSERT(has(s, "hash chain is broken"));
+  ASSERT(!has(s, "Deploy it"));
+  free(s);
+  dt_rmtree(root);
   return 0;
 }
