@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,7 +84,9 @@ int al__export_redact(al_buf_t *b, const char *s, size_t n,
     }
     /* A header's value, to the end of its line or its quote. */
     for (k = 0; k < AL_ARRAY_SIZE(headers) && !hit; k++) {
-      if ((i == 0 || !token_ch(s[i - 1])) && at_ci(s, n, i, headers[k])) {
+      /* Proxy-Authorization: too ('-' before the name). */
+      if ((i == 0 || !isalnum((unsigned char)s[i - 1])) &&
+          at_ci(s, n, i, headers[k])) {
         i += strlen(headers[k]);
         while (i < n && (s[i] == ' ' || s[i] == '\t')) {
           i++;
@@ -508,6 +511,7 @@ static char *file_title(const char *path, off_t size) {
     }
     if (size > SCAN_BYTES &&
         (r = pread(fd, buf, SCAN_BYTES, size - SCAN_BYTES)) > 0) {
+      /* From its first whole line (it may overlap the head). */
       const char *nl = memchr(buf, '\n', (size_t)r);
       char *t = nl != NULL ? al__tx_scan_title(nl + 1,
                                                (size_t)(buf + r - nl - 1))

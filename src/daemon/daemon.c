@@ -324,6 +324,7 @@ static void scan_sessions(al_daemon_t *d) {
     int fd;
     ssize_t n;
     ssize_t tn;
+    off_t tat;
     session_t *s;
     struct stat st;
 
@@ -351,11 +352,12 @@ static void scan_sessions(al_daemon_t *d) {
      * for in the head and the last TITLE_TAIL bytes (a listing; the load
      * reads all of it and knows for sure). */
     tn = -1;
+    tat = 0;
     if (n > 0 && st.st_size > (off_t)n) {
-      off_t at = st.st_size - TITLE_TAIL > (off_t)n ? st.st_size - TITLE_TAIL
-                                                    : (off_t)n;
-
-      tn = pread(fd, tail, TITLE_TAIL, at);
+      /* It may overlap the head: a title line across the head's end is
+       * whole here. */
+      tat = st.st_size > TITLE_TAIL ? st.st_size - TITLE_TAIL : 0;
+      tn = pread(fd, tail, TITLE_TAIL, tat);
     }
     close(fd);
     if (n < 0 || (s = al__session_alloc(d, id)) == NULL) {
@@ -365,7 +367,6 @@ static void scan_sessions(al_daemon_t *d) {
     s->updated_ms = (uint64_t)st.st_mtime * 1000;
     {
       char *first = NULL;
-
       char *named;
 
       al__tx_scan_head(buf, (size_t)n, &s->h, &first);
@@ -377,9 +378,10 @@ static void scan_sessions(al_daemon_t *d) {
       if (tn > 0) {
         /* From the first whole line of the tail. */
         const char *lf = memchr(tail, '\n', (size_t)tn);
-        char *t = lf != NULL ? al__tx_scan_title(lf + 1, (size_t)(tail + tn -
-                                                                  lf - 1))
-                             : NULL;
+        const char *from = tat == 0 ? tail : lf != NULL ? lf + 1 : NULL;
+        char *t = from != NULL ? al__tx_scan_title(from, (size_t)(tail + tn -
+                                                                  from))
+                               : NULL;
 
         if (t != NULL) {
           al_free(named);

@@ -395,6 +395,37 @@ TEST_IMPL(i25_export_tampered_says_chain_broken) {
   return 0;
 }
 
+/* Each rule of docs/export.md, and what is left alone. */
+TEST_IMPL(i25_export_redact_rules) {
+  static const char *const cases[][2] = {
+      {"key sk-ant-api03-abcdefghijklmnop9 end", "key [REDACTED] end"},
+      {"sk-proj-0123456789abcdefXYZ", "[REDACTED]"},
+      {"task-sk-0123456789abcdefXYZ", "task-sk-0123456789abcdefXYZ"},
+      {"sk-short", "sk-short"},
+      {"-H 'Authorization: Bearer abc.def' x", "-H 'Authorization: [REDACTED]' x"},
+      {"Proxy-Authorization: Basic dXNlcjpw\nnext",
+       "Proxy-Authorization: [REDACTED]\nnext"},
+      {"X-Api-Key:k123\"", "X-Api-Key:[REDACTED]\""},
+      {"token=bearer QWERTY12 rest", "token=bearer [REDACTED] rest"},
+      {"use conf-9-key-9-value here", "use [REDACTED] here"},
+      {"no secrets here", "no secrets here"},
+  };
+  static const char *const keys[] = {"conf-9-key-9-value", "short"};
+  size_t i;
+
+  for (i = 0; i < AL_ARRAY_SIZE(cases); i++) {
+    al_buf_t b;
+
+    al_buf_init(&b, 1 << 20);
+    ASSERT_EQ(al__export_redact(&b, cases[i][0], strlen(cases[i][0]), keys,
+                                2),
+              0);
+    ASSERT_STR_EQ(b.data != NULL ? b.data : "", cases[i][1]);
+    al_buf_free(&b);
+  }
+  return 0;
+}
+
 TEST_IMPL(i25_resume_name_two_matches_refused) {
   json_t *list = json_pack(
       "[{s:s, s:s, s:b}, {s:s, s:s, s:b}, {s:s, s:s, s:b}]", "session", "s_a",
