@@ -4,10 +4,12 @@
  * (two with one title: refused, naming both), and agentloop export's
  * Markdown and JSONL of a transcript with tool calls: every call and
  * result, no planted secret, a tampered record named. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -533,5 +535,182 @@ TEST_IMPL(i25_export_cli_by_name) {
   ASSERT(!has(s, "Deploy it"));
   free(s);
   dt_rmtree(root);
+  return 0;
+}
+
+/* ---- the chat: resume NAME, /rename --------------------------------------- */
+
+typedef struct {
+  uv_process_t proc;
+  uv_poll_t poll;
+  int master;
+  char buf[65536];
+  size_t len;
+  const char *const *script; /* {wait_for, then_type} pairs, NULL-ended */
+  size_t step;
+  size_t from; /* the next step's text is looked for from here */
+  int64_t status;
+  bool exited;
+} chat_t;
+
+static void chat_on_pty(uv_poll_t *p, int status, int events) {
+  chat_t *t = p->data;
+  ssize_t n = 0;
+
+  (void)events;
+  if (status < 0) {
+    uv_poll_stop(p);
+    return;
+  }
+  while (t->len + 1 < sizeof(t->buf) &&
+         (n = read(t->master, t->buf + t->len,
+                   sizeof(t->buf) - t->len - 1)) > 0) {
+    t->len += (size_t)n;
+  }
+  t->buf[t->len] = '\0';
+  if (getenv("AL_TEST_DUMP") != NULL) {
+    fprintf(stderr, "--- pty ---\n%s\n", t->buf);
+  }
+  if (n == 0 || (n < 0 && errno != EAGAIN)) {
+    uv_poll_stop(p); /* the chat is gone: EIO on the master */
+  }
+  /* Each step waits for its text after the previous step's, then types. */
+  while (t->script[t->step] != NULL) {
+    const char *at = strstr(t->buf + t->from, t->script[t->step]);
+    const char *type = t->script[t->step + 1];
+
+    if (at == NULL) {
+      break;
+    }
+    t->from = (size_t)(at - t->buf) + strlen(t->script[t->step]);
+    if (type != NULL) {
+      ASSERT_EQ(write(t->master, type, strlen(type)), (ssize_t)strlen(type));
+    }
+    t->step += 2;
+  }
+}
+
+static void chat_on_exit(uv_process_t *p, int64_t status, int sig) {
+  chat_t *t = p->data;
+
+  (void)sig;
+  t->status = status;
+  t->exited = true;
+  uv_close((uv_handle_t *)p, NULL);
+}
+
+static bool chat_gone(void *data) { return ((chat_t *)data)->exited; }
+
+/* `agentloop resume NAME` on a terminal, against the test's daemon (its
+ * socket from AGENTLOOP_SOCKET), played by script; returns its exit. */
+static int64_t chat_run(dt_t *dt, const char *name,
+                        const char *const *script, chat_t *t) {
+  char bin[4096], e_sock[200], e_url[120], e_home[200], e_state[200];
+  char *argv[] = {bin, "resume", (char *)name, NULL};
+  char *env[] = {"PATH=/usr/bin:/bin", "TERM=xterm", "LANG=C.UTF-8",
+                 "NO_COLOR=1", "XDG_CONFIG_HOME=/nonexistent",
+                 "ANTHROPIC_API_KEY=k", e_sock, e_url, e_home, e_state, NULL};
+  uv_process_options_t po;
+  uv_stdio_container_t stdio[3];
+  struct winsize ws = {24, 120, 0, 0};
+  int slave;
+  size_t i;
+
+  snprintf(bin, sizeof(bin), "%s/agentloop", AL_BINARY_DIR);
+  snprintf(e_sock, sizeof(e_sock), "AGENTLOOP_SOCKET=%s", dt->sock);
+  snprintf(e_url, sizeof(e_url), "AGENTLOOP_BASE_URL=%s", dt->url);
+  snprintf(e_home, sizeof(e_home), "HOME=%s", dt->root);
+  snprintf(e_state, sizeof(e_state), "XDG_STATE_HOME=%s/chatstate", dt->root);
+  memset(t, 0, sizeof(*t));
+  t->script = script;
+  t->master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT(t->master >= 0);
+  ASSERT_EQ(grantpt(t->master), 0);
+  ASSERT_EQ(unlockpt(t->master), 0);
+  ASSERT_EQ(ioctl(t->master, TIOCSWINSZ, &ws), 0);
+  slave = open(ptsname(t->master), O_RDWR | O_NOCTTY);
+  ASSERT(slave >= 0);
+  ASSERT_EQ(fcntl(t->master, F_SETFL, O_NONBLOCK), 0);
+  memset(&po, 0, sizeof(po));
+  for (i = 0; i < 3; i++) {
+    stdio[i].flags = UV_INHERIT_FD;
+    stdio[i].data.fd = slave;
+  }
+  po.file = bin;
+  po.args = argv;
+  po.env = env;
+  po.cwd = dt->work;
+  po.stdio = stdio;
+  po.stdio_count = 3;
+  po.exit_cb = chat_on_exit;
+  po.flags = UV_PROCESS_DETACHED;
+  t->proc.data = t;
+  ASSERT_EQ(uv_spawn(&dt->loop, &t->proc, &po), 0);
+  close(slave);
+  ASSERT_EQ(uv_poll_init(&dt->loop, &t->poll, t->master), 0);
+  t->poll.data = t;
+  ASSERT_EQ(uv_poll_start(&t->poll, UV_READABLE, chat_on_pty), 0);
+  dt_run_until(dt, chat_gone, t);
+  uv_poll_stop(&t->poll);
+  uv_close((uv_handle_t *)&t->poll, NULL);
+  close(t->master);
+  return t->status;
+}
+
+static void create_as(dt_client_t *c, int id, const char *params,
+                      char out[64]) {
+  json_t *r = dt_call(c, id, "session/create", params);
+  const char *sid = json_string_value(
+      json_object_get(json_object_get(r, "result"), "session"));
+
+  ASSERT_NOT_NULL(sid);
+  snprintf(out, 64, "%s", sid);
+}
+
+TEST_IMPL(i25_chat_resume_by_name_and_rename) {
+  static const char *const rename_script[] = {
+      "resumed session", NULL, "> ", "/rename renamed in the chat\r",
+      "session titled \"renamed in the chat\"", "/quit\r", NULL};
+  static const char *const dup_script[] = {NULL};
+  dt_t t;
+  dt_client_t c;
+  dt_client_t *cl[] = {&c};
+  char p[600], sid[64], other[64], third[64];
+  chat_t ch;
+  json_t *s;
+
+  al_test_timeout_s(30); /* two chats on a loaded box */
+  dt_init(&t, NULL);
+  dt_start(&t);
+  dt_connect(&t, &c);
+  dt_init_client(&c);
+  snprintf(p, sizeof(p), "{\"cwd\":\"%s\"}", t.work);
+  /* dt_create answers its first create only: distinct request ids. */
+  create_as(&c, 20, p, sid);
+  create_as(&c, 21, p, other);
+  create_as(&c, 22, p, third);
+  rename_to(&c, 10, sid, "release notes", 0);
+  rename_to(&c, 11, other, "dup", 0);
+  rename_to(&c, 12, third, "dup", 0);
+
+  /* By name: the chat opens that session, and /rename renames it. */
+  if (chat_run(&t, "release notes", rename_script, &ch) != 0 ||
+      ch.script[ch.step] != NULL) {
+    AL_TEST_FAIL("the chat stopped at step %zu:\n%s", ch.step / 2, ch.buf);
+  }
+  ASSERT_NOT_NULL(strstr(ch.buf, sid));
+  s = list_entry(&c, 13, sid);
+  ASSERT_STR_EQ(json_string_value(json_object_get(s, "title")),
+                "renamed in the chat");
+  s = list_entry(&c, 14, other);
+  ASSERT_STR_EQ(json_string_value(json_object_get(s, "title")), "dup");
+
+  /* Two sessions titled "dup": neither is guessed, both are named. */
+  ASSERT_EQ(chat_run(&t, "dup", dup_script, &ch), 1);
+  if (strstr(ch.buf, other) == NULL || strstr(ch.buf, third) == NULL ||
+      strstr(ch.buf, "more than one session") == NULL) {
+    AL_TEST_FAIL("no refusal naming both:\n%s", ch.buf);
+  }
+  dt_finish(&t, cl, 1);
   return 0;
 }
