@@ -35,8 +35,8 @@ int al__export_redact(al_buf_t *b, const char *s, size_t n,
                       const char *const *keys, size_t nkeys) {
   size_t i = 0;
   size_t from = 0; /* s[from..i) not yet copied */
-  static const char *const headers[] = {"authorization:", "x-api-key:",
-                                        "api-key:"};
+  static const char *const headers[] = {
+      "authorization:", "x-api-key:", "api-key:"};
 
 #define FLUSH()                                                  \
   do {                                                           \
@@ -174,7 +174,8 @@ static int redact_json(json_t *j, const al_export_opts_t *o) {
   return 0;
 }
 
-/* ---- Markdown --------------------------------------------------------------- */
+/* ---- Markdown ---------------------------------------------------------------
+ */
 
 /* A code fence longer than any run of backticks in s. */
 static void put_fenced(FILE *out, const char *info, const char *s, size_t n) {
@@ -216,8 +217,7 @@ static void put_result_text(FILE *out, const char *s, size_t n, size_t max) {
   }
   put_fenced(out, "", s, keep);
   snprintf(marker, sizeof(marker),
-           "*[... %zu more bytes of this result cut by export]*\n\n",
-           n - keep);
+           "*[... %zu more bytes of this result cut by export]*\n\n", n - keep);
   fputs(marker, out);
 }
 
@@ -247,8 +247,8 @@ static void put_result(FILE *out, const json_t *blk, size_t max) {
   }
 }
 
-static void put_message(FILE *out, const char *kind, const json_t *m,
-                        int depth, size_t max) {
+static void put_message(FILE *out, const char *kind, const json_t *m, int depth,
+                        size_t max) {
   const json_t *c = json_object_get(m, "content");
   const char *role = json_string_value(json_object_get(m, "role"));
   size_t i;
@@ -289,7 +289,8 @@ static void put_message(FILE *out, const char *kind, const json_t *m,
   }
 }
 
-/* ---- the walk ----------------------------------------------------------------- */
+/* ---- the walk
+ * ----------------------------------------------------------------- */
 
 static bool skipped_line(const json_t *skipped, size_t lineno) {
   size_t i;
@@ -303,13 +304,13 @@ static bool skipped_line(const json_t *skipped, size_t lineno) {
   return false;
 }
 
-static int export_one(const char *dir, const char *id, const al_export_opts_t *o,
-                      FILE *out, int depth, bool *broken, char *why,
-                      size_t why_len);
+static int export_one(const char *dir, const char *id,
+                      const al_export_opts_t *o, FILE *out, int depth,
+                      bool *broken, char *why, size_t why_len);
 
 static void put_line(FILE *out, const char *id, const char *kind, json_t *m) {
-  json_t *line = json_pack("{s:s, s:s, s:O}", "session", id, "kind", kind,
-                           "message", m);
+  json_t *line =
+      json_pack("{s:s, s:s, s:O}", "session", id, "kind", kind, "message", m);
   char *s = line != NULL ? json_dumps(line, JSON_COMPACT) : NULL;
 
   if (s != NULL) {
@@ -347,9 +348,10 @@ static int export_records(const char *dir, const char *id, const char *p,
     }
     if (++lineno >= stop) {
       if (o->md) {
-        fputs("*[the rest of this transcript is left out: too many records "
-              "fail its chain]*\n\n",
-              out);
+        fputs(
+            "*[the rest of this transcript is left out: too many records "
+            "fail its chain]*\n\n",
+            out);
       }
       break;
     }
@@ -403,12 +405,12 @@ static int export_records(const char *dir, const char *id, const char *p,
 
       if (child != NULL && al__session_id_valid(child)) {
         if (o->md) {
-          fprintf(out, "%.*s Sub-agent %s (%s, from call `%s`)\n\n",
-                  depth + 2, "########", child, agent != NULL ? agent : "?",
+          fprintf(out, "%.*s Sub-agent %s (%s, from call `%s`)\n\n", depth + 2,
+                  "########", child, agent != NULL ? agent : "?",
                   call != NULL ? call : "?");
         }
-        if (export_one(dir, child, o, out, depth + 1, broken, why,
-                       why_len) != 0 &&
+        if (export_one(dir, child, o, out, depth + 1, broken, why, why_len) !=
+                0 &&
             o->md) {
           fprintf(out, "*[its transcript cannot be read: %s]*\n\n", why);
         }
@@ -419,9 +421,9 @@ static int export_records(const char *dir, const char *id, const char *p,
   return 0;
 }
 
-static int export_one(const char *dir, const char *id, const al_export_opts_t *o,
-                      FILE *out, int depth, bool *broken, char *why,
-                      size_t why_len) {
+static int export_one(const char *dir, const char *id,
+                      const al_export_opts_t *o, FILE *out, int depth,
+                      bool *broken, char *why, size_t why_len) {
   char path[4096];
   al_tx_loaded_t l;
   char *buf = NULL;
@@ -429,9 +431,8 @@ static int export_one(const char *dir, const char *id, const al_export_opts_t *o
   int fd;
   struct stat st;
 
-  if (!al__session_id_valid(id) ||
-      snprintf(path, sizeof(path), "%s/%s.jsonl", dir, id) >=
-          (int)sizeof(path)) {
+  if (!al__session_id_valid(id) || snprintf(path, sizeof(path), "%s/%s.jsonl",
+                                            dir, id) >= (int)sizeof(path)) {
     snprintf(why, why_len, "%s is no session id", id);
     return AL_EINVAL;
   }
@@ -492,7 +493,8 @@ int al__export_session(const char *dir, const char *id,
   return export_one(dir, id, o, out, 0, broken, why, why_len);
 }
 
-/* ---- naming a session without the daemon -------------------------------------- */
+/* ---- naming a session without the daemon
+ * -------------------------------------- */
 
 #define SCAN_BYTES (64 * 1024)
 
@@ -513,9 +515,9 @@ static char *file_title(const char *path, off_t size) {
         (r = pread(fd, buf, SCAN_BYTES, size - SCAN_BYTES)) > 0) {
       /* From its first whole line (it may overlap the head). */
       const char *nl = memchr(buf, '\n', (size_t)r);
-      char *t = nl != NULL ? al__tx_scan_title(nl + 1,
-                                               (size_t)(buf + r - nl - 1))
-                           : NULL;
+      char *t = nl != NULL
+                    ? al__tx_scan_title(nl + 1, (size_t)(buf + r - nl - 1))
+                    : NULL;
 
       if (t != NULL) {
         al_free(title);
@@ -573,8 +575,8 @@ al_pick_t al__export_find(const char *dir, const char *arg, char *out,
     al_free(title);
     /* Newest first, as session/list. */
     for (i = 0; s != NULL && i < json_array_size(list); i++) {
-      if (json_integer_value(json_object_get(json_array_get(list, i),
-                                             "updated_ms")) <
+      if (json_integer_value(
+              json_object_get(json_array_get(list, i), "updated_ms")) <
           (json_int_t)st.st_mtime * 1000) {
         break;
       }

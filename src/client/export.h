@@ -15,9 +15,9 @@
 #define AL_EXPORT_RESULT_MAX 4096
 
 typedef struct {
-  bool md;                  /* Markdown; false: JSONL */
-  size_t result_max;        /* 0: AL_EXPORT_RESULT_MAX */
-  const char *const *keys;  /* configured key values to redact, or NULL */
+  bool md;                 /* Markdown; false: JSONL */
+  size_t result_max;       /* 0: AL_EXPORT_RESULT_MAX */
+  const char *const *keys; /* configured key values to redact, or NULL */
   size_t nkeys;
 } al_export_opts_t;
 

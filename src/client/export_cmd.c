@@ -9,13 +9,14 @@
 #include "client/tui.h"
 
 static void export_usage(FILE *f) {
-  fputs("usage: agentloop export ID|NAME --format md|jsonl [--out FILE]\n"
-        "\n"
-        "  a session's transcript (and its sub-agents') as Markdown or as\n"
-        "  JSONL (one message a line), API keys, Authorization and\n"
-        "  x-api-key header values and bearer tokens redacted; NAME is a\n"
-        "  title given by /rename (docs/export.md)\n",
-        f);
+  fputs(
+      "usage: agentloop export ID|NAME --format md|jsonl [--out FILE]\n"
+      "\n"
+      "  a session's transcript (and its sub-agents') as Markdown or as\n"
+      "  JSONL (one message a line), API keys, Authorization and\n"
+      "  x-api-key header values and bearer tokens redacted; NAME is a\n"
+      "  title given by /rename (docs/export.md)\n",
+      f);
 }
 
 int al_cli_export(int argc, char **argv) {

@@ -20,8 +20,10 @@ al_pick_t al__session_pick(const json_t *sessions, const char *arg, char *out,
       return AL_PICK_FOUND;
     }
   }
-  w = (size_t)snprintf(why, why_len, "more than one session is titled "
-                                     "\"%s\":", arg);
+  w = (size_t)snprintf(why, why_len,
+                       "more than one session is titled "
+                       "\"%s\":",
+                       arg);
   json_array_foreach(sessions, i, s) {
     const char *id = json_string_value(json_object_get(s, "session"));
     const char *t = json_string_value(json_object_get(s, "title"));

@@ -7,9 +7,9 @@
 #include <stddef.h>
 
 typedef enum {
-  AL_PICK_FOUND,     /* out: the session's id */
-  AL_PICK_NONE,      /* no id and no title is arg */
-  AL_PICK_AMBIGUOUS  /* titled arg more than once: why names them */
+  AL_PICK_FOUND,    /* out: the session's id */
+  AL_PICK_NONE,     /* no id and no title is arg */
+  AL_PICK_AMBIGUOUS /* titled arg more than once: why names them */
 } al_pick_t;
 
 /* Picks from sessions (session/list's array: {session, title, named,
