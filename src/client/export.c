@@ -270,7 +270,9 @@ static void put_message(FILE *out, const char *kind, const json_t *m, int depth,
     if (strcmp(type, "text") == 0) {
       fprintf(out, "%.*s %s\n\n%s\n\n", depth + 2, "########",
               assistant ? "Assistant" : "User",
-              json_string_value(json_object_get(blk, "text")));
+              json_is_string(json_object_get(blk, "text"))
+                  ? json_string_value(json_object_get(blk, "text"))
+                  : "");
     } else if (strcmp(type, "tool_use") == 0) {
       char *in = json_dumps(json_object_get(blk, "input"),
                             JSON_INDENT(2) | JSON_ENSURE_ASCII);
@@ -383,8 +385,10 @@ static int export_records(const char *dir, const char *id, const char *p,
       }
       fputc('\n', out);
     } else if (strcmp(kind, "title") == 0 && o->md) {
+      const json_t *title = json_object_get(rec, "title");
+
       fprintf(out, "*Titled: %s*\n\n",
-              json_string_value(json_object_get(rec, "title")));
+              json_is_string(title) ? json_string_value(title) : "");
     } else if ((strcmp(kind, "user") == 0 || strcmp(kind, "assistant") == 0 ||
                 strcmp(kind, "tool_results") == 0 ||
                 strcmp(kind, "compaction") == 0) &&
@@ -392,9 +396,22 @@ static int export_records(const char *dir, const char *id, const char *p,
       if (!o->md) {
         put_line(out, id, kind, m);
       } else if (strcmp(kind, "compaction") == 0) {
-        fputs("*[the history was compacted here; the summary follows]*\n\n",
-              out);
-        put_message(out, kind, m, depth, max);
+        fputs(
+            "*[the history was compacted here: what the model saw from "
+            "here on (the summary, and the messages it kept, repeated) "
+            "follows]*\n\n",
+            out);
+        {
+          size_t k;
+          const json_t *x;
+
+          /* The history from here on: the first input with the summary,
+           * and the tail it kept (already above: repeated, so that the
+           * summary is read in its place). */
+          json_array_foreach(json_object_get(m, "messages"), k, x) {
+            put_message(out, kind, x, depth, max);
+          }
+        }
       } else {
         put_message(out, kind, m, depth, max);
       }

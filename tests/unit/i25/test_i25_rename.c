@@ -255,6 +255,9 @@ static void write_session(const char *dir, const char *id) {
   put_commit(f, id, prev, AL_COMMIT_ASSISTANT,
              "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
              "\"text\":\"all done\"}]}");
+  put_commit(f, id, prev, AL_COMMIT_COMPACTION,
+             "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+             "\"text\",\"text\":\"deploy it\\n\\nSUMMARY: deployed ok\"}]}]}");
   fclose(f);
 
   /* The child's own transcript (its id as a file: s_exp-t1). */
@@ -323,6 +326,7 @@ TEST_IMPL(i25_export_md_jsonl_every_call_no_secret) {
   ASSERT(has(md, "**Result** of `tu_read`"));
   ASSERT(has(md, "more bytes of this result cut by export"));
   ASSERT(has(md, "all done"));
+  ASSERT(has(md, "compacted here") && has(md, "SUMMARY: deployed ok"));
   ASSERT(has(md, "Sub-agent s_exp-t1"));
   ASSERT(has(md, "check the logs"));
   ASSERT(has(md, "**Tool call** `grep` (`tu_child`)"));
@@ -345,7 +349,7 @@ TEST_IMPL(i25_export_md_jsonl_every_call_no_secret) {
     lines++;
     json_decref(o);
   }
-  ASSERT_EQ(lines, 7);
+  ASSERT_EQ(lines, 8);
   ASSERT(has(jl, "\"tu_bash\"") && has(jl, "\"tu_read\"") &&
          has(jl, "\"tu_child\"") && has(jl, "\"session\":\"s_exp-t1\""));
   ASSERT(!has(jl, "cut by export"));
