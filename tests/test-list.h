@@ -68,3 +68,4 @@
 #include "list/i24_main_agent.h"
 #include "list/i24_fleetcli.h"
 #include "list/i24_chaos.h"
+#include "list/i25_rename.h"

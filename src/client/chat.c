@@ -44,7 +44,9 @@
 #include "client/chat.h"
 #include "client/cli.h"
 #include "client/conn.h"
+#include "client/names.h"
 #include "client/tui.h"
+#include "session/session.h"
 
 #define TICK_MS 100
 #define QUIT_WINDOW_MS 2000
@@ -100,7 +102,7 @@ typedef struct chat_s {
   char history[PATH_MAX];
   bool have_history;
   char session[128];
-  char resume_id[128];     /* resume this one (ST_CONNECTING) */
+  char resume_id[256];     /* resume this one, by id or title */
   bool resume_latest;
   int64_t run;
   int64_t replay_until;    /* events with seq < this are replayed */
@@ -1096,6 +1098,60 @@ static void set_model(chat_t *c, const char *model) {
                 on_configured, NULL);
 }
 
+/* `resume NAME`, `/resume NAME`: an id, or a title session/rename gave
+ * (two sessions with that title: neither is guessed). An id the listing
+ * does not know yet (a headless run's transcript written since the
+ * daemon started) is still tried: the daemon finds it by its file. */
+static void on_list_for_name(al__conn_t *conn, json_t *result, json_t *error,
+                             void *data) {
+  chat_t *c = conn->data;
+  char id[128];
+  char why[1024];
+  al_pick_t pick;
+
+  (void)data;
+  if (error != NULL) {
+    say(c, AL_SGR_RED, "sessions: %s", err_message(error));
+    quit(c, 1);
+    return;
+  }
+  pick = al__session_pick(json_object_get(result, "sessions"), c->resume_id,
+                          id, sizeof(id), why, sizeof(why));
+  if (pick == AL_PICK_FOUND) {
+    resume_session(c, id);
+  } else if (pick == AL_PICK_NONE && al__session_id_valid(c->resume_id)) {
+    resume_session(c, c->resume_id);
+  } else {
+    say(c, AL_SGR_RED, "%s", why);
+    if (c->session[0] == '\0') {
+      quit(c, 1);
+    } else {
+      to_idle(c);
+    }
+  }
+}
+
+static void resume_named(chat_t *c, const char *name) {
+  if (name != c->resume_id) {
+    snprintf(c->resume_id, sizeof(c->resume_id), "%s", name);
+  }
+  al__conn_call(&c->conn, "session/list", NULL, on_list_for_name, NULL);
+}
+
+static void on_renamed(al__conn_t *conn, json_t *result, json_t *error,
+                       void *data) {
+  chat_t *c = conn->data;
+  char t[256];
+
+  (void)data;
+  if (error != NULL) {
+    say(c, AL_SGR_RED, "rename: %s", err_message(error));
+    return;
+  }
+  clean_line(t, sizeof(t), json_string_value(json_object_get(result, "title")));
+  say(c, AL_SGR_DIM, "session titled \"%s\"", t);
+}
+
 /* The newest session other than the current one. */
 static void on_list_for_resume(al__conn_t *conn, json_t *result,
                                json_t *error, void *data) {
@@ -1406,10 +1462,16 @@ static void handle_line(chat_t *c, char *line) {
   case AL_SLASH_RESUME:
     c->state = ST_CONNECTING;
     if (cmd.arg[0] != '\0') {
-      resume_session(c, cmd.arg);
+      resume_named(c, cmd.arg);
     } else {
       al__conn_call(&c->conn, "session/list", NULL, on_list_for_resume, NULL);
     }
+    break;
+  case AL_SLASH_RENAME:
+    al__conn_call(&c->conn, "session/rename",
+                  json_pack("{s:s, s:s}", "session", c->session, "title",
+                            cmd.arg),
+                  on_renamed, NULL);
     break;
   case AL_SLASH_COMPACT:
     al__conn_call(&c->conn, "session/compact",
@@ -1701,7 +1763,7 @@ static void on_ready(al__conn_t *conn, int status) {
   if (c->mode == MODE_SESSIONS) {
     al__conn_call(&c->conn, "session/list", NULL, on_list, NULL);
   } else if (c->resume_id[0] != '\0') {
-    resume_session(c, c->resume_id);
+    resume_named(c, c->resume_id);
   } else if (c->resume_latest) {
     al__conn_call(&c->conn, "session/list", NULL, on_list_for_resume, NULL);
   } else {

@@ -14,6 +14,8 @@
 
 /* agentloop decode --provider sse|anthropic|openai [--events] (decode.c) */
 int al_cli_decode(int argc, char **argv);
+/* agentloop export ID|NAME --format md|jsonl [--out FILE] (docs/export.md) */
+int al_cli_export(int argc, char **argv);
 /* The JSON object of one normalized stream event, as `decode --events` and
  * `run --output-format ndjson` print it (docs/decode.md). New reference. */
 json_t *al__cli_pevent_json(const al_pevent_t *ev);

@@ -14,7 +14,10 @@ static void usage(FILE *f) {
         "commands:\n"
         "  (none)            the interactive chat (agentloopd is started\n"
         "                    if it is not running)\n"
-        "  resume [ID]       the chat in an earlier session (default: latest)\n"
+        "  resume [ID|NAME]  the chat in an earlier session (default: latest;\n"
+        "                    NAME: a title given by /rename)\n"
+        "  export ID|NAME --format md|jsonl [--out FILE]\n"
+        "                    a session's transcript, secrets redacted\n"
         "  sessions [--json] [--here]\n"
         "                    the daemon's sessions, newest first, with their\n"
         "                    directory (--here: only this directory's)\n"
@@ -75,6 +78,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "mcp") == 0) {
     return al_cli_mcp(argc - 1, argv + 1);
+  }
+  if (strcmp(argv[1], "export") == 0) {
+    return al_cli_export(argc - 1, argv + 1);
   }
   if (strcmp(argv[1], "decode") == 0) {
     return al_cli_decode(argc - 1, argv + 1);

@@ -9,17 +9,18 @@
 typedef struct {
   const char *name;
   al_slash_t cmd;
-  int args; /* 0: none, 1: exactly one, 2: optional one, 3: optional text */
+  int args; /* 0: none, 1: exactly one, 2: optional one, 3: optional text,
+             * 4: text, required */
 } slash_def_t;
 
 static const slash_def_t defs[] = {
     {"help", AL_SLASH_HELP, 0},       {"?", AL_SLASH_HELP, 0},
     {"new", AL_SLASH_NEW, 0},         {"clear", AL_SLASH_NEW, 0},
-    {"sessions", AL_SLASH_SESSIONS, 0}, {"resume", AL_SLASH_RESUME, 2},
+    {"sessions", AL_SLASH_SESSIONS, 0}, {"resume", AL_SLASH_RESUME, 3},
     {"compact", AL_SLASH_COMPACT, 3}, {"usage", AL_SLASH_USAGE, 0},
     {"cost", AL_SLASH_USAGE, 0},      {"tools", AL_SLASH_TOOLS, 0},
     {"last", AL_SLASH_LAST, 0},       {"model", AL_SLASH_MODEL, 1},
-    {"tasks", AL_SLASH_TASKS, 3},
+    {"tasks", AL_SLASH_TASKS, 3},     {"rename", AL_SLASH_RENAME, 4},
     {"quit", AL_SLASH_QUIT, 0},       {"exit", AL_SLASH_QUIT, 0},
 };
 
@@ -75,14 +76,14 @@ void al__slash_parse(const char *line, al_slash_cmd_t *out) {
                out->name);
       return;
     }
-    if (d->args == 1 && arg_len == 0) {
+    if ((d->args == 1 || d->args == 4) && arg_len == 0) {
       out->cmd = AL_SLASH_BAD_ARGS;
       snprintf(out->error, sizeof(out->error), "/%s needs an argument",
                out->name);
       return;
     }
     if (arg_len >= sizeof(out->arg) ||
-        (d->args != 3 && memchr(arg, ' ', arg_len) != NULL)) {
+        (d->args < 3 && memchr(arg, ' ', arg_len) != NULL)) {
       out->cmd = AL_SLASH_BAD_ARGS;
       snprintf(out->error, sizeof(out->error), "/%s: one short argument",
                out->name);
@@ -112,7 +113,9 @@ const char *al__slash_help(void) {
          "  /help              this list\n"
          "  /new               start a new session (alias /clear)\n"
          "  /sessions          list the daemon's sessions\n"
-         "  /resume [ID]       continue a session (no ID: the latest)\n"
+         "  /resume [ID|NAME]  continue a session (none: the latest; NAME: a\n"
+         "                     title /rename gave)\n"
+         "  /rename TITLE      title this session (shown by /sessions)\n"
          "  /compact [TEXT]    summarize the history to free context (TEXT: what\n"
          "                     the summary must keep)\n"
          "  /usage             tokens used by this session (alias /cost)\n"

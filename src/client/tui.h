@@ -137,6 +137,7 @@ typedef enum {
   AL_SLASH_LAST,
   AL_SLASH_MODEL,
   AL_SLASH_TASKS,     /* "/tasks" or "/tasks cancel ID" (issue 23) */
+  AL_SLASH_RENAME,    /* "/rename TITLE" (issue 25) */
   AL_SLASH_QUIT,
   AL_SLASH_UNKNOWN,   /* "/x": never sent to the model */
   AL_SLASH_BAD_ARGS   /* a known command with wrong arguments */

@@ -298,6 +298,8 @@ void al__daemon_options_init(al_daemon_options_t *o) {
   o->handle_signals = true;
 }
 
+#define TITLE_TAIL (64 * 1024)
+
 /* Reads the header (and the first user text) of every transcript, so
  * session/list knows them without loading them. Blocking: before the
  * loop runs. Only the first 64 KiB of each file are read. */
@@ -305,12 +307,14 @@ static void scan_sessions(al_daemon_t *d) {
   DIR *dir = opendir(d->sessions_dir);
   struct dirent *de;
   char *buf = al_malloc(64 * 1024 + 1);
+  char *tail = al_malloc(TITLE_TAIL);
 
-  if (dir == NULL || buf == NULL) {
+  if (dir == NULL || buf == NULL || tail == NULL) {
     if (dir != NULL) {
       closedir(dir);
     }
     al_free(buf);
+    al_free(tail);
     return;
   }
   while ((de = readdir(dir)) != NULL) {
@@ -319,6 +323,8 @@ static void scan_sessions(al_daemon_t *d) {
     char *path;
     int fd;
     ssize_t n;
+    ssize_t tn;
+    off_t tat;
     session_t *s;
     struct stat st;
 
@@ -340,6 +346,18 @@ static void scan_sessions(al_daemon_t *d) {
     n = read(fd, buf, 64 * 1024);
     if (fstat(fd, &st) != 0) {
       st.st_mtime = 0;
+      st.st_size = 0;
+    }
+    /* A session/rename's title record is the last in the file: looked
+     * for in the head and the last TITLE_TAIL bytes (a listing; the load
+     * reads all of it and knows for sure). */
+    tn = -1;
+    tat = 0;
+    if (n > 0 && st.st_size > (off_t)n) {
+      /* It may overlap the head: a title line across the head's end is
+       * whole here. */
+      tat = st.st_size > TITLE_TAIL ? st.st_size - TITLE_TAIL : 0;
+      tn = pread(fd, tail, TITLE_TAIL, tat);
     }
     close(fd);
     if (n < 0 || (s = al__session_alloc(d, id)) == NULL) {
@@ -349,16 +367,37 @@ static void scan_sessions(al_daemon_t *d) {
     s->updated_ms = (uint64_t)st.st_mtime * 1000;
     {
       char *first = NULL;
+      char *named;
 
       al__tx_scan_head(buf, (size_t)n, &s->h, &first);
       if (first != NULL) {
         s->title = al__make_title(first);
         al_free(first);
       }
+      named = al__tx_scan_title(buf, (size_t)n);
+      if (tn > 0) {
+        /* From the first whole line of the tail. */
+        const char *lf = memchr(tail, '\n', (size_t)tn);
+        const char *from = tat == 0 ? tail : lf != NULL ? lf + 1 : NULL;
+        char *t = from != NULL ? al__tx_scan_title(from, (size_t)(tail + tn -
+                                                                  from))
+                               : NULL;
+
+        if (t != NULL) {
+          al_free(named);
+          named = t;
+        }
+      }
+      if (named != NULL) {
+        al_free(s->title);
+        s->title = named;
+        s->named = true;
+      }
     }
   }
   closedir(dir);
   al_free(buf);
+  al_free(tail);
 }
 
 static int take_lock(const char *path, int *out, char *why, size_t why_len) {

@@ -80,6 +80,7 @@ struct session_s {
   bool own_config;
   uint64_t next_run; /* the number the agent gives its next run */
   char *title;
+  bool named; /* title set by session/rename (a title record) */
   uint64_t updated_ms;
   uint64_t last_active; /* loop ms of the last event or unsubscribe */
   /* Loaded state. */

@@ -543,6 +543,9 @@ static void m_session_list(const call_t *k) {
                   (json_int_t)s->updated_ms, "title", s->title, "loaded",
                   s->loaded, "running", s->running, "watchers",
                   (json_int_t)w);
+    if (o != NULL) {
+      json_object_set_new(o, "named", json_boolean(s->named));
+    }
     if (o == NULL) {
       continue;
     }
@@ -1095,6 +1098,43 @@ static void m_session_configure(const call_t *k) {
   }
 }
 
+/* session/rename: a title record continues the transcript's chain (the
+ * header is never edited); session/list shows it from then on. */
+static void m_session_rename(const call_t *k) {
+  session_t *s = need_session(k, true);
+  const char *title = NULL;
+  const char *why;
+  al_blob_t *b;
+  char *dup;
+
+  if (s == NULL || !popt_str(k, "title", &title)) {
+    return;
+  }
+  if ((why = al__tx_title_check(title)) != NULL) {
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INVALID_PARAMS, why,
+                         json_pack("{s:i}", "max_bytes", AL_TX_TITLE_MAX));
+    return;
+  }
+  b = al__tx_title_record(title);
+  dup = al_strdup(title);
+  if (b == NULL || dup == NULL) {
+    if (b != NULL) {
+      al__blob_unref(b);
+    }
+    al_free(dup);
+    al__daemon_reply_err(k->c, k->id, AL_RPC_INTERNAL_ERROR, "out of memory",
+                         NULL);
+    return;
+  }
+  al__session_tx_put_rec(s, b);
+  al__blob_unref(b);
+  al_free(s->title);
+  s->title = dup;
+  s->named = true;
+  al__daemon_reply(k->c, k->id, json_pack("{s:s, s:s}", "session", s->id,
+                                          "title", s->title));
+}
+
 /* task/list: the session's sub-agents (al_agent_tasks_json). A session
  * not loaded has none (closing the agent ended its children). */
 static void m_task_list(const call_t *k) {
@@ -1166,6 +1206,7 @@ static const method_t methods[] = {
     {"session/list", m_session_list},
     {"session/resume", m_session_resume},
     {"session/configure", m_session_configure},
+    {"session/rename", m_session_rename},
     {"session/subscribe", m_session_subscribe},
     {"session/unsubscribe", m_session_unsubscribe},
     {"turn/send", m_turn_send},

@@ -1303,7 +1303,16 @@ void al__session_load_done(uv_work_t *w, int status) {
                           "with synthetic results", s->id,
              l->closed_tool_uses);
     }
-    if (s->title == NULL && l->first_user_text != NULL) {
+    if (l->title != NULL) {
+      /* A session/rename's title wins over the first input's. */
+      char *t = al_strdup(l->title);
+
+      if (t != NULL) {
+        al_free(s->title);
+        s->title = t;
+        s->named = true;
+      }
+    } else if (s->title == NULL && l->first_user_text != NULL) {
       s->title = al__make_title(l->first_user_text);
     }
     json_decref(s->child_links);

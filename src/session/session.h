@@ -256,6 +256,21 @@ void al__tx_header_free(al_tx_header_t *h);
 bool al__tx_scan_head(const char *p, size_t n, al_tx_header_t *h,
                       char **first_user_text);
 
+/* ---- titles (issue 25) ------------------------------------------------------ */
+
+/* A session's title is a chained {"rec":"title","title":...} record (the
+ * last one wins; the header is never edited). */
+#define AL_TX_TITLE_MAX 200
+/* NULL when title is usable (1 to AL_TX_TITLE_MAX bytes of UTF-8 without
+ * control characters, C0, DEL or C1); otherwise why not. */
+const char *al__tx_title_check(const char *title);
+/* The title record; NULL when the title is unusable or on OOM. */
+al_blob_t *al__tx_title_record(const char *title);
+/* The last usable title record among the whole lines of p[0..n), for
+ * listings that read only parts of a file (al_malloc'd; NULL: none). It
+ * does not check the chain: al__tx_load does. */
+char *al__tx_scan_title(const char *p, size_t n);
+
 /* ---- sub-agents (issue 23) ------------------------------------------------ */
 
 /* A child agent (a `task` call's sub-agent) has a transcript of its own,
@@ -339,6 +354,7 @@ typedef struct {
   json_t *synthetic;      /* the tool_results message that closed it, or
                            * NULL: the caller appends it as a record */
   char *first_user_text;  /* al_malloc'd, or NULL */
+  char *title;            /* the last title record's, al_malloc'd, or NULL */
   al_tx_event_t *events;  /* the newest events that fit max_event_bytes */
   size_t nevents;
   uint64_t last_seq;      /* highest event seq seen */

@@ -1367,6 +1367,19 @@ static int load_line(loader_t *ld, const char *p, size_t n, size_t lineno) {
       if (al__tx_header_parse(o, &l->header)) {
         l->has_header = true;
       }
+    } else if (strcmp(kind, "title") == 0) {
+      /* session/rename: the last title wins. */
+      const char *t = json_string_value(json_object_get(o, "title"));
+      char *dup = t != NULL && al__tx_title_check(t) == NULL ? al_strdup(t)
+                                                               : NULL;
+
+      if (dup == NULL) {
+        note_bad(l, lineno, "title record without a usable title");
+        json_decref(o);
+        return 0;
+      }
+      al_free(l->title);
+      l->title = dup;
     } else if (strcmp(kind, "elided") == 0) {
       /* A note on deltas left out (al__tx_deltas_keep): nothing to
        * replay. */
@@ -1613,6 +1626,7 @@ void al__tx_loaded_free(al_tx_loaded_t *l) {
   json_decref(l->skipped);
   al__history_free(&l->history);
   al_free(l->first_user_text);
+  al_free(l->title);
   for (i = 0; i < l->nevents; i++) {
     al__blob_unref(l->events[i].line);
   }

@@ -102,7 +102,14 @@ TEST_IMPL(tui_slash_parse) {
   al__slash_parse("/resume", &c);
   ASSERT_EQ(c.cmd, AL_SLASH_RESUME);
   ASSERT_STR_EQ(c.arg, "");
-  al__slash_parse("/resume a b", &c);
+  /* A title (issue 25) may have spaces. */
+  al__slash_parse("/resume fix the build ", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_RESUME);
+  ASSERT_STR_EQ(c.arg, "fix the build");
+  al__slash_parse("/rename  fix the build", &c);
+  ASSERT_EQ(c.cmd, AL_SLASH_RENAME);
+  ASSERT_STR_EQ(c.arg, "fix the build");
+  al__slash_parse("/rename", &c);
   ASSERT_EQ(c.cmd, AL_SLASH_BAD_ARGS);
   al__slash_parse("/quit now", &c);
   ASSERT_EQ(c.cmd, AL_SLASH_BAD_ARGS);
